@@ -1,0 +1,797 @@
+//! The allocation step: `(Snapshot, AllocatorState, Settings, Request, now_ms) → Plan`.
+//!
+//! This module is fully deterministic: it has no networking code, reads no clock, touches no
+//! file and draws no random number. Callers hand it a snapshot of the cluster and the time,
+//! and take back plain data — the pods to create and to delete, and the state to persist —
+//! in the style of sans-IO protocol cores such as `quinn-proto`. It is the only place
+//! allocation policy lives.
+//!
+//! The default policy is Spark 3.0's `ExecutorPodsAllocator` (seed 004), rule by rule
+//! (DESIGN.md "Allocation semantics"):
+//! 1. Unacknowledged ids (created by us, not yet seen) that appear in the snapshot, in any
+//!    state, stop being unacknowledged.
+//! 2. Unacknowledged ids older than the creation timeout (default max(5 × batch delay, 60 s),
+//!    strictly older) are deleted — they may exist unseen — and forgotten, so they get replaced.
+//! 3. known = running + pending + unacknowledged. If known > target, the excess is deleted:
+//!    unacknowledged first (newest first), then pending (unscheduled first, then newest first).
+//!    Running executors are never deleted for excess, and a pending pod is deleted only if it
+//!    is still pending when the call is made ([`Delete::if_pending`]).
+//! 4. Only when nothing is unacknowledged and nothing is pending (as observed in the snapshot),
+//!    and running < target, min(target − running, batch size) executors are created with
+//!    fresh ids.
+//! 5. Failed and succeeded executors do not count; their pods are deleted (unless
+//!    [`Settings::delete_terminated`] is off), so they get replaced by rule 4.
+//! 6. Explicit removal (seed 001's `deleteExecutors`) deletes the named executors whatever
+//!    their state and lowers the target by the number of them that exist (running, pending,
+//!    unknown or unacknowledged).
+//!
+//! Executor ids are never reused: the next id is max(persisted counter, highest id seen in the
+//! cluster) + 1, so ids survive a lost state file.
+
+use crate::podspec::pod_name;
+use crate::snapshot::{ExecutorState, Snapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// The state file / `plan --state` format version this build reads and writes.
+pub const STATE_VERSION: u32 = 1;
+
+/// Default batch size (Spark's `spark.kubernetes.allocation.batch.size`): pods per batch.
+pub const DEFAULT_BATCH_SIZE: u32 = 5;
+/// Default batch delay (Spark's `spark.kubernetes.allocation.batch.delay`): 1 s, in ms.
+pub const DEFAULT_BATCH_DELAY_MS: u64 = 1000;
+/// Floor of the default creation timeout (Spark: `max(batch delay × 5, 60000)`), in ms.
+pub const MIN_CREATION_TIMEOUT_MS: u64 = 60_000;
+
+/// Allocation settings. Durations are milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Pods created per tick at most (≥ 1).
+    pub batch_size: u32,
+    /// Time between ticks, ms; also sets the default creation timeout.
+    pub batch_delay_ms: u64,
+    /// How long a created pod may stay unseen before it is deleted and replaced, ms.
+    /// `None`: max(5 × batch delay, 60 s), as Spark.
+    pub creation_timeout_ms: Option<u64>,
+    /// Delete Failed/Succeeded executor pods (default true, as Spark's
+    /// `spark.kubernetes.executor.deleteOnTermination`).
+    pub delete_terminated: bool,
+    /// The pod name prefix (see [`crate::podspec::name_prefix`]).
+    pub name_prefix: String,
+}
+
+impl Settings {
+    /// Settings with Spark's defaults for pods named after `name_prefix`.
+    pub fn new(name_prefix: impl Into<String>) -> Settings {
+        Settings {
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_delay_ms: DEFAULT_BATCH_DELAY_MS,
+            creation_timeout_ms: None,
+            delete_terminated: true,
+            name_prefix: name_prefix.into(),
+        }
+    }
+
+    /// The creation timeout in effect, ms: the configured one, else
+    /// max(5 × batch delay, 60 s) (Spark's `podCreationTimeout`).
+    pub fn creation_timeout(&self) -> u64 {
+        self.creation_timeout_ms.unwrap_or_else(|| {
+            self.batch_delay_ms
+                .saturating_mul(5)
+                .max(MIN_CREATION_TIMEOUT_MS)
+        })
+    }
+}
+
+/// One executor we asked for and have not seen in any snapshot yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unacknowledged {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When the create was planned, ms since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// What persists between ticks (the state file, and `state` in `plan` output).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorState {
+    /// Format version; [`STATE_VERSION`].
+    pub version: u32,
+    /// Total expected executors; `None` until a target is first given.
+    #[serde(default)]
+    pub target: Option<u32>,
+    /// The highest executor id ever handed out (0: none yet).
+    #[serde(default)]
+    pub last_executor_id: u64,
+    /// Created by us, not yet seen; ordered by id.
+    #[serde(default)]
+    pub unacknowledged: Vec<Unacknowledged>,
+    /// Ids we deleted that the last snapshot still showed (Spark's `deletedExecutorIds`);
+    /// informational, pruned as the pods disappear.
+    #[serde(default)]
+    pub deleted: Vec<u64>,
+}
+
+impl AllocatorState {
+    /// A fresh state: no target, no ids handed out.
+    pub fn new() -> AllocatorState {
+        AllocatorState {
+            version: STATE_VERSION,
+            ..AllocatorState::default()
+        }
+    }
+
+    /// Checks a loaded state: known version, ids consistent. Errors: one line naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version != STATE_VERSION {
+            return Err(format!(
+                "state version {} is not supported by this podalloc (it reads version {STATE_VERSION}); \
+                 use the podalloc that wrote it",
+                self.version
+            ));
+        }
+        if let Some(u) = self.unacknowledged.iter().find(|u| u.executor_id == 0) {
+            return Err(format!(
+                "unacknowledged executor id {} is not ≥ 1",
+                u.executor_id
+            ));
+        }
+        if let Some(u) = self
+            .unacknowledged
+            .iter()
+            .find(|u| u.executor_id > self.last_executor_id)
+        {
+            return Err(format!(
+                "unacknowledged executor id {} is above last_executor_id {}",
+                u.executor_id, self.last_executor_id
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the caller asks of this step besides keeping the target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// A new target (total expected executors); `None` keeps the state's.
+    pub target: Option<u32>,
+    /// Executors to delete now whatever their state, lowering the target (seed 001).
+    pub remove: Vec<u64>,
+}
+
+/// Why a pod is deleted (the `reason` of a `delete` entry in the plan contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeleteReason {
+    /// Created but not seen within the creation timeout.
+    TimedOut,
+    /// Above the target (unacknowledged or pending).
+    Excess,
+    /// Phase Failed.
+    Failed,
+    /// Phase Succeeded.
+    Succeeded,
+    /// Named in a removal request.
+    Removed,
+}
+
+impl fmt::Display for DeleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeleteReason::TimedOut => "timed-out",
+            DeleteReason::Excess => "excess",
+            DeleteReason::Failed => "failed",
+            DeleteReason::Succeeded => "succeeded",
+            DeleteReason::Removed => "removed",
+        })
+    }
+}
+
+/// A pod to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Create {
+    /// The fresh executor id.
+    pub executor_id: u64,
+    /// Its pod name, a DNS-1123 label ≤ 63 characters.
+    pub pod_name: String,
+}
+
+/// A pod to delete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Delete {
+    /// The executor id.
+    pub executor_id: u64,
+    /// The pod's name (from the snapshot, or the deterministic name for unseen pods).
+    pub pod_name: String,
+    /// Why.
+    pub reason: DeleteReason,
+    /// Delete only if the pod is still Pending when the call is made (excess pending pods:
+    /// Spark restricts this delete to `status.phase=Pending`), so a pod that turned Running
+    /// since the snapshot is not killed.
+    pub if_pending: bool,
+    /// `metadata.uid` when the snapshot saw the pod (for delete preconditions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// Counts behind the plan, for logs and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// The target after this step (after removals).
+    pub target: u32,
+    /// Running executors in the snapshot (not being removed).
+    pub running: u32,
+    /// Pending executors in the snapshot (not being removed).
+    pub pending: u32,
+    /// Unacknowledged executors carried into this step (after rules 1–2, before creates).
+    pub unacknowledged: u32,
+    /// Failed executors in the snapshot.
+    pub failed: u32,
+    /// Succeeded executors in the snapshot.
+    pub succeeded: u32,
+    /// Executors with a deletionTimestamp in the snapshot.
+    pub deleting: u32,
+    /// Executors in an unknown phase.
+    pub unknown: u32,
+    /// Pods planned for creation.
+    pub created: u32,
+    /// Pods planned for deletion.
+    pub deleted: u32,
+    /// True when running = target with nothing pending, unacknowledged or planned.
+    pub converged: bool,
+}
+
+/// The step's decision: the `plan` JSON contract (`create`, `delete`, `state`) plus extras.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Pods to create, in creation order.
+    pub create: Vec<Create>,
+    /// Pods to delete, in call order (timed-out, removed, terminated, excess).
+    pub delete: Vec<Delete>,
+    /// The state to persist if every planned call succeeds.
+    pub state: AllocatorState,
+    /// Counts.
+    pub summary: Summary,
+    /// Things the operator should know (ignored pods, unknown ids to remove).
+    pub warnings: Vec<String>,
+}
+
+/// Why no plan could be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// Neither the request nor the state has a target.
+    NoTarget,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::NoTarget => f.write_str(
+                "no target: pass --target N (or `podalloc scale N`); the state holds none yet",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+/// Runs one allocation step. Pure and deterministic; see the module doc for the rules.
+///
+/// `now_ms` is milliseconds since the Unix epoch. Errors: [`StepError::NoTarget`].
+pub fn step(
+    snapshot: &Snapshot,
+    state: &AllocatorState,
+    settings: &Settings,
+    request: &Request,
+    now_ms: u64,
+) -> Result<Plan, StepError> {
+    let mut target = request.target.or(state.target).ok_or(StepError::NoTarget)?;
+    let mut last_id = state.last_executor_id.max(snapshot.max_id());
+    let mut warnings = snapshot.warnings.clone();
+    let mut delete: Vec<Delete> = Vec::new();
+    let name = |id: u64| pod_name(&settings.name_prefix, id);
+
+    // Rule 1: seen ids are acknowledged.
+    let mut unack: BTreeMap<u64, u64> = state
+        .unacknowledged
+        .iter()
+        .filter(|u| !snapshot.executors.contains_key(&u.executor_id))
+        .map(|u| (u.executor_id, u.created_ms))
+        .collect();
+
+    // Rule 2: time out creations never seen.
+    let timeout = settings.creation_timeout();
+    let timed_out: Vec<u64> = unack
+        .iter()
+        .filter(|(_, &t)| now_ms.saturating_sub(t) > timeout)
+        .map(|(&id, _)| id)
+        .collect();
+    for id in timed_out {
+        unack.remove(&id);
+        delete.push(Delete {
+            executor_id: id,
+            pod_name: name(id),
+            reason: DeleteReason::TimedOut,
+            if_pending: false,
+            uid: None,
+        });
+    }
+
+    // Rule 6: explicit removal, before counting.
+    let mut removed: BTreeSet<u64> = BTreeSet::new();
+    for &id in &request.remove {
+        if !removed.insert(id) {
+            continue;
+        }
+        let (pod_name_, uid, counts) = match snapshot.executors.get(&id) {
+            Some(p) => match p.state {
+                ExecutorState::Deleted => {
+                    warnings.push(format!("executor {id} is already being deleted"));
+                    continue;
+                }
+                ExecutorState::Failed | ExecutorState::Succeeded => {
+                    (p.name.clone(), Some(p.uid.clone()), false)
+                }
+                _ => (p.name.clone(), Some(p.uid.clone()), true),
+            },
+            None if unack.remove(&id).is_some() => (name(id), None, true),
+            None => {
+                warnings.push(format!("executor {id} does not exist: nothing to remove"));
+                continue;
+            }
+        };
+        if counts {
+            target = target.saturating_sub(1);
+        }
+        delete.push(Delete {
+            executor_id: id,
+            pod_name: pod_name_,
+            reason: DeleteReason::Removed,
+            if_pending: false,
+            uid: uid.filter(|u| !u.is_empty()),
+        });
+    }
+
+    // Count what the snapshot shows (removed executors no longer count).
+    let mut s = Summary {
+        target,
+        ..Summary::default()
+    };
+    let mut pending: Vec<&crate::snapshot::ExecutorPod> = Vec::new();
+    for p in snapshot
+        .executors
+        .values()
+        .filter(|p| !removed.contains(&p.id))
+    {
+        match p.state {
+            ExecutorState::Running => s.running += 1,
+            ExecutorState::Pending => {
+                s.pending += 1;
+                pending.push(p);
+            }
+            ExecutorState::Failed | ExecutorState::Succeeded => {
+                let failed = p.state == ExecutorState::Failed;
+                if failed {
+                    s.failed += 1;
+                } else {
+                    s.succeeded += 1;
+                }
+                // Rule 5: terminated executors are deleted and so replaced.
+                if settings.delete_terminated {
+                    delete.push(Delete {
+                        executor_id: p.id,
+                        pod_name: p.name.clone(),
+                        reason: if failed {
+                            DeleteReason::Failed
+                        } else {
+                            DeleteReason::Succeeded
+                        },
+                        if_pending: false,
+                        uid: Some(p.uid.clone()).filter(|u| !u.is_empty()),
+                    });
+                }
+            }
+            ExecutorState::Deleted => s.deleting += 1,
+            ExecutorState::Unknown => s.unknown += 1,
+        }
+    }
+    s.unacknowledged = unack.len() as u32;
+    let pending_seen = !pending.is_empty();
+
+    // Rule 3: excess requests, unacknowledged first, then pending; never running.
+    let known = s.running as u64 + pending.len() as u64 + unack.len() as u64;
+    if known > target as u64 {
+        let mut excess = known - target as u64;
+        let newest_unack: Vec<u64> = unack.keys().rev().copied().collect();
+        for id in newest_unack {
+            if excess == 0 {
+                break;
+            }
+            unack.remove(&id);
+            excess -= 1;
+            delete.push(Delete {
+                executor_id: id,
+                pod_name: name(id),
+                reason: DeleteReason::Excess,
+                if_pending: true,
+                uid: None,
+            });
+        }
+        // Unscheduled before scheduled, then newest (highest id) first.
+        pending.sort_by_key(|p| (p.scheduled, std::cmp::Reverse(p.id)));
+        for p in pending.iter().take(excess as usize) {
+            delete.push(Delete {
+                executor_id: p.id,
+                pod_name: p.name.clone(),
+                reason: DeleteReason::Excess,
+                if_pending: true,
+                uid: Some(p.uid.clone()).filter(|u| !u.is_empty()),
+            });
+        }
+    }
+
+    // Rule 4: a new batch only when nothing is outstanding.
+    let mut create = Vec::new();
+    if unack.is_empty() && !pending_seen && s.running < target {
+        let n = (target - s.running).min(settings.batch_size);
+        for _ in 0..n {
+            last_id += 1;
+            unack.insert(last_id, now_ms);
+            create.push(Create {
+                executor_id: last_id,
+                pod_name: name(last_id),
+            });
+        }
+    }
+
+    s.created = create.len() as u32;
+    s.deleted = delete.len() as u32;
+    s.converged = create.is_empty()
+        && delete.is_empty()
+        && unack.is_empty()
+        && !pending_seen
+        && s.running == target;
+
+    // Spark's deletedExecutorIds: ours deleted, still visible; pruned to what the cluster shows.
+    let mut deleted: BTreeSet<u64> = state
+        .deleted
+        .iter()
+        .copied()
+        .filter(|id| snapshot.executors.contains_key(id))
+        .collect();
+    deleted.extend(delete.iter().map(|d| d.executor_id));
+
+    let state = AllocatorState {
+        version: STATE_VERSION,
+        target: Some(target),
+        last_executor_id: last_id,
+        unacknowledged: unack
+            .into_iter()
+            .map(|(executor_id, created_ms)| Unacknowledged {
+                executor_id,
+                created_ms,
+            })
+            .collect(),
+        deleted: deleted.into_iter().collect(),
+    };
+    Ok(Plan {
+        create,
+        delete,
+        state,
+        summary: s,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ExecutorPod;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn pod(id: u64, state: ExecutorState) -> ExecutorPod {
+        ExecutorPod {
+            id,
+            name: format!("app-exec-{id}"),
+            uid: format!("uid-{id}"),
+            resource_version: "1".into(),
+            state,
+            scheduled: state != ExecutorState::Pending,
+            detail: None,
+        }
+    }
+
+    fn snap(pods: &[(u64, ExecutorState)]) -> Snapshot {
+        Snapshot {
+            executors: pods.iter().map(|&(id, s)| (id, pod(id, s))).collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    fn settings(batch: u32) -> Settings {
+        Settings {
+            batch_size: batch,
+            ..Settings::new("app")
+        }
+    }
+
+    fn ids_c(p: &Plan) -> Vec<u64> {
+        p.create.iter().map(|c| c.executor_id).collect()
+    }
+    fn ids_d(p: &Plan) -> Vec<u64> {
+        let mut v: Vec<u64> = p.delete.iter().map(|d| d.executor_id).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn creation_timeout_default_and_override() {
+        let mut s = settings(5);
+        assert_eq!(s.creation_timeout(), 60_000);
+        s.batch_delay_ms = 20_000;
+        assert_eq!(s.creation_timeout(), 100_000);
+        s.creation_timeout_ms = Some(5);
+        assert_eq!(s.creation_timeout(), 5);
+    }
+
+    #[test]
+    fn no_target_is_an_error() {
+        let e = step(
+            &snap(&[]),
+            &AllocatorState::new(),
+            &settings(5),
+            &Request::default(),
+            0,
+        );
+        assert_eq!(e.unwrap_err(), StepError::NoTarget);
+    }
+
+    #[test]
+    fn first_batch_then_wait_then_next() {
+        let st = AllocatorState::new();
+        let req = Request {
+            target: Some(7),
+            remove: vec![],
+        };
+        let p = step(&snap(&[]), &st, &settings(5), &req, 10).unwrap();
+        assert_eq!(ids_c(&p), vec![1, 2, 3, 4, 5]);
+        assert_eq!(p.create[0].pod_name, "app-exec-1");
+        // Seen but pending: nothing new.
+        use ExecutorState::*;
+        let s2 = snap(&[
+            (1, Running),
+            (2, Running),
+            (3, Running),
+            (4, Running),
+            (5, Pending),
+        ]);
+        let p2 = step(&s2, &p.state, &settings(5), &Request::default(), 20).unwrap();
+        assert!(p2.create.is_empty() && p2.delete.is_empty());
+        assert!(p2.state.unacknowledged.is_empty());
+        let s3 = snap(&[
+            (1, Running),
+            (2, Running),
+            (3, Running),
+            (4, Running),
+            (5, Running),
+        ]);
+        let p3 = step(&s3, &p2.state, &settings(5), &Request::default(), 30).unwrap();
+        assert_eq!(ids_c(&p3), vec![6, 7]);
+        assert!(!p3.summary.converged);
+    }
+
+    #[test]
+    fn excess_takes_unacknowledged_then_unscheduled_pending_newest_first() {
+        use ExecutorState::*;
+        let mut st = AllocatorState::new();
+        st.target = Some(6);
+        st.last_executor_id = 6;
+        st.unacknowledged = vec![
+            Unacknowledged {
+                executor_id: 5,
+                created_ms: 0,
+            },
+            Unacknowledged {
+                executor_id: 6,
+                created_ms: 0,
+            },
+        ];
+        let mut s = snap(&[(1, Running), (2, Pending), (3, Pending), (4, Pending)]);
+        s.executors.get_mut(&2).unwrap().scheduled = true;
+        // known = 1 + 3 + 2 = 6; target 2 → excess 4: 6, 5, then unscheduled 4, 3 (not 2).
+        let p = step(
+            &s,
+            &st,
+            &settings(5),
+            &Request {
+                target: Some(2),
+                remove: vec![],
+            },
+            1,
+        )
+        .unwrap();
+        assert_eq!(ids_d(&p), vec![3, 4, 5, 6]);
+        assert!(p
+            .delete
+            .iter()
+            .all(|d| d.reason == DeleteReason::Excess && d.if_pending));
+        assert!(p.state.unacknowledged.is_empty());
+        assert!(p.create.is_empty());
+    }
+
+    #[test]
+    fn remove_lowers_target_only_for_existing() {
+        use ExecutorState::*;
+        let s = snap(&[(1, Running), (2, Running), (3, Failed), (4, Deleted)]);
+        let req = Request {
+            target: Some(4),
+            remove: vec![2, 3, 4, 99, 2],
+        };
+        let p = step(&s, &AllocatorState::new(), &settings(5), &req, 0).unwrap();
+        assert_eq!(p.state.target, Some(3));
+        assert_eq!(ids_d(&p), vec![2, 3]);
+        assert!(p.delete.iter().all(|d| d.reason == DeleteReason::Removed));
+        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        // running 1 < target 3 → 2 more, ids above everything seen.
+        assert_eq!(ids_c(&p), vec![5, 6]);
+    }
+
+    #[test]
+    fn keep_terminated_does_not_delete_but_still_replaces() {
+        use ExecutorState::*;
+        let mut set = settings(5);
+        set.delete_terminated = false;
+        let p = step(
+            &snap(&[(1, Running), (2, Failed)]),
+            &AllocatorState::new(),
+            &set,
+            &Request {
+                target: Some(2),
+                remove: vec![],
+            },
+            0,
+        )
+        .unwrap();
+        assert!(p.delete.is_empty());
+        assert_eq!(ids_c(&p), vec![3]);
+    }
+
+    #[test]
+    fn clock_going_backwards_does_not_time_out() {
+        let mut st = AllocatorState::new();
+        st.target = Some(1);
+        st.last_executor_id = 1;
+        st.unacknowledged = vec![Unacknowledged {
+            executor_id: 1,
+            created_ms: 1_000_000,
+        }];
+        let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 0).unwrap();
+        assert!(p.delete.is_empty() && p.create.is_empty());
+    }
+
+    // ---- property tests: a random cluster driven by the step --------------------------------
+
+    #[derive(Clone, Debug)]
+    enum Event {
+        Target(u32),
+        Progress(u8),
+        Fail(u8),
+        LoseCreates,
+        Advance(u32),
+        Remove(u8),
+        LoseState,
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            (0u32..30).prop_map(Event::Target),
+            any::<u8>().prop_map(Event::Progress),
+            any::<u8>().prop_map(Event::Fail),
+            Just(Event::LoseCreates),
+            (0u32..90_000).prop_map(Event::Advance),
+            any::<u8>().prop_map(Event::Remove),
+            Just(Event::LoseState),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        /// Invariants over random runs: no overshoot, ≤ batch per tick, ids strictly increasing
+        /// and never reused, running never deleted for excess, terminating never deleted again.
+        #[test]
+        fn invariants_hold(batch in 1u32..8, events in proptest::collection::vec(event(), 1..60)) {
+            let set = settings(batch);
+            let mut cluster: BTreeMap<u64, ExecutorState> = BTreeMap::new();
+            let mut state = AllocatorState::new();
+            let mut now = 0u64;
+            let mut target = 0u32;
+            let mut highest_ever = 0u64;
+            let mut lose_next_creates = false;
+            let mut remove: Vec<u64> = vec![];
+            for ev in events {
+                match ev {
+                    Event::Target(t) => target = t,
+                    Event::Progress(k) => {
+                        for (i, (_, s)) in cluster.iter_mut().enumerate() {
+                            if *s == ExecutorState::Pending && (k as usize + i) % 2 == 0 {
+                                *s = ExecutorState::Running;
+                            }
+                        }
+                    }
+                    Event::Fail(k) => {
+                        if let Some((_, s)) = cluster.iter_mut().nth(k as usize % 8) {
+                            if *s == ExecutorState::Running { *s = ExecutorState::Failed; }
+                        }
+                    }
+                    Event::LoseCreates => lose_next_creates = true,
+                    Event::Advance(ms) => now += ms as u64,
+                    Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
+                    Event::LoseState => {
+                        // Without a state file only the cluster remembers ids: new ids must
+                        // still be above every id it shows.
+                        state = AllocatorState::new();
+                        highest_ever = cluster.keys().next_back().copied().unwrap_or(0);
+                    }
+                }
+                let snapshot = snap(&cluster.iter().map(|(&i, &s)| (i, s)).collect::<Vec<_>>());
+                let req = Request { target: Some(target), remove: std::mem::take(&mut remove) };
+                let removing: Vec<u64> = req.remove.clone();
+                let plan = step(&snapshot, &state, &set, &req, now).unwrap();
+                let new_target = plan.state.target.unwrap();
+                // ≤ a batch per tick.
+                prop_assert!(plan.create.len() <= batch as usize);
+                // Ids strictly increasing and never seen before.
+                let mut prev = highest_ever;
+                for c in &plan.create {
+                    prop_assert!(c.executor_id > prev, "id {} not above {}", c.executor_id, prev);
+                    prop_assert!(!cluster.contains_key(&c.executor_id));
+                    prev = c.executor_id;
+                }
+                // No overshoot: creating only from a quiet state, up to the target.
+                let running = snapshot.executors.values()
+                    .filter(|p| p.state == ExecutorState::Running && !removing.contains(&p.id))
+                    .count() as u32;
+                if !plan.create.is_empty() {
+                    prop_assert!(running + plan.create.len() as u32 <= new_target);
+                    // Nothing pending (removed pods are going away and do not block).
+                    let pending = snapshot.executors.values()
+                        .filter(|p| p.state == ExecutorState::Pending && !removing.contains(&p.id))
+                        .count();
+                    prop_assert_eq!(pending, 0);
+                }
+                for d in &plan.delete {
+                    match cluster.get(&d.executor_id) {
+                        Some(ExecutorState::Running) => prop_assert_eq!(d.reason, DeleteReason::Removed),
+                        Some(ExecutorState::Deleted) => prop_assert!(false, "deleted twice"),
+                        _ => {}
+                    }
+                }
+                // Apply the plan to the model cluster.
+                for d in &plan.delete {
+                    if d.if_pending && cluster.get(&d.executor_id) == Some(&ExecutorState::Running) {
+                        continue;
+                    }
+                    if cluster.contains_key(&d.executor_id) {
+                        cluster.insert(d.executor_id, ExecutorState::Deleted);
+                    }
+                }
+                cluster.retain(|_, s| *s != ExecutorState::Deleted || now % 3 != 0);
+                for c in &plan.create {
+                    highest_ever = highest_ever.max(c.executor_id);
+                    if !lose_next_creates {
+                        cluster.insert(c.executor_id, ExecutorState::Pending);
+                    }
+                }
+                lose_next_creates = false;
+                // The live count never exceeds the larger of the target and running before.
+                let live = cluster.values().filter(|s| matches!(s, ExecutorState::Pending | ExecutorState::Running)).count() as u32;
+                prop_assert!(live <= new_target.max(running), "live {} > target {}", live, new_target);
+                highest_ever = highest_ever.max(plan.state.last_executor_id);
+                state = plan.state;
+                now += 1000;
+            }
+        }
+    }
+}

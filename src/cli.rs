@@ -1,0 +1,381 @@
+//! Command-line definitions (clap derive). `main.rs` parses these and calls [`crate::commands`].
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const EXIT_CODES: &str = "\
+EXIT CODES:
+  0  done (the tick finished; `run --until-converged` reached the target)
+  1  runtime error: the API server or the file system failed; the next tick may succeed
+  2  usage, configuration or bad input (flags, kubeconfig, template, state file, PodList)
+  3  another podalloc run holds the state lock; this run did nothing
+  4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
+  5  --timeout expired before the target was reached
+
+ENVIRONMENT:
+  Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
+  RUST_LOG / --log-level set the log level (default info). KUBECONFIG as kubectl.
+
+EXAMPLES:
+  # Try it with no cluster: the built-in simulated API server over HTTPS
+  podalloc --simulate --app-id demo --image busybox run --target 10 --until-converged
+
+  # One tick from cron against the current kubectl context
+  podalloc --app-id spark-etl --template executor.yaml reconcile --target 40
+
+  # What would the next tick do? (prints the plan JSON, changes nothing)
+  podalloc --app-id spark-etl --image spark:3.5 reconcile --dry-run";
+
+/// podalloc keeps an application's executor pods on Kubernetes at a target count.
+///
+/// Each tick lists the app's executor pods by label selector, runs the allocation step of
+/// Spark's ExecutorPodsAllocator (batches of --batch-size, nothing more while earlier requests
+/// are unacknowledged or pending, creation timeout, excess pending pods deleted first on
+/// scale-down), makes the create and delete calls and saves its state. Synchronous, one tick
+/// at a time: run it from cron, as a loop (`run`), or as a Kubernetes CronJob.
+#[derive(Parser, Debug)]
+#[command(name = "podalloc", version, after_long_help = EXIT_CODES, after_help = "Exit codes, environment and examples: podalloc --help")]
+pub struct Cli {
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Application flags.
+    #[command(flatten)]
+    pub app: AppArgs,
+    /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_LOG_LEVEL",
+        default_value = "info",
+        value_name = "LEVEL"
+    )]
+    pub log_level: String,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Connection flags (kubectl's names). None given: $KUBECONFIG / ~/.kube/config, else the
+/// in-cluster service account.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Connection (kubectl's flags)")]
+pub struct ConnArgs {
+    /// Path to a kubeconfig file (only this file; no $KUBECONFIG merging).
+    #[arg(long, global = true, env = "PODALLOC_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: current-context).
+    #[arg(long, global = true, env = "PODALLOC_CONTEXT", value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace of the executor pods (default: the context's, in-cluster's, or "default").
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        env = "PODALLOC_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub namespace: Option<String>,
+    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's).
+    #[arg(long, global = true, env = "PODALLOC_SERVER", value_name = "URL")]
+    pub server: Option<String>,
+    /// Bearer token (prefer --token-file: arguments are visible in `ps`).
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// File holding the bearer token; re-read every minute and after a 401.
+    #[arg(long, global = true, env = "PODALLOC_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM file of the CA(s) that sign the API server's certificate.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_CERTIFICATE_AUTHORITY",
+        value_name = "FILE"
+    )]
+    pub certificate_authority: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_CLIENT_CERTIFICATE",
+        value_name = "FILE"
+    )]
+    pub client_certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    #[arg(long, global = true, env = "PODALLOC_CLIENT_KEY", value_name = "FILE")]
+    pub client_key: Option<PathBuf>,
+    /// Do not verify the API server's certificate (insecure; warns every tick).
+    #[arg(long, global = true, env = "PODALLOC_INSECURE_SKIP_TLS_VERIFY")]
+    pub insecure_skip_tls_verify: bool,
+    /// Allow plain http:// to a host that is not loopback.
+    #[arg(long, global = true, env = "PODALLOC_ALLOW_INSECURE_HTTP")]
+    pub allow_insecure_http: bool,
+    /// Start the built-in simulated API server (HTTPS on loopback) and use it instead of a
+    /// cluster: for trying podalloc out. Its state file lives in a temporary directory unless
+    /// --state-file is given.
+    #[arg(long, global = true, env = "PODALLOC_SIMULATE")]
+    pub simulate: bool,
+}
+
+/// The application and how to allocate for it.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Application and allocation")]
+pub struct AppArgs {
+    /// The application id: the `spark-app-selector` label value of its executor pods.
+    #[arg(long, global = true, env = "PODALLOC_APP_ID", value_name = "ID")]
+    pub app_id: Option<String>,
+    /// State file (default: $XDG_STATE_HOME/podalloc/<namespace>/<app id>.json).
+    #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// Executor pod template, JSON or YAML (a Pod; Spark's executor template files work).
+    #[arg(long, global = true, env = "PODALLOC_TEMPLATE", value_name = "FILE")]
+    pub template: Option<PathBuf>,
+    /// Container image: a minimal executor pod, or the first container's image in --template.
+    #[arg(long, global = true, env = "PODALLOC_IMAGE", value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
+    #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
+    pub driver_pod: Option<String>,
+    /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size).
+    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N", default_value_t = crate::alloc::DEFAULT_BATCH_SIZE, value_parser = parse_batch_size)]
+    pub batch_size: u32,
+    /// Time between ticks of `run` (Spark: spark.kubernetes.allocation.batch.delay), e.g. 1s.
+    #[arg(long, global = true, env = "PODALLOC_BATCH_DELAY", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_delay: Duration,
+    /// How long a created pod may stay unseen before it is deleted and replaced
+    /// [default: max(5 × batch delay, 60s)].
+    #[arg(long, global = true, env = "PODALLOC_CREATION_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub creation_timeout: Option<Duration>,
+    /// Keep Failed/Succeeded executor pods (for debugging) instead of deleting them; they
+    /// are still replaced.
+    #[arg(long, global = true, env = "PODALLOC_KEEP_TERMINATED")]
+    pub keep_terminated: bool,
+    /// Pods per page when listing (the API's `limit`; 0 = no pagination).
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_PAGE_SIZE",
+        value_name = "N",
+        default_value_t = 500
+    )]
+    pub page_size: u32,
+}
+
+impl AppArgs {
+    /// The validated app id (`--simulate` defaults it to `podalloc-demo`).
+    ///
+    /// Errors (exit 2): missing, or not a valid label value.
+    pub fn app_id(&self, simulate: bool) -> crate::error::Result<String> {
+        use crate::error::Error;
+        let id = match (&self.app_id, simulate) {
+            (Some(id), _) => id.clone(),
+            (None, true) => "podalloc-demo".to_string(),
+            (None, false) => {
+                return Err(Error::usage(
+                    "no application id: pass --app-id ID (the spark-app-selector label of its executor pods)",
+                ))
+            }
+        };
+        crate::podspec::validate_label_value("--app-id", &id).map_err(Error::usage)?;
+        Ok(id)
+    }
+
+    /// The allocation settings these flags give for `app_id`.
+    pub fn settings(&self, app_id: &str) -> crate::alloc::Settings {
+        crate::alloc::Settings {
+            batch_size: self.batch_size,
+            batch_delay_ms: self.batch_delay.as_millis() as u64,
+            creation_timeout_ms: self.creation_timeout.map(|d| d.as_millis() as u64),
+            delete_terminated: !self.keep_terminated,
+            name_prefix: crate::podspec::name_prefix(app_id),
+        }
+    }
+}
+
+/// What to do.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One tick: list, plan, create/delete, save. For cron.
+    Reconcile(ReconcileArgs),
+    /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0).
+    Run(RunArgs),
+    /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
+    Status(StatusArgs),
+    /// Set the target to N executors and run one tick.
+    Scale(ScaleArgs),
+    /// Raise the target by N executors and run one tick (seed 001's addExecutors).
+    Add(AddArgs),
+    /// Delete these executors now, whatever their state, and lower the target by as many
+    /// (seed 001's deleteExecutors).
+    Remove(RemoveArgs),
+    /// Run the allocation step once, offline, on a recorded PodList; print the plan JSON.
+    Plan(PlanArgs),
+    /// Serve the built-in simulated Kubernetes API server (pods API + a simulated kubelet).
+    Sim(SimArgs),
+}
+
+/// `reconcile`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ReconcileArgs {
+    /// Set the target (total expected executors); without it the state's target holds.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    pub target: Option<u32>,
+    /// Print the plan JSON and change nothing (no API writes, no state save).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Set the target (total expected executors); without it the state's target holds.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    pub target: Option<u32>,
+    /// Time between ticks [default: --batch-delay].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Exit 0 once running = target with nothing pending or unacknowledged.
+    #[arg(long)]
+    pub until_converged: bool,
+    /// Give up after this long (exit 5 if not converged).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Output formats.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Output {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object on stdout.
+    Json,
+}
+
+/// `status`.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// `scale`.
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// The new target.
+    #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    pub target: u32,
+}
+
+/// `add`.
+#[derive(Args, Debug, Clone)]
+pub struct AddArgs {
+    /// How many executors to add to the target.
+    #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    pub count: u32,
+}
+
+/// `remove`.
+#[derive(Args, Debug, Clone)]
+pub struct RemoveArgs {
+    /// Executor ids to delete.
+    #[arg(value_name = "ID", required = true, value_parser = parse_id)]
+    pub ids: Vec<u64>,
+}
+
+/// `plan` (the contract in shared/conformance/README.md).
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// PodList JSON as the API returns it (`-` reads standard input).
+    #[arg(long, value_name = "FILE")]
+    pub pods: PathBuf,
+    /// The clock: milliseconds since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    pub now: u64,
+    /// The `state` object printed by the previous step (absent: a fresh start).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Set the target; without it the state's target holds.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    pub target: Option<u32>,
+    /// Executor id to remove (repeatable): deleted whatever its state, target lowered.
+    #[arg(long, value_name = "ID", value_parser = parse_id)]
+    pub remove: Vec<u64>,
+}
+
+/// `sim`.
+#[derive(Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Address to listen on (loopback only unless you mean it).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    pub http: bool,
+    /// Write a kubeconfig for this server here (server, CA data, token).
+    #[arg(long, value_name = "FILE")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Write the generated CA certificate (PEM) here.
+    #[arg(long, value_name = "FILE")]
+    pub ca_out: Option<PathBuf>,
+    /// Bearer token clients must send [default: a random one, printed and in the kubeconfig].
+    #[arg(long, value_name = "TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Accept requests without a token.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Time from creation to scheduled.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub schedule_latency: Duration,
+    /// Time from scheduled to Running.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub startup_latency: Duration,
+    /// Probability (0–1) that a starting pod fails instead.
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    pub failure_rate: f64,
+    /// Seed for the simulated failures.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Parses a humantime duration (`1s`, `250ms`, `2m`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 1s, 250ms, 2m"))
+}
+
+/// Parses a target: a whole number ≥ 0 that fits in u32.
+pub fn parse_target(s: &str) -> Result<u32, String> {
+    let n: i64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of executors"))?;
+    if n < 0 {
+        return Err(format!(
+            "{n} is negative; the target is a count of executors (0 or more)"
+        ));
+    }
+    u32::try_from(n).map_err(|_| format!("{n} is too large for a target"))
+}
+
+/// Parses a batch size: 1 or more.
+pub fn parse_batch_size(s: &str) -> Result<u32, String> {
+    match parse_target(s)? {
+        0 => Err("the batch size must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// Parses an executor id: a whole number ≥ 1.
+pub fn parse_id(s: &str) -> Result<u64, String> {
+    crate::snapshot::parse_executor_id(s.trim())
+        .ok_or_else(|| format!("{s:?} is not an executor id (a whole number ≥ 1)"))
+}

@@ -1,0 +1,556 @@
+//! The commands: glue between the parsed command line, the kube client, the state store and
+//! the tick. Each returns `Ok(())` or an [`Error`] carrying its exit code.
+
+mod plan;
+
+use crate::alloc::{self, AllocatorState, Request};
+use crate::cli::{
+    AddArgs, Cli, Command, ConnArgs, Output, ReconcileArgs, RemoveArgs, RunArgs, ScaleArgs,
+    SimArgs, StatusArgs,
+};
+use crate::error::{Error, Result};
+use crate::kube::{self, ConnectionFlags, KubeClient};
+use crate::podspec::PodTemplate;
+use crate::reconcile::{self, App, TargetChange, TickReport};
+use crate::sim::{SimOptions, SimServer};
+use crate::snapshot::ExecutorState;
+use crate::state::store_error;
+use crate::state::{self, LockedStore, StoreError};
+use log::{info, warn};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match &cli.command {
+        Command::Plan(a) => plan::plan(&cli.app, a),
+        Command::Sim(a) => sim(a),
+        Command::Reconcile(a) => reconcile_cmd(&cli, a),
+        Command::Run(a) => run_loop(&cli, a),
+        Command::Status(a) => status(&cli, a),
+        Command::Scale(a) => change(
+            &cli,
+            TargetChange {
+                set: Some(a.target),
+                ..Default::default()
+            },
+            a,
+        ),
+        Command::Add(a) => change(
+            &cli,
+            TargetChange {
+                add: a.count,
+                ..Default::default()
+            },
+            a,
+        ),
+        Command::Remove(a) => change(
+            &cli,
+            TargetChange {
+                remove: a.ids.clone(),
+                ..Default::default()
+            },
+            a,
+        ),
+    }
+}
+
+/// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Reads `--template` (JSON or YAML) and/or `--image` into a validated template.
+pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Option<PodTemplate>> {
+    match (template, image) {
+        (None, None) => Ok(None),
+        (None, Some(image)) => PodTemplate::from_image(image)
+            .map(Some)
+            .map_err(|e| Error::usage(e.0)),
+        (Some(path), image) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::usage(format!(
+                    "cannot read the pod template {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let value = parse_yaml_or_json(&text).map_err(|e| {
+                Error::usage(format!(
+                    "pod template {} is not valid JSON or YAML: {e}",
+                    path.display()
+                ))
+            })?;
+            PodTemplate::from_value(value, image)
+                .map(Some)
+                .map_err(|e| Error::usage(format!("pod template {}: {e}", path.display())))
+        }
+    }
+}
+
+/// JSON when it starts like JSON, else YAML read the way kubectl reads it (YAML 1.1 octals).
+fn parse_yaml_or_json(text: &str) -> std::result::Result<serde_json::Value, String> {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map_err(|e| e.to_string());
+    }
+    let mut opts = serde_saphyr::options::Options::default();
+    opts.legacy_octal_numbers = true;
+    let v: serde_json::Value =
+        serde_saphyr::from_str_with_options(text, opts).map_err(|e| first_line(&e.to_string()))?;
+    Ok(v)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}
+
+// ---- connected commands ---------------------------------------------------------------------
+
+/// A connected environment: client, app, state path, and the simulator when `--simulate`.
+struct Env {
+    client: KubeClient,
+    app: App,
+    state_path: PathBuf,
+    _sim: Option<SimGuard>,
+}
+
+struct SimGuard {
+    _server: SimServer,
+    _dir: tempfile::TempDir,
+}
+
+fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
+    let simulate = cli.conn.simulate;
+    let app_id = cli.app.app_id(simulate)?;
+    let image = match (&cli.app.image, &cli.app.template, simulate) {
+        (None, None, true) => Some("registry.example/spark-executor:3.5.0".to_string()),
+        (i, _, _) => i.clone(),
+    };
+    let template = load_template(cli.app.template.as_deref(), image.as_deref())?;
+    if need_template && template.is_none() {
+        return Err(Error::usage(
+            "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
+        ));
+    }
+    let (flags, sim) = if simulate {
+        start_simulator(&cli.conn)?
+    } else {
+        (flags(&cli.conn), None)
+    };
+    let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
+    let namespace = cfg.namespace.clone();
+    info!("cluster: {} (namespace {namespace})", cfg.source);
+    let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+    let state_path = match (&cli.app.state_file, &sim) {
+        (Some(p), _) => p.clone(),
+        (None, Some(s)) => s._dir.path().join("state.json"),
+        (None, None) => state::default_path(&namespace, &app_id),
+    };
+    let app = App {
+        settings: cli.app.settings(&app_id),
+        app_id,
+        template,
+        driver_pod: cli.app.driver_pod.clone(),
+        page_size: cli.app.page_size,
+    };
+    Ok(Env {
+        client,
+        app,
+        state_path,
+        _sim: sim,
+    })
+}
+
+fn flags(c: &ConnArgs) -> ConnectionFlags {
+    ConnectionFlags {
+        kubeconfig: c.kubeconfig.clone(),
+        context: c.context.clone(),
+        namespace: c.namespace.clone(),
+        server: c.server.clone(),
+        token: c.token.clone(),
+        token_file: c.token_file.clone(),
+        certificate_authority: c.certificate_authority.clone(),
+        client_certificate: c.client_certificate.clone(),
+        client_key: c.client_key.clone(),
+        insecure_skip_tls_verify: c.insecure_skip_tls_verify,
+        allow_insecure_http: c.allow_insecure_http,
+    }
+}
+
+/// A random-enough token for a loopback simulator (std's per-process hash keys).
+fn random_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut s = String::new();
+    for i in 0..2u8 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(i);
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        s.push_str(&format!("{:016x}", h.finish()));
+    }
+    s
+}
+
+fn start_simulator(c: &ConnArgs) -> Result<(ConnectionFlags, Option<SimGuard>)> {
+    let dir = tempfile::Builder::new()
+        .prefix("podalloc-sim-")
+        .tempdir()
+        .map_err(|e| {
+            Error::runtime(format!(
+                "cannot make a temporary directory for the simulator: {e}"
+            ))
+        })?;
+    let token = random_token();
+    let ca = dir.path().join("ca.crt");
+    let opts = SimOptions {
+        ca_out: Some(ca.clone()),
+        token: Some(token.clone()),
+        ..SimOptions::default()
+    };
+    let server = SimServer::start(opts)
+        .map_err(|e| Error::runtime(format!("cannot start the simulated API server: {e}")))?;
+    info!(
+        "simulated API server at {} (HTTPS, CA {})",
+        server.url(),
+        ca.display()
+    );
+    let flags = ConnectionFlags {
+        server: Some(server.url()),
+        token: Some(token),
+        certificate_authority: Some(ca),
+        namespace: c.namespace.clone().or(Some("default".into())),
+        ..ConnectionFlags::default()
+    };
+    Ok((
+        flags,
+        Some(SimGuard {
+            _server: server,
+            _dir: dir,
+        }),
+    ))
+}
+
+fn lock(path: &Path) -> Result<LockedStore> {
+    LockedStore::lock(path).map_err(store_error)
+}
+
+fn finish(report: TickReport) -> Result<()> {
+    info!("{}", report.line());
+    match report.error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn reconcile_cmd(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
+    if a.dry_run {
+        return dry_run(cli, a);
+    }
+    let env = connect(cli, true)?;
+    let store = lock(&env.state_path)?;
+    let change = TargetChange {
+        set: a.target,
+        ..Default::default()
+    };
+    finish(reconcile::tick(
+        &env.client,
+        &env.app,
+        &store,
+        &change,
+        now_ms(),
+    )?)
+}
+
+fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
+    let env = connect(cli, false)?;
+    let state = state::load(&env.state_path)
+        .map_err(store_error)?
+        .unwrap_or_else(AllocatorState::new);
+    let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
+    let request = Request {
+        target: a.target,
+        remove: vec![],
+    };
+    let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
+        .map_err(|e| Error::usage(e.to_string()))?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&plan).expect("plan serializes")
+    );
+    Ok(())
+}
+
+trait NeedsTemplate {
+    fn needs_template(&self) -> bool {
+        true
+    }
+}
+impl NeedsTemplate for ScaleArgs {}
+impl NeedsTemplate for AddArgs {}
+impl NeedsTemplate for RemoveArgs {
+    fn needs_template(&self) -> bool {
+        false
+    }
+}
+
+fn change(cli: &Cli, change: TargetChange, a: &dyn NeedsTemplate) -> Result<()> {
+    let env = connect(cli, a.needs_template())?;
+    let store = lock(&env.state_path)?;
+    finish(reconcile::tick(
+        &env.client,
+        &env.app,
+        &store,
+        &change,
+        now_ms(),
+    )?)
+}
+
+fn run_loop(cli: &Cli, a: &RunArgs) -> Result<()> {
+    let env = connect(cli, true)?;
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
+    }
+    let interval = a.interval.unwrap_or(cli.app.batch_delay);
+    let started = Instant::now();
+    let deadline = a.timeout.map(|t| started + t);
+    let change = TargetChange {
+        set: a.target,
+        ..Default::default()
+    };
+    let mut ticks = 0u64;
+    loop {
+        ticks += 1;
+        match LockedStore::lock(&env.state_path) {
+            Err(StoreError::Locked(p)) => {
+                warn!(
+                    "tick {ticks}: another podalloc run holds {}; skipped",
+                    p.display()
+                )
+            }
+            Err(e) => return Err(store_error(e)),
+            Ok(store) => match reconcile::tick(&env.client, &env.app, &store, &change, now_ms()) {
+                Ok(report) => {
+                    info!("tick {ticks}: {}", report.line());
+                    let converged = report.converged();
+                    if let Some(e) = report.error {
+                        if e.code != crate::error::ExitCode::Runtime {
+                            return Err(e);
+                        }
+                        warn!("tick {ticks}: {e}; retrying next tick");
+                    }
+                    if converged && a.until_converged {
+                        info!(
+                            "converged after {ticks} tick(s) in {:.1}s",
+                            started.elapsed().as_secs_f64()
+                        );
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.code == crate::error::ExitCode::Runtime => {
+                    warn!("tick {ticks}: {e}; retrying next tick")
+                }
+                Err(e) => return Err(e),
+            },
+        }
+        // Sleep until the next tick, waking for signals and the deadline.
+        let next = Instant::now() + interval;
+        loop {
+            if term.load(Ordering::Relaxed) {
+                info!("signal received: stopping after {ticks} tick(s); state saved");
+                return Ok(());
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return if a.until_converged {
+                    Err(Error::timeout(format!(
+                        "not converged after {} ({ticks} ticks); raise --timeout or check `podalloc status`",
+                        humantime::format_duration(a.timeout.unwrap_or_default())
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
+            if now >= next {
+                break;
+            }
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+        }
+    }
+}
+
+// ---- status ---------------------------------------------------------------------------------
+
+/// Counts shown by `status`.
+#[derive(serde::Serialize, Debug, Default)]
+pub struct StatusCounts {
+    /// The app id.
+    pub app_id: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The state file.
+    pub state_file: String,
+    /// The target (total expected executors), if one was ever set.
+    pub target: Option<u32>,
+    /// Running executors.
+    pub running: u32,
+    /// Pending executors.
+    pub pending: u32,
+    /// Created, not yet seen.
+    pub unacknowledged: u32,
+    /// Failed executors (not yet deleted).
+    pub failed: u32,
+    /// Succeeded executors (not yet deleted).
+    pub succeeded: u32,
+    /// Executors being deleted.
+    pub deleting: u32,
+    /// Executors in an unknown phase.
+    pub unknown: u32,
+    /// The highest executor id handed out or seen.
+    pub last_executor_id: u64,
+    /// running = target, nothing pending or unacknowledged.
+    pub converged: bool,
+}
+
+fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
+    let env = connect(cli, false)?;
+    let state = state::load(&env.state_path)
+        .map_err(store_error)?
+        .unwrap_or_else(AllocatorState::new);
+    let snap = reconcile::list_snapshot(&env.client, &env.app)?;
+    let count = |s| snap.count(s) as u32;
+    let unack = state
+        .unacknowledged
+        .iter()
+        .filter(|u| !snap.executors.contains_key(&u.executor_id))
+        .count() as u32;
+    let mut c = StatusCounts {
+        app_id: env.app.app_id.clone(),
+        namespace: env.client.namespace().to_string(),
+        state_file: env.state_path.display().to_string(),
+        target: state.target,
+        running: count(ExecutorState::Running),
+        pending: count(ExecutorState::Pending),
+        unacknowledged: unack,
+        failed: count(ExecutorState::Failed),
+        succeeded: count(ExecutorState::Succeeded),
+        deleting: count(ExecutorState::Deleted),
+        unknown: count(ExecutorState::Unknown),
+        last_executor_id: state.last_executor_id.max(snap.max_id()),
+        converged: false,
+    };
+    c.converged = state.target == Some(c.running) && c.pending == 0 && c.unacknowledged == 0;
+    match a.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&c).expect("serializes")),
+        Output::Text => {
+            let target = c.target.map_or("unset".to_string(), |t| t.to_string());
+            println!(
+                "app {} in namespace {} (state {})",
+                c.app_id, c.namespace, c.state_file
+            );
+            println!(
+                "target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}",
+                c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
+            );
+            println!(
+                "{}",
+                if c.converged {
+                    "converged"
+                } else {
+                    "not converged"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+// ---- sim ------------------------------------------------------------------------------------
+
+fn sim(a: &SimArgs) -> Result<()> {
+    let token = if a.no_auth {
+        None
+    } else {
+        Some(a.token.clone().unwrap_or_else(random_token))
+    };
+    let opts = SimOptions {
+        listen: a.listen,
+        tls: !a.http,
+        ca_out: a.ca_out.clone(),
+        token: token.clone(),
+        schedule_latency: a.schedule_latency,
+        startup_latency: a.startup_latency,
+        failure_rate: a.failure_rate,
+        seed: a.seed,
+        ..SimOptions::default()
+    };
+    let server = SimServer::start(opts)
+        .map_err(|e| Error::runtime(format!("cannot start the simulated API server: {e}")))?;
+    println!("serving {}", server.url());
+    if let Some(p) = &a.ca_out {
+        println!("CA certificate: {}", p.display());
+    }
+    if let Some(p) = &a.write_kubeconfig {
+        write_kubeconfig(p, &server.url(), server.ca_pem(), token.as_deref())?;
+        println!(
+            "kubeconfig: {} (use --kubeconfig {} or KUBECONFIG)",
+            p.display(),
+            p.display()
+        );
+    } else if let Some(t) = &token {
+        println!("token: {t}");
+    }
+    server.wait();
+    Ok(())
+}
+
+fn write_kubeconfig(
+    path: &Path,
+    url: &str,
+    ca_pem: Option<&str>,
+    token: Option<&str>,
+) -> Result<()> {
+    use base64::Engine as _;
+    let mut cluster = serde_json::json!({"server": url});
+    if let Some(ca) = ca_pem {
+        cluster["certificate-authority-data"] = base64::engine::general_purpose::STANDARD
+            .encode(ca.as_bytes())
+            .into();
+    }
+    let mut user = serde_json::json!({});
+    if let Some(t) = token {
+        user["token"] = t.into();
+    }
+    let cfg = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "podalloc-sim", "cluster": cluster}],
+        "users": [{"name": "podalloc-sim", "user": user}],
+        "contexts": [{"name": "podalloc-sim", "context": {"cluster": "podalloc-sim", "user": "podalloc-sim", "namespace": "default"}}],
+        "current-context": "podalloc-sim",
+    });
+    let mut f = tempfile::NamedTempFile::new_in(
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    )
+    .map_err(|e| Error::runtime(format!("cannot write {}: {e}", path.display())))?;
+    std::io::Write::write_all(
+        &mut f,
+        serde_json::to_string_pretty(&cfg)
+            .expect("serializes")
+            .as_bytes(),
+    )
+    .map_err(|e| Error::runtime(format!("cannot write {}: {e}", path.display())))?;
+    f.persist(path)
+        .map_err(|e| Error::runtime(format!("cannot write {}: {}", path.display(), e.error)))?;
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The error type of the command line and its exit codes.
+//!
+//! Every failure that reaches `main` is one [`Error`]: a one-line message that names the thing
+//! that went wrong and the fix, and an [`ExitCode`] documented in `--help` and the README.
+
+use std::fmt;
+
+/// Process exit codes (DESIGN.md "Exit codes"; documented in `--help` and the README).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// 0: the tick (or command) finished.
+    Ok = 0,
+    /// 1: runtime error: the API server or the local file system failed; the next tick may succeed.
+    Runtime = 1,
+    /// 2: usage, configuration or bad input (flags, kubeconfig, template, state file, PodList).
+    Usage = 2,
+    /// 3: another podalloc run holds the state lock; this run did nothing.
+    Locked = 3,
+    /// 4: the API server refused permanently (403 Forbidden by RBAC, 422 Invalid): fix the
+    /// service account's permissions or the pod template; retrying will not help.
+    Refused = 4,
+    /// 5: `run --timeout` (or `scale --wait --timeout`) expired before the target was reached.
+    Timeout = 5,
+}
+
+/// A failure with its exit code. `Display` is the one-line message printed on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The exit code the process ends with.
+    pub code: ExitCode,
+    /// One line: what failed, naming the input, and what to do.
+    pub message: String,
+}
+
+impl Error {
+    /// A usage/configuration/bad-input error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::Usage,
+            message: message.into(),
+        }
+    }
+    /// A runtime error (exit 1).
+    pub fn runtime(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::Runtime,
+            message: message.into(),
+        }
+    }
+    /// Another run holds the lock (exit 3).
+    pub fn locked(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::Locked,
+            message: message.into(),
+        }
+    }
+    /// A permanent refusal by the API server (exit 4).
+    pub fn refused(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::Refused,
+            message: message.into(),
+        }
+    }
+    /// A timeout before convergence (exit 5).
+    pub fn timeout(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::Timeout,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keep it one line whatever the source said.
+        let one_line = self.message.replace(['\n', '\r'], " ");
+        f.write_str(one_line.trim())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Shorthand for results whose error is an [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,1133 @@
+//! The blocking HTTPS client: list / get / create / delete pods over `ureq` + `rustls` (ring).
+//!
+//! One [`KubeClient`] holds one `ureq::Agent` (connection pool, TLS configuration) for one
+//! [`ClusterConfig`]. Every call retries transient failures itself (see [`RetryPolicy`]);
+//! the caller sees one result per call. The client is `Send + Sync`, so calls may run from
+//! several threads at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use ureq::config::AutoHeaderValue;
+use ureq::http::{Method, Uri};
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+
+use super::config::{
+    is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential, KeyData, PemData,
+    Secret,
+};
+use super::error::{is_retryable_code, ApiStatus, KubeError};
+
+/// The `User-Agent` header: `podalloc/<crate version>`.
+pub const USER_AGENT: &str = concat!("podalloc/", env!("CARGO_PKG_VERSION"));
+
+/// Most bytes read from an error response body; the rest is dropped.
+const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
+
+/// The message for a server certificate that does not chain to the configured CA.
+pub const UNTRUSTED_CERT_MESSAGE: &str =
+    "TLS: certificate not trusted; pass --certificate-authority or fix the kubeconfig";
+
+/// HTTP timeouts of the agent. A request that hits one fails with a retryable
+/// [`KubeError::Transport`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP connect plus TLS handshake. Default 10 s.
+    pub connect: Duration,
+    /// Each single socket read (headers and body). Default 30 s.
+    pub per_read: Duration,
+    /// The whole request including the response body. Default 60 s.
+    pub global: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            per_read: Duration::from_secs(30),
+            global: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The retry policy inside one call (a per-tick budget is the caller's business).
+///
+/// Retried: HTTP 429, 500, 502, 503, 504 and transport failures other than TLS. The delay
+/// before retry `n` (0-based) is `min(base_delay × 2ⁿ, max_delay)` plus up to 20 % jitter,
+/// and at least the server's `Retry-After` (header or `details.retryAfterSeconds`). A call
+/// gives up after `max_retries` retries, or when the next sleep would take the client's total
+/// retry sleeping past `retry_budget`. Creates are retried too: pod names are deterministic,
+/// so a retried create that already happened ends in 409 AlreadyExists, which the caller
+/// reads as "possibly created".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries per call after the first attempt. Default 4.
+    pub max_retries: u32,
+    /// First back-off delay. Default 200 ms.
+    pub base_delay: Duration,
+    /// Cap of the exponential back-off (a longer `Retry-After` is still honoured). Default 5 s.
+    pub max_delay: Duration,
+    /// Total sleeping for retries over the client's lifetime. Default 30 s.
+    pub retry_budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 4,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
+            retry_budget: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// Everything about a client that is not the connection itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// HTTP timeouts.
+    pub timeouts: Timeouts,
+    /// Retries inside one call.
+    pub retry: RetryPolicy,
+    /// Largest list page body, in bytes after gzip decoding. Default 512 MiB.
+    pub list_body_limit: u64,
+    /// Largest body of other successful calls (one pod), in bytes. Default 16 MiB.
+    pub body_limit: u64,
+    /// How old a token read from a file may get before it is read again. Default 60 s
+    /// (client-go re-reads every minute; `shared/notes/k8s-api.md` §5 "Token rotation").
+    pub token_refresh: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+            list_body_limit: 512 * 1024 * 1024,
+            body_limit: 16 * 1024 * 1024,
+            token_refresh: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Counters of one client since it was made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// HTTP requests sent, retries included.
+    pub requests: u64,
+    /// Retries (after a transient failure, and the one re-send after a 401 with a re-read
+    /// token file).
+    pub retries: u64,
+    /// Response body bytes received, after gzip decoding.
+    pub bytes_received: u64,
+    /// Responses with HTTP code ≥ 400, by code.
+    pub errors_by_code: BTreeMap<u16, u64>,
+    /// Requests that got no HTTP answer (connect refused/reset, timeout, TLS).
+    pub transport_errors: u64,
+    /// Time slept before retries, counted against [`RetryPolicy::retry_budget`].
+    pub retry_sleep: Duration,
+}
+
+/// Result of [`KubeClient::delete_pod`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// The server accepted the delete (200/202); the pod may still be terminating.
+    Deleted,
+    /// The pod did not exist (404), which an idempotent deleter treats as done.
+    NotFound,
+}
+
+/// What a [`KubeClient::list_pods`] call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListStats {
+    /// Pages fetched, including pages dropped by a restart.
+    pub pages: u32,
+    /// Body bytes of those pages, after gzip decoding.
+    pub bytes: u64,
+    /// Restarts from the first page after 410 Gone (expired continue token).
+    pub restarts: u32,
+}
+
+/// Most restarts of a list after 410 Gone before the error is returned.
+pub const MAX_LIST_RESTARTS: u32 = 3;
+
+/// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
+/// addresses. ureq has no server-name override, so the URL names the certificate host and
+/// this resolver pins where it really is (see `shared/notes/rust-crates.md`).
+#[derive(Debug)]
+struct PinnedResolver {
+    pin: Option<(String, Uri)>,
+}
+
+impl Resolver for PinnedResolver {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        if let Some((name, real)) = &self.pin {
+            if uri.host().is_some_and(|h| h.eq_ignore_ascii_case(name)) {
+                return DefaultResolver::default().resolve(real, config, timeout);
+            }
+        }
+        DefaultResolver::default().resolve(uri, config, timeout)
+    }
+}
+
+#[derive(Default)]
+struct TokenCache {
+    token: Option<Secret<String>>,
+    read_at: Option<Instant>,
+}
+
+/// A blocking Kubernetes client for the pods of one namespace.
+///
+/// `Debug` shows the server, namespace and credential source, never the credential.
+pub struct KubeClient {
+    agent: ureq::Agent,
+    /// URL prefix of requests: the server URL, with the host replaced by the
+    /// `tls-server-name` when one is set.
+    base: String,
+    server: String,
+    namespace: String,
+    source: String,
+    credential: Credential,
+    token: Mutex<TokenCache>,
+    options: ClientOptions,
+    stats: Mutex<ClientStats>,
+    rng: AtomicU64,
+}
+
+impl fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("server", &self.server)
+            .field("namespace", &self.namespace)
+            .field("source", &self.source)
+            .field("credential", &self.credential.describe())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Request<'a> {
+    method: Method,
+    url: String,
+    body: Option<Vec<u8>>,
+    verb: &'a str,
+    limit: u64,
+}
+
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+    retry_after: Option<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, so selectors such as
+/// `a in (x, y),!b` reach the server as `a%20in%20%28x%2C%20y%29%2C%21b` (what the
+/// Kubernetes docs show; Go's query parser decodes any percent-encoding).
+pub fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn is_header_safe(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
+fn read_token_file(path: &Path, source: &str) -> Result<Secret<String>, KubeError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        KubeError::Config(format!(
+            "cannot read token file {} ({source}): {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(KubeError::Config(format!(
+            "token file {} ({source}) is empty",
+            path.display()
+        )));
+    }
+    if !is_header_safe(token) {
+        return Err(KubeError::Config(format!(
+            "token file {} ({source}) holds characters not allowed in a bearer token",
+            path.display()
+        )));
+    }
+    Ok(Secret::new(token.to_string()))
+}
+
+/// Parses a CA bundle; errors name the source. Returns the certificates ureq takes.
+fn ca_certs(ca: &PemData) -> Result<Vec<Certificate<'static>>, KubeError> {
+    let ders = CertificateDer::pem_slice_iter(&ca.pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            KubeError::Config(format!(
+                "cannot parse certificate authority {}: {e:?}",
+                ca.source
+            ))
+        })?;
+    if ders.is_empty() {
+        return Err(KubeError::Config(format!(
+            "no certificate found in {}",
+            ca.source
+        )));
+    }
+    let mut store = rustls::RootCertStore::empty();
+    let (added, ignored) = store.add_parsable_certificates(ders.iter().cloned());
+    if added == 0 {
+        return Err(KubeError::Config(format!(
+            "no usable certificate in {} ({ignored} could not be parsed as X.509)",
+            ca.source
+        )));
+    }
+    if ignored > 0 {
+        log::warn!(
+            "{ignored} of {} certificates in {} could not be parsed and are ignored",
+            ders.len(),
+            ca.source
+        );
+    }
+    Ok(ders
+        .iter()
+        .map(|d| Certificate::from_der(d.as_ref()).to_owned())
+        .collect())
+}
+
+/// Checks the client certificate against its key with rustls (ureq would panic on a
+/// mismatch, `ureq/src/tls/rustls.rs`) and returns ureq's form of the pair.
+fn client_identity(cert: &PemData, key: &KeyData) -> Result<ClientCert, KubeError> {
+    let chain = CertificateDer::pem_slice_iter(&cert.pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            KubeError::Config(format!(
+                "cannot parse client certificate {}: {e:?}",
+                cert.source
+            ))
+        })?;
+    if chain.is_empty() {
+        return Err(KubeError::Config(format!(
+            "no certificate found in client certificate {}",
+            cert.source
+        )));
+    }
+    // The key's parse error is not shown: it could echo key material.
+    let key_der = PrivateKeyDer::from_pem_slice(key.pem.expose()).map_err(|_| {
+        KubeError::Config(format!(
+            "no usable private key in client key {} (PEM PKCS#1, PKCS#8 or SEC1, unencrypted)",
+            key.source
+        ))
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| KubeError::Config(format!("TLS setup: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain.clone(), key_der)
+        .map_err(|e| {
+            KubeError::Config(format!(
+                "client certificate {} does not match client key {} ({e})",
+                cert.source, key.source
+            ))
+        })?;
+    let certs: Vec<Certificate<'static>> = chain
+        .iter()
+        .map(|d| Certificate::from_der(d.as_ref()).to_owned())
+        .collect();
+    let key = PrivateKey::from_pem(key.pem.expose()).map_err(|_| {
+        KubeError::Config(format!(
+            "no usable private key in client key {}",
+            key.source
+        ))
+    })?;
+    Ok(ClientCert::new_with_certs(&certs, key))
+}
+
+/// Turns a rustls error into one line that says what to do.
+fn tls_message(e: &rustls::Error, host: &str) -> String {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer) => UNTRUSTED_CERT_MESSAGE.to_string(),
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => format!(
+            "TLS: the server certificate is not valid for {host}; check the server address, \
+             or set tls-server-name in the kubeconfig"
+        ),
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            "TLS: the server certificate has expired (or this machine's clock is wrong)".to_string()
+        }
+        E::AlertReceived(A::CertificateRequired) => {
+            "TLS: the server requires a client certificate; pass --client-certificate and \
+             --client-key or fix the kubeconfig user"
+                .to_string()
+        }
+        E::AlertReceived(
+            a @ (A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::AccessDenied),
+        ) => format!("TLS: the server rejected the client certificate ({a:?})"),
+        other => format!("TLS: {other}"),
+    }
+}
+
+fn find_rustls<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        if let Some(u) = err.downcast_ref::<ureq::Error>() {
+            match u {
+                ureq::Error::Rustls(r) => return Some(r),
+                ureq::Error::Io(io) => {
+                    cur = io
+                        .get_ref()
+                        .map(|i| i as &(dyn std::error::Error + 'static));
+                    continue;
+                }
+                _ => return None,
+            }
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if let Some(inner) = io.get_ref() {
+                cur = Some(inner);
+                continue;
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Turns a ureq error into a [`KubeError`]: `Transport` (retryable, except TLS failures,
+/// whose message starts with `TLS:`), `Config` (request setup), or `Decode` (body).
+fn classify(verb: &str, host: &str, e: ureq::Error) -> KubeError {
+    use std::io::ErrorKind as K;
+    let transport = |message: String| KubeError::Transport {
+        verb: verb.to_string(),
+        message,
+    };
+    if let Some(r) = find_rustls(&e) {
+        return transport(tls_message(r, host));
+    }
+    match e {
+        ureq::Error::Timeout(t) => transport(format!("timed out ({t})")),
+        ureq::Error::Io(io) => {
+            let what = match io.kind() {
+                K::ConnectionRefused => "connection refused",
+                K::ConnectionReset => "connection reset",
+                K::ConnectionAborted => "connection aborted",
+                K::BrokenPipe => "connection closed while sending",
+                K::UnexpectedEof => "connection closed before the response was complete",
+                K::TimedOut | K::WouldBlock => "timed out",
+                _ => "I/O error",
+            };
+            transport(format!("{what} ({io})"))
+        }
+        ureq::Error::HostNotFound => transport(format!("host {host} not found (DNS)")),
+        ureq::Error::ConnectionFailed => transport("connection failed".to_string()),
+        ureq::Error::Protocol(p) => transport(format!("bad HTTP from the server: {p}")),
+        ureq::Error::ConnectProxyFailed(m) => transport(format!("proxy CONNECT failed: {m}")),
+        ureq::Error::Tls(m) => transport(format!("TLS: {m}")),
+        ureq::Error::BodyExceedsLimit(n) => KubeError::Decode {
+            what: format!("{verb} response"),
+            message: format!("body larger than the limit of {n} bytes"),
+        },
+        ureq::Error::Decompress(kind, io) => KubeError::Decode {
+            what: format!("{verb} response"),
+            message: format!("bad {kind} body: {io}"),
+        },
+        ureq::Error::BadUri(_)
+        | ureq::Error::Http(_)
+        | ureq::Error::InvalidProxyUrl
+        | ureq::Error::RequireHttpsOnly(_) => {
+            KubeError::Config(format!("{verb}: bad request setup: {e}"))
+        }
+        other => transport(other.to_string()),
+    }
+}
+
+impl KubeClient {
+    /// Builds the client with [`ClientOptions::default`]. See [`KubeClient::with_options`].
+    pub fn new(cfg: ClusterConfig) -> Result<KubeClient, KubeError> {
+        KubeClient::with_options(cfg, ClientOptions::default())
+    }
+
+    /// Builds the `ureq` agent for `cfg`: timeouts, TLS trust and client certificate,
+    /// `Accept: application/json`, `User-Agent: podalloc/VERSION`, gzip unless
+    /// `disable_compression`, no redirects, HTTP errors as responses, the environment's
+    /// proxy except for loopback servers (kubeconfig `proxy-url` wins).
+    ///
+    /// Nothing is sent. Files are checked now so that mistakes surface here: the CA must
+    /// hold at least one certificate, the client certificate must match its key (checked
+    /// with rustls, since ureq would panic), a token file must be readable and non-empty.
+    /// Logs a warning when TLS verification is disabled.
+    ///
+    /// Errors: [`KubeError::Config`] naming the file or setting at fault.
+    pub fn with_options(
+        cfg: ClusterConfig,
+        options: ClientOptions,
+    ) -> Result<KubeClient, KubeError> {
+        let url = parse_server(&cfg.server, cfg.allow_insecure_http, &cfg.source)?;
+        let mut builder = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_connect(Some(options.timeouts.connect))
+            .timeout_per_read(Some(options.timeouts.per_read))
+            .timeout_global(Some(options.timeouts.global))
+            .user_agent(USER_AGENT)
+            .accept("application/json");
+        if cfg.disable_compression {
+            builder = builder.accept_encoding(AutoHeaderValue::None);
+        }
+        if is_loopback_host(&url.host) {
+            // Like Go's ProxyFromEnvironment: never proxy loopback.
+            builder = builder.proxy(None);
+        } else if let Some(proxy) = &cfg.proxy_url {
+            let p = ureq::Proxy::new(&proxy.0).map_err(|e| {
+                KubeError::Config(format!(
+                    "proxy-url {} ({}) is not usable: {e}",
+                    redact_userinfo(&proxy.0),
+                    cfg.source
+                ))
+            })?;
+            builder = builder.proxy(Some(p));
+        }
+
+        let mut pin = None;
+        let mut base = url.base_with_host(&url.host);
+        if url.https {
+            let mut tls = TlsConfig::builder();
+            if cfg.tls.insecure_skip_tls_verify {
+                log::warn!(
+                    "TLS verification is disabled for {} (insecure-skip-tls-verify): the \
+                     server's identity is not checked",
+                    cfg.server
+                );
+                tls = tls.disable_verification(true);
+            } else if let Some(ca) = &cfg.tls.ca {
+                tls = tls.root_certs(RootCerts::new_with_certs(&ca_certs(ca)?));
+            }
+            match (&cfg.tls.client_cert, &cfg.tls.client_key) {
+                (Some(cert), Some(key)) => {
+                    tls = tls.client_cert(Some(client_identity(cert, key)?));
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(KubeError::Config(
+                        "a client certificate needs both certificate and key".to_string(),
+                    ))
+                }
+            }
+            builder = builder.tls_config(tls.build());
+            if let Some(name) = cfg.tls.tls_server_name.as_deref().filter(|n| !n.is_empty()) {
+                let name = name.trim_start_matches('[').trim_end_matches(']');
+                let real: Uri = format!("https://{}/", url.authority_for(&url.host))
+                    .parse()
+                    .map_err(|e| KubeError::Config(format!("server {}: {e}", cfg.server)))?;
+                base = url.base_with_host(name);
+                pin = Some((name.to_string(), real));
+            }
+        } else if cfg.tls.client_cert.is_some() || cfg.tls.insecure_skip_tls_verify {
+            log::warn!(
+                "server {} uses plain http; TLS settings are ignored",
+                cfg.server
+            );
+        }
+        let agent = ureq::Agent::with_parts(
+            builder.build(),
+            DefaultConnector::new(),
+            PinnedResolver { pin },
+        );
+        if let Credential::Token { token, source } = &cfg.credential {
+            if !is_header_safe(token.expose()) {
+                return Err(KubeError::Config(format!(
+                    "the token from {source} holds characters not allowed in a bearer token"
+                )));
+            }
+        }
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9E37_79B9_7F4A_7C15)
+            | 1;
+        let client = KubeClient {
+            agent,
+            base,
+            server: cfg.server.clone(),
+            namespace: cfg.namespace.clone(),
+            source: cfg.source.clone(),
+            credential: cfg.credential.clone(),
+            token: Mutex::new(TokenCache::default()),
+            options,
+            stats: Mutex::new(ClientStats::default()),
+            rng: AtomicU64::new(seed),
+        };
+        client.bearer(true)?;
+        Ok(client)
+    }
+
+    /// The namespace all pod calls go to.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The server URL as configured, e.g. `https://10.0.0.1:6443`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Where the configuration came from (see [`ClusterConfig::source`]).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The URL prefix requests go to: the server URL, with the `tls-server-name` in place
+    /// of the host when one is set (the connection still goes to the server's address).
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// The retry policy in force.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.options.retry
+    }
+
+    /// Replaces the retry policy (e.g. [`RetryPolicy::none`] for a dry run).
+    pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
+        self.options.retry = policy;
+    }
+
+    /// A copy of the counters: requests, retries, bytes received, errors by HTTP code.
+    pub fn stats(&self) -> ClientStats {
+        lock(&self.stats).clone()
+    }
+
+    fn pods_url(&self) -> String {
+        format!(
+            "{}/api/v1/namespaces/{}/pods",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    fn pod_url(&self, name: &str, verb: &str) -> Result<String, KubeError> {
+        if name.is_empty() {
+            return Err(KubeError::Config(format!("{verb}: empty pod name")));
+        }
+        Ok(format!("{}/{}", self.pods_url(), encode_component(name)))
+    }
+
+    /// The bearer token to send, reading the token file when it is older than the refresh
+    /// period or when `force`. A failed re-read keeps the previous token (client-go does the
+    /// same) and logs a warning.
+    fn bearer(&self, force: bool) -> Result<Option<String>, KubeError> {
+        match &self.credential {
+            Credential::None => Ok(None),
+            Credential::Token { token, .. } => Ok(Some(token.expose().clone())),
+            Credential::TokenFile { path, source } => {
+                let mut cache = lock(&self.token);
+                let stale = force
+                    || cache.token.is_none()
+                    || cache
+                        .read_at
+                        .is_none_or(|t| t.elapsed() >= self.options.token_refresh);
+                if stale {
+                    match read_token_file(path, source) {
+                        Ok(t) => {
+                            if cache.token.as_ref().is_some_and(|old| old != &t) {
+                                log::debug!("token file {} changed", path.display());
+                            }
+                            cache.token = Some(t);
+                            cache.read_at = Some(Instant::now());
+                        }
+                        Err(e) if cache.token.is_some() => {
+                            log::warn!("{e}; keeping the token read before");
+                            cache.read_at = Some(Instant::now());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(cache.token.as_ref().map(|t| t.expose().clone()))
+            }
+        }
+    }
+
+    fn auth_error(&self, resp: &Response) -> KubeError {
+        let status = ApiStatus::from_body(401, &resp.body, None);
+        let what = match &self.credential {
+            Credential::None => format!(
+                "the server requires credentials (401 Unauthorized: {}), but {} gives none: \
+                 pass --token or --token-file, or use a kubeconfig user with credentials",
+                status.message, self.source
+            ),
+            Credential::Token { source, .. } => format!(
+                "the token from {source} was rejected (401 Unauthorized: {}): get a fresh \
+                 token or check the user",
+                status.message
+            ),
+            Credential::TokenFile { path, source } => format!(
+                "token file {} ({source}) was rejected (401 Unauthorized: {}), also after \
+                 re-reading it: refresh the token or check the service account",
+                path.display(),
+                status.message
+            ),
+        };
+        KubeError::Auth(what)
+    }
+
+    fn next_random(&self) -> u64 {
+        // xorshift64*: cheap jitter, no crate needed.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// The sleep before retry number `attempt` (0-based), or `None` when out of retries or
+    /// of budget. Charges the budget.
+    fn next_delay(&self, attempt: u32, retry_after: Option<u64>) -> Option<Duration> {
+        let p = &self.options.retry;
+        if attempt >= p.max_retries {
+            return None;
+        }
+        let exp = p
+            .base_delay
+            .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX));
+        let backoff = exp.min(p.max_delay);
+        let jitter_permille = self.next_random() % 201; // 0..=20 %
+        let jittered = (backoff + backoff * jitter_permille as u32 / 1000).min(p.max_delay);
+        let delay = jittered.max(Duration::from_secs(retry_after.unwrap_or(0)));
+        let mut stats = lock(&self.stats);
+        if stats.retry_sleep + delay > p.retry_budget {
+            log::warn!(
+                "retry budget of {} used up ({} slept); not retrying",
+                humantime::format_duration(p.retry_budget),
+                humantime::format_duration(stats.retry_sleep)
+            );
+            return None;
+        }
+        stats.retry_sleep += delay;
+        stats.retries += 1;
+        Some(delay)
+    }
+
+    fn send_once(
+        &self,
+        req: &Request<'_>,
+        token: Option<&str>,
+        host: &str,
+    ) -> Result<Response, KubeError> {
+        let mut b = ureq::http::Request::builder()
+            .method(req.method.clone())
+            .uri(req.url.as_str());
+        if let Some(t) = token {
+            b = b.header("Authorization", format!("Bearer {t}"));
+        }
+        let sent = match &req.body {
+            Some(body) => b
+                .header("Content-Type", "application/json")
+                .body(body.clone())
+                .map(|r| self.agent.run(r)),
+            None => b.body(()).map(|r| self.agent.run(r)),
+        };
+        let result = sent.map_err(|_| {
+            KubeError::Config(format!(
+                "{}: cannot build the request for {} (bad URL or header)",
+                req.verb, req.url
+            ))
+        })?;
+        let mut resp = result.map_err(|e| classify(req.verb, host, e))?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let body = if status < 300 {
+            resp.body_mut()
+                .with_config()
+                .limit(req.limit)
+                .read_to_vec()
+                .map_err(|e| classify(req.verb, host, e))?
+        } else {
+            let mut buf = Vec::new();
+            resp.body_mut()
+                .with_config()
+                .limit(u64::MAX)
+                .reader()
+                .take(ERROR_BODY_LIMIT)
+                .read_to_end(&mut buf)
+                .map_err(|e| classify(req.verb, host, ureq::Error::from(e)))?;
+            buf
+        };
+        Ok(Response {
+            status,
+            body,
+            retry_after,
+        })
+    }
+
+    /// Sends `req`, retrying per the policy, re-reading a token file once after a 401.
+    /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
+    fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+        let host = Uri::try_from(req.url.as_str())
+            .ok()
+            .and_then(|u| u.host().map(str::to_string))
+            .unwrap_or_default();
+        let mut attempt = 0u32;
+        let mut reauthenticated = false;
+        loop {
+            let token = self.bearer(false)?;
+            lock(&self.stats).requests += 1;
+            let started = Instant::now();
+            match self.send_once(req, token.as_deref(), &host) {
+                Ok(resp) => {
+                    {
+                        let mut stats = lock(&self.stats);
+                        stats.bytes_received += resp.body.len() as u64;
+                        if resp.status >= 400 {
+                            *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
+                        }
+                    }
+                    log::debug!(
+                        "{} {} -> {} ({} bytes, {} ms)",
+                        req.method,
+                        req.url,
+                        resp.status,
+                        resp.body.len(),
+                        started.elapsed().as_millis()
+                    );
+                    if resp.status == 401 {
+                        if !reauthenticated
+                            && matches!(self.credential, Credential::TokenFile { .. })
+                        {
+                            reauthenticated = true;
+                            self.bearer(true)?;
+                            lock(&self.stats).retries += 1;
+                            log::warn!(
+                                "{}: 401 Unauthorized; re-reading the {} and retrying once",
+                                req.verb,
+                                self.credential.describe()
+                            );
+                            continue;
+                        }
+                        return Err(self.auth_error(&resp));
+                    }
+                    if is_retryable_code(resp.status) {
+                        let status =
+                            ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
+                        if let Some(delay) = self.next_delay(attempt, status.retry_after_seconds) {
+                            log::warn!(
+                                "{}: {} {}; retry {}/{} in {} ms",
+                                req.verb,
+                                status.code,
+                                status.reason,
+                                attempt + 1,
+                                self.options.retry.max_retries,
+                                delay.as_millis()
+                            );
+                            std::thread::sleep(delay);
+                            attempt += 1;
+                            continue;
+                        }
+                    }
+                    return Ok(resp);
+                }
+                Err(error) => {
+                    if matches!(error, KubeError::Transport { .. }) {
+                        lock(&self.stats).transport_errors += 1;
+                    }
+                    if error.is_retryable() {
+                        if let Some(delay) = self.next_delay(attempt, None) {
+                            log::warn!(
+                                "{}; retry {}/{} in {} ms",
+                                error,
+                                attempt + 1,
+                                self.options.retry.max_retries,
+                                delay.as_millis()
+                            );
+                            std::thread::sleep(delay);
+                            attempt += 1;
+                            continue;
+                        }
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    fn api_error(verb: &str, resp: &Response) -> KubeError {
+        KubeError::Api {
+            verb: verb.to_string(),
+            status: ApiStatus::from_body(resp.status, &resp.body, resp.retry_after),
+        }
+    }
+
+    fn decode_json(what: &str, body: &[u8]) -> Result<serde_json::Value, KubeError> {
+        serde_json::from_slice(body).map_err(|e| KubeError::Decode {
+            what: what.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Lists the namespace's pods matching `label_selector` (and `field_selector`), page by
+    /// page with `limit`/`continue`.
+    ///
+    /// Each page's body (JSON `PodList`, gzip already decoded) goes to `on_page`, which
+    /// parses it and returns the page's `metadata.continue` (`None` or empty: last page).
+    /// On 410 Gone for a continued page (expired token, `reason: Expired`), the list restarts
+    /// from the first page after calling `on_restart` so the caller can drop what it
+    /// collected; at most [`MAX_LIST_RESTARTS`] times (`shared/notes/k8s-api.md` §1).
+    /// Selectors are percent-encoded here; pass them as written (`a=b,c!=d`).
+    ///
+    /// Errors: [`KubeError::Api`] (e.g. 400 for a bad selector, 403 RBAC), `Transport`, `Auth`,
+    /// `Decode` (page over the body limit, or a server that returns the same continue token
+    /// twice), or whatever `on_page` returns.
+    #[allow(clippy::type_complexity)] // the signature other modules call
+    pub fn list_pods<E: Into<KubeError>>(
+        &self,
+        label_selector: &str,
+        field_selector: Option<&str>,
+        limit: Option<u32>,
+        on_restart: &mut dyn FnMut(),
+        on_page: &mut dyn FnMut(&[u8]) -> Result<Option<String>, E>,
+    ) -> Result<ListStats, KubeError> {
+        let verb = "list pods";
+        let mut base_query = Vec::new();
+        if !label_selector.is_empty() {
+            base_query.push(format!(
+                "labelSelector={}",
+                encode_component(label_selector)
+            ));
+        }
+        if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
+            base_query.push(format!("fieldSelector={}", encode_component(fs)));
+        }
+        if let Some(l) = limit.filter(|l| *l > 0) {
+            base_query.push(format!("limit={l}"));
+        }
+        let mut stats = ListStats::default();
+        'restart: loop {
+            let mut cont: Option<String> = None;
+            loop {
+                let mut query = base_query.clone();
+                if let Some(c) = &cont {
+                    query.push(format!("continue={}", encode_component(c)));
+                }
+                let mut url = self.pods_url();
+                if !query.is_empty() {
+                    url.push('?');
+                    url.push_str(&query.join("&"));
+                }
+                let req = Request {
+                    method: Method::GET,
+                    url,
+                    body: None,
+                    verb,
+                    limit: self.options.list_body_limit,
+                };
+                let resp = self.execute(&req)?;
+                if resp.status == 410 && cont.is_some() {
+                    if stats.restarts >= MAX_LIST_RESTARTS {
+                        return Err(Self::api_error(verb, &resp));
+                    }
+                    stats.restarts += 1;
+                    log::warn!(
+                        "list pods: continue token expired (410 Gone); restarting the list \
+                         from the first page ({}/{MAX_LIST_RESTARTS})",
+                        stats.restarts
+                    );
+                    on_restart();
+                    continue 'restart;
+                }
+                if !(200..300).contains(&resp.status) {
+                    return Err(Self::api_error(verb, &resp));
+                }
+                stats.pages += 1;
+                stats.bytes += resp.body.len() as u64;
+                let next = on_page(&resp.body).map_err(Into::into)?;
+                match next.filter(|c| !c.is_empty()) {
+                    None => return Ok(stats),
+                    Some(c) if cont.as_deref() == Some(c.as_str()) => {
+                        return Err(KubeError::Decode {
+                            what: "list pods response".to_string(),
+                            message: "the server returned the same continue token twice"
+                                .to_string(),
+                        })
+                    }
+                    Some(c) => cont = Some(c),
+                }
+            }
+        }
+    }
+
+    /// Lists all matching pods and returns their `items` (a convenience over
+    /// [`KubeClient::list_pods`] that holds the whole list in memory).
+    ///
+    /// Errors: as `list_pods`; [`KubeError::Decode`] when a page is not a `PodList`.
+    pub fn list_pod_items(
+        &self,
+        label_selector: &str,
+        field_selector: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
+        let items = std::cell::RefCell::new(Vec::new());
+        let stats = self.list_pods(
+            label_selector,
+            field_selector,
+            limit,
+            &mut || items.borrow_mut().clear(),
+            &mut |page: &[u8]| -> Result<Option<String>, KubeError> {
+                let mut v = Self::decode_json("list pods response", page)?;
+                let cont = v["metadata"]["continue"].as_str().map(str::to_string);
+                match v.get_mut("items").map(serde_json::Value::take) {
+                    Some(serde_json::Value::Array(list)) => items.borrow_mut().extend(list),
+                    Some(serde_json::Value::Null) | None => {}
+                    Some(_) => {
+                        return Err(KubeError::Decode {
+                            what: "list pods response".to_string(),
+                            message: "items is not an array".to_string(),
+                        })
+                    }
+                }
+                Ok(cont)
+            },
+        )?;
+        Ok((items.into_inner(), stats))
+    }
+
+    /// Reads one pod. 404 → `Ok(None)`.
+    ///
+    /// Errors: [`KubeError::Api`] for other HTTP errors, `Transport`, `Auth`, `Decode`.
+    pub fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get pod {name}");
+        let req = Request {
+            method: Method::GET,
+            url: self.pod_url(name, &verb)?,
+            body: None,
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            404 => Ok(None),
+            200..=299 => Self::decode_json(&format!("pod {name}"), &resp.body).map(Some),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    /// Creates a pod from its JSON (`POST .../pods`). 201 (or any 2xx) → the created Pod as
+    /// the server returned it (with `uid`, `resourceVersion`, …).
+    ///
+    /// Retried on transient failures like every call; a retried create that had in fact
+    /// succeeded comes back as 409 `AlreadyExists` ([`KubeError::is_already_exists`]).
+    ///
+    /// Errors: [`KubeError::Api`] (409 AlreadyExists, 422 Invalid, 403 Forbidden / quota —
+    /// see [`KubeError::is_quota`]), `Transport`, `Auth`, `Decode`.
+    pub fn create_pod(&self, pod: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .or_else(|| pod["metadata"]["generateName"].as_str())
+            .unwrap_or("");
+        let verb = if name.is_empty() {
+            "create pod".to_string()
+        } else {
+            format!("create pod {name}")
+        };
+        let body = serde_json::to_vec(pod).map_err(|e| KubeError::Decode {
+            what: "pod to create".to_string(),
+            message: e.to_string(),
+        })?;
+        let req = Request {
+            method: Method::POST,
+            url: self.pods_url(),
+            body: Some(body),
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            200..=299 => Self::decode_json(&format!("created pod {name}"), &resp.body),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    /// Deletes one pod (`DELETE .../pods/NAME`, the pod's own grace period).
+    /// `preconditions`: `Some((uid, resource_version))` sends a `DeleteOptions` body with
+    /// those preconditions (an empty resource version is left out), so the delete only
+    /// happens to that very pod; a mismatch is 409 Conflict.
+    ///
+    /// 200/202 → [`Deleted::Deleted`]; 404 → [`Deleted::NotFound`].
+    ///
+    /// Errors: [`KubeError::Api`] (409 precondition failed, 403), `Transport`, `Auth`.
+    pub fn delete_pod(
+        &self,
+        name: &str,
+        preconditions: Option<(&str, &str)>,
+    ) -> Result<Deleted, KubeError> {
+        let verb = format!("delete pod {name}");
+        let body = preconditions.map(|(uid, rv)| {
+            let mut pre = serde_json::Map::new();
+            if !uid.is_empty() {
+                pre.insert("uid".into(), uid.into());
+            }
+            if !rv.is_empty() {
+                pre.insert("resourceVersion".into(), rv.into());
+            }
+            serde_json::json!({
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "preconditions": pre,
+            })
+            .to_string()
+            .into_bytes()
+        });
+        let req = Request {
+            method: Method::DELETE,
+            url: self.pod_url(name, &verb)?,
+            body,
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            404 => Ok(Deleted::NotFound),
+            200..=299 => Ok(Deleted::Deleted),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The kube client: connection configuration and blocking HTTPS calls to the Kubernetes
+//! pods API, over `ureq` 3.5 + `rustls` (ring).
+//!
+//! - [`resolve`] turns the CLI's [`ConnectionFlags`] (kubectl's names), kubeconfig files or
+//!   the in-cluster service account into a [`ClusterConfig`];
+//! - [`KubeClient`] lists (paginated), gets, creates and deletes pods in one namespace,
+//!   retrying transient failures per [`RetryPolicy`];
+//! - every failure is one [`KubeError`], with the server's `Status` parsed into
+//!   [`ApiStatus`].
+//!
+//! This module depends on no other podalloc module and is synchronous. Tokens, client keys
+//! and the `Authorization` header never appear in logs, errors or `Debug` output.
+//!
+//! ```ignore
+//! # use podalloc::kube::{resolve, ConnectionFlags, KubeClient, KubeError};
+//! let cfg = resolve(&ConnectionFlags::default())?;
+//! let client = KubeClient::new(cfg)?;
+//! let (pods, _stats) = client.list_pod_items("spark-app-selector=app-1,spark-role=executor", None, Some(500))?;
+//! # Ok::<(), KubeError>(())
+//! ```
+
+mod client;
+mod config;
+mod error;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+pub use client::{
+    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, RetryPolicy,
+    Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
+};
+pub use config::{
+    resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, KeyData, PemData, ProxyUrl,
+    Secret, TlsSettings, IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
+};
+pub use error::{ApiStatus, KubeError, StatusCause, MAX_TEXT_MESSAGE_CHARS};

@@ -1,0 +1,998 @@
+//! End-to-end tests of the client against fake API servers on 127.0.0.1 (plain HTTP and
+//! rustls with rcgen certificates).
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::testutil::{fixture, FakeServer, Pki, Reply};
+use super::*;
+
+const TOKEN: &str = "s3cr3t-t0ken";
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 4,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        retry_budget: Duration::from_secs(30),
+    }
+}
+
+fn fast_options() -> ClientOptions {
+    ClientOptions {
+        retry: fast_retries(),
+        timeouts: Timeouts {
+            connect: Duration::from_secs(5),
+            per_read: Duration::from_secs(5),
+            global: Duration::from_secs(10),
+        },
+        ..ClientOptions::default()
+    }
+}
+
+fn http_client(server: &FakeServer) -> KubeClient {
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::Token {
+        token: Secret::new(TOKEN.to_string()),
+        source: "--token flag".into(),
+    };
+    KubeClient::with_options(cfg, fast_options()).unwrap()
+}
+
+fn page(names: &[&str], cont: Option<&str>) -> String {
+    let items: Vec<_> = names
+        .iter()
+        .map(|n| serde_json::json!({"metadata": {"name": n}}))
+        .collect();
+    let mut meta = serde_json::json!({"resourceVersion": "554"});
+    if let Some(c) = cont {
+        meta["continue"] = c.into();
+    }
+    serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items})
+        .to_string()
+}
+
+fn names(items: &[serde_json::Value]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const SELECTOR: &str = "spark-app-selector=app-1,spark-role=executor";
+
+#[test]
+fn list_paginates_and_encodes_selectors() {
+    let server = FakeServer::http(|req, _| match req.query("continue").as_deref() {
+        None => Reply::json(200, &page(&["a", "b"], Some("tok/1+=="))),
+        Some("tok/1+==") => Reply::json(200, &page(&[], Some("tok2"))),
+        Some("tok2") => Reply::json(200, &page(&["c"], Some(""))),
+        Some(other) => panic!("unexpected continue {other}"),
+    });
+    let client = http_client(&server);
+    let (items, stats) = client
+        .list_pod_items(SELECTOR, Some("status.phase=Pending"), Some(2))
+        .unwrap();
+    assert_eq!(names(&items), ["a", "b", "c"]);
+    assert_eq!(stats.pages, 3);
+    assert_eq!(stats.restarts, 0);
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3);
+    let first = &reqs[0];
+    assert_eq!(first.method, "GET");
+    assert_eq!(first.path(), "/api/v1/namespaces/spark/pods");
+    assert_eq!(
+        first.target,
+        "/api/v1/namespaces/spark/pods?labelSelector=spark-app-selector%3Dapp-1%2Cspark-role%3Dexecutor&fieldSelector=status.phase%3DPending&limit=2"
+    );
+    assert_eq!(first.query("labelSelector").unwrap(), SELECTOR);
+    assert_eq!(reqs[1].query("continue").unwrap(), "tok/1+==");
+    assert!(reqs[1].target.contains("continue=tok%2F1%2B%3D%3D"));
+    assert_eq!(reqs[1].query("limit").unwrap(), "2");
+    assert_eq!(first.header("accept"), Some("application/json"));
+    assert_eq!(first.header("user-agent"), Some(USER_AGENT));
+    assert_eq!(
+        first.header("authorization"),
+        Some(&*format!("Bearer {TOKEN}"))
+    );
+    assert_eq!(first.header("accept-encoding"), Some("gzip"));
+    let s = client.stats();
+    assert_eq!((s.requests, s.retries), (3, 0));
+    assert!(s.bytes_received > 0);
+}
+
+#[test]
+fn set_based_selectors_round_trip() {
+    let sel = "env in (prod, qa),!canary,tier notin (web),x!=y";
+    let enc = encode_component(sel);
+    assert_eq!(
+        enc,
+        "env%20in%20%28prod%2C%20qa%29%2C%21canary%2Ctier%20notin%20%28web%29%2Cx%21%3Dy"
+    );
+    assert_eq!(super::testutil::percent_decode(&enc), sel);
+    assert_eq!(encode_component("a-b_c.d~e"), "a-b_c.d~e");
+    assert_eq!(encode_component("é"), "%C3%A9");
+}
+
+#[test]
+fn list_restarts_after_410_expired() {
+    let gone = r#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"fresh"},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result.","reason":"Expired","code":410}"#;
+    let expired_once = Arc::new(AtomicUsize::new(0));
+    let e2 = expired_once.clone();
+    let server = FakeServer::http(move |req, _| match req.query("continue").as_deref() {
+        None => Reply::json(200, &page(&["a"], Some("p2"))),
+        Some("p2") if e2.fetch_add(1, Ordering::SeqCst) == 0 => Reply::json(410, gone),
+        Some("p2") => Reply::json(200, &page(&["b"], None)),
+        Some(other) => panic!("unexpected continue {other}"),
+    });
+    let client = http_client(&server);
+    let (items, stats) = client.list_pod_items(SELECTOR, None, Some(1)).unwrap();
+    assert_eq!(
+        names(&items),
+        ["a", "b"],
+        "items of the dropped pass are cleared"
+    );
+    assert_eq!(stats.restarts, 1);
+    assert_eq!(stats.pages, 3);
+
+    // Always expired: gives up after MAX_LIST_RESTARTS restarts with the 410.
+    let server = FakeServer::http(move |req, _| match req.query("continue") {
+        None => Reply::json(200, &page(&["a"], Some("p2"))),
+        Some(_) => Reply::json(410, gone),
+    });
+    let client = http_client(&server);
+    let mut restarts = 0;
+    let err = client
+        .list_pods(
+            SELECTOR,
+            None,
+            Some(1),
+            &mut || restarts += 1,
+            &mut |_page: &[u8]| -> Result<Option<String>, KubeError> { Ok(Some("p2".into())) },
+        )
+        .unwrap_err();
+    assert_eq!(restarts, MAX_LIST_RESTARTS);
+    assert_eq!(err.status_code(), Some(410));
+    assert_eq!(err.api_status().unwrap().reason, "Expired");
+    assert_eq!(
+        server.recorded().len(),
+        2 * (MAX_LIST_RESTARTS as usize + 1)
+    );
+}
+
+#[test]
+fn list_on_page_error_and_repeated_token() {
+    let server = FakeServer::http(|_, _| Reply::json(200, &page(&["a"], Some("same"))));
+    let client = http_client(&server);
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(matches!(err, KubeError::Decode { .. }), "{err}");
+    assert!(err.to_string().contains("same continue token twice"));
+
+    #[derive(Debug)]
+    struct MyErr;
+    impl From<MyErr> for KubeError {
+        fn from(_: MyErr) -> Self {
+            KubeError::Decode {
+                what: "mine".into(),
+                message: "bad".into(),
+            }
+        }
+    }
+    let err = client
+        .list_pods(SELECTOR, None, None, &mut || {}, &mut |_| Err(MyErr))
+        .unwrap_err();
+    assert_eq!(err.to_string(), "cannot decode mine: bad");
+
+    let server = FakeServer::http(|_, _| Reply::json(200, "{not json"));
+    let client = http_client(&server);
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(matches!(err, KubeError::Decode { .. }), "{err}");
+}
+
+#[test]
+fn gzip_bodies_are_decoded_and_compression_can_be_disabled() {
+    let body = std::fs::read(fixture("k8s-openapi_v1-36_pod-list.body.json"))
+        .unwrap_or_else(|_| page(&["x"; 3000], None).into_bytes());
+    let plain_len = body.len();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&body).unwrap();
+    let gz = gz.finish().unwrap();
+    let server = FakeServer::http(move |req, _| {
+        if req.header("accept-encoding") == Some("gzip") {
+            Reply::Respond {
+                status: 200,
+                headers: vec![
+                    ("Content-Type".into(), "application/json".into()),
+                    ("Content-Encoding".into(), "gzip".into()),
+                ],
+                body: gz.clone(),
+            }
+        } else {
+            Reply::json(200, &page(&["plain"], None))
+        }
+    });
+    let client = http_client(&server);
+    let mut seen = 0usize;
+    let stats = client
+        .list_pods(SELECTOR, None, None, &mut || {}, &mut |b: &[u8]| {
+            seen = b.len();
+            serde_json::from_slice::<serde_json::Value>(b)
+                .map(|_| None)
+                .map_err(|e| KubeError::Decode {
+                    what: "page".into(),
+                    message: e.to_string(),
+                })
+        })
+        .unwrap();
+    assert_eq!(seen, plain_len);
+    assert_eq!(stats.bytes, plain_len as u64);
+
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.disable_compression = true;
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["plain"]);
+    let last = server.recorded().pop().unwrap();
+    assert_eq!(last.header("accept-encoding"), None);
+    assert_eq!(last.header("authorization"), None);
+}
+
+#[test]
+fn list_body_limit_is_enforced() {
+    let server = FakeServer::http(|_, _| Reply::json(200, &page(&["a", "b", "c"], None)));
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::None;
+    let opts = ClientOptions {
+        list_body_limit: 10,
+        ..fast_options()
+    };
+    let client = KubeClient::with_options(cfg, opts).unwrap();
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(matches!(err, KubeError::Decode { .. }), "{err}");
+    assert!(err.to_string().contains("limit of 10 bytes"), "{err}");
+    assert_eq!(server.recorded().len(), 1, "not retried");
+}
+
+#[test]
+fn get_create_delete() {
+    let server = FakeServer::http(|req, _| match (req.method.as_str(), req.path()) {
+        ("GET", "/api/v1/namespaces/spark/pods/app-exec-1") => {
+            Reply::json(200, r#"{"metadata":{"name":"app-exec-1","uid":"u1"}}"#)
+        }
+        ("GET", _) => Reply::json(
+            404,
+            r#"{"kind":"Status","status":"Failure","message":"pods \"nope\" not found","reason":"NotFound","code":404}"#,
+        ),
+        ("POST", "/api/v1/namespaces/spark/pods") => {
+            let pod: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            if pod["metadata"]["name"] == "dup" {
+                Reply::json(
+                    409,
+                    r#"{"kind":"Status","status":"Failure","message":"pods \"dup\" already exists","reason":"AlreadyExists","details":{"name":"dup","kind":"pods"},"code":409}"#,
+                )
+            } else {
+                let mut created = pod.clone();
+                created["metadata"]["uid"] = "new-uid".into();
+                Reply::json(201, &created.to_string())
+            }
+        }
+        ("DELETE", "/api/v1/namespaces/spark/pods/gone") => Reply::json(
+            404,
+            r#"{"kind":"Status","status":"Failure","message":"pods \"gone\" not found","reason":"NotFound","code":404}"#,
+        ),
+        ("DELETE", _) => Reply::json(
+            200,
+            r#"{"metadata":{"name":"x","deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
+        ),
+        _ => Reply::json(405, "{}"),
+    });
+    let client = http_client(&server);
+    let pod = client.get_pod("app-exec-1").unwrap().unwrap();
+    assert_eq!(pod["metadata"]["uid"], "u1");
+    assert_eq!(client.get_pod("nope").unwrap(), None);
+
+    let created = client
+        .create_pod(
+            &serde_json::json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-exec-2"}}),
+        )
+        .unwrap();
+    assert_eq!(created["metadata"]["uid"], "new-uid");
+    let post = server
+        .recorded()
+        .into_iter()
+        .find(|r| r.method == "POST")
+        .unwrap();
+    assert_eq!(post.header("content-type"), Some("application/json"));
+
+    let err = client
+        .create_pod(&serde_json::json!({"metadata":{"name":"dup"}}))
+        .unwrap_err();
+    assert!(err.is_already_exists());
+    assert_eq!(
+        err.to_string(),
+        "create pod dup: 409 AlreadyExists: pods \"dup\" already exists"
+    );
+
+    assert_eq!(client.delete_pod("gone", None).unwrap(), Deleted::NotFound);
+    assert_eq!(
+        client
+            .delete_pod("app-exec-1", Some(("uid-1", "77")))
+            .unwrap(),
+        Deleted::Deleted
+    );
+    assert_eq!(
+        client.delete_pod("app-exec-3", None).unwrap(),
+        Deleted::Deleted
+    );
+    let deletes: Vec<_> = server
+        .recorded()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .collect();
+    assert!(deletes[0].body.is_empty());
+    let opts: serde_json::Value = serde_json::from_slice(&deletes[1].body).unwrap();
+    assert_eq!(
+        opts,
+        serde_json::json!({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"uid-1","resourceVersion":"77"}})
+    );
+    assert_eq!(deletes[1].header("content-type"), Some("application/json"));
+    assert!(deletes[2].body.is_empty());
+    assert!(matches!(
+        client.delete_pod("", None),
+        Err(KubeError::Config(_))
+    ));
+    assert_eq!(client.stats().errors_by_code.get(&404), Some(&2));
+}
+
+#[test]
+fn retries_5xx_and_counts_them() {
+    let server = FakeServer::http(|_, i| match i {
+        0 => Reply::json(
+            503,
+            r#"{"kind":"Status","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#,
+        ),
+        1 => Reply::json(502, "<html>bad gateway</html>"),
+        _ => Reply::json(200, r#"{"metadata":{"name":"p"}}"#),
+    });
+    let client = http_client(&server);
+    assert!(client.get_pod("p").unwrap().is_some());
+    let s = client.stats();
+    assert_eq!((s.requests, s.retries), (3, 2));
+    assert_eq!(s.errors_by_code.get(&503), Some(&1));
+    assert_eq!(s.errors_by_code.get(&502), Some(&1));
+
+    // Out of retries: the last error is returned, typed.
+    let server = FakeServer::http(|_, _| {
+        Reply::json(
+            500,
+            r#"{"message":"etcd is sad","reason":"InternalError","code":500}"#,
+        )
+    });
+    let client = http_client(&server);
+    let err = client.get_pod("p").unwrap_err();
+    assert_eq!(err.to_string(), "get pod p: 500 InternalError: etcd is sad");
+    assert!(err.is_retryable());
+    assert_eq!(server.recorded().len(), 5, "1 try + 4 retries");
+}
+
+#[test]
+fn create_is_retried_after_500_and_transport_errors() {
+    let server = FakeServer::http(|req, i| match i {
+        0 => Reply::json(500, "{}"),
+        1 => Reply::Close,
+        _ => Reply::json(201, std::str::from_utf8(&req.body).unwrap()),
+    });
+    let client = http_client(&server);
+    let pod = serde_json::json!({"metadata":{"name":"app-exec-9"}});
+    assert_eq!(client.create_pod(&pod).unwrap(), pod);
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        reqs.iter().all(|r| r.body == reqs[0].body),
+        "same body every time"
+    );
+    let s = client.stats();
+    assert_eq!((s.retries, s.transport_errors), (2, 1));
+}
+
+#[test]
+fn retry_after_is_a_floor_for_both_429_shapes() {
+    let server = FakeServer::http(|_, i| match i {
+        0 => Reply::Respond {
+            status: 429,
+            headers: vec![
+                ("Content-Type".into(), "text/plain; charset=utf-8".into()),
+                ("Retry-After".into(), "1".into()),
+            ],
+            body: b"Too many requests, please try again later.\n".to_vec(),
+        },
+        1 => Reply::json(
+            429,
+            r#"{"kind":"Status","status":"Failure","message":"slow down","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#,
+        ),
+        _ => Reply::json(200, &page(&[], None)),
+    });
+    let client = http_client(&server);
+    let started = Instant::now();
+    client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let s = client.stats();
+    assert_eq!(s.retries, 2);
+    assert!(s.retry_sleep >= Duration::from_secs(2));
+    assert_eq!(s.errors_by_code.get(&429), Some(&2));
+}
+
+#[test]
+fn retry_budget_stops_retrying() {
+    let server = FakeServer::http(|_, _| Reply::json(503, "{}").with_header("Retry-After", "1"));
+    let mut client = http_client(&server);
+    client.set_retry_policy(RetryPolicy {
+        max_retries: 10,
+        retry_budget: Duration::from_millis(1500),
+        ..fast_retries()
+    });
+    let err = client.get_pod("p").unwrap_err();
+    assert_eq!(err.status_code(), Some(503));
+    assert_eq!(
+        server.recorded().len(),
+        2,
+        "one retry fits the 1.5 s budget"
+    );
+    // The budget is per client: the next call does not retry at all.
+    let _ = client.get_pod("p").unwrap_err();
+    assert_eq!(server.recorded().len(), 3);
+
+    client.set_retry_policy(RetryPolicy::none());
+    assert_eq!(client.retry_policy().max_retries, 0);
+}
+
+#[test]
+fn connection_refused_is_retried_then_reported() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg = ClusterConfig::for_server(&format!("http://127.0.0.1:{port}"), "spark");
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    match &err {
+        KubeError::Transport { verb, message } => {
+            assert_eq!(verb, "list pods");
+            assert!(message.contains("connection refused"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.is_retryable());
+    let s = client.stats();
+    assert_eq!((s.requests, s.retries, s.transport_errors), (5, 4, 5));
+}
+
+#[test]
+fn read_timeout_is_a_retryable_transport_error() {
+    let server = FakeServer::http(|_, _| {
+        std::thread::sleep(Duration::from_millis(400));
+        Reply::json(200, "{}")
+    });
+    let cfg = ClusterConfig::for_server(&server.url(), "spark");
+    let opts = ClientOptions {
+        retry: RetryPolicy::none(),
+        timeouts: Timeouts {
+            connect: Duration::from_secs(1),
+            per_read: Duration::from_millis(100),
+            global: Duration::from_secs(5),
+        },
+        ..ClientOptions::default()
+    };
+    let client = KubeClient::with_options(cfg, opts).unwrap();
+    let err = client.get_pod("p").unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Transport { message, .. } if message.contains("timed out")),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+}
+
+#[test]
+fn static_token_401_is_an_auth_error_without_the_token() {
+    let server = FakeServer::http(|_, _| {
+        Reply::json(
+            401,
+            r#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+        )
+    });
+    let client = http_client(&server);
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, KubeError::Auth(_)));
+    assert_eq!(err.status_code(), Some(401));
+    assert!(
+        msg.contains("--token flag") && msg.contains("401 Unauthorized"),
+        "{msg}"
+    );
+    assert!(!msg.contains(TOKEN));
+    assert!(!format!("{err:?}").contains(TOKEN));
+    assert!(!format!("{client:?}").contains(TOKEN));
+    assert_eq!(server.recorded().len(), 1, "a fixed token is not retried");
+
+    // No credential at all.
+    let cfg = ClusterConfig::for_server(&server.url(), "spark");
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let msg = client.get_pod("x").unwrap_err().to_string();
+    assert!(msg.contains("gives none"), "{msg}");
+}
+
+fn token_file_client(server: &FakeServer, path: &Path, refresh: Duration) -> KubeClient {
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::TokenFile {
+        path: path.to_path_buf(),
+        source: "--token-file flag".into(),
+    };
+    let opts = ClientOptions {
+        token_refresh: refresh,
+        ..fast_options()
+    };
+    KubeClient::with_options(cfg, opts).unwrap()
+}
+
+#[test]
+fn token_file_is_reread_after_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "old-token\n").unwrap();
+    let server = FakeServer::http(|req, _| {
+        if req.header("authorization") == Some("Bearer new-token") {
+            Reply::json(200, &page(&["a"], None))
+        } else {
+            Reply::json(
+                401,
+                r#"{"message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+            )
+        }
+    });
+    let client = token_file_client(&server, &path, Duration::from_secs(3600));
+    // Rotated after the client read it.
+    std::fs::write(&path, "  new-token \n").unwrap();
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["a"]);
+    let auth: Vec<_> = server
+        .recorded()
+        .iter()
+        .map(|r| r.header("authorization").unwrap().to_string())
+        .collect();
+    assert_eq!(auth, ["Bearer old-token", "Bearer new-token"]);
+    assert_eq!(client.stats().retries, 1);
+
+    // Still rejected after the re-read: Auth naming the file, and one retry only.
+    std::fs::write(&path, "bad-token").unwrap();
+    let before = server.recorded().len();
+    let client = token_file_client(&server, &path, Duration::from_secs(3600));
+    let err = client.get_pod("x").unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, KubeError::Auth(_)));
+    assert!(
+        msg.contains(&format!(
+            "token file {} (--token-file flag) was rejected",
+            path.display()
+        )) && msg.contains("refresh the token"),
+        "{msg}"
+    );
+    assert!(!msg.contains("bad-token"));
+    assert_eq!(server.recorded().len() - before, 2);
+}
+
+#[test]
+fn token_file_is_reread_when_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "t1").unwrap();
+    let server = FakeServer::http(|_, _| Reply::json(200, r#"{"metadata":{}}"#));
+    let client = token_file_client(&server, &path, Duration::ZERO);
+    client.get_pod("x").unwrap();
+    std::fs::write(&path, "t2").unwrap();
+    client.get_pod("x").unwrap();
+    // A token file that disappears keeps the last good token.
+    std::fs::remove_file(&path).unwrap();
+    client.get_pod("x").unwrap();
+    let auth: Vec<_> = server
+        .recorded()
+        .iter()
+        .map(|r| r.header("authorization").unwrap().to_string())
+        .collect();
+    assert_eq!(auth, ["Bearer t1", "Bearer t2", "Bearer t2"]);
+
+    // A missing or empty token file fails at construction.
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::TokenFile {
+        path: path.clone(),
+        source: "in-cluster service account".into(),
+    };
+    let err = KubeClient::new(cfg.clone()).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot read token file") && err.contains("in-cluster service account"),
+        "{err}"
+    );
+    std::fs::write(&path, "\n").unwrap();
+    assert!(KubeClient::new(cfg)
+        .unwrap_err()
+        .to_string()
+        .contains("is empty"));
+}
+
+#[test]
+fn quota_403_is_not_retried() {
+    let server = FakeServer::http(|_, _| {
+        Reply::json(
+            403,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"a-exec-4\" is forbidden: exceeded quota: pod-quota, requested: pods=1, used: pods=10, limited: pods=10","reason":"Forbidden","details":{"name":"a-exec-4","kind":"pods"},"code":403}"#,
+        )
+    });
+    let client = http_client(&server);
+    let err = client
+        .create_pod(&serde_json::json!({"metadata":{"name":"a-exec-4"}}))
+        .unwrap_err();
+    assert!(err.is_quota());
+    assert!(!err.is_retryable());
+    assert!(err.to_string().starts_with(
+        "create pod a-exec-4: 403 Forbidden: pods \"a-exec-4\" is forbidden: exceeded quota"
+    ));
+    assert_eq!(server.recorded().len(), 1);
+}
+
+#[test]
+fn plain_http_to_remote_host_is_refused_by_the_client_too() {
+    let cfg = ClusterConfig::for_server("http://10.1.2.3:8080", "x");
+    let err = KubeClient::new(cfg).unwrap_err();
+    assert!(matches!(err, KubeError::Config(_)));
+    assert!(err.to_string().contains("plain http://"));
+}
+
+// ------------------------------------------------------------------------------------------
+// TLS
+
+struct TlsSetup {
+    dir: tempfile::TempDir,
+    pki: Pki,
+}
+
+impl TlsSetup {
+    fn new() -> TlsSetup {
+        TlsSetup {
+            dir: tempfile::tempdir().unwrap(),
+            pki: Pki::new("test-ca"),
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Resolves a kubeconfig with one cluster/user/context.
+    fn resolve(&self, cluster: &str, user: &str) -> Result<ClusterConfig, KubeError> {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\ncontexts:\n- name: t\n  context: {{cluster: c, user: u, namespace: spark}}\nclusters:\n- name: c\n  cluster:\n{cluster}\nusers:\n- name: u\n  user:\n{user}\n"
+        );
+        let kc = self.write("kube/config", &text);
+        let flags = ConnectionFlags {
+            kubeconfig: Some(kc),
+            ..Default::default()
+        };
+        resolve_with(&flags, &|_| None, &self.dir.path().join("no-sa"))
+    }
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn ok_handler() -> impl Fn(&super::testutil::Recorded, usize) -> Reply + Send + Sync + 'static {
+    |_, _| Reply::json(200, &page(&["tls-pod"], None))
+}
+
+#[test]
+fn tls_ca_from_file_and_data_and_wrong_ca() {
+    let t = TlsSetup::new();
+    let server = FakeServer::https(
+        Pki::server_config(&t.pki.server(&["127.0.0.1"]), None),
+        ok_handler(),
+    );
+    let url = format!("https://{}", server.addr);
+    t.write("kube/pki/ca.pem", &t.pki.ca_pem);
+
+    // CA file relative to the kubeconfig's directory.
+    let cfg = t
+        .resolve(
+            &format!("    server: {url}\n    certificate-authority: pki/ca.pem"),
+            &format!("    token: {TOKEN}"),
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["tls-pod"]);
+    assert_eq!(
+        server.recorded()[0].header("authorization"),
+        Some(&*format!("Bearer {TOKEN}"))
+    );
+
+    // CA data, line-wrapped base64.
+    let data = b64(&t.pki.ca_pem);
+    let wrapped: Vec<String> = data
+        .as_bytes()
+        .chunks(64)
+        .map(|c| format!("      {}", std::str::from_utf8(c).unwrap()))
+        .collect();
+    let cfg = t
+        .resolve(
+            &format!(
+                "    server: {url}\n    certificate-authority-data: |\n{}",
+                wrapped.join("\n")
+            ),
+            "    {}",
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    client.list_pod_items(SELECTOR, None, None).unwrap();
+
+    // Wrong CA: a clear, non-retried TLS error.
+    let other = Pki::new("other-ca");
+    let cfg = t
+        .resolve(
+            &format!(
+                "    server: {url}\n    certificate-authority-data: {}",
+                b64(&other.ca_pem)
+            ),
+            "    {}",
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let before = server.recorded().len();
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert_eq!(
+        err,
+        KubeError::Transport {
+            verb: "list pods".into(),
+            message: UNTRUSTED_CERT_MESSAGE.into()
+        }
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(client.stats().requests, 1);
+    assert_eq!(server.recorded().len(), before);
+
+    // No CA configured: the Mozilla roots do not know the test CA either.
+    let cfg = t.resolve(&format!("    server: {url}"), "    {}").unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    assert!(err.to_string().contains("certificate not trusted"), "{err}");
+}
+
+#[test]
+fn tls_insecure_skip_verify() {
+    let t = TlsSetup::new();
+    let server = FakeServer::https(
+        Pki::server_config(&t.pki.server(&["somewhere.else"]), None),
+        ok_handler(),
+    );
+    let cfg = t
+        .resolve(
+            &format!(
+                "    server: https://{}\n    insecure-skip-tls-verify: true",
+                server.addr
+            ),
+            "    {}",
+        )
+        .unwrap();
+    assert!(cfg.tls.insecure_skip_tls_verify);
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    client.list_pod_items(SELECTOR, None, None).unwrap();
+
+    // The same via the flag, overriding a kubeconfig CA.
+    t.write("kube/ca.pem", &Pki::new("x").ca_pem);
+    let text = format!(
+        "current-context: t\ncontexts: [{{name: t, context: {{cluster: c}}}}]\nclusters: [{{name: c, cluster: {{server: 'https://{}', certificate-authority: ca.pem}}}}]\n",
+        server.addr
+    );
+    let kc = t.write("kube/config2", &text);
+    let flags = ConnectionFlags {
+        kubeconfig: Some(kc),
+        insecure_skip_tls_verify: true,
+        ..Default::default()
+    };
+    let cfg = resolve_with(&flags, &|_| None, t.dir.path()).unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    client.list_pod_items(SELECTOR, None, None).unwrap();
+}
+
+#[test]
+fn tls_server_name_is_verified_and_pinned() {
+    let t = TlsSetup::new();
+    let server = FakeServer::https(
+        Pki::server_config(&t.pki.server(&["my-cluster.example.com"]), None),
+        ok_handler(),
+    );
+    let ca = b64(&t.pki.ca_pem);
+    let cfg = t
+        .resolve(
+            &format!(
+                "    server: https://{}\n    certificate-authority-data: {ca}\n    tls-server-name: my-cluster.example.com",
+                server.addr
+            ),
+            "    {}",
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    assert_eq!(
+        client.base_url(),
+        format!("https://my-cluster.example.com:{}", server.addr.port())
+    );
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["tls-pod"]);
+    assert_eq!(
+        server.recorded()[0].header("host"),
+        Some(&*format!("my-cluster.example.com:{}", server.addr.port()))
+    );
+
+    // Without tls-server-name the certificate does not match 127.0.0.1.
+    let cfg = t
+        .resolve(
+            &format!(
+                "    server: https://{}\n    certificate-authority-data: {ca}",
+                server.addr
+            ),
+            "    {}",
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    assert!(
+        err.to_string().contains("not valid for 127.0.0.1")
+            && err.to_string().contains("tls-server-name"),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+}
+
+#[test]
+fn tls_client_certificates() {
+    let t = TlsSetup::new();
+    let server = FakeServer::https(
+        Pki::server_config(&t.pki.server(&["127.0.0.1"]), Some(&t.pki)),
+        ok_handler(),
+    );
+    let cluster = format!(
+        "    server: https://{}\n    certificate-authority-data: {}",
+        server.addr,
+        b64(&t.pki.ca_pem)
+    );
+    let client_id = t.pki.client("spark-admin");
+    t.write("kube/client.crt", &client_id.cert_pem);
+    t.write("kube/client.key", &client_id.key_pem);
+
+    // Files relative to the kubeconfig.
+    let cfg = t
+        .resolve(
+            &cluster,
+            "    client-certificate: client.crt\n    client-key: client.key",
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["tls-pod"]);
+    assert!(!format!("{client:?}").contains("PRIVATE KEY"));
+
+    // Inline data.
+    let cfg = t
+        .resolve(
+            &cluster,
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}",
+                b64(&client_id.cert_pem),
+                b64(&client_id.key_pem)
+            ),
+        )
+        .unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    client.list_pod_items(SELECTOR, None, None).unwrap();
+
+    // No client certificate: the server refuses, with a message saying what to pass.
+    let cfg = t.resolve(&cluster, "    {}").unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
+        "{err:?}"
+    );
+
+    // A key of another certificate: an error at construction, not a panic in ureq.
+    let other = t.pki.client("someone-else");
+    let cfg = t
+        .resolve(
+            &cluster,
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}",
+                b64(&client_id.cert_pem),
+                b64(&other.key_pem)
+            ),
+        )
+        .unwrap();
+    let err = KubeClient::new(cfg).unwrap_err().to_string();
+    assert!(
+        err.starts_with("client certificate client-certificate-data of user \"u\"")
+            && err.contains("does not match client key client-key-data of user \"u\""),
+        "{err}"
+    );
+    assert!(!err.contains("PRIVATE"), "{err}");
+
+    // Garbage instead of a key.
+    let cfg = t
+        .resolve(
+            &cluster,
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}",
+                b64(&client_id.cert_pem),
+                b64("not a key")
+            ),
+        )
+        .unwrap();
+    let err = KubeClient::new(cfg).unwrap_err().to_string();
+    assert!(err.contains("no usable private key"), "{err}");
+}
+
+#[test]
+fn ca_without_certificates_is_an_error() {
+    let t = TlsSetup::new();
+    t.write("kube/empty.pem", "nothing here\n");
+    let cfg = t
+        .resolve(
+            "    server: https://127.0.0.1:1\n    certificate-authority: empty.pem",
+            "    {}",
+        )
+        .unwrap();
+    let err = KubeClient::new(cfg).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "no certificate found in {}",
+            t.dir.path().join("kube/empty.pem").display()
+        )
+    );
+}
+
+#[test]
+fn java_client_fixtures_build_clients() {
+    // x509: RSA PKCS#1 key and its certificate must pass the rustls pair check. No request
+    // is sent (the fixture points at localhost:443).
+    let flags = ConnectionFlags {
+        kubeconfig: Some(fixture("java-client_kubeconfig-https-x509.yaml")),
+        ..Default::default()
+    };
+    let cfg = resolve_with(&flags, &|_| None, Path::new("/nonexistent")).unwrap();
+    let client = KubeClient::new(cfg).unwrap();
+    assert_eq!(client.server(), "https://localhost:443");
+
+    // tls-server-name + EC CA + token. Never contacted (192.168.1.1 is not ours).
+    let flags = ConnectionFlags {
+        kubeconfig: Some(fixture("java-client_kubeconfig-tls-server-name.yaml")),
+        ..Default::default()
+    };
+    let cfg = resolve_with(&flags, &|_| None, Path::new("/nonexistent")).unwrap();
+    let client = KubeClient::new(cfg).unwrap();
+    assert_eq!(client.base_url(), "https://my-cluster.example.com:6443");
+    assert_eq!(client.namespace(), "default");
+    assert!(!format!("{client:?}").contains("test-token"));
+}
+
+#[test]
+fn client_is_send_and_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<KubeClient>();
+}

@@ -1,0 +1,31 @@
+//! podalloc: keeps an application's executor pods on Kubernetes at a target count.
+//!
+//! The allocator Apache Spark runs inside its driver (`ExecutorPodsAllocator`), made into a
+//! small synchronous command-line reconciler. A pure core inside a thin shell:
+//!
+//! ```text
+//! PodList ──► snapshot ──► allocation step ──► Plan ──► apply ──► results ──► state
+//! (HTTP GET)  (pure)       (pure: no I/O,       create/  (HTTP     (which calls  (saved
+//!                           no clock)           delete   POST/     succeeded)    atomically)
+//!                                                         DELETE)
+//! ```
+//!
+//! - [`snapshot`]: PodList JSON → executor id → state (pure).
+//! - [`alloc`]: the allocation step (pure, deterministic; the only place policy lives).
+//! - [`podspec`]: template + executor id → the Pod to create (pure).
+//! - [`kube`]: the blocking HTTPS client and its configuration.
+//! - [`state`]: the persisted allocator state: atomic saves, an exclusive lock per tick.
+//! - [`reconcile`]: the tick.
+//! - [`sim`]: the simulated API server and kubelet.
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod cli;
+pub mod commands;
+pub mod error;
+pub mod kube;
+pub mod podspec;
+pub mod reconcile;
+pub mod sim;
+pub mod snapshot;
+pub mod state;

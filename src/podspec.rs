@@ -1,0 +1,376 @@
+//! Pod spec: template + executor id + app → the Pod JSON to create. Pure: no I/O.
+//!
+//! Names and labels follow DESIGN.md "Kubernetes conventions" (Spark-compatible):
+//! - name `<prefix>-exec-<id>`, the prefix derived from the app id so that the whole name is a
+//!   DNS-1123 label of at most 63 characters for any app id and any u64 id ([`pod_name`]);
+//! - labels `spark-app-selector=<app id>`, `spark-role=executor`, `spark-exec-id=<id>` merged
+//!   over the template's labels;
+//! - env `SPARK_EXECUTOR_ID` and `SPARK_APPLICATION_ID` on every container;
+//! - `restartPolicy: Never` (as Spark: a failed executor is replaced, not restarted in place);
+//! - an ownerReference (controller: true) to the driver pod when one is named, so Kubernetes
+//!   garbage-collects the executors with the driver.
+
+use crate::snapshot::{LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use serde_json::{json, Map, Value};
+use std::fmt;
+
+/// Longest Kubernetes label value and DNS-1123 label (characters).
+pub const MAX_LABEL_LEN: usize = 63;
+
+/// Checks that `v` can be a label value: ≤ 63 characters of `[A-Za-z0-9._-]`, alphanumeric at
+/// both ends, not empty. The error is one line naming the value and the rule.
+pub fn validate_label_value(what: &str, v: &str) -> Result<(), String> {
+    let ok_chars = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let ends = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if v.is_empty() {
+        Err(format!(
+            "{what} is empty; it must be a Kubernetes label value such as spark-app-1"
+        ))
+    } else if v.len() > MAX_LABEL_LEN {
+        Err(format!(
+            "{what} {v:?} is {} characters; a Kubernetes label value has at most 63",
+            v.len()
+        ))
+    } else if !ok_chars || !ends(v.as_bytes().first()) || !ends(v.as_bytes().last()) {
+        Err(format!(
+            "{what} {v:?} is not a valid Kubernetes label value: use letters, digits, '-', '_' \
+             or '.', starting and ending with a letter or digit"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The pod name prefix for an app id: lower-cased, every character outside `[a-z0-9-]`
+/// replaced by `-`, runs of `-` collapsed, leading and trailing `-` trimmed; `spark` if
+/// nothing is left.
+pub fn name_prefix(app_id: &str) -> String {
+    let mut out = String::with_capacity(app_id.len());
+    for c in app_id.chars() {
+        let c = c.to_ascii_lowercase();
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (out.is_empty() || out.ends_with('-')) {
+            continue;
+        }
+        out.push(c);
+    }
+    while out.ends_with('-') {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push_str("spark");
+    }
+    out
+}
+
+/// `<prefix>-exec-<id>`, with the prefix cut (and its trailing `-` trimmed) so the name is a
+/// DNS-1123 label of at most 63 characters. Deterministic: the same prefix and id always give
+/// the same name, which makes creates idempotent (a retried create gets 409 AlreadyExists).
+pub fn pod_name(prefix: &str, id: u64) -> String {
+    let suffix = format!("-exec-{id}");
+    let room = MAX_LABEL_LEN - suffix.len();
+    let mut p = &prefix[..prefix.len().min(room)];
+    while p.ends_with('-') {
+        p = &p[..p.len() - 1];
+    }
+    if p.is_empty() {
+        p = "spark";
+    }
+    format!("{p}{suffix}")
+}
+
+/// The driver pod executors are owned by: its name and uid (from `GET pods/NAME`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// `metadata.name` of the driver pod.
+    pub name: String,
+    /// `metadata.uid` of the driver pod.
+    pub uid: String,
+}
+
+/// Why a template cannot be used. One line naming the problem and the fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateError(pub String);
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+/// A validated executor pod template: a Pod object with at least one container that has an
+/// image.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodTemplate {
+    pod: Value,
+}
+
+impl PodTemplate {
+    /// The minimal executor pod for `--image`: one container named `executor`.
+    pub fn from_image(image: &str) -> Result<PodTemplate, TemplateError> {
+        if image.trim().is_empty() {
+            return Err(TemplateError(
+                "--image is empty: give a container image".into(),
+            ));
+        }
+        Ok(PodTemplate {
+            pod: json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {},
+                "spec": {"containers": [{"name": "executor", "image": image}]}
+            }),
+        })
+    }
+
+    /// Validates a parsed template: an object, `spec.containers` a non-empty list of objects,
+    /// each with a `name`; the first needs an `image` unless `image` is given (it then
+    /// overrides the first container's image, as Spark's `spark.kubernetes.container.image`).
+    ///
+    /// Errors: [`TemplateError`] naming the missing field.
+    pub fn from_value(mut pod: Value, image: Option<&str>) -> Result<PodTemplate, TemplateError> {
+        let obj = pod
+            .as_object_mut()
+            .ok_or_else(|| TemplateError("the template is not a Pod object".into()))?;
+        let containers = obj
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("containers"))
+            .and_then(Value::as_array_mut)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                TemplateError(
+                    "the template has no containers: add spec.containers with at least one \
+                     container (name and image)"
+                        .into(),
+                )
+            })?;
+        for (i, c) in containers.iter_mut().enumerate() {
+            let c = c.as_object_mut().ok_or_else(|| {
+                TemplateError(format!(
+                    "spec.containers[{i}] in the template is not an object"
+                ))
+            })?;
+            if i == 0 {
+                if let Some(image) = image {
+                    c.insert("image".into(), Value::String(image.into()));
+                }
+            }
+            if !c.get("name").is_some_and(Value::is_string) {
+                return Err(TemplateError(format!(
+                    "spec.containers[{i}] in the template has no name"
+                )));
+            }
+            if !c
+                .get("image")
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            {
+                return Err(TemplateError(format!(
+                    "spec.containers[{i}] in the template has no image: set it there or pass --image"
+                )));
+            }
+        }
+        Ok(PodTemplate { pod })
+    }
+
+    /// Builds the Pod to create for executor `id` of `app_id`, named `name` (see [`pod_name`]).
+    pub fn build(&self, app_id: &str, id: u64, name: &str, owner: Option<&Owner>) -> Value {
+        let mut pod = self.pod.clone();
+        let obj = pod.as_object_mut().expect("validated as an object");
+        obj.insert("apiVersion".into(), json!("v1"));
+        obj.insert("kind".into(), json!("Pod"));
+        obj.remove("status");
+        // Spark's test template says `Kind: Pod` (capital K): an unknown key the API would warn on.
+        obj.remove("Kind");
+        let meta = object_at(obj, "metadata");
+        for k in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generateName",
+            "selfLink",
+            "managedFields",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+        ] {
+            meta.remove(k);
+        }
+        meta.insert("name".into(), json!(name));
+        let labels = object_at(meta, "labels");
+        labels.insert(LABEL_APP.into(), json!(app_id));
+        labels.insert(LABEL_ROLE.into(), json!(ROLE_EXECUTOR));
+        labels.insert(LABEL_EXEC_ID.into(), json!(id.to_string()));
+        if let Some(owner) = owner {
+            let refs = meta.entry("ownerReferences").or_insert_with(|| json!([]));
+            if !refs.is_array() {
+                *refs = json!([]);
+            }
+            let refs = refs.as_array_mut().expect("just made an array");
+            // At most one controller reference is allowed: ours replaces a template's.
+            for r in refs.iter_mut() {
+                if let Some(r) = r.as_object_mut() {
+                    r.remove("controller");
+                }
+            }
+            refs.push(json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": true,
+            }));
+        }
+        let spec = object_at(obj, "spec");
+        spec.insert("restartPolicy".into(), json!("Never"));
+        if let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+            for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+                set_env(c, "SPARK_EXECUTOR_ID", &id.to_string());
+                set_env(c, "SPARK_APPLICATION_ID", app_id);
+            }
+        }
+        pod
+    }
+}
+
+/// `obj[key]` as an object, made one if absent or not an object.
+fn object_at<'a>(obj: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let v = obj.entry(key).or_insert_with(|| Value::Object(Map::new()));
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    v.as_object_mut().expect("just made an object")
+}
+
+/// Sets env var `name` on a container, replacing an existing entry of that name.
+fn set_env(container: &mut Map<String, Value>, name: &str, value: &str) {
+    let env = container.entry("env").or_insert_with(|| json!([]));
+    if !env.is_array() {
+        *env = json!([]);
+    }
+    let env = env.as_array_mut().expect("just made an array");
+    env.retain(|e| e.get("name").and_then(Value::as_str) != Some(name));
+    env.push(json!({"name": name, "value": value}));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_dns1123_label(s: &str) -> bool {
+        let b = s.as_bytes();
+        !b.is_empty()
+            && b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    }
+
+    #[test]
+    fn names_are_dns_labels_for_any_app_and_id() {
+        let apps = [
+            "spark-app-1",
+            "spark-9f3c2a1b7d4e4c8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b",
+            "My_App.2024",
+            "---",
+            "a",
+            "Z9",
+            "x".repeat(63).as_str(),
+            "ab-------------------------------------------------------------c",
+        ]
+        .map(String::from);
+        for app in &apps {
+            let prefix = name_prefix(app);
+            for id in [1, 9, 10, 12345, u64::MAX] {
+                let n = pod_name(&prefix, id);
+                assert!(is_dns1123_label(&n), "{app} {id} -> {n}");
+                assert!(n.ends_with(&format!("-exec-{id}")));
+            }
+        }
+        assert_eq!(
+            pod_name(&name_prefix("spark-app-1"), 6),
+            "spark-app-1-exec-6"
+        );
+        assert_eq!(name_prefix("My_App.2024"), "my-app-2024");
+    }
+
+    #[test]
+    fn label_values() {
+        assert!(validate_label_value("app id", "spark-app-1").is_ok());
+        assert!(validate_label_value("app id", "A.b_c-9").is_ok());
+        for bad in ["", "-a", "a-", "a b", "a/b", &"x".repeat(64)] {
+            assert!(validate_label_value("app id", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn build_merges_labels_env_owner() {
+        let tpl = PodTemplate::from_value(
+            json!({"metadata": {"labels": {"team": "etl", "spark-exec-id": "99"},
+                                "namespace": "elsewhere", "uid": "old"},
+                   "spec": {"containers": [
+                       {"name": "executor", "image": "img", "env": [{"name": "SPARK_EXECUTOR_ID", "value": "0"}]},
+                       {"name": "sidecar", "image": "side"}]},
+                   "status": {"phase": "Running"}, "Kind": "Pod"}),
+            None,
+        )
+        .unwrap();
+        let owner = Owner {
+            name: "drv".into(),
+            uid: "u1".into(),
+        };
+        let pod = tpl.build("app-1", 7, "app-1-exec-7", Some(&owner));
+        assert_eq!(pod["metadata"]["name"], "app-1-exec-7");
+        assert_eq!(pod["metadata"]["labels"]["team"], "etl");
+        assert_eq!(pod["metadata"]["labels"]["spark-exec-id"], "7");
+        assert_eq!(pod["metadata"]["labels"]["spark-role"], "executor");
+        assert!(pod["metadata"].get("namespace").is_none());
+        assert!(pod["metadata"].get("uid").is_none());
+        assert!(pod.get("status").is_none());
+        assert!(pod.get("Kind").is_none());
+        assert_eq!(pod["spec"]["restartPolicy"], "Never");
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
+        for c in pod["spec"]["containers"].as_array().unwrap() {
+            let env = c["env"].as_array().unwrap();
+            let ids: Vec<_> = env
+                .iter()
+                .filter(|e| e["name"] == "SPARK_EXECUTOR_ID")
+                .collect();
+            assert_eq!(ids.len(), 1);
+            assert_eq!(ids[0]["value"], "7");
+            assert!(env
+                .iter()
+                .any(|e| e["name"] == "SPARK_APPLICATION_ID" && e["value"] == "app-1"));
+        }
+    }
+
+    #[test]
+    fn bad_templates() {
+        for (t, needle) in [
+            (json!([]), "not a Pod object"),
+            (json!({"spec": {}}), "no containers"),
+            (json!({"spec": {"containers": []}}), "no containers"),
+            (json!({"spec": {"containers": [{"image": "x"}]}}), "no name"),
+            (json!({"spec": {"containers": [{"name": "x"}]}}), "no image"),
+        ] {
+            let e = PodTemplate::from_value(t, None).unwrap_err();
+            assert!(e.0.contains(needle), "{e}");
+        }
+        // --image fills the first container's image (Spark's template "will-be-overwritten").
+        assert!(PodTemplate::from_value(
+            json!({"spec": {"containers": [{"name": "x"}]}}),
+            Some("img")
+        )
+        .is_ok());
+        assert!(PodTemplate::from_image(" ").is_err());
+    }
+}

@@ -1,0 +1,387 @@
+//! The tick, the imperative shell around the pure core:
+//! list → snapshot → plan → (write-ahead save) → delete/create calls → record results → save.
+//!
+//! The plan assumes nothing about whether calls succeed; the saved state records what really
+//! happened. Creates are written to the state as unacknowledged *before* the calls are made,
+//! so a crash between a create and the save can never lead to an id being reused or a pod
+//! created twice: the next tick either sees the pod or times the id out.
+
+use crate::alloc::{self, AllocatorState, Plan, Request, Settings, Summary};
+use crate::error::{Error, Result};
+use crate::kube::{Deleted, KubeClient, KubeError};
+use crate::podspec::{Owner, PodTemplate};
+use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::state::{store_error, LockedStore};
+use log::{info, warn};
+use serde_json::Value;
+
+/// Everything a tick needs to know about the application.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The application id (`spark-app-selector`), already validated as a label value.
+    pub app_id: String,
+    /// Allocation settings.
+    pub settings: Settings,
+    /// The executor pod template; `None` only for read-only commands (status, dry run).
+    pub template: Option<PodTemplate>,
+    /// Driver pod name for ownerReferences.
+    pub driver_pod: Option<String>,
+    /// Pods per list page (0: no pagination).
+    pub page_size: u32,
+}
+
+impl App {
+    /// The label selector of the app's executor pods:
+    /// `spark-app-selector=<app id>,spark-role=executor`.
+    pub fn label_selector(&self) -> String {
+        format!("{LABEL_APP}={},{LABEL_ROLE}={ROLE_EXECUTOR}", self.app_id)
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Clone)]
+pub struct TickReport {
+    /// The plan as made.
+    pub plan: Plan,
+    /// Pods created (201, or 409 for our own pod).
+    pub created: u32,
+    /// Pods deleted (or already gone).
+    pub deleted: u32,
+    /// Unacknowledged executors after the tick.
+    pub unacknowledged: u32,
+    /// The first error of the tick, if any (state was saved before it was returned).
+    pub error: Option<Error>,
+}
+
+impl TickReport {
+    /// Converged: running = target with nothing pending, unacknowledged or planned.
+    pub fn converged(&self) -> bool {
+        self.plan.summary.converged && self.error.is_none()
+    }
+
+    /// The one summary line logged per tick.
+    pub fn line(&self) -> String {
+        let s: &Summary = &self.plan.summary;
+        format!(
+            "target={} running={} pending={} unacknowledged={} created={} deleted={}{}",
+            s.target,
+            s.running,
+            s.pending,
+            self.unacknowledged,
+            self.created,
+            self.deleted,
+            if s.failed > 0 {
+                format!(" failed={}", s.failed)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+/// Converts a client error into the CLI's error with the right exit code.
+pub fn kube_error(e: KubeError) -> Error {
+    let msg = e.to_string();
+    match e {
+        KubeError::Config(_) => Error::usage(msg),
+        KubeError::Api { ref status, .. } if status.code == 403 && !e.is_quota() => {
+            Error::refused(format!(
+                "{msg} (grant the service account pods get/list/create/delete in this namespace)"
+            ))
+        }
+        KubeError::Api { ref status, .. } if status.code == 422 => {
+            Error::refused(format!("{msg} (fix the pod template)"))
+        }
+        _ => Error::runtime(msg),
+    }
+}
+
+/// Lists the app's executor pods into a snapshot (one list per tick, paginated).
+///
+/// Errors: the API's (exit 1/4), or a malformed PodList (exit 1: the server sent it).
+pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
+    let snap = std::cell::RefCell::new(Snapshot::default());
+    let selector = app.label_selector();
+    let limit = (app.page_size > 0).then_some(app.page_size);
+    let mut parse_error: Option<String> = None;
+    let res = client.list_pods(
+        &selector,
+        None,
+        limit,
+        // A 410 Gone restarts the list from the first page: drop what was collected.
+        &mut || *snap.borrow_mut() = Snapshot::default(),
+        &mut |body: &[u8]| -> std::result::Result<Option<String>, KubeError> {
+            snap.borrow_mut().add_page(body, &app.app_id).map_err(|e| {
+                parse_error = Some(e.to_string());
+                KubeError::Decode {
+                    what: "pod list".into(),
+                    message: e.to_string(),
+                }
+            })
+        },
+    );
+    if let Err(e) = res {
+        return Err(match parse_error {
+            Some(p) => Error::runtime(format!(
+                "the pod list from the API server (namespace {}) could not be used: {p}",
+                client.namespace()
+            )),
+            None => kube_error(e),
+        });
+    }
+    let snap = snap.into_inner();
+    for w in &snap.warnings {
+        warn!("{w}");
+    }
+    Ok(snap)
+}
+
+/// Reads the driver pod for the ownerReference. A missing driver pod is an error naming the
+/// pod and the namespace (exit 2), as Spark's allocator refuses to start without it.
+pub fn driver_owner(client: &KubeClient, name: &str) -> Result<Owner> {
+    match client.get_pod(name).map_err(kube_error)? {
+        Some(pod) => {
+            let uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if uid.is_empty() {
+                return Err(Error::runtime(format!(
+                    "driver pod {name:?} has no metadata.uid"
+                )));
+            }
+            Ok(Owner {
+                name: name.to_string(),
+                uid,
+            })
+        }
+        None => Err(Error::usage(format!(
+            "no driver pod named {name:?} in namespace {:?}: check --driver-pod and -n/--namespace",
+            client.namespace()
+        ))),
+    }
+}
+
+/// How the target changes in this tick.
+#[derive(Debug, Clone, Default)]
+pub struct TargetChange {
+    /// Set the target to this.
+    pub set: Option<u32>,
+    /// Then raise it by this many (seed 001's addExecutors).
+    pub add: u32,
+    /// Executors to remove (seed 001's deleteExecutors).
+    pub remove: Vec<u64>,
+}
+
+/// Runs one tick under the held lock `store`. `now_ms` is the wall clock in ms.
+///
+/// Returns `Err` only when nothing was changed (listing failed, bad state, no target);
+/// otherwise a report whose `error` says what went wrong after the state was saved.
+pub fn tick(
+    client: &KubeClient,
+    app: &App,
+    store: &LockedStore,
+    change: &TargetChange,
+    now_ms: u64,
+) -> Result<TickReport> {
+    let state = store
+        .load()
+        .map_err(store_error)?
+        .unwrap_or_else(AllocatorState::new);
+    let snapshot = list_snapshot(client, app)?;
+    let base = change.set.or(state.target);
+    let target = match (base, change.add) {
+        (b, 0) => b,
+        (b, n) => Some(b.unwrap_or(0).saturating_add(n)),
+    };
+    let request = Request {
+        target,
+        remove: change.remove.clone(),
+    };
+    let plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    for w in plan.warnings.iter().skip(snapshot.warnings.len()) {
+        warn!("{w}");
+    }
+    let owner = match (&app.driver_pod, plan.create.is_empty()) {
+        (Some(name), false) => Some(driver_owner(client, name)?),
+        _ => None,
+    };
+    // Write-ahead: the ids about to be created are recorded before any call is made.
+    let mut state = plan.state.clone();
+    store.save(&state).map_err(store_error)?;
+
+    let mut first_error: Option<Error> = None;
+    let mut deleted = 0;
+    for d in &plan.delete {
+        match delete_one(client, d) {
+            Ok(true) => {
+                deleted += 1;
+                info!(
+                    "deleted executor {} ({}, {})",
+                    d.executor_id, d.pod_name, d.reason
+                );
+            }
+            Ok(false) => {}
+            Err(e) => {
+                warn!(
+                    "could not delete executor {} ({}): {e}",
+                    d.executor_id, d.pod_name
+                );
+                first_error.get_or_insert(kube_error(e));
+            }
+        }
+    }
+
+    let mut created = 0;
+    let mut dropped: Vec<u64> = Vec::new();
+    let template = app.template.as_ref();
+    for (i, c) in plan.create.iter().enumerate() {
+        let Some(template) = template else {
+            dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
+            first_error.get_or_insert(Error::usage(
+                "no executor pod template: pass --template FILE or --image IMAGE",
+            ));
+            break;
+        };
+        let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner.as_ref());
+        match create_one(client, app, c.executor_id, &c.pod_name, &pod) {
+            CreateOutcome::Created => created += 1,
+            CreateOutcome::NotOurs => dropped.push(c.executor_id),
+            CreateOutcome::Rejected(e) => {
+                // Definitely not created: this id and the rest of the batch are dropped
+                // (ids stay consumed), as Kubernetes' controllers stop a batch at the first error.
+                dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
+                first_error.get_or_insert(e);
+                break;
+            }
+            CreateOutcome::Ambiguous(e) => {
+                // The create may have happened: keep it unacknowledged (the creation timeout
+                // deals with it); the rest of the batch is not attempted.
+                dropped.extend(plan.create[i + 1..].iter().map(|c| c.executor_id));
+                first_error.get_or_insert(e);
+                break;
+            }
+        }
+    }
+    if !dropped.is_empty() {
+        state
+            .unacknowledged
+            .retain(|u| !dropped.contains(&u.executor_id));
+        store.save(&state).map_err(store_error)?;
+    }
+    if created > 0 {
+        info!(
+            "created {created} executor pod(s): {}",
+            names(&plan, &dropped)
+        );
+    }
+    Ok(TickReport {
+        unacknowledged: state.unacknowledged.len() as u32,
+        plan,
+        created,
+        deleted,
+        error: first_error,
+    })
+}
+
+fn names(plan: &Plan, dropped: &[u64]) -> String {
+    let v: Vec<&str> = plan
+        .create
+        .iter()
+        .filter(|c| !dropped.contains(&c.executor_id))
+        .map(|c| c.pod_name.as_str())
+        .collect();
+    v.join(", ")
+}
+
+/// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because
+/// it is no longer pending (excess deletes only) or changed since it was read.
+fn delete_one(client: &KubeClient, d: &alloc::Delete) -> std::result::Result<bool, KubeError> {
+    if d.if_pending {
+        // Spark restricts excess deletes to status.phase=Pending: read the pod now, and delete
+        // it only if still pending, with preconditions so a change in between is a 409.
+        let Some(pod) = client.get_pod(&d.pod_name)? else {
+            return Ok(true);
+        };
+        let meta = &pod["metadata"];
+        if !meta["deletionTimestamp"].is_null() {
+            return Ok(true);
+        }
+        let phase = pod["status"]["phase"].as_str().unwrap_or("");
+        if phase != "Pending" {
+            info!(
+                "executor {} ({}) is {phase} now, not pending: not deleted as excess",
+                d.executor_id, d.pod_name
+            );
+            return Ok(false);
+        }
+        let uid = meta["uid"].as_str().unwrap_or("");
+        let rv = meta["resourceVersion"].as_str().unwrap_or("");
+        return match client.delete_pod(&d.pod_name, Some((uid, rv))) {
+            Ok(_) => Ok(true),
+            Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
+                info!(
+                    "executor {} ({}) changed since it was read: left for the next tick",
+                    d.executor_id, d.pod_name
+                );
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        };
+    }
+    match client.delete_pod(&d.pod_name, None)? {
+        Deleted::Deleted | Deleted::NotFound => Ok(true),
+    }
+}
+
+enum CreateOutcome {
+    Created,
+    NotOurs,
+    Rejected(Error),
+    Ambiguous(Error),
+}
+
+fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
+    match client.create_pod(pod) {
+        Ok(_) => CreateOutcome::Created,
+        Err(KubeError::Api { ref status, .. })
+            if status.code == 409 && status.reason == "AlreadyExists" =>
+        {
+            // A create whose response was lost may have happened: a pod of ours with this id
+            // is success; anything else under that name is not ours and is left alone.
+            match client.get_pod(name) {
+                Ok(Some(existing)) if is_our_pod(&existing, &app.app_id, id) => {
+                    info!("pod {name} already exists and is ours: counted as created");
+                    CreateOutcome::Created
+                }
+                Ok(_) => {
+                    warn!(
+                        "pod {name} already exists and is not executor {id} of {}: skipped that id",
+                        app.app_id
+                    );
+                    CreateOutcome::NotOurs
+                }
+                Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
+            }
+        }
+        Err(e) if e.is_quota() => {
+            warn!("create {name} rejected by a quota: {e}");
+            CreateOutcome::Rejected(Error::runtime(e.to_string()))
+        }
+        Err(e @ KubeError::Api { .. }) if !e.is_retryable() => {
+            CreateOutcome::Rejected(kube_error(e))
+        }
+        Err(e @ (KubeError::Config(_) | KubeError::Auth(_))) => {
+            CreateOutcome::Rejected(kube_error(e))
+        }
+        Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
+    }
+}
+
+fn is_our_pod(pod: &Value, app_id: &str, id: u64) -> bool {
+    let l = &pod["metadata"]["labels"];
+    l[LABEL_APP] == app_id
+        && l[LABEL_ROLE] == ROLE_EXECUTOR
+        && l[LABEL_EXEC_ID] == id.to_string().as_str()
+}

@@ -1,0 +1,513 @@
+//! A simulated Kubernetes API server for pods, with a simulated scheduler and kubelet.
+//!
+//! It serves the parts of `/api/v1` that podalloc uses (list with label and field
+//! selectors and `limit`/`continue` pagination, get, create, delete, delete-collection)
+//! over HTTPS with a generated CA, or plain HTTP, and answers the way kube-apiserver
+//! does: the same `Status` bodies, codes, validation messages, pod defaulting, graceful
+//! deletion rules, resource versions and gzip threshold. Pods then live a simulated life:
+//! Pending → scheduled (node, host IP) → Running (or Failed / crash-looping with
+//! `failure_rate`), and a deleted pod's containers stop, it turns Failed and disappears.
+//!
+//! Side doors for tests, never authenticated: `GET /sim/stats` (the [`SimStats`] as
+//! JSON), `POST /sim/pods/{ns}` (seed a pod; a `status.phase` in the body is kept and the
+//! kubelet leaves the pod in that phase) and `POST /sim/pods/{ns}/{name}/phase` with
+//! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`.
+//!
+//! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
+//! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
+//! them and are applied, in order, before every request is handled, so what a client
+//! sees depends only on the clock. This module uses no other podalloc module.
+
+mod api;
+mod http;
+mod pod;
+mod selector;
+mod status;
+mod store;
+mod tls;
+mod util;
+mod validation;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, BufWriter, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use store::{Store, StoreConfig};
+
+/// How long an idle keep-alive connection is kept open.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a blocked write to a client may take before the connection is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Settings of a simulated API server. `Default` gives a loopback HTTPS server on an
+/// ephemeral port with the latencies below.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Address to listen on; default `127.0.0.1:0` (an ephemeral port; see
+    /// [`SimServer::url`]).
+    pub listen: SocketAddr,
+    /// Serve HTTPS with a freshly generated CA (default) instead of plain HTTP.
+    pub tls: bool,
+    /// Write the CA certificate (PEM) to this file, for clients'
+    /// `--certificate-authority`. Written atomically; ignored without `tls`.
+    pub ca_out: Option<PathBuf>,
+    /// Bearer token every `/api/...` request must carry; `None`: no authentication.
+    pub token: Option<String>,
+    /// Time from creation to scheduling (`spec.nodeName` set); default 200 ms.
+    pub schedule_latency: Duration,
+    /// Time from scheduling to Running; default 1 s.
+    pub startup_latency: Duration,
+    /// A gracefully deleted pod's containers stop after `min(grace period, this)`;
+    /// default 500 ms. The object is removed up to 100 ms later.
+    pub stop_latency: Duration,
+    /// Probability in `[0, 1]` that a pod fails instead of starting (exit code 1, reason
+    /// `Error`): `Failed` with `restartPolicy: Never`, otherwise `Running` in
+    /// `CrashLoopBackOff` as a real kubelet would show it. Default 0.
+    pub failure_rate: f64,
+    /// Seed for the failure draws (the n-th created pod's draw depends only on the seed
+    /// and n).
+    pub seed: u64,
+    /// Cap on items per list page even when the client asks for more (`None`: honour
+    /// `limit`). Lists without `limit` are never paginated.
+    pub max_page: Option<usize>,
+    /// Number of fake nodes (`sim-node-1`...) pods are spread over; default 3. With 0,
+    /// pods stay Pending with `PodScheduled=False`, reason `Unschedulable`.
+    pub nodes: usize,
+    /// Age after which a list's continue tokens answer 410 Expired; default 5 minutes
+    /// (the etcd compaction window). Lower it to test clients' handling of 410.
+    pub continue_ttl: Duration,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            tls: true,
+            ca_out: None,
+            token: None,
+            schedule_latency: Duration::from_millis(200),
+            startup_latency: Duration::from_secs(1),
+            stop_latency: Duration::from_millis(500),
+            failure_rate: 0.0,
+            seed: 0,
+            max_page: None,
+            nodes: 3,
+            continue_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Counters of a running simulator, also served as JSON at `GET /sim/stats`.
+///
+/// A pod is *live* while it exists, has no `deletionTimestamp` and is Pending or Running.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SimStats {
+    /// HTTP requests handled, except those to `/sim/...`.
+    pub requests: u64,
+    /// List calls (each page counts).
+    pub lists: u64,
+    /// Successful creates through the API (not seeded pods).
+    pub creates: u64,
+    /// Creates refused with 409 AlreadyExists.
+    pub create_conflicts: u64,
+    /// Successful (200) deletes through the API, one per pod for delete-collection.
+    pub deletes: u64,
+    /// Live pods now.
+    pub live_pods: u64,
+    /// Most live pods at any moment.
+    pub max_live_pods: u64,
+    /// Most live pods at any moment per `spark-app-selector` label value (pods without
+    /// the label are not counted here).
+    pub max_live_pods_by_app: BTreeMap<String, u64>,
+}
+
+type ConnMap = HashMap<u64, (TcpStream, Option<JoinHandle<()>>)>;
+
+/// State shared by the server's threads.
+pub(crate) struct Shared {
+    pub(crate) store: Mutex<Store>,
+    /// Wakes the kubelet thread when new events are queued (and on shutdown).
+    pub(crate) kubelet: Condvar,
+    pub(crate) token: Option<String>,
+    pub(crate) requests: AtomicU64,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stopping: AtomicBool,
+    stopped: Mutex<bool>,
+    stopped_cv: Condvar,
+    conns: Mutex<ConnMap>,
+    next_conn: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    wake_addr: SocketAddr,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn shutdown(&self) {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            self.wait_stopped(None);
+            return;
+        }
+        // Wake the acceptor blocked in accept(); if that fails it is left detached.
+        let woke = TcpStream::connect_timeout(&self.wake_addr, Duration::from_secs(1)).is_ok();
+        {
+            let _g = relock(&self.store);
+            self.kubelet.notify_all();
+        }
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *relock(&self.threads));
+        for (i, h) in threads.into_iter().enumerate() {
+            // Thread 0 is the acceptor.
+            if i > 0 || woke {
+                let _ = h.join();
+            }
+        }
+        let conns: Vec<(TcpStream, Option<JoinHandle<()>>)> =
+            relock(&self.conns).drain().map(|(_, c)| c).collect();
+        for (s, _) in &conns {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for (_, h) in conns {
+            if let Some(h) = h {
+                let _ = h.join();
+            }
+        }
+        *relock(&self.stopped) = true;
+        self.stopped_cv.notify_all();
+    }
+
+    /// Waits until stopped, at most `timeout`; true when stopped.
+    fn wait_stopped(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut g = relock(&self.stopped);
+        while !*g {
+            match deadline {
+                None => g = self.stopped_cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return false;
+                    }
+                    g = self
+                        .stopped_cv
+                        .wait_timeout(g, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// A running simulated API server. Dropping it (or [`SimServer::stop`]) closes the
+/// listener and every connection and joins the server's threads.
+pub struct SimServer {
+    shared: Arc<Shared>,
+    url: String,
+    ca_pem: Option<String>,
+}
+
+/// A cloneable handle that stops a [`SimServer`] from another thread (for example a
+/// signal handler's loop while the main thread sits in [`SimServer::wait`]).
+#[derive(Clone)]
+pub struct SimStopHandle {
+    shared: Arc<Shared>,
+}
+
+impl SimStopHandle {
+    /// Stops the server (idempotent); returns once its threads have exited.
+    pub fn stop(&self) {
+        self.shared.shutdown();
+    }
+}
+
+fn write_atomically(path: &std::path::Path, contents: &str) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
+    tmp.write_all(contents.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+impl SimServer {
+    /// Binds `opts.listen`, generates the PKI (with `tls`), writes `ca_out` and starts
+    /// the threads.
+    ///
+    /// Errors: the address cannot be bound, `ca_out` cannot be written, the TLS setup
+    /// fails, or `failure_rate` is outside `[0, 1]` (`InvalidInput`).
+    pub fn start(opts: SimOptions) -> io::Result<SimServer> {
+        if !(0.0..=1.0).contains(&opts.failure_rate) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "failure_rate must be within [0, 1], got {}",
+                    opts.failure_rate
+                ),
+            ));
+        }
+        let listener = TcpListener::bind(opts.listen)?;
+        let addr = listener.local_addr()?;
+        let host_ip = match addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let wake_addr = SocketAddr::new(host_ip, addr.port());
+        let (tls, ca_pem) = if opts.tls {
+            let extra: Vec<IpAddr> = [addr.ip()]
+                .into_iter()
+                .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+                .collect();
+            let pki = tls::Pki::generate(&extra)?;
+            if let Some(path) = &opts.ca_out {
+                write_atomically(path, &pki.ca_pem)?;
+            }
+            (Some(pki.server_config(None)?), Some(pki.ca_pem))
+        } else {
+            if opts.ca_out.is_some() {
+                log::warn!("sim: ca_out is ignored without TLS");
+            }
+            (None, None)
+        };
+        let scheme = if opts.tls { "https" } else { "http" };
+        let url = match host_ip {
+            IpAddr::V4(ip) => format!("{scheme}://{ip}:{}", addr.port()),
+            IpAddr::V6(ip) => format!("{scheme}://[{ip}]:{}", addr.port()),
+        };
+        let cfg = StoreConfig {
+            schedule_latency: opts.schedule_latency,
+            startup_latency: opts.startup_latency,
+            stop_latency: opts.stop_latency,
+            failure_rate: opts.failure_rate,
+            seed: opts.seed,
+            nodes: opts.nodes,
+            max_page: opts.max_page,
+            continue_ttl: opts.continue_ttl,
+        };
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(cfg, util::WallClock::new())),
+            kubelet: Condvar::new(),
+            token: opts.token.clone(),
+            requests: AtomicU64::new(0),
+            tls,
+            stopping: AtomicBool::new(false),
+            stopped: Mutex::new(false),
+            stopped_cv: Condvar::new(),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(0),
+            threads: Mutex::new(Vec::new()),
+            wake_addr,
+        });
+        let acceptor = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sim-accept".into())
+                .spawn(move || accept_loop(&shared, listener))?
+        };
+        relock(&shared.threads).push(acceptor);
+        let kubelet = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sim-kubelet".into())
+                .spawn(move || kubelet_loop(&shared))
+        };
+        match kubelet {
+            Ok(h) => relock(&shared.threads).push(h),
+            Err(e) => {
+                shared.shutdown();
+                return Err(e);
+            }
+        }
+        log::info!("sim: serving the pods API at {url}");
+        Ok(SimServer {
+            shared,
+            url,
+            ca_pem,
+        })
+    }
+
+    /// Base URL without a trailing slash: `https://127.0.0.1:PORT` (or `http://...`).
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The CA certificate (PEM) that signed the server certificate; `None` without TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// The counters now (pending kubelet transitions are applied first).
+    pub fn stats(&self) -> SimStats {
+        let mut s = relock(&self.shared.store).stats(Instant::now());
+        s.requests = self.shared.requests.load(Ordering::Relaxed);
+        s
+    }
+
+    /// A handle that can stop the server from another thread.
+    pub fn stop_handle(&self) -> SimStopHandle {
+        SimStopHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Stops the server: closes the listener and all connections, joins the threads.
+    pub fn stop(self) {
+        drop(self);
+    }
+
+    /// Blocks until the server has been stopped through a [`SimStopHandle`].
+    pub fn wait(&self) {
+        self.shared.wait_stopped(None);
+    }
+
+    /// Like [`SimServer::wait`] for at most `timeout`; true when the server has stopped.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        self.shared.wait_stopped(Some(timeout))
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.shared.shutdown();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
+    for conn in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                log::debug!("sim: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let Ok(clone) = stream.try_clone() else {
+            continue;
+        };
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        relock(&shared.conns).insert(id, (clone, None));
+        let sh = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("sim-conn".into())
+            .spawn(move || {
+                serve_connection(&sh, stream);
+                relock(&sh.conns).remove(&id);
+            });
+        match spawned {
+            Ok(h) => {
+                if let Some(entry) = relock(&shared.conns).get_mut(&id) {
+                    entry.1 = Some(h);
+                }
+            }
+            Err(e) => {
+                log::warn!("sim: cannot start a connection thread: {e}");
+                relock(&shared.conns).remove(&id);
+            }
+        }
+    }
+}
+
+fn kubelet_loop(shared: &Shared) {
+    let mut store = relock(&shared.store);
+    loop {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = Instant::now();
+        store.advance(now);
+        let wait = store
+            .next_due()
+            .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now))
+            .min(Duration::from_secs(1));
+        store = shared
+            .kubelet
+            .wait_timeout(store, wait)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+fn serve_connection(shared: &Shared, tcp: TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let _ = tcp.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = tcp.set_write_timeout(Some(WRITE_TIMEOUT));
+    match &shared.tls {
+        Some(cfg) => {
+            let conn = match rustls::ServerConnection::new(Arc::clone(cfg)) {
+                Ok(c) => c,
+                Err(e) => {
+                    log::warn!("sim: TLS session setup failed: {e}");
+                    return;
+                }
+            };
+            let mut stream = rustls::StreamOwned::new(conn, tcp);
+            serve_http(shared, &mut stream);
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+        }
+        None => {
+            let mut tcp = tcp;
+            serve_http(shared, &mut tcp);
+        }
+    }
+}
+
+fn serve_http<S: io::Read + Write>(shared: &Shared, stream: &mut S) {
+    let mut conn = http::Conn::new(stream);
+    loop {
+        match conn.read_request() {
+            Ok(None) => return,
+            Ok(Some(req)) => {
+                let resp = api::handle(shared, &req);
+                let keep = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
+                let mut w = BufWriter::with_capacity(64 * 1024, &mut conn.stream);
+                let written = http::write_response(&mut w, resp, keep, req.accepts_gzip())
+                    .and_then(|()| w.flush());
+                if written.is_err() || !keep {
+                    return;
+                }
+            }
+            Err(http::ReadError::Bad(msg)) => {
+                log::debug!("sim: malformed request: {msg}");
+                let _ = http::write_plain_error(&mut conn.stream, 400);
+                return;
+            }
+            Err(http::ReadError::TooLarge(413)) => {
+                let body = status::ApiError::too_large(http::MAX_BODY).to_json();
+                let _ = http::write_response(
+                    &mut conn.stream,
+                    http::Response::json(413, body),
+                    false,
+                    false,
+                );
+                return;
+            }
+            Err(http::ReadError::TooLarge(code)) => {
+                let _ = http::write_plain_error(&mut conn.stream, code);
+                return;
+            }
+            Err(http::ReadError::Io(e)) => {
+                log::trace!("sim: connection closed: {e}");
+                return;
+            }
+        }
+    }
+}

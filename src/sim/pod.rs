@@ -1,0 +1,1056 @@
+//! What the apiserver and the kubelet do to a Pod object: decoding checks, defaulting,
+//! validation, and the status written at each step of its life.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Map, Value};
+
+use super::status::ApiError;
+use super::util::hex64;
+use super::validation::{self, FieldError};
+
+/// The label that keys `SimStats::max_live_pods_by_app`.
+pub(crate) const APP_LABEL: &str = "spark-app-selector";
+
+/// Default `spec.terminationGracePeriodSeconds`.
+pub(crate) const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// Pod phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub(crate) fn parse(s: &str) -> Option<Phase> {
+        Some(match s {
+            "Pending" => Phase::Pending,
+            "Running" => Phase::Running,
+            "Succeeded" => Phase::Succeeded,
+            "Failed" => Phase::Failed,
+            "Unknown" => Phase::Unknown,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+        }
+    }
+
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// The values a pod field selector can test, extracted once per write.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PodFields {
+    pub node_name: String,
+    pub restart_policy: String,
+    pub scheduler_name: String,
+    pub service_account_name: String,
+    pub host_network: &'static str,
+    pub phase: String,
+    pub pod_ip: String,
+    pub pod_ips: String,
+    pub nominated_node_name: String,
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(n) => cur = n,
+            None => return "",
+        }
+    }
+    cur.as_str().unwrap_or("")
+}
+
+/// Labels and selectable fields of a (valid) pod value.
+pub(crate) fn extract(v: &Value) -> (BTreeMap<String, String>, PodFields) {
+    let labels = v
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let host_network = v
+        .pointer("/spec/hostNetwork")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let fields = PodFields {
+        node_name: str_at(v, &["spec", "nodeName"]).to_string(),
+        restart_policy: str_at(v, &["spec", "restartPolicy"]).to_string(),
+        scheduler_name: str_at(v, &["spec", "schedulerName"]).to_string(),
+        service_account_name: str_at(v, &["spec", "serviceAccountName"]).to_string(),
+        host_network: if host_network { "true" } else { "false" },
+        phase: str_at(v, &["status", "phase"]).to_string(),
+        pod_ip: str_at(v, &["status", "podIP"]).to_string(),
+        pod_ips: v
+            .pointer("/status/podIPs/0/ip")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        nominated_node_name: str_at(v, &["status", "nominatedNodeName"]).to_string(),
+    };
+    (labels, fields)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal {} into Go struct field {go_field} of type {go_type}",
+        json_kind(v)
+    ))
+}
+
+fn check_str(parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
+    match parent.get(key) {
+        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
+        Some(other) => Err(decode_error(other, go_field, "string")),
+    }
+}
+
+fn check_obj(parent: &Value, key: &str, go_field: &str, go_type: &str) -> Result<(), ApiError> {
+    match parent.get(key) {
+        None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
+        Some(other) => Err(decode_error(other, go_field, go_type)),
+    }
+}
+
+fn check_string_map(parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
+    check_obj(parent, key, go_field, "map[string]string")?;
+    if let Some(Value::Object(m)) = parent.get(key) {
+        for v in m.values() {
+            if !v.is_string() && !v.is_null() {
+                return Err(decode_error(v, go_field, "string"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The type checks that Go's JSON decoder would make on the fields the simulator reads
+/// (a mistyped field is a 400, as with the real server).
+fn check_types(pod: &Value) -> Result<(), ApiError> {
+    check_obj(pod, "metadata", "Pod.metadata", "v1.ObjectMeta")?;
+    check_obj(pod, "spec", "Pod.spec", "v1.PodSpec")?;
+    check_obj(pod, "status", "Pod.status", "v1.PodStatus")?;
+    if let Some(meta) = pod.get("metadata") {
+        for k in [
+            "name",
+            "generateName",
+            "namespace",
+            "resourceVersion",
+            "uid",
+        ] {
+            check_str(meta, k, &format!("ObjectMeta.metadata.{k}"))?;
+        }
+        check_string_map(meta, "labels", "ObjectMeta.metadata.labels")?;
+        check_string_map(meta, "annotations", "ObjectMeta.metadata.annotations")?;
+        match meta.get("ownerReferences") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(refs)) => {
+                for r in refs {
+                    if !r.is_object() {
+                        return Err(decode_error(
+                            r,
+                            "ObjectMeta.metadata.ownerReferences",
+                            "v1.OwnerReference",
+                        ));
+                    }
+                    for k in ["apiVersion", "kind", "name", "uid"] {
+                        check_str(
+                            r,
+                            k,
+                            &format!("OwnerReference.metadata.ownerReferences.{k}"),
+                        )?;
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(decode_error(
+                    other,
+                    "ObjectMeta.metadata.ownerReferences",
+                    "[]v1.OwnerReference",
+                ))
+            }
+        }
+    }
+    if let Some(spec) = pod.get("spec") {
+        for k in [
+            "restartPolicy",
+            "nodeName",
+            "schedulerName",
+            "serviceAccountName",
+        ] {
+            check_str(spec, k, &format!("PodSpec.spec.{k}"))?;
+        }
+        match spec.get("terminationGracePeriodSeconds") {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.is_i64() => {}
+            Some(other) => {
+                return Err(decode_error(
+                    other,
+                    "PodSpec.spec.terminationGracePeriodSeconds",
+                    "int64",
+                ))
+            }
+        }
+        match spec.get("hostNetwork") {
+            None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+            Some(other) => return Err(decode_error(other, "PodSpec.spec.hostNetwork", "bool")),
+        }
+        for list in ["containers", "initContainers"] {
+            match spec.get(list) {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(cs)) => {
+                    for c in cs {
+                        if !c.is_object() {
+                            return Err(decode_error(
+                                c,
+                                &format!("PodSpec.spec.{list}"),
+                                "v1.Container",
+                            ));
+                        }
+                        for k in ["name", "image", "imagePullPolicy"] {
+                            check_str(c, k, &format!("Container.spec.{list}.{k}"))?;
+                        }
+                        check_obj(
+                            c,
+                            "resources",
+                            &format!("Container.spec.{list}.resources"),
+                            "v1.ResourceRequirements",
+                        )?;
+                        if let Some(r) = c.get("resources") {
+                            for k in ["limits", "requests"] {
+                                check_obj(
+                                    r,
+                                    k,
+                                    &format!("ResourceRequirements.spec.{list}.resources.{k}"),
+                                    "v1.ResourceList",
+                                )?;
+                            }
+                        }
+                    }
+                }
+                Some(other) => {
+                    return Err(decode_error(
+                        other,
+                        &format!("PodSpec.spec.{list}"),
+                        "[]v1.Container",
+                    ))
+                }
+            }
+        }
+    }
+    if let Some(status) = pod.get("status") {
+        check_str(status, "phase", "PodStatus.status.phase")?;
+    }
+    Ok(())
+}
+
+/// Decodes a request body into a pod value, as the apiserver's JSON decoder would:
+/// 400 for non-JSON, a non-object, a foreign kind or a mistyped field. `kind` and
+/// `apiVersion` are removed (stored objects carry them only on the wire).
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    let Value::Object(mut obj) = v else {
+        return Err(ApiError::bad_request(format!(
+            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
+            json_kind(&v)
+        )));
+    };
+    let kind = obj.remove("kind");
+    let api_version = obj.remove("apiVersion");
+    let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("");
+    let api_version = api_version.as_ref().and_then(Value::as_str).unwrap_or("");
+    if !kind.is_empty() && kind != "Pod" {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type Pod): decoding kind {kind:?} ({api_version:?}) into Pod"
+        )));
+    }
+    if !api_version.is_empty() && api_version != "v1" {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version (v1)"
+        )));
+    }
+    let pod = Value::Object(obj);
+    check_types(&pod)?;
+    Ok(pod)
+}
+
+fn obj_mut<'a>(v: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
+    if !v.get(key).is_some_and(Value::is_object) {
+        v[key] = Value::Object(Map::new());
+    }
+    match v.get_mut(key) {
+        Some(Value::Object(m)) => m,
+        // Unreachable: the entry was just made an object.
+        _ => unreachable!("object entry"),
+    }
+}
+
+fn default_image_pull_policy(image: &str) -> &'static str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// Applies the defaults that the apiserver's defaulting and admission plugins add
+/// (restart policy, grace period, DNS policy, scheduler, service account, default
+/// tolerations, container fields, requests copied from limits).
+pub(crate) fn apply_defaults(pod: &mut Value) {
+    let spec = obj_mut(pod, "spec");
+    let defaults: [(&str, Value); 8] = [
+        ("restartPolicy", json!("Always")),
+        (
+            "terminationGracePeriodSeconds",
+            json!(DEFAULT_GRACE_SECONDS),
+        ),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("securityContext", json!({})),
+        ("schedulerName", json!("default-scheduler")),
+        ("enableServiceLinks", json!(true)),
+        ("preemptionPolicy", json!("PreemptLowerPriority")),
+        ("priority", json!(0)),
+    ];
+    for (k, v) in defaults {
+        if spec.get(k).is_none_or(Value::is_null) {
+            spec.insert(k.to_string(), v);
+        }
+    }
+    if spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        spec.insert("serviceAccountName".into(), json!("default"));
+    }
+    let sa = spec["serviceAccountName"].clone();
+    spec.insert("serviceAccount".into(), sa);
+    let tolerations = spec
+        .entry("tolerations")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !tolerations.is_array() {
+        *tolerations = Value::Array(Vec::new());
+    }
+    if let Value::Array(ts) = tolerations {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            if !ts
+                .iter()
+                .any(|t| t.get("key").and_then(Value::as_str) == Some(key))
+            {
+                ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        if let Some(Value::Array(cs)) = spec.get_mut(list) {
+            for c in cs.iter_mut().filter(|c| c.is_object()) {
+                let image = c
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let Value::Object(cm) = c else { continue };
+                cm.entry("terminationMessagePath")
+                    .or_insert_with(|| json!("/dev/termination-log"));
+                cm.entry("terminationMessagePolicy")
+                    .or_insert_with(|| json!("File"));
+                if cm
+                    .get("imagePullPolicy")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    cm.insert(
+                        "imagePullPolicy".into(),
+                        json!(default_image_pull_policy(&image)),
+                    );
+                }
+                let res = cm.entry("resources").or_insert_with(|| json!({}));
+                if let Value::Object(rm) = res {
+                    let limits = rm.get("limits").and_then(Value::as_object).cloned();
+                    if let Some(limits) = limits.filter(|l| !l.is_empty()) {
+                        let req = rm.entry("requests").or_insert_with(|| json!({}));
+                        if let Value::Object(req) = req {
+                            for (k, v) in limits {
+                                req.entry(k).or_insert(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `qos.GetPodQOS`: BestEffort (no cpu/memory requests or limits anywhere), Guaranteed
+/// (every container limits cpu and memory with requests equal to limits), else Burstable.
+pub(crate) fn qos_class(pod: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for list in ["initContainers", "containers"] {
+        let Some(cs) = pod
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        for c in cs {
+            let get = |kind: &str, r: &str| -> Option<String> {
+                let q = c.pointer(&format!("/resources/{kind}/{r}"))?;
+                let s = match q {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (!s.is_empty() && s != "0").then_some(s)
+            };
+            for r in ["cpu", "memory"] {
+                let (req, lim) = (get("requests", r), get("limits", r));
+                any |= req.is_some() || lim.is_some();
+                match (req, lim) {
+                    (Some(a), Some(b)) if a == b => {}
+                    _ => guaranteed = false,
+                }
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// `ValidatePodCreate`, reduced to the rules that matter here: object name, labels,
+/// owner references, containers (name, uniqueness, image) and restart policy.
+pub(crate) fn validate(pod: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let meta = pod.get("metadata").cloned().unwrap_or(Value::Null);
+    let name = str_at(&meta, &["name"]);
+    let generate = str_at(&meta, &["generateName"]);
+    if !generate.is_empty() {
+        for m in validation::object_name(generate, true) {
+            errs.push(FieldError::invalid("metadata.generateName", generate, m));
+        }
+    }
+    if name.is_empty() {
+        errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else {
+        for m in validation::object_name(name, false) {
+            errs.push(FieldError::invalid("metadata.name", name, m));
+        }
+    }
+    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            for m in validation::qualified_name(k) {
+                errs.push(FieldError::invalid("metadata.labels", k, m));
+            }
+            let v = v.as_str().unwrap_or("");
+            for m in validation::label_value(v) {
+                errs.push(FieldError::invalid("metadata.labels", v, m));
+            }
+        }
+    }
+    if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
+        for k in annotations.keys() {
+            for m in validation::qualified_name(k) {
+                errs.push(FieldError::invalid("metadata.annotations", k, m));
+            }
+        }
+    }
+    if let Some(refs) = meta.get("ownerReferences").and_then(Value::as_array) {
+        let mut controllers = 0;
+        for r in refs {
+            for (k, what) in [
+                ("apiVersion", "version"),
+                ("kind", "kind"),
+                ("name", "name"),
+                ("uid", "uid"),
+            ] {
+                if str_at(r, &[k]).is_empty() {
+                    errs.push(FieldError::invalid(
+                        format!("metadata.ownerReferences.{k}"),
+                        "",
+                        format!("{what} must not be empty"),
+                    ));
+                }
+            }
+            if r.get("controller").and_then(Value::as_bool) == Some(true) {
+                controllers += 1;
+            }
+        }
+        if controllers > 1 {
+            errs.push(FieldError::invalid(
+                "metadata.ownerReferences",
+                "",
+                "Only one reference can have Controller set to true",
+            ));
+        }
+    }
+    let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+    let containers = spec.get("containers").and_then(Value::as_array);
+    if containers.is_none_or(Vec::is_empty) {
+        errs.push(FieldError::required("spec.containers", ""));
+    }
+    let mut seen = BTreeSet::new();
+    for list in ["initContainers", "containers"] {
+        let Some(cs) = spec.get(list).and_then(Value::as_array) else {
+            continue;
+        };
+        for (i, c) in cs.iter().enumerate() {
+            let path = format!("spec.{list}[{i}]");
+            let cname = str_at(c, &["name"]);
+            if cname.is_empty() {
+                errs.push(FieldError::required(format!("{path}.name"), ""));
+            } else {
+                for m in validation::dns1123_label(cname) {
+                    errs.push(FieldError::invalid(format!("{path}.name"), cname, m));
+                }
+                if !seen.insert(cname.to_string()) {
+                    errs.push(FieldError::duplicate(format!("{path}.name"), cname));
+                }
+            }
+            let image = str_at(c, &["image"]);
+            if image.is_empty() {
+                errs.push(FieldError::required(format!("{path}.image"), ""));
+            } else if image.trim() != image {
+                errs.push(FieldError::invalid(
+                    format!("{path}.image"),
+                    image,
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+    let policy = str_at(&spec, &["restartPolicy"]);
+    if !["Always", "OnFailure", "Never"].contains(&policy) {
+        errs.push(FieldError::not_supported(
+            "spec.restartPolicy",
+            policy,
+            &["Always", "OnFailure", "Never"],
+        ));
+    }
+    errs
+}
+
+/// The containers of a pod: (name, image).
+fn containers(pod: &Value) -> Vec<(String, String)> {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    (
+                        str_at(c, &["name"]).to_string(),
+                        str_at(c, &["image"]).to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const CONDITION_ORDER: [&str; 5] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+];
+
+/// One condition to set: (type, status, reason, message).
+type Cond<'a> = (&'a str, &'a str, Option<&'a str>, Option<String>);
+
+/// Sets conditions, keeping `lastTransitionTime` of those whose status did not change and
+/// the canonical order the kubelet writes them in.
+fn set_conditions(pod: &mut Value, conds: &[Cond<'_>], now: &str) {
+    let status = obj_mut(pod, "status");
+    let mut existing: BTreeMap<String, Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| Some((c.get("type")?.as_str()?.to_string(), c.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (ty, st, reason, message) in conds {
+        let since = existing
+            .get(*ty)
+            .filter(|old| old.get("status").and_then(Value::as_str) == Some(st))
+            .and_then(|old| old.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now));
+        let mut c =
+            json!({"type": ty, "status": st, "lastProbeTime": null, "lastTransitionTime": since});
+        if let Some(r) = reason {
+            c["reason"] = json!(r);
+        }
+        if let Some(m) = message {
+            c["message"] = json!(m);
+        }
+        existing.insert(ty.to_string(), c);
+    }
+    let mut ordered: Vec<Value> = Vec::new();
+    for ty in CONDITION_ORDER {
+        if let Some(c) = existing.remove(ty) {
+            ordered.push(c);
+        }
+    }
+    ordered.extend(existing.into_values());
+    status.insert("conditions".into(), Value::Array(ordered));
+}
+
+fn container_id(uid: &str, name: &str) -> String {
+    format!("containerd://{}", hex64(&[uid, name]))
+}
+
+fn image_id(image: &str) -> String {
+    format!("sha256:{}", hex64(&[image]))
+}
+
+fn not_ready_message(pod: &Value) -> String {
+    let names: Vec<String> = containers(pod).into_iter().map(|(n, _)| n).collect();
+    format!("containers with unready status: [{}]", names.join(" "))
+}
+
+/// Status of a pod the apiserver just created: `Pending` and its QoS class, nothing else.
+pub(crate) fn initial_status(pod: &mut Value) {
+    let qos = qos_class(pod);
+    pod["status"] = json!({"phase": "Pending", "qosClass": qos});
+}
+
+/// The scheduler found no node: `PodScheduled=False`, reason `Unschedulable`.
+pub(crate) fn mark_unschedulable(pod: &mut Value, now: &str, message: &str) {
+    set_conditions(
+        pod,
+        &[(
+            "PodScheduled",
+            "False",
+            Some("Unschedulable"),
+            Some(message.to_string()),
+        )],
+        now,
+    );
+}
+
+/// Bound to `node` and acknowledged by its kubelet: containers are being created.
+pub(crate) fn mark_scheduled(pod: &mut Value, node: &str, host_ip: &str, now: &str) {
+    obj_mut(pod, "spec").insert("nodeName".into(), json!(node));
+    let msg = not_ready_message(pod);
+    set_conditions(
+        pod,
+        &[
+            ("PodReadyToStartContainers", "False", None, None),
+            ("Initialized", "True", None, None),
+            (
+                "Ready",
+                "False",
+                Some("ContainersNotReady"),
+                Some(msg.clone()),
+            ),
+            (
+                "ContainersReady",
+                "False",
+                Some("ContainersNotReady"),
+                Some(msg),
+            ),
+            ("PodScheduled", "True", None, None),
+        ],
+        now,
+    );
+    let statuses: Vec<Value> = containers(pod)
+        .into_iter()
+        .map(|(name, image)| {
+            json!({"name": name, "state": {"waiting": {"reason": "ContainerCreating"}},
+                   "lastState": {}, "ready": false, "restartCount": 0, "image": image,
+                   "imageID": "", "started": false})
+        })
+        .collect();
+    let status = obj_mut(pod, "status");
+    status.insert("phase".into(), json!("Pending"));
+    status.insert("hostIP".into(), json!(host_ip));
+    status.insert("hostIPs".into(), json!([{"ip": host_ip}]));
+    status.entry("startTime").or_insert_with(|| json!(now));
+    status.insert("containerStatuses".into(), Value::Array(statuses));
+}
+
+fn set_pod_ip(pod: &mut Value, pod_ip: &str) {
+    let status = obj_mut(pod, "status");
+    status.insert("podIP".into(), json!(pod_ip));
+    status.insert("podIPs".into(), json!([{"ip": pod_ip}]));
+}
+
+/// All containers running and ready.
+pub(crate) fn mark_running(pod: &mut Value, uid: &str, pod_ip: &str, now: &str) {
+    set_pod_ip(pod, pod_ip);
+    set_conditions(
+        pod,
+        &[
+            ("PodReadyToStartContainers", "True", None, None),
+            ("Initialized", "True", None, None),
+            ("Ready", "True", None, None),
+            ("ContainersReady", "True", None, None),
+            ("PodScheduled", "True", None, None),
+        ],
+        now,
+    );
+    let statuses: Vec<Value> = containers(pod)
+        .into_iter()
+        .map(|(name, image)| {
+            json!({"name": name, "state": {"running": {"startedAt": now}}, "lastState": {},
+                   "ready": true, "restartCount": 0, "image": image, "imageID": image_id(&image),
+                   "containerID": container_id(uid, &name), "started": true})
+        })
+        .collect();
+    let status = obj_mut(pod, "status");
+    status.insert("phase".into(), json!("Running"));
+    status.entry("startTime").or_insert_with(|| json!(now));
+    status.insert("containerStatuses".into(), Value::Array(statuses));
+}
+
+/// The main container exited 1 right after starting and the restart policy restarts it:
+/// phase stays `Running`, the container is in `CrashLoopBackOff`.
+pub(crate) fn mark_crash_loop(pod: &mut Value, uid: &str, pod_ip: &str, now: &str) {
+    set_pod_ip(pod, pod_ip);
+    let msg = not_ready_message(pod);
+    set_conditions(
+        pod,
+        &[
+            ("PodReadyToStartContainers", "True", None, None),
+            ("Initialized", "True", None, None),
+            (
+                "Ready",
+                "False",
+                Some("ContainersNotReady"),
+                Some(msg.clone()),
+            ),
+            (
+                "ContainersReady",
+                "False",
+                Some("ContainersNotReady"),
+                Some(msg),
+            ),
+            ("PodScheduled", "True", None, None),
+        ],
+        now,
+    );
+    let (name, ns) = (
+        str_at(pod, &["metadata", "name"]).to_string(),
+        str_at(pod, &["metadata", "namespace"]).to_string(),
+    );
+    let statuses: Vec<Value> = containers(pod)
+        .into_iter()
+        .map(|(cname, image)| {
+            json!({"name": cname,
+                   "state": {"waiting": {"reason": "CrashLoopBackOff",
+                       "message": format!("back-off 10s restarting failed container={cname} pod={name}_{ns}({uid})")}},
+                   "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now,
+                       "finishedAt": now, "containerID": container_id(uid, &cname)}},
+                   "ready": false, "restartCount": 1, "image": image, "imageID": image_id(&image),
+                   "containerID": container_id(uid, &cname), "started": false})
+        })
+        .collect();
+    let status = obj_mut(pod, "status");
+    status.insert("phase".into(), json!("Running"));
+    status.entry("startTime").or_insert_with(|| json!(now));
+    status.insert("containerStatuses".into(), Value::Array(statuses));
+}
+
+/// How the containers of a pod ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Termination {
+    /// Succeeded or Failed.
+    pub phase: Phase,
+    pub exit_code: i64,
+    pub reason: String,
+    pub message: Option<String>,
+    /// Give containers that never started this exit code and reason too (instead of the
+    /// kubelet's `ContainerStatusUnknown`).
+    pub force_reason: bool,
+}
+
+impl Termination {
+    /// The containers exited on their own with `exit_code`.
+    pub(crate) fn exited(phase: Phase, exit_code: i64, reason: &str) -> Self {
+        Termination {
+            phase,
+            exit_code,
+            reason: reason.to_string(),
+            message: None,
+            force_reason: true,
+        }
+    }
+
+    /// The kubelet stopped the containers of a deleted pod (143: SIGTERM, 137: SIGKILL
+    /// after the grace period); the pod ends `Failed` (Kubernetes 1.27+).
+    pub(crate) fn killed(exit_code: i64) -> Self {
+        Termination {
+            phase: Phase::Failed,
+            exit_code,
+            reason: "Error".to_string(),
+            message: None,
+            force_reason: false,
+        }
+    }
+}
+
+/// Every container terminated as `term` says; the pod is in `term.phase`.
+pub(crate) fn mark_terminated(pod: &mut Value, uid: &str, term: &Termination, now: &str) {
+    let Termination {
+        phase,
+        exit_code,
+        ref reason,
+        ref message,
+        force_reason,
+    } = *term;
+    let message = message.as_deref();
+    let reason = reason.as_str();
+    let cond_reason = if phase == Phase::Succeeded {
+        "PodCompleted"
+    } else {
+        "PodFailed"
+    };
+    let scheduled = !str_at(pod, &["spec", "nodeName"]).is_empty();
+    let mut conds: Vec<Cond<'_>> = vec![
+        ("PodReadyToStartContainers", "False", None, None),
+        ("Initialized", "True", None, None),
+        ("Ready", "False", Some(cond_reason), None),
+        ("ContainersReady", "False", Some(cond_reason), None),
+    ];
+    if scheduled {
+        conds.push(("PodScheduled", "True", None, None));
+    }
+    set_conditions(pod, &conds, now);
+    let old: BTreeMap<String, Value> = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| Some((c.get("name")?.as_str()?.to_string(), c.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let statuses: Vec<Value> = containers(pod)
+        .into_iter()
+        .map(|(cname, image)| {
+            let prev = old.get(&cname);
+            let started_at = prev
+                .and_then(|c| c.pointer("/state/running/startedAt"))
+                .cloned();
+            let restarts = prev
+                .and_then(|c| c.get("restartCount"))
+                .cloned()
+                .unwrap_or(json!(0));
+            let mut term = if started_at.is_some() || force_reason {
+                json!({"exitCode": exit_code, "reason": reason, "startedAt": started_at.unwrap_or(json!(now)),
+                       "finishedAt": now, "containerID": container_id(uid, &cname)})
+            } else {
+                json!({"exitCode": 137, "reason": "ContainerStatusUnknown",
+                       "message": "The container could not be located when the pod was terminated",
+                       "startedAt": null, "finishedAt": null})
+            };
+            if let (Some(m), Value::Object(t)) = (message, &mut term) {
+                t.insert("message".into(), json!(m));
+            }
+            json!({"name": cname, "state": {"terminated": term}, "lastState": {}, "ready": false,
+                   "restartCount": restarts, "image": image, "imageID": image_id(&image),
+                   "containerID": container_id(uid, &cname), "started": false})
+        })
+        .collect();
+    let status = obj_mut(pod, "status");
+    status.insert("phase".into(), json!(phase.as_str()));
+    status.insert("containerStatuses".into(), Value::Array(statuses));
+}
+
+/// The node stopped reporting: phase `Unknown`, readiness unknown.
+pub(crate) fn mark_unknown(pod: &mut Value, now: &str) {
+    set_conditions(
+        pod,
+        &[
+            ("Ready", "Unknown", Some("NodeLost"), None),
+            ("ContainersReady", "Unknown", Some("NodeLost"), None),
+        ],
+        now,
+    );
+    obj_mut(pod, "status").insert("phase".into(), json!("Unknown"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: Value) -> Value {
+        let mut p = decode(v.to_string().as_bytes()).unwrap();
+        apply_defaults(&mut p);
+        p
+    }
+
+    #[test]
+    fn decode_rejects_what_go_would_not_decode() {
+        assert_eq!(decode(b"nope").unwrap_err().code, 400);
+        assert!(decode(b"[1]")
+            .unwrap_err()
+            .message
+            .contains("cannot unmarshal array"));
+        let e = decode(br#"{"metadata":{"labels":{"a":1}}}"#).unwrap_err();
+        assert!(
+            e.message
+                .contains("ObjectMeta.metadata.labels of type string"),
+            "{}",
+            e.message
+        );
+        assert_eq!(decode(br#"{"kind":"Service"}"#).unwrap_err().code, 400);
+        assert_eq!(
+            decode(br#"{"spec":{"containers":{}}}"#).unwrap_err().code,
+            400
+        );
+        let ok = decode(br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#).unwrap();
+        assert!(ok.get("kind").is_none() && ok.get("apiVersion").is_none());
+    }
+
+    #[test]
+    fn defaults_and_qos() {
+        let p = pod(
+            json!({"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}),
+        );
+        assert_eq!(p["spec"]["restartPolicy"], "Always");
+        assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
+        assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(p["spec"]["tolerations"].as_array().unwrap().len(), 2);
+        assert_eq!(qos_class(&p), "BestEffort");
+        let g = pod(
+            json!({"spec":{"containers":[{"name":"c","image":"x:1","resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]}}),
+        );
+        assert_eq!(
+            g["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "1"
+        );
+        assert_eq!(
+            g["spec"]["containers"][0]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let b = pod(
+            json!({"spec":{"containers":[{"name":"c","image":"x","resources":{"requests":{"cpu":"1"}}}]}}),
+        );
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn validation_reports_each_field() {
+        let p = pod(
+            json!({"metadata":{"name":"Bad_Name","labels":{"app":"no good"}},
+                           "spec":{"restartPolicy":"Sometimes","containers":[{"name":"c"},{"name":"c","image":"x"}]}}),
+        );
+        let errs: Vec<String> = validate(&p).iter().map(|e| e.to_string()).collect();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("metadata.name: Invalid value: \"Bad_Name\"")),
+            "{errs:?}"
+        );
+        assert!(errs
+            .iter()
+            .any(|e| e.starts_with("metadata.labels: Invalid value: \"no good\"")));
+        assert!(errs.contains(&"spec.containers[0].image: Required value".to_string()));
+        assert!(errs.contains(&"spec.containers[1].name: Duplicate value: \"c\"".to_string()));
+        assert!(errs
+            .iter()
+            .any(|e| e.starts_with("spec.restartPolicy: Unsupported value: \"Sometimes\"")));
+        let none = pod(json!({"metadata":{}}));
+        let errs: Vec<String> = validate(&none).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            errs,
+            vec![
+                "metadata.name: Required value: name or generateName is required".to_string(),
+                "spec.containers: Required value".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn lifecycle_statuses() {
+        let mut p = pod(
+            json!({"metadata":{"name":"a","namespace":"ns"},"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"x"}]}}),
+        );
+        initial_status(&mut p);
+        assert_eq!(
+            p["status"],
+            json!({"phase":"Pending","qosClass":"BestEffort"})
+        );
+        mark_scheduled(&mut p, "n1", "10.0.0.1", "T1");
+        assert_eq!(p["spec"]["nodeName"], "n1");
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ContainerCreating"
+        );
+        mark_running(&mut p, "u", "10.244.0.2", "T2");
+        assert_eq!(p["status"]["phase"], "Running");
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(ready["status"], "True");
+        let sched = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")
+            .unwrap()
+            .clone();
+        assert_eq!(sched["lastTransitionTime"], "T1");
+        mark_terminated(&mut p, "u", &Termination::killed(143), "T3");
+        assert_eq!(p["status"]["phase"], "Failed");
+        let term = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(term["exitCode"], 143);
+        assert_eq!(term["startedAt"], "T2");
+        let (_, fields) = extract(&p);
+        assert_eq!(fields.phase, "Failed");
+        assert_eq!(fields.node_name, "n1");
+        assert_eq!(fields.pod_ip, "10.244.0.2");
+    }
+}

@@ -1,0 +1,1144 @@
+//! The simulated etcd + scheduler + kubelet: pods keyed like etcd (`namespace/name`,
+//! byte order), a global resource version, consistent list snapshots for pagination, and
+//! a queue of time-stamped kubelet events.
+//!
+//! Everything is a function of the `Instant`s passed in: every operation first applies
+//! the events that fell due up to `now`, in due order, and timestamps written into
+//! objects are those of the events themselves. So behaviour is deterministic given the
+//! clock, whether or not the background thread has run.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS};
+use super::status::ApiError;
+use super::util::{fnv64, random_suffix, unit_draw, uuid_v4, SplitMix64, WallClock};
+use super::SimStats;
+
+/// How long after the containers stop the kubelet's final delete removes the object.
+const REMOVAL_DELAY: Duration = Duration::from_millis(100);
+/// Most list snapshots kept for continue tokens; the oldest go first (their tokens then
+/// get 410 Expired, as after an etcd compaction).
+const MAX_SNAPSHOTS: usize = 64;
+
+/// The knobs of the simulation (see `SimOptions` for their meaning).
+#[derive(Clone, Debug)]
+pub(crate) struct StoreConfig {
+    pub schedule_latency: Duration,
+    pub startup_latency: Duration,
+    pub stop_latency: Duration,
+    pub failure_rate: f64,
+    pub seed: u64,
+    pub nodes: usize,
+    pub max_page: Option<usize>,
+    pub continue_ttl: Duration,
+}
+
+/// One stored version of a pod: its JSON (without `kind`/`apiVersion`, like items of a
+/// typed list) plus what selectors need. Immutable and shared by list snapshots.
+#[derive(Debug)]
+pub(crate) struct StoredPod {
+    /// `namespace/name`, the etcd key below `/registry/pods/`.
+    pub key: String,
+    ns_len: usize,
+    pub labels: BTreeMap<String, String>,
+    pub fields: PodFields,
+    /// `metadata.resourceVersion`.
+    pub rv: String,
+    pub json: String,
+}
+
+impl StoredPod {
+    fn new(key: &str, ns_len: usize, v: &Value) -> Self {
+        let (labels, fields) = pod::extract(v);
+        StoredPod {
+            key: key.to_string(),
+            ns_len,
+            labels,
+            fields,
+            rv: v
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            json: serde_json::to_string(v).unwrap_or_else(|_| "{}".into()),
+        }
+    }
+
+    /// `metadata.name`.
+    pub(crate) fn name(&self) -> &str {
+        &self.key[self.ns_len + 1..]
+    }
+
+    /// `metadata.namespace`.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.key[..self.ns_len]
+    }
+
+    /// The value of a pod field label (empty when unset).
+    pub(crate) fn field(&self, f: &str) -> &str {
+        let fl = &self.fields;
+        match f {
+            "metadata.name" => self.name(),
+            "metadata.namespace" => self.namespace(),
+            "spec.nodeName" => &fl.node_name,
+            "spec.restartPolicy" => &fl.restart_policy,
+            "spec.schedulerName" => &fl.scheduler_name,
+            "spec.serviceAccountName" => &fl.service_account_name,
+            "spec.hostNetwork" => fl.host_network,
+            "status.phase" => &fl.phase,
+            "status.podIP" => &fl.pod_ip,
+            "status.podIPs" => &fl.pod_ips,
+            "status.nominatedNodeName" => &fl.nominated_node_name,
+            _ => "",
+        }
+    }
+
+    /// The object as a single-object response: `kind` and `apiVersion` first.
+    pub(crate) fn object_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.json.len() + 32);
+        out.extend_from_slice(br#"{"kind":"Pod","apiVersion":"v1""#);
+        let rest = &self.json[1..];
+        if !rest.starts_with('}') {
+            out.push(b',');
+        }
+        out.extend_from_slice(rest.as_bytes());
+        out
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for the scheduler.
+    Unscheduled,
+    /// The scheduler found no node (there are none).
+    Unschedulable,
+    /// Bound; the kubelet is creating containers.
+    Creating,
+    /// Containers started (running, or crash-looping).
+    Started,
+    /// Containers terminated.
+    Stopped,
+}
+
+#[derive(Clone, Debug)]
+struct Deletion {
+    /// When the (first) graceful delete was accepted.
+    requested: Instant,
+    /// `deletionTimestamp`.
+    deadline: Instant,
+    grace: i64,
+    /// When the kubelet will have stopped the containers.
+    stop_due: Instant,
+    stopped: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    pod: Arc<StoredPod>,
+    uid: String,
+    seq: u64,
+    phase: Phase,
+    stage: Stage,
+    /// Seeded with a phase or given one through `/sim`: the kubelet leaves it alone
+    /// (except to carry out a deletion).
+    pinned: bool,
+    grace: i64,
+    restart_policy: String,
+    deletion: Option<Deletion>,
+    app: Option<String>,
+    live: bool,
+    /// Uids of owners that are v1 Pods (garbage collection is simulated for those).
+    pod_owners: Vec<String>,
+    /// Owners of other kinds, which the simulator cannot see: they keep the pod alive.
+    other_owners: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EvKind {
+    Schedule,
+    Start,
+    Stop,
+    Remove,
+    Gc,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Event {
+    due: Instant,
+    order: u64,
+    kind: EvKind,
+    key: String,
+    uid: String,
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.order).cmp(&(other.due, other.order))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+struct Snapshot {
+    created: Instant,
+    items: Arc<Vec<Arc<StoredPod>>>,
+}
+
+#[derive(Default)]
+struct Counters {
+    lists: u64,
+    creates: u64,
+    create_conflicts: u64,
+    deletes: u64,
+    live: u64,
+    max_live: u64,
+    live_by_app: HashMap<String, u64>,
+    max_by_app: BTreeMap<String, u64>,
+}
+
+/// How a create came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CreateMode {
+    /// `POST /api/v1/namespaces/{ns}/pods`: status is reset, the kubelet takes over.
+    Api,
+    /// `POST /sim/pods/{ns}`: a given `status.phase` is kept and the pod is pinned.
+    Seed,
+}
+
+/// `DeleteOptions` that matter here.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// `POST /sim/pods/{ns}/{name}/phase`.
+#[derive(Clone, Debug)]
+pub(crate) struct PhaseOverride {
+    pub phase: Phase,
+    pub exit_code: Option<i64>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+/// A decoded continue token: the list snapshot's resource version (-1: the latest) and
+/// the key (relative to the list's prefix) to continue after, ending in `\0`.
+#[derive(Clone, Debug)]
+pub(crate) struct Continue {
+    pub rv: i64,
+    pub start: String,
+}
+
+/// The items a list request pages through.
+pub(crate) struct ListSnap {
+    pub rv: u64,
+    pub items: Arc<Vec<Arc<StoredPod>>>,
+    /// Index of the first item to consider.
+    pub start: usize,
+    /// Length of the key prefix (`namespace/`, or empty across namespaces).
+    pub prefix_len: usize,
+    /// The page size after the `max_page` cap; `None`: everything.
+    pub limit: Option<usize>,
+}
+
+/// The whole simulated cluster state.
+pub(crate) struct Store {
+    cfg: StoreConfig,
+    clock: WallClock,
+    rv: u64,
+    seq: u64,
+    order: u64,
+    pods: BTreeMap<String, Entry>,
+    uids: HashMap<String, String>,
+    dependents: HashMap<String, BTreeSet<String>>,
+    events: BinaryHeap<Reverse<Event>>,
+    snapshots: HashMap<(String, u64), Snapshot>,
+    rng: SplitMix64,
+    counters: Counters,
+}
+
+fn secs(n: i64) -> Duration {
+    Duration::from_secs(n.max(0) as u64)
+}
+
+fn node_name(i: usize) -> String {
+    format!("sim-node-{}", i + 1)
+}
+
+fn host_ip(node: &str) -> String {
+    match node
+        .strip_prefix("sim-node-")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(n) if n < 250 => format!("172.18.0.{}", n + 1),
+        _ => format!("172.18.1.{}", fnv64(&[node]) % 250 + 2),
+    }
+}
+
+fn pod_ip(seq: u64) -> String {
+    format!(
+        "10.{}.{}.{}",
+        244 + ((seq >> 16) & 7),
+        (seq >> 8) & 255,
+        seq & 255
+    )
+}
+
+impl Store {
+    pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
+        Store {
+            cfg,
+            clock,
+            rv: 1000,
+            seq: 0,
+            order: 0,
+            pods: BTreeMap::new(),
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
+            events: BinaryHeap::new(),
+            snapshots: HashMap::new(),
+            rng: SplitMix64::from_entropy(),
+            counters: Counters::default(),
+        }
+    }
+
+    fn push(&mut self, due: Instant, kind: EvKind, key: &str, uid: &str) {
+        self.order += 1;
+        self.events.push(Reverse(Event {
+            due,
+            order: self.order,
+            kind,
+            key: key.to_string(),
+            uid: uid.to_string(),
+        }));
+    }
+
+    /// The current (global) resource version.
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// When the next kubelet event falls due, if any.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.events.peek().map(|Reverse(e)| e.due)
+    }
+
+    /// Applies every event due at or before `now`, in order, and drops stale snapshots.
+    pub(crate) fn advance(&mut self, now: Instant) {
+        while let Some(Reverse(e)) = self.events.peek() {
+            if e.due > now {
+                break;
+            }
+            let Some(Reverse(e)) = self.events.pop() else {
+                break;
+            };
+            let current = self.pods.get(&e.key).is_some_and(|p| p.uid == e.uid);
+            if !current {
+                continue;
+            }
+            match e.kind {
+                EvKind::Schedule => self.on_schedule(&e.key, e.due),
+                EvKind::Start => self.on_start(&e.key, e.due),
+                EvKind::Stop => self.on_stop(&e.key, e.due),
+                EvKind::Remove => {
+                    if self.pods.get(&e.key).is_some_and(|p| p.deletion.is_some()) {
+                        self.remove(&e.key, e.due);
+                    }
+                }
+                EvKind::Gc => self.on_gc(&e.key, e.due),
+            }
+        }
+        if !self.snapshots.is_empty() {
+            let ttl = self.cfg.continue_ttl;
+            self.snapshots
+                .retain(|_, s| now.saturating_duration_since(s.created) <= ttl);
+        }
+    }
+
+    /// Parses the stored JSON, lets `f` change it, bumps the resource version and stores
+    /// the new version. Returns it.
+    fn rewrite<F>(&mut self, key: &str, f: F) -> Option<Arc<StoredPod>>
+    where
+        F: FnOnce(&mut Value, &mut Entry),
+    {
+        let entry = self.pods.get_mut(key)?;
+        let mut v: Value = serde_json::from_str(&entry.pod.json).ok()?;
+        f(&mut v, entry);
+        self.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let ns_len = entry.pod.ns_len;
+        let stored = Arc::new(StoredPod::new(key, ns_len, &v));
+        entry.phase = Phase::parse(&stored.fields.phase).unwrap_or(entry.phase);
+        entry.pod = Arc::clone(&stored);
+        self.refresh_live(key);
+        Some(stored)
+    }
+
+    fn refresh_live(&mut self, key: &str) {
+        let Some(e) = self.pods.get_mut(key) else {
+            return;
+        };
+        let live = e.deletion.is_none() && matches!(e.phase, Phase::Pending | Phase::Running);
+        if live == e.live {
+            return;
+        }
+        e.live = live;
+        let app = e.app.clone();
+        self.count_live(app.as_deref(), live);
+    }
+
+    fn count_live(&mut self, app: Option<&str>, up: bool) {
+        let c = &mut self.counters;
+        if up {
+            c.live += 1;
+            c.max_live = c.max_live.max(c.live);
+        } else {
+            c.live = c.live.saturating_sub(1);
+        }
+        if let Some(app) = app {
+            let n = c.live_by_app.entry(app.to_string()).or_insert(0);
+            if up {
+                *n += 1;
+                let m = c.max_by_app.entry(app.to_string()).or_insert(0);
+                *m = (*m).max(*n);
+            } else {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Removes a pod from the store (etcd delete) and lets the garbage collector look at
+    /// its dependents.
+    fn remove(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
+        let e = self.pods.remove(key)?;
+        self.rv += 1;
+        if e.live {
+            self.count_live(e.app.as_deref(), false);
+        }
+        self.uids.remove(&e.uid);
+        for owner in &e.pod_owners {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+        if let Some(deps) = self.dependents.remove(&e.uid) {
+            for dep in deps {
+                if let Some(uid) = self.pods.get(&dep).map(|d| d.uid.clone()) {
+                    self.push(now, EvKind::Gc, &dep, &uid);
+                }
+            }
+        }
+        Some(e.pod)
+    }
+
+    fn on_schedule(&mut self, key: &str, due: Instant) {
+        let Some(e) = self.pods.get(key) else { return };
+        if e.stage != Stage::Unscheduled || e.pinned || e.deletion.is_some() {
+            return;
+        }
+        let preset = e.pod.fields.node_name.clone();
+        let seq = e.seq;
+        let t = self.clock.rfc3339(due);
+        let node = if !preset.is_empty() {
+            preset
+        } else if self.cfg.nodes == 0 {
+            let msg = "0/0 nodes are available: no nodes available to schedule pods.";
+            self.rewrite(key, |v, e| {
+                pod::mark_unschedulable(v, &t, msg);
+                e.stage = Stage::Unschedulable;
+            });
+            return;
+        } else {
+            node_name((seq as usize - 1) % self.cfg.nodes)
+        };
+        let ip = host_ip(&node);
+        self.rewrite(key, |v, e| {
+            pod::mark_scheduled(v, &node, &ip, &t);
+            e.stage = Stage::Creating;
+        });
+        let uid = self
+            .pods
+            .get(key)
+            .map(|e| e.uid.clone())
+            .unwrap_or_default();
+        self.push(due + self.cfg.startup_latency, EvKind::Start, key, &uid);
+    }
+
+    fn on_start(&mut self, key: &str, due: Instant) {
+        let Some(e) = self.pods.get(key) else { return };
+        if e.stage != Stage::Creating || e.pinned || e.deletion.is_some() {
+            return;
+        }
+        let fail =
+            self.cfg.failure_rate > 0.0 && unit_draw(self.cfg.seed, e.seq) < self.cfg.failure_rate;
+        let never = e.restart_policy == "Never";
+        let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
+        let t = self.clock.rfc3339(due);
+        self.rewrite(key, |v, e| {
+            if !fail {
+                pod::mark_running(v, &uid, &ip, &t);
+                e.stage = Stage::Started;
+            } else if never {
+                pod::mark_running(v, &uid, &ip, &t);
+                pod::mark_terminated(
+                    v,
+                    &uid,
+                    &pod::Termination::exited(Phase::Failed, 1, "Error"),
+                    &t,
+                );
+                e.stage = Stage::Stopped;
+            } else {
+                pod::mark_crash_loop(v, &uid, &ip, &t);
+                e.stage = Stage::Started;
+            }
+        });
+    }
+
+    fn on_stop(&mut self, key: &str, due: Instant) {
+        let Some(e) = self.pods.get(key) else { return };
+        let Some(d) = &e.deletion else { return };
+        if d.stopped || d.stop_due != due {
+            return;
+        }
+        // A node that stopped reporting cannot stop anything: the pod stays terminating.
+        if e.phase == Phase::Unknown {
+            return;
+        }
+        let killed = d.stop_due >= d.deadline;
+        let terminal = e.phase.is_terminal();
+        let uid = e.uid.clone();
+        let t = self.clock.rfc3339(due);
+        if terminal {
+            if let Some(d) = self.pods.get_mut(key).and_then(|e| e.deletion.as_mut()) {
+                d.stopped = true;
+            }
+        } else {
+            self.rewrite(key, |v, e| {
+                let exit = if killed { 137 } else { 143 };
+                pod::mark_terminated(v, &uid, &pod::Termination::killed(exit), &t);
+                e.stage = Stage::Stopped;
+                if let Some(d) = e.deletion.as_mut() {
+                    d.stopped = true;
+                }
+            });
+        }
+        let delay = REMOVAL_DELAY.min(self.cfg.stop_latency);
+        self.push(due + delay, EvKind::Remove, key, &uid);
+    }
+
+    fn on_gc(&mut self, key: &str, due: Instant) {
+        let Some(e) = self.pods.get(key) else { return };
+        if e.deletion.is_some() || e.other_owners || e.pod_owners.is_empty() {
+            return;
+        }
+        if e.pod_owners.iter().any(|o| self.uids.contains_key(o)) {
+            return;
+        }
+        let (ns, name) = (e.pod.namespace().to_string(), e.pod.name().to_string());
+        let _ = self.delete_at(&ns, &name, &DeleteOptions::default(), false, due);
+    }
+
+    /// Creates a pod from a decoded body (see `pod::decode`). Errors: 400 namespace
+    /// mismatch or bad seeded phase, 422 invalid, 409 name taken, 500 resourceVersion set.
+    pub(crate) fn create(
+        &mut self,
+        ns: &str,
+        mut v: Value,
+        mode: CreateMode,
+        dry_run: bool,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        self.advance(now);
+        if let Some(obj) = v.as_object_mut() {
+            // Stored objects carry no type meta; responses add it.
+            obj.remove("kind");
+            obj.remove("apiVersion");
+        }
+        if !v.get("metadata").is_some_and(Value::is_object) {
+            v["metadata"] = json!({});
+        }
+        let meta = &mut v["metadata"];
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta["namespace"] = json!(ns);
+        let rv_set = meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty() && s != "0");
+        if let Some(m) = meta.as_object_mut() {
+            for k in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+                "generation",
+                "managedFields",
+            ] {
+                m.remove(k);
+            }
+        }
+        let seeded_status = match mode {
+            CreateMode::Seed => v.get("status").cloned().filter(Value::is_object),
+            CreateMode::Api => None,
+        };
+        let seeded_phase = match seeded_status
+            .as_ref()
+            .and_then(|s| s.get("phase"))
+            .and_then(Value::as_str)
+        {
+            None | Some("") => None,
+            Some(p) => Some(Phase::parse(p).ok_or_else(|| {
+                ApiError::bad_request(format!("unknown pod phase {p:?} in status.phase"))
+            })?),
+        };
+        let name = v["metadata"]
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let prefix = v["metadata"]
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generated = name.is_empty() && !prefix.is_empty();
+        let name = if generated {
+            let base: String = prefix.chars().take(58).collect();
+            let mut candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
+            for _ in 0..8 {
+                if !self.pods.contains_key(&format!("{ns}/{candidate}")) {
+                    break;
+                }
+                candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
+            }
+            candidate
+        } else {
+            name
+        };
+        v["metadata"]["name"] = json!(name);
+        pod::apply_defaults(&mut v);
+        pod::initial_status(&mut v);
+        let errs = pod::validate(&v);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("Pod", &name, &errs));
+        }
+        if rv_set {
+            return Err(ApiError::unknown_server_error(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let key = format!("{ns}/{name}");
+        if self.pods.contains_key(&key) {
+            if mode == CreateMode::Api {
+                self.counters.create_conflicts += 1;
+            }
+            return Err(ApiError::already_exists(&name, generated));
+        }
+        let uid = uuid_v4(&mut self.rng);
+        let created = self.clock.rfc3339(now);
+        v["metadata"]["uid"] = json!(uid);
+        v["metadata"]["creationTimestamp"] = json!(created);
+        v["metadata"]["generation"] = json!(1);
+        if dry_run {
+            return Ok(Arc::new(StoredPod::new(&key, ns.len(), &v)));
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let mut stage = Stage::Unscheduled;
+        if let Some(phase) = seeded_phase {
+            stage = self.seed_status(&mut v, phase, seq, &uid, &created);
+            if let Some(Value::Object(given)) = seeded_status {
+                for (k, val) in given {
+                    v["status"][k.as_str()] = val;
+                }
+            }
+        }
+        self.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let stored = Arc::new(StoredPod::new(&key, ns.len(), &v));
+        let mut pod_owners = Vec::new();
+        let mut other_owners = false;
+        if let Some(refs) = v
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+        {
+            for r in refs {
+                let is_pod = r.get("kind").and_then(Value::as_str) == Some("Pod")
+                    && r.get("apiVersion").and_then(Value::as_str) == Some("v1");
+                match r.get("uid").and_then(Value::as_str) {
+                    Some(u) if is_pod => pod_owners.push(u.to_string()),
+                    _ => other_owners = true,
+                }
+            }
+        }
+        let entry = Entry {
+            pod: Arc::clone(&stored),
+            uid: uid.clone(),
+            seq,
+            phase: Phase::parse(&stored.fields.phase).unwrap_or(Phase::Pending),
+            stage,
+            pinned: seeded_phase.is_some(),
+            grace: v
+                .pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
+            restart_policy: stored.fields.restart_policy.clone(),
+            deletion: None,
+            app: stored.labels.get(APP_LABEL).cloned(),
+            live: false,
+            pod_owners: pod_owners.clone(),
+            other_owners,
+        };
+        self.pods.insert(key.clone(), entry);
+        self.uids.insert(uid.clone(), key.clone());
+        for o in &pod_owners {
+            self.dependents
+                .entry(o.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.refresh_live(&key);
+        if mode == CreateMode::Api {
+            self.counters.creates += 1;
+        }
+        if seeded_phase.is_none() {
+            let delay = if stored.fields.node_name.is_empty() {
+                self.cfg.schedule_latency
+            } else {
+                Duration::ZERO
+            };
+            self.push(now + delay, EvKind::Schedule, &key, &uid);
+        }
+        if !pod_owners.is_empty() && !other_owners {
+            self.push(now, EvKind::Gc, &key, &uid);
+        }
+        Ok(stored)
+    }
+
+    /// Builds the status of a pod seeded in `phase`; returns the kubelet stage it is in.
+    fn seed_status(&mut self, v: &mut Value, phase: Phase, seq: u64, uid: &str, t: &str) -> Stage {
+        let preset = v
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if phase == Phase::Pending && preset.is_empty() {
+            return Stage::Unscheduled;
+        }
+        let node = if preset.is_empty() {
+            node_name((seq as usize - 1) % self.cfg.nodes.max(1))
+        } else {
+            preset
+        };
+        pod::mark_scheduled(v, &node, &host_ip(&node), t);
+        if phase == Phase::Pending {
+            return Stage::Creating;
+        }
+        pod::mark_running(v, uid, &pod_ip(seq), t);
+        match phase {
+            Phase::Succeeded => {
+                pod::mark_terminated(
+                    v,
+                    uid,
+                    &pod::Termination::exited(Phase::Succeeded, 0, "Completed"),
+                    t,
+                );
+                Stage::Stopped
+            }
+            Phase::Failed => {
+                pod::mark_terminated(
+                    v,
+                    uid,
+                    &pod::Termination::exited(Phase::Failed, 1, "Error"),
+                    t,
+                );
+                Stage::Stopped
+            }
+            Phase::Unknown => {
+                pod::mark_unknown(v, t);
+                Stage::Started
+            }
+            _ => Stage::Started,
+        }
+    }
+
+    /// The current version of a pod, or 404.
+    pub(crate) fn get(
+        &mut self,
+        ns: &str,
+        name: &str,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        self.advance(now);
+        self.pods
+            .get(&format!("{ns}/{name}"))
+            .map(|e| Arc::clone(&e.pod))
+            .ok_or_else(|| ApiError::pod_not_found(name))
+    }
+
+    /// Deletes a pod as the apiserver's pod strategy does (see the module docs of
+    /// `api`). Counts as an API delete in the stats.
+    pub(crate) fn delete(
+        &mut self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        dry_run: bool,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        self.advance(now);
+        let out = self.delete_at(ns, name, opts, dry_run, now)?;
+        if !dry_run {
+            self.counters.deletes += 1;
+        }
+        Ok(out)
+    }
+
+    fn delete_at(
+        &mut self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        dry_run: bool,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        let key = format!("{ns}/{name}");
+        let Some(e) = self.pods.get(&key) else {
+            return Err(ApiError::pod_not_found(name));
+        };
+        if let Some(uid) = opts.uid.as_deref().filter(|u| *u != e.uid) {
+            return Err(ApiError::conflict(
+                "Pod",
+                name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    e.uid
+                ),
+            ));
+        }
+        if let Some(rv) = opts
+            .resource_version
+            .as_deref()
+            .filter(|rv| *rv != e.pod.rv)
+        {
+            return Err(ApiError::conflict(
+                "Pod",
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                    e.pod.rv
+                ),
+            ));
+        }
+        let pod = Arc::clone(&e.pod);
+        let deletion = e.deletion.clone();
+        let unscheduled = e.pod.fields.node_name.is_empty();
+        let terminal = e.phase.is_terminal();
+        let spec_grace = e.grace;
+        // Negative values are treated as 1s on the delete path.
+        let asked = opts.grace_period_seconds.map(|g| if g < 0 { 1 } else { g });
+        let remove_now = |store: &mut Store| {
+            if dry_run {
+                Arc::clone(&pod)
+            } else {
+                store.remove(&key, now).unwrap_or_else(|| Arc::clone(&pod))
+            }
+        };
+        if let Some(d) = deletion {
+            // Already terminating: the grace period can only be shortened.
+            let Some(p) = asked.filter(|p| *p < d.grace) else {
+                return Ok(Arc::clone(&pod));
+            };
+            if p == 0 {
+                return Ok(remove_now(self));
+            }
+            let deadline = d.requested + secs(p);
+            let stop_due = d.stop_due.min(deadline.max(now));
+            return Ok(self.mark_deleting(&key, deadline, p, d.requested, stop_due, dry_run));
+        }
+        let mut period = asked.unwrap_or(spec_grace);
+        if unscheduled || terminal {
+            period = 0;
+        }
+        if period < 0 {
+            period = 1;
+        }
+        if period == 0 {
+            return Ok(remove_now(self));
+        }
+        let deadline = now + secs(period);
+        let stop_due = now + self.cfg.stop_latency.min(secs(period));
+        Ok(self.mark_deleting(&key, deadline, period, now, stop_due, dry_run))
+    }
+
+    /// Sets `deletionTimestamp`/`deletionGracePeriodSeconds` and queues the kubelet's stop.
+    fn mark_deleting(
+        &mut self,
+        key: &str,
+        deadline: Instant,
+        grace: i64,
+        requested: Instant,
+        stop_due: Instant,
+        dry_run: bool,
+    ) -> Arc<StoredPod> {
+        let ts = self.clock.rfc3339(deadline);
+        if dry_run {
+            let Some(e) = self.pods.get(key) else {
+                return Arc::new(StoredPod::new(key, 0, &json!({})));
+            };
+            let mut v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
+            v["metadata"]["deletionTimestamp"] = json!(ts);
+            v["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            return Arc::new(StoredPod::new(key, e.pod.ns_len, &v));
+        }
+        let out = self.rewrite(key, |v, e| {
+            v["metadata"]["deletionTimestamp"] = json!(ts);
+            v["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            e.deletion = Some(Deletion {
+                requested,
+                deadline,
+                grace,
+                stop_due,
+                stopped: false,
+            });
+        });
+        let uid = self
+            .pods
+            .get(key)
+            .map(|e| e.uid.clone())
+            .unwrap_or_default();
+        self.push(stop_due, EvKind::Stop, key, &uid);
+        out.unwrap_or_else(|| Arc::new(StoredPod::new(key, 0, &json!({}))))
+    }
+
+    /// `POST /sim/pods/{ns}/{name}/phase`: forces a phase; the pod is pinned from then on.
+    pub(crate) fn set_phase(
+        &mut self,
+        ns: &str,
+        name: &str,
+        o: &PhaseOverride,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        self.advance(now);
+        let key = format!("{ns}/{name}");
+        let Some(e) = self.pods.get(&key) else {
+            return Err(ApiError::pod_not_found(name));
+        };
+        let (uid, seq) = (e.uid.clone(), e.seq);
+        let mut node = e.pod.fields.node_name.clone();
+        if node.is_empty() && o.phase != Phase::Pending {
+            node = node_name((seq as usize - 1) % self.cfg.nodes.max(1));
+        }
+        let t = self.clock.rfc3339(now);
+        let o = o.clone();
+        self.rewrite(&key, |v, e| {
+            e.pinned = true;
+            let scheduled = !v
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty();
+            if !scheduled && !node.is_empty() {
+                pod::mark_scheduled(v, &node, &host_ip(&node), &t);
+            }
+            match o.phase {
+                Phase::Pending => {
+                    v["status"]["phase"] = json!("Pending");
+                }
+                Phase::Running => {
+                    pod::mark_running(v, &uid, &pod_ip(seq), &t);
+                    e.stage = Stage::Started;
+                }
+                Phase::Succeeded | Phase::Failed => {
+                    let (code, reason) = if o.phase == Phase::Succeeded {
+                        (0, "Completed")
+                    } else {
+                        (1, "Error")
+                    };
+                    let term = pod::Termination {
+                        phase: o.phase,
+                        exit_code: o.exit_code.unwrap_or(code),
+                        reason: o.reason.clone().unwrap_or_else(|| reason.to_string()),
+                        message: o.message.clone(),
+                        force_reason: true,
+                    };
+                    pod::mark_terminated(v, &uid, &term, &t);
+                    e.stage = Stage::Stopped;
+                }
+                Phase::Unknown => pod::mark_unknown(v, &t),
+            }
+        })
+        .ok_or_else(|| ApiError::pod_not_found(name))
+    }
+
+    /// Takes (or reuses) the snapshot a list request pages through. Errors: 410 Expired
+    /// for a continue token whose snapshot is gone (its body carries a token that
+    /// continues from the latest state).
+    pub(crate) fn begin_list(
+        &mut self,
+        ns: Option<&str>,
+        cont: Option<&Continue>,
+        limit: Option<usize>,
+        now: Instant,
+    ) -> Result<ListSnap, ApiError> {
+        self.advance(now);
+        self.counters.lists += 1;
+        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let limit = match (limit, self.cfg.max_page) {
+            (Some(l), Some(m)) => Some(l.min(m).max(1)),
+            (l, _) => l,
+        };
+        let (rv, items) = match cont {
+            Some(c) if c.rv > 0 => {
+                let Some(s) = self
+                    .snapshots
+                    .get(&(prefix.clone(), c.rv as u64))
+                    .filter(|s| now.saturating_duration_since(s.created) <= self.cfg.continue_ttl)
+                else {
+                    return Err(ApiError::expired(
+                        EXPIRED_CONTINUE,
+                        Some(encode_continue(-1, &c.start)),
+                    ));
+                };
+                (c.rv as u64, Arc::clone(&s.items))
+            }
+            _ => (self.rv, Arc::new(self.collect(&prefix))),
+        };
+        let start = match cont {
+            Some(c) => items.partition_point(|p| p.key[prefix.len()..] < *c.start),
+            None => 0,
+        };
+        if let Some(l) = limit {
+            let first_page_of_snapshot = cont.is_none_or(|c| c.rv <= 0);
+            if first_page_of_snapshot && items.len() - start > l {
+                let key = (prefix.clone(), rv);
+                let fresh = self.snapshots.get(&key).is_some_and(|s| {
+                    now.saturating_duration_since(s.created) <= self.cfg.continue_ttl
+                });
+                if !fresh {
+                    if self.snapshots.len() >= MAX_SNAPSHOTS {
+                        if let Some(oldest) = self
+                            .snapshots
+                            .iter()
+                            .min_by_key(|(_, s)| s.created)
+                            .map(|(k, _)| k.clone())
+                        {
+                            self.snapshots.remove(&oldest);
+                        }
+                    }
+                    self.snapshots.insert(
+                        key,
+                        Snapshot {
+                            created: now,
+                            items: Arc::clone(&items),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(ListSnap {
+            rv,
+            items,
+            start,
+            prefix_len: prefix.len(),
+            limit,
+        })
+    }
+
+    fn collect(&self, prefix: &str) -> Vec<Arc<StoredPod>> {
+        self.pods
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, e)| Arc::clone(&e.pod))
+            .collect()
+    }
+
+    /// Keys (`ns/name`) of the pods in `ns`, for delete-collection.
+    pub(crate) fn keys_in(&mut self, ns: &str, now: Instant) -> Vec<Arc<StoredPod>> {
+        self.advance(now);
+        self.collect(&format!("{ns}/"))
+    }
+
+    /// The counters (with `requests` left at 0 for the caller to fill in).
+    pub(crate) fn stats(&mut self, now: Instant) -> SimStats {
+        self.advance(now);
+        let c = &self.counters;
+        SimStats {
+            requests: 0,
+            lists: c.lists,
+            creates: c.creates,
+            create_conflicts: c.create_conflicts,
+            deletes: c.deletes,
+            live_pods: c.live,
+            max_live_pods: c.max_live,
+            max_live_pods_by_app: c.max_by_app.clone(),
+        }
+    }
+}
+
+/// The apiserver's message for a continue token whose revision was compacted.
+pub(crate) const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueJson {
+    v: String,
+    rv: i64,
+    start: String,
+}
+
+/// Encodes a continue token like `storage.EncodeContinue`: unpadded URL-safe base64 of
+/// `{"v":"meta.k8s.io/v1","rv":N,"start":"key\u0000"}`.
+pub(crate) fn encode_continue(rv: i64, start: &str) -> String {
+    use base64::Engine as _;
+    let j = ContinueJson {
+        v: "meta.k8s.io/v1".into(),
+        rv,
+        start: start.to_string(),
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&j).unwrap_or_default())
+}
+
+/// Decodes a continue token; the error text is `storage.DecodeContinue`'s.
+pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|e| format!("continue key is not valid: {e}"))?;
+    let j: ContinueJson =
+        serde_json::from_slice(&raw).map_err(|e| format!("continue key is not valid: {e}"))?;
+    if j.v != "meta.k8s.io/v1" {
+        return Err(
+            "continue key is not valid: server does not recognize this encoded version".into(),
+        );
+    }
+    if j.rv == 0 {
+        return Err("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into());
+    }
+    if j.start.is_empty() {
+        return Err("continue key is not valid: encoded start key empty".into());
+    }
+    Ok(Continue {
+        rv: j.rv,
+        start: j.start,
+    })
+}

@@ -1,0 +1,557 @@
+//! The snapshot: a PodList (as `GET /api/v1/namespaces/NS/pods?labelSelector=…` returns it)
+//! turned into executor id → [`ExecutorState`]. Pure: no I/O, no clock.
+//!
+//! Only the fields the allocation step needs are decoded (name, uid, resourceVersion, the three
+//! Spark labels, deletionTimestamp, phase, node name, the PodScheduled condition, container
+//! termination details); unknown fields are skipped without being built, so a 5 KB executor pod
+//! costs a scan, not an allocation per field. `items` may be missing or `null` (an empty list).
+//!
+//! Classification (DESIGN.md "Allocation semantics", conformance c09/c12):
+//! - pods whose `spark-app-selector` is not the app id or whose `spark-role` is not `executor`
+//!   are not ours and are skipped silently (a label selector may be wider than our app);
+//! - our pods without a valid numeric `spark-exec-id` (ASCII digits, ≥ 1) are ignored with a
+//!   warning and never touched;
+//! - `metadata.deletionTimestamp` set → [`ExecutorState::Deleted`] whatever the phase
+//!   (as Kubernetes' ReplicaSet controller: a terminating pod no longer counts);
+//! - otherwise by `status.phase`: Pending, Running, Failed, Succeeded; anything else → Unknown.
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
+pub const LABEL_APP: &str = "spark-app-selector";
+/// Label carrying the role (Spark's `SPARK_ROLE_LABEL`); executors carry `executor`.
+pub const LABEL_ROLE: &str = "spark-role";
+/// Label carrying the numeric executor id (Spark's `SPARK_EXECUTOR_ID_LABEL`).
+pub const LABEL_EXEC_ID: &str = "spark-exec-id";
+/// The value of [`LABEL_ROLE`] on executor pods.
+pub const ROLE_EXECUTOR: &str = "executor";
+
+/// What a pod's state means for allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorState {
+    /// `status.phase` Pending: accepted, not yet running (unscheduled, pulling, starting).
+    Pending,
+    /// `status.phase` Running.
+    Running,
+    /// `status.phase` Failed: does not count toward the target; deleted and replaced.
+    Failed,
+    /// `status.phase` Succeeded: does not count toward the target; deleted and replaced.
+    Succeeded,
+    /// `metadata.deletionTimestamp` is set: going away; not counted, never deleted again.
+    Deleted,
+    /// Any other phase (`Unknown`, missing): not counted, left alone.
+    Unknown,
+}
+
+/// One executor pod as the snapshot keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorPod {
+    /// The executor id from the `spark-exec-id` label (≥ 1).
+    pub id: u64,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid` (empty if absent); used for delete preconditions.
+    pub uid: String,
+    /// `metadata.resourceVersion` (empty if absent); used for delete preconditions.
+    pub resource_version: String,
+    /// The classified state.
+    pub state: ExecutorState,
+    /// True when the pod is bound to a node (`spec.nodeName` set, or PodScheduled=True).
+    pub scheduled: bool,
+    /// A short why for Failed/Succeeded/waiting pods (e.g. `OOMKilled exit 137`), for logs.
+    pub detail: Option<String>,
+}
+
+/// Executor id → pod, plus what was skipped. Built from one or more PodList pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Our executors by id (ordered).
+    pub executors: BTreeMap<u64, ExecutorPod>,
+    /// One line per pod of ours that was ignored (no or bad `spark-exec-id`).
+    pub warnings: Vec<String>,
+    /// Pods in the list that belong to another app or role (skipped, counted for logs).
+    pub foreign: u64,
+}
+
+/// Why a PodList could not be read. `Display` names the input and the problem in one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The bytes are not a PodList JSON document (truncated, malformed, wrong shape).
+    Malformed(String),
+    /// Two pods carry the same executor id.
+    DuplicateId {
+        /// The executor id.
+        id: u64,
+        /// The first pod's name.
+        first: String,
+        /// The second pod's name.
+        second: String,
+    },
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::Malformed(m) => write!(f, "not a PodList: {m}"),
+            SnapshotError::DuplicateId { id, first, second } => write!(
+                f,
+                "pods {first:?} and {second:?} both carry {LABEL_EXEC_ID}={id}; \
+                 delete or relabel the one podalloc did not create"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl Snapshot {
+    /// The highest executor id among our pods in any state (0 when none): new ids start above it.
+    pub fn max_id(&self) -> u64 {
+        self.executors.keys().next_back().copied().unwrap_or(0)
+    }
+
+    /// Count of executors in `state`.
+    pub fn count(&self, state: ExecutorState) -> usize {
+        self.executors.values().filter(|p| p.state == state).count()
+    }
+
+    /// Parses a whole PodList (one page, or a list without pagination) for `app_id`.
+    ///
+    /// Errors: [`SnapshotError::Malformed`] for bytes that are not a PodList,
+    /// [`SnapshotError::DuplicateId`] when two pods carry the same executor id.
+    pub fn from_pod_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, SnapshotError> {
+        let mut s = Snapshot::default();
+        s.add_page(bytes, app_id)?;
+        Ok(s)
+    }
+
+    /// Adds one page of a paginated list and returns its `metadata.continue` token
+    /// (`None` when absent or empty: the last page). Errors as [`Snapshot::from_pod_list`].
+    pub fn add_page(
+        &mut self,
+        bytes: &[u8],
+        app_id: &str,
+    ) -> Result<Option<String>, SnapshotError> {
+        // serde's derived struct decoding also accepts a JSON array; a PodList is an object.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(SnapshotError::Malformed(match bytes.is_empty() {
+                true => "the input is empty".to_string(),
+                false => "expected a JSON object".to_string(),
+            }));
+        }
+        let page: PodListPage<'_> =
+            serde_json::from_slice(bytes).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+        if let Some(kind) = &page.kind {
+            if kind != "PodList" && kind != "List" {
+                return Err(SnapshotError::Malformed(format!(
+                    "kind is {kind:?}, expected \"PodList\""
+                )));
+            }
+        }
+        for item in page.items.into_iter().flatten() {
+            self.add_pod(item, app_id)?;
+        }
+        Ok(page
+            .metadata
+            .and_then(|m| m.cont)
+            .map(Cow::into_owned)
+            .filter(|c| !c.is_empty()))
+    }
+
+    fn add_pod(&mut self, pod: RawPod<'_>, app_id: &str) -> Result<(), SnapshotError> {
+        let meta = pod.metadata.unwrap_or_default();
+        let labels = meta.labels.unwrap_or_default();
+        if labels.app.as_deref() != Some(app_id) || labels.role.as_deref() != Some(ROLE_EXECUTOR) {
+            self.foreign += 1;
+            return Ok(());
+        }
+        let name = meta.name.map(Cow::into_owned).unwrap_or_default();
+        let id = match labels.exec_id.as_deref().and_then(parse_executor_id) {
+            Some(id) => id,
+            None => {
+                self.warnings.push(match labels.exec_id {
+                    Some(v) => format!(
+                        "pod {name:?} has {LABEL_EXEC_ID}={v:?}, not a positive integer: ignored"
+                    ),
+                    None => format!("pod {name:?} has no {LABEL_EXEC_ID} label: ignored"),
+                });
+                return Ok(());
+            }
+        };
+        let status = pod.status.unwrap_or_default();
+        let phase = status.phase.as_deref().unwrap_or("");
+        let state = if meta.deletion_timestamp.is_some() {
+            ExecutorState::Deleted
+        } else {
+            match phase {
+                "Pending" => ExecutorState::Pending,
+                "Running" => ExecutorState::Running,
+                "Failed" => ExecutorState::Failed,
+                "Succeeded" => ExecutorState::Succeeded,
+                _ => ExecutorState::Unknown,
+            }
+        };
+        let node = pod
+            .spec
+            .and_then(|s| s.node_name)
+            .is_some_and(|n| !n.is_empty());
+        let scheduled = node
+            || status.conditions.iter().flatten().any(|c| {
+                c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("True")
+            });
+        let detail = status.detail();
+        let entry = ExecutorPod {
+            id,
+            name,
+            uid: meta.uid.map(Cow::into_owned).unwrap_or_default(),
+            resource_version: meta
+                .resource_version
+                .map(Cow::into_owned)
+                .unwrap_or_default(),
+            state,
+            scheduled,
+            detail,
+        };
+        if let Some(prev) = self.executors.get(&id) {
+            return Err(SnapshotError::DuplicateId {
+                id,
+                first: prev.name.clone(),
+                second: entry.name,
+            });
+        }
+        self.executors.insert(id, entry);
+        Ok(())
+    }
+}
+
+/// Parses an executor id label value: ASCII digits only, no sign, value ≥ 1, fits in u64.
+pub fn parse_executor_id(v: &str) -> Option<u64> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse::<u64>().ok().filter(|&id| id >= 1)
+}
+
+// ---- the decoded subset of the API's JSON -------------------------------------------------
+
+#[derive(Deserialize)]
+struct PodListPage<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: Option<ListMeta<'a>>,
+    #[serde(borrow, default)]
+    items: Option<Vec<RawPod<'a>>>,
+}
+
+#[derive(Deserialize, Default)]
+struct ListMeta<'a> {
+    #[serde(borrow, default, rename = "continue")]
+    cont: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawPod<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<RawMeta<'a>>,
+    #[serde(borrow, default)]
+    spec: Option<RawSpec<'a>>,
+    #[serde(borrow, default)]
+    status: Option<RawStatus<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawMeta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(default)]
+    deletion_timestamp: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    labels: Option<OurLabels<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawSpec<'a> {
+    #[serde(borrow, default)]
+    node_name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawStatus<'a> {
+    #[serde(borrow, default)]
+    phase: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    conditions: Option<Vec<RawCondition<'a>>>,
+    #[serde(borrow, default)]
+    container_statuses: Option<Vec<RawContainerStatus<'a>>>,
+}
+
+impl RawStatus<'_> {
+    /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
+    fn detail(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(r) = &self.reason {
+            parts.push(r.to_string());
+        }
+        for cs in self.container_statuses.iter().flatten() {
+            if let Some(st) = &cs.state {
+                if let Some(t) = &st.terminated {
+                    let reason = t.reason.as_deref().unwrap_or("terminated");
+                    parts.push(format!("{reason} exit {}", t.exit_code.unwrap_or(0)));
+                } else if let Some(w) = &st.waiting {
+                    if let Some(r) = &w.reason {
+                        parts.push(r.to_string());
+                    }
+                }
+            }
+        }
+        if parts.is_empty() {
+            None
+        } else {
+            Some(parts.join(", "))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawCondition<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawContainerStatus<'a> {
+    #[serde(borrow, default)]
+    state: Option<RawContainerState<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawContainerState<'a> {
+    #[serde(borrow, default)]
+    waiting: Option<RawReason<'a>>,
+    #[serde(borrow, default)]
+    terminated: Option<RawTerminated<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawReason<'a> {
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTerminated<'a> {
+    #[serde(default)]
+    exit_code: Option<i64>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+}
+
+/// The three Spark labels; every other label is skipped without allocating.
+#[derive(Default)]
+struct OurLabels<'a> {
+    app: Option<Cow<'a, str>>,
+    role: Option<Cow<'a, str>>,
+    exec_id: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for OurLabels<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = OurLabels<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of label names to string values")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OurLabels::default())
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
+                let mut out = OurLabels::default();
+                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        LABEL_APP => &mut out.app,
+                        LABEL_ROLE => &mut out.role,
+                        LABEL_EXEC_ID => &mut out.exec_id,
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = m.next_value::<Option<Cow<'de, str>>>()?;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, labels: &str, phase: &str, extra_meta: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}","uid":"u-{name}","resourceVersion":"7","labels":{labels}{extra_meta}}},
+               "spec":{{"containers":[{{"name":"c","image":"i"}}]}},"status":{{"phase":"{phase}"}}}}"#
+        )
+    }
+
+    fn ours(id: &str) -> String {
+        format!(
+            r#"{{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"{id}","x":"y"}}"#
+        )
+    }
+
+    fn list(items: &[String]) -> Vec<u8> {
+        format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{}},"items":[{}]}}"#,
+            items.join(",")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn classifies_phases_and_deletion() {
+        let body = list(&[
+            pod("a-exec-1", &ours("1"), "Running", ""),
+            pod("a-exec-2", &ours("2"), "Pending", ""),
+            pod("a-exec-3", &ours("3"), "Failed", ""),
+            pod("a-exec-4", &ours("4"), "Succeeded", ""),
+            pod(
+                "a-exec-5",
+                &ours("5"),
+                "Running",
+                r#","deletionTimestamp":"2026-01-01T00:00:00Z""#,
+            ),
+            pod("a-exec-6", &ours("6"), "Unknown", ""),
+        ]);
+        let s = Snapshot::from_pod_list(&body, "app-1").unwrap();
+        let states: Vec<_> = s.executors.values().map(|p| p.state).collect();
+        use ExecutorState::*;
+        assert_eq!(
+            states,
+            vec![Running, Pending, Failed, Succeeded, Deleted, Unknown]
+        );
+        assert_eq!(s.max_id(), 6);
+        assert_eq!(s.executors[&1].uid, "u-a-exec-1");
+        assert_eq!(s.executors[&1].resource_version, "7");
+    }
+
+    #[test]
+    fn skips_foreign_and_warns_on_bad_ids() {
+        let body = list(&[
+            pod(
+                "x",
+                r#"{"spark-app-selector":"other","spark-role":"executor","spark-exec-id":"1"}"#,
+                "Running",
+                "",
+            ),
+            pod(
+                "d",
+                r#"{"spark-app-selector":"app-1","spark-role":"driver"}"#,
+                "Running",
+                "",
+            ),
+            pod(
+                "n",
+                r#"{"spark-app-selector":"app-1","spark-role":"executor"}"#,
+                "Running",
+                "",
+            ),
+            pod("b", &ours("abc"), "Running", ""),
+            pod("z", &ours("0"), "Running", ""),
+            pod("s", &ours("+3"), "Running", ""),
+            r#"{"metadata":{"name":"nolabels"}}"#.to_string(),
+            r#"{}"#.to_string(),
+        ]);
+        let s = Snapshot::from_pod_list(&body, "app-1").unwrap();
+        assert!(s.executors.is_empty());
+        assert_eq!(s.warnings.len(), 4, "{:?}", s.warnings);
+        assert_eq!(s.foreign, 4);
+    }
+
+    #[test]
+    fn missing_or_null_items_is_empty() {
+        for body in [
+            r#"{"kind":"PodList","metadata":{}}"#,
+            r#"{"kind":"PodList","items":null}"#,
+        ] {
+            let s = Snapshot::from_pod_list(body.as_bytes(), "app-1").unwrap();
+            assert!(s.executors.is_empty());
+        }
+    }
+
+    #[test]
+    fn malformed_and_wrong_kind_are_errors() {
+        for body in [
+            &br#"{"kind":"PodList","items":[{"metadata":{"name":"#[..],
+            b"",
+            b"[]",
+            br#"{"kind":"Status","code":403}"#,
+            br#"{"items":{}}"#,
+            br#"{"items":[{"metadata":{"labels":["a"]}}]}"#,
+        ] {
+            assert!(matches!(
+                Snapshot::from_pod_list(body, "app-1"),
+                Err(SnapshotError::Malformed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn duplicate_ids_are_an_error() {
+        let body = list(&[
+            pod("p1", &ours("4"), "Running", ""),
+            pod("p2", &ours("4"), "Pending", ""),
+        ]);
+        let e = Snapshot::from_pod_list(&body, "app-1").unwrap_err();
+        assert!(e.to_string().contains("\"p1\" and \"p2\""), "{e}");
+    }
+
+    #[test]
+    fn escaped_strings_decode() {
+        let body = list(&[pod("a\\u002dexec-1", &ours("1"), "Running", "")]);
+        let s = Snapshot::from_pod_list(&body, "app-1").unwrap();
+        assert_eq!(s.executors[&1].name, "a-exec-1");
+    }
+
+    #[test]
+    fn pages_merge_and_return_continue() {
+        let mut s = Snapshot::default();
+        let p1 = br#"{"kind":"PodList","metadata":{"continue":"tok"},"items":[{"metadata":{"name":"a","labels":{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1"}},"status":{"phase":"Running"}}]}"#;
+        let p2 = br#"{"kind":"PodList","metadata":{"continue":""},"items":[]}"#;
+        assert_eq!(s.add_page(p1, "app-1").unwrap().as_deref(), Some("tok"));
+        assert_eq!(s.add_page(p2, "app-1").unwrap(), None);
+        assert_eq!(s.executors.len(), 1);
+    }
+
+    #[test]
+    fn scheduled_and_detail() {
+        let body = br#"{"items":[{"metadata":{"name":"a","labels":{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1"}},
+          "spec":{"nodeName":"n1"},
+          "status":{"phase":"Failed","containerStatuses":[{"state":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}}]}"#;
+        let s = Snapshot::from_pod_list(body, "app-1").unwrap();
+        let p = &s.executors[&1];
+        assert!(p.scheduled);
+        assert_eq!(p.detail.as_deref(), Some("OOMKilled exit 137"));
+    }
+}

@@ -1,0 +1,73 @@
+//! The `podalloc plan` conformance corpus, run by its own runner against the real binary:
+//! the shared corpus (a copy under tests/conformance, and ../shared/conformance when the
+//! checkout sits beside it) and our own cases under fixtures/conformance.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run_corpus(dir: &Path) -> (u32, String) {
+    let runner = root().join("tests/conformance/run.py");
+    let out = Command::new("python3")
+        .arg(&runner)
+        .arg("--bin")
+        .arg(env!("CARGO_BIN_EXE_podalloc"))
+        .arg(dir)
+        .output()
+        .expect("python3 runs (install python3 to run the conformance corpus)");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    assert!(
+        out.status.success() && last.ends_with(" 0 failed"),
+        "conformance corpus {} failed:\n{stdout}\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let passed: u32 = last.split(' ').next().unwrap_or("0").parse().unwrap_or(0);
+    (passed, stdout)
+}
+
+#[test]
+fn shared_corpus_copy_passes() {
+    let (passed, _) = run_corpus(&root().join("tests/conformance/cases"));
+    assert_eq!(passed, 18, "the shared corpus has 18 cases");
+}
+
+#[test]
+fn shared_corpus_beside_the_checkout_passes_when_present() {
+    let shared = root().join("../shared/conformance/cases");
+    if shared.is_dir() {
+        let (passed, _) = run_corpus(&shared);
+        assert!(passed >= 18);
+    }
+}
+
+#[test]
+fn own_corpus_passes() {
+    let (passed, _) = run_corpus(&root().join("fixtures/conformance"));
+    assert!(passed >= 12);
+}
+
+#[test]
+fn the_runner_catches_a_wrong_plan() {
+    // A check that cannot fail proves nothing: feed the runner a case whose expectation is
+    // wrong and make sure it reports a failure.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("wrong.json"),
+        r#"{"app_id":"a","settings":{"batch_size":5},"steps":[{"now_ms":0,"target":10,"pods":[],"expect":{"create":[1,2,3]}}]}"#,
+    )
+    .unwrap();
+    let out = Command::new("python3")
+        .arg(root().join("tests/conformance/run.py"))
+        .arg("--bin")
+        .arg(env!("CARGO_BIN_EXE_podalloc"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 passed, 1 failed"));
+}

@@ -1,0 +1,443 @@
+//! End-to-end: the real binary against the simulated API server over HTTPS (bearer token,
+//! generated CA), as a user would run it.
+
+use podalloc::sim::{SimOptions, SimServer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const APP: &str = "e2e-app";
+
+struct World {
+    sim: SimServer,
+    dir: tempfile::TempDir,
+    ca: PathBuf,
+    token: String,
+}
+
+fn world(tweak: impl FnOnce(&mut SimOptions)) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    let token = "e2e-secret-token-0123456789".to_string();
+    let mut opts = SimOptions {
+        ca_out: Some(ca.clone()),
+        token: Some(token.clone()),
+        schedule_latency: Duration::from_millis(50),
+        startup_latency: Duration::from_millis(300),
+        stop_latency: Duration::from_millis(100),
+        ..SimOptions::default()
+    };
+    tweak(&mut opts);
+    let sim = SimServer::start(opts).unwrap();
+    World {
+        sim,
+        dir,
+        ca,
+        token,
+    }
+}
+
+impl World {
+    fn state_file(&self) -> PathBuf {
+        self.dir.path().join("state.json")
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
+        c.args(["--server", &self.sim.url(), "--token", &self.token])
+            .arg("--certificate-authority")
+            .arg(&self.ca)
+            .args([
+                "-n",
+                "default",
+                "--app-id",
+                APP,
+                "--image",
+                "registry.example/spark:3.5.0",
+            ])
+            .arg("--state-file")
+            .arg(self.state_file())
+            .args(["--batch-delay", "200ms"])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> Output {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "podalloc {args:?} failed: {}",
+            stderr(&out)
+        );
+        out
+    }
+
+    /// GET through the API with the token (as a test client, not podalloc).
+    fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let agent = agent(&self.ca);
+        let url = format!("{}{}", self.sim.url(), path);
+        let auth = format!("Bearer {}", self.token);
+        let mut resp = match (method, body) {
+            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            ("POST", Some(b)) => agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .content_type("application/json")
+                .send(b.to_string()),
+            _ => panic!("unsupported"),
+        }
+        .unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap();
+        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Our executor pods as (id, phase, deleting).
+    fn executors(&self) -> Vec<(u64, String, bool)> {
+        let (code, list) = self.api(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods?labelSelector=spark-app-selector%3D{APP}"),
+            None,
+        );
+        assert_eq!(code, 200);
+        let mut v: Vec<(u64, String, bool)> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["labels"]["spark-exec-id"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                    p["status"]["phase"].as_str().unwrap_or("").to_string(),
+                    !p["metadata"]["deletionTimestamp"].is_null(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn live(&self) -> Vec<u64> {
+        self.executors()
+            .into_iter()
+            .filter(|(_, ph, del)| !del && (ph == "Running" || ph == "Pending"))
+            .map(|(id, _, _)| id)
+            .collect()
+    }
+
+    fn max_live(&self) -> u64 {
+        self.sim
+            .stats()
+            .max_live_pods_by_app
+            .get(APP)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn wait_for(&self, what: &str, mut f: impl FnMut(&World) -> bool) {
+        for _ in 0..200 {
+            if f(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}: {:?}", self.executors());
+    }
+}
+
+fn agent(ca: &Path) -> ureq::Agent {
+    let pem = std::fs::read(ca).unwrap();
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|i| match i {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .new_agent()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn state(w: &World) -> Value {
+    serde_json::from_slice(&std::fs::read(w.state_file()).unwrap()).unwrap()
+}
+
+#[test]
+fn run_until_converged_reaches_target_without_overshoot() {
+    let w = world(|_| {});
+    let out = w.ok(&[
+        "run",
+        "--target",
+        "12",
+        "--until-converged",
+        "--timeout",
+        "60s",
+    ]);
+    let log = stderr(&out);
+    assert!(
+        log.contains("target=12 running=12 pending=0 unacknowledged=0"),
+        "{log}"
+    );
+    assert_eq!(w.live(), (1..=12).collect::<Vec<_>>());
+    assert_eq!(w.max_live(), 12, "never more executor pods than the target");
+    // One summary line per tick, and batches of at most 5.
+    assert!(
+        log.lines().filter(|l| l.contains(" tick ")).count() >= 3,
+        "{log}"
+    );
+    let st = state(&w);
+    assert_eq!(st["target"], 12);
+    assert_eq!(st["last_executor_id"], 12);
+    // Converged: another tick changes nothing.
+    w.ok(&["reconcile"]);
+    assert_eq!(w.sim.stats().creates, 12);
+}
+
+#[test]
+fn one_tick_creates_one_batch_then_waits_for_pending() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    w.ok(&["reconcile", "--target", "8"]);
+    assert_eq!(w.executors().len(), 5);
+    let st = state(&w);
+    assert_eq!(st["unacknowledged"].as_array().unwrap().len(), 5);
+    // Pods are pending: no new batch.
+    w.ok(&["reconcile"]);
+    assert_eq!(w.executors().len(), 5);
+    assert_eq!(state(&w)["unacknowledged"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn scale_down_deletes_excess_pending_never_running() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    w.ok(&["reconcile", "--target", "4"]);
+    w.wait_for("4 pending pods", |w| w.executors().len() == 4);
+    w.ok(&["scale", "1"]);
+    w.wait_for("excess deleted", |w| w.live().len() == 1);
+    assert_eq!(state(&w)["target"], 1);
+    // Running pods above the target stay (Spark's rule).
+    let w = world(|_| {});
+    w.ok(&[
+        "run",
+        "--target",
+        "3",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    w.ok(&["scale", "1"]);
+    assert_eq!(w.live(), vec![1, 2, 3]);
+}
+
+#[test]
+fn remove_deletes_named_executors_and_lowers_target() {
+    let w = world(|_| {});
+    w.ok(&[
+        "run",
+        "--target",
+        "4",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    w.ok(&["remove", "2", "3"]);
+    assert_eq!(state(&w)["target"], 2);
+    w.wait_for("removed pods gone", |w| w.live() == vec![1, 4]);
+    let out = w.ok(&["status", "--output", "json"]);
+    let s: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(s["target"], 2);
+    assert_eq!(s["running"], 2);
+    // Ids are never reused: scaling up again continues above 4.
+    w.ok(&[
+        "run",
+        "--target",
+        "3",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    assert_eq!(w.live(), vec![1, 4, 5]);
+}
+
+#[test]
+fn failed_executor_is_deleted_and_replaced() {
+    let w = world(|_| {});
+    w.ok(&[
+        "run",
+        "--target",
+        "3",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    let (code, _) = w.api(
+        "POST",
+        &format!("/sim/pods/default/{APP}-exec-2/phase"),
+        Some(&serde_json::json!({"phase": "Failed", "exitCode": 137, "reason": "OOMKilled"})),
+    );
+    assert_eq!(code, 200);
+    w.ok(&["run", "--until-converged", "--timeout", "30s"]);
+    assert_eq!(w.live(), vec![1, 3, 4]);
+    assert!(
+        w.executors().iter().all(|(id, _, _)| *id != 2),
+        "the failed pod is deleted"
+    );
+}
+
+#[test]
+fn driver_pod_missing_is_an_error_naming_it() {
+    let w = world(|_| {});
+    let out = w.run(&[
+        "--driver-pod",
+        "no-such-driver",
+        "reconcile",
+        "--target",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no-such-driver") && err.contains("default"),
+        "{err}"
+    );
+    assert!(w.executors().is_empty());
+}
+
+#[test]
+fn executors_are_owned_by_the_driver_pod() {
+    let w = world(|_| {});
+    let driver = serde_json::json!({"metadata": {"name": "drv", "labels": {"spark-role": "driver"}},
+        "spec": {"containers": [{"name": "d", "image": "spark"}]}, "status": {"phase": "Running"}});
+    let (code, _) = w.api("POST", "/sim/pods/default", Some(&driver));
+    assert!(code == 200 || code == 201, "{code}");
+    w.ok(&["--driver-pod", "drv", "reconcile", "--target", "1"]);
+    let (_, pod) = w.api(
+        "GET",
+        &format!("/api/v1/namespaces/default/pods/{APP}-exec-1"),
+        None,
+    );
+    let (_, drv) = w.api("GET", "/api/v1/namespaces/default/pods/drv", None);
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["uid"],
+        drv["metadata"]["uid"]
+    );
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+}
+
+#[test]
+fn corrupt_state_file_is_refused_and_kept() {
+    let w = world(|_| {});
+    std::fs::write(w.state_file(), b"{\"version\": 1, \"target\": ").unwrap();
+    let out = w.run(&["reconcile", "--target", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("state.json"), "{err}");
+    assert_eq!(
+        std::fs::read(w.state_file()).unwrap(),
+        b"{\"version\": 1, \"target\": "
+    );
+    assert!(w.executors().is_empty());
+}
+
+#[test]
+fn a_held_lock_makes_reconcile_exit_3_without_acting() {
+    let w = world(|_| {});
+    let held = podalloc::state::LockedStore::lock(&w.state_file()).unwrap();
+    let out = w.run(&["reconcile", "--target", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lock"));
+    assert!(w.executors().is_empty());
+    drop(held);
+    w.ok(&["reconcile", "--target", "2"]);
+    assert_eq!(w.executors().len(), 2);
+}
+
+#[test]
+fn overlapping_reconciles_one_acts() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    let children: Vec<_> = (0..6)
+        .map(|_| w.cmd(&["reconcile", "--target", "20"]).spawn().unwrap())
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code().unwrap())
+        .collect();
+    assert!(codes.iter().all(|c| *c == 0 || *c == 3), "{codes:?}");
+    // Whatever overlapped, exactly one batch exists: the first acted, the rest saw it pending
+    // or were locked out. No duplicate creates.
+    assert_eq!(w.executors().len(), 5, "{codes:?}");
+    assert_eq!(w.sim.stats().create_conflicts, 0);
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_changes_nothing() {
+    let w = world(|_| {});
+    let out = w.ok(&["reconcile", "--target", "3", "--dry-run"]);
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(plan["create"].as_array().unwrap().len(), 3);
+    assert!(!w.state_file().exists());
+    assert_eq!(w.sim.stats().creates, 0);
+    assert!(!stdout(&out).contains(&w.token));
+}
+
+#[test]
+fn wrong_token_is_a_clear_error_without_the_secret() {
+    let w = world(|_| {});
+    let out = w
+        .cmd(&["reconcile", "--target", "1"])
+        .args(["--token", "wrong-token-value", "--log-level", "trace"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("401"), "{err}");
+    assert!(
+        !err.contains("wrong-token-value") && !err.contains(&w.token),
+        "{err}"
+    );
+    assert!(!w.state_file().exists() || state(&w)["unacknowledged"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn untrusted_server_certificate_is_refused() {
+    let w = world(|_| {});
+    let other = tempfile::NamedTempFile::new().unwrap();
+    let w2 = world(|o| o.ca_out = Some(other.path().to_owned()));
+    let out = w
+        .cmd(&["reconcile", "--target", "1"])
+        .arg("--server")
+        .arg(w2.sim.url())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).to_lowercase().contains("tls") || stderr(&out).contains("certificate"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(w2.sim.stats().creates, 0);
+}

@@ -715,7 +715,7 @@ mod tests {
                     Event::Target(t) => target = t,
                     Event::Progress(k) => {
                         for (i, (_, s)) in cluster.iter_mut().enumerate() {
-                            if *s == ExecutorState::Pending && (k as usize + i) % 2 == 0 {
+                            if *s == ExecutorState::Pending && (k as usize + i).is_multiple_of(2) {
                                 *s = ExecutorState::Running;
                             }
                         }
@@ -777,7 +777,7 @@ mod tests {
                         cluster.insert(d.executor_id, ExecutorState::Deleted);
                     }
                 }
-                cluster.retain(|_, s| *s != ExecutorState::Deleted || now % 3 != 0);
+                cluster.retain(|_, s| *s != ExecutorState::Deleted || !now.is_multiple_of(3));
                 for c in &plan.create {
                     highest_ever = highest_ever.max(c.executor_id);
                     if !lose_next_creates {

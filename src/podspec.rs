@@ -168,10 +168,8 @@ impl PodTemplate {
                     "spec.containers[{i}] in the template has no name"
                 )));
             }
-            if !c
-                .get("image")
-                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
-            {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            if image.is_empty() {
                 return Err(TemplateError(format!(
                     "spec.containers[{i}] in the template has no image: set it there or pass --image"
                 )));

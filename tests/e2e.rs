@@ -44,8 +44,12 @@ impl World {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_for(&self.sim.url(), &self.token, args)
+    }
+
+    fn cmd_for(&self, server: &str, token: &str, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-        c.args(["--server", &self.sim.url(), "--token", &self.token])
+        c.args(["--server", server, "--token", token])
             .arg("--certificate-authority")
             .arg(&self.ca)
             .args([
@@ -408,8 +412,11 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
 fn wrong_token_is_a_clear_error_without_the_secret() {
     let w = world(|_| {});
     let out = w
-        .cmd(&["reconcile", "--target", "1"])
-        .args(["--token", "wrong-token-value", "--log-level", "trace"])
+        .cmd_for(
+            &w.sim.url(),
+            "wrong-token-value",
+            &["--log-level", "trace", "reconcile", "--target", "1"],
+        )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -440,4 +447,45 @@ fn untrusted_server_certificate_is_refused() {
         stderr(&out)
     );
     assert_eq!(w2.sim.stats().creates, 0);
+}
+
+#[test]
+fn sigterm_finishes_the_tick_saves_and_exits_0() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    let child = w
+        .cmd(&["run", "--target", "3", "--interval", "100ms"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    w.wait_for("first batch", |w| w.executors().len() == 3);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("signal received"), "{}", stderr(&out));
+    let st = state(&w);
+    assert_eq!(st["target"], 3);
+    assert_eq!(st["last_executor_id"], 3);
+}
+
+#[test]
+fn timeout_without_convergence_exits_5() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    let out = w.run(&[
+        "run",
+        "--target",
+        "2",
+        "--until-converged",
+        "--timeout",
+        "1s",
+        "--interval",
+        "200ms",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not converged"));
 }

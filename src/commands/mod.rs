@@ -92,7 +92,12 @@ pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Opt
     }
 }
 
-/// JSON when it starts like JSON, else YAML read the way kubectl reads it (YAML 1.1 octals).
+/// Parses pod template text: JSON when it starts like JSON, else YAML read the way kubectl
+/// reads it (YAML 1.1 octals such as `0644`). Errors: the parser's first line.
+pub fn parse_template_text(text: &str) -> std::result::Result<serde_json::Value, String> {
+    parse_yaml_or_json(text)
+}
+
 fn parse_yaml_or_json(text: &str) -> std::result::Result<serde_json::Value, String> {
     if text.trim_start().starts_with('{') {
         return serde_json::from_str(text).map_err(|e| e.to_string());

@@ -263,10 +263,13 @@ impl<S: Read + Write> Conn<S> {
     }
 }
 
+/// Writes a streamed body.
+pub(crate) type BodyFn = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>;
+
 /// A response body: bytes, or a writer run as the body streams out.
 pub(crate) enum Body {
     Bytes(Vec<u8>),
-    Stream(Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>),
+    Stream(BodyFn),
 }
 
 /// A response to write.

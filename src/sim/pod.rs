@@ -301,8 +301,16 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             "the API version in the data ({api_version}) does not match the expected API version (v1)"
         )));
     }
-    let pod = Value::Object(obj);
+    let mut pod = Value::Object(obj);
     check_types(&pod)?;
+    // Go decodes a JSON null map value as "".
+    for map in ["labels", "annotations"] {
+        if let Some(Value::Object(m)) = pod.pointer_mut(&format!("/metadata/{map}")) {
+            for v in m.values_mut().filter(|v| v.is_null()) {
+                *v = json!("");
+            }
+        }
+    }
     Ok(pod)
 }
 
@@ -948,6 +956,8 @@ mod tests {
         );
         let ok = decode(br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#).unwrap();
         assert!(ok.get("kind").is_none() && ok.get("apiVersion").is_none());
+        let nulls = decode(br#"{"metadata":{"labels":{"a":null}}}"#).unwrap();
+        assert_eq!(nulls["metadata"]["labels"]["a"], "");
     }
 
     #[test]

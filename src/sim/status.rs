@@ -42,7 +42,7 @@ pub(crate) struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
     /// `metadata.continue` of the Status (only the 410 for an expired continue token has it).
     pub continue_token: Option<String>,
 }
@@ -81,7 +81,7 @@ impl ApiError {
     }
 
     fn with_details(mut self, details: Details) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -100,6 +100,15 @@ impl ApiError {
         Self::new(404, "NotFound", format!("pods \"{name}\" not found")).with_details(Details {
             name: name.to_string(),
             kind: "pods".to_string(),
+            ..Details::default()
+        })
+    }
+
+    /// 404 for a namespace that does not (cannot) exist.
+    pub(crate) fn namespace_not_found(ns: &str) -> Self {
+        Self::new(404, "NotFound", format!("namespaces \"{ns}\" not found")).with_details(Details {
+            name: ns.to_string(),
+            kind: "namespaces".to_string(),
             ..Details::default()
         })
     }
@@ -228,7 +237,7 @@ impl ApiError {
             status: "Failure",
             message: &self.message,
             reason: self.reason,
-            details: self.details.as_ref(),
+            details: self.details.as_deref(),
             code: self.code,
         };
         // Serialising plain strings and numbers cannot fail.

@@ -551,8 +551,9 @@ impl Store {
         let _ = self.delete_at(&ns, &name, &DeleteOptions::default(), false, due);
     }
 
-    /// Creates a pod from a decoded body (see `pod::decode`). Errors: 400 namespace
-    /// mismatch or bad seeded phase, 422 invalid, 409 name taken, 500 resourceVersion set.
+    /// Creates a pod from a decoded body (see `pod::decode`). Errors: 404 for a namespace
+    /// name that is not a DNS-1123 label, 400 namespace mismatch or bad seeded phase, 422
+    /// invalid, 409 name taken, 500 resourceVersion set.
     pub(crate) fn create(
         &mut self,
         ns: &str,
@@ -562,6 +563,10 @@ impl Store {
         now: Instant,
     ) -> Result<Arc<StoredPod>, ApiError> {
         self.advance(now);
+        // Every namespace exists in the simulator, except names no namespace can have.
+        if !super::validation::dns1123_label(ns).is_empty() {
+            return Err(ApiError::namespace_not_found(ns));
+        }
         if let Some(obj) = v.as_object_mut() {
             // Stored objects carry no type meta; responses add it.
             obj.remove("kind");
@@ -1141,4 +1146,504 @@ pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
         rv: j.rv,
         start: j.start,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn cfg() -> StoreConfig {
+        StoreConfig {
+            schedule_latency: 200 * MS,
+            startup_latency: 1000 * MS,
+            stop_latency: 500 * MS,
+            failure_rate: 0.0,
+            seed: 0,
+            nodes: 3,
+            max_page: None,
+            continue_ttl: Duration::from_secs(300),
+        }
+    }
+
+    fn body(name: &str, policy: &str, extra_meta: Value) -> Value {
+        let mut v = json!({"metadata": {"name": name, "labels": {"spark-app-selector": "app"}},
+                           "spec": {"restartPolicy": policy,
+                                    "containers": [{"name": "c", "image": "img:1"}]}});
+        if let (Some(m), Value::Object(extra)) = (v["metadata"].as_object_mut(), extra_meta) {
+            m.extend(extra);
+        }
+        v
+    }
+
+    fn view(s: &mut Store, name: &str, at: Instant) -> Option<Value> {
+        s.get("ns", name, at)
+            .ok()
+            .map(|p| serde_json::from_str(&p.json).unwrap())
+    }
+
+    fn create(s: &mut Store, name: &str, policy: &str, at: Instant) -> Value {
+        let p = s
+            .create(
+                "ns",
+                body(name, policy, json!({})),
+                CreateMode::Api,
+                false,
+                at,
+            )
+            .unwrap();
+        serde_json::from_str(&p.json).unwrap()
+    }
+
+    #[test]
+    fn kubelet_transitions_happen_exactly_when_due() {
+        let clock = WallClock::new();
+        let mut s = Store::new(cfg(), clock);
+        let t0 = Instant::now();
+        let created = create(&mut s, "p", "Never", t0);
+        let rv0: u64 = created["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let p = view(&mut s, "p", t0 + 199 * MS).unwrap();
+        assert!(p["spec"].get("nodeName").is_none());
+        assert!(p["status"].get("conditions").is_none());
+        let p = view(&mut s, "p", t0 + 200 * MS).unwrap();
+        assert_eq!(p["spec"]["nodeName"], "sim-node-1");
+        assert_eq!(p["status"]["hostIP"], "172.18.0.2");
+        assert_eq!(p["status"]["phase"], "Pending");
+        let sched = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")
+            .unwrap()
+            .clone();
+        assert_eq!(sched["status"], "True");
+        assert_eq!(sched["lastTransitionTime"], clock.rfc3339(t0 + 200 * MS));
+        let rv1: u64 = p["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rv1 > rv0);
+        assert_eq!(
+            view(&mut s, "p", t0 + 1199 * MS).unwrap()["status"]["phase"],
+            "Pending"
+        );
+        let p = view(&mut s, "p", t0 + 1200 * MS).unwrap();
+        assert_eq!(p["status"]["phase"], "Running");
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"],
+            clock.rfc3339(t0 + 1200 * MS)
+        );
+        assert!(
+            p["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                > rv1
+        );
+        // Pods are spread over the nodes in creation order.
+        create(&mut s, "q", "Never", t0);
+        assert_eq!(
+            view(&mut s, "q", t0 + 300 * MS).unwrap()["spec"]["nodeName"],
+            "sim-node-2"
+        );
+    }
+
+    #[test]
+    fn failures_follow_the_restart_policy_and_the_seed() {
+        let mut s = Store::new(
+            StoreConfig {
+                failure_rate: 1.0,
+                ..cfg()
+            },
+            WallClock::new(),
+        );
+        let t0 = Instant::now();
+        create(&mut s, "never", "Never", t0);
+        create(&mut s, "always", "Always", t0);
+        let t = t0 + 2 * Duration::from_secs(1);
+        let never = view(&mut s, "never", t).unwrap();
+        assert_eq!(never["status"]["phase"], "Failed");
+        let term = &never["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(
+            (term["exitCode"].as_i64(), term["reason"].as_str()),
+            (Some(1), Some("Error"))
+        );
+        let always = view(&mut s, "always", t).unwrap();
+        assert_eq!(always["status"]["phase"], "Running");
+        assert_eq!(
+            always["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "CrashLoopBackOff"
+        );
+        assert_eq!(s.stats(t).live_pods, 1);
+
+        let run = |seed: u64| -> Vec<String> {
+            let mut s = Store::new(
+                StoreConfig {
+                    failure_rate: 0.5,
+                    seed,
+                    ..cfg()
+                },
+                WallClock::new(),
+            );
+            let t0 = Instant::now();
+            (0..40)
+                .map(|i| {
+                    create(&mut s, &format!("p{i}"), "Never", t0);
+                    view(&mut s, &format!("p{i}"), t0 + 2 * Duration::from_secs(1)).unwrap()
+                        ["status"]["phase"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        let a = run(7);
+        assert_eq!(a, run(7));
+        assert_ne!(a, run(8));
+        assert!(a.iter().any(|p| p == "Failed") && a.iter().any(|p| p == "Running"));
+    }
+
+    #[test]
+    fn graceful_deletion_timeline() {
+        let clock = WallClock::new();
+        let mut s = Store::new(cfg(), clock);
+        let t0 = Instant::now();
+        create(&mut s, "p", "Never", t0);
+        let t1 = t0 + 2 * Duration::from_secs(1);
+        assert_eq!(s.stats(t1).live_pods, 1);
+        let d = s
+            .delete("ns", "p", &DeleteOptions::default(), false, t1)
+            .unwrap();
+        let d: Value = serde_json::from_str(&d.json).unwrap();
+        assert_eq!(
+            d["metadata"]["deletionTimestamp"],
+            clock.rfc3339(t1 + Duration::from_secs(30))
+        );
+        assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert_eq!(d["status"]["phase"], "Running");
+        assert_eq!(s.stats(t1).live_pods, 0);
+        assert_eq!(
+            view(&mut s, "p", t1 + 499 * MS).unwrap()["status"]["phase"],
+            "Running"
+        );
+        let stopped = view(&mut s, "p", t1 + 500 * MS).unwrap();
+        assert_eq!(stopped["status"]["phase"], "Failed");
+        assert_eq!(
+            stopped["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            143
+        );
+        assert!(view(&mut s, "p", t1 + 599 * MS).is_some());
+        assert!(view(&mut s, "p", t1 + 600 * MS).is_none());
+
+        // Grace shorter than the stop latency: SIGKILL at the deadline (137).
+        let mut s = Store::new(
+            StoreConfig {
+                stop_latency: Duration::from_secs(5),
+                ..cfg()
+            },
+            clock,
+        );
+        create(&mut s, "k", "Never", t0);
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(2),
+            ..DeleteOptions::default()
+        };
+        s.delete("ns", "k", &opts, false, t1).unwrap();
+        let k = view(&mut s, "k", t1 + Duration::from_secs(2)).unwrap();
+        assert_eq!(
+            k["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            137
+        );
+    }
+
+    #[test]
+    fn a_second_delete_only_shortens_the_grace_period() {
+        let clock = WallClock::new();
+        let mut s = Store::new(
+            StoreConfig {
+                stop_latency: Duration::from_secs(60),
+                ..cfg()
+            },
+            clock,
+        );
+        let t0 = Instant::now();
+        create(&mut s, "p", "Never", t0);
+        let t1 = t0 + 2 * Duration::from_secs(1);
+        let grace = |g: i64| DeleteOptions {
+            grace_period_seconds: Some(g),
+            ..DeleteOptions::default()
+        };
+        s.delete("ns", "p", &grace(30), false, t1).unwrap();
+        let rv = view(&mut s, "p", t1).unwrap()["metadata"]["resourceVersion"].clone();
+        let later = t1 + Duration::from_secs(3);
+        let same = s.delete("ns", "p", &grace(45), false, later).unwrap();
+        let same: Value = serde_json::from_str(&same.json).unwrap();
+        assert_eq!(
+            same["metadata"]["deletionTimestamp"],
+            clock.rfc3339(t1 + Duration::from_secs(30))
+        );
+        assert_eq!(same["metadata"]["resourceVersion"], rv);
+        let unchanged = s
+            .delete("ns", "p", &DeleteOptions::default(), false, later)
+            .unwrap();
+        assert_eq!(unchanged.rv, rv.as_str().unwrap());
+        let shorter = s.delete("ns", "p", &grace(10), false, later).unwrap();
+        let shorter: Value = serde_json::from_str(&shorter.json).unwrap();
+        assert_eq!(
+            shorter["metadata"]["deletionTimestamp"],
+            clock.rfc3339(t1 + Duration::from_secs(10))
+        );
+        assert_eq!(shorter["metadata"]["deletionGracePeriodSeconds"], 10);
+        // The kubelet now kills at the shortened deadline.
+        let p = view(&mut s, "p", t1 + Duration::from_secs(10)).unwrap();
+        assert_eq!(p["status"]["phase"], "Failed");
+        assert!(s
+            .delete("ns", "p", &grace(0), false, t1 + Duration::from_secs(10))
+            .is_ok());
+        assert!(view(&mut s, "p", t1 + Duration::from_secs(10)).is_none());
+    }
+
+    #[test]
+    fn terminal_and_unscheduled_pods_go_at_once() {
+        let mut s = Store::new(
+            StoreConfig {
+                failure_rate: 1.0,
+                ..cfg()
+            },
+            WallClock::new(),
+        );
+        let t0 = Instant::now();
+        create(&mut s, "failed", "Never", t0);
+        create(&mut s, "fresh", "Never", t0);
+        let t = t0 + Duration::from_secs(2);
+        s.delete("ns", "failed", &DeleteOptions::default(), false, t)
+            .unwrap();
+        assert!(view(&mut s, "failed", t).is_none());
+        create(&mut s, "fresh2", "Never", t);
+        let gone = s
+            .delete("ns", "fresh2", &DeleteOptions::default(), false, t)
+            .unwrap();
+        assert!(!gone.json.contains("deletionTimestamp"));
+        assert!(view(&mut s, "fresh2", t).is_none());
+        assert_eq!(
+            s.delete("ns", "fresh2", &DeleteOptions::default(), false, t)
+                .unwrap_err()
+                .code,
+            404
+        );
+        // Preconditions.
+        let e = s
+            .delete(
+                "ns",
+                "fresh",
+                &DeleteOptions {
+                    uid: Some("x".into()),
+                    ..DeleteOptions::default()
+                },
+                false,
+                t,
+            )
+            .unwrap_err();
+        assert_eq!((e.code, e.reason), (409, "Conflict"));
+        assert!(e.message.starts_with(
+            "Operation cannot be fulfilled on Pod \"fresh\": the UID in the precondition (x)"
+        ));
+        let e = s
+            .delete(
+                "ns",
+                "fresh",
+                &DeleteOptions {
+                    resource_version: Some("1".into()),
+                    ..DeleteOptions::default()
+                },
+                false,
+                t,
+            )
+            .unwrap_err();
+        assert!(e
+            .message
+            .contains("the ResourceVersion in the precondition (1) does not match"));
+        // Dry run changes nothing.
+        s.delete("ns", "fresh", &DeleteOptions::default(), true, t)
+            .unwrap();
+        assert!(!view(&mut s, "fresh", t).unwrap()["metadata"]
+            .as_object()
+            .unwrap()
+            .contains_key("deletionTimestamp"));
+    }
+
+    #[test]
+    fn no_nodes_means_unschedulable() {
+        let mut s = Store::new(StoreConfig { nodes: 0, ..cfg() }, WallClock::new());
+        let t0 = Instant::now();
+        create(&mut s, "p", "Never", t0);
+        let p = view(&mut s, "p", t0 + Duration::from_secs(10)).unwrap();
+        assert_eq!(p["status"]["phase"], "Pending");
+        assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
+        assert!(p["spec"].get("nodeName").is_none());
+    }
+
+    #[test]
+    fn garbage_collection_of_pod_owned_pods() {
+        let mut s = Store::new(cfg(), WallClock::new());
+        let t0 = Instant::now();
+        let orphan = json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "gone", "uid": "u-gone"}]});
+        s.create(
+            "ns",
+            body("orphan", "Never", orphan),
+            CreateMode::Api,
+            false,
+            t0,
+        )
+        .unwrap();
+        let rs = json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-rs"}]});
+        s.create(
+            "ns",
+            body("rs-owned", "Never", rs),
+            CreateMode::Api,
+            false,
+            t0,
+        )
+        .unwrap();
+        assert!(
+            view(&mut s, "orphan", t0).is_none(),
+            "owner absent: collected"
+        );
+        assert!(view(&mut s, "rs-owned", t0).is_some());
+
+        let mut driver = body("driver", "Never", json!({}));
+        driver["status"] = json!({"phase": "Running"});
+        let d = s.create("ns", driver, CreateMode::Seed, false, t0).unwrap();
+        let d: Value = serde_json::from_str(&d.json).unwrap();
+        let uid = d["metadata"]["uid"].as_str().unwrap();
+        let owned = json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": uid, "controller": true}]});
+        s.create(
+            "ns",
+            body("exec", "Never", owned),
+            CreateMode::Api,
+            false,
+            t0,
+        )
+        .unwrap();
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(
+            view(&mut s, "exec", t1).unwrap()["status"]["phase"],
+            "Running"
+        );
+        let zero = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        s.delete("ns", "driver", &zero, false, t1).unwrap();
+        let exec = view(&mut s, "exec", t1).unwrap();
+        assert!(
+            exec["metadata"]["deletionTimestamp"].is_string(),
+            "dependent deleted gracefully"
+        );
+        assert!(view(&mut s, "exec", t1 + Duration::from_secs(1)).is_none());
+    }
+
+    #[test]
+    fn seeded_phases_stick_and_stats_count_live_pods_per_app() {
+        let mut s = Store::new(cfg(), WallClock::new());
+        let t0 = Instant::now();
+        for (name, phase) in [
+            ("d", "Running"),
+            ("f", "Failed"),
+            ("s", "Succeeded"),
+            ("u", "Unknown"),
+        ] {
+            let mut v = body(name, "Never", json!({}));
+            v["status"] = json!({"phase": phase});
+            let p = s.create("ns", v, CreateMode::Seed, false, t0).unwrap();
+            assert_eq!(p.fields.phase, phase);
+        }
+        let mut bad = body("x", "Never", json!({}));
+        bad["status"] = json!({"phase": "Exploded"});
+        assert_eq!(
+            s.create("ns", bad, CreateMode::Seed, false, t0)
+                .unwrap_err()
+                .code,
+            400
+        );
+        let later = t0 + Duration::from_secs(30);
+        assert_eq!(
+            view(&mut s, "d", later).unwrap()["status"]["phase"],
+            "Running"
+        );
+        assert_eq!(
+            view(&mut s, "f", later).unwrap()["status"]["phase"],
+            "Failed"
+        );
+        for i in 0..3 {
+            create(&mut s, &format!("e{i}"), "Never", later);
+        }
+        let st = s.stats(later);
+        assert_eq!(st.live_pods, 4);
+        assert_eq!(st.max_live_pods_by_app.get("app"), Some(&4));
+        assert_eq!(st.creates, 3);
+
+        // Create-time rules: a set resourceVersion is a 500, dry runs store nothing.
+        let mut rv = body("rv", "Never", json!({}));
+        rv["metadata"]["resourceVersion"] = json!("5");
+        let e = s
+            .create("ns", rv, CreateMode::Api, false, later)
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                500,
+                "resourceVersion should not be set on objects to be created"
+            )
+        );
+        let dry = s
+            .create(
+                "ns",
+                body("dry", "Never", json!({})),
+                CreateMode::Api,
+                true,
+                later,
+            )
+            .unwrap();
+        assert_eq!(dry.name(), "dry");
+        assert!(view(&mut s, "dry", later).is_none());
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_and_expire() {
+        let t = encode_continue(42, "p-1\u{0}");
+        let c = decode_continue(&t).unwrap();
+        assert_eq!((c.rv, c.start.as_str()), (42, "p-1\u{0}"));
+        assert!(decode_continue("!!").is_err());
+        assert!(decode_continue(&encode_continue(0, "x")).is_err());
+
+        let mut s = Store::new(cfg(), WallClock::new());
+        let t0 = Instant::now();
+        for i in 0..5 {
+            create(&mut s, &format!("p{i}"), "Never", t0);
+        }
+        let first = s.begin_list(Some("ns"), None, Some(2), t0).unwrap();
+        let c = Continue {
+            rv: first.rv as i64,
+            start: "p1\u{0}".into(),
+        };
+        let page = s
+            .begin_list(Some("ns"), Some(&c), Some(2), t0 + Duration::from_secs(299))
+            .unwrap();
+        assert_eq!(page.start, 2);
+        let e = s
+            .begin_list(Some("ns"), Some(&c), Some(2), t0 + Duration::from_secs(301))
+            .err()
+            .unwrap();
+        assert_eq!((e.code, e.reason), (410, "Expired"));
+        let fresh = decode_continue(e.continue_token.as_deref().unwrap()).unwrap();
+        assert_eq!((fresh.rv, fresh.start.as_str()), (-1, "p1\u{0}"));
+    }
 }

@@ -111,6 +111,50 @@ pub struct AllocatorState {
     /// informational, pruned as the pods disappear.
     #[serde(default)]
     pub deleted: Vec<u64>,
+    /// Creation back-off after a quota rejection (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_backoff: Option<Backoff>,
+}
+
+/// No creates before `until_ms`: set when the API server rejected a create for a
+/// ResourceQuota (403 "exceeded quota"), so a full quota is not hammered every tick.
+/// The delay doubles on each rejection up to [`MAX_BACKOFF_MS`] and the back-off is cleared
+/// by the next successful create, as Kubernetes' controllers back off a failing sync.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// No creates before this time, ms since the Unix epoch.
+    pub until_ms: u64,
+    /// The delay that set `until_ms`, ms; the next rejection doubles it.
+    pub delay_ms: u64,
+    /// Why (the quota message), for `status` and logs.
+    pub reason: String,
+}
+
+/// First creation back-off after a quota rejection, ms.
+pub const MIN_BACKOFF_MS: u64 = 5_000;
+/// Longest creation back-off, ms (5 minutes).
+pub const MAX_BACKOFF_MS: u64 = 300_000;
+
+impl Backoff {
+    /// The back-off after a rejection at `now_ms`, following `previous` (doubling, capped):
+    /// max(batch delay, 5 s), then ×2 per rejection, at most 5 minutes.
+    pub fn after_rejection(
+        previous: Option<&Backoff>,
+        batch_delay_ms: u64,
+        now_ms: u64,
+        reason: String,
+    ) -> Backoff {
+        let delay_ms = match previous {
+            Some(b) => b.delay_ms.saturating_mul(2),
+            None => batch_delay_ms.max(MIN_BACKOFF_MS),
+        }
+        .min(MAX_BACKOFF_MS);
+        Backoff {
+            until_ms: now_ms.saturating_add(delay_ms),
+            delay_ms,
+            reason,
+        }
+    }
 }
 
 impl AllocatorState {
@@ -431,9 +475,20 @@ pub fn step(
         }
     }
 
-    // Rule 4: a new batch only when nothing is outstanding.
+    // Rule 4: a new batch only when nothing is outstanding (and no quota back-off is on).
     let mut create = Vec::new();
-    if unack.is_empty() && !pending_seen && s.running < target {
+    let backing_off = state
+        .create_backoff
+        .as_ref()
+        .filter(|b| now_ms < b.until_ms);
+    if let (Some(b), true) = (backing_off, s.running < target) {
+        warnings.push(format!(
+            "not creating executors for {} ms more: the last create was rejected ({})",
+            b.until_ms - now_ms,
+            b.reason
+        ));
+    }
+    if unack.is_empty() && !pending_seen && s.running < target && backing_off.is_none() {
         let n = (target - s.running).min(settings.batch_size);
         for _ in 0..n {
             last_id += 1;
@@ -447,7 +502,8 @@ pub fn step(
 
     s.created = create.len() as u32;
     s.deleted = delete.len() as u32;
-    s.converged = create.is_empty()
+    s.converged = backing_off.is_none()
+        && create.is_empty()
         && delete.is_empty()
         && unack.is_empty()
         && !pending_seen
@@ -474,6 +530,7 @@ pub fn step(
             })
             .collect(),
         deleted: deleted.into_iter().collect(),
+        create_backoff: state.create_backoff.clone(),
     };
     Ok(Plan {
         create,
@@ -656,6 +713,34 @@ mod tests {
         .unwrap();
         assert!(p.delete.is_empty());
         assert_eq!(ids_c(&p), vec![3]);
+    }
+
+    #[test]
+    fn quota_backoff_holds_creates_until_it_expires() {
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        st.create_backoff = Some(Backoff::after_rejection(
+            None,
+            1000,
+            10_000,
+            "exceeded quota: q".into(),
+        ));
+        assert_eq!(st.create_backoff.as_ref().unwrap().until_ms, 15_000);
+        let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 14_999).unwrap();
+        assert!(p.create.is_empty());
+        assert!(p.warnings.iter().any(|w| w.contains("exceeded quota")));
+        assert_eq!(
+            p.state.create_backoff, st.create_backoff,
+            "kept until a create succeeds"
+        );
+        let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 15_000).unwrap();
+        assert_eq!(ids_c(&p), vec![1, 2, 3]);
+        // Doubling, capped.
+        let mut b = Backoff::after_rejection(None, 1000, 0, String::new());
+        for _ in 0..20 {
+            b = Backoff::after_rejection(Some(&b), 1000, 0, String::new());
+        }
+        assert_eq!(b.delay_ms, MAX_BACKOFF_MS);
     }
 
     #[test]

@@ -184,11 +184,13 @@ pub fn tick(
     change: &TargetChange,
     now_ms: u64,
 ) -> Result<TickReport> {
+    client.reset_retry_budget();
     let state = store
         .load()
         .map_err(store_error)?
         .unwrap_or_else(AllocatorState::new);
     let snapshot = list_snapshot(client, app)?;
+    crash_point("after-list");
     let base = change.set.or(state.target);
     let target = match (base, change.add) {
         (b, 0) => b,
@@ -209,12 +211,17 @@ pub fn tick(
     };
     // Write-ahead: the ids about to be created are recorded before any call is made.
     let mut state = plan.state.clone();
+    crash_point("before-write-ahead");
     store.save(&state).map_err(store_error)?;
+    crash_point("after-write-ahead");
 
     let mut first_error: Option<Error> = None;
     let mut deleted = 0;
     for d in &plan.delete {
-        match delete_one(client, d) {
+        crash_point("before-delete");
+        let res = delete_one(client, d);
+        crash_point("after-delete");
+        match res {
             Ok(true) => {
                 deleted += 1;
                 info!(
@@ -235,6 +242,7 @@ pub fn tick(
 
     let mut created = 0;
     let mut dropped: Vec<u64> = Vec::new();
+    let mut quota: Option<alloc::Backoff> = None;
     let template = app.template.as_ref();
     for (i, c) in plan.create.iter().enumerate() {
         let Some(template) = template else {
@@ -245,9 +253,31 @@ pub fn tick(
             break;
         };
         let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner.as_ref());
-        match create_one(client, app, c.executor_id, &c.pod_name, &pod) {
+        crash_point("before-create");
+        let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
+        crash_point("after-create");
+        match outcome {
             CreateOutcome::Created => created += 1,
             CreateOutcome::NotOurs => dropped.push(c.executor_id),
+            CreateOutcome::Quota(e) => {
+                // As Kubernetes' controllers: stop the batch at the first rejection; the
+                // rejected ids never existed (not unacknowledged) and creation backs off.
+                dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
+                let b = alloc::Backoff::after_rejection(
+                    state.create_backoff.as_ref(),
+                    app.settings.batch_delay_ms,
+                    now_ms,
+                    e.message.clone(),
+                );
+                warn!(
+                    "pod creation rejected by a quota; no creates for {}: {}",
+                    humantime::format_duration(std::time::Duration::from_millis(b.delay_ms)),
+                    e.message
+                );
+                quota = Some(b);
+                first_error.get_or_insert(e);
+                break;
+            }
             CreateOutcome::Rejected(e) => {
                 // Definitely not created: this id and the rest of the batch are dropped
                 // (ids stay consumed), as Kubernetes' controllers stop a batch at the first error.
@@ -264,12 +294,20 @@ pub fn tick(
             }
         }
     }
-    if !dropped.is_empty() {
+    let backoff = match (&quota, created) {
+        (Some(b), _) => Some(b.clone()),
+        (None, 0) => state.create_backoff.clone(),
+        (None, _) => None, // a create succeeded: the quota has room again
+    };
+    if !dropped.is_empty() || backoff != state.create_backoff {
         state
             .unacknowledged
             .retain(|u| !dropped.contains(&u.executor_id));
+        state.create_backoff = backoff;
+        crash_point("before-final-save");
         store.save(&state).map_err(store_error)?;
     }
+    crash_point("after-final-save");
     if created > 0 {
         info!(
             "created {created} executor pod(s): {}",
@@ -337,6 +375,7 @@ fn delete_one(client: &KubeClient, d: &alloc::Delete) -> std::result::Result<boo
 
 enum CreateOutcome {
     Created,
+    Quota(Error),
     NotOurs,
     Rejected(Error),
     Ambiguous(Error),
@@ -365,10 +404,7 @@ fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) 
                 Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
             }
         }
-        Err(e) if e.is_quota() => {
-            warn!("create {name} rejected by a quota: {e}");
-            CreateOutcome::Rejected(Error::runtime(e.to_string()))
-        }
+        Err(e) if e.is_quota() => CreateOutcome::Quota(Error::runtime(e.to_string())),
         Err(e @ KubeError::Api { .. }) if !e.is_retryable() => {
             CreateOutcome::Rejected(kube_error(e))
         }
@@ -384,4 +420,38 @@ fn is_our_pod(pod: &Value, app_id: &str, id: u64) -> bool {
     l[LABEL_APP] == app_id
         && l[LABEL_ROLE] == ROLE_EXECUTOR
         && l[LABEL_EXEC_ID] == id.to_string().as_str()
+}
+
+/// Crash points of a tick, for the crash-safety harness (tests/crash.rs): with
+/// `PODALLOC_CRASH_AT=POINT[:N]` in the environment the process kills itself with SIGKILL at
+/// the N-th (default first) time it reaches POINT. Points: `after-list`, `before-write-ahead`,
+/// `after-write-ahead`, `before-delete`, `after-delete`, `before-create`, `after-create`,
+/// `before-final-save`, `after-final-save`. Unset (always, outside tests), this does nothing.
+pub const CRASH_POINTS: &[&str] = &[
+    "after-list",
+    "before-write-ahead",
+    "after-write-ahead",
+    "before-delete",
+    "after-delete",
+    "before-create",
+    "after-create",
+    "before-final-save",
+    "after-final-save",
+];
+
+fn crash_point(point: &str) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    static SPEC: OnceLock<Option<(String, u32)>> = OnceLock::new();
+    static SEEN: AtomicU32 = AtomicU32::new(0);
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("PODALLOC_CRASH_AT").ok()?;
+        let (p, n) = v.split_once(':').unwrap_or((v.as_str(), "1"));
+        Some((p.to_string(), n.parse().unwrap_or(1)))
+    });
+    if let Some((p, n)) = spec {
+        if p == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+            let _ = signal_hook::low_level::raise(signal_hook::consts::SIGKILL);
+        }
+    }
 }

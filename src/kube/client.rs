@@ -76,7 +76,8 @@ pub struct RetryPolicy {
     pub base_delay: Duration,
     /// Cap of the exponential back-off (a longer `Retry-After` is still honoured). Default 5 s.
     pub max_delay: Duration,
-    /// Total sleeping for retries over the client's lifetime. Default 30 s.
+    /// Total sleeping for retries until [`KubeClient::reset_retry_budget`] (called at the
+    /// start of every tick). Default 30 s.
     pub retry_budget: Duration,
 }
 
@@ -143,7 +144,9 @@ pub struct ClientStats {
     pub errors_by_code: BTreeMap<u16, u64>,
     /// Requests that got no HTTP answer (connect refused/reset, timeout, TLS).
     pub transport_errors: u64,
-    /// Time slept before retries, counted against [`RetryPolicy::retry_budget`].
+    /// Time slept before retries since the client was made or
+    /// [`KubeClient::reset_retry_budget`] was last called, counted against
+    /// [`RetryPolicy::retry_budget`].
     pub retry_sleep: Duration,
 }
 
@@ -626,6 +629,12 @@ impl KubeClient {
     /// Replaces the retry policy (e.g. [`RetryPolicy::none`] for a dry run).
     pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
         self.options.retry = policy;
+    }
+
+    /// Starts a fresh retry budget: the tick calls this first, so
+    /// [`RetryPolicy::retry_budget`] bounds the retry sleeping of one tick.
+    pub fn reset_retry_budget(&self) {
+        lock(&self.stats).retry_sleep = Duration::ZERO;
     }
 
     /// A copy of the counters: requests, retries, bytes received, errors by HTTP code.

@@ -247,8 +247,10 @@ impl SimServer {
     /// Binds `opts.listen`, generates the PKI (with `tls`), writes `ca_out` and starts
     /// the threads.
     ///
-    /// Errors: the address cannot be bound, `ca_out` cannot be written, the TLS setup
-    /// fails, or `failure_rate` is outside `[0, 1]` (`InvalidInput`).
+    /// # Errors
+    ///
+    /// The address cannot be bound, `ca_out` cannot be written, the TLS setup fails, a
+    /// thread cannot be spawned, or `failure_rate` is outside `[0, 1]` (`InvalidInput`).
     pub fn start(opts: SimOptions) -> io::Result<SimServer> {
         if !(0.0..=1.0).contains(&opts.failure_rate) {
             return Err(io::Error::new(

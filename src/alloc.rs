@@ -29,7 +29,7 @@
 //! cluster) + 1, so ids survive a lost state file.
 
 use crate::podspec::pod_name;
-use crate::snapshot::{ExecutorState, Snapshot};
+use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -59,7 +59,49 @@ pub struct Settings {
     pub delete_terminated: bool,
     /// The pod name prefix (see [`crate::podspec::name_prefix`]).
     pub name_prefix: String,
+    /// Opt-in policies beyond the seed's (all off by default).
+    pub policies: Policies,
 }
+
+/// Opt-in allocation policies (issue "faster than Spark"). All off by default: the seed's
+/// behaviour and the conformance corpus are unchanged unless one is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policies {
+    /// Spark's `spark.kubernetes.allocation.maxPendingPods` (SPARK-33262, SPARK-36052):
+    /// pending pods no longer block; a new batch is allowed once every earlier request was
+    /// seen, sized min(target − known, batch size, max_pending − pending).
+    pub max_pending: Option<u32>,
+    /// Adaptive batches (`--batch-size auto`) up to this cap: the batch doubles after a batch
+    /// whose pods were all seen with none unschedulable, and halves after throttling
+    /// (429/5xx/quota, reported by the tick) or when pods are unschedulable.
+    pub adaptive_max_batch: Option<u32>,
+    /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
+    /// executor failures within [`Policies::failure_window_ms`] stop all creation
+    /// ([`Plan::halt`]).
+    pub max_failures: Option<u32>,
+    /// The crash-loop guard's window, ms (default 10 minutes).
+    pub failure_window_ms: u64,
+    /// A pod waiting in ErrImagePull, ImagePullBackOff, InvalidImageName,
+    /// CreateContainerConfigError or CrashLoopBackOff longer than this (ms) counts as a
+    /// failure: deleted once (reason `stuck`) and counted by the guard. Unschedulable alone is
+    /// not a failure.
+    pub startup_grace_ms: Option<u64>,
+    /// Also delete running executors above the target (off by default, as Spark), lowest
+    /// pod-deletion-cost first, then most restarts, then newest.
+    pub scale_down_running: bool,
+}
+
+/// Default crash-loop guard window: 10 minutes, in ms.
+pub const DEFAULT_FAILURE_WINDOW_MS: u64 = 600_000;
+
+/// Waiting reasons that mean a pod will not start by itself (see [`Policies::startup_grace_ms`]).
+pub const STUCK_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CrashLoopBackOff",
+];
 
 impl Settings {
     /// Settings with Spark's defaults for pods named after `name_prefix`.
@@ -70,6 +112,10 @@ impl Settings {
             creation_timeout_ms: None,
             delete_terminated: true,
             name_prefix: name_prefix.into(),
+            policies: Policies {
+                failure_window_ms: DEFAULT_FAILURE_WINDOW_MS,
+                ..Policies::default()
+            },
         }
     }
 
@@ -114,6 +160,76 @@ pub struct AllocatorState {
     /// Creation back-off after a quota rejection (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,
+    /// Running totals for metrics (absent: all zero). Not used by the step; carried through.
+    #[serde(default, skip_serializing_if = "Counters::is_zero")]
+    pub counters: Counters,
+    /// Executor failures inside the crash-loop guard's window (only with `max_failures`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<FailureRecord>,
+    /// Pods seen stuck in a [`STUCK_REASONS`] state, since when (only with `startup_grace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<StuckRecord>,
+    /// Adaptive batch state (only with `--batch-size auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveState>,
+}
+
+/// One executor failure counted by the crash-loop guard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When the failure was first seen, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Why (see [`crate::snapshot::ExecutorPod::reason`]).
+    pub reason: String,
+}
+
+/// A pod stuck in start-up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckRecord {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When it was first seen stuck, ms since the Unix epoch.
+    pub since_ms: u64,
+    /// The waiting reason.
+    pub reason: String,
+}
+
+/// Adaptive batch state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdaptiveState {
+    /// The current batch size (1 ..= the cap).
+    pub batch: u32,
+    /// Set by the tick when its creates met 429, 5xx or a quota rejection: the next step
+    /// halves the batch.
+    #[serde(default)]
+    pub throttled: bool,
+}
+
+/// Totals kept across ticks and processes (a cron run is one process per tick), exported by
+/// `--metrics-file` and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Executor pods created (201, or 409 for our own pod).
+    #[serde(default)]
+    pub created: u64,
+    /// Executor pods deleted (or found already gone).
+    #[serde(default)]
+    pub deleted: u64,
+    /// API error responses by HTTP code (as a string key), retries included.
+    #[serde(default)]
+    pub api_errors: BTreeMap<String, u64>,
+    /// When the last tick without error ended, ms since the Unix epoch.
+    #[serde(default)]
+    pub last_success_ms: Option<u64>,
+}
+
+impl Counters {
+    /// True when nothing was counted yet (then the state file omits the field).
+    pub fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
 }
 
 /// No creates before `until_ms`: set when the API server rejected a create for a
@@ -218,6 +334,8 @@ pub enum DeleteReason {
     Succeeded,
     /// Named in a removal request.
     Removed,
+    /// Stuck in start-up longer than the grace (ErrImagePull, CrashLoopBackOff, …).
+    Stuck,
 }
 
 impl fmt::Display for DeleteReason {
@@ -228,6 +346,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::Failed => "failed",
             DeleteReason::Succeeded => "succeeded",
             DeleteReason::Removed => "removed",
+            DeleteReason::Stuck => "stuck",
         })
     }
 }
@@ -299,6 +418,10 @@ pub struct Plan {
     pub summary: Summary,
     /// Things the operator should know (ignored pods, unknown ids to remove).
     pub warnings: Vec<String>,
+    /// The crash-loop guard stopped creation: why (dominant failure reason). The tick exits
+    /// with code 6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halt: Option<String>,
 }
 
 /// Why no plan could be made.
@@ -330,11 +453,13 @@ pub fn step(
     request: &Request,
     now_ms: u64,
 ) -> Result<Plan, StepError> {
+    let pol = &settings.policies;
     let mut target = request.target.or(state.target).ok_or(StepError::NoTarget)?;
     let mut last_id = state.last_executor_id.max(snapshot.max_id());
     let mut warnings = snapshot.warnings.clone();
     let mut delete: Vec<Delete> = Vec::new();
     let name = |id: u64| pod_name(&settings.name_prefix, id);
+    let uid_of = |p: &ExecutorPod| Some(p.uid.clone()).filter(|u| !u.is_empty());
 
     // Rule 1: seen ids are acknowledged.
     let mut unack: BTreeMap<u64, u64> = state
@@ -375,9 +500,9 @@ pub fn step(
                     continue;
                 }
                 ExecutorState::Failed | ExecutorState::Succeeded => {
-                    (p.name.clone(), Some(p.uid.clone()), false)
+                    (p.name.clone(), uid_of(p), false)
                 }
-                _ => (p.name.clone(), Some(p.uid.clone()), true),
+                _ => (p.name.clone(), uid_of(p), true),
             },
             None if unack.remove(&id).is_some() => (name(id), None, true),
             None => {
@@ -393,7 +518,7 @@ pub fn step(
             pod_name: pod_name_,
             reason: DeleteReason::Removed,
             if_pending: false,
-            uid: uid.filter(|u| !u.is_empty()),
+            uid,
         });
     }
 
@@ -402,22 +527,22 @@ pub fn step(
         target,
         ..Summary::default()
     };
-    let mut pending: Vec<&crate::snapshot::ExecutorPod> = Vec::new();
+    let mut running: Vec<&ExecutorPod> = Vec::new();
+    let mut pending: Vec<&ExecutorPod> = Vec::new();
+    let mut newly_failed: Vec<(u64, String)> = Vec::new();
     for p in snapshot
         .executors
         .values()
         .filter(|p| !removed.contains(&p.id))
     {
         match p.state {
-            ExecutorState::Running => s.running += 1,
-            ExecutorState::Pending => {
-                s.pending += 1;
-                pending.push(p);
-            }
+            ExecutorState::Running => running.push(p),
+            ExecutorState::Pending => pending.push(p),
             ExecutorState::Failed | ExecutorState::Succeeded => {
                 let failed = p.state == ExecutorState::Failed;
                 if failed {
                     s.failed += 1;
+                    newly_failed.push((p.id, p.reason.clone().unwrap_or_else(|| "failed".into())));
                 } else {
                     s.succeeded += 1;
                 }
@@ -432,7 +557,7 @@ pub fn step(
                             DeleteReason::Succeeded
                         },
                         if_pending: false,
-                        uid: Some(p.uid.clone()).filter(|u| !u.is_empty()),
+                        uid: uid_of(p),
                     });
                 }
             }
@@ -440,11 +565,90 @@ pub fn step(
             ExecutorState::Unknown => s.unknown += 1,
         }
     }
+
+    // Policy: pods stuck in start-up longer than the grace are failures, deleted once.
+    let mut stuck_records: Vec<StuckRecord> = Vec::new();
+    if let Some(grace) = pol.startup_grace_ms {
+        let since: BTreeMap<u64, u64> = state
+            .stuck
+            .iter()
+            .map(|r| (r.executor_id, r.since_ms))
+            .collect();
+        let mut stuck_ids: BTreeSet<u64> = BTreeSet::new();
+        for p in running.iter().chain(pending.iter()) {
+            let Some(reason) = p.waiting.as_deref().filter(|r| STUCK_REASONS.contains(r)) else {
+                continue;
+            };
+            let since_ms = since.get(&p.id).copied().unwrap_or(now_ms);
+            if now_ms.saturating_sub(since_ms) > grace {
+                stuck_ids.insert(p.id);
+                newly_failed.push((p.id, reason.to_string()));
+                delete.push(Delete {
+                    executor_id: p.id,
+                    pod_name: p.name.clone(),
+                    reason: DeleteReason::Stuck,
+                    if_pending: false,
+                    uid: uid_of(p),
+                });
+            } else {
+                stuck_records.push(StuckRecord {
+                    executor_id: p.id,
+                    since_ms,
+                    reason: reason.to_string(),
+                });
+            }
+        }
+        running.retain(|p| !stuck_ids.contains(&p.id));
+        pending.retain(|p| !stuck_ids.contains(&p.id));
+    }
+
+    // Policy: the crash-loop guard.
+    let mut failures: Vec<FailureRecord> = Vec::new();
+    let mut halt: Option<String> = None;
+    if let Some(max) = pol.max_failures {
+        failures = state
+            .failures
+            .iter()
+            .filter(|f| now_ms.saturating_sub(f.at_ms) <= pol.failure_window_ms)
+            .cloned()
+            .collect();
+        for (id, reason) in newly_failed {
+            if !state.failures.iter().any(|f| f.executor_id == id) {
+                failures.push(FailureRecord {
+                    executor_id: id,
+                    at_ms: now_ms,
+                    reason,
+                });
+            }
+        }
+        if failures.len() as u64 > max as u64 {
+            let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
+            for f in &failures {
+                *by_reason.entry(f.reason.as_str()).or_insert(0) += 1;
+            }
+            let (top, n) = by_reason
+                .iter()
+                .max_by_key(|(r, n)| (**n, std::cmp::Reverse(**r)))
+                .map(|(r, n)| (r.to_string(), *n))
+                .unwrap_or_default();
+            halt = Some(format!(
+                "crash loop: {} executors failed within {} (limit {max}); most often: {top} ({n}); \
+                 creation stopped — fix the cause, then wait out the window or raise --max-failures",
+                failures.len(),
+                humantime::format_duration(std::time::Duration::from_millis(pol.failure_window_ms)),
+            ));
+        }
+    }
+
+    s.running = running.len() as u32;
+    s.pending = pending.len() as u32;
     s.unacknowledged = unack.len() as u32;
     let pending_seen = !pending.is_empty();
 
-    // Rule 3: excess requests, unacknowledged first, then pending; never running.
-    let known = s.running as u64 + pending.len() as u64 + unack.len() as u64;
+    // Rule 3: excess requests, unacknowledged first, then pending; never running (unless
+    // the scale-down-running policy is on).
+    let mut excess_pending = 0u32;
+    let known = running.len() as u64 + pending.len() as u64 + unack.len() as u64;
     if known > target as u64 {
         let mut excess = known - target as u64;
         let newest_unack: Vec<u64> = unack.keys().rev().copied().collect();
@@ -462,21 +666,41 @@ pub fn step(
                 uid: None,
             });
         }
-        // Unscheduled before scheduled, then newest (highest id) first.
-        pending.sort_by_key(|p| (p.scheduled, std::cmp::Reverse(p.id)));
+        // As ReplicaSet ranks: unscheduled first, lower pod-deletion-cost, then newest.
+        pending.sort_by_key(|p| (p.scheduled, p.deletion_cost, std::cmp::Reverse(p.id)));
         for p in pending.iter().take(excess as usize) {
+            excess -= 1;
+            excess_pending += 1;
             delete.push(Delete {
                 executor_id: p.id,
                 pod_name: p.name.clone(),
                 reason: DeleteReason::Excess,
                 if_pending: true,
-                uid: Some(p.uid.clone()).filter(|u| !u.is_empty()),
+                uid: uid_of(p),
             });
+        }
+        if pol.scale_down_running && excess > 0 {
+            running.sort_by_key(|p| {
+                (
+                    p.deletion_cost,
+                    std::cmp::Reverse(p.restarts),
+                    std::cmp::Reverse(p.id),
+                )
+            });
+            for p in running.iter().take(excess as usize) {
+                delete.push(Delete {
+                    executor_id: p.id,
+                    pod_name: p.name.clone(),
+                    reason: DeleteReason::Excess,
+                    if_pending: false,
+                    uid: uid_of(p),
+                });
+            }
         }
     }
 
-    // Rule 4: a new batch only when nothing is outstanding (and no quota back-off is on).
-    let mut create = Vec::new();
+    // Rule 4: a new batch only when nothing is outstanding (and no quota back-off or
+    // crash-loop halt is on).
     let backing_off = state
         .create_backoff
         .as_ref()
@@ -488,8 +712,48 @@ pub fn step(
             b.reason
         ));
     }
-    if unack.is_empty() && !pending_seen && s.running < target && backing_off.is_none() {
-        let n = (target - s.running).min(settings.batch_size);
+    let mut adaptive = None;
+    let batch = match pol.adaptive_max_batch {
+        None => settings.batch_size,
+        Some(cap) => {
+            let cap = cap.max(1);
+            let prev = state.adaptive.clone();
+            let mut b = prev
+                .as_ref()
+                .map_or(settings.batch_size.min(cap), |a| a.batch)
+                .clamp(1, cap);
+            let unschedulable = pending.iter().any(|p| p.unschedulable);
+            if prev.as_ref().is_some_and(|a| a.throttled) || unschedulable {
+                b = (b / 2).max(1);
+            } else if prev.is_some() && unack.is_empty() && !pending.iter().any(|p| !p.scheduled) {
+                // The last batch was all seen and scheduled: grow, as slow-start does.
+                b = b.saturating_mul(2).min(cap);
+            }
+            adaptive = Some(AdaptiveState {
+                batch: b,
+                throttled: false,
+            });
+            b
+        }
+    };
+    let pending_left = s.pending - excess_pending;
+    let (allowed, room) = match pol.max_pending {
+        // Spark's default: nothing unacknowledged, nothing pending.
+        None => (
+            unack.is_empty() && !pending_seen,
+            target.saturating_sub(s.running),
+        ),
+        // maxPendingPods: every request seen; pending only limits the size.
+        Some(max) => (
+            unack.is_empty(),
+            target
+                .saturating_sub(s.running + pending_left)
+                .min(max.saturating_sub(pending_left)),
+        ),
+    };
+    let mut create = Vec::new();
+    if allowed && room > 0 && backing_off.is_none() && halt.is_none() {
+        let n = room.min(batch);
         for _ in 0..n {
             last_id += 1;
             unack.insert(last_id, now_ms);
@@ -498,11 +762,17 @@ pub fn step(
                 pod_name: name(last_id),
             });
         }
+    } else if let (Some(a), Some(prev)) = (adaptive.as_mut(), state.adaptive.as_ref()) {
+        // No batch this step: the size only changes when a batch is made.
+        if !prev.throttled && !pending.iter().any(|p| p.unschedulable) {
+            a.batch = prev.batch;
+        }
     }
 
     s.created = create.len() as u32;
     s.deleted = delete.len() as u32;
     s.converged = backing_off.is_none()
+        && halt.is_none()
         && create.is_empty()
         && delete.is_empty()
         && unack.is_empty()
@@ -531,6 +801,10 @@ pub fn step(
             .collect(),
         deleted: deleted.into_iter().collect(),
         create_backoff: state.create_backoff.clone(),
+        counters: state.counters.clone(),
+        failures,
+        stuck: stuck_records,
+        adaptive,
     };
     Ok(Plan {
         create,
@@ -538,13 +812,13 @@ pub fn step(
         state,
         summary: s,
         warnings,
+        halt,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::ExecutorPod;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -557,6 +831,11 @@ mod tests {
             state,
             scheduled: state != ExecutorState::Pending,
             detail: None,
+            reason: None,
+            waiting: None,
+            unschedulable: false,
+            deletion_cost: 0,
+            restarts: 0,
         }
     }
 

@@ -12,6 +12,7 @@ EXIT CODES:
   3  another podalloc run holds the state lock; this run did nothing
   4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
   5  --timeout expired before the target was reached
+  6  the crash-loop guard (--max-failures) stopped creation
 
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
@@ -43,6 +44,21 @@ pub struct Cli {
     /// Application flags.
     #[command(flatten)]
     pub app: AppArgs,
+    /// YAML file of flag values (long names as keys: `app-id: etl`); flags and environment
+    /// variables win over it.
+    #[arg(long, global = true, env = "PODALLOC_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Write Prometheus metrics here after every tick (textfile-collector format, atomic).
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_METRICS_FILE",
+        value_name = "FILE"
+    )]
+    pub metrics_file: Option<PathBuf>,
+    /// Log format: `text` for people, `json` (one object per line) for log shippers.
+    #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
     #[arg(
         long,
@@ -134,6 +150,11 @@ pub struct AppArgs {
     /// State file (default: $XDG_STATE_HOME/podalloc/<namespace>/<app id>.json).
     #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
     pub state_file: Option<PathBuf>,
+    /// Where the state lives: `file` (--state-file, the default) or `configmap:NAME` (a
+    /// ConfigMap in the app's namespace, with optimistic concurrency: for CronJobs and
+    /// several admin hosts).
+    #[arg(long, global = true, env = "PODALLOC_STATE_STORE", value_name = "STORE", default_value = "file", value_parser = parse_state_store)]
+    pub state_store: StateStoreKind,
     /// Executor pod template, JSON or YAML (a Pod; Spark's executor template files work).
     #[arg(long, global = true, env = "PODALLOC_TEMPLATE", value_name = "FILE")]
     pub template: Option<PathBuf>,
@@ -143,9 +164,34 @@ pub struct AppArgs {
     /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
     #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
     pub driver_pod: Option<String>,
-    /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size).
-    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N", default_value_t = crate::alloc::DEFAULT_BATCH_SIZE, value_parser = parse_batch_size)]
-    pub batch_size: u32,
+    /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
+    /// or `auto`: adaptive batches, doubling while creates succeed and pods get scheduled,
+    /// halving on throttling or unschedulable pods, at most --max-batch.
+    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N|auto", default_value = "5", value_parser = parse_batch_size)]
+    pub batch_size: BatchSize,
+    /// With --batch-size auto: the largest batch.
+    #[arg(long, global = true, env = "PODALLOC_MAX_BATCH", value_name = "N", default_value_t = 100, value_parser = parse_batch_size_n)]
+    pub max_batch: u32,
+    /// Spark's maxPendingPods: pending pods no longer block new batches; at most N pending
+    /// or unacknowledged at once.
+    #[arg(long, global = true, env = "PODALLOC_MAX_PENDING", value_name = "N", value_parser = parse_batch_size_n)]
+    pub max_pending: Option<u32>,
+    /// Crash-loop guard: more than N executor failures within --failure-window stop all
+    /// creation (exit 6, naming the dominant reason).
+    #[arg(long, global = true, env = "PODALLOC_MAX_FAILURES", value_name = "N", value_parser = parse_target)]
+    pub max_failures: Option<u32>,
+    /// The crash-loop guard's window.
+    #[arg(long, global = true, env = "PODALLOC_FAILURE_WINDOW", value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub failure_window: Duration,
+    /// A pod waiting in ErrImagePull, ImagePullBackOff, InvalidImageName,
+    /// CreateContainerConfigError or CrashLoopBackOff longer than this is a failure: deleted
+    /// once and counted by the guard (unschedulable alone is not).
+    #[arg(long, global = true, env = "PODALLOC_STARTUP_GRACE", value_name = "DURATION", value_parser = parse_duration)]
+    pub startup_grace: Option<Duration>,
+    /// Also delete running executors above the target (off, as Spark): lowest
+    /// pod-deletion-cost first, then most restarts, then newest.
+    #[arg(long, global = true, env = "PODALLOC_SCALE_DOWN_RUNNING")]
+    pub scale_down_running: bool,
     /// Time between ticks of `run` (Spark: spark.kubernetes.allocation.batch.delay), e.g. 1s.
     #[arg(long, global = true, env = "PODALLOC_BATCH_DELAY", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub batch_delay: Duration,
@@ -190,7 +236,18 @@ impl AppArgs {
     /// The allocation settings these flags give for `app_id`.
     pub fn settings(&self, app_id: &str) -> crate::alloc::Settings {
         crate::alloc::Settings {
-            batch_size: self.batch_size,
+            batch_size: match self.batch_size {
+                BatchSize::Fixed(n) => n,
+                BatchSize::Auto => crate::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
+            },
+            policies: crate::alloc::Policies {
+                max_pending: self.max_pending,
+                adaptive_max_batch: (self.batch_size == BatchSize::Auto).then_some(self.max_batch),
+                max_failures: self.max_failures,
+                failure_window_ms: self.failure_window.as_millis() as u64,
+                startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
+                scale_down_running: self.scale_down_running,
+            },
             batch_delay_ms: self.batch_delay.as_millis() as u64,
             creation_timeout_ms: self.creation_timeout.map(|d| d.as_millis() as u64),
             delete_terminated: !self.keep_terminated,
@@ -219,13 +276,25 @@ pub enum Command {
     Plan(PlanArgs),
     /// Serve the built-in simulated Kubernetes API server (pods API + a simulated kubelet).
     Sim(SimArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout: `podalloc man > podalloc.1`.
+    Man,
+}
+
+/// `completions`.
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `reconcile`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ReconcileArgs {
     /// Set the target (total expected executors); without it the state's target holds.
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
     /// Print the plan JSON and change nothing (no API writes, no state save).
     #[arg(long)]
@@ -236,10 +305,10 @@ pub struct ReconcileArgs {
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Set the target (total expected executors); without it the state's target holds.
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
+    #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
     /// Time between ticks [default: --batch-delay].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
     /// Exit 0 once running = target with nothing pending or unacknowledged.
     #[arg(long)]
@@ -247,6 +316,16 @@ pub struct RunArgs {
     /// Give up after this long (exit 5 if not converged).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+}
+
+/// Log formats.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `[time LEVEL target] message`.
+    #[default]
+    Text,
+    /// `{"ts":…,"level":…,"target":…,"msg":…}` per line.
+    Json,
 }
 
 /// Output formats.
@@ -273,6 +352,12 @@ pub struct ScaleArgs {
     /// The new target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: u32,
+    /// Keep ticking (every --batch-delay) until converged; a live progress line on a terminal.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 5).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
 }
 
 /// `add`.
@@ -346,6 +431,39 @@ pub struct SimArgs {
     pub seed: u64,
 }
 
+/// Where the state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateStoreKind {
+    /// A local file with a lock (`--state-file`).
+    File,
+    /// A ConfigMap of this name in the app's namespace.
+    ConfigMap(String),
+}
+
+/// Parses `file` or `configmap:NAME` (NAME a DNS-1123 subdomain).
+pub fn parse_state_store(s: &str) -> Result<StateStoreKind, String> {
+    match s.trim() {
+        "file" => Ok(StateStoreKind::File),
+        other => match other.strip_prefix("configmap:") {
+            Some(name)
+                if !name.is_empty()
+                    && name.len() <= 253
+                    && name.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                    })
+                    && name.as_bytes()[0].is_ascii_alphanumeric()
+                    && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric() =>
+            {
+                Ok(StateStoreKind::ConfigMap(name.to_string()))
+            }
+            Some(name) => Err(format!(
+                "{name:?} is not a valid ConfigMap name (lower-case letters, digits, '-' and '.')"
+            )),
+            None => Err(format!("{s:?}: use `file` or `configmap:NAME`")),
+        },
+    }
+}
+
 /// Parses a humantime duration (`1s`, `250ms`, `2m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
@@ -366,8 +484,25 @@ pub fn parse_target(s: &str) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("{n} is too large for a target"))
 }
 
-/// Parses a batch size: 1 or more.
-pub fn parse_batch_size(s: &str) -> Result<u32, String> {
+/// `--batch-size`: a fixed size or adaptive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSize {
+    /// At most this many per tick.
+    Fixed(u32),
+    /// Adaptive, up to `--max-batch`.
+    Auto,
+}
+
+/// Parses `--batch-size`: a whole number ≥ 1, or `auto`.
+pub fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
+    if s.trim() == "auto" {
+        return Ok(BatchSize::Auto);
+    }
+    parse_batch_size_n(s).map(BatchSize::Fixed)
+}
+
+/// Parses a count that must be 1 or more.
+pub fn parse_batch_size_n(s: &str) -> Result<u32, String> {
     match parse_target(s)? {
         0 => Err("the batch size must be at least 1".into()),
         n => Ok(n),

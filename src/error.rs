@@ -22,6 +22,9 @@ pub enum ExitCode {
     Refused = 4,
     /// 5: `run --timeout` (or `scale --wait --timeout`) expired before the target was reached.
     Timeout = 5,
+    /// 6: the crash-loop guard (`--max-failures`) stopped creation: too many executors
+    /// failed within the window.
+    CrashLoop = 6,
 }
 
 /// A failure with its exit code. `Display` is the one-line message printed on stderr.
@@ -59,6 +62,13 @@ impl Error {
     pub fn refused(message: impl Into<String>) -> Error {
         Error {
             code: ExitCode::Refused,
+            message: message.into(),
+        }
+    }
+    /// The crash-loop guard tripped (exit 6).
+    pub fn crash_loop(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::CrashLoop,
             message: message.into(),
         }
     }

@@ -21,9 +21,12 @@
 
 pub mod alloc;
 pub mod cli;
+pub mod cmstore;
 pub mod commands;
+pub mod config_file;
 pub mod error;
 pub mod kube;
+pub mod metrics;
 pub mod podspec;
 pub mod reconcile;
 pub mod sim;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::kube::{Deleted, KubeClient, KubeError};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
-use crate::state::{store_error, LockedStore};
+use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
 
@@ -51,6 +51,8 @@ pub struct TickReport {
     pub unacknowledged: u32,
     /// The first error of the tick, if any (state was saved before it was returned).
     pub error: Option<Error>,
+    /// The state as saved at the end of the tick.
+    pub state: AllocatorState,
 }
 
 impl TickReport {
@@ -180,11 +182,12 @@ pub struct TargetChange {
 pub fn tick(
     client: &KubeClient,
     app: &App,
-    store: &LockedStore,
+    store: &mut dyn StateStore,
     change: &TargetChange,
     now_ms: u64,
 ) -> Result<TickReport> {
     client.reset_retry_budget();
+    let errors_before = client.stats().errors_by_code;
     let state = store
         .load()
         .map_err(store_error)?
@@ -215,7 +218,7 @@ pub fn tick(
     store.save(&state).map_err(store_error)?;
     crash_point("after-write-ahead");
 
-    let mut first_error: Option<Error> = None;
+    let mut first_error: Option<Error> = plan.halt.clone().map(Error::crash_loop);
     let mut deleted = 0;
     for d in &plan.delete {
         crash_point("before-delete");
@@ -294,12 +297,38 @@ pub fn tick(
             }
         }
     }
+    // Totals for metrics: what happened, and the API errors seen during this tick.
+    let errors_after = client.stats().errors_by_code;
+    state.counters.created += created as u64;
+    state.counters.deleted += deleted as u64;
+    for (code, n) in errors_after {
+        let before = errors_before.get(&code).copied().unwrap_or(0);
+        if n > before {
+            *state
+                .counters
+                .api_errors
+                .entry(code.to_string())
+                .or_insert(0) += n - before;
+        }
+    }
+    if first_error.is_none() {
+        state.counters.last_success_ms = Some(now_ms);
+    }
+    // Adaptive batches shrink after throttling (429, 5xx, quota) seen during this tick.
+    if let Some(a) = state.adaptive.as_mut() {
+        let throttled_codes = client.stats().errors_by_code.iter().any(|(&code, &n)| {
+            (code == 429 || code >= 500) && n > errors_before.get(&code).copied().unwrap_or(0)
+        });
+        a.throttled = quota.is_some() || throttled_codes;
+    }
+    let counters_changed =
+        state.counters != plan.state.counters || state.adaptive != plan.state.adaptive;
     let backoff = match (&quota, created) {
         (Some(b), _) => Some(b.clone()),
         (None, 0) => state.create_backoff.clone(),
         (None, _) => None, // a create succeeded: the quota has room again
     };
-    if !dropped.is_empty() || backoff != state.create_backoff {
+    if !dropped.is_empty() || backoff != state.create_backoff || counters_changed {
         state
             .unacknowledged
             .retain(|u| !dropped.contains(&u.executor_id));
@@ -320,6 +349,7 @@ pub fn tick(
         created,
         deleted,
         error: first_error,
+        state,
     })
 }
 

@@ -65,6 +65,19 @@ pub struct ExecutorPod {
     pub scheduled: bool,
     /// A short why for Failed/Succeeded/waiting pods (e.g. `OOMKilled exit 137`), for logs.
     pub detail: Option<String>,
+    /// Why it failed, for the crash-loop guard: `status.reason` (`Evicted`), else the first
+    /// terminated container's reason (`OOMKilled`; `exit code N` for a plain `Error`), else
+    /// the first waiting reason (`ImagePullBackOff`).
+    pub reason: Option<String>,
+    /// The first waiting reason among the containers (`ErrImagePull`, `CrashLoopBackOff`…).
+    pub waiting: Option<String>,
+    /// PodScheduled=False with reason Unschedulable: the scheduler cannot place it.
+    pub unschedulable: bool,
+    /// The `controller.kubernetes.io/pod-deletion-cost` annotation (default 0): lower goes
+    /// first on scale-down, as ReplicaSet.
+    pub deletion_cost: i32,
+    /// The largest container restartCount.
+    pub restarts: u32,
 }
 
 /// Executor id → pod, plus what was skipped. Built from one or more PodList pages.
@@ -205,6 +218,25 @@ impl Snapshot {
                 c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("True")
             });
         let detail = status.detail();
+        let reason = status.reason();
+        let waiting = status.waiting();
+        let unschedulable = status.conditions.iter().flatten().any(|c| {
+            c.kind.as_deref() == Some("PodScheduled")
+                && c.status.as_deref() == Some("False")
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+        let restarts = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+            .max()
+            .unwrap_or(0);
+        let deletion_cost = meta
+            .annotations
+            .and_then(|a| a.deletion_cost)
+            .and_then(|v| v.trim().parse::<i32>().ok())
+            .unwrap_or(0);
         let entry = ExecutorPod {
             id,
             name,
@@ -216,6 +248,11 @@ impl Snapshot {
             state,
             scheduled,
             detail,
+            reason,
+            waiting,
+            unschedulable,
+            deletion_cost,
+            restarts,
         };
         if let Some(prev) = self.executors.get(&id) {
             return Err(SnapshotError::DuplicateId {
@@ -278,6 +315,8 @@ struct RawMeta<'a> {
     deletion_timestamp: Option<IgnoredAny>,
     #[serde(borrow, default)]
     labels: Option<OurLabels<'a>>,
+    #[serde(borrow, default)]
+    annotations: Option<OurAnnotations<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -301,6 +340,37 @@ struct RawStatus<'a> {
 }
 
 impl RawStatus<'_> {
+    /// See [`ExecutorPod::reason`].
+    fn reason(&self) -> Option<String> {
+        if let Some(r) = self.reason.as_deref().filter(|r| !r.is_empty()) {
+            return Some(r.to_string());
+        }
+        let statuses = || self.container_statuses.iter().flatten();
+        for cs in statuses() {
+            if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+                let code = t.exit_code.unwrap_or(0);
+                if code == 0 && t.reason.as_deref() != Some("OOMKilled") {
+                    continue;
+                }
+                return Some(match t.reason.as_deref() {
+                    None | Some("") | Some("Error") => format!("exit code {code}"),
+                    Some(r) => r.to_string(),
+                });
+            }
+        }
+        self.waiting()
+    }
+
+    /// See [`ExecutorPod::waiting`].
+    fn waiting(&self) -> Option<String> {
+        self.container_statuses
+            .iter()
+            .flatten()
+            .filter_map(|cs| cs.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+            .find(|r| !r.is_empty())
+            .map(str::to_string)
+    }
+
     /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
     fn detail(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
@@ -333,10 +403,15 @@ struct RawCondition<'a> {
     kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawContainerStatus<'a> {
+    #[serde(default)]
+    restart_count: Option<i64>,
     #[serde(borrow, default)]
     state: Option<RawContainerState<'a>>,
 }
@@ -362,6 +437,42 @@ struct RawTerminated<'a> {
     exit_code: Option<i64>,
     #[serde(borrow, default)]
     reason: Option<Cow<'a, str>>,
+}
+
+/// The annotation ReplicaSet ranks scale-down by (`PodDeletionCost`, on since 1.22).
+pub const ANNOTATION_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// The one annotation we read; every other one is skipped without allocating.
+#[derive(Default)]
+struct OurAnnotations<'a> {
+    deletion_cost: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for OurAnnotations<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = OurAnnotations<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of annotation names to string values")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OurAnnotations::default())
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
+                let mut out = OurAnnotations::default();
+                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
+                    if key == ANNOTATION_DELETION_COST {
+                        out.deletion_cost = m.next_value::<Option<Cow<'de, str>>>()?;
+                    } else {
+                        m.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 /// The three Spark labels; every other label is skipped without allocating.

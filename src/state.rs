@@ -25,6 +25,35 @@ pub enum StoreError {
     Corrupt(PathBuf, String),
     /// An I/O error reading, writing or locking.
     Io(PathBuf, std::io::Error),
+    /// Another instance wrote the state first (ConfigMap store: 409 Conflict on update).
+    Conflict(String),
+    /// The store's backend failed (ConfigMap store: the API call's error).
+    Backend(String),
+}
+
+/// Where the allocator state lives between ticks: a local file ([`LockedStore`]) or a
+/// ConfigMap in the app's namespace. A tick loads once, saves before acting (write-ahead)
+/// and after; a store that cannot guarantee it is the only writer must fail the first save
+/// with [`StoreError::Conflict`] so that the tick does not act.
+pub trait StateStore {
+    /// What and where, for messages: `state file /x` or `ConfigMap ns/name`.
+    fn describe(&self) -> String;
+    /// Loads the state; `Ok(None)` for a fresh start.
+    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError>;
+    /// Saves the state.
+    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError>;
+}
+
+impl StateStore for LockedStore {
+    fn describe(&self) -> String {
+        format!("state file {}", self.path.display())
+    }
+    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
+        LockedStore::load(self)
+    }
+    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
+        LockedStore::save(self, state)
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -42,6 +71,7 @@ impl fmt::Display for StoreError {
                 p.display()
             ),
             StoreError::Io(p, e) => write!(f, "state file {}: {e}", p.display()),
+            StoreError::Conflict(m) | StoreError::Backend(m) => f.write_str(m),
         }
     }
 }
@@ -52,7 +82,8 @@ impl std::error::Error for StoreError {}
 pub fn store_error(e: StoreError) -> crate::error::Error {
     use crate::error::Error;
     match e {
-        StoreError::Locked(_) => Error::locked(e.to_string()),
+        StoreError::Locked(_) | StoreError::Conflict(_) => Error::locked(e.to_string()),
+        StoreError::Backend(_) => Error::runtime(e.to_string()),
         StoreError::Corrupt(..) => Error::usage(e.to_string()),
         StoreError::Io(..) => Error::runtime(e.to_string()),
     }

@@ -52,6 +52,12 @@ fn own_corpus_passes() {
 }
 
 #[test]
+fn policy_corpus_passes() {
+    let (passed, _) = run_corpus(&root().join("fixtures/conformance-policies"));
+    assert!(passed >= 11);
+}
+
+#[test]
 fn the_runner_catches_a_wrong_plan() {
     // A check that cannot fail proves nothing: feed the runner a case whose expectation is
     // wrong and make sure it reports a failure.

@@ -489,3 +489,81 @@ fn timeout_without_convergence_exits_5() {
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(stderr(&out).contains("not converged"));
 }
+
+#[test]
+fn trace_logs_never_show_the_token() {
+    let w = world(|_| {});
+    let out = w.ok(&["--log-level", "trace", "reconcile", "--target", "2"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("TRACE") || err.contains("DEBUG"),
+        "trace logging is on"
+    );
+    assert!(!err.contains(&w.token), "the token leaked into the logs");
+    assert!(
+        !err.to_lowercase().contains("bearer "),
+        "an Authorization header leaked"
+    );
+    let out = w.ok(&["--log-level", "trace", "reconcile", "--dry-run"]);
+    assert!(!stdout(&out).contains(&w.token) && !stderr(&out).contains(&w.token));
+}
+
+#[test]
+fn insecure_skip_tls_verify_works_and_warns_every_tick() {
+    let w = world(|_| {});
+    let out = Command::new(env!("CARGO_BIN_EXE_podalloc"))
+        .args([
+            "--server",
+            &w.sim.url(),
+            "--token",
+            &w.token,
+            "--insecure-skip-tls-verify",
+        ])
+        .args(["--app-id", APP, "--image", "img", "--batch-delay", "100ms"])
+        .arg("--state-file")
+        .arg(w.state_file())
+        .args([
+            "run",
+            "--target",
+            "1",
+            "--until-converged",
+            "--timeout",
+            "20s",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let ticks = err.lines().filter(|l| l.contains(" tick ")).count();
+    let warnings = err
+        .lines()
+        .filter(|l| l.contains("verification is disabled"))
+        .count();
+    assert!(
+        ticks >= 2 && warnings >= ticks,
+        "ticks {ticks}, warnings {warnings}: {err}"
+    );
+}
+
+#[test]
+fn plain_http_is_refused_off_loopback() {
+    let w = world(|_| {});
+    let out = Command::new(env!("CARGO_BIN_EXE_podalloc"))
+        .args([
+            "--server",
+            "http://192.0.2.10:8080",
+            "--token",
+            "t",
+            "--app-id",
+            APP,
+            "--image",
+            "i",
+        ])
+        .arg("--state-file")
+        .arg(w.state_file())
+        .args(["reconcile", "--target", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("http"), "{}", stderr(&out));
+}

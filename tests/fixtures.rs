@@ -197,3 +197,10 @@ fn spark_executor_template_yaml_builds_a_pod() {
         "registry.example/spark:3.5.0"
     );
 }
+
+#[test]
+fn yaml_templates_read_octal_modes_like_kubectl() {
+    let text = String::from_utf8(fixture("fuzz/template/octal.yaml")).unwrap();
+    let v = podalloc::commands::parse_template_text(&text).unwrap();
+    assert_eq!(v["spec"]["volumes"][0]["configMap"]["defaultMode"], 420);
+}

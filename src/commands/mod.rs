@@ -4,18 +4,20 @@
 mod plan;
 
 use crate::alloc::{self, AllocatorState, Request};
+use crate::cli::StateStoreKind;
 use crate::cli::{
     AddArgs, Cli, Command, ConnArgs, Output, ReconcileArgs, RemoveArgs, RunArgs, ScaleArgs,
     SimArgs, StatusArgs,
 };
+use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, Result};
 use crate::kube::{self, ConnectionFlags, KubeClient};
 use crate::podspec::PodTemplate;
 use crate::reconcile::{self, App, TargetChange, TickReport};
 use crate::sim::{SimOptions, SimServer};
 use crate::snapshot::ExecutorState;
-use crate::state::store_error;
 use crate::state::{self, LockedStore, StoreError};
+use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +32,21 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reconcile(a) => reconcile_cmd(&cli, a),
         Command::Run(a) => run_loop(&cli, a),
         Command::Status(a) => status(&cli, a),
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "podalloc", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(Error::runtime(format!("writing the man page: {e}")))
+                }
+                _ => Ok(()),
+            }
+        }
+        Command::Scale(a) if a.wait => scale_wait(&cli, a),
         Command::Scale(a) => change(
             &cli,
             TargetChange {
@@ -118,6 +135,10 @@ fn first_line(s: &str) -> String {
 /// A connected environment: client, app, state path, and the simulator when `--simulate`.
 struct Env {
     client: KubeClient,
+    store_kind: StateStoreKind,
+    metrics_file: Option<PathBuf>,
+    /// TLS verification is off (`--insecure-skip-tls-verify`): warned about every tick.
+    insecure: bool,
     app: App,
     state_path: PathBuf,
     _sim: Option<SimGuard>,
@@ -148,7 +169,8 @@ fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     };
     let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
     let namespace = cfg.namespace.clone();
-    info!("cluster: {} (namespace {namespace})", cfg.source);
+    let insecure = cfg.tls.insecure_skip_tls_verify;
+    log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
@@ -164,6 +186,9 @@ fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     };
     Ok(Env {
         client,
+        store_kind: cli.app.state_store.clone(),
+        metrics_file: cli.metrics_file.clone(),
+        insecure,
         app,
         state_path,
         _sim: sim,
@@ -243,8 +268,67 @@ fn start_simulator(c: &ConnArgs) -> Result<(ConnectionFlags, Option<SimGuard>)> 
     ))
 }
 
-fn lock(path: &Path) -> Result<LockedStore> {
-    LockedStore::lock(path).map_err(store_error)
+impl Env {
+    /// Opens the state store for one tick: the file store takes its lock (exit 3 when
+    /// taken); the ConfigMap store checks for a concurrent writer at its first save.
+    fn open_store(&self) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
+        Ok(match &self.store_kind {
+            StateStoreKind::File => Box::new(LockedStore::lock(&self.state_path)?),
+            StateStoreKind::ConfigMap(name) => {
+                Box::new(ConfigMapStore::new(&self.client, name, &self.app.app_id))
+            }
+        })
+    }
+
+    /// Reads the state without locking (read-only commands).
+    fn read_state(&self) -> Result<AllocatorState> {
+        let st = match &self.store_kind {
+            StateStoreKind::File => state::load(&self.state_path),
+            StateStoreKind::ConfigMap(name) => {
+                ConfigMapStore::new(&self.client, name, &self.app.app_id).load()
+            }
+        };
+        Ok(st.map_err(store_error)?.unwrap_or_else(AllocatorState::new))
+    }
+
+    /// Where the state lives, for `status`.
+    fn state_location(&self) -> String {
+        match &self.store_kind {
+            StateStoreKind::File => self.state_path.display().to_string(),
+            StateStoreKind::ConfigMap(name) => format!("configmap:{name}"),
+        }
+    }
+}
+
+impl Env {
+    /// Runs one tick, warning first when TLS verification is off, and writes the metrics
+    /// file after it.
+    fn tick(
+        &self,
+        store: &mut dyn crate::state::StateStore,
+        change: &TargetChange,
+    ) -> Result<TickReport> {
+        if self.insecure {
+            warn!(
+                "TLS certificate verification is disabled (--insecure-skip-tls-verify): \
+                 anyone on the path can impersonate the API server"
+            );
+        }
+        let started = Instant::now();
+        let report = reconcile::tick(&self.client, &self.app, store, change, now_ms())?;
+        if let Some(path) = &self.metrics_file {
+            let text = crate::metrics::render(
+                &self.app.app_id,
+                self.client.namespace(),
+                &report,
+                started.elapsed(),
+            );
+            if let Err(e) = crate::metrics::write_atomic(path, &text) {
+                warn!("cannot write the metrics file {}: {e}", path.display());
+            }
+        }
+        Ok(report)
+    }
 }
 
 fn finish(report: TickReport) -> Result<()> {
@@ -260,25 +344,17 @@ fn reconcile_cmd(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
         return dry_run(cli, a);
     }
     let env = connect(cli, true)?;
-    let store = lock(&env.state_path)?;
+    let mut store = env.open_store().map_err(store_error)?;
     let change = TargetChange {
         set: a.target,
         ..Default::default()
     };
-    finish(reconcile::tick(
-        &env.client,
-        &env.app,
-        &store,
-        &change,
-        now_ms(),
-    )?)
+    finish(env.tick(store.as_mut(), &change)?)
 }
 
 fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, false)?;
-    let state = state::load(&env.state_path)
-        .map_err(store_error)?
-        .unwrap_or_else(AllocatorState::new);
+    let state = env.read_state()?;
     let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
     let request = Request {
         target: a.target,
@@ -308,17 +384,74 @@ impl NeedsTemplate for RemoveArgs {
 
 fn change(cli: &Cli, change: TargetChange, a: &dyn NeedsTemplate) -> Result<()> {
     let env = connect(cli, a.needs_template())?;
-    let store = lock(&env.state_path)?;
-    finish(reconcile::tick(
-        &env.client,
-        &env.app,
-        &store,
-        &change,
-        now_ms(),
-    )?)
+    let mut store = env.open_store().map_err(store_error)?;
+    finish(env.tick(store.as_mut(), &change)?)
+}
+
+/// `scale N --wait`: the run loop with a progress line.
+fn scale_wait(cli: &Cli, a: &ScaleArgs) -> Result<()> {
+    let args = RunArgs {
+        target: Some(a.target),
+        interval: None,
+        until_converged: true,
+        timeout: a.timeout,
+    };
+    run_loop_with(cli, &args, true)
 }
 
 fn run_loop(cli: &Cli, a: &RunArgs) -> Result<()> {
+    run_loop_with(cli, a, false)
+}
+
+/// The progress line `scale --wait` shows: on a terminal it rewrites itself in place.
+struct Progress {
+    on: bool,
+    tty: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn show(&self, report: &TickReport) {
+        if !self.on {
+            return;
+        }
+        let s = &report.plan.summary;
+        let line = format!(
+            "running {}/{}  pending {}  unacknowledged {}  elapsed {:.0}s",
+            s.running,
+            s.target,
+            s.pending,
+            report.unacknowledged,
+            self.started.elapsed().as_secs_f64()
+        );
+        if self.tty {
+            eprint!("\r\x1b[2K{line}");
+            let _ = std::io::Write::flush(&mut std::io::stderr());
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn done(&self) {
+        if self.on && self.tty {
+            eprintln!();
+        }
+    }
+}
+
+fn run_loop_with(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+    use std::io::IsTerminal;
+    let progress = Progress {
+        on: progress,
+        tty: std::io::stderr().is_terminal(),
+        started: Instant::now(),
+    };
+    let res = run_ticks(cli, a, &progress);
+    progress.done();
+    res
+}
+
+fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let env = connect(cli, true)?;
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -335,7 +468,7 @@ fn run_loop(cli: &Cli, a: &RunArgs) -> Result<()> {
     let mut ticks = 0u64;
     loop {
         ticks += 1;
-        match LockedStore::lock(&env.state_path) {
+        match env.open_store() {
             Err(StoreError::Locked(p)) => {
                 warn!(
                     "tick {ticks}: another podalloc run holds {}; skipped",
@@ -343,9 +476,10 @@ fn run_loop(cli: &Cli, a: &RunArgs) -> Result<()> {
                 )
             }
             Err(e) => return Err(store_error(e)),
-            Ok(store) => match reconcile::tick(&env.client, &env.app, &store, &change, now_ms()) {
+            Ok(mut store) => match env.tick(store.as_mut(), &change) {
                 Ok(report) => {
                     info!("tick {ticks}: {}", report.line());
+                    progress.show(&report);
                     let converged = report.converged();
                     if let Some(e) = report.error {
                         if e.code != crate::error::ExitCode::Runtime {
@@ -363,6 +497,9 @@ fn run_loop(cli: &Cli, a: &RunArgs) -> Result<()> {
                 }
                 Err(e) if e.code == crate::error::ExitCode::Runtime => {
                     warn!("tick {ticks}: {e}; retrying next tick")
+                }
+                Err(e) if e.code == crate::error::ExitCode::Locked => {
+                    warn!("tick {ticks}: {e}")
                 }
                 Err(e) => return Err(e),
             },
@@ -424,13 +561,15 @@ pub struct StatusCounts {
     pub last_executor_id: u64,
     /// running = target, nothing pending or unacknowledged.
     pub converged: bool,
+    /// Totals across ticks: executors created/deleted, API errors by code, last success.
+    pub counters: crate::alloc::Counters,
+    /// The quota back-off in force, if any.
+    pub create_backoff: Option<crate::alloc::Backoff>,
 }
 
 fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
     let env = connect(cli, false)?;
-    let state = state::load(&env.state_path)
-        .map_err(store_error)?
-        .unwrap_or_else(AllocatorState::new);
+    let state = env.read_state()?;
     let snap = reconcile::list_snapshot(&env.client, &env.app)?;
     let count = |s| snap.count(s) as u32;
     let unack = state
@@ -441,7 +580,7 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
     let mut c = StatusCounts {
         app_id: env.app.app_id.clone(),
         namespace: env.client.namespace().to_string(),
-        state_file: env.state_path.display().to_string(),
+        state_file: env.state_location(),
         target: state.target,
         running: count(ExecutorState::Running),
         pending: count(ExecutorState::Pending),
@@ -452,6 +591,8 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         unknown: count(ExecutorState::Unknown),
         last_executor_id: state.last_executor_id.max(snap.max_id()),
         converged: false,
+        counters: state.counters.clone(),
+        create_backoff: state.create_backoff.clone(),
     };
     c.converged = state.target == Some(c.running) && c.pending == 0 && c.unacknowledged == 0;
     match a.output {

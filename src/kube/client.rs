@@ -1,7 +1,8 @@
 //! The blocking HTTPS client: list / get / create / delete pods over `ureq` + `rustls` (ring).
 //!
 //! One [`KubeClient`] holds one `ureq::Agent` (connection pool, TLS configuration) for one
-//! [`ClusterConfig`]. Every call retries transient failures itself (see [`RetryPolicy`]);
+//! [`ClusterConfig`]; the agent is rebuilt only when an exec credential plugin hands out a new
+//! client certificate. Every call retries transient failures itself (see [`RetryPolicy`]);
 //! the caller sees one result per call. The client is `Send + Sync`, so calls may run from
 //! several threads at once.
 
@@ -26,6 +27,7 @@ use super::config::{
     Secret,
 };
 use super::error::{is_retryable_code, ApiStatus, KubeError};
+use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
 
 /// The `User-Agent` header: `podalloc/<crate version>`.
 pub const USER_AGENT: &str = concat!("podalloc/", env!("CARGO_PKG_VERSION"));
@@ -116,6 +118,9 @@ pub struct ClientOptions {
     /// How old a token read from a file may get before it is read again. Default 60 s
     /// (client-go re-reads every minute; `shared/notes/k8s-api.md` §5 "Token rotation").
     pub token_refresh: Duration,
+    /// How long an exec credential plugin may run before it is killed and the call fails.
+    /// Default 60 s ([`DEFAULT_EXEC_TIMEOUT`]).
+    pub exec_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -126,6 +131,7 @@ impl Default for ClientOptions {
             list_body_limit: 512 * 1024 * 1024,
             body_limit: 16 * 1024 * 1024,
             token_refresh: Duration::from_secs(60),
+            exec_timeout: DEFAULT_EXEC_TIMEOUT,
         }
     }
 }
@@ -136,8 +142,11 @@ pub struct ClientStats {
     /// HTTP requests sent, retries included.
     pub requests: u64,
     /// Retries (after a transient failure, and the one re-send after a 401 with a re-read
-    /// token file).
+    /// token file or a re-run exec plugin).
     pub retries: u64,
+    /// Times an exec credential plugin was run (when the client was built, when its
+    /// credential neared expiry, after a 401).
+    pub exec_runs: u64,
     /// Response body bytes received, after gzip decoding.
     pub bytes_received: u64,
     /// Responses with HTTP code ≥ 400, by code.
@@ -203,11 +212,29 @@ struct TokenCache {
     read_at: Option<Instant>,
 }
 
+/// The credential an exec plugin returned last.
+#[derive(Default)]
+struct ExecCache {
+    /// Whether the plugin has run successfully at least once.
+    fetched: bool,
+    token: Option<Secret<String>>,
+    /// The certificate and key PEM the agent now presents (to see when they change).
+    cert: Option<(Vec<u8>, Secret<Vec<u8>>)>,
+    /// When to run the plugin again; `None`: only after a 401.
+    refresh_at: Option<SystemTime>,
+}
+
 /// A blocking Kubernetes client for the pods of one namespace.
 ///
 /// `Debug` shows the server, namespace and credential source, never the credential.
 pub struct KubeClient {
-    agent: ureq::Agent,
+    /// Cloned for each request; replaced when an exec plugin returns a new client certificate.
+    agent: Mutex<ureq::Agent>,
+    /// The configuration, kept to rebuild the agent.
+    cfg: ClusterConfig,
+    exec: Mutex<ExecCache>,
+    /// `spec.cluster` for an exec plugin with `provideClusterInfo: true`.
+    exec_cluster: Option<ExecClusterInfo>,
     /// URL prefix of requests: the server URL, with the host replaced by the
     /// `tls-server-name` when one is set.
     base: String,
@@ -501,6 +528,58 @@ impl KubeClient {
         cfg: ClusterConfig,
         options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
+        let (agent, base) = Self::build_agent(&cfg, &options, None)?;
+        if let Credential::Token { token, source } = &cfg.credential {
+            if !is_header_safe(token.expose()) {
+                return Err(KubeError::Config(format!(
+                    "the token from {source} holds characters not allowed in a bearer token"
+                )));
+            }
+        }
+        let exec_cluster = match &cfg.credential {
+            Credential::Exec(exec) if exec.provide_cluster_info => Some(ExecClusterInfo {
+                server: cfg.server.clone(),
+                tls_server_name: cfg.tls.tls_server_name.clone(),
+                insecure_skip_tls_verify: cfg.tls.insecure_skip_tls_verify,
+                certificate_authority: cfg.tls.ca.as_ref().map(|c| c.pem.clone()),
+                proxy_url: cfg.proxy_url.as_ref().map(|p| p.0.clone()),
+                disable_compression: cfg.disable_compression,
+                config: exec.cluster_config.clone(),
+            }),
+            _ => None,
+        };
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9E37_79B9_7F4A_7C15)
+            | 1;
+        let client = KubeClient {
+            agent: Mutex::new(agent),
+            base,
+            server: cfg.server.clone(),
+            namespace: cfg.namespace.clone(),
+            source: cfg.source.clone(),
+            credential: cfg.credential.clone(),
+            token: Mutex::new(TokenCache::default()),
+            exec: Mutex::new(ExecCache::default()),
+            exec_cluster,
+            cfg,
+            options,
+            stats: Mutex::new(ClientStats::default()),
+            rng: AtomicU64::new(seed),
+        };
+        // Reads a token file, or runs an exec plugin (which may replace the agent).
+        client.bearer(true)?;
+        Ok(client)
+    }
+
+    /// The agent for `cfg` and the base URL of requests. `exec_cert`: a client certificate
+    /// from an exec plugin, used when the configuration has no static one.
+    fn build_agent(
+        cfg: &ClusterConfig,
+        options: &ClientOptions,
+        exec_cert: Option<ClientCert>,
+    ) -> Result<(ureq::Agent, String), KubeError> {
         let url = parse_server(&cfg.server, cfg.allow_insecure_http, &cfg.source)?;
         let mut builder = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -545,7 +624,11 @@ impl KubeClient {
                 (Some(cert), Some(key)) => {
                     tls = tls.client_cert(Some(client_identity(cert, key)?));
                 }
-                (None, None) => {}
+                (None, None) => {
+                    if let Some(id) = exec_cert {
+                        tls = tls.client_cert(Some(id));
+                    }
+                }
                 _ => {
                     return Err(KubeError::Config(
                         "a client certificate needs both certificate and key".to_string(),
@@ -572,32 +655,7 @@ impl KubeClient {
             DefaultConnector::new(),
             PinnedResolver { pin },
         );
-        if let Credential::Token { token, source } = &cfg.credential {
-            if !is_header_safe(token.expose()) {
-                return Err(KubeError::Config(format!(
-                    "the token from {source} holds characters not allowed in a bearer token"
-                )));
-            }
-        }
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9E37_79B9_7F4A_7C15)
-            | 1;
-        let client = KubeClient {
-            agent,
-            base,
-            server: cfg.server.clone(),
-            namespace: cfg.namespace.clone(),
-            source: cfg.source.clone(),
-            credential: cfg.credential.clone(),
-            token: Mutex::new(TokenCache::default()),
-            options,
-            stats: Mutex::new(ClientStats::default()),
-            rng: AtomicU64::new(seed),
-        };
-        client.bearer(true)?;
-        Ok(client)
+        Ok((agent, base))
     }
 
     /// The namespace all pod calls go to.
@@ -659,11 +717,13 @@ impl KubeClient {
 
     /// The bearer token to send, reading the token file when it is older than the refresh
     /// period or when `force`. A failed re-read keeps the previous token (client-go does the
-    /// same) and logs a warning.
+    /// same) and logs a warning. An exec plugin is run when its credential is due for renewal
+    /// or when `force` (see [`KubeClient::exec_token`]).
     fn bearer(&self, force: bool) -> Result<Option<String>, KubeError> {
         match &self.credential {
             Credential::None => Ok(None),
             Credential::Token { token, .. } => Ok(Some(token.expose().clone())),
+            Credential::Exec(exec) => self.exec_token(exec, force),
             Credential::TokenFile { path, source } => {
                 let mut cache = lock(&self.token);
                 let stale = force
@@ -692,6 +752,65 @@ impl KubeClient {
         }
     }
 
+    /// The exec plugin's token (`None` for a plugin that returns only a client certificate),
+    /// running the plugin first when nothing is cached, when the cached credential is due
+    /// ([`ExecCredential::refresh_time`](super::exec::ExecCredential::refresh_time)), or when
+    /// `force` (after a 401). The plugin runs under the lock, so concurrent calls run it once.
+    /// A new client certificate replaces the agent.
+    fn exec_token(&self, exec: &ExecConfig, force: bool) -> Result<Option<String>, KubeError> {
+        let mut cache = lock(&self.exec);
+        let due =
+            !cache.fetched || force || cache.refresh_at.is_some_and(|t| SystemTime::now() >= t);
+        if due {
+            lock(&self.stats).exec_runs += 1;
+            let cred = run_plugin(exec, self.exec_cluster.as_ref(), self.options.exec_timeout)?;
+            let fetched_at = SystemTime::now();
+            match (&cred.client_certificate, &cred.client_key) {
+                (Some(cert), Some(key)) => {
+                    let unchanged = cache
+                        .cert
+                        .as_ref()
+                        .is_some_and(|(c, k)| c == &cert.pem && k.expose() == key.pem.expose());
+                    if self.cfg.tls.client_cert.is_some() {
+                        log::debug!(
+                            "{}: the client certificate it returned is not used, the \
+                             kubeconfig user's own is",
+                            exec.describe()
+                        );
+                    } else if !self.base.starts_with("https://") {
+                        log::debug!(
+                            "{}: its client certificate is not used over plain http",
+                            exec.describe()
+                        );
+                    } else if !unchanged {
+                        // Checked with rustls first: ureq panics on a mismatched pair.
+                        let id = client_identity(cert, key).map_err(|e| {
+                            KubeError::Auth(format!(
+                                "{} returned a client certificate that cannot be used: {e}",
+                                exec.describe()
+                            ))
+                        })?;
+                        let (agent, _) = Self::build_agent(&self.cfg, &self.options, Some(id))?;
+                        *lock(&self.agent) = agent;
+                        cache.cert = Some((cert.pem.clone(), key.pem.clone()));
+                        log::debug!("{}: new client certificate in use", exec.describe());
+                    }
+                }
+                _ if cache.cert.is_some() => {
+                    // The plugin stopped returning a certificate: stop presenting the old one.
+                    let (agent, _) = Self::build_agent(&self.cfg, &self.options, None)?;
+                    *lock(&self.agent) = agent;
+                    cache.cert = None;
+                }
+                _ => {}
+            }
+            cache.refresh_at = cred.refresh_time(fetched_at);
+            cache.token = cred.token;
+            cache.fetched = true;
+        }
+        Ok(cache.token.as_ref().map(|t| t.expose().clone()))
+    }
+
     fn auth_error(&self, resp: &Response) -> KubeError {
         let status = ApiStatus::from_body(401, &resp.body, None);
         let what = match &self.credential {
@@ -709,6 +828,13 @@ impl KubeClient {
                 "token file {} ({source}) was rejected (401 Unauthorized: {}), also after \
                  re-reading it: refresh the token or check the service account",
                 path.display(),
+                status.message
+            ),
+            Credential::Exec(exec) => format!(
+                "the credential from {} was rejected (401 Unauthorized: {}), also after \
+                 re-running the plugin: check its args and env (profile, cluster name, \
+                 tenant) and that this identity may use the cluster",
+                exec.describe(),
                 status.message
             ),
         };
@@ -755,6 +881,7 @@ impl KubeClient {
 
     fn send_once(
         &self,
+        agent: &ureq::Agent,
         req: &Request<'_>,
         token: Option<&str>,
         host: &str,
@@ -769,8 +896,8 @@ impl KubeClient {
             Some(body) => b
                 .header("Content-Type", "application/json")
                 .body(body.clone())
-                .map(|r| self.agent.run(r)),
-            None => b.body(()).map(|r| self.agent.run(r)),
+                .map(|r| agent.run(r)),
+            None => b.body(()).map(|r| agent.run(r)),
         };
         let result = sent.map_err(|_| {
             KubeError::Config(format!(
@@ -809,7 +936,8 @@ impl KubeClient {
         })
     }
 
-    /// Sends `req`, retrying per the policy, re-reading a token file once after a 401.
+    /// Sends `req`, retrying per the policy, re-reading a token file or re-running an exec
+    /// plugin once after a 401 (client-go's `ResettableTokenSource` and exec authenticator).
     /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
         let host = Uri::try_from(req.url.as_str())
@@ -820,9 +948,11 @@ impl KubeClient {
         let mut reauthenticated = false;
         loop {
             let token = self.bearer(false)?;
+            // After bearer(): an exec plugin may just have replaced the agent.
+            let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            match self.send_once(req, token.as_deref(), &host) {
+            match self.send_once(&agent, req, token.as_deref(), &host) {
                 Ok(resp) => {
                     {
                         let mut stats = lock(&self.stats);
@@ -841,16 +971,23 @@ impl KubeClient {
                     );
                     if resp.status == 401 {
                         if !reauthenticated
-                            && matches!(self.credential, Credential::TokenFile { .. })
+                            && matches!(
+                                self.credential,
+                                Credential::TokenFile { .. } | Credential::Exec(_)
+                            )
                         {
                             reauthenticated = true;
-                            self.bearer(true)?;
-                            lock(&self.stats).retries += 1;
+                            let what = match self.credential {
+                                Credential::Exec(_) => "re-running",
+                                _ => "re-reading",
+                            };
                             log::warn!(
-                                "{}: 401 Unauthorized; re-reading the {} and retrying once",
+                                "{}: 401 Unauthorized; {what} the {} and retrying once",
                                 req.verb,
                                 self.credential.describe()
                             );
+                            self.bearer(true)?;
+                            lock(&self.stats).retries += 1;
                             continue;
                         }
                         return Err(self.auth_error(&resp));
@@ -1092,6 +1229,86 @@ impl KubeClient {
         match resp.status {
             200..=299 => Self::decode_json(&format!("created pod {name}"), &resp.body),
             _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    fn configmaps_url(&self) -> String {
+        format!(
+            "{}/api/v1/namespaces/{}/configmaps",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    /// Reads ConfigMap `name` (`GET .../configmaps/NAME`): `Ok(None)` on 404.
+    /// Used by the ConfigMap state store (`--state-store configmap:NAME`).
+    ///
+    /// Errors: [`KubeError::Api`] (403 when RBAC lacks configmaps get), `Transport`, `Auth`,
+    /// `Decode`.
+    pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get configmap {name}");
+        let req = Request {
+            method: Method::GET,
+            url: format!("{}/{}", self.configmaps_url(), encode_component(name)),
+            body: None,
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            404 => Ok(None),
+            200..=299 => Self::decode_json(&format!("configmap {name}"), &resp.body).map(Some),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    /// Creates a ConfigMap (`POST .../configmaps`); 409 AlreadyExists when another writer
+    /// created it first.
+    ///
+    /// Errors: [`KubeError::Api`] (409, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn create_configmap(&self, cm: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = cm["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let verb = format!("create configmap {name}");
+        self.write_configmap(Method::POST, self.configmaps_url(), cm, &verb)
+    }
+
+    /// Replaces ConfigMap `name` (`PUT .../configmaps/NAME`). With `metadata.resourceVersion`
+    /// set, the API server applies it only if the stored object still has that version and
+    /// answers 409 Conflict otherwise (optimistic concurrency).
+    ///
+    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn replace_configmap(
+        &self,
+        name: &str,
+        cm: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let verb = format!("update configmap {name}");
+        let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
+        self.write_configmap(Method::PUT, url, cm, &verb)
+    }
+
+    fn write_configmap(
+        &self,
+        method: Method,
+        url: String,
+        cm: &serde_json::Value,
+        verb: &str,
+    ) -> Result<serde_json::Value, KubeError> {
+        let body = serde_json::to_vec(cm).map_err(|e| KubeError::Decode {
+            what: "configmap to write".to_string(),
+            message: e.to_string(),
+        })?;
+        let req = Request {
+            method,
+            url,
+            body: Some(body),
+            verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            200..=299 => Self::decode_json(verb, &resp.body),
+            _ => Err(Self::api_error(verb, &resp)),
         }
     }
 

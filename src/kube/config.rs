@@ -14,9 +14,17 @@
 //! 3. in-cluster: `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` and the service account
 //!    files `token`, `ca.crt`, `namespace`.
 //!
+//! A kubeconfig user's credential is a `token` (beats `tokenFile`), a `tokenFile` (re-read by
+//! the client), a client certificate and key (files or `*-data`), or an `exec` credential
+//! plugin ([`Credential::Exec`], run by the client; see `exec.rs`). Relative paths, and an
+//! exec `command` with a `/`, resolve against the directory of the kubeconfig file that
+//! defines the entry.
+//!
 //! Flags override the chosen source field by field (`--token` replaces the user's credential,
 //! `-n` the context's namespace, `--server` the cluster's server and its `tls-server-name`,
-//! `--certificate-authority`/`--insecure-skip-tls-verify` the cluster's trust settings).
+//! `--certificate-authority`/`--insecure-skip-tls-verify` the cluster's trust settings;
+//! `--token`, `--token-file`, or `--client-certificate` with `--client-key` also keep an exec
+//! plugin from running).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +35,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::error::KubeError;
+use super::exec::{ExecApiVersion, ExecConfig, InteractiveMode, EXEC_CLUSTER_EXTENSION};
 
 /// Where the in-cluster service account files live (client-go `rest.InClusterConfig`).
 pub const IN_CLUSTER_SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -104,9 +113,8 @@ impl<T> fmt::Debug for Secret<T> {
     }
 }
 
-/// How requests prove who the client is, apart from a TLS client certificate (which lives
-/// in [`TlsSettings`]). One variant per kind of source, so that exec plugins can be added as
-/// another variant later.
+/// How requests prove who the client is, apart from a static TLS client certificate (which
+/// lives in [`TlsSettings`]). One variant per kind of source.
 #[derive(Clone, Debug, Default)]
 pub enum Credential {
     /// No `Authorization` header (anonymous, or client certificate only).
@@ -127,6 +135,11 @@ pub enum Credential {
         /// Where the path came from, e.g. `in-cluster service account`.
         source: String,
     },
+    /// An exec credential plugin (kubeconfig `users[].user.exec`), run by the client when it
+    /// is built, again when its credential nears `expirationTimestamp`, and once after a 401
+    /// (client-go's exec authenticator; see [`ExecConfig`] and `exec.rs`). It may return a
+    /// bearer token, a TLS client certificate, or both.
+    Exec(Box<ExecConfig>),
 }
 
 impl Credential {
@@ -138,6 +151,7 @@ impl Credential {
             Credential::TokenFile { path, source } => {
                 format!("token file {} ({source})", path.display())
             }
+            Credential::Exec(exec) => exec.describe(),
         }
     }
 }
@@ -388,6 +402,16 @@ struct RawCluster {
     tls_server_name: Option<String>,
     proxy_url: Option<String>,
     disable_compression: Option<bool>,
+    extensions: Option<Vec<RawNamedExtension>>,
+}
+
+/// A cluster's `extensions[]` entry; only `client.authentication.k8s.io/exec` is used (passed
+/// to exec plugins as `spec.cluster.config`).
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+struct RawNamedExtension {
+    name: Option<String>,
+    extension: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -420,13 +444,68 @@ struct RawUser {
     impersonate_groups: Option<Vec<String>>,
 }
 
-/// The parts of an `exec` credential plugin we look at (only to name it in the error;
-/// a later issue adds support).
+/// An `exec` credential plugin (client-go `ExecConfig`). Not `Debug`: `env` may hold secrets.
 #[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "camelCase")]
 struct RawExec {
     command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<Vec<RawExecEnv>>,
     api_version: Option<String>,
+    interactive_mode: Option<String>,
+    provide_cluster_info: Option<bool>,
+    install_hint: Option<String>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+struct RawExecEnv {
+    name: Option<String>,
+    value: Option<String>,
+}
+
+/// Turns a kubeconfig `exec` section into an [`ExecConfig`], checking what client-go's
+/// validation checks (command, apiVersion, env names, interactiveMode) and refusing
+/// `interactiveMode: Always` (podalloc has no terminal to give the plugin).
+fn exec_config(
+    raw: &RawExec,
+    ufile: &Path,
+    uowner: &str,
+    cluster: &RawCluster,
+) -> Result<ExecConfig, KubeError> {
+    let command = non_empty(&raw.command).ok_or_else(|| {
+        KubeError::Config(format!(
+            "{uowner}: exec.command is not set; name the credential plugin to run"
+        ))
+    })?;
+    let api_version = ExecApiVersion::parse(raw.api_version.as_deref(), uowner)?;
+    let dir = ufile.parent().unwrap_or(Path::new("."));
+    let mut exec = ExecConfig::new(command, dir, api_version, uowner);
+    exec.args = raw.args.clone().unwrap_or_default();
+    for (i, e) in raw.env.iter().flatten().enumerate() {
+        let name = non_empty(&e.name)
+            .ok_or_else(|| KubeError::Config(format!("{uowner}: exec.env[{i}] has no name")))?;
+        if name.contains('=') {
+            return Err(KubeError::Config(format!(
+                "{uowner}: exec.env[{i}] name {name:?} contains '='"
+            )));
+        }
+        exec.env.push((
+            name.to_string(),
+            Secret::new(e.value.clone().unwrap_or_default()),
+        ));
+    }
+    exec.interactive_mode = InteractiveMode::parse(raw.interactive_mode.as_deref(), uowner)?;
+    exec.provide_cluster_info = raw.provide_cluster_info.unwrap_or(false);
+    exec.install_hint = non_empty(&raw.install_hint).map(str::to_string);
+    exec.cluster_config = cluster
+        .extensions
+        .iter()
+        .flatten()
+        .find(|e| e.name.as_deref() == Some(EXEC_CLUSTER_EXTENSION))
+        .and_then(|e| e.extension.clone());
+    exec.check()?;
+    Ok(exec)
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -806,15 +885,22 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
         )));
     }
     let has_own_credential = !matches!(p.credential, Credential::None) || p.client_cert.is_some();
+    let flags_replace_credential =
+        token_overridden || (flags.client_certificate.is_some() && flags.client_key.is_some());
     if let Some(exec) = &u.exec {
-        let command = exec.command.as_deref().unwrap_or("?");
-        let api = exec.api_version.as_deref().unwrap_or("?");
-        p.unsupported_auth = Some(format!(
-            "{uowner} gets its credential from an exec plugin (command {command:?}, \
-             apiVersion {api}); exec plugins are not supported yet. Pass --token or \
-             --token-file (e.g. the plugin's token), or use a user with a token or client \
-             certificate"
-        ));
+        if u.auth_provider.is_some() {
+            return Err(KubeError::Config(format!(
+                "{uowner} sets both exec and auth-provider; keep only one (as kubectl requires)"
+            )));
+        }
+        if flags_replace_credential {
+            log::debug!("{uowner}: the exec plugin is not run, the flags give the credential");
+        } else if !matches!(p.credential, Credential::None) {
+            // client-go: a token already in the request wins over the exec plugin.
+            log::debug!("{uowner}: token/tokenFile is used, the exec plugin is not run");
+        } else {
+            p.credential = Credential::Exec(Box::new(exec_config(exec, ufile, &uowner, c)?));
+        }
     } else if let Some(ap) = &u.auth_provider {
         p.unsupported_auth = Some(format!(
             "{uowner} uses auth-provider {:?}, which is not supported (client-go removed \
@@ -891,9 +977,15 @@ pub fn resolve(flags: &ConnectionFlags) -> Result<ClusterConfig, KubeError> {
 /// Files named by the configuration (CA, client certificate and key) are read here; token
 /// files are only checked to exist (the client reads them, and re-reads them).
 ///
+/// An `exec` user becomes [`Credential::Exec`] (the plugin is not run here, but when the
+/// client is built), unless `--token`, `--token-file` or `--client-certificate` with
+/// `--client-key` replace the user's credential, or the user also has a `token`/`tokenFile`
+/// (which wins, as in client-go).
+///
 /// Errors: [`KubeError::Config`] naming the file, field or flag at fault and the fix, e.g.
 /// [`NO_CLUSTER_MESSAGE`] when nothing is configured, a missing context listing the contexts
-/// that exist, an `exec` user (not supported yet), `http://` to a non-loopback host.
+/// that exist, an `exec` section without command, with apiVersion `v1alpha1` or
+/// `interactiveMode: Always`, `http://` to a non-loopback host.
 pub fn resolve_with(
     flags: &ConnectionFlags,
     env: &dyn Fn(&str) -> Option<String>,
@@ -1485,12 +1577,26 @@ users:
 ",
         );
         let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
-        let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
+        let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
+        match &c.credential {
+            Credential::Exec(e) => {
+                assert_eq!(e.command, "aws");
+                assert_eq!(e.program, PathBuf::from("aws"));
+                assert_eq!(e.args, ["eks", "get-token", "--cluster-name", "x"]);
+                assert_eq!(e.env.len(), 1);
+                assert_eq!(
+                    (e.env[0].0.as_str(), e.env[0].1.expose().as_str()),
+                    ("AWS_PROFILE", "prod")
+                );
+                assert_eq!(e.api_version, ExecApiVersion::V1Beta1);
+                assert_eq!(e.interactive_mode, InteractiveMode::IfAvailable);
+                assert!(e.user.starts_with("user \"aws\" in kubeconfig "));
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(
-            e.contains("user \"aws\"")
-                && e.contains("exec plugins are not supported yet")
-                && e.contains("\"aws\""),
-            "{e}"
+            !format!("{c:?}").contains("prod"),
+            "env values are redacted"
         );
         let flags = ConnectionFlags {
             token: Some("from-flag".into()),
@@ -1513,6 +1619,138 @@ users:
             assert!(e.contains(needle), "{ctx}: {e}");
             assert!(!e.contains("hunter2") && !e.contains("zzz"), "{e}");
         }
+    }
+
+    #[test]
+    fn exec_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let users = "
+- name: full
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ./bin/get-token
+      args: [--tenant, t1]
+      env: [{name: A, value: '1'}, {name: B}]
+      interactiveMode: Never
+      provideClusterInfo: true
+      installHint: |
+        Install get-token
+        from example.com
+- {name: alpha, user: {exec: {apiVersion: client.authentication.k8s.io/v1alpha1, command: p}}}
+- {name: always, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Always}}}
+- {name: nocmd, user: {exec: {apiVersion: client.authentication.k8s.io/v1}}}
+- {name: noapi, user: {exec: {command: p}}}
+- {name: badmode, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Sometimes}}}
+- {name: noname, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: p, env: [{value: x}]}}}
+- {name: tokenwins, user: {token: static, exec: {apiVersion: client.authentication.k8s.io/v1, command: p}}}
+- {name: both, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: p}, auth-provider: {name: oidc}}}
+";
+        let mut contexts = String::new();
+        for name in [
+            "full",
+            "alpha",
+            "always",
+            "nocmd",
+            "noapi",
+            "badmode",
+            "noname",
+            "tokenwins",
+            "both",
+        ] {
+            contexts.push_str(&format!(
+                "- {{name: {name}, context: {{cluster: c, user: {name}}}}}\n"
+            ));
+        }
+        let kc = write(
+            dir.path(),
+            "kube/config",
+            &format!(
+                "current-context: full
+clusters:
+- name: c
+  cluster:
+    server: https://k.example
+    extensions:
+    - name: client.authentication.k8s.io/exec
+      extension: {{audience: spark, nested: {{n: 1}}}}
+    - name: other
+      extension: {{x: y}}
+contexts:
+{contexts}users:{users}"
+            ),
+        );
+        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let with_context = |ctx: &str| ConnectionFlags {
+            context: Some(ctx.into()),
+            ..Default::default()
+        };
+        let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
+        let Credential::Exec(e) = &c.credential else {
+            panic!("{:?}", c.credential)
+        };
+        assert_eq!(e.program, dir.path().join("kube/./bin/get-token"));
+        assert_eq!(e.api_version, ExecApiVersion::V1);
+        assert_eq!(e.interactive_mode, InteractiveMode::Never);
+        assert!(e.provide_cluster_info);
+        assert_eq!(
+            e.cluster_config,
+            Some(serde_json::json!({"audience": "spark", "nested": {"n": 1}}))
+        );
+        assert_eq!(
+            e.env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.expose()))
+                .collect::<Vec<_>>(),
+            ["A=1", "B="]
+        );
+        assert_eq!(
+            e.install_hint.as_deref(),
+            Some("Install get-token\nfrom example.com")
+        );
+        assert_eq!(
+            c.credential.describe(),
+            format!(
+                "exec plugin \"./bin/get-token\" (user \"full\" in kubeconfig {})",
+                kc.display()
+            )
+        );
+
+        for (ctx, needle) in [
+            ("alpha", "v1alpha1 was removed"),
+            ("always", "interactiveMode: Always"),
+            ("nocmd", "exec.command is not set"),
+            ("noapi", "exec.apiVersion is not set"),
+            ("badmode", "\"Sometimes\" is not valid"),
+            ("noname", "exec.env[0] has no name"),
+            ("both", "both exec and auth-provider"),
+        ] {
+            let e = err(resolve_env(&with_context(ctx), &env, dir.path()));
+            assert!(
+                e.contains(&format!("user \"{ctx}\"")) && e.contains(needle),
+                "{ctx}: {e}"
+            );
+        }
+        // A static token beats the plugin (client-go).
+        let c = resolve_env(&with_context("tokenwins"), &env, dir.path()).unwrap();
+        assert!(
+            matches!(&c.credential, Credential::Token { token, .. } if token.expose() == "static")
+        );
+        // Flags replace the plugin, and a broken exec section is then no error.
+        let flags = ConnectionFlags {
+            token_file: Some(kc.clone()),
+            ..with_context("always")
+        };
+        let c = resolve_env(&flags, &env, dir.path()).unwrap();
+        assert!(matches!(&c.credential, Credential::TokenFile { .. }));
+        let flags = ConnectionFlags {
+            client_certificate: Some(kc.clone()),
+            client_key: Some(kc.clone()),
+            ..with_context("full")
+        };
+        let c = resolve_env(&flags, &env, dir.path()).unwrap();
+        assert!(matches!(&c.credential, Credential::None));
+        assert!(c.tls.client_cert.is_some());
     }
 
     #[test]

@@ -51,14 +51,19 @@ pub enum KubeError {
         /// The decoder's message.
         message: String,
     },
-    /// The server rejected the credentials (HTTP 401), also after re-reading a token file.
-    /// The message names the credential source and what to do.
+    /// No usable credential: the server rejected it (HTTP 401), also after re-reading a
+    /// token file or re-running an exec plugin; or an exec credential plugin failed (non-zero
+    /// exit with the first line of its stderr, timeout, output without a credential). The
+    /// request was not accepted in either case. The message names the credential source
+    /// (file, flag, or plugin command and kubeconfig user) and what to do; it never holds a
+    /// token or the plugin's stdout.
     Auth(String),
 }
 
 impl KubeError {
     /// The HTTP status code behind the error: the `Status` code for [`KubeError::Api`],
-    /// 401 for [`KubeError::Auth`], `None` for the other variants.
+    /// 401 for [`KubeError::Auth`] (also when an exec plugin failed: the request could not be
+    /// authenticated), `None` for the other variants.
     pub fn status_code(&self) -> Option<u16> {
         match self {
             KubeError::Api { status, .. } => Some(status.code),

@@ -5,11 +5,15 @@
 //!   the in-cluster service account into a [`ClusterConfig`];
 //! - [`KubeClient`] lists (paginated), gets, creates and deletes pods in one namespace,
 //!   retrying transient failures per [`RetryPolicy`];
+//! - `exec.rs` runs kubeconfig exec credential plugins ([`ExecConfig`], the
+//!   `client.authentication.k8s.io` v1 / v1beta1 `ExecCredential`) for EKS, GKE and AKS
+//!   style kubeconfigs, caching their credential until it expires or the server answers 401;
 //! - every failure is one [`KubeError`], with the server's `Status` parsed into
 //!   [`ApiStatus`].
 //!
-//! This module depends on no other podalloc module and is synchronous. Tokens, client keys
-//! and the `Authorization` header never appear in logs, errors or `Debug` output.
+//! This module depends on no other podalloc module and is synchronous. Tokens, client keys,
+//! exec plugins' stdout and the `Authorization` header never appear in logs, errors or
+//! `Debug` output.
 //!
 //! ```ignore
 //! # use podalloc::kube::{resolve, ConnectionFlags, KubeClient, KubeError};
@@ -22,6 +26,7 @@
 mod client;
 mod config;
 mod error;
+mod exec;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -36,3 +41,8 @@ pub use config::{
     Secret, TlsSettings, IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
 };
 pub use error::{ApiStatus, KubeError, StatusCause, MAX_TEXT_MESSAGE_CHARS};
+pub use exec::{
+    exec_info, parse_exec_credential, run_plugin, ExecApiVersion, ExecClusterInfo, ExecConfig,
+    ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,
+    EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
+};

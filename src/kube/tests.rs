@@ -996,3 +996,337 @@ fn client_is_send_and_sync() {
     fn is<T: Send + Sync>() {}
     is::<KubeClient>();
 }
+
+// ------------------------------------------------------------------------------------------
+// Exec credential plugins (shell scripts standing in for aws / gke-gcloud-auth-plugin /
+// kubelogin).
+
+/// A plugin script in `dir` that counts its runs in `dir/runs`, saves `KUBERNETES_EXEC_INFO`
+/// to `dir/info.json` and prints `dir/outN.json` on its N-th run, else `dir/out.json`.
+#[cfg(unix)]
+struct Plugin {
+    dir: std::path::PathBuf,
+}
+
+#[cfg(unix)]
+impl Plugin {
+    fn install(dir: &Path) -> Plugin {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::create_dir_all(dir).unwrap();
+        let p = dir.join("plugin.sh");
+        std::fs::write(
+            &p,
+            r#"#!/bin/sh
+d=$(dirname "$0")
+echo run >> "$d/runs"
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$d/info.json"
+n=$(wc -l < "$d/runs" | tr -d ' ')
+if [ -f "$d/out$n.json" ]; then cat "$d/out$n.json"; else cat "$d/out.json"; fi
+"#,
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Plugin {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// What the plugin prints: on run `n`, or on every run without a file of its own.
+    fn set(&self, n: Option<usize>, out: &str) {
+        let name = n.map_or("out.json".to_string(), |n| format!("out{n}.json"));
+        std::fs::write(self.dir.join(name), out).unwrap();
+    }
+
+    fn runs(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("runs"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    fn info(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.dir.join("info.json")).unwrap()).unwrap()
+    }
+
+    fn config(&self) -> ExecConfig {
+        ExecConfig::new(
+            "./plugin.sh",
+            &self.dir,
+            ExecApiVersion::V1,
+            "user \"u\" in kubeconfig /k",
+        )
+    }
+}
+
+#[cfg(unix)]
+fn exec_output(
+    token: Option<&str>,
+    cert: Option<(&str, &str)>,
+    expires: Option<std::time::SystemTime>,
+) -> String {
+    let mut status = serde_json::json!({});
+    if let Some(t) = token {
+        status["token"] = t.into();
+    }
+    if let Some((c, k)) = cert {
+        status["clientCertificateData"] = c.into();
+        status["clientKeyData"] = k.into();
+    }
+    if let Some(e) = expires {
+        status["expirationTimestamp"] = humantime::format_rfc3339_millis(e).to_string().into();
+    }
+    serde_json::json!({"apiVersion": EXEC_API_V1, "kind": "ExecCredential", "status": status})
+        .to_string()
+}
+
+#[cfg(unix)]
+fn exec_client(server: &FakeServer, plugin: &Plugin) -> Result<KubeClient, KubeError> {
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::Exec(Box::new(plugin.config()));
+    KubeClient::with_options(cfg, fast_options())
+}
+
+#[cfg(unix)]
+fn bearer_only(good: &'static str) -> FakeServer {
+    FakeServer::http(move |req, _| {
+        if req.header("authorization") == Some(&*format!("Bearer {good}")) {
+            Reply::json(200, &page(&["a"], None))
+        } else {
+            Reply::json(
+                401,
+                r#"{"kind":"Status","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+            )
+        }
+    })
+}
+
+#[cfg(unix)]
+#[test]
+fn exec_token_is_cached_and_rerun_once_after_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bearer_only("exec-good");
+    let plugin = Plugin::install(dir.path());
+    plugin.set(None, &exec_output(Some("exec-good"), None, None));
+
+    // Run once when the client is built, then cached (no expiry) across calls.
+    let client = exec_client(&server, &plugin).unwrap();
+    assert_eq!(plugin.runs(), 1);
+    for _ in 0..3 {
+        client.list_pod_items(SELECTOR, None, None).unwrap();
+    }
+    assert_eq!(plugin.runs(), 1);
+    assert_eq!(client.stats().exec_runs, 1);
+    assert_eq!(
+        plugin.info(),
+        serde_json::json!({"apiVersion": EXEC_API_V1, "kind": "ExecCredential",
+                           "spec": {"interactive": false}})
+    );
+    let dbg = format!("{client:?}");
+    assert!(
+        !dbg.contains("exec-good") && dbg.contains("exec plugin \\\"./plugin.sh\\\""),
+        "{dbg}"
+    );
+
+    // A wrong token first: one 401, one re-run, then success.
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(Some(1), &exec_output(Some("exec-stale"), None, None));
+    let before = server.recorded().len();
+    let client = exec_client(&server, &plugin).unwrap();
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["a"]);
+    assert_eq!(plugin.runs(), 2);
+    let auth: Vec<_> = server.recorded()[before..]
+        .iter()
+        .map(|r| r.header("authorization").unwrap().to_string())
+        .collect();
+    assert_eq!(auth, ["Bearer exec-stale", "Bearer exec-good"]);
+    assert_eq!((client.stats().retries, client.stats().exec_runs), (1, 2));
+
+    // Always rejected: Auth naming the plugin and the user, after exactly one re-run.
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(None, &exec_output(Some("exec-never"), None, None));
+    let before = server.recorded().len();
+    let client = exec_client(&server, &plugin).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, KubeError::Auth(_)));
+    assert!(
+        msg.starts_with(
+            "the credential from exec plugin \"./plugin.sh\" (user \"u\" in kubeconfig /k) was \
+             rejected (401 Unauthorized: Unauthorized), also after re-running the plugin"
+        ),
+        "{msg}"
+    );
+    assert!(!msg.contains("exec-never"));
+    assert_eq!(plugin.runs(), 2);
+    assert_eq!(server.recorded().len() - before, 2);
+}
+
+#[cfg(unix)]
+#[test]
+fn exec_credential_is_renewed_before_it_expires() {
+    use std::time::SystemTime;
+    let dir = tempfile::tempdir().unwrap();
+    let server = bearer_only("t");
+    let plugin = Plugin::install(dir.path());
+
+    // Valid for an hour: one run for many calls.
+    plugin.set(
+        None,
+        &exec_output(
+            Some("t"),
+            None,
+            Some(SystemTime::now() + Duration::from_secs(3600)),
+        ),
+    );
+    let client = exec_client(&server, &plugin).unwrap();
+    client.get_pod("x").unwrap();
+    client.get_pod("x").unwrap();
+    assert_eq!(plugin.runs(), 1);
+
+    // Valid for 2 s: reused at once, renewed after half its lifetime (1 s, less than the
+    // 10 s leeway).
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(
+        None,
+        &exec_output(
+            Some("t"),
+            None,
+            Some(SystemTime::now() + Duration::from_secs(2)),
+        ),
+    );
+    let client = exec_client(&server, &plugin).unwrap();
+    client.get_pod("x").unwrap();
+    assert_eq!(plugin.runs(), 1);
+    std::thread::sleep(Duration::from_millis(1300));
+    plugin.set(
+        None,
+        &exec_output(
+            Some("t"),
+            None,
+            Some(SystemTime::now() + Duration::from_secs(3600)),
+        ),
+    );
+    client.get_pod("x").unwrap();
+    client.get_pod("x").unwrap();
+    assert_eq!(plugin.runs(), 2);
+
+    // Already expired when returned: run again for every call.
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(
+        None,
+        &exec_output(
+            Some("t"),
+            None,
+            Some(SystemTime::now() - Duration::from_secs(5)),
+        ),
+    );
+    let client = exec_client(&server, &plugin).unwrap();
+    client.get_pod("x").unwrap();
+    client.get_pod("x").unwrap();
+    assert_eq!(plugin.runs(), 3);
+    assert_eq!(server.recorded().len(), 7);
+}
+
+#[cfg(unix)]
+#[test]
+fn exec_failures_surface_at_construction_and_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bearer_only("t");
+    let plugin = Plugin::install(dir.path());
+    plugin.set(None, "{\"not\": \"a credential\", \"token\": \"zzz\"}");
+    let err = exec_client(&server, &plugin).unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Auth(m) if m.contains("without apiVersion") && !m.contains("zzz")),
+        "{err}"
+    );
+
+    // Good at first, failing when re-run after a 401: the plugin's failure is the error.
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(Some(1), &exec_output(Some("wrong"), None, None));
+    let client = exec_client(&server, &plugin).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Auth(m) if m.contains("./plugin.sh") && m.contains("without apiVersion")),
+        "{err}"
+    );
+    assert_eq!(
+        server.recorded().len(),
+        1,
+        "no request without a credential"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn exec_client_certificate_with_mtls_and_rotation() {
+    use std::time::SystemTime;
+    let t = TlsSetup::new();
+    let server = FakeServer::https(
+        Pki::server_config(&t.pki.server(&["127.0.0.1"]), Some(&t.pki)),
+        ok_handler(),
+    );
+    let plugin = Plugin::install(&t.dir.path().join("kube"));
+    let good = t.pki.client("exec-user");
+    let stranger = Pki::new("other-ca").client("exec-user");
+    let cluster = format!(
+        "    server: https://{}\n    certificate-authority-data: {}\n    tls-server-name: 127.0.0.1",
+        server.addr,
+        b64(&t.pki.ca_pem)
+    );
+    let user = "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./plugin.sh\n      interactiveMode: Never\n      provideClusterInfo: true";
+
+    // A certificate the server does not trust, valid for 1.5 s; then a good one.
+    plugin.set(
+        Some(1),
+        &exec_output(
+            None,
+            Some((&stranger.cert_pem, &stranger.key_pem)),
+            Some(SystemTime::now() + Duration::from_millis(1500)),
+        ),
+    );
+    plugin.set(
+        None,
+        &exec_output(None, Some((&good.cert_pem, &good.key_pem)), None),
+    );
+    let cfg = t.resolve(&cluster, user).unwrap();
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    let err = client.get_pod("x").unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:")),
+        "{err:?}"
+    );
+    assert_eq!(plugin.runs(), 1);
+    // spec.cluster carries the server, its CA (base64) and tls-server-name.
+    assert_eq!(
+        plugin.info()["spec"]["cluster"],
+        serde_json::json!({"server": format!("https://{}", server.addr),
+                           "tls-server-name": "127.0.0.1",
+                           "certificate-authority-data": b64(&t.pki.ca_pem)})
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    // Renewed: the agent is rebuilt with the new certificate.
+    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    assert_eq!(names(&items), ["tls-pod"]);
+    client.get_pod("y").unwrap();
+    assert_eq!(plugin.runs(), 2);
+    assert_eq!(server.recorded()[0].header("authorization"), None);
+    assert!(!format!("{client:?}").contains("PRIVATE KEY"));
+
+    // A key that does not belong to the certificate: an Auth error, not a panic in ureq.
+    std::fs::remove_file(t.dir.path().join("kube/runs")).unwrap();
+    std::fs::remove_file(t.dir.path().join("kube/out1.json")).unwrap();
+    plugin.set(
+        None,
+        &exec_output(Some("t"), Some((&good.cert_pem, &stranger.key_pem)), None),
+    );
+    let cfg = t.resolve(&cluster, user).unwrap();
+    let err = KubeClient::with_options(cfg, fast_options()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, KubeError::Auth(_))
+            && msg.contains("returned a client certificate that cannot be used")
+            && msg.contains("does not match"),
+        "{msg}"
+    );
+    assert!(!msg.contains("PRIVATE KEY"), "{msg}");
+}

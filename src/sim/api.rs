@@ -7,18 +7,22 @@
 //! from the request, else `spec.terminationGracePeriodSeconds`) and the kubelet finishes
 //! the job; a second delete can only shorten the grace period; grace 0 removes at once.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::configmap;
+use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::pod::{self, Phase};
 use super::selector::{FieldSelector, LabelSelector};
-use super::status::ApiError;
+use super::status::{self, ApiError};
 use super::store::{
     decode_continue, encode_continue, CreateMode, DeleteOptions, PhaseOverride, Store, StoredPod,
+    EXPIRED_CONTINUE,
 };
 use super::Shared;
 
@@ -62,53 +66,385 @@ fn authorized(token: Option<&str>, req: &Request) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && !got.is_empty() && same_secret(got, want)
 }
 
-/// Handles one request.
-pub(crate) fn handle(shared: &Shared, req: &Request) -> Response {
-    let now = Instant::now();
-    let Some(segs) = req.segments() else {
-        return error_response(ApiError::bad_request("invalid URL escape in path"));
-    };
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    if segs.first() == Some(&"sim") {
-        return sim(shared, req, &segs[1..], now).unwrap_or_else(error_response);
-    }
-    shared.requests.fetch_add(1, Ordering::Relaxed);
-    let get = req.method == "GET";
-    match segs.as_slice() {
-        ["healthz"] | ["livez"] | ["readyz"] if get => return Response::text(200, "ok"),
-        ["version"] if get => {
-            return Response::json(
-                200,
-                br#"{"major":"1","minor":"34","gitVersion":"v1.34.0-podalloc-sim","gitCommit":"","gitTreeState":"clean","buildDate":"","goVersion":"","compiler":"gc","platform":"linux/amd64"}"#.to_vec(),
-            )
+/// What the connection does after a request.
+pub(crate) enum Reply {
+    /// Send the response.
+    Send(Response),
+    /// Close the connection without a response.
+    Drop,
+    /// Send the head (with the full Content-Length) and half the body, then close.
+    Truncate(Response),
+}
+
+/// The user a bearer token authenticates as (the simulator has one token).
+const TOKEN_USER: &str = "system:serviceaccount:default:podalloc";
+/// Fake UIDs for the APF headers of a 429.
+const FLOW_SCHEMA_UID: &str = "5b2c9f7e-3a41-4c1e-9d0a-6f8e2b7c4d13";
+const PRIORITY_LEVEL_UID: &str = "a1d4e6f2-7b3c-4e59-8f01-2c9d5e7a3b64";
+
+/// A routed API request.
+#[derive(Clone, Copy, Debug)]
+enum Route<'a> {
+    PodList(Option<&'a str>),
+    PodCreate(&'a str),
+    PodDeleteCollection(&'a str),
+    PodGet(&'a str, &'a str),
+    PodDelete(&'a str, &'a str),
+    CmList(Option<&'a str>),
+    CmCreate(&'a str),
+    CmGet(&'a str, &'a str),
+    CmUpdate(&'a str, &'a str),
+    CmDelete(&'a str, &'a str),
+}
+
+impl<'a> Route<'a> {
+    /// The verb fault rules and `forbid` name.
+    fn verb(self) -> &'static str {
+        match self {
+            Route::PodList(_) => "list",
+            Route::PodCreate(_) => "create",
+            Route::PodDeleteCollection(_) => "deletecollection",
+            Route::PodGet(..) => "get",
+            Route::PodDelete(..) => "delete",
+            Route::CmList(_) => "cm-list",
+            Route::CmCreate(_) => "cm-create",
+            Route::CmGet(..) => "cm-get",
+            Route::CmUpdate(..) => "cm-update",
+            Route::CmDelete(..) => "cm-delete",
         }
-        _ => {}
     }
-    if !authorized(shared.token.as_deref(), req) {
-        return error_response(ApiError::unauthorized());
+
+    /// The authorizer's view: (RBAC verb, resource, namespace, name).
+    fn rbac(self) -> (&'static str, &'static str, Option<&'a str>, &'a str) {
+        match self {
+            Route::PodList(ns) => ("list", "pods", ns, ""),
+            Route::PodCreate(ns) => ("create", "pods", Some(ns), ""),
+            Route::PodDeleteCollection(ns) => ("deletecollection", "pods", Some(ns), ""),
+            Route::PodGet(ns, n) => ("get", "pods", Some(ns), n),
+            Route::PodDelete(ns, n) => ("delete", "pods", Some(ns), n),
+            Route::CmList(ns) => ("list", "configmaps", ns, ""),
+            Route::CmCreate(ns) => ("create", "configmaps", Some(ns), ""),
+            Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
+            Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
+            Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
+        }
     }
-    let method = req.method.as_str();
-    let result = match segs.as_slice() {
+}
+
+fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
+    let bad_method = || Err(ApiError::method_not_allowed());
+    match *segs {
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => match method {
-            "GET" => list(shared, req, Some(ns), now),
-            "POST" => create(shared, req, ns, now),
-            "DELETE" => delete_collection(shared, req, ns, now),
-            _ => Err(ApiError::method_not_allowed()),
+            "GET" => Ok(Route::PodList(Some(ns))),
+            "POST" => Ok(Route::PodCreate(ns)),
+            "DELETE" => Ok(Route::PodDeleteCollection(ns)),
+            _ => bad_method(),
         },
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
             match method {
-                "GET" => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
-                "DELETE" => delete(shared, req, ns, name, now),
-                _ => Err(ApiError::method_not_allowed()),
+                "GET" => Ok(Route::PodGet(ns, name)),
+                "DELETE" => Ok(Route::PodDelete(ns, name)),
+                _ => bad_method(),
             }
         }
         ["api", "v1", "pods"] => match method {
-            "GET" => list(shared, req, None, now),
-            _ => Err(ApiError::method_not_allowed()),
+            "GET" => Ok(Route::PodList(None)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "configmaps"] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::CmList(Some(ns))),
+            "POST" => Ok(Route::CmCreate(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "configmaps", name]
+            if !ns.is_empty() && !name.is_empty() =>
+        {
+            match method {
+                "GET" => Ok(Route::CmGet(ns, name)),
+                "PUT" => Ok(Route::CmUpdate(ns, name)),
+                "DELETE" => Ok(Route::CmDelete(ns, name)),
+                _ => bad_method(),
+            }
+        }
+        ["api", "v1", "configmaps"] => match method {
+            "GET" => Ok(Route::CmList(None)),
+            _ => bad_method(),
         },
         _ => Err(ApiError::path_not_found()),
+    }
+}
+
+/// The 429 of API Priority and Fairness: plain text, `Retry-After: 1`.
+fn apf_too_many_requests() -> Response {
+    let mut r = Response::text(429, "Too many requests, please try again later.\n");
+    r.headers.push(("Retry-After", "1".to_string()));
+    r.headers
+        .push(("X-Content-Type-Options", "nosniff".to_string()));
+    r.headers.push((
+        "X-Kubernetes-Pf-Flowschema-Uid",
+        FLOW_SCHEMA_UID.to_string(),
+    ));
+    r.headers.push((
+        "X-Kubernetes-Pf-Prioritylevel-Uid",
+        PRIORITY_LEVEL_UID.to_string(),
+    ));
+    r
+}
+
+/// The request timeout filter's 504: a bare `metav1.Status` encoded by `json.Encoder`
+/// into a response without a Content-Type (so Go sniffs `text/plain`).
+fn timeout_response() -> Response {
+    Response {
+        status: 504,
+        content_type: "text/plain; charset=utf-8",
+        headers: Vec::new(),
+        body: Body::Bytes(
+            ApiError::timeout("request did not complete within the allotted timeout")
+                .to_bare_json_line(),
+        ),
+    }
+}
+
+/// The answer of a fault that replaces the handler, if `f` is one. `Reply::Drop` for
+/// `reset`.
+fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
+    let resp = match f {
+        Fault::TooManyRequestsText => apf_too_many_requests(),
+        Fault::TooManyRequestsStatus {
+            retry_after_seconds,
+        } => error_response(ApiError::too_many_requests(
+            "storage is (re)initializing",
+            (*retry_after_seconds).max(1),
+        )),
+        Fault::InternalError => {
+            error_response(ApiError::internal_error("etcdserver: leader changed"))
+        }
+        Fault::ServiceUnavailable => {
+            let mut r = error_response(ApiError::service_unavailable("apiserver is shutting down"));
+            r.headers.push(("Retry-After", "1".to_string()));
+            r
+        }
+        Fault::Timeout => timeout_response(),
+        Fault::Reset => return Some(Reply::Drop),
+        Fault::Expired => {
+            let c = decode_continue(req.param("continue").unwrap_or("")).ok()?;
+            error_response(ApiError::expired(
+                EXPIRED_CONTINUE,
+                Some(encode_continue(-1, &c.start)),
+            ))
+        }
+        Fault::TimeoutAfterWrite | Fault::Delay(_) | Fault::LostResponse | Fault::Truncate => {
+            return None
+        }
     };
-    result.unwrap_or_else(error_response)
+    Some(Reply::Send(resp))
+}
+
+/// The RBAC authorizer's 403 (`ForbiddenStatusError`).
+fn rbac_denied(user: &str, r: Route<'_>) -> ApiError {
+    let (verb, resource, ns, name) = r.rbac();
+    let scope = match ns {
+        Some(ns) => format!("in the namespace \"{ns}\""),
+        None => "at the cluster scope".to_string(),
+    };
+    ApiError::forbidden(
+        resource,
+        name,
+        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" {scope}"),
+    )
+}
+
+/// Handles one request. `client_user` is the common name of a verified client
+/// certificate (it authenticates the request without a bearer token).
+pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) -> Reply {
+    let Some(segs) = req.segments() else {
+        let reply = Reply::Send(error_response(ApiError::bad_request(
+            "invalid URL escape in path",
+        )));
+        shared.requests.fetch_add(1, Ordering::Relaxed);
+        record(shared, req, None, None, &reply);
+        return reply;
+    };
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    if segs.first() == Some(&"sim") {
+        let now = Instant::now();
+        return Reply::Send(sim(shared, req, &segs[1..], now).unwrap_or_else(error_response));
+    }
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    let mut verb = None;
+    let mut fault = None;
+    let reply = handle_api(shared, req, &segs, client_user, &mut verb, &mut fault);
+    record(shared, req, verb, fault.as_ref(), &reply);
+    reply
+}
+
+fn handle_api(
+    shared: &Shared,
+    req: &Request,
+    segs: &[&str],
+    client_user: Option<&str>,
+    verb_out: &mut Option<&'static str>,
+    fault_out: &mut Option<Fault>,
+) -> Reply {
+    let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(error_response));
+    let get = req.method == "GET";
+    match segs {
+        ["healthz"] | ["livez"] | ["readyz"] if get => return Reply::Send(Response::text(200, "ok")),
+        ["version"] if get => {
+            return Reply::Send(Response::json(
+                200,
+                br#"{"major":"1","minor":"34","gitVersion":"v1.34.0-podalloc-sim","gitCommit":"","gitTreeState":"clean","buildDate":"","goVersion":"","compiler":"gc","platform":"linux/amd64"}"#.to_vec(),
+            ))
+        }
+        _ => {}
+    }
+    if segs.first() == Some(&"api") && !shared.latency.is_zero() {
+        std::thread::sleep(shared.latency);
+    }
+    let user = match client_user {
+        Some(u) => u,
+        None if authorized(shared.token.as_deref(), req) => TOKEN_USER,
+        None => return send(Err(ApiError::unauthorized())),
+    };
+    let r = match route(&req.method, segs) {
+        Ok(r) => r,
+        Err(e) => return send(Err(e)),
+    };
+    let verb = r.verb();
+    *verb_out = Some(verb);
+    let has_continue = matches!(r, Route::PodList(_))
+        && req
+            .param("continue")
+            .is_some_and(|t| !t.is_empty() && decode_continue(t).is_ok());
+    let fault = relock(&shared.faults).pick(verb, has_continue);
+    *fault_out = fault.clone();
+    if let Some(f) = &fault {
+        if let Some(reply) = fault_reply(f, req) {
+            return reply;
+        }
+        if let Fault::Delay(d) = f {
+            std::thread::sleep(*d);
+        }
+    }
+    if shared.forbid.iter().any(|v| v == verb) {
+        return send(Err(rbac_denied(user, r)));
+    }
+    let now = Instant::now();
+    let result = match r {
+        Route::PodList(ns) => list(shared, req, ns, now),
+        Route::PodCreate(ns) => create(shared, req, ns, now),
+        Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
+        Route::PodGet(ns, name) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        Route::PodDelete(ns, name) => delete(shared, req, ns, name, now),
+        Route::CmList(ns) => cm_list(shared, req, ns),
+        Route::CmCreate(ns) => cm_create(shared, req, ns, now),
+        Route::CmGet(ns, name) => lock(shared)
+            .cm_get(ns, name)
+            .map(|v| Response::json(200, configmap::object_json(&v))),
+        Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
+        Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
+    };
+    let resp = result.unwrap_or_else(error_response);
+    match fault {
+        Some(Fault::LostResponse) => Reply::Drop,
+        Some(Fault::Truncate) => Reply::Truncate(resp),
+        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
+        _ => Reply::Send(resp),
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn record(
+    shared: &Shared,
+    req: &Request,
+    verb: Option<&'static str>,
+    fault: Option<&Fault>,
+    reply: &Reply,
+) {
+    let status = match reply {
+        Reply::Send(r) | Reply::Truncate(r) => Some(r.status),
+        Reply::Drop => None,
+    };
+    let fault = fault.map(ToString::to_string);
+    relock(&shared.log).push(req, verb, status, fault);
+}
+
+fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    v.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
+    if matches!(req.param("watch"), Some("true" | "1")) {
+        return Err(ApiError::bad_request(
+            "watch is not supported by the podalloc simulator",
+        ));
+    }
+    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let field = FieldSelector::parse_for_metadata(req.param("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let (rv, items) = lock(shared).cm_list(ns);
+    let mut body = format!(
+        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":["#
+    );
+    let mut first = true;
+    for item in &items {
+        let meta_str = |k: &str| {
+            item.pointer(&format!("/metadata/{k}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        let fields_match = field.matches(|f| match f {
+            "metadata.name" => meta_str("name"),
+            "metadata.namespace" => meta_str("namespace"),
+            _ => "",
+        });
+        if !fields_match || !label.matches(&labels_of(item)) {
+            continue;
+        }
+        if !first {
+            body.push(',');
+        }
+        first = false;
+        body.push_str(&serde_json::to_string(item).unwrap_or_else(|_| "{}".into()));
+    }
+    body.push_str("]}");
+    Ok(Response::json(200, body.into_bytes()))
+}
+
+fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    let v = configmap::decode(&req.body)?;
+    let out = lock(shared).cm_create(ns, v, dry, now)?;
+    Ok(Response::json(201, configmap::object_json(&out)))
+}
+
+fn cm_update(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    let v = configmap::decode(&req.body)?;
+    let out = lock(shared).cm_update(ns, name, v, dry)?;
+    Ok(Response::json(200, configmap::object_json(&out)))
+}
+
+fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
+    let (opts, dry) = delete_options(req)?;
+    let uid = lock(shared).cm_delete(ns, name, &opts, dry)?;
+    Ok(Response::json(
+        200,
+        status::delete_success("configmaps", name, &uid),
+    ))
 }
 
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
@@ -351,11 +687,51 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
     let post = req.method == "POST";
     match segs {
         ["stats"] if req.method == "GET" => {
-            let mut s = lock(shared).stats(now);
-            s.requests = shared.requests.load(Ordering::Relaxed);
+            let s = super::collect_stats(shared, now);
             let body = serde_json::to_vec(&s).map_err(|e| ApiError::bad_request(e.to_string()))?;
             Ok(Response::json(200, body))
         }
+        ["faults"] if req.method == "GET" => Ok(faults_json(shared)),
+        ["faults"] if post => {
+            let texts: Vec<String> = serde_json::from_slice(&req.body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "faults body: expected a JSON list of rule strings such as [\"create:lost-response@2,3\"]: {e}"
+                ))
+            })?;
+            let rules = texts
+                .iter()
+                .map(|t| FaultRule::parse(t))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(ApiError::bad_request)?;
+            relock(&shared.faults).replace(rules);
+            Ok(faults_json(shared))
+        }
+        ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
+        ["quota"] if post => {
+            let v: Value = serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("quota body: {e}")))?;
+            let pods = match v.get("pods") {
+                Some(Value::Null) => None,
+                Some(n) => Some(n.as_u64().ok_or_else(|| {
+                    ApiError::bad_request(
+                        "quota body: \"pods\" must be a whole number or null, e.g. {\"pods\": 10}",
+                    )
+                })?),
+                None => {
+                    return Err(ApiError::bad_request(
+                        "quota body: expected {\"pods\": N} or {\"pods\": null}",
+                    ))
+                }
+            };
+            lock(shared).set_pod_quota(pods);
+            Ok(quota_json(pods))
+        }
+        ["log"] if req.method == "GET" => Ok(Response {
+            status: 200,
+            content_type: "application/x-ndjson",
+            headers: Vec::new(),
+            body: Body::Bytes(relock(&shared.log).render().into_bytes()),
+        }),
         ["pods", ns] if post && !ns.is_empty() => {
             let v = pod::decode(&req.body)?;
             let p = lock(shared).create(ns, v, CreateMode::Seed, false, now)?;
@@ -385,7 +761,20 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             shared.kubelet.notify_all();
             Ok(object(200, &p))
         }
-        ["stats"] | ["pods", _] | ["pods", _, _, "phase"] => Err(ApiError::method_not_allowed()),
+        ["stats"] | ["pods", _] | ["pods", _, _, "phase"] | ["faults"] | ["quota"] | ["log"] => {
+            Err(ApiError::method_not_allowed())
+        }
         _ => Err(ApiError::path_not_found()),
     }
+}
+
+fn faults_json(shared: &Shared) -> Response {
+    let f = relock(&shared.faults);
+    let rules: Vec<String> = f.rules().iter().map(ToString::to_string).collect();
+    let body = json!({"faults": rules, "injected": f.injected()});
+    Response::json(200, body.to_string().into_bytes())
+}
+
+fn quota_json(pods: Option<u64>) -> Response {
+    Response::json(200, json!({ "pods": pods }).to_string().into_bytes())
 }

@@ -322,6 +322,7 @@ fn reason_phrase(code: u16) -> &'static str {
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         _ => "Unknown",
     }
 }
@@ -512,6 +513,29 @@ pub(crate) fn write_response(
         Body::Stream(f) => f(&mut w)?,
     }
     w.finish()
+}
+
+/// Writes `resp` cut short: the head announces the full body with Content-Length (and
+/// `Connection: close`), but only the first half of the body follows. The caller then
+/// closes the connection.
+pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result<()> {
+    let body = match resp.body {
+        Body::Bytes(b) => b,
+        Body::Stream(f) => {
+            let mut b = Vec::new();
+            f(&mut b)?;
+            b
+        }
+    };
+    let head = Head {
+        status: resp.status,
+        content_type: resp.content_type,
+        headers: &resp.headers,
+        keep_alive: false,
+    };
+    write_head(out, &head, Framing::Length(body.len()), false)?;
+    out.write_all(&body[..body.len() / 2])?;
+    out.flush()
 }
 
 /// The answer to a request that could not be parsed (what Go's server sends).

@@ -8,10 +8,23 @@
 //! Pending → scheduled (node, host IP) → Running (or Failed / crash-looping with
 //! `failure_rate`), and a deleted pod's containers stop, it turns Failed and disappears.
 //!
+//! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
+//! create, replace with optimistic concurrency, delete), sharing the pods' resource
+//! version counter.
+//!
+//! For testing clients against a misbehaving cluster it can inject faults per verb
+//! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
+//! truncated responses, slow answers, 410 on list pages), enforce a `pods` ResourceQuota,
+//! deny verbs the way RBAC does, add latency to every API request, and require client
+//! certificates (mutual TLS; [`SimServer::generate_client_cert`]).
+//!
 //! Side doors for tests, never authenticated: `GET /sim/stats` (the [`SimStats`] as
 //! JSON), `POST /sim/pods/{ns}` (seed a pod; a `status.phase` in the body is kept and the
-//! kubelet leaves the pod in that phase) and `POST /sim/pods/{ns}/{name}/phase` with
-//! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`.
+//! kubelet leaves the pod in that phase), `POST /sim/pods/{ns}/{name}/phase` with
+//! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`,
+//! `GET|POST /sim/faults` (a JSON list of rule strings replaces the rules),
+//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`) and `GET /sim/log` (the last
+//! 1000 requests as JSON lines, without headers).
 //!
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
@@ -19,8 +32,11 @@
 //! sees depends only on the clock. This module uses no other podalloc module.
 
 mod api;
+mod configmap;
+mod faults;
 mod http;
 mod pod;
+mod reqlog;
 mod selector;
 mod status;
 mod store;
@@ -41,6 +57,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use store::{Store, StoreConfig};
+
+pub use faults::{Fault, FaultRule, When};
 
 /// How long an idle keep-alive connection is kept open.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -84,6 +102,33 @@ pub struct SimOptions {
     /// Age after which a list's continue tokens answer 410 Expired; default 5 minutes
     /// (the etcd compaction window). Lower it to test clients' handling of 410.
     pub continue_ttl: Duration,
+    /// Fault rules, tried in order for every authenticated API request (the first that
+    /// hits wins); see [`FaultRule::parse`]. Replace them while running with
+    /// [`SimServer::set_faults`] or `POST /sim/faults`. Default none.
+    pub faults: Vec<FaultRule>,
+    /// The `pods` hard limit of a ResourceQuota (`sim-quota`) in every namespace: a create
+    /// that would make the namespace's pods that are not Succeeded/Failed exceed it gets
+    /// 403 Forbidden. Change it with [`SimServer::set_pod_quota`] or `POST /sim/quota`.
+    /// Default `None` (no quota).
+    pub pod_quota: Option<u64>,
+    /// Verbs (the names of [`FaultRule::verb`]: `create`, `list`, `cm-update`...) that
+    /// the authorizer denies with RBAC's 403. Default none.
+    pub forbid: Vec<String>,
+    /// PEM of the CA(s) that client certificates must chain to. When set, the TLS
+    /// handshake requires and verifies a client certificate (unless
+    /// `client_cert_optional`), and a request with a verified certificate is
+    /// authenticated as its common name, without a bearer token. Needs `tls`.
+    pub client_ca: Option<String>,
+    /// Require client certificates; without `client_ca` they must be signed by the
+    /// server's own CA (see [`SimServer::generate_client_cert`]). Needs `tls`.
+    pub require_client_cert: bool,
+    /// With `client_ca`: ask for a client certificate and verify it when one is sent, but
+    /// let clients without one authenticate with the bearer token (what kube-apiserver's
+    /// `--client-ca-file` does). Ignored when `require_client_cert` is set.
+    pub client_cert_optional: bool,
+    /// Added before handling every `/api/...` request (after reading it, before
+    /// authentication), so that clients see slow responses. Default zero.
+    pub latency: Duration,
 }
 
 impl Default for SimOptions {
@@ -101,6 +146,13 @@ impl Default for SimOptions {
             max_page: None,
             nodes: 3,
             continue_ttl: Duration::from_secs(300),
+            faults: Vec::new(),
+            pod_quota: None,
+            forbid: Vec::new(),
+            client_ca: None,
+            require_client_cert: false,
+            client_cert_optional: false,
+            latency: Duration::ZERO,
         }
     }
 }
@@ -127,6 +179,19 @@ pub struct SimStats {
     /// Most live pods at any moment per `spark-app-selector` label value (pods without
     /// the label are not counted here).
     pub max_live_pods_by_app: BTreeMap<String, u64>,
+    /// Successful API creates whose (`spark-app-selector`, `spark-exec-id`) label pair
+    /// had been used by a pod created before (through the API or seeded, whether or not
+    /// it still exists): duplicated and reused executor ids alike.
+    pub duplicate_executor_ids: u64,
+    /// Per `spark-app-selector`, the numeric `spark-exec-id` of every successful API
+    /// create, in creation order.
+    pub executor_ids_created: BTreeMap<String, Vec<u64>>,
+    /// Successful API creates per `spark-app-selector`.
+    pub creates_by_app: BTreeMap<String, u64>,
+    /// Creates refused by the `pods` quota (403).
+    pub quota_rejections: u64,
+    /// Injected faults, keyed `VERB:FAULT` (e.g. `create:lost-response`).
+    pub faults_injected: BTreeMap<String, u64>,
 }
 
 type ConnMap = HashMap<u64, (TcpStream, Option<JoinHandle<()>>)>;
@@ -138,6 +203,12 @@ pub(crate) struct Shared {
     pub(crate) kubelet: Condvar,
     pub(crate) token: Option<String>,
     pub(crate) requests: AtomicU64,
+    pub(crate) faults: Mutex<faults::FaultState>,
+    /// Verbs denied as RBAC would.
+    pub(crate) forbid: Vec<String>,
+    /// Added before every `/api` request.
+    pub(crate) latency: Duration,
+    pub(crate) log: Mutex<reqlog::RequestLog>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -150,6 +221,18 @@ pub(crate) struct Shared {
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The counters now, for [`SimServer::stats`] and `GET /sim/stats`.
+pub(crate) fn collect_stats(shared: &Shared, now: Instant) -> SimStats {
+    let mut s = relock(&shared.store).stats(now);
+    s.requests = shared.requests.load(Ordering::Relaxed);
+    s.faults_injected = relock(&shared.faults).injected();
+    s
+}
+
+fn invalid_input(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
 impl Shared {
@@ -215,6 +298,7 @@ pub struct SimServer {
     shared: Arc<Shared>,
     url: String,
     ca_pem: Option<String>,
+    pki: Option<tls::Pki>,
 }
 
 /// A cloneable handle that stops a [`SimServer`] from another thread (for example a
@@ -250,17 +334,33 @@ impl SimServer {
     /// # Errors
     ///
     /// The address cannot be bound, `ca_out` cannot be written, the TLS setup fails, a
-    /// thread cannot be spawned, or `failure_rate` is outside `[0, 1]` (`InvalidInput`).
+    /// thread cannot be spawned, or (`InvalidInput`) `failure_rate` is outside `[0, 1]`,
+    /// a fault rule or a `forbid` verb is invalid, `client_ca` holds no certificate, or
+    /// client certificates are asked for without `tls`.
     pub fn start(opts: SimOptions) -> io::Result<SimServer> {
         if !(0.0..=1.0).contains(&opts.failure_rate) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "failure_rate must be within [0, 1], got {}",
-                    opts.failure_rate
-                ),
+            return Err(invalid_input(format!(
+                "failure_rate must be within [0, 1], got {}",
+                opts.failure_rate
+            )));
+        }
+        for r in &opts.faults {
+            r.validate()
+                .map_err(|e| invalid_input(format!("fault rule \"{r}\": {e}")))?;
+        }
+        for v in &opts.forbid {
+            faults::check_verb(v).map_err(|e| invalid_input(format!("forbid: {e}")))?;
+        }
+        let client_certs = opts.client_ca.is_some() || opts.require_client_cert;
+        if client_certs && !opts.tls {
+            return Err(invalid_input(
+                "client certificates (client_ca, require_client_cert) need tls".to_string(),
             ));
         }
+        let client_roots = match &opts.client_ca {
+            Some(pem) => Some(tls::parse_pem_certs(pem)?),
+            None => None,
+        };
         let listener = TcpListener::bind(opts.listen)?;
         let addr = listener.local_addr()?;
         let host_ip = match addr.ip() {
@@ -269,7 +369,7 @@ impl SimServer {
             ip => ip,
         };
         let wake_addr = SocketAddr::new(host_ip, addr.port());
-        let (tls, ca_pem) = if opts.tls {
+        let (tls, ca_pem, pki) = if opts.tls {
             let extra: Vec<IpAddr> = [addr.ip()]
                 .into_iter()
                 .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
@@ -278,12 +378,19 @@ impl SimServer {
             if let Some(path) = &opts.ca_out {
                 write_atomically(path, &pki.ca_pem)?;
             }
-            (Some(pki.server_config(None)?), Some(pki.ca_pem))
+            let roots = match client_roots {
+                Some(r) => Some(r),
+                None if opts.require_client_cert => Some(vec![pki.ca_der().clone()]),
+                None => None,
+            };
+            let optional = opts.client_cert_optional && !opts.require_client_cert;
+            let cfg = pki.server_config(roots.as_deref(), optional)?;
+            (Some(cfg), Some(pki.ca_pem.clone()), Some(pki))
         } else {
             if opts.ca_out.is_some() {
                 log::warn!("sim: ca_out is ignored without TLS");
             }
-            (None, None)
+            (None, None, None)
         };
         let scheme = if opts.tls { "https" } else { "http" };
         let url = match host_ip {
@@ -299,12 +406,17 @@ impl SimServer {
             nodes: opts.nodes,
             max_page: opts.max_page,
             continue_ttl: opts.continue_ttl,
+            pod_quota: opts.pod_quota,
         };
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new(cfg, util::WallClock::new())),
             kubelet: Condvar::new(),
             token: opts.token.clone(),
             requests: AtomicU64::new(0),
+            faults: Mutex::new(faults::FaultState::new(opts.faults.clone(), opts.seed)),
+            forbid: opts.forbid.clone(),
+            latency: opts.latency,
+            log: Mutex::new(reqlog::RequestLog::new()),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),
@@ -339,6 +451,7 @@ impl SimServer {
             shared,
             url,
             ca_pem,
+            pki,
         })
     }
 
@@ -354,9 +467,70 @@ impl SimServer {
 
     /// The counters now (pending kubelet transitions are applied first).
     pub fn stats(&self) -> SimStats {
-        let mut s = relock(&self.shared.store).stats(Instant::now());
-        s.requests = self.shared.requests.load(Ordering::Relaxed);
-        s
+        collect_stats(&self.shared, Instant::now())
+    }
+
+    /// Replaces the fault rules (as `POST /sim/faults` does); the per-verb request
+    /// numbers that [`When::Nth`] counts start again from 1.
+    ///
+    /// # Panics
+    ///
+    /// When a rule does not pass [`FaultRule::validate`] (rules from
+    /// [`FaultRule::parse`] always do); see [`SimServer::try_set_faults`].
+    pub fn set_faults(&self, rules: Vec<FaultRule>) {
+        if let Err(e) = self.try_set_faults(rules) {
+            panic!("set_faults: {e}");
+        }
+    }
+
+    /// [`SimServer::set_faults`] that reports an invalid rule instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when a rule does not pass [`FaultRule::validate`]; the rules in
+    /// force are then left unchanged.
+    pub fn try_set_faults(&self, rules: Vec<FaultRule>) -> io::Result<()> {
+        for r in &rules {
+            r.validate()
+                .map_err(|e| invalid_input(format!("fault rule \"{r}\": {e}")))?;
+        }
+        relock(&self.shared.faults).replace(rules);
+        Ok(())
+    }
+
+    /// The fault rules in force.
+    pub fn faults(&self) -> Vec<FaultRule> {
+        relock(&self.shared.faults).rules().to_vec()
+    }
+
+    /// Sets (or, with `None`, lifts) the `pods` quota of every namespace (as
+    /// `POST /sim/quota` does).
+    pub fn set_pod_quota(&self, pods: Option<u64>) {
+        relock(&self.shared.store).set_pod_quota(pods);
+    }
+
+    /// The last (up to 1000) API requests as JSON lines, oldest first (what
+    /// `GET /sim/log` serves): `seq`, `ms` since start, `method`, `path`, `query` (with
+    /// secret-looking values redacted), `verb`, `status` (null when no response was
+    /// sent) and `fault`. Headers are never logged.
+    pub fn request_log(&self) -> String {
+        relock(&self.shared.log).render()
+    }
+
+    /// Issues a client certificate for `common_name` (the user it authenticates as),
+    /// signed by the server's CA; returns (certificate PEM, private key PEM). Use with
+    /// `require_client_cert`.
+    ///
+    /// # Panics
+    ///
+    /// Without `tls` (there is no CA), or if key generation fails.
+    pub fn generate_client_cert(&self, common_name: &str) -> (String, String) {
+        let pki = self
+            .pki
+            .as_ref()
+            .expect("generate_client_cert needs a TLS simulator (SimOptions::tls)");
+        pki.issue_client_cert(common_name)
+            .unwrap_or_else(|e| panic!("cannot issue a client certificate: {e}"))
     }
 
     /// A handle that can stop the server from another thread.
@@ -461,36 +635,72 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) {
                 }
             };
             let mut stream = rustls::StreamOwned::new(conn, tcp);
-            serve_http(shared, &mut stream);
+            // Finish the handshake first: the client certificate names the user.
+            while stream.conn.is_handshaking() {
+                match stream.conn.complete_io(&mut stream.sock) {
+                    Ok((0, 0)) => return,
+                    Ok(_) => {}
+                    Err(e) => {
+                        log::debug!("sim: TLS handshake failed: {e}");
+                        return;
+                    }
+                }
+            }
+            let user = stream
+                .conn
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| tls::subject_common_name(c.as_ref()))
+                .filter(|cn| !cn.is_empty());
+            if serve_http(shared, &mut stream, user.as_deref()) {
+                // Abort: no close_notify, as when the server process dies mid-request.
+                let _ = stream.sock.shutdown(Shutdown::Both);
+                return;
+            }
             stream.conn.send_close_notify();
             let _ = stream.flush();
         }
         None => {
             let mut tcp = tcp;
-            serve_http(shared, &mut tcp);
+            if serve_http(shared, &mut tcp, None) {
+                let _ = tcp.shutdown(Shutdown::Both);
+            }
         }
     }
 }
 
-fn serve_http<S: io::Read + Write>(shared: &Shared, stream: &mut S) {
+/// Serves requests until the connection ends; true when it must be aborted (a fault
+/// dropped or truncated a response).
+fn serve_http<S: io::Read + Write>(
+    shared: &Shared,
+    stream: &mut S,
+    client_user: Option<&str>,
+) -> bool {
     let mut conn = http::Conn::new(stream);
     loop {
         match conn.read_request() {
-            Ok(None) => return,
+            Ok(None) => return false,
             Ok(Some(req)) => {
-                let resp = api::handle(shared, &req);
+                let resp = match api::handle(shared, &req, client_user) {
+                    api::Reply::Send(r) => r,
+                    api::Reply::Drop => return true,
+                    api::Reply::Truncate(r) => {
+                        let _ = http::write_truncated(&mut conn.stream, r);
+                        return true;
+                    }
+                };
                 let keep = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 let mut w = BufWriter::with_capacity(64 * 1024, &mut conn.stream);
                 let written = http::write_response(&mut w, resp, keep, req.accepts_gzip())
                     .and_then(|()| w.flush());
                 if written.is_err() || !keep {
-                    return;
+                    return false;
                 }
             }
             Err(http::ReadError::Bad(msg)) => {
                 log::debug!("sim: malformed request: {msg}");
                 let _ = http::write_plain_error(&mut conn.stream, 400);
-                return;
+                return false;
             }
             Err(http::ReadError::TooLarge(413)) => {
                 let body = status::ApiError::too_large(http::MAX_BODY).to_json();
@@ -500,15 +710,15 @@ fn serve_http<S: io::Read + Write>(shared: &Shared, stream: &mut S) {
                     false,
                     false,
                 );
-                return;
+                return false;
             }
             Err(http::ReadError::TooLarge(code)) => {
                 let _ = http::write_plain_error(&mut conn.stream, code);
-                return;
+                return false;
             }
             Err(http::ReadError::Io(e)) => {
                 log::trace!("sim: connection closed: {e}");
-                return;
+                return false;
             }
         }
     }

@@ -12,6 +12,9 @@ use super::validation::{self, FieldError};
 /// The label that keys `SimStats::max_live_pods_by_app`.
 pub(crate) const APP_LABEL: &str = "spark-app-selector";
 
+/// The label carrying a Spark executor's id (`SimStats::executor_ids_created`).
+pub(crate) const EXEC_ID_LABEL: &str = "spark-exec-id";
+
 /// Default `spec.terminationGracePeriodSeconds`.
 pub(crate) const DEFAULT_GRACE_SECONDS: i64 = 30;
 
@@ -110,7 +113,7 @@ pub(crate) fn extract(v: &Value) -> (BTreeMap<String, String>, PodFields) {
     (labels, fields)
 }
 
-fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",
@@ -468,13 +471,11 @@ pub(crate) fn qos_class(pod: &Value) -> &'static str {
     }
 }
 
-/// `ValidatePodCreate`, reduced to the rules that matter here: object name, labels,
-/// owner references, containers (name, uniqueness, image) and restart policy.
-pub(crate) fn validate(pod: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    let meta = pod.get("metadata").cloned().unwrap_or(Value::Null);
-    let name = str_at(&meta, &["name"]);
-    let generate = str_at(&meta, &["generateName"]);
+/// `ValidateObjectMeta` for a namespaced object whose name is a DNS subdomain: name or
+/// generateName, labels, annotation keys, owner references.
+pub(crate) fn validate_meta(meta: &Value, errs: &mut Vec<FieldError>) {
+    let name = str_at(meta, &["name"]);
+    let generate = str_at(meta, &["generateName"]);
     if !generate.is_empty() {
         for m in validation::object_name(generate, true) {
             errs.push(FieldError::invalid("metadata.generateName", generate, m));
@@ -537,6 +538,14 @@ pub(crate) fn validate(pod: &Value) -> Vec<FieldError> {
             ));
         }
     }
+}
+
+/// `ValidatePodCreate`, reduced to the rules that matter here: object name, labels,
+/// owner references, containers (name, uniqueness, image) and restart policy.
+pub(crate) fn validate(pod: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let meta = pod.get("metadata").cloned().unwrap_or(Value::Null);
+    validate_meta(&meta, &mut errs);
     let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
     let containers = spec.get("containers").and_then(Value::as_array);
     if containers.is_none_or(Vec::is_empty) {

@@ -505,6 +505,16 @@ impl FieldSelector {
     /// Parses the `fieldSelector` query value for pods. Errors carry the apiserver's text
     /// (`field label not supported: foo`) for a 400 BadRequest.
     pub(crate) fn parse_for_pods(s: &str) -> Result<Self, String> {
+        Self::parse_with(s, POD_FIELDS)
+    }
+
+    /// Parses a field selector for a kind that supports only `metadata.name` and
+    /// `metadata.namespace` (ConfigMaps).
+    pub(crate) fn parse_for_metadata(s: &str) -> Result<Self, String> {
+        Self::parse_with(s, &["metadata.name", "metadata.namespace"])
+    }
+
+    fn parse_with(s: &str, supported: &[&'static str]) -> Result<Self, String> {
         let mut parts = split_terms(s);
         parts.sort();
         let mut terms = Vec::new();
@@ -520,7 +530,7 @@ impl FieldSelector {
             } else {
                 lhs
             };
-            let Some(field) = POD_FIELDS.iter().find(|f| **f == label) else {
+            let Some(field) = supported.iter().find(|f| **f == label) else {
                 return Err(format!("field label not supported: {lhs}"));
             };
             terms.push(FieldTerm {

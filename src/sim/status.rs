@@ -26,6 +26,8 @@ pub(crate) struct Details {
     pub group: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<Cause>,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "is_zero")]
@@ -55,8 +57,9 @@ struct ListMeta<'a> {
 
 #[derive(Serialize)]
 struct StatusBody<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     kind: &'static str,
-    #[serde(rename = "apiVersion")]
+    #[serde(rename = "apiVersion", skip_serializing_if = "str::is_empty")]
     api_version: &'static str,
     metadata: ListMeta<'a>,
     status: &'static str,
@@ -97,11 +100,69 @@ impl ApiError {
 
     /// 404 for `pods "name" not found`.
     pub(crate) fn pod_not_found(name: &str) -> Self {
-        Self::new(404, "NotFound", format!("pods \"{name}\" not found")).with_details(Details {
+        Self::not_found("pods", name)
+    }
+
+    /// 404 for `RESOURCE "name" not found` (`resource` plural, e.g. `configmaps`).
+    pub(crate) fn not_found(resource: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{resource} \"{name}\" not found")).with_details(
+            Details {
+                name: name.to_string(),
+                kind: resource.to_string(),
+                ..Details::default()
+            },
+        )
+    }
+
+    /// 403 Forbidden as `NewForbidden(resource, name, err)` renders it: `RESOURCE "name"
+    /// is forbidden: ERR`, or `RESOURCE is forbidden: ERR` without a name.
+    pub(crate) fn forbidden(resource: &str, name: &str, err: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{resource} is forbidden: {err}")
+        } else {
+            format!("{resource} \"{name}\" is forbidden: {err}")
+        };
+        Self::new(403, "Forbidden", message).with_details(Details {
             name: name.to_string(),
-            kind: "pods".to_string(),
+            kind: resource.to_string(),
             ..Details::default()
         })
+    }
+
+    /// 500 InternalError (`NewInternalError(err)`): the message is prefixed and the error
+    /// repeated as the one cause.
+    pub(crate) fn internal_error(err: &str) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+        )
+        .with_details(Details {
+            causes: vec![Cause {
+                reason: String::new(),
+                message: err.to_string(),
+                field: String::new(),
+            }],
+            ..Details::default()
+        })
+    }
+
+    /// 503 ServiceUnavailable (`NewServiceUnavailable(reason)`).
+    pub(crate) fn service_unavailable(message: &str) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
+
+    /// 429 TooManyRequests (`NewTooManyRequests(message, seconds)`).
+    pub(crate) fn too_many_requests(message: &str, retry_after_seconds: u32) -> Self {
+        Self::new(429, "TooManyRequests", message).with_details(Details {
+            retry_after_seconds,
+            ..Details::default()
+        })
+    }
+
+    /// 504 Timeout (`NewTimeoutError(message, 0)`): `Timeout: MESSAGE`, empty details.
+    pub(crate) fn timeout(message: &str) -> Self {
+        Self::new(504, "Timeout", format!("Timeout: {message}")).with_details(Details::default())
     }
 
     /// 404 for a namespace that does not (cannot) exist.
@@ -133,12 +194,18 @@ impl ApiError {
         .with_details(Details::default())
     }
 
-    /// 409 AlreadyExists. `generated` adds the generateName wording and a retry hint.
+    /// 409 AlreadyExists for a pod. `generated` adds the generateName wording and a
+    /// retry hint.
     pub(crate) fn already_exists(name: &str, generated: bool) -> Self {
-        let mut message = format!("pods \"{name}\" already exists");
+        Self::already_exists_in("pods", name, generated)
+    }
+
+    /// 409 AlreadyExists for `resource` (plural); see [`ApiError::already_exists`].
+    pub(crate) fn already_exists_in(resource: &str, name: &str, generated: bool) -> Self {
+        let mut message = format!("{resource} \"{name}\" already exists");
         let mut details = Details {
             name: name.to_string(),
-            kind: "pods".to_string(),
+            kind: resource.to_string(),
             ..Details::default()
         };
         if generated {
@@ -228,9 +295,21 @@ impl ApiError {
 
     /// The JSON Status body.
     pub(crate) fn to_json(&self) -> Vec<u8> {
+        self.render(true)
+    }
+
+    /// The Status as Go's `json.Encoder` writes a bare `metav1.Status` (no `kind` and
+    /// `apiVersion`, a trailing newline): what the request timeout filter sends.
+    pub(crate) fn to_bare_json_line(&self) -> Vec<u8> {
+        let mut out = self.render(false);
+        out.push(b'\n');
+        out
+    }
+
+    fn render(&self, type_meta: bool) -> Vec<u8> {
         let body = StatusBody {
-            kind: "Status",
-            api_version: "v1",
+            kind: if type_meta { "Status" } else { "" },
+            api_version: if type_meta { "v1" } else { "" },
             metadata: ListMeta {
                 continue_token: self.continue_token.as_deref(),
             },
@@ -243,6 +322,38 @@ impl ApiError {
         // Serialising plain strings and numbers cannot fail.
         serde_json::to_vec(&body).unwrap_or_default()
     }
+}
+
+#[derive(Serialize)]
+struct SuccessBody<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: ListMeta<'a>,
+    status: &'static str,
+    details: &'a Details,
+}
+
+/// The `Status` a delete answers with for resources that do not return the deleted
+/// object (the generic registry's `finalizeDelete`): `status: Success`, details with the
+/// name, the resource as `kind`, and the uid; no `code`.
+pub(crate) fn delete_success(resource: &str, name: &str, uid: &str) -> Vec<u8> {
+    let details = Details {
+        name: name.to_string(),
+        kind: resource.to_string(),
+        uid: uid.to_string(),
+        ..Details::default()
+    };
+    let body = SuccessBody {
+        kind: "Status",
+        api_version: "v1",
+        metadata: ListMeta {
+            continue_token: None,
+        },
+        status: "Success",
+        details: &details,
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
 }
 
 #[cfg(test)]

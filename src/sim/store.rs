@@ -8,13 +8,14 @@
 //! clock, whether or not the background thread has run.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS};
+use super::configmap;
+use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
 use super::status::ApiError;
 use super::util::{fnv64, random_suffix, unit_draw, uuid_v4, SplitMix64, WallClock};
 use super::SimStats;
@@ -36,6 +37,8 @@ pub(crate) struct StoreConfig {
     pub nodes: usize,
     pub max_page: Option<usize>,
     pub continue_ttl: Duration,
+    /// The `pods` hard limit of the `sim-quota` ResourceQuota in every namespace.
+    pub pod_quota: Option<u64>,
 }
 
 /// One stored version of a pod: its JSON (without `kind`/`apiVersion`, like items of a
@@ -203,6 +206,20 @@ struct Counters {
     max_live: u64,
     live_by_app: HashMap<String, u64>,
     max_by_app: BTreeMap<String, u64>,
+    quota_rejections: u64,
+    duplicate_exec_ids: u64,
+    /// Every (app, executor id) label pair a pod was ever created with.
+    exec_ids_used: HashSet<(String, String)>,
+    exec_ids_created: BTreeMap<String, Vec<u64>>,
+    creates_by_app: BTreeMap<String, u64>,
+}
+
+/// One stored ConfigMap: the object without `kind`/`apiVersion`.
+#[derive(Debug)]
+struct CmEntry {
+    uid: String,
+    rv: String,
+    obj: Value,
 }
 
 /// How a create came in.
@@ -265,6 +282,7 @@ pub(crate) struct Store {
     snapshots: HashMap<(String, u64), Snapshot>,
     rng: SplitMix64,
     counters: Counters,
+    configmaps: BTreeMap<String, CmEntry>,
 }
 
 fn secs(n: i64) -> Duration {
@@ -309,6 +327,7 @@ impl Store {
             snapshots: HashMap::new(),
             rng: SplitMix64::from_entropy(),
             counters: Counters::default(),
+            configmaps: BTreeMap::new(),
         }
     }
 
@@ -646,6 +665,20 @@ impl Store {
         if !errs.is_empty() {
             return Err(ApiError::invalid("Pod", &name, &errs));
         }
+        // The ResourceQuota admission plugin runs after validation, before storage.
+        if let (Some(limit), CreateMode::Api) = (self.cfg.pod_quota, mode) {
+            let used = self.quota_used(ns, now);
+            if used + 1 > limit {
+                self.counters.quota_rejections += 1;
+                return Err(ApiError::forbidden(
+                    "pods",
+                    &name,
+                    &format!(
+                        "exceeded quota: sim-quota, requested: pods=1, used: pods={used}, limited: pods={limit}"
+                    ),
+                ));
+            }
+        }
         if rv_set {
             return Err(ApiError::unknown_server_error(
                 "resourceVersion should not be set on objects to be created",
@@ -725,6 +758,7 @@ impl Store {
         if mode == CreateMode::Api {
             self.counters.creates += 1;
         }
+        self.count_executor_id(&stored, mode);
         if seeded_phase.is_none() {
             let delay = if stored.fields.node_name.is_empty() {
                 self.cfg.schedule_latency
@@ -737,6 +771,54 @@ impl Store {
             self.push(now, EvKind::Gc, &key, &uid);
         }
         Ok(stored)
+    }
+
+    /// Pods of `ns` that the `pods` quota counts (`QuotaV1Pod`): not Succeeded/Failed,
+    /// and not stuck terminating past `deletionTimestamp + deletionGracePeriodSeconds`.
+    fn quota_used(&self, ns: &str, now: Instant) -> u64 {
+        let prefix = format!("{ns}/");
+        self.pods
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, e)| {
+                !e.phase.is_terminal()
+                    && e.deletion
+                        .as_ref()
+                        .is_none_or(|d| now <= d.deadline + secs(d.grace))
+            })
+            .count() as u64
+    }
+
+    /// Sets (or lifts, with `None`) the `pods` quota of every namespace.
+    pub(crate) fn set_pod_quota(&mut self, limit: Option<u64>) {
+        self.cfg.pod_quota = limit;
+    }
+
+    /// The `pods` quota in force.
+    pub(crate) fn pod_quota(&self) -> Option<u64> {
+        self.cfg.pod_quota
+    }
+
+    /// Records a created pod's (`spark-app-selector`, `spark-exec-id`) pair; an API create
+    /// of a pair seen before (on any pod ever created) counts as a duplicate.
+    fn count_executor_id(&mut self, p: &StoredPod, mode: CreateMode) {
+        let c = &mut self.counters;
+        let app = p.labels.get(APP_LABEL);
+        if let (Some(app), CreateMode::Api) = (app, mode) {
+            *c.creates_by_app.entry(app.clone()).or_insert(0) += 1;
+        }
+        let (Some(app), Some(id)) = (app, p.labels.get(EXEC_ID_LABEL)) else {
+            return;
+        };
+        let fresh = c.exec_ids_used.insert((app.clone(), id.clone()));
+        if mode == CreateMode::Api {
+            if !fresh {
+                c.duplicate_exec_ids += 1;
+            }
+            if let Ok(n) = id.parse::<u64>() {
+                c.exec_ids_created.entry(app.clone()).or_default().push(n);
+            }
+        }
     }
 
     /// Builds the status of a pod seeded in `phase`; returns the kubelet stage it is in.
@@ -1083,6 +1165,239 @@ impl Store {
         self.collect(&format!("{ns}/"))
     }
 
+    /// Creates a ConfigMap from a decoded body (see `configmap::decode`). Errors: 404 for
+    /// an impossible namespace, 400 namespace mismatch, 422 invalid, 500 resourceVersion
+    /// set, 409 name taken. Returns the stored object (without type meta).
+    pub(crate) fn cm_create(
+        &mut self,
+        ns: &str,
+        mut v: Value,
+        dry_run: bool,
+        now: Instant,
+    ) -> Result<Value, ApiError> {
+        if !super::validation::dns1123_label(ns).is_empty() {
+            return Err(ApiError::namespace_not_found(ns));
+        }
+        if !v.get("metadata").is_some_and(Value::is_object) {
+            v["metadata"] = json!({});
+        }
+        let meta = &mut v["metadata"];
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta["namespace"] = json!(ns);
+        let rv_set = meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty() && s != "0");
+        if let Some(m) = meta.as_object_mut() {
+            for k in SYSTEM_META {
+                m.remove(*k);
+            }
+        }
+        let name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generated = name.is_empty() && !prefix.is_empty();
+        let name = if generated {
+            let base: String = prefix.chars().take(58).collect();
+            let mut candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
+            for _ in 0..8 {
+                if !self.configmaps.contains_key(&format!("{ns}/{candidate}")) {
+                    break;
+                }
+                candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
+            }
+            candidate
+        } else {
+            name
+        };
+        v["metadata"]["name"] = json!(name);
+        let errs = configmap::validate(&v);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("ConfigMap", &name, &errs));
+        }
+        if rv_set {
+            return Err(ApiError::unknown_server_error(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let key = format!("{ns}/{name}");
+        if self.configmaps.contains_key(&key) {
+            return Err(ApiError::already_exists_in("configmaps", &name, generated));
+        }
+        let uid = uuid_v4(&mut self.rng);
+        v["metadata"]["uid"] = json!(uid);
+        v["metadata"]["creationTimestamp"] = json!(self.clock.rfc3339(now));
+        if dry_run {
+            return Ok(v);
+        }
+        self.rv += 1;
+        let rv = self.rv.to_string();
+        v["metadata"]["resourceVersion"] = json!(rv);
+        self.configmaps.insert(
+            key,
+            CmEntry {
+                uid,
+                rv,
+                obj: v.clone(),
+            },
+        );
+        Ok(v)
+    }
+
+    /// The current version of a ConfigMap, or 404.
+    pub(crate) fn cm_get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
+        self.configmaps
+            .get(&format!("{ns}/{name}"))
+            .map(|e| e.obj.clone())
+            .ok_or_else(|| ApiError::not_found("configmaps", name))
+    }
+
+    /// The ConfigMaps of `ns` (all namespaces with `None`) in key order, with the current
+    /// resource version.
+    pub(crate) fn cm_list(&self, ns: Option<&str>) -> (u64, Vec<Value>) {
+        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let items = self
+            .configmaps
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, e)| e.obj.clone())
+            .collect();
+        (self.rv, items)
+    }
+
+    /// Replaces a ConfigMap (PUT). With `metadata.resourceVersion` the update is
+    /// conditional (409 Conflict when stale); without, unconditional. Errors also: 400
+    /// name/namespace mismatch, 404, 422 (uid changed, `immutable`, validation). An update
+    /// that changes nothing writes nothing (the resource version stays).
+    pub(crate) fn cm_update(
+        &mut self,
+        ns: &str,
+        name: &str,
+        mut v: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        if !v.get("metadata").is_some_and(Value::is_object) {
+            v["metadata"] = json!({});
+        }
+        let field = |v: &Value, k: &str| {
+            v["metadata"]
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let body_name = field(&v, "name");
+        if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let body_ns = field(&v, "namespace");
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
+            )));
+        }
+        let key = format!("{ns}/{name}");
+        let Some(old) = self.configmaps.get(&key) else {
+            return Err(ApiError::not_found("configmaps", name));
+        };
+        let want_rv = field(&v, "resourceVersion");
+        if !want_rv.is_empty() && want_rv != old.rv {
+            return Err(ApiError::conflict(
+                "configmaps",
+                name,
+                configmap::OPTIMISTIC_LOCK,
+            ));
+        }
+        let meta = &mut v["metadata"];
+        meta["namespace"] = json!(ns);
+        if field_is_empty(meta, "uid") {
+            meta["uid"] = json!(old.uid);
+        }
+        meta["creationTimestamp"] = old.obj["metadata"]["creationTimestamp"].clone();
+        meta["resourceVersion"] = json!(old.rv);
+        if let Some(m) = meta.as_object_mut() {
+            for k in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+                "generation",
+                "managedFields",
+            ] {
+                m.remove(k);
+            }
+        }
+        let errs = configmap::validate_update(&v, &old.obj);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("ConfigMap", name, &errs));
+        }
+        if v == old.obj || dry_run {
+            return Ok(v);
+        }
+        self.rv += 1;
+        let rv = self.rv.to_string();
+        v["metadata"]["resourceVersion"] = json!(rv);
+        if let Some(e) = self.configmaps.get_mut(&key) {
+            e.rv = rv;
+            e.obj = v.clone();
+        }
+        Ok(v)
+    }
+
+    /// Deletes a ConfigMap (at once: no finalizers here); returns its uid. Errors: 404,
+    /// 409 for a failed uid or resourceVersion precondition.
+    pub(crate) fn cm_delete(
+        &mut self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        dry_run: bool,
+    ) -> Result<String, ApiError> {
+        let key = format!("{ns}/{name}");
+        let Some(e) = self.configmaps.get(&key) else {
+            return Err(ApiError::not_found("configmaps", name));
+        };
+        if let Some(uid) = opts.uid.as_deref().filter(|u| *u != e.uid) {
+            return Err(ApiError::conflict(
+                "ConfigMap",
+                name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    e.uid
+                ),
+            ));
+        }
+        if let Some(rv) = opts.resource_version.as_deref().filter(|rv| *rv != e.rv) {
+            return Err(ApiError::conflict(
+                "ConfigMap",
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                    e.rv
+                ),
+            ));
+        }
+        let uid = e.uid.clone();
+        if !dry_run {
+            self.configmaps.remove(&key);
+            self.rv += 1;
+        }
+        Ok(uid)
+    }
+
     /// The counters (with `requests` left at 0 for the caller to fill in).
     pub(crate) fn stats(&mut self, now: Instant) -> SimStats {
         self.advance(now);
@@ -1096,8 +1411,29 @@ impl Store {
             live_pods: c.live,
             max_live_pods: c.max_live,
             max_live_pods_by_app: c.max_by_app.clone(),
+            quota_rejections: c.quota_rejections,
+            duplicate_executor_ids: c.duplicate_exec_ids,
+            executor_ids_created: c.exec_ids_created.clone(),
+            creates_by_app: c.creates_by_app.clone(),
+            ..SimStats::default()
         }
     }
+}
+
+/// Metadata fields only the server sets; dropped from a create's body.
+const SYSTEM_META: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "generation",
+    "managedFields",
+];
+
+fn field_is_empty(meta: &Value, k: &str) -> bool {
+    meta.get(k).and_then(Value::as_str).unwrap_or("").is_empty()
 }
 
 /// The apiserver's message for a continue token whose revision was compacted.
@@ -1164,6 +1500,7 @@ mod tests {
             nodes: 3,
             max_page: None,
             continue_ttl: Duration::from_secs(300),
+            pod_quota: None,
         }
     }
 

@@ -35,14 +35,32 @@ struct Reply {
 
 impl Client {
     fn new(server: &SimServer, token: Option<&str>) -> Client {
+        Client::build(server, token, None, Duration::from_secs(60))
+    }
+
+    /// A client that may present a client certificate (PEM cert, PEM key) and gives up
+    /// after `timeout`.
+    fn build(
+        server: &SimServer,
+        token: Option<&str>,
+        cert: Option<(&str, &str)>,
+        timeout: Duration,
+    ) -> Client {
         let mut cfg = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)));
+            .timeout_global(Some(timeout));
         if let Some(pem) = server.ca_pem() {
             let ca = Certificate::from_pem(pem.as_bytes()).unwrap();
+            let client_cert = cert.map(|(crt, key)| {
+                ClientCert::new_with_certs(
+                    &[Certificate::from_pem(crt.as_bytes()).unwrap()],
+                    PrivateKey::from_pem(key.as_bytes()).unwrap(),
+                )
+            });
             cfg = cfg.tls_config(
                 TlsConfig::builder()
                     .root_certs(RootCerts::new_with_certs(&[ca]))
+                    .client_cert(client_cert)
                     .build(),
             );
         }
@@ -54,6 +72,12 @@ impl Client {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&str>) -> Reply {
+        self.try_call(method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// Like `call`, but a failure to get a whole response is an `Err`.
+    fn try_call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Reply, String> {
         let url = format!("{}{path}", self.base);
         let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
         let result = match (method, body) {
@@ -75,6 +99,7 @@ impl Client {
                 let mut r = match m {
                     "POST" => self.agent.post(&url),
                     "PUT" => self.agent.put(&url),
+                    "PATCH" => self.agent.patch(&url),
                     _ => self.agent.delete(&url).force_send_body(),
                 };
                 if let Some(a) = &auth {
@@ -83,7 +108,7 @@ impl Client {
                 r.content_type("application/json").send(b.unwrap_or(""))
             }
         };
-        let mut resp = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let mut resp = result.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let text = resp
@@ -91,13 +116,13 @@ impl Client {
             .with_config()
             .limit(1 << 30)
             .read_to_string()
-            .unwrap();
+            .map_err(|e| format!("reading the body: {e}"))?;
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply {
+        Ok(Reply {
             status,
             headers,
             body,
-        }
+        })
     }
 
     fn get(&self, path: &str) -> Reply {
@@ -702,7 +727,9 @@ fn large_lists_are_gzipped_and_stop_wait_work() {
 #[test]
 fn client_certificates_can_be_required() {
     let pki = super::tls::Pki::generate(&[]).unwrap();
-    let cfg = pki.server_config(Some(&[pki.ca_der().clone()])).unwrap();
+    let cfg = pki
+        .server_config(Some(&[pki.ca_der().clone()]), false)
+        .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let serve = std::thread::spawn(move || {
@@ -884,4 +911,877 @@ fn big_list_of_50k_pods() {
     }
     assert_eq!(n, 50_000);
     eprintln!("paged through 50k pods (limit 500) in {:?}", t.elapsed());
+}
+
+fn faults(rules: &[&str]) -> Vec<super::FaultRule> {
+    rules
+        .iter()
+        .map(|r| super::FaultRule::parse(r).unwrap())
+        .collect()
+}
+
+fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
+    r.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[test]
+fn injected_errors_have_the_real_shapes() {
+    let server = SimServer::start(SimOptions {
+        faults: faults(&[
+            "get:429-text@1",
+            "get:429-status:3@2",
+            "get:500@3",
+            "get:503@4",
+            "get:504@5",
+        ]),
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let path = format!("{PODS}/exec-1");
+    assert_eq!(
+        c.call("POST", PODS, Some(&pod("exec-1", json!({})))).status,
+        201
+    );
+
+    let r = c.get(&path);
+    assert_eq!(r.status, 429);
+    assert_eq!(
+        r.body,
+        Value::String("Too many requests, please try again later.\n".into())
+    );
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    assert_eq!(
+        header(&r, "content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert!(header(&r, "x-kubernetes-pf-flowschema-uid").is_some());
+
+    let r = c.get(&path);
+    assert_eq!(r.status, 429);
+    assert_eq!(header(&r, "retry-after"), Some("3"));
+    assert_eq!(
+        r.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"storage is (re)initializing","reason":"TooManyRequests",
+               "details":{"retryAfterSeconds":3},"code":429})
+    );
+
+    let r = c.get(&path);
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"Internal error occurred: etcdserver: leader changed","reason":"InternalError",
+               "details":{"causes":[{"message":"etcdserver: leader changed"}]},"code":500})
+    );
+
+    let r = c.get(&path);
+    assert_eq!(r.status, 503);
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    assert_eq!(r.body["reason"], "ServiceUnavailable");
+    assert_eq!(r.body["message"], "apiserver is shutting down");
+
+    let r = c.get(&path);
+    assert_eq!(r.status, 504);
+    assert_eq!(
+        header(&r, "content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        r.body,
+        json!({"metadata":{},"status":"Failure",
+               "message":"Timeout: request did not complete within the allotted timeout",
+               "reason":"Timeout","details":{},"code":504})
+    );
+
+    // Sixth get: no rule, the real answer.
+    assert_eq!(c.get(&path).status, 200);
+    let s = server.stats();
+    for k in [
+        "get:429-text",
+        "get:429-status:3",
+        "get:500",
+        "get:503",
+        "get:504",
+    ] {
+        assert_eq!(s.faults_injected.get(k), Some(&1), "{k}: {s:?}");
+    }
+    assert_eq!(s.faults_injected.len(), 5);
+}
+
+#[test]
+fn writes_can_happen_although_the_client_sees_a_failure() {
+    let server = SimServer::start(SimOptions {
+        faults: faults(&[
+            "create:504-after-write@1",
+            "create:lost-response@2",
+            "create:truncate@3",
+            "create:reset@4",
+            "create:500@5",
+            "delete:lost-response@1",
+        ]),
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let create = |name: &str| c.try_call("POST", PODS, Some(&pod(name, json!({}))));
+
+    let r = create("p-1").unwrap();
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (504, Some("Timeout"))
+    );
+    assert!(create("p-2").is_err(), "lost response");
+    let e = create("p-3").err().expect("truncated body");
+    assert!(e.contains("reading the body"), "{e}");
+    assert!(create("p-4").is_err(), "reset");
+    assert_eq!(create("p-5").unwrap().status, 500);
+    assert_eq!(create("p-6").unwrap().status, 201);
+
+    for (name, exists) in [
+        ("p-1", true),
+        ("p-2", true),
+        ("p-3", true),
+        ("p-4", false),
+        ("p-5", false),
+        ("p-6", true),
+    ] {
+        let status = c.get(&format!("{PODS}/{name}")).status;
+        assert_eq!(status == 200, exists, "{name}: {status}");
+    }
+    // A retried create of a pod that was in fact created: 409.
+    assert_eq!(create("p-2").unwrap().status, 409);
+
+    // Deleted, but the answer was lost.
+    assert!(c.try_call("DELETE", &format!("{PODS}/p-6"), None).is_err());
+    assert_eq!(c.get(&format!("{PODS}/p-6")).status, 404);
+
+    let s = server.stats();
+    assert_eq!(s.creates, 4);
+    assert_eq!(s.deletes, 1);
+    assert_eq!(s.faults_injected.get("create:lost-response"), Some(&1));
+    assert_eq!(s.faults_injected.get("create:reset"), Some(&1));
+    assert_eq!(s.faults_injected.get("delete:lost-response"), Some(&1));
+
+    // The log shows what the client could not: the status of lost responses is null.
+    let log: Vec<Value> = server
+        .request_log()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lost = log
+        .iter()
+        .find(|l| l["fault"] == "lost-response" && l["verb"] == "create")
+        .unwrap();
+    assert_eq!(lost["status"], Value::Null);
+    assert_eq!(lost["method"], "POST");
+    assert_eq!(lost["path"], PODS);
+    let truncated = log.iter().find(|l| l["fault"] == "truncate").unwrap();
+    assert_eq!(truncated["status"], 201);
+}
+
+#[test]
+fn delays_latency_and_client_timeouts() {
+    let server = SimServer::start(SimOptions {
+        latency: Duration::from_millis(150),
+        faults: faults(&["list:delay:1500@1"]),
+        ..fast_opts()
+    })
+    .unwrap();
+    let impatient = Client::build(&server, Some(TOKEN), None, Duration::from_millis(700));
+    let t = Instant::now();
+    assert!(impatient.try_call("GET", PODS, None).is_err(), "timed out");
+    assert!(t.elapsed() < Duration::from_millis(1400));
+    let c = Client::new(&server, Some(TOKEN));
+    let t = Instant::now();
+    assert_eq!(c.get(PODS).status, 200);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(1400),
+        "{took:?}"
+    );
+    // No latency outside /api.
+    let t = Instant::now();
+    assert_eq!(c.get("/healthz").status, 200);
+    assert!(t.elapsed() < Duration::from_millis(150));
+    assert_eq!(
+        server.stats().faults_injected.get("list:delay:1500"),
+        Some(&1)
+    );
+}
+
+#[test]
+fn list_pages_can_be_expired_by_a_fault() {
+    let server = SimServer::start(fast_opts()).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    for i in 0..5 {
+        c.call("POST", PODS, Some(&pod(&format!("p-{i}"), json!({}))));
+    }
+    // Rules can change while the server runs; counting restarts with each new set.
+    let set = c.call("POST", "/sim/faults", Some(r#"["list:410@always"]"#));
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["faults"], json!(["list:410@always"]));
+    let first = c.get(&format!("{PODS}?limit=2"));
+    assert_eq!(first.status, 200, "a first page has no token to expire");
+    let token = first.body["metadata"]["continue"].as_str().unwrap();
+    let gone = c.get(&format!("{PODS}?limit=2&continue={token}"));
+    assert_eq!(gone.status, 410);
+    assert_eq!(gone.body["reason"], "Expired");
+    assert_eq!(gone.body["code"], 410);
+    assert!(gone.body["message"].as_str().unwrap().starts_with(
+        "The provided continue parameter is too old to display a consistent list result."
+    ));
+    let fresh = gone.body["metadata"]["continue"].as_str().unwrap();
+    server.set_faults(Vec::new());
+    assert!(server.faults().is_empty());
+    let rest = c.get(&format!("{PODS}?limit=10&continue={fresh}"));
+    assert_eq!(names(&rest.body), ["p-2", "p-3", "p-4"]);
+
+    let bad = c.call("POST", "/sim/faults", Some(r#"["create:teapot"]"#));
+    assert_eq!(bad.status, 400);
+    assert!(bad.body["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("fault rule \"create:teapot\": unknown fault \"teapot\""));
+    let listed = c.get("/sim/faults");
+    assert_eq!(listed.body["faults"], json!([]));
+    assert_eq!(listed.body["injected"]["list:410"], 1);
+    assert!(server
+        .try_set_faults(vec![super::FaultRule {
+            verb: "get".into(),
+            fault: super::Fault::Expired,
+            when: super::When::Always,
+        }])
+        .is_err());
+    assert!(SimServer::start(SimOptions {
+        faults: vec![super::FaultRule {
+            verb: "patch".into(),
+            fault: super::Fault::Reset,
+            when: super::When::Always,
+        }],
+        ..fast_opts()
+    })
+    .is_err());
+}
+
+#[test]
+fn probabilistic_faults_follow_the_seed() {
+    let run = |seed: u64| {
+        let server = SimServer::start(SimOptions {
+            tls: false,
+            seed,
+            faults: faults(&["get:503@p=0.3"]),
+            ..fast_opts()
+        })
+        .unwrap();
+        let c = Client::new(&server, Some(TOKEN));
+        (0..60)
+            .map(|_| c.get(&format!("{PODS}/none")).status)
+            .collect::<Vec<u16>>()
+    };
+    let a = run(11);
+    assert_eq!(a, run(11));
+    let hits = a.iter().filter(|s| **s == 503).count();
+    assert!((5..=35).contains(&hits), "{hits}");
+    assert!(a.iter().all(|s| *s == 503 || *s == 404));
+}
+
+#[test]
+fn pod_quota_is_enforced_like_the_admission_plugin() {
+    let server = SimServer::start(SimOptions {
+        pod_quota: Some(2),
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    for n in ["q-1", "q-2"] {
+        assert_eq!(c.call("POST", PODS, Some(&pod(n, json!({})))).status, 201);
+    }
+    let over = c.call("POST", PODS, Some(&pod("q-3", json!({}))));
+    assert_eq!(over.status, 403);
+    assert_eq!(
+        over.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"pods \"q-3\" is forbidden: exceeded quota: sim-quota, requested: pods=1, used: pods=2, limited: pods=2",
+               "reason":"Forbidden","details":{"name":"q-3","kind":"pods"},"code":403})
+    );
+    // A generated name appears in the message; validation still comes first.
+    let gen = c.call("POST", PODS, Some(r#"{"metadata":{"generateName":"exec-"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#));
+    assert_eq!(gen.status, 403);
+    let gname = gen.body["details"]["name"].as_str().unwrap();
+    assert!(gname.starts_with("exec-") && gname.len() == 10, "{gname}");
+    assert_eq!(
+        c.call("POST", PODS, Some(r#"{"metadata":{"name":"x"},"spec":{}}"#))
+            .status,
+        422
+    );
+    // Each namespace has its own quota.
+    assert_eq!(
+        c.call(
+            "POST",
+            "/api/v1/namespaces/other/pods",
+            Some(&pod("q-1", json!({})))
+        )
+        .status,
+        201
+    );
+    // A Failed pod no longer counts.
+    c.call(
+        "POST",
+        "/sim/pods/spark/q-1/phase",
+        Some(r#"{"phase":"Failed"}"#),
+    );
+    assert_eq!(
+        c.call("POST", PODS, Some(&pod("q-3", json!({})))).status,
+        201
+    );
+    assert_eq!(
+        c.call("POST", PODS, Some(&pod("q-4", json!({})))).status,
+        403
+    );
+    // Lifted at runtime.
+    let lifted = c.call("POST", "/sim/quota", Some(r#"{"pods":null}"#));
+    assert_eq!(lifted.body, json!({"pods": null}));
+    assert_eq!(
+        c.call("POST", PODS, Some(&pod("q-4", json!({})))).status,
+        201
+    );
+    server.set_pod_quota(Some(1));
+    assert_eq!(c.get("/sim/quota").body, json!({"pods": 1}));
+    assert_eq!(
+        c.call("POST", PODS, Some(&pod("q-5", json!({})))).status,
+        403
+    );
+    assert_eq!(
+        c.call("POST", "/sim/quota", Some(r#"{"pods":"ten"}"#))
+            .status,
+        400
+    );
+    assert_eq!(server.stats().quota_rejections, 4);
+}
+
+#[test]
+fn forbidden_verbs_get_the_rbac_message() {
+    let server = SimServer::start(SimOptions {
+        forbid: vec!["create".into(), "get".into(), "cm-update".into()],
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let r = c.call("POST", PODS, Some(&pod("x", json!({}))));
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot create resource \"pods\" in API group \"\" in the namespace \"spark\"",
+               "reason":"Forbidden","details":{"kind":"pods"},"code":403})
+    );
+    let r = c.get(&format!("{PODS}/x"));
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.body["message"],
+        "pods \"x\" is forbidden: User \"system:serviceaccount:default:podalloc\" cannot get resource \"pods\" in API group \"\" in the namespace \"spark\""
+    );
+    assert_eq!(r.body["details"], json!({"name": "x", "kind": "pods"}));
+    assert_eq!(c.get(PODS).status, 200);
+    // Authentication comes first.
+    assert_eq!(
+        Client::new(&server, None).get(&format!("{PODS}/x")).status,
+        401
+    );
+    let cm = "/api/v1/namespaces/spark/configmaps";
+    assert_eq!(
+        c.call("POST", cm, Some(r#"{"metadata":{"name":"state"}}"#))
+            .status,
+        201
+    );
+    let r = c.call(
+        "PUT",
+        &format!("{cm}/state"),
+        Some(r#"{"metadata":{"name":"state"}}"#),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.body["message"],
+        "configmaps \"state\" is forbidden: User \"system:serviceaccount:default:podalloc\" cannot update resource \"configmaps\" in API group \"\" in the namespace \"spark\""
+    );
+
+    let cluster = SimServer::start(SimOptions {
+        forbid: vec!["list".into()],
+        ..fast_opts()
+    })
+    .unwrap();
+    let r = Client::new(&cluster, Some(TOKEN)).get("/api/v1/pods");
+    assert_eq!(
+        r.body["message"],
+        "pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+    );
+    assert!(SimServer::start(SimOptions {
+        forbid: vec!["watch".into()],
+        ..fast_opts()
+    })
+    .is_err());
+}
+
+#[test]
+fn executor_id_stats_catch_duplicates_and_reuse() {
+    let server = SimServer::start(fast_opts()).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let exec = |name: &str, app: &str, id: &str| {
+        c.call(
+            "POST",
+            PODS,
+            Some(&pod(
+                name,
+                json!({"spark-app-selector": app, "spark-exec-id": id}),
+            )),
+        )
+        .status
+    };
+    assert_eq!(exec("a-1", "app-a", "1"), 201);
+    assert_eq!(exec("a-2", "app-a", "2"), 201);
+    assert_eq!(exec("b-1", "app-b", "1"), 201, "same id, other app");
+    assert_eq!(
+        exec("a-2", "app-a", "3"),
+        409,
+        "failed creates do not count"
+    );
+    assert_eq!(
+        c.call("DELETE", &format!("{PODS}/a-1?gracePeriodSeconds=0"), None)
+            .status,
+        200
+    );
+    assert_eq!(
+        exec("a-1-again", "app-a", "1"),
+        201,
+        "reused after deletion"
+    );
+    assert_eq!(exec("a-dup", "app-a", "2"), 201, "duplicate of a live pod");
+    // A seeded pod's id counts as used.
+    let seeded = pod(
+        "a-9",
+        json!({"spark-app-selector": "app-a", "spark-exec-id": "9"}),
+    );
+    assert_eq!(c.call("POST", "/sim/pods/spark", Some(&seeded)).status, 201);
+    assert_eq!(exec("a-9b", "app-a", "9"), 201);
+    assert_eq!(exec("plain", "app-a", "x"), 201, "non-numeric id");
+    let s = server.stats();
+    assert_eq!(s.duplicate_executor_ids, 3);
+    assert_eq!(
+        s.executor_ids_created.get("app-a"),
+        Some(&vec![1, 2, 1, 2, 9])
+    );
+    assert_eq!(s.executor_ids_created.get("app-b"), Some(&vec![1]));
+    assert_eq!(s.creates_by_app.get("app-a"), Some(&6));
+    assert_eq!(s.creates_by_app.get("app-b"), Some(&1));
+    let json_stats = c.get("/sim/stats").body;
+    assert_eq!(json_stats["duplicate_executor_ids"], 3);
+    assert_eq!(json_stats["executor_ids_created"]["app-b"], json!([1]));
+}
+
+#[test]
+fn request_log_keeps_the_last_requests_without_secrets() {
+    let server = SimServer::start(SimOptions {
+        faults: faults(&["get:500@1"]),
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    c.get(&format!("{PODS}/nope"));
+    c.get(&format!("{PODS}?limit=5&access_token=hunter2"));
+    Client::new(&server, Some("wrong-token")).get(PODS);
+    let raw = c.get("/sim/log");
+    assert_eq!(header(&raw, "content-type"), Some("application/x-ndjson"));
+    let text = server.request_log();
+    assert!(!text.contains(TOKEN) && !text.contains("hunter2") && !text.contains("wrong-token"));
+    assert!(!text.to_ascii_lowercase().contains("authorization"));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "/sim requests are not logged: {text}");
+    assert_eq!(lines[0]["status"], 500);
+    assert_eq!(lines[0]["fault"], "500");
+    assert_eq!(lines[0]["verb"], "get");
+    assert_eq!(
+        lines[1]["query"],
+        json!({"limit": "5", "access_token": "REDACTED"})
+    );
+    assert_eq!(lines[1]["status"], 200);
+    assert_eq!(lines[2]["status"], 401);
+    assert_eq!(lines[2]["verb"], Value::Null);
+    for _ in 0..1100 {
+        c.get("/healthz");
+    }
+    let text = server.request_log();
+    assert_eq!(text.lines().count(), 1000);
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["seq"], 1103);
+}
+
+#[test]
+fn mutual_tls_with_generated_client_certificates() {
+    let server = SimServer::start(SimOptions {
+        require_client_cert: true,
+        forbid: vec!["delete".into()],
+        ..fast_opts()
+    })
+    .unwrap();
+    let (crt, key) = server.generate_client_cert("system:node:spark-driver");
+    assert!(crt.starts_with("-----BEGIN CERTIFICATE-----"));
+    let with_cert = Client::build(&server, None, Some((&crt, &key)), Duration::from_secs(60));
+    assert_eq!(
+        with_cert
+            .call("POST", PODS, Some(&pod("m-1", json!({}))))
+            .status,
+        201,
+        "a client certificate needs no token"
+    );
+    let denied = with_cert.call("DELETE", &format!("{PODS}/m-1"), None);
+    assert_eq!(
+        denied.body["message"],
+        "pods \"m-1\" is forbidden: User \"system:node:spark-driver\" cannot delete resource \"pods\" in API group \"\" in the namespace \"spark\""
+    );
+    // Without a certificate the handshake fails, token or not.
+    assert!(Client::new(&server, Some(TOKEN))
+        .try_call("GET", PODS, None)
+        .is_err());
+    // A certificate from another CA is refused.
+    let other = super::tls::Pki::generate(&[]).unwrap();
+    let (ocrt, okey) = other.issue_client_cert("mallory").unwrap();
+    let foreign = Client::build(&server, None, Some((&ocrt, &okey)), Duration::from_secs(60));
+    assert!(foreign.try_call("GET", PODS, None).is_err());
+
+    // client_ca: certificates of that CA only; optional: token clients still welcome.
+    let optional = SimServer::start(SimOptions {
+        client_ca: Some(other.ca_pem.clone()),
+        client_cert_optional: true,
+        ..fast_opts()
+    })
+    .unwrap();
+    let with_other = Client::build(
+        &optional,
+        None,
+        Some((&ocrt, &okey)),
+        Duration::from_secs(60),
+    );
+    assert_eq!(with_other.get(PODS).status, 200);
+    assert_eq!(Client::new(&optional, Some(TOKEN)).get(PODS).status, 200);
+    assert_eq!(Client::new(&optional, None).get(PODS).status, 401);
+    let (own_crt, own_key) = optional.generate_client_cert("x");
+    let own = Client::build(
+        &optional,
+        None,
+        Some((&own_crt, &own_key)),
+        Duration::from_secs(60),
+    );
+    assert!(
+        own.try_call("GET", PODS, None).is_err(),
+        "not signed by client_ca"
+    );
+
+    for bad in [
+        SimOptions {
+            tls: false,
+            require_client_cert: true,
+            ..fast_opts()
+        },
+        SimOptions {
+            client_ca: Some("not a pem".into()),
+            ..fast_opts()
+        },
+    ] {
+        assert!(SimServer::start(bad).is_err());
+    }
+}
+
+const CMS: &str = "/api/v1/namespaces/spark/configmaps";
+
+#[test]
+fn configmaps_have_real_create_get_update_delete_semantics() {
+    let server = SimServer::start(fast_opts()).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let created = c.call(
+        "POST",
+        CMS,
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"1"}}"#),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let cm = &created.body;
+    assert_eq!(
+        (cm["kind"].as_str(), cm["apiVersion"].as_str()),
+        (Some("ConfigMap"), Some("v1"))
+    );
+    assert_eq!(cm["metadata"]["namespace"], "spark");
+    assert_eq!(cm["metadata"]["uid"].as_str().unwrap().len(), 36);
+    assert!(cm["metadata"]["creationTimestamp"].is_string());
+    assert_eq!(cm["data"], json!({"epoch": "1"}));
+    let rv1: u64 = cm["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // The resource version is the pods' counter.
+    let p = c.call("POST", PODS, Some(&pod("p", json!({}))));
+    let pod_rv: u64 = p.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pod_rv > rv1);
+
+    let dup = c.call("POST", CMS, Some(r#"{"metadata":{"name":"state"}}"#));
+    assert_eq!(
+        dup.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"configmaps \"state\" already exists","reason":"AlreadyExists",
+               "details":{"name":"state","kind":"configmaps"},"code":409})
+    );
+    let got = c.get(&format!("{CMS}/state"));
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, created.body);
+    let missing = c.get(&format!("{CMS}/nope"));
+    assert_eq!(
+        missing.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"configmaps \"nope\" not found","reason":"NotFound",
+               "details":{"name":"nope","kind":"configmaps"},"code":404})
+    );
+
+    // Conditional update with the current resourceVersion.
+    let mut next = got.body.clone();
+    next["data"]["epoch"] = json!("2");
+    let upd = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    assert_eq!(upd.status, 200, "{}", upd.body);
+    let rv2: u64 = upd.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > pod_rv);
+    assert_eq!(upd.body["metadata"]["uid"], cm["metadata"]["uid"]);
+    assert_eq!(
+        upd.body["metadata"]["creationTimestamp"],
+        cm["metadata"]["creationTimestamp"]
+    );
+    // The same stale body again: 409 Conflict.
+    let stale = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    assert_eq!(
+        stale.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"Operation cannot be fulfilled on configmaps \"state\": the object has been modified; please apply your changes to the latest version and try again",
+               "reason":"Conflict","details":{"name":"state","kind":"configmaps"},"code":409})
+    );
+    // Without a resourceVersion: unconditional.
+    let blind = c.call(
+        "PUT",
+        &format!("{CMS}/state"),
+        Some(r#"{"metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"3"}}"#),
+    );
+    assert_eq!(blind.status, 200);
+    assert_eq!(blind.body["data"]["epoch"], "3");
+    let rv3 = blind.body["metadata"]["resourceVersion"].clone();
+    // Writing the same content again changes nothing, not even the resourceVersion.
+    let same = c.call(
+        "PUT",
+        &format!("{CMS}/state"),
+        Some(&blind.body.to_string()),
+    );
+    assert_eq!(same.body["metadata"]["resourceVersion"], rv3);
+
+    let r = c.call(
+        "PUT",
+        &format!("{CMS}/state"),
+        Some(r#"{"metadata":{"name":"other"}}"#),
+    );
+    assert_eq!(
+        (r.status, r.body["message"].as_str()),
+        (
+            400,
+            Some("the name of the object (other) does not match the name on the URL (state)")
+        )
+    );
+    let r = c.call(
+        "PUT",
+        &format!("{CMS}/nope"),
+        Some(r#"{"metadata":{"name":"nope"}}"#),
+    );
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (404, Some("NotFound"))
+    );
+    let r = c.call(
+        "PUT",
+        &format!("{CMS}/state"),
+        Some(r#"{"metadata":{"name":"state","uid":"00000000-0000-4000-8000-000000000000"}}"#),
+    );
+    assert_eq!(r.status, 422);
+    assert!(r.body["message"].as_str().unwrap().contains(
+        "metadata.uid: Invalid value: \"00000000-0000-4000-8000-000000000000\": field is immutable"
+    ));
+
+    // List with a label selector.
+    c.call(
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"name":"other","labels":{"app":"b"}}}"#),
+    );
+    let all = c.get(CMS);
+    assert_eq!(all.body["kind"], "ConfigMapList");
+    assert_eq!(names(&all.body), ["other", "state"]);
+    assert!(all.body["metadata"]["resourceVersion"].is_string());
+    assert_eq!(
+        names(&c.get(&format!("{CMS}?labelSelector=app%3Da")).body),
+        ["state"]
+    );
+    assert_eq!(
+        names(
+            &c.get(&format!("{CMS}?fieldSelector=metadata.name%3Dother"))
+                .body
+        ),
+        ["other"]
+    );
+    assert_eq!(
+        c.get(&format!("{CMS}?fieldSelector=status.phase%3DX"))
+            .status,
+        400
+    );
+
+    // Delete: a Success Status with the uid, then 404.
+    let uid = c.get(&format!("{CMS}/state")).body["metadata"]["uid"].clone();
+    let del = c.call("DELETE", &format!("{CMS}/state"), None);
+    assert_eq!(del.status, 200);
+    assert_eq!(
+        del.body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success",
+               "details":{"name":"state","kind":"configmaps","uid":uid}})
+    );
+    assert_eq!(c.get(&format!("{CMS}/state")).status, 404);
+    assert_eq!(c.call("DELETE", &format!("{CMS}/state"), None).status, 404);
+    let pre = c.call(
+        "DELETE",
+        &format!("{CMS}/other"),
+        Some(r#"{"preconditions":{"resourceVersion":"1"}}"#),
+    );
+    assert_eq!(
+        (pre.status, pre.body["reason"].as_str()),
+        (409, Some("Conflict"))
+    );
+    // Faults apply to configmap verbs too.
+    server.set_faults(faults(&["cm-get:503@1"]));
+    assert_eq!(c.get(&format!("{CMS}/other")).status, 503);
+    assert_eq!(c.get(&format!("{CMS}/other")).status, 200);
+}
+
+#[test]
+fn configmap_validation_and_size_limits() {
+    let server = SimServer::start(SimOptions {
+        tls: false,
+        ..fast_opts()
+    })
+    .unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let bad_key = c.call(
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"name":"k"},"data":{"no/slash":"x"}}"#),
+    );
+    assert_eq!(bad_key.status, 422);
+    assert_eq!(bad_key.body["reason"], "Invalid");
+    assert_eq!(bad_key.body["details"]["kind"], "ConfigMap");
+    assert_eq!(
+        bad_key.body["details"]["causes"][0]["field"],
+        "data[no/slash]"
+    );
+    assert!(bad_key.body["message"].as_str().unwrap().starts_with(
+        "ConfigMap \"k\" is invalid: data[no/slash]: Invalid value: \"no/slash\": a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+    ));
+    let wrong_type = c.call(
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"name":"k"},"data":{"n":1}}"#),
+    );
+    assert_eq!(wrong_type.status, 400);
+    let bad_name = c.call("POST", CMS, Some(r#"{"metadata":{"name":"Bad_Name"}}"#));
+    assert_eq!(bad_name.status, 422);
+    let nameless = c.call("POST", CMS, Some(r#"{"data":{}}"#));
+    assert_eq!(
+        nameless.body["message"],
+        "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
+    );
+    let generated = c.call(
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"generateName":"state-"}}"#),
+    );
+    assert_eq!(generated.status, 201);
+
+    // Over 1 MiB of data: 422 from validation (the 3 MiB body limit would be 413).
+    let big = json!({"metadata": {"name": "big"},
+                     "data": {"a": "x".repeat(700 * 1024), "b": "y".repeat(400 * 1024)}})
+    .to_string();
+    let r = c.call("POST", CMS, Some(&big));
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes"
+    );
+    assert_eq!(
+        r.body["details"]["causes"],
+        json!([{"reason": "FieldValueTooLong", "message": "Too long: may not be more than 1048576 bytes", "field": "[]"}])
+    );
+    let exact =
+        json!({"metadata": {"name": "exact"}, "data": {"a": "x".repeat(1024 * 1024)}}).to_string();
+    assert_eq!(c.call("POST", CMS, Some(&exact)).status, 201);
+    let huge = json!({"metadata": {"name": "huge"}, "data": {"a": "x".repeat(3 * 1024 * 1024)}})
+        .to_string();
+    let r = c.try_call("POST", CMS, Some(&huge));
+    if let Ok(r) = r {
+        // The server answers before reading the body; the client may or may not see it.
+        assert_eq!(r.status, 413);
+        assert_eq!(r.body["reason"], "RequestEntityTooLarge");
+    }
+
+    // immutable: data and the flag are frozen.
+    assert_eq!(
+        c.call(
+            "POST",
+            CMS,
+            Some(r#"{"metadata":{"name":"frozen"},"immutable":true,"data":{"a":"1"}}"#)
+        )
+        .status,
+        201
+    );
+    let r = c.call(
+        "PUT",
+        &format!("{CMS}/frozen"),
+        Some(r#"{"metadata":{"name":"frozen"},"immutable":true,"data":{"a":"2"}}"#),
+    );
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+    );
+    let s = c.call(
+        "POST",
+        "/api/v1/namespaces/Bad_NS/configmaps",
+        Some(r#"{"metadata":{"name":"a"}}"#),
+    );
+    assert_eq!(
+        (s.status, s.body["details"]["kind"].as_str()),
+        (404, Some("namespaces"))
+    );
+    assert_eq!(
+        c.call("PATCH", &format!("{CMS}/frozen"), Some("{}")).status,
+        405
+    );
+}
+
+#[test]
+fn the_server_handle_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<SimServer>();
+    send_sync::<super::FaultRule>();
 }

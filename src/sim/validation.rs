@@ -10,6 +10,8 @@ pub(crate) enum ErrorType {
     Required,
     Duplicate,
     NotSupported,
+    Forbidden,
+    TooLong,
 }
 
 /// One validation failure on one field, as `field.Error`.
@@ -75,6 +77,26 @@ impl FieldError {
         }
     }
 
+    /// `field.Forbidden(path, detail)`.
+    pub(crate) fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        FieldError {
+            kind: ErrorType::Forbidden,
+            field: field.into(),
+            value: String::new(),
+            detail: detail.into(),
+        }
+    }
+
+    /// `field.TooLong(path, value, max)` for a byte limit (the value is never shown).
+    pub(crate) fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        FieldError {
+            kind: ErrorType::TooLong,
+            field: field.into(),
+            value: String::new(),
+            detail: format!("may not be more than {max_bytes} bytes"),
+        }
+    }
+
     /// The `CauseType` string.
     pub(crate) fn cause_type(&self) -> &'static str {
         match self.kind {
@@ -82,6 +104,8 @@ impl FieldError {
             ErrorType::Required => "FieldValueRequired",
             ErrorType::Duplicate => "FieldValueDuplicate",
             ErrorType::NotSupported => "FieldValueNotSupported",
+            ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::TooLong => "FieldValueTooLong",
         }
     }
 
@@ -92,6 +116,8 @@ impl FieldError {
             ErrorType::Required => "Required value".to_string(),
             ErrorType::Duplicate => format!("Duplicate value: {}", self.value),
             ErrorType::NotSupported => format!("Unsupported value: {}", self.value),
+            ErrorType::Forbidden => "Forbidden".to_string(),
+            ErrorType::TooLong => "Too long".to_string(),
         };
         if self.detail.is_empty() {
             head
@@ -265,6 +291,37 @@ pub(crate) fn label_value(s: &str) -> Vec<String> {
     errs
 }
 
+const CONFIG_MAP_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+const CONFIG_MAP_KEY_MSG: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+
+/// `IsConfigMapKey`: at most 253 characters of `[-._a-zA-Z0-9]`, not `.` or `..` and not
+/// starting with `..`.
+pub(crate) fn config_map_key(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 253 {
+        errs.push(max_len_error(253));
+    }
+    let ok = !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'));
+    if !ok {
+        errs.push(regex_error(
+            CONFIG_MAP_KEY_MSG,
+            CONFIG_MAP_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    if s == "." {
+        errs.push("must not be '.'".to_string());
+    } else if s == ".." {
+        errs.push("must not be '..'".to_string());
+    } else if s.starts_with("..") {
+        errs.push("must not start with '..'".to_string());
+    }
+    errs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +356,30 @@ mod tests {
         assert_eq!(qualified_name("").len(), 2);
         assert!(dns1123_label("exec").is_empty());
         assert!(!dns1123_label("a.b").is_empty());
+    }
+
+    #[test]
+    fn config_map_keys() {
+        assert!(config_map_key("app.properties").is_empty());
+        assert!(config_map_key("KEY_NAME-1").is_empty());
+        assert_eq!(
+            config_map_key("a b"),
+            vec!["a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')".to_string()]
+        );
+        assert_eq!(config_map_key(".."), vec!["must not be '..'".to_string()]);
+        assert_eq!(
+            config_map_key("..x"),
+            vec!["must not start with '..'".to_string()]
+        );
+        assert_eq!(config_map_key(&"k".repeat(254)), vec![max_len_error(253)]);
+        assert_eq!(
+            FieldError::too_long("[]", 1048576).to_string(),
+            "[]: Too long: may not be more than 1048576 bytes"
+        );
+        assert_eq!(
+            FieldError::forbidden("data", "field is immutable when `immutable` is set").body(),
+            "Forbidden: field is immutable when `immutable` is set"
+        );
     }
 
     #[test]

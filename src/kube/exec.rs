@@ -1,0 +1,1169 @@
+//! Exec credential plugins (`users[].user.exec` in a kubeconfig): what EKS (`aws eks
+//! get-token`), GKE (`gke-gcloud-auth-plugin`) and AKS (`kubelogin`) users have.
+//!
+//! The rules follow client-go's exec authenticator (`k8s.io/client-go/plugin/pkg/client/auth/
+//! exec/exec.go`) and the `client.authentication.k8s.io` API (`shared/notes/k8s-api.md` §5
+//! "ExecCredential"):
+//!
+//! - the plugin runs with the inherited environment plus the kubeconfig's `env` entries and
+//!   `KUBERNETES_EXEC_INFO` (an `ExecCredential` JSON whose `spec.interactive` is always
+//!   `false` here, and whose `spec.cluster` is present when `provideClusterInfo: true`);
+//! - stdin is `/dev/null`: podalloc never hands a terminal to a plugin (it runs from cron and
+//!   in pods), so `interactiveMode: Always` is refused when the configuration is resolved;
+//! - stdout must be one `ExecCredential` of the **same apiVersion** with `status.token`, or
+//!   `status.clientCertificateData` + `status.clientKeyData` (plain PEM, not base64), or both,
+//!   and optionally `status.expirationTimestamp` (RFC 3339);
+//! - the credential is cached until shortly before `expirationTimestamp` (see
+//!   [`ExecCredential::refresh_time`]), or, without one, until the server answers 401; after a
+//!   401 the plugin is run once more and the request retried once.
+//!
+//! The plugin's stdout is never logged or quoted in errors (it carries the credential); a
+//! failure is described by the exit code and the first line of stderr only. A plugin that
+//! does not finish within the client's `exec_timeout` (60 s by default) is killed.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::config::{KeyData, PemData, Secret};
+use super::error::{truncate_chars, KubeError};
+
+/// `apiVersion` of the v1 `ExecCredential` (Kubernetes ≥ 1.22).
+pub const EXEC_API_V1: &str = "client.authentication.k8s.io/v1";
+/// `apiVersion` of the v1beta1 `ExecCredential` (still what many kubeconfigs name).
+pub const EXEC_API_V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
+/// The environment variable that carries the `ExecCredential` input to the plugin.
+pub const EXEC_INFO_ENV: &str = "KUBERNETES_EXEC_INFO";
+/// The name of the cluster extension whose `extension` is passed to the plugin as
+/// `spec.cluster.config` (client-go's `clusterExtensionKey`).
+pub const EXEC_CLUSTER_EXTENSION: &str = "client.authentication.k8s.io/exec";
+/// How long before `expirationTimestamp` a cached credential is renewed, at most (it is never
+/// renewed before half of its lifetime has passed; see [`ExecCredential::refresh_time`]).
+pub const EXEC_EXPIRY_LEEWAY: Duration = Duration::from_secs(10);
+/// Default time a plugin may take before it is killed (`ClientOptions::exec_timeout`).
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most bytes of the plugin's stdout that are read; a larger output is an error.
+const MAX_STDOUT: usize = 1024 * 1024;
+/// Most bytes of the plugin's stderr that are kept.
+const MAX_STDERR: usize = 64 * 1024;
+/// Longest stderr line quoted in an error, in characters.
+const MAX_STDERR_LINE: usize = 300;
+
+/// The `ExecCredential` API version a plugin speaks. `v1alpha1` was removed in Kubernetes
+/// 1.24 and is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecApiVersion {
+    /// `client.authentication.k8s.io/v1`.
+    V1,
+    /// `client.authentication.k8s.io/v1beta1`.
+    V1Beta1,
+}
+
+impl ExecApiVersion {
+    /// The `apiVersion` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecApiVersion::V1 => EXEC_API_V1,
+            ExecApiVersion::V1Beta1 => EXEC_API_V1BETA1,
+        }
+    }
+
+    /// Parses a kubeconfig's `exec.apiVersion`. `owner` names the user for the message.
+    ///
+    /// Errors: [`KubeError::Config`] for a missing value, `v1alpha1` (removed upstream) or
+    /// any other version.
+    pub fn parse(value: Option<&str>, owner: &str) -> Result<ExecApiVersion, KubeError> {
+        match value.map(str::trim) {
+            Some(EXEC_API_V1) => Ok(ExecApiVersion::V1),
+            Some(EXEC_API_V1BETA1) => Ok(ExecApiVersion::V1Beta1),
+            None | Some("") => Err(KubeError::Config(format!(
+                "{owner}: exec.apiVersion is not set; set it to {EXEC_API_V1} or \
+                 {EXEC_API_V1BETA1} (whichever the plugin supports)"
+            ))),
+            Some("client.authentication.k8s.io/v1alpha1") => Err(KubeError::Config(format!(
+                "{owner}: exec.apiVersion client.authentication.k8s.io/v1alpha1 was removed in \
+                 Kubernetes 1.24 and is not supported; set it to {EXEC_API_V1BETA1} or \
+                 {EXEC_API_V1} (and update the plugin if it needs to)"
+            ))),
+            Some(other) => Err(KubeError::Config(format!(
+                "{owner}: exec.apiVersion {other:?} is not supported; use {EXEC_API_V1} or \
+                 {EXEC_API_V1BETA1}"
+            ))),
+        }
+    }
+}
+
+/// The kubeconfig's `exec.interactiveMode`. podalloc never has a terminal to give a plugin,
+/// so `Always` is refused when the configuration is resolved and the other two both mean
+/// "run with stdin closed, `spec.interactive: false`".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InteractiveMode {
+    /// `Never`: the plugin must not ask anything.
+    Never,
+    /// `IfAvailable` (client-go's default for v1beta1; podalloc also uses it when a v1
+    /// config leaves the field out, where kubectl would refuse the kubeconfig).
+    #[default]
+    IfAvailable,
+    /// `Always`: the plugin needs a terminal; refused.
+    Always,
+}
+
+impl InteractiveMode {
+    /// Parses `exec.interactiveMode` (`None` or empty → `IfAvailable`).
+    ///
+    /// Errors: [`KubeError::Config`] for an unknown value.
+    pub fn parse(value: Option<&str>, owner: &str) -> Result<InteractiveMode, KubeError> {
+        match value.map(str::trim).unwrap_or("") {
+            "" | "IfAvailable" => Ok(InteractiveMode::IfAvailable),
+            "Never" => Ok(InteractiveMode::Never),
+            "Always" => Ok(InteractiveMode::Always),
+            other => Err(KubeError::Config(format!(
+                "{owner}: exec.interactiveMode {other:?} is not valid; use Never, IfAvailable \
+                 or Always"
+            ))),
+        }
+    }
+}
+
+/// An exec credential plugin as a kubeconfig user configures it (`users[].user.exec`).
+///
+/// `Debug` shows the command, the arguments and the names of the `env` entries, never their
+/// values (they may hold secrets).
+#[derive(Clone)]
+pub struct ExecConfig {
+    /// `exec.command` as written, for messages.
+    pub command: String,
+    /// What is run: `command` joined to the kubeconfig's directory when it is a relative
+    /// path with a `/` (client-go's rule), else `command` itself (looked up in `PATH`).
+    pub program: PathBuf,
+    /// `exec.args`.
+    pub args: Vec<String>,
+    /// `exec.env`: name/value pairs added to the inherited environment.
+    pub env: Vec<(String, Secret<String>)>,
+    /// `exec.apiVersion`; the plugin must answer with the same version.
+    pub api_version: ExecApiVersion,
+    /// `exec.interactiveMode`.
+    pub interactive_mode: InteractiveMode,
+    /// `exec.provideClusterInfo`: pass `spec.cluster` in `KUBERNETES_EXEC_INFO`.
+    pub provide_cluster_info: bool,
+    /// The `extension` of the cluster's `client.authentication.k8s.io/exec` extension,
+    /// passed as `spec.cluster.config` when `provide_cluster_info`.
+    pub cluster_config: Option<serde_json::Value>,
+    /// `exec.installHint`, shown when the command cannot be found.
+    pub install_hint: Option<String>,
+    /// The kubeconfig user this comes from, e.g. `user "aws" in kubeconfig /home/a/.kube/config`.
+    pub user: String,
+}
+
+impl fmt::Debug for ExecConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecConfig")
+            .field("command", &self.command)
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field(
+                "env",
+                &self.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            )
+            .field("api_version", &self.api_version.as_str())
+            .field("interactive_mode", &self.interactive_mode)
+            .field("provide_cluster_info", &self.provide_cluster_info)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecConfig {
+    /// A plugin running `command` with no arguments, speaking `api_version`, for `user`.
+    /// `kubeconfig_dir` is where a relative `command` with a `/` is resolved.
+    pub fn new(
+        command: &str,
+        kubeconfig_dir: &Path,
+        api_version: ExecApiVersion,
+        user: &str,
+    ) -> ExecConfig {
+        ExecConfig {
+            command: command.to_string(),
+            program: resolve_command(command, kubeconfig_dir),
+            args: Vec::new(),
+            env: Vec::new(),
+            api_version,
+            interactive_mode: InteractiveMode::IfAvailable,
+            provide_cluster_info: false,
+            cluster_config: None,
+            install_hint: None,
+            user: user.to_string(),
+        }
+    }
+
+    /// The plugin for messages: `exec plugin "aws" (user "aws" in kubeconfig /k)`.
+    pub fn describe(&self) -> String {
+        format!("exec plugin {:?} ({})", self.command, self.user)
+    }
+
+    /// Refuses what cannot work without a terminal.
+    ///
+    /// Errors: [`KubeError::Config`] for `interactiveMode: Always`.
+    pub fn check(&self) -> Result<(), KubeError> {
+        if self.interactive_mode == InteractiveMode::Always {
+            return Err(KubeError::Config(format!(
+                "{} has interactiveMode: Always, but podalloc never gives a plugin a terminal \
+                 (it runs unattended, e.g. from cron or in a pod); set interactiveMode to Never \
+                 or IfAvailable and make the plugin work without prompting (e.g. log in \
+                 beforehand), or pass --token / --token-file",
+                self.describe()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// client-go's rule for `exec.command`: a relative path with a separator is relative to the
+/// kubeconfig's directory; a bare name is looked up in `PATH` when run.
+pub(crate) fn resolve_command(command: &str, kubeconfig_dir: &Path) -> PathBuf {
+    let p = Path::new(command);
+    if command.contains('/') && p.is_relative() {
+        kubeconfig_dir.join(p)
+    } else {
+        p.to_path_buf()
+    }
+}
+
+/// The connection facts passed as `spec.cluster` when `provideClusterInfo: true`
+/// (client-go's `clientauthentication.Cluster`).
+#[derive(Clone, Debug, Default)]
+pub struct ExecClusterInfo {
+    /// `server`: the API server URL.
+    pub server: String,
+    /// `tls-server-name`.
+    pub tls_server_name: Option<String>,
+    /// `insecure-skip-tls-verify`.
+    pub insecure_skip_tls_verify: bool,
+    /// The CA bundle PEM, sent base64-encoded as `certificate-authority-data`.
+    pub certificate_authority: Option<Vec<u8>>,
+    /// `proxy-url`.
+    pub proxy_url: Option<String>,
+    /// `disable-compression`.
+    pub disable_compression: bool,
+    /// `config`: the cluster's `client.authentication.k8s.io/exec` extension.
+    pub config: Option<serde_json::Value>,
+}
+
+impl ExecClusterInfo {
+    /// The JSON object of `spec.cluster` (optional fields left out when unset, as the Go
+    /// `omitempty` tags do).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("server".into(), self.server.clone().into());
+        if let Some(n) = &self.tls_server_name {
+            m.insert("tls-server-name".into(), n.clone().into());
+        }
+        if self.insecure_skip_tls_verify {
+            m.insert("insecure-skip-tls-verify".into(), true.into());
+        }
+        if let Some(ca) = &self.certificate_authority {
+            m.insert(
+                "certificate-authority-data".into(),
+                base64::engine::general_purpose::STANDARD.encode(ca).into(),
+            );
+        }
+        if let Some(p) = &self.proxy_url {
+            m.insert("proxy-url".into(), p.clone().into());
+        }
+        if self.disable_compression {
+            m.insert("disable-compression".into(), true.into());
+        }
+        if let Some(c) = &self.config {
+            m.insert("config".into(), c.clone());
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+/// The value of `KUBERNETES_EXEC_INFO`:
+/// `{"apiVersion":…,"kind":"ExecCredential","spec":{"interactive":false,"cluster":{…}}}`,
+/// `cluster` only when given.
+pub fn exec_info(api_version: ExecApiVersion, cluster: Option<&ExecClusterInfo>) -> String {
+    let mut spec = serde_json::json!({ "interactive": false });
+    if let Some(c) = cluster {
+        spec["cluster"] = c.to_json();
+    }
+    serde_json::json!({
+        "apiVersion": api_version.as_str(),
+        "kind": "ExecCredential",
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// What a plugin returned. `Debug` redacts the token and the key.
+#[derive(Clone, Debug)]
+pub struct ExecCredential {
+    /// `status.token`, trimmed: the bearer token.
+    pub token: Option<Secret<String>>,
+    /// `status.clientCertificateData`: PEM client certificate (chain).
+    pub client_certificate: Option<PemData>,
+    /// `status.clientKeyData`: PEM private key of the certificate.
+    pub client_key: Option<KeyData>,
+    /// `status.expirationTimestamp`; `None`: valid until the server answers 401.
+    pub expiration: Option<SystemTime>,
+}
+
+impl ExecCredential {
+    /// When a credential fetched at `fetched_at` should be renewed: [`EXEC_EXPIRY_LEEWAY`]
+    /// (10 s) before `expiration`, but never earlier than halfway between `fetched_at` and
+    /// `expiration`, so that short-lived credentials are still reused. (client-go uses a
+    /// credential up to the instant of expiry; renewing a little early keeps a request
+    /// from carrying a token that expires in flight.) `None` without an expiration.
+    pub fn refresh_time(&self, fetched_at: SystemTime) -> Option<SystemTime> {
+        let exp = self.expiration?;
+        let lifetime = exp.duration_since(fetched_at).unwrap_or(Duration::ZERO);
+        Some(exp - EXEC_EXPIRY_LEEWAY.min(lifetime / 2))
+    }
+}
+
+#[derive(Deserialize)]
+struct RawOutput {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+    status: Option<RawStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawStatus {
+    token: Option<String>,
+    client_certificate_data: Option<String>,
+    client_key_data: Option<String>,
+    expiration_timestamp: Option<String>,
+}
+
+fn header_safe(token: &str) -> bool {
+    token.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
+/// Parses a plugin's stdout. `expected` is the configured apiVersion, which the output must
+/// repeat; `plugin` names the plugin in messages (see [`ExecConfig::describe`]).
+///
+/// Errors: [`KubeError::Auth`] for output that is not JSON, not an `ExecCredential`, of
+/// another apiVersion, without `status`, with neither a token nor a certificate/key pair,
+/// with only one of certificate and key, with a token that cannot be a header value, or with
+/// an `expirationTimestamp` that is not RFC 3339. Messages never quote the output.
+pub fn parse_exec_credential(
+    stdout: &[u8],
+    expected: ExecApiVersion,
+    plugin: &str,
+) -> Result<ExecCredential, KubeError> {
+    let bad = |why: String| KubeError::Auth(format!("{plugin} printed {why}"));
+    let raw: RawOutput = serde_json::from_slice(stdout).map_err(|e| {
+        // serde's message can quote values (the token): give only the position.
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "an ExecCredential with a field of the wrong type",
+            _ => "output that is not JSON",
+        };
+        bad(format!(
+            "{what} (line {} column {}); expected an ExecCredential object on stdout",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    match raw.api_version.as_deref() {
+        Some(v) if v == expected.as_str() => {}
+        Some(v) => {
+            return Err(bad(format!(
+                "an ExecCredential of apiVersion {v:?}, but the kubeconfig says {}; set \
+                 exec.apiVersion to the version the plugin speaks",
+                expected.as_str()
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "an object without apiVersion; expected an ExecCredential of {}",
+                expected.as_str()
+            )))
+        }
+    }
+    if raw.kind.as_deref() != Some("ExecCredential") {
+        return Err(bad(format!(
+            "an object of kind {:?}, not ExecCredential",
+            raw.kind.as_deref().unwrap_or("")
+        )));
+    }
+    let status = raw
+        .status
+        .ok_or_else(|| bad("an ExecCredential without status".to_string()))?;
+    let token = status
+        .token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    if token.is_some_and(|t| !header_safe(t)) {
+        return Err(bad(
+            "a token with characters not allowed in a bearer token".to_string()
+        ));
+    }
+    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+    let half = |has: &str, lacks: &str| {
+        bad(format!(
+            "{has} without {lacks}; a plugin must return both or neither"
+        ))
+    };
+    let (cert, key) = match (
+        nonempty(&status.client_certificate_data),
+        nonempty(&status.client_key_data),
+    ) {
+        (Some(c), Some(k)) => (
+            Some(PemData {
+                source: format!("clientCertificateData from {plugin}"),
+                pem: c.into_bytes(),
+            }),
+            Some(KeyData {
+                source: format!("clientKeyData from {plugin}"),
+                pem: Secret::new(k.into_bytes()),
+            }),
+        ),
+        (None, None) => (None, None),
+        (Some(_), None) => return Err(half("clientCertificateData", "clientKeyData")),
+        (None, Some(_)) => return Err(half("clientKeyData", "clientCertificateData")),
+    };
+    if token.is_none() && cert.is_none() {
+        return Err(bad(
+            "an ExecCredential with neither status.token nor status.clientCertificateData and \
+             status.clientKeyData"
+                .to_string(),
+        ));
+    }
+    let expiration = match status.expiration_timestamp.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(ts) => Some(parse_rfc3339(ts).ok_or_else(|| {
+            bad(format!(
+                "status.expirationTimestamp {ts:?}, which is not an RFC 3339 time"
+            ))
+        })?),
+    };
+    Ok(ExecCredential {
+        token: token.map(|t| Secret::new(t.to_string())),
+        client_certificate: cert,
+        client_key: key,
+        expiration,
+    })
+}
+
+/// Parses an RFC 3339 date-time (`2024-05-01T12:00:00Z`, `…T12:00:00.123456+02:00`), as Go's
+/// `time.RFC3339` accepts. `None` when it is not one.
+pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let part = b.get(from..from + len)?;
+        if !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(part).ok()?.parse().ok()
+    };
+    let sep = |i: usize, c: u8| b.get(i) == Some(&c);
+    if !(sep(4, b'-') && sep(7, b'-') && (sep(10, b'T') || sep(10, b't')) && sep(13, b':'))
+        || !sep(16, b':')
+    {
+        return None;
+    }
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: u32 = 0;
+    if sep(i, b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let digits = &s[start..i.min(start + 9)];
+        nanos = format!("{digits:0<9}").parse().ok()?;
+    }
+    let offset_secs = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if i + 6 == b.len() && sep(i + 3, b':') => {
+            let (oh, om) = (num(i + 1, 2)?, num(i + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let o = oh * 3600 + om * 60;
+            if *sign == b'-' {
+                -o
+            } else {
+                o
+            }
+        }
+        _ => return None,
+    };
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    // A leap second (:60) counts as :59, as Go does not represent it either.
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second.min(59) - offset_secs;
+    if secs >= 0 {
+        Some(UNIX_EPOCH + Duration::new(secs as u64, nanos))
+    } else {
+        (UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())).checked_add(Duration::new(0, nanos))
+    }
+}
+
+/// Reads up to `cap` bytes and drains the rest (so the writer never blocks on a full pipe).
+/// Returns the bytes and whether more than `cap` were written.
+fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut over = false;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                over |= n > room;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (kept, over)
+}
+
+/// The first non-empty line of a plugin's stderr, cut to a length fit for one message.
+fn first_stderr_line(stderr: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| truncate_chars(l, MAX_STDERR_LINE))
+}
+
+/// Runs the plugin once and parses what it printed.
+///
+/// `cluster`: `spec.cluster` for `KUBERNETES_EXEC_INFO` (pass it when
+/// `provide_cluster_info`). `timeout`: how long the plugin may run before it is killed.
+///
+/// Errors: [`KubeError::Config`] when the command does not exist (with the kubeconfig's
+/// `installHint`), is not executable, or `interactiveMode` is `Always`;
+/// [`KubeError::Auth`] when it times out, exits with a non-zero code (the message has the
+/// code and the first line of stderr, never stdout), or prints no usable credential (see
+/// [`parse_exec_credential`]).
+pub fn run_plugin(
+    exec: &ExecConfig,
+    cluster: Option<&ExecClusterInfo>,
+    timeout: Duration,
+) -> Result<ExecCredential, KubeError> {
+    exec.check()?;
+    let plugin = exec.describe();
+    let info = exec_info(
+        exec.api_version,
+        cluster.filter(|_| exec.provide_cluster_info),
+    );
+    let mut cmd = Command::new(&exec.program);
+    cmd.args(&exec.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in &exec.env {
+        cmd.env(name, value.expose());
+    }
+    cmd.env(EXEC_INFO_ENV, info);
+    let started = Instant::now();
+    let mut attempts = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Ok(c) => break c,
+            // A plugin file that another thread or process has just written may still be
+            // open for writing somewhere ("text file busy"): try again shortly.
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 5 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempts));
+            }
+            Err(e) => return Err(spawn_error(exec, &plugin, &e)),
+        }
+    };
+    log::debug!("running {plugin}");
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let _ = out_tx.send(read_capped(out, MAX_STDOUT));
+        });
+    }
+    if let Some(err) = child.stderr.take() {
+        std::thread::spawn(move || {
+            let _ = err_tx.send(read_capped(err, MAX_STDERR));
+        });
+    }
+    let deadline = started + timeout;
+    let timed_out = || {
+        KubeError::Auth(format!(
+            "{plugin} did not finish within {}; it was killed (does it wait for input, e.g. \
+             a login prompt?)",
+            humantime::format_duration(timeout)
+        ))
+    };
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(timed_out());
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(KubeError::Auth(format!(
+                    "{plugin}: cannot wait for it: {e}"
+                )));
+            }
+        }
+    };
+    // The pipes close when the plugin exits, unless a process it started keeps them open.
+    let remaining = || deadline.saturating_duration_since(Instant::now());
+    let (stdout, stdout_over) = out_rx.recv_timeout(remaining()).map_err(|_| timed_out())?;
+    let (stderr, _) = err_rx.recv_timeout(remaining()).unwrap_or_default();
+    let elapsed = started.elapsed();
+    if !status.success() {
+        let how = match status.code() {
+            Some(code) => format!("exit code {code}"),
+            None => "a signal".to_string(),
+        };
+        let said = first_stderr_line(&stderr)
+            .map(|l| format!(": {l}"))
+            .unwrap_or_else(|| " (nothing on stderr)".to_string());
+        return Err(KubeError::Auth(format!("{plugin} failed with {how}{said}")));
+    }
+    if let Some(line) = first_stderr_line(&stderr) {
+        log::debug!("{plugin} wrote to stderr: {line}");
+    }
+    if stdout_over {
+        return Err(KubeError::Auth(format!(
+            "{plugin} printed more than {MAX_STDOUT} bytes; expected one ExecCredential"
+        )));
+    }
+    let cred = parse_exec_credential(&stdout, exec.api_version, &plugin)?;
+    log::debug!(
+        "{plugin} returned a {} in {} ms{}",
+        match (&cred.token, &cred.client_certificate) {
+            (Some(_), Some(_)) => "token and client certificate",
+            (Some(_), None) => "token",
+            _ => "client certificate",
+        },
+        elapsed.as_millis(),
+        match cred.expiration {
+            Some(t) => format!(", expiring {}", humantime::format_rfc3339_seconds(t)),
+            None => ", without expiry".to_string(),
+        }
+    );
+    Ok(cred)
+}
+
+fn spawn_error(exec: &ExecConfig, plugin: &str, e: &std::io::Error) -> KubeError {
+    use std::io::ErrorKind as K;
+    let program = exec.program.display();
+    match e.kind() {
+        K::NotFound => {
+            let hint = match exec.install_hint.as_deref().map(str::trim) {
+                Some(h) if !h.is_empty() => {
+                    // One line: installHints are often several (GKE's is).
+                    let h: Vec<&str> = h.split_whitespace().collect();
+                    format!("; {}", h.join(" "))
+                }
+                _ if exec.command.contains('/') => {
+                    "; check users[].user.exec.command (a relative path is relative to the \
+                     kubeconfig's directory)"
+                        .to_string()
+                }
+                _ => "; install it or put its directory on PATH".to_string(),
+            };
+            let what = if exec.command.contains('/') {
+                format!("{program} does not exist")
+            } else {
+                format!("{program} is not on PATH")
+            };
+            KubeError::Config(format!("{plugin} not found: {what}{hint}"))
+        }
+        K::PermissionDenied => KubeError::Config(format!(
+            "{plugin} cannot be run: {program} is not executable ({e})"
+        )),
+        _ => KubeError::Config(format!("{plugin} cannot be run ({program}): {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "exec plugin \"p\" (user \"u\")";
+
+    fn parse(json: &str, v: ExecApiVersion) -> Result<ExecCredential, KubeError> {
+        parse_exec_credential(json.as_bytes(), v, P)
+    }
+
+    fn err(json: &str, v: ExecApiVersion) -> String {
+        match parse(json, v) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => {
+                assert!(matches!(e, KubeError::Auth(_)), "{e:?}");
+                e.to_string()
+            }
+        }
+    }
+
+    fn at(s: &str) -> SystemTime {
+        humantime::parse_rfc3339(s).unwrap()
+    }
+
+    #[test]
+    fn v1_token_with_expiry() {
+        let c = parse(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":false},"status":{"token":" k8s-aws-v1.abc \n","expirationTimestamp":"2030-01-02T03:04:05Z"}}"#,
+            ExecApiVersion::V1,
+        )
+        .unwrap();
+        assert_eq!(c.token.as_ref().unwrap().expose(), "k8s-aws-v1.abc");
+        assert!(c.client_certificate.is_none() && c.client_key.is_none());
+        assert_eq!(c.expiration, Some(at("2030-01-02T03:04:05Z")));
+        assert!(!format!("{c:?}").contains("k8s-aws"));
+    }
+
+    #[test]
+    fn v1beta1_token_without_expiry_and_unknown_fields() {
+        let c = parse(
+            r#"{"kind":"ExecCredential","apiVersion":"client.authentication.k8s.io/v1beta1","status":{"token":"ya29.x","authProxyHeaders":{"a":["b"]}},"extra":1}"#,
+            ExecApiVersion::V1Beta1,
+        )
+        .unwrap();
+        assert_eq!(c.token.unwrap().expose(), "ya29.x");
+        assert_eq!(c.expiration, None);
+    }
+
+    #[test]
+    fn client_certificate_is_plain_pem() {
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let key = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+        let out = serde_json::json!({
+            "apiVersion": EXEC_API_V1, "kind": "ExecCredential",
+            "status": {"clientCertificateData": cert, "clientKeyData": key,
+                       "expirationTimestamp": "2030-01-01T00:00:00.5+01:00"}
+        });
+        let c = parse(&out.to_string(), ExecApiVersion::V1).unwrap();
+        assert!(c.token.is_none());
+        assert_eq!(c.client_certificate.as_ref().unwrap().pem, cert.as_bytes());
+        assert_eq!(c.client_key.as_ref().unwrap().pem.expose(), key.as_bytes());
+        assert_eq!(
+            c.expiration,
+            Some(at("2029-12-31T23:00:00Z") + Duration::from_millis(500))
+        );
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("PRIVATE KEY"), "{dbg}");
+        // Token and certificate together are fine.
+        let mut both = out.clone();
+        both["status"]["token"] = "t".into();
+        let c = parse(&both.to_string(), ExecApiVersion::V1).unwrap();
+        assert!(c.token.is_some() && c.client_certificate.is_some());
+        // One without the other is not.
+        let mut half = out.clone();
+        half["status"]["clientKeyData"] = "".into();
+        let e = err(&half.to_string(), ExecApiVersion::V1);
+        assert!(
+            e.contains("clientCertificateData without clientKeyData"),
+            "{e}"
+        );
+        let mut half = out;
+        half["status"]
+            .as_object_mut()
+            .unwrap()
+            .remove("clientCertificateData");
+        let e = err(&half.to_string(), ExecApiVersion::V1);
+        assert!(e.contains("clientKeyData without"), "{e}");
+        assert!(!e.contains("MIIE"));
+    }
+
+    #[test]
+    fn bad_output_is_a_clear_error_that_never_quotes_it() {
+        let v1 = ExecApiVersion::V1;
+        let e = err("", v1);
+        assert!(e.starts_with(P) && e.contains("not JSON"), "{e}");
+        let e = err("token: sekrit-1\n", v1);
+        assert!(e.contains("not JSON") && !e.contains("sekrit"), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":"sekrit-2"}"#,
+            v1,
+        );
+        assert!(
+            e.contains("field of the wrong type") && !e.contains("sekrit"),
+            "{e}"
+        );
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"sekrit-3"}}"#,
+            v1,
+        );
+        assert!(
+            e.contains("apiVersion \"client.authentication.k8s.io/v1beta1\"")
+                && e.contains("kubeconfig says client.authentication.k8s.io/v1")
+                && !e.contains("sekrit"),
+            "{e}"
+        );
+        let e = err(r#"{"kind":"ExecCredential","status":{"token":"x"}}"#, v1);
+        assert!(e.contains("without apiVersion"), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"Status","status":{"token":"x"}}"#,
+            v1,
+        );
+        assert!(e.contains("kind \"Status\""), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"}"#,
+            v1,
+        );
+        assert!(e.contains("without status"), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"  ","expirationTimestamp":"2030-01-01T00:00:00Z"}}"#,
+            v1,
+        );
+        assert!(e.contains("neither status.token"), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"a b"}}"#,
+            v1,
+        );
+        assert!(e.contains("not allowed in a bearer token"), "{e}");
+        let e = err(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"x","expirationTimestamp":"tomorrow"}}"#,
+            v1,
+        );
+        assert!(
+            e.contains("\"tomorrow\", which is not an RFC 3339 time"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rfc3339() {
+        let cases = [
+            ("1970-01-01T00:00:00Z", 0i64, 0u32),
+            ("2024-02-29T12:34:56Z", 1_709_210_096, 0),
+            ("2024-02-29t12:34:56z", 1_709_210_096, 0),
+            ("2024-02-29T14:34:56+02:00", 1_709_210_096, 0),
+            ("2024-02-29T10:04:56-02:30", 1_709_210_096, 0),
+            ("2024-02-29T12:34:56.25Z", 1_709_210_096, 250_000_000),
+            (
+                "2024-02-29T12:34:56.123456789123Z",
+                1_709_210_096,
+                123_456_789,
+            ),
+            ("2000-03-01T00:00:00Z", 951_868_800, 0),
+            ("1969-12-31T23:59:59Z", -1, 0),
+        ];
+        for (s, secs, nanos) in cases {
+            let t = parse_rfc3339(s).unwrap_or_else(|| panic!("{s}"));
+            let want = if secs >= 0 {
+                UNIX_EPOCH + Duration::new(secs as u64, nanos)
+            } else {
+                UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::new(0, nanos)
+            };
+            assert_eq!(t, want, "{s}");
+        }
+        for bad in [
+            "",
+            "2024-02-30T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2024-13-01T00:00:00Z",
+            "2024-01-01 00:00:00Z",
+            "2024-01-01T24:00:00Z",
+            "2024-01-01T00:00:00",
+            "2024-01-01T00:00:00.Z",
+            "2024-01-01T00:00:00+0200",
+            "2024-01-01T00:00:00Zjunk",
+            "2024-1-01T00:00:00Z",
+            "+024-01-01T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        // humantime's output round-trips.
+        let now = SystemTime::now();
+        let s = humantime::format_rfc3339_nanos(now).to_string();
+        assert_eq!(parse_rfc3339(&s), Some(now));
+    }
+
+    #[test]
+    fn refresh_time_is_early_but_not_too_early() {
+        let t0 = at("2030-01-01T00:00:00Z");
+        let cred = |exp: Option<SystemTime>| ExecCredential {
+            token: Some(Secret::new("t".into())),
+            client_certificate: None,
+            client_key: None,
+            expiration: exp,
+        };
+        assert_eq!(cred(None).refresh_time(t0), None);
+        let hour = cred(Some(t0 + Duration::from_secs(3600)));
+        assert_eq!(hour.refresh_time(t0), Some(t0 + Duration::from_secs(3590)));
+        let short = cred(Some(t0 + Duration::from_secs(4)));
+        assert_eq!(short.refresh_time(t0), Some(t0 + Duration::from_secs(2)));
+        let past = cred(Some(t0 - Duration::from_secs(4)));
+        assert_eq!(past.refresh_time(t0), Some(t0 - Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn api_version_and_interactive_mode() {
+        assert_eq!(
+            ExecApiVersion::parse(Some(EXEC_API_V1), "u").unwrap(),
+            ExecApiVersion::V1
+        );
+        assert_eq!(
+            ExecApiVersion::parse(Some(" client.authentication.k8s.io/v1beta1 "), "u").unwrap(),
+            ExecApiVersion::V1Beta1
+        );
+        let e = ExecApiVersion::parse(Some("client.authentication.k8s.io/v1alpha1"), "user x")
+            .unwrap_err();
+        assert!(
+            matches!(&e, KubeError::Config(m) if m.starts_with("user x: ") && m.contains("removed in Kubernetes 1.24")),
+            "{e}"
+        );
+        assert!(ExecApiVersion::parse(None, "u")
+            .unwrap_err()
+            .to_string()
+            .contains("not set"));
+        assert!(ExecApiVersion::parse(Some("v1"), "u")
+            .unwrap_err()
+            .to_string()
+            .contains("not supported"));
+        assert_eq!(
+            InteractiveMode::parse(None, "u").unwrap(),
+            InteractiveMode::IfAvailable
+        );
+        assert_eq!(
+            InteractiveMode::parse(Some("Never"), "u").unwrap(),
+            InteractiveMode::Never
+        );
+        assert_eq!(
+            InteractiveMode::parse(Some("Always"), "u").unwrap(),
+            InteractiveMode::Always
+        );
+        assert!(InteractiveMode::parse(Some("never"), "u").is_err());
+    }
+
+    #[test]
+    fn exec_info_and_cluster() {
+        let v: serde_json::Value =
+            serde_json::from_str(&exec_info(ExecApiVersion::V1Beta1, None)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"apiVersion": EXEC_API_V1BETA1, "kind": "ExecCredential",
+                               "spec": {"interactive": false}})
+        );
+        let cluster = ExecClusterInfo {
+            server: "https://k:6443".into(),
+            tls_server_name: Some("api.internal".into()),
+            certificate_authority: Some(b"PEMCA".to_vec()),
+            config: Some(serde_json::json!({"region": "eu"})),
+            ..Default::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&exec_info(ExecApiVersion::V1, Some(&cluster))).unwrap();
+        assert_eq!(
+            v["spec"]["cluster"],
+            serde_json::json!({"server": "https://k:6443", "tls-server-name": "api.internal",
+                               "certificate-authority-data": "UEVNQ0E=",
+                               "config": {"region": "eu"}})
+        );
+    }
+
+    #[test]
+    fn command_resolution() {
+        let dir = Path::new("/home/a/.kube");
+        assert_eq!(resolve_command("aws", dir), PathBuf::from("aws"));
+        assert_eq!(
+            resolve_command("./bin/p", dir),
+            PathBuf::from("/home/a/.kube/./bin/p")
+        );
+        assert_eq!(
+            resolve_command("bin/p", dir),
+            PathBuf::from("/home/a/.kube/bin/p")
+        );
+        assert_eq!(
+            resolve_command("/usr/bin/p", dir),
+            PathBuf::from("/usr/bin/p")
+        );
+        let mut e = ExecConfig::new("p", dir, ExecApiVersion::V1, "user \"u\"");
+        e.env
+            .push(("AWS_SECRET".into(), Secret::new("hush".into())));
+        let dbg = format!("{e:?}");
+        assert!(dbg.contains("AWS_SECRET") && !dbg.contains("hush"), "{dbg}");
+    }
+
+    // ---- running real plugins (shell scripts) --------------------------------------------
+
+    #[cfg(unix)]
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn runs_the_plugin_with_env_and_exec_info() {
+        let dir = tempfile::tempdir().unwrap();
+        script(
+            dir.path(),
+            "bin/plugin",
+            r#"d=$(dirname "$0")
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$d/info.json"
+printf '%s|%s|%s' "$PLUGIN_MODE" "$1" "$2" > "$d/env.txt"
+if read line; then echo "stdin was not empty" >&2; exit 9; fi
+echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"tok-from-plugin"}}'"#,
+        );
+        let mut e = ExecConfig::new("./bin/plugin", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        e.args = vec!["get-token".into(), "--cluster=x".into()];
+        e.env = vec![("PLUGIN_MODE".into(), Secret::new("prod".into()))];
+        e.provide_cluster_info = true;
+        let cluster = ExecClusterInfo {
+            server: "https://k".into(),
+            insecure_skip_tls_verify: true,
+            ..Default::default()
+        };
+        let c = run_plugin(&e, Some(&cluster), DEFAULT_EXEC_TIMEOUT).unwrap();
+        assert_eq!(c.token.unwrap().expose(), "tok-from-plugin");
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("bin/info.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            info,
+            serde_json::json!({"apiVersion": EXEC_API_V1, "kind": "ExecCredential",
+                "spec": {"interactive": false,
+                         "cluster": {"server": "https://k", "insecure-skip-tls-verify": true}}})
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("bin/env.txt")).unwrap(),
+            "prod|get-token|--cluster=x"
+        );
+        // Without provideClusterInfo, no cluster even when one is at hand.
+        e.provide_cluster_info = false;
+        run_plugin(&e, Some(&cluster), DEFAULT_EXEC_TIMEOUT).unwrap();
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("bin/info.json")).unwrap())
+                .unwrap();
+        assert!(info["spec"].get("cluster").is_none(), "{info}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn plugin_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = ExecConfig::new(
+            "podalloc-test-no-such-plugin",
+            dir.path(),
+            ExecApiVersion::V1Beta1,
+            "user \"u\"",
+        );
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("not found") && msg.contains("not on PATH") && msg.contains("install"),
+            "{msg}"
+        );
+        e.install_hint = Some("Install it with:\n   brew install thing\n".into());
+        let err = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap_err();
+        assert!(matches!(err, KubeError::Config(_)));
+        assert!(
+            err.to_string()
+                .ends_with("; Install it with: brew install thing"),
+            "{err}"
+        );
+        let e = ExecConfig::new("./missing", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("does not exist"), "{msg}");
+
+        // Non-zero exit: code and first stderr line, never stdout.
+        script(
+            dir.path(),
+            "fail",
+            "echo '{\"status\":{\"token\":\"leaked-token\"}}'\necho >&2\necho '  error: SSO session expired  ' >&2\necho 'second line' >&2\nexit 3",
+        );
+        let e = ExecConfig::new("./fail", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let err = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap_err();
+        assert!(matches!(err, KubeError::Auth(_)));
+        assert_eq!(
+            err.to_string(),
+            "exec plugin \"./fail\" (user \"u\") failed with exit code 3: error: SSO session expired"
+        );
+        script(dir.path(), "quiet", "exit 1");
+        let e = ExecConfig::new("./quiet", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        assert!(run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string()
+            .ends_with("failed with exit code 1 (nothing on stderr)"));
+
+        // A plugin that hangs is killed after the timeout.
+        script(dir.path(), "hang", "exec sleep 30");
+        let e = ExecConfig::new("./hang", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let t = Instant::now();
+        let msg = run_plugin(&e, None, Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(msg.contains("did not finish within 300ms"), "{msg}");
+
+        // Not executable.
+        std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();
+        let e = ExecConfig::new("./plain", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("not executable"), "{msg}");
+
+        // interactiveMode: Always is refused before anything runs.
+        let mut e = ExecConfig::new("./fail", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        e.interactive_mode = InteractiveMode::Always;
+        let err = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&err, KubeError::Config(m) if m.contains("interactiveMode: Always") && m.contains("terminal")),
+            "{err}"
+        );
+
+        // Garbage on stdout with exit 0.
+        script(dir.path(), "garbage", "echo 'password=hunter2'");
+        let e = ExecConfig::new("./garbage", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("not JSON") && !msg.contains("hunter2"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! The last requests the simulator answered (`GET /sim/log`): one JSON object per line
+//! with the method, the path, the query (values of secret-looking parameters redacted),
+//! the verb, the status sent (null when the connection was dropped) and the injected
+//! fault. Headers are never recorded, so neither is the Authorization header.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::http::Request;
+
+/// How many requests are kept.
+pub(crate) const CAPACITY: usize = 1000;
+
+#[derive(Serialize)]
+struct Line<'a> {
+    seq: u64,
+    /// Milliseconds since the server started.
+    ms: u64,
+    method: &'a str,
+    path: &'a str,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    query: Map<String, Value>,
+    verb: Option<&'a str>,
+    status: Option<u16>,
+    fault: Option<String>,
+}
+
+/// A ring of rendered log lines.
+pub(crate) struct RequestLog {
+    started: Instant,
+    seq: u64,
+    lines: VecDeque<String>,
+}
+
+/// True for query parameter names that might carry a credential.
+fn secret_like(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "auth",
+        "key",
+        "credential",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+}
+
+impl RequestLog {
+    pub(crate) fn new() -> Self {
+        RequestLog {
+            started: Instant::now(),
+            seq: 0,
+            lines: VecDeque::with_capacity(CAPACITY),
+        }
+    }
+
+    /// Records one request (the oldest line goes once there are `CAPACITY`).
+    pub(crate) fn push(
+        &mut self,
+        req: &Request,
+        verb: Option<&str>,
+        status: Option<u16>,
+        fault: Option<String>,
+    ) {
+        self.seq += 1;
+        let query = req
+            .query
+            .iter()
+            .map(|(k, v)| {
+                let v = if secret_like(k) {
+                    "REDACTED"
+                } else {
+                    v.as_str()
+                };
+                (k.clone(), Value::String(v.to_string()))
+            })
+            .collect();
+        let line = Line {
+            seq: self.seq,
+            ms: self.started.elapsed().as_millis() as u64,
+            method: &req.method,
+            path: &req.path,
+            query,
+            verb,
+            status,
+            fault,
+        };
+        if self.lines.len() == CAPACITY {
+            self.lines.pop_front();
+        }
+        self.lines
+            .push_back(serde_json::to_string(&line).unwrap_or_default());
+    }
+
+    /// The lines, oldest first, each ending in a newline.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        for l in &self.lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out
+    }
+}

@@ -1,0 +1,115 @@
+//! The deploy recipes parse, match the documented RBAC exactly, and their podalloc
+//! arguments are accepted by this build's command line (no drift between docs and code).
+
+use clap::Parser;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn docs(file: &str) -> Vec<Value> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&p).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == k)
+        .unwrap_or_else(|| panic!("no {k}"))
+}
+
+#[test]
+fn rbac_is_exactly_the_documented_minimum() {
+    let d = docs("rbac.yaml");
+    let role = kind(&d, "Role");
+    let rules = role["rules"].as_array().unwrap();
+    let mut got: Vec<(String, Vec<String>)> = rules
+        .iter()
+        .map(|r| {
+            let res = r["resources"].as_array().unwrap();
+            assert_eq!(res.len(), 1);
+            assert_eq!(r["apiGroups"], serde_json::json!([""]));
+            let mut verbs: Vec<String> = r["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            verbs.sort();
+            (res[0].as_str().unwrap().to_string(), verbs)
+        })
+        .collect();
+    got.sort();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        got,
+        vec![
+            ("configmaps".to_string(), s(&["create", "get", "update"])),
+            ("pods".to_string(), s(&["create", "delete", "get", "list"])),
+        ]
+    );
+    let binding = kind(&d, "RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        kind(&d, "ServiceAccount")["metadata"]["name"]
+    );
+    // The README shows the same pod rule.
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete"]"#));
+}
+
+fn podalloc_args(pod_spec: &Value) -> Vec<String> {
+    let c = &pod_spec["containers"][0];
+    let mut args = vec!["podalloc".to_string()];
+    args.extend(
+        c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    args
+}
+
+#[test]
+fn cronjob_runs_one_tick_a_minute_without_overlap() {
+    let d = docs("cronjob.yaml");
+    let cj = kind(&d, "CronJob");
+    assert_eq!(cj["spec"]["concurrencyPolicy"], "Forbid");
+    assert_eq!(cj["spec"]["schedule"], "* * * * *");
+    let spec = &cj["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], "podalloc");
+    let args = podalloc_args(spec);
+    assert!(args.iter().any(|a| a == "reconcile"));
+    podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+#[test]
+fn deployment_runs_the_loop() {
+    let d = docs("deployment.yaml");
+    let dep = kind(&d, "Deployment");
+    assert_eq!(dep["spec"]["replicas"], 1);
+    let spec = &dep["spec"]["template"]["spec"];
+    let args = podalloc_args(spec);
+    assert!(args.iter().any(|a| a == "run"));
+    podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+#[test]
+fn executor_template_configmap_holds_a_valid_template() {
+    let d = docs("executor-template.yaml");
+    let text = d[0]["data"]["executor.yaml"].as_str().unwrap();
+    let v = podalloc::commands::parse_template_text(text).unwrap();
+    podalloc::podspec::PodTemplate::from_value(v, None).unwrap();
+}
+
+#[test]
+fn admin_host_config_file_keys_are_flags() {
+    use clap::CommandFactory;
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/spark-etl.yaml");
+    podalloc::config_file::load(&podalloc::cli::Cli::command(), &p).unwrap();
+}

@@ -1,0 +1,254 @@
+//! Faults of a busy or broken API server, one test per row of docs/faults.md: what podalloc
+//! does, its exit code, and that nothing is lost or duplicated.
+
+use podalloc::sim::{FaultRule, SimOptions, SimServer};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const APP: &str = "fault-app";
+
+struct W {
+    sim: SimServer,
+    dir: tempfile::TempDir,
+}
+
+fn rules(r: &[&str]) -> Vec<FaultRule> {
+    r.iter().map(|s| FaultRule::parse(s).unwrap()).collect()
+}
+
+fn world(faults: &[&str], tweak: impl FnOnce(&mut SimOptions)) -> W {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = SimOptions {
+        ca_out: Some(dir.path().join("ca.crt")),
+        token: Some("fault-token".into()),
+        schedule_latency: Duration::from_millis(20),
+        startup_latency: Duration::from_millis(150),
+        faults: rules(faults),
+        ..SimOptions::default()
+    };
+    tweak(&mut o);
+    W {
+        sim: SimServer::start(o).unwrap(),
+        dir,
+    }
+}
+
+impl W {
+    fn state_path(&self) -> PathBuf {
+        self.dir.path().join("state.json")
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
+        c.args(["--server", &self.sim.url()])
+            .arg("--certificate-authority")
+            .arg(self.dir.path().join("ca.crt"))
+            .args(["--app-id", APP, "--image", "img", "--batch-delay", "100ms"])
+            .arg("--state-file")
+            .arg(self.state_path())
+            .args(args);
+        if !args.contains(&"--token-file") {
+            c.args(["--token", "fault-token"]);
+        }
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+    fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.state_path()).unwrap()).unwrap()
+    }
+    fn converge(&self, target: u32) {
+        let t = target.to_string();
+        let out = self.run(&[
+            "run",
+            "--target",
+            &t,
+            "--until-converged",
+            "--timeout",
+            "60s",
+        ]);
+        assert!(out.status.success(), "{}", err(&out));
+        let s = self.sim.stats();
+        assert_eq!(s.live_pods, target as u64);
+        assert_eq!(s.duplicate_executor_ids, 0);
+        assert!(s.max_live_pods_by_app.get(APP).copied().unwrap_or(0) <= target as u64);
+    }
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn throttled_429_plain_text_and_status_are_retried() {
+    let w = world(&["list:429-text@1,3", "create:429-status@2"], |_| {});
+    w.converge(6);
+    let f = w.sim.stats().faults_injected;
+    assert!(f.values().sum::<u64>() >= 3, "{f:?}");
+}
+
+#[test]
+fn server_errors_and_resets_are_retried() {
+    let w = world(
+        &[
+            "list:500@1",
+            "create:503@1",
+            "create:504@3",
+            "get:reset@1",
+            "list:reset@4",
+        ],
+        |_| {},
+    );
+    w.converge(5);
+}
+
+#[test]
+fn retry_budget_ends_the_tick_cleanly_and_the_next_tick_carries_on() {
+    let w = world(&["list:503@always"], |_| {});
+    let started = Instant::now();
+    let out = w.run(&["reconcile", "--target", "3"]);
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "bounded by the retry budget"
+    );
+    let last = err(&out).lines().last().unwrap_or("").to_string();
+    assert!(last.contains("list pods") && last.contains("503"), "{last}");
+    assert!(!w.state_path().exists(), "nothing acted, nothing written");
+    w.sim.set_faults(vec![]);
+    w.converge(3);
+}
+
+#[test]
+fn lost_create_response_is_not_a_duplicate() {
+    // The pod is created but the answer never arrives: the retried create gets 409
+    // AlreadyExists for our own pod, which counts as created.
+    let w = world(
+        &["create:lost-response@1,2", "create:504-after-write@4"],
+        |_| {},
+    );
+    w.converge(5);
+    let s = w.sim.stats();
+    assert!(s.create_conflicts >= 1, "the retry met the pod: {s:?}");
+    assert_eq!(
+        s.executor_ids_created.get(APP).unwrap(),
+        &vec![1, 2, 3, 4, 5]
+    );
+}
+
+#[test]
+fn truncated_bodies_are_retried_or_reported() {
+    let w = world(&["list:truncate@1", "get:truncate@1"], |_| {});
+    w.converge(3);
+}
+
+#[test]
+fn expired_continue_token_restarts_the_list() {
+    let w = world(&[], |_| {});
+    w.converge(6);
+    // Request 1 is the first page; request 2 carries the continue token and gets 410.
+    w.sim.set_faults(rules(&["list:410@2"]));
+    let out = w.run(&["--page-size", "2", "reconcile"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(w.sim.stats().faults_injected.values().sum::<u64>() >= 1);
+}
+
+#[test]
+fn quota_stops_the_batch_and_backs_off() {
+    let w = world(&[], |o| o.pod_quota = Some(3));
+    let out = w.run(&["reconcile", "--target", "5"]);
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    let e = err(&out);
+    assert!(e.contains("exceeded quota: sim-quota"), "{e}");
+    let st = w.state();
+    assert_eq!(
+        st["unacknowledged"].as_array().unwrap().len(),
+        3,
+        "rejected ids are not unacknowledged"
+    );
+    assert!(st["create_backoff"]["until_ms"].as_u64().unwrap() > 0);
+    let creates = w.sim.stats().creates;
+    // Within the back-off no create is attempted at all.
+    std::thread::sleep(Duration::from_millis(400));
+    let out = w.run(&["reconcile"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(w.sim.stats().creates, creates);
+    assert!(
+        err(&out).contains("not creating executors"),
+        "{}",
+        err(&out)
+    );
+}
+
+#[test]
+fn forbidden_by_rbac_is_permanent_exit_4() {
+    let w = world(&[], |o| o.forbid = vec!["create".into()]);
+    let out = w.run(&["reconcile", "--target", "2"]);
+    assert_eq!(code(&out), 4, "{}", err(&out));
+    let e = err(&out);
+    assert!(
+        e.contains("forbidden") && e.contains("service account"),
+        "{e}"
+    );
+    assert!(w.state()["unacknowledged"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn invalid_pod_is_permanent_exit_4_naming_the_field() {
+    let w = world(&[], |_| {});
+    let tpl = w.dir.path().join("bad.json");
+    std::fs::write(
+        &tpl,
+        r#"{"metadata":{"labels":{"team":"bad value!"}},"spec":{"containers":[{"name":"e","image":"i"}]}}"#,
+    )
+    .unwrap();
+    let out = w
+        .cmd(&["reconcile", "--target", "2"])
+        .arg("--template")
+        .arg(&tpl)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", err(&out));
+    assert!(err(&out).contains("metadata.labels"), "{}", err(&out));
+    assert_eq!(w.sim.stats().live_pods, 0);
+}
+
+#[test]
+fn rejected_token_file_is_a_credentials_error() {
+    let w = world(&[], |_| {});
+    let tf = w.dir.path().join("token");
+    std::fs::write(&tf, "not-the-token\n").unwrap();
+    let out = w
+        .cmd(&[
+            "--token-file",
+            tf.to_str().unwrap(),
+            "reconcile",
+            "--target",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    let e = err(&out);
+    assert!(e.contains("401") && e.contains("token file"), "{e}");
+    assert!(!e.contains("not-the-token"));
+}
+
+#[test]
+fn deleting_a_pod_that_is_already_gone_is_success() {
+    let w = world(&[], |_| {});
+    w.converge(3);
+    let out = w.run(&["remove", "2"]);
+    assert!(out.status.success(), "{}", err(&out));
+    // Removing it again: already gone or terminating, nothing to do, no error.
+    let out = w.run(&["remove", "2"]);
+    assert!(out.status.success(), "{}", err(&out));
+    w.sim.set_faults(rules(&["delete:reset@1"]));
+    let out = w.run(&["remove", "3"]);
+    assert!(out.status.success(), "{}", err(&out));
+}

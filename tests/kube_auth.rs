@@ -1,0 +1,467 @@
+//! Authentication end to end: the real binary with kubeconfigs whose user is an exec
+//! credential plugin (a shell script standing in for `aws eks get-token`,
+//! `gke-gcloud-auth-plugin` or `kubelogin`), against the simulated API server over HTTPS.
+//!
+//! The plugin script counts its runs in a file next to it, saves the `KUBERNETES_EXEC_INFO`
+//! it was given, answers with the apiVersion it was asked for, and takes its behaviour from
+//! the kubeconfig's `exec.env`: `TTL` (seconds until `expirationTimestamp`) and `WRONG_FIRST`
+//! (how many runs hand out a token the server rejects).
+#![cfg(unix)]
+
+use podalloc::sim::{SimOptions, SimServer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const APP: &str = "a";
+const NAMESPACE: &str = "spark-jobs";
+
+struct World {
+    sim: SimServer,
+    dir: tempfile::TempDir,
+    token: String,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("kube")).unwrap();
+    let token = "sim-token-from-the-plugin-4711".to_string();
+    let sim = SimServer::start(SimOptions {
+        ca_out: Some(dir.path().join("kube/ca.crt")),
+        token: Some(token.clone()),
+        schedule_latency: Duration::from_millis(50),
+        startup_latency: Duration::from_millis(200),
+        ..SimOptions::default()
+    })
+    .unwrap();
+    World { sim, dir, token }
+}
+
+/// A plugin that prints a token (the right one unless `WRONG_FIRST` says otherwise).
+fn token_plugin(good: &str) -> String {
+    format!(
+        r#"d=$(dirname "$0")
+echo run >> "$d/runs"
+n=$(wc -l < "$d/runs" | tr -d ' ')
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$d/exec-info.json"
+api=$(printf '%s' "$KUBERNETES_EXEC_INFO" | sed 's/.*"apiVersion":"\([^"]*\)".*/\1/')
+tok="{good}"
+if [ "$n" -le "${{WRONG_FIRST:-0}}" ]; then tok="rejected-token-$n"; fi
+exp=""
+if [ -n "$TTL" ]; then
+  t=$(( $(date +%s) + TTL ))
+  ts=$(date -u -d "@$t" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u -r "$t" +%Y-%m-%dT%H:%M:%SZ)
+  exp=",\"expirationTimestamp\":\"$ts\""
+fi
+printf '{{"apiVersion":"%s","kind":"ExecCredential","status":{{"token":"%s"%s}}}}\n' "$api" "$tok" "$exp""#
+    )
+}
+
+impl World {
+    fn kube(&self) -> PathBuf {
+        self.dir.path().join("kube")
+    }
+
+    fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Writes an executable script under the kubeconfig directory.
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = self.write(&format!("kube/{name}"), &format!("#!/bin/sh\n{body}\n"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    /// A kubeconfig at `kube/config` whose one user runs `./plugin.sh` (relative to the
+    /// kubeconfig) with `env`. The CA is the relative path `ca.crt`.
+    fn kubeconfig(&self, env: &[(&str, &str)], extra_exec: &str) -> PathBuf {
+        let env: Vec<String> = env
+            .iter()
+            .map(|(k, v)| format!("{{name: {k}, value: '{v}'}}"))
+            .collect();
+        self.write(
+            "kube/config",
+            &format!(
+                "apiVersion: v1
+kind: Config
+current-context: sim
+clusters:
+- name: sim
+  cluster:
+    server: {server}
+    certificate-authority: ca.crt
+contexts:
+- name: sim
+  context: {{cluster: sim, user: plugin-user, namespace: {NAMESPACE}}}
+users:
+- name: plugin-user
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ./plugin.sh
+      args: [get-token, --cluster, sim]
+      env: [{env}]
+      interactiveMode: Never
+{extra_exec}",
+                server = self.sim.url(),
+                env = env.join(", "),
+            ),
+        )
+    }
+
+    fn runs(&self) -> usize {
+        std::fs::read_to_string(self.kube().join("runs"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// `podalloc` with a clean environment (no KUBECONFIG, no in-cluster variables, HOME
+    /// without a kubeconfig) and debug logging, so that leaks would show.
+    fn podalloc(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
+        c.args(["--app-id", APP, "--image", "i"])
+            .arg("--state-file")
+            .arg(self.dir.path().join("state.json"))
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env("RUST_LOG", "debug")
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT");
+        c
+    }
+
+    fn run_with(&self, kubeconfig: &Path, args: &[&str]) -> Output {
+        let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+        all.extend_from_slice(args);
+        self.podalloc(&all).output().unwrap()
+    }
+
+    /// Our executor pods in `ns`, asked of the simulator directly.
+    fn pods(&self, ns: &str) -> usize {
+        let certs: Vec<_> = ureq::tls::parse_pem(self.sim.ca_pem().unwrap().as_bytes())
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .proxy(None)
+            .build()
+            .new_agent();
+        let url = format!(
+            "{}/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3D{APP}",
+            self.sim.url()
+        );
+        let text = agent
+            .get(&url)
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let list: Value = serde_json::from_str(&text).unwrap();
+        list["items"].as_array().unwrap().len()
+    }
+
+    /// Asserts that no token of the plugin's shows anywhere in the output.
+    fn assert_no_token(&self, out: &Output) {
+        let all = format!("{}{}", stdout(out), stderr(out));
+        assert!(!all.contains(&self.token), "the token leaked:\n{all}");
+        assert!(!all.contains("rejected-token-"), "a token leaked:\n{all}");
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(out.status.success(), "podalloc failed:\n{}", stderr(out));
+}
+
+/// The `podalloc: error: …` line.
+fn error_line(out: &Output) -> String {
+    let err = stderr(out);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("podalloc: error:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
+    lines[0].to_string()
+}
+
+#[test]
+fn exec_plugin_token_creates_pods() {
+    let w = world();
+    w.script("plugin.sh", &token_plugin(&w.token));
+    let kc = w.kubeconfig(&[], "      provideClusterInfo: true\n");
+    let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
+    assert_ok(&out);
+    w.assert_no_token(&out);
+    assert_eq!(w.pods(NAMESPACE), 2, "pods in the context's namespace");
+    assert_eq!(w.runs(), 1, "one run serves the whole tick");
+
+    // What the plugin was given: v1, not interactive, the cluster (provideClusterInfo).
+    let info: Value =
+        serde_json::from_slice(&std::fs::read(w.kube().join("exec-info.json")).unwrap()).unwrap();
+    assert_eq!(info["apiVersion"], "client.authentication.k8s.io/v1");
+    assert_eq!(info["kind"], "ExecCredential");
+    assert_eq!(info["spec"]["interactive"], false);
+    assert_eq!(info["spec"]["cluster"]["server"], w.sim.url());
+    let ca_b64 = info["spec"]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .unwrap();
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(ca_b64)
+        .unwrap();
+    assert_eq!(String::from_utf8(ca).unwrap(), w.sim.ca_pem().unwrap());
+
+    // --token replaces the kubeconfig user's credential: the plugin is not run.
+    let out = w.run_with(&kc, &["--token", &w.token, "reconcile", "--target", "2"]);
+    assert_ok(&out);
+    assert!(
+        !stderr(&out).contains("running exec plugin"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(w.runs(), 1);
+    assert_eq!(w.pods(NAMESPACE), 2);
+}
+
+#[test]
+fn exec_plugin_is_rerun_after_its_token_expires() {
+    let w = world();
+    w.script("plugin.sh", &token_plugin(&w.token));
+
+    // Valid for an hour: two ticks, one run.
+    let kc = w.kubeconfig(&[("TTL", "3600")], "");
+    let out = w.run_with(
+        &kc,
+        &[
+            "run",
+            "--target",
+            "2",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1500ms",
+        ],
+    );
+    assert_ok(&out);
+    assert!(stderr(&out).contains("tick 2:"), "{}", stderr(&out));
+    assert_eq!(w.runs(), 1);
+
+    // Valid for about 3 s: the second tick, 4 s later, runs the plugin again.
+    std::fs::remove_file(w.kube().join("runs")).unwrap();
+    let kc = w.kubeconfig(&[("TTL", "3")], "");
+    let out = w.run_with(
+        &kc,
+        &[
+            "run",
+            "--target",
+            "2",
+            "--interval",
+            "4s",
+            "--timeout",
+            "5s",
+        ],
+    );
+    assert_ok(&out);
+    w.assert_no_token(&out);
+    let log = stderr(&out);
+    assert!(log.contains("tick 2:") && !log.contains("tick 3:"), "{log}");
+    assert_eq!(w.runs(), 2, "{log}");
+    assert!(
+        !log.contains("401"),
+        "renewed before the server refused it: {log}"
+    );
+    assert_eq!(w.pods(NAMESPACE), 2);
+}
+
+#[test]
+fn forced_401_reruns_the_plugin_exactly_once() {
+    let w = world();
+    w.script("plugin.sh", &token_plugin(&w.token));
+
+    // The first token is rejected, the second one works.
+    let kc = w.kubeconfig(&[("WRONG_FIRST", "1")], "");
+    let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
+    assert_ok(&out);
+    w.assert_no_token(&out);
+    assert_eq!(w.runs(), 2);
+    assert!(
+        stderr(&out).contains("401 Unauthorized; re-running the exec plugin \"./plugin.sh\""),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(w.pods(NAMESPACE), 2);
+
+    // Always rejected: exit 1 after one re-run, naming the user and the plugin.
+    std::fs::remove_file(w.kube().join("runs")).unwrap();
+    let kc = w.kubeconfig(&[("WRONG_FIRST", "100")], "");
+    let out = w.run_with(&kc, &["reconcile", "--target", "3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    w.assert_no_token(&out);
+    assert_eq!(w.runs(), 2);
+    let line = error_line(&out);
+    assert!(
+        line.contains(&format!(
+            "exec plugin \"./plugin.sh\" (user \"plugin-user\" in kubeconfig {})",
+            kc.display()
+        )) && line.contains("was rejected (401 Unauthorized"),
+        "{line}"
+    );
+    assert_eq!(w.pods(NAMESPACE), 2);
+}
+
+#[test]
+fn failing_plugin_is_a_clear_one_line_error() {
+    let w = world();
+    w.script(
+        "plugin.sh",
+        &format!(
+            r#"echo '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"{}"}}}}'
+echo "error: the SSO session has expired; run aws sso login" >&2
+echo "second stderr line" >&2
+exit 1"#,
+            w.token
+        ),
+    );
+    let kc = w.kubeconfig(&[], "");
+    let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    w.assert_no_token(&out);
+    let line = error_line(&out);
+    assert_eq!(
+        line,
+        format!(
+            "podalloc: error: exec plugin \"./plugin.sh\" (user \"plugin-user\" in kubeconfig \
+             {}) failed with exit code 1: error: the SSO session has expired; run aws sso login",
+            kc.display()
+        )
+    );
+    assert!(!stderr(&out).contains("second stderr line"));
+    assert_eq!(w.pods(NAMESPACE), 0);
+
+    // A plugin that is not installed: exit 2 with the kubeconfig's installHint.
+    let kc = w.write(
+        "kube/config-missing",
+        &format!(
+            "current-context: sim
+clusters: [{{name: sim, cluster: {{server: '{}', certificate-authority: ca.crt}}}}]
+contexts: [{{name: sim, context: {{cluster: sim, user: u}}}}]
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: podalloc-test-plugin-that-is-not-installed
+      installHint: |
+        Install the plugin with
+        'brew install podalloc-test-plugin'
+",
+            w.sim.url()
+        ),
+    );
+    let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let line = error_line(&out);
+    assert!(
+        line.contains("podalloc-test-plugin-that-is-not-installed\" (user \"u\"")
+            && line.contains("not found")
+            && line.ends_with("Install the plugin with 'brew install podalloc-test-plugin'"),
+        "{line}"
+    );
+}
+
+#[test]
+fn kubeconfig_list_merges_first_file_wins() {
+    let w = world();
+    w.script("plugin.sh", &token_plugin(&w.token));
+    // First file: the current context, and the user as an exec plugin.
+    let first = w.write(
+        "kube/first",
+        "current-context: merged
+contexts:
+- name: merged
+  context: {cluster: sim, user: shared-user, namespace: ns-first}
+users:
+- name: shared-user
+  user:
+    exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: ./plugin.sh}
+",
+    );
+    // Second file, elsewhere: the cluster (with a CA path relative to *its* directory), and
+    // entries that clash with the first file's and must lose.
+    w.write("other/ca-copy.crt", w.sim.ca_pem().unwrap());
+    let second = w.write(
+        "other/second",
+        &format!(
+            "current-context: loser
+clusters:
+- name: sim
+  cluster: {{server: '{}', certificate-authority: ca-copy.crt}}
+contexts:
+- name: merged
+  context: {{cluster: sim, user: static-user, namespace: ns-second}}
+- name: loser
+  context: {{cluster: nowhere, user: static-user}}
+users:
+- name: shared-user
+  user: {{token: second-file-token}}
+- name: static-user
+  user: {{token: second-file-token}}
+",
+            w.sim.url()
+        ),
+    );
+    let list = format!("{}:{}", first.display(), second.display());
+    let out = w
+        .podalloc(&["reconcile", "--target", "2"])
+        .env("KUBECONFIG", &list)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    w.assert_no_token(&out);
+    assert_eq!(w.runs(), 1, "the first file's user (the plugin) is used");
+    assert_eq!(w.pods("ns-first"), 2);
+    assert_eq!(w.pods("ns-second"), 0);
+    let log = stderr(&out);
+    assert!(
+        log.contains(&format!("kubeconfig {list} (context merged)")),
+        "{log}"
+    );
+
+    // The other order: the second file's context and users win, and it has no cluster
+    // "nowhere".
+    let list = format!("{}:{}", second.display(), first.display());
+    let out = w
+        .podalloc(&["reconcile", "--target", "2"])
+        .env("KUBECONFIG", &list)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("cluster \"nowhere\" (used by context \"loser\") not found"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(w.runs(), 1);
+}

@@ -1,0 +1,66 @@
+//! Overlapping runs: ten `reconcile` processes started at once against one state file.
+//! Exactly one acts; the other nine exit 3 quickly; no duplicate creates.
+
+use podalloc::sim::{SimOptions, SimServer};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn ten_reconciles_at_once_exactly_one_acts() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "overlap-token";
+    let sim = SimServer::start(SimOptions {
+        ca_out: Some(dir.path().join("ca.crt")),
+        token: Some(token.into()),
+        startup_latency: Duration::from_secs(60),
+        // Every API call takes 300 ms, so the acting tick holds its lock for ~2 s.
+        latency: Duration::from_millis(300),
+        ..SimOptions::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_podalloc"))
+                .args(["--server", &sim.url(), "--token", token])
+                .arg("--certificate-authority")
+                .arg(dir.path().join("ca.crt"))
+                .args(["--app-id", "overlap", "--image", "img", "--batch-size", "5"])
+                .arg("--state-file")
+                .arg(dir.path().join("state.json"))
+                .args(["reconcile", "--target", "50"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let results: Vec<(i32, Duration, String)> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                started.elapsed(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        })
+        .collect();
+    let acted: Vec<_> = results.iter().filter(|r| r.0 == 0).collect();
+    let locked: Vec<_> = results.iter().filter(|r| r.0 == 3).collect();
+    assert_eq!(acted.len(), 1, "{results:#?}");
+    assert_eq!(locked.len(), 9, "{results:#?}");
+    for (_, _, err) in &locked {
+        assert!(err.contains("holds the lock"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let stats = sim.stats();
+    assert_eq!(stats.creates, 5, "one batch, no duplicates");
+    assert_eq!(stats.create_conflicts, 0);
+    assert_eq!(stats.duplicate_executor_ids, 0);
+    eprintln!(
+        "overlap harness: 10 processes, 1 acted, 9 exited 3, {} creates, 0 duplicates, {:.1}s",
+        stats.creates,
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -222,6 +222,8 @@ struct ExecCache {
     cert: Option<(Vec<u8>, Secret<Vec<u8>>)>,
     /// When to run the plugin again; `None`: only after a 401.
     refresh_at: Option<SystemTime>,
+    /// The credential's `expirationTimestamp`.
+    expires: Option<SystemTime>,
 }
 
 /// A blocking Kubernetes client for the pods of one namespace.
@@ -763,7 +765,21 @@ impl KubeClient {
             !cache.fetched || force || cache.refresh_at.is_some_and(|t| SystemTime::now() >= t);
         if due {
             lock(&self.stats).exec_runs += 1;
-            let cred = run_plugin(exec, self.exec_cluster.as_ref(), self.options.exec_timeout)?;
+            let cred = match run_plugin(exec, self.exec_cluster.as_ref(), self.options.exec_timeout)
+            {
+                Ok(cred) => cred,
+                // Renewing early failed, but the cached credential has not expired yet: keep
+                // it (the next call tries again).
+                Err(e)
+                    if !force
+                        && cache.fetched
+                        && cache.expires.is_some_and(|t| SystemTime::now() < t) =>
+                {
+                    log::warn!("{e}; keeping the credential it returned before until it expires");
+                    return Ok(cache.token.as_ref().map(|t| t.expose().clone()));
+                }
+                Err(e) => return Err(e),
+            };
             let fetched_at = SystemTime::now();
             match (&cred.client_certificate, &cred.client_key) {
                 (Some(cert), Some(key)) => {
@@ -805,6 +821,7 @@ impl KubeClient {
                 _ => {}
             }
             cache.refresh_at = cred.refresh_time(fetched_at);
+            cache.expires = cred.expiration;
             cache.token = cred.token;
             cache.fetched = true;
         }

@@ -1210,6 +1210,29 @@ fn exec_credential_is_renewed_before_it_expires() {
     client.get_pod("x").unwrap();
     assert_eq!(plugin.runs(), 2);
 
+    // Renewal fails before the credential has expired: the old one serves until it expires.
+    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.set(
+        None,
+        &exec_output(
+            Some("t"),
+            None,
+            Some(SystemTime::now() + Duration::from_secs(2)),
+        ),
+    );
+    let client = exec_client(&server, &plugin).unwrap();
+    plugin.set(None, "not a credential");
+    std::thread::sleep(Duration::from_millis(1300));
+    client.get_pod("x").unwrap();
+    assert_eq!(plugin.runs(), 2);
+    std::thread::sleep(Duration::from_millis(900));
+    let err = client.get_pod("x").unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Auth(m) if m.contains("not JSON")),
+        "{err}"
+    );
+    assert_eq!(plugin.runs(), 3);
+
     // Already expired when returned: run again for every call.
     std::fs::remove_file(dir.path().join("runs")).unwrap();
     plugin.set(
@@ -1224,7 +1247,7 @@ fn exec_credential_is_renewed_before_it_expires() {
     client.get_pod("x").unwrap();
     client.get_pod("x").unwrap();
     assert_eq!(plugin.runs(), 3);
-    assert_eq!(server.recorded().len(), 7);
+    assert_eq!(server.recorded().len(), 8);
 }
 
 #[cfg(unix)]

@@ -429,6 +429,31 @@ pub struct SimArgs {
     /// Seed for the simulated failures.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Number of simulated nodes (0: every pod stays Pending, Unschedulable).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub nodes: usize,
+    /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
+    /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
+    /// cm-create, cm-update. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
+    /// reset, delay:MS, lost-response, truncate, 410.
+    #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]
+    pub faults: Vec<crate::sim::FaultRule>,
+    /// A ResourceQuota on the number of pods per namespace (403 "exceeded quota" beyond it).
+    #[arg(long, value_name = "N")]
+    pub pod_quota: Option<u64>,
+    /// Verbs the simulated RBAC denies with 403 (repeatable), e.g. `create`.
+    #[arg(long = "forbid", value_name = "VERB")]
+    pub forbid: Vec<String>,
+    /// Require TLS client certificates signed by the simulator's CA (mTLS).
+    #[arg(long)]
+    pub require_client_cert: bool,
+    /// Delay added to every API response.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub latency: Duration,
+}
+
+fn parse_fault(s: &str) -> Result<crate::sim::FaultRule, String> {
+    crate::sim::FaultRule::parse(s).map_err(|e| e.to_string())
 }
 
 /// Where the state lives.

@@ -637,6 +637,12 @@ fn sim(a: &SimArgs) -> Result<()> {
         startup_latency: a.startup_latency,
         failure_rate: a.failure_rate,
         seed: a.seed,
+        nodes: a.nodes,
+        faults: a.faults.clone(),
+        pod_quota: a.pod_quota,
+        forbid: a.forbid.clone(),
+        require_client_cert: a.require_client_cert,
+        latency: a.latency,
         ..SimOptions::default()
     };
     let server = SimServer::start(opts)
@@ -646,7 +652,15 @@ fn sim(a: &SimArgs) -> Result<()> {
         println!("CA certificate: {}", p.display());
     }
     if let Some(p) = &a.write_kubeconfig {
-        write_kubeconfig(p, &server.url(), server.ca_pem(), token.as_deref())?;
+        let client_cert =
+            (a.require_client_cert && !a.http).then(|| server.generate_client_cert("podalloc"));
+        write_kubeconfig(
+            p,
+            &server.url(),
+            server.ca_pem(),
+            token.as_deref(),
+            client_cert,
+        )?;
         println!(
             "kubeconfig: {} (use --kubeconfig {} or KUBECONFIG)",
             p.display(),
@@ -664,6 +678,7 @@ fn write_kubeconfig(
     url: &str,
     ca_pem: Option<&str>,
     token: Option<&str>,
+    client_cert: Option<(String, String)>,
 ) -> Result<()> {
     use base64::Engine as _;
     let mut cluster = serde_json::json!({"server": url});
@@ -675,6 +690,11 @@ fn write_kubeconfig(
     let mut user = serde_json::json!({});
     if let Some(t) = token {
         user["token"] = t.into();
+    }
+    if let Some((cert, key)) = client_cert {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        user["client-certificate-data"] = b64.encode(cert.as_bytes()).into();
+        user["client-key-data"] = b64.encode(key.as_bytes()).into();
     }
     let cfg = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",

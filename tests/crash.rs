@@ -82,8 +82,9 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
             ca_out: Some(dir.path().join("ca.crt")),
             token: Some(token.clone()),
             schedule_latency: Duration::from_millis(10),
-            startup_latency: Duration::from_millis(rng.below(200) + 20),
+            startup_latency: Duration::from_millis(rng.below(800) + 100),
             stop_latency: Duration::from_millis(20),
+            failure_rate: 0.05,
             seed: run,
             ..SimOptions::default()
         })
@@ -91,7 +92,13 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
         let target = rng.below(10) + 3;
         let batch = rng.below(5) + 1;
         for step in 0..8 {
-            let mut cmd = podalloc(&sim, dir.path(), &token, target, batch, &["reconcile"]);
+            // Now and then the target drops, so excess deletes happen too.
+            let step_target = if rng.below(4) == 0 {
+                target / 2
+            } else {
+                target
+            };
+            let mut cmd = podalloc(&sim, dir.path(), &token, step_target, batch, &["reconcile"]);
             let status = if step % 3 == 2 {
                 // A kill at a random moment, from outside.
                 let mut child = cmd.spawn().unwrap();
@@ -126,7 +133,11 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
             let st = podalloc::state::load(&dir.path().join("state.json"))
                 .unwrap_or_else(|e| panic!("run {run} step {step}: {e}"));
             if let Some(st) = st {
-                assert_eq!(st.target, Some(target as u32));
+                let t = st.target.unwrap_or(0) as u64;
+                assert!(
+                    t == target || t == target / 2,
+                    "run {run} step {step}: target {t}"
+                );
             }
             assert!(
                 live(&sim) <= target,
@@ -185,10 +196,11 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
     }
     let report = format!(
         "crash harness: {RUNS} runs, {ticks} ticks, {kills} kills ({point_kills} at crash points, \
-         {random_kills} at random times), points hit {}/{}, {converged} converged, \
+         {random_kills} at random times), points hit {}/{} {:?}, {converged} converged, \
          0 duplicate ids, 0 reused ids, 0 overshoot\n",
         points_hit.len(),
-        CRASH_POINTS.len()
+        CRASH_POINTS.len(),
+        points_hit
     );
     eprint!("{report}");
     let _ = std::fs::write(

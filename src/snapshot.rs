@@ -179,15 +179,16 @@ impl Snapshot {
     fn add_pod(&mut self, pod: RawPod<'_>, app_id: &str) -> Result<(), SnapshotError> {
         let meta = pod.metadata.unwrap_or_default();
         let labels = meta.labels.unwrap_or_default();
-        if labels.app.as_deref() != Some(app_id) || labels.role.as_deref() != Some(ROLE_EXECUTOR) {
+        let [app, role, exec_id] = labels.0;
+        if app.as_deref() != Some(app_id) || role.as_deref() != Some(ROLE_EXECUTOR) {
             self.foreign += 1;
             return Ok(());
         }
         let name = meta.name.map(Cow::into_owned).unwrap_or_default();
-        let id = match labels.exec_id.as_deref().and_then(parse_executor_id) {
+        let id = match exec_id.as_deref().and_then(parse_executor_id) {
             Some(id) => id,
             None => {
-                self.warnings.push(match labels.exec_id {
+                self.warnings.push(match exec_id {
                     Some(v) => format!(
                         "pod {name:?} has {LABEL_EXEC_ID}={v:?}, not a positive integer: ignored"
                     ),
@@ -234,7 +235,10 @@ impl Snapshot {
             .unwrap_or(0);
         let deletion_cost = meta
             .annotations
-            .and_then(|a| a.deletion_cost)
+            .and_then(|a| {
+                let [cost] = a.0;
+                cost
+            })
             .and_then(|v| v.trim().parse::<i32>().ok())
             .unwrap_or(0);
         let entry = ExecutorPod {
@@ -442,30 +446,43 @@ struct RawTerminated<'a> {
 /// The annotation ReplicaSet ranks scale-down by (`PodDeletionCost`, on since 1.22).
 pub const ANNOTATION_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-/// The one annotation we read; every other one is skipped without allocating.
-#[derive(Default)]
-struct OurAnnotations<'a> {
-    deletion_cost: Option<Cow<'a, str>>,
+/// A fixed set of keys to pick out of a JSON map of strings (labels, annotations).
+trait Keys<const N: usize> {
+    const KEYS: [&'static str; N];
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for OurAnnotations<'a> {
+/// The values of `K::KEYS` in a string map, in that order; every other entry is skipped
+/// without allocating, and escaped-free values are borrowed from the input.
+struct Picked<'a, const N: usize, K: Keys<N>>(
+    [Option<Cow<'a, str>>; N],
+    std::marker::PhantomData<K>,
+);
+
+impl<const N: usize, K: Keys<N>> Default for Picked<'_, N, K> {
+    fn default() -> Self {
+        Picked(std::array::from_fn(|_| None), std::marker::PhantomData)
+    }
+}
+
+impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N, K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = OurAnnotations<'a>;
+        struct V<'a, const N: usize, K>(std::marker::PhantomData<(&'a (), K)>);
+        impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Visitor<'de> for V<'a, N, K> {
+            type Value = Picked<'a, N, K>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map of annotation names to string values")
+                f.write_str("a map of names to string values")
             }
             fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(OurAnnotations::default())
+                Ok(Picked::default())
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
-                let mut out = OurAnnotations::default();
+                let mut out = Picked::<N, K>::default();
                 while let Some(key) = m.next_key::<Cow<'de, str>>()? {
-                    if key == ANNOTATION_DELETION_COST {
-                        out.deletion_cost = m.next_value::<Option<Cow<'de, str>>>()?;
-                    } else {
-                        m.next_value::<IgnoredAny>()?;
+                    match K::KEYS.iter().position(|k| *k == key) {
+                        Some(i) => out.0[i] = m.next_value::<Option<Cow<'de, str>>>()?,
+                        None => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
                     }
                 }
                 Ok(out)
@@ -475,45 +492,19 @@ impl<'de: 'a, 'a> Deserialize<'de> for OurAnnotations<'a> {
     }
 }
 
-/// The three Spark labels; every other label is skipped without allocating.
-#[derive(Default)]
-struct OurLabels<'a> {
-    app: Option<Cow<'a, str>>,
-    role: Option<Cow<'a, str>>,
-    exec_id: Option<Cow<'a, str>>,
+/// The three Spark labels.
+struct LabelKeys;
+impl Keys<3> for LabelKeys {
+    const KEYS: [&'static str; 3] = [LABEL_APP, LABEL_ROLE, LABEL_EXEC_ID];
 }
+type OurLabels<'a> = Picked<'a, 3, LabelKeys>;
 
-impl<'de: 'a, 'a> Deserialize<'de> for OurLabels<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = OurLabels<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map of label names to string values")
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(OurLabels::default())
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
-                let mut out = OurLabels::default();
-                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
-                    let slot = match key.as_ref() {
-                        LABEL_APP => &mut out.app,
-                        LABEL_ROLE => &mut out.role,
-                        LABEL_EXEC_ID => &mut out.exec_id,
-                        _ => {
-                            m.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *slot = m.next_value::<Option<Cow<'de, str>>>()?;
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
+/// The one annotation we read.
+struct AnnotationKeys;
+impl Keys<1> for AnnotationKeys {
+    const KEYS: [&'static str; 1] = [ANNOTATION_DELETION_COST];
 }
+type OurAnnotations<'a> = Picked<'a, 1, AnnotationKeys>;
 
 #[cfg(test)]
 mod tests {

@@ -1198,18 +1198,29 @@ impl KubeClient {
     /// Errors: [`KubeError::Api`] for other HTTP errors, `Transport`, `Auth`, `Decode`.
     pub fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get pod {name}");
+        let url = self.pod_url(name, &verb)?;
+        self.get_object(url, &verb, &format!("pod {name}"))
+    }
+
+    /// GET one object: 404 → `Ok(None)`, 2xx → its JSON, else the API error.
+    fn get_object(
+        &self,
+        url: String,
+        verb: &str,
+        what: &str,
+    ) -> Result<Option<serde_json::Value>, KubeError> {
         let req = Request {
             method: Method::GET,
-            url: self.pod_url(name, &verb)?,
+            url,
             body: None,
-            verb: &verb,
+            verb,
             limit: self.options.body_limit,
         };
         let resp = self.execute(&req)?;
         match resp.status {
             404 => Ok(None),
-            200..=299 => Self::decode_json(&format!("pod {name}"), &resp.body).map(Some),
-            _ => Err(Self::api_error(&verb, &resp)),
+            200..=299 => Self::decode_json(what, &resp.body).map(Some),
+            _ => Err(Self::api_error(verb, &resp)),
         }
     }
 
@@ -1231,22 +1242,7 @@ impl KubeClient {
         } else {
             format!("create pod {name}")
         };
-        let body = serde_json::to_vec(pod).map_err(|e| KubeError::Decode {
-            what: "pod to create".to_string(),
-            message: e.to_string(),
-        })?;
-        let req = Request {
-            method: Method::POST,
-            url: self.pods_url(),
-            body: Some(body),
-            verb: &verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            200..=299 => Self::decode_json(&format!("created pod {name}"), &resp.body),
-            _ => Err(Self::api_error(&verb, &resp)),
-        }
+        self.write_object(Method::POST, self.pods_url(), pod, &verb)
     }
 
     fn configmaps_url(&self) -> String {
@@ -1264,19 +1260,8 @@ impl KubeClient {
     /// `Decode`.
     pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get configmap {name}");
-        let req = Request {
-            method: Method::GET,
-            url: format!("{}/{}", self.configmaps_url(), encode_component(name)),
-            body: None,
-            verb: &verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            404 => Ok(None),
-            200..=299 => Self::decode_json(&format!("configmap {name}"), &resp.body).map(Some),
-            _ => Err(Self::api_error(&verb, &resp)),
-        }
+        let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
+        self.get_object(url, &verb, &format!("configmap {name}"))
     }
 
     /// Creates a ConfigMap (`POST .../configmaps`); 409 AlreadyExists when another writer
@@ -1286,7 +1271,7 @@ impl KubeClient {
     pub fn create_configmap(&self, cm: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
         let name = cm["metadata"]["name"].as_str().unwrap_or("").to_string();
         let verb = format!("create configmap {name}");
-        self.write_configmap(Method::POST, self.configmaps_url(), cm, &verb)
+        self.write_object(Method::POST, self.configmaps_url(), cm, &verb)
     }
 
     /// Replaces ConfigMap `name` (`PUT .../configmaps/NAME`). With `metadata.resourceVersion`
@@ -1301,18 +1286,19 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let verb = format!("update configmap {name}");
         let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
-        self.write_configmap(Method::PUT, url, cm, &verb)
+        self.write_object(Method::PUT, url, cm, &verb)
     }
 
-    fn write_configmap(
+    /// POST or PUT one object: 2xx → the object as the server returned it, else the API error.
+    fn write_object(
         &self,
         method: Method,
         url: String,
-        cm: &serde_json::Value,
+        object: &serde_json::Value,
         verb: &str,
     ) -> Result<serde_json::Value, KubeError> {
-        let body = serde_json::to_vec(cm).map_err(|e| KubeError::Decode {
-            what: "configmap to write".to_string(),
+        let body = serde_json::to_vec(object).map_err(|e| KubeError::Decode {
+            what: format!("the body of {verb}"),
             message: e.to_string(),
         })?;
         let req = Request {

@@ -603,24 +603,25 @@ pub fn step(
     }
 
     // Policy: the crash-loop guard.
-    let mut failures: Vec<FailureRecord> = Vec::new();
+    // Failures inside the window are always kept (so `status` shows them and a run without
+    // the guard does not forget them); the guard acts on them only when it is on.
+    let mut failures: Vec<FailureRecord> = state
+        .failures
+        .iter()
+        .filter(|f| now_ms.saturating_sub(f.at_ms) <= pol.failure_window_ms)
+        .cloned()
+        .collect();
+    for (id, reason) in newly_failed {
+        if !state.failures.iter().any(|f| f.executor_id == id) {
+            failures.push(FailureRecord {
+                executor_id: id,
+                at_ms: now_ms,
+                reason,
+            });
+        }
+    }
     let mut halt: Option<String> = None;
     if let Some(max) = pol.max_failures {
-        failures = state
-            .failures
-            .iter()
-            .filter(|f| now_ms.saturating_sub(f.at_ms) <= pol.failure_window_ms)
-            .cloned()
-            .collect();
-        for (id, reason) in newly_failed {
-            if !state.failures.iter().any(|f| f.executor_id == id) {
-                failures.push(FailureRecord {
-                    executor_id: id,
-                    at_ms: now_ms,
-                    reason,
-                });
-            }
-        }
         if failures.len() as u64 > max as u64 {
             let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
             for f in &failures {
@@ -752,8 +753,15 @@ pub fn step(
         ),
     };
     let mut create = Vec::new();
+    let ids_left = u64::MAX - last_id;
+    if ids_left < room.min(batch) as u64 {
+        warnings.push(format!(
+            "executor ids are exhausted (the highest id seen is {last_id}): no more executors \
+             can be created for this app id; use a new app id"
+        ));
+    }
     if allowed && room > 0 && backing_off.is_none() && halt.is_none() {
-        let n = room.min(batch);
+        let n = (room.min(batch) as u64).min(ids_left);
         for _ in 0..n {
             last_id += 1;
             unack.insert(last_id, now_ms);
@@ -771,13 +779,23 @@ pub fn step(
 
     s.created = create.len() as u32;
     s.deleted = delete.len() as u32;
+    // Running executors above the target stay (Spark's rule) unless --scale-down-running:
+    // then there is nothing more to do, which counts as converged, with a warning.
+    let above = s.running > target && !pol.scale_down_running;
+    if above {
+        warnings.push(format!(
+            "{} running executors are above the target {target} and are left running (as Spark \
+             does); pass --scale-down-running, or `podalloc remove ID…`, to stop some",
+            s.running
+        ));
+    }
     s.converged = backing_off.is_none()
         && halt.is_none()
         && create.is_empty()
         && delete.is_empty()
         && unack.is_empty()
         && !pending_seen
-        && s.running == target;
+        && (s.running == target || above);
 
     // Spark's deletedExecutorIds: ours deleted, still visible; pruned to what the cluster shows.
     let mut deleted: BTreeSet<u64> = state

@@ -56,7 +56,8 @@ pub struct Cli {
         value_name = "FILE"
     )]
     pub metrics_file: Option<PathBuf>,
-    /// Log format: `text` for people, `json` (one object per line) for log shippers.
+    /// Log format: `text` for people, `json` (one object per line: ts, level, module, msg)
+    /// for log shippers.
     #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
@@ -128,15 +129,15 @@ pub struct ConnArgs {
     #[arg(long, global = true, env = "PODALLOC_CLIENT_KEY", value_name = "FILE")]
     pub client_key: Option<PathBuf>,
     /// Do not verify the API server's certificate (insecure; warns every tick).
-    #[arg(long, global = true, env = "PODALLOC_INSECURE_SKIP_TLS_VERIFY")]
+    #[arg(long, global = true, env = "PODALLOC_INSECURE_SKIP_TLS_VERIFY", value_parser = clap::builder::BoolishValueParser::new())]
     pub insecure_skip_tls_verify: bool,
     /// Allow plain http:// to a host that is not loopback.
-    #[arg(long, global = true, env = "PODALLOC_ALLOW_INSECURE_HTTP")]
+    #[arg(long, global = true, env = "PODALLOC_ALLOW_INSECURE_HTTP", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_insecure_http: bool,
     /// Start the built-in simulated API server (HTTPS on loopback) and use it instead of a
     /// cluster: for trying podalloc out. Its state file lives in a temporary directory unless
     /// --state-file is given.
-    #[arg(long, global = true, env = "PODALLOC_SIMULATE")]
+    #[arg(long, global = true, env = "PODALLOC_SIMULATE", value_parser = clap::builder::BoolishValueParser::new())]
     pub simulate: bool,
 }
 
@@ -190,7 +191,7 @@ pub struct AppArgs {
     pub startup_grace: Option<Duration>,
     /// Also delete running executors above the target (off, as Spark): lowest
     /// pod-deletion-cost first, then most restarts, then newest.
-    #[arg(long, global = true, env = "PODALLOC_SCALE_DOWN_RUNNING")]
+    #[arg(long, global = true, env = "PODALLOC_SCALE_DOWN_RUNNING", value_parser = clap::builder::BoolishValueParser::new())]
     pub scale_down_running: bool,
     /// Time between ticks of `run` (Spark: spark.kubernetes.allocation.batch.delay), e.g. 1s.
     #[arg(long, global = true, env = "PODALLOC_BATCH_DELAY", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
@@ -201,7 +202,7 @@ pub struct AppArgs {
     pub creation_timeout: Option<Duration>,
     /// Keep Failed/Succeeded executor pods (for debugging) instead of deleting them; they
     /// are still replaced.
-    #[arg(long, global = true, env = "PODALLOC_KEEP_TERMINATED")]
+    #[arg(long, global = true, env = "PODALLOC_KEEP_TERMINATED", value_parser = clap::builder::BoolishValueParser::new())]
     pub keep_terminated: bool,
     /// Pods per page when listing (the API's `limit`; 0 = no pagination).
     #[arg(
@@ -267,10 +268,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Set the target to N executors and run one tick.
     Scale(ScaleArgs),
-    /// Raise the target by N executors and run one tick (seed 001's addExecutors).
+    /// Raise the target by N executors and run one tick (Spark's addExecutors).
     Add(AddArgs),
     /// Delete these executors now, whatever their state, and lower the target by as many
-    /// (seed 001's deleteExecutors).
+    /// (Spark's deleteExecutors).
     Remove(RemoveArgs),
     /// Run the allocation step once, offline, on a recorded PodList; print the plan JSON.
     Plan(PlanArgs),
@@ -297,7 +298,7 @@ pub struct ReconcileArgs {
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
     /// Print the plan JSON and change nothing (no API writes, no state save).
-    #[arg(long)]
+    #[arg(long, env = "PODALLOC_DRY_RUN", value_parser = clap::builder::BoolishValueParser::new())]
     pub dry_run: bool,
 }
 
@@ -311,10 +312,10 @@ pub struct RunArgs {
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
     /// Exit 0 once running = target with nothing pending or unacknowledged.
-    #[arg(long)]
+    #[arg(long, env = "PODALLOC_UNTIL_CONVERGED", value_parser = clap::builder::BoolishValueParser::new())]
     pub until_converged: bool,
     /// Give up after this long (exit 5 if not converged).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 }
 
@@ -324,7 +325,7 @@ pub enum LogFormat {
     /// `[time LEVEL target] message`.
     #[default]
     Text,
-    /// `{"ts":…,"level":…,"target":…,"msg":…}` per line.
+    /// `{"ts":…,"level":…,"module":…,"msg":…}` per line (errors add `exit_code`).
     Json,
 }
 
@@ -342,7 +343,7 @@ pub enum Output {
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
     /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    #[arg(long, short = 'o', env = "PODALLOC_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
 
@@ -489,16 +490,28 @@ pub fn parse_state_store(s: &str) -> Result<StateStoreKind, String> {
     }
 }
 
-/// Parses a humantime duration (`1s`, `250ms`, `2m`).
+/// Longest duration any flag takes: 10 years.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Parses a humantime duration (`1s`, `250ms`, `2m`), at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 1s, 250ms, 2m"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 1s, 250ms, 2m"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than 10 years"));
+    }
+    Ok(d)
 }
+
+/// Largest target accepted (executors).
+pub const MAX_TARGET: u32 = 1_000_000;
+/// Largest batch size accepted (pods per tick).
+pub const MAX_BATCH: u32 = 10_000;
 
 /// Parses a target: a whole number ≥ 0 that fits in u32.
 pub fn parse_target(s: &str) -> Result<u32, String> {
-    let n: i64 = s
-        .trim()
+    let t = s.trim();
+    let n: i128 = t
         .parse()
         .map_err(|_| format!("{s:?} is not a whole number of executors"))?;
     if n < 0 {
@@ -506,7 +519,10 @@ pub fn parse_target(s: &str) -> Result<u32, String> {
             "{n} is negative; the target is a count of executors (0 or more)"
         ));
     }
-    u32::try_from(n).map_err(|_| format!("{n} is too large for a target"))
+    if n > MAX_TARGET as i128 {
+        return Err(format!("{t} is too large: at most {MAX_TARGET}"));
+    }
+    Ok(n as u32)
 }
 
 /// `--batch-size`: a fixed size or adaptive.
@@ -529,7 +545,8 @@ pub fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
 /// Parses a count that must be 1 or more.
 pub fn parse_batch_size_n(s: &str) -> Result<u32, String> {
     match parse_target(s)? {
-        0 => Err("the batch size must be at least 1".into()),
+        0 => Err("must be at least 1".into()),
+        n if n > MAX_BATCH => Err(format!("{n} is too large: at most {MAX_BATCH}")),
         n => Ok(n),
     }
 }

@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 /// The data key holding the state JSON.
 pub const DATA_KEY: &str = "state.json";
+/// The label podalloc puts on its ConfigMaps (and requires before writing over one).
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// A state store in ConfigMap `name` of the client's namespace.
 pub struct ConfigMapStore<'a> {
@@ -67,17 +69,26 @@ impl StateStore for ConfigMapStore<'_> {
             self.resource_version = None;
             return Ok(None);
         };
+        // Never take over a ConfigMap that podalloc did not create: saving replaces it whole.
+        let cm_path = || std::path::PathBuf::from(format!("configmap:{}", self.name));
+        if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
+            return Err(StoreError::Corrupt(
+                cm_path(),
+                format!(
+                    "{} exists and was not created by podalloc (no label {MANAGED_BY}=podalloc); \
+                     choose another name for --state-store",
+                    self.what()
+                ),
+            ));
+        }
         self.resource_version = cm["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
         match cm["data"][DATA_KEY].as_str() {
             None => Ok(None),
-            Some(text) => parse(text.as_bytes()).map(Some).map_err(|why| {
-                StoreError::Backend(format!(
-                    "{} key {DATA_KEY} is not a valid podalloc state ({why}); fix or delete the key",
-                    self.what()
-                ))
-            }),
+            Some(text) => parse(text.as_bytes())
+                .map(Some)
+                .map_err(|why| StoreError::Corrupt(cm_path(), format!("key {DATA_KEY}: {why}"))),
         }
     }
 
@@ -88,7 +99,7 @@ impl StateStore for ConfigMapStore<'_> {
             "kind": "ConfigMap",
             "metadata": {
                 "name": self.name,
-                "labels": {"app.kubernetes.io/managed-by": "podalloc", "spark-app-selector": self.app_id},
+                "labels": {MANAGED_BY: "podalloc", "spark-app-selector": self.app_id},
             },
             "data": {DATA_KEY: text},
         });

@@ -2,23 +2,31 @@
 //! (node_exporter's textfile-collector convention: write a temp file in the same directory,
 //! then rename, so the collector never reads half a file).
 
+use crate::alloc::AllocatorState;
 use crate::reconcile::TickReport;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-/// Renders the metrics of one tick for `app` in `namespace`. Gauges: target, running,
-/// pending, unacknowledged, failed, tick duration (s), last successful tick (Unix s).
-/// Counters (totals kept in the state): executors created/deleted, API errors by code.
-pub fn render(app: &str, namespace: &str, report: &TickReport, tick_duration: Duration) -> String {
+/// Renders the metrics after a tick for `app` in `namespace`. Gauges: target, running,
+/// pending, unacknowledged, failed (from `report`; absent when the tick failed before it
+/// saw the cluster), whether the tick succeeded, tick duration (s), last successful tick
+/// (Unix s). Counters (totals kept in the state): executors created/deleted, API errors by
+/// code.
+pub fn render(
+    app: &str,
+    namespace: &str,
+    report: Option<&TickReport>,
+    state: &AllocatorState,
+    tick_duration: Duration,
+) -> String {
     let labels = format!(
         "app=\"{}\",namespace=\"{}\"",
         escape(app),
         escape(namespace)
     );
-    let s = &report.plan.summary;
-    let c = &report.state.counters;
+    let c = &state.counters;
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, value: String| {
         let _ = writeln!(
@@ -26,35 +34,48 @@ pub fn render(app: &str, namespace: &str, report: &TickReport, tick_duration: Du
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
         );
     };
+    let target = report.map(|r| r.plan.summary.target).or(state.target);
+    if let Some(t) = target {
+        metric(
+            "podalloc_target",
+            "gauge",
+            "Total expected executors.",
+            t.to_string(),
+        );
+    }
+    if let Some(r) = report {
+        let s = &r.plan.summary;
+        metric(
+            "podalloc_running",
+            "gauge",
+            "Running executors.",
+            s.running.to_string(),
+        );
+        metric(
+            "podalloc_pending",
+            "gauge",
+            "Pending executors.",
+            s.pending.to_string(),
+        );
+        metric(
+            "podalloc_unacknowledged",
+            "gauge",
+            "Executors created but not yet seen in a snapshot.",
+            r.unacknowledged.to_string(),
+        );
+        metric(
+            "podalloc_failed",
+            "gauge",
+            "Failed executors in the last snapshot.",
+            s.failed.to_string(),
+        );
+    }
+    let ok = report.is_some_and(|r| r.error.is_none());
     metric(
-        "podalloc_target",
+        "podalloc_tick_success",
         "gauge",
-        "Total expected executors.",
-        s.target.to_string(),
-    );
-    metric(
-        "podalloc_running",
-        "gauge",
-        "Running executors.",
-        s.running.to_string(),
-    );
-    metric(
-        "podalloc_pending",
-        "gauge",
-        "Pending executors.",
-        s.pending.to_string(),
-    );
-    metric(
-        "podalloc_unacknowledged",
-        "gauge",
-        "Executors created but not yet seen in a snapshot.",
-        report.unacknowledged.to_string(),
-    );
-    metric(
-        "podalloc_failed",
-        "gauge",
-        "Failed executors in the last snapshot.",
-        s.failed.to_string(),
+        "1 if the last tick finished without error, else 0.",
+        u8::from(ok).to_string(),
     );
     metric(
         "podalloc_executors_created_total",

@@ -7,7 +7,7 @@
 //! created twice: the next tick either sees the pod or times the id out.
 
 use crate::alloc::{self, AllocatorState, Plan, Request, Settings, Summary};
-use crate::error::{Error, Result};
+use crate::error::{Error, ExitCode, Result};
 use crate::kube::{Deleted, KubeClient, KubeError};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
@@ -188,6 +188,46 @@ pub fn tick(
 ) -> Result<TickReport> {
     client.reset_retry_budget();
     let errors_before = client.stats().errors_by_code;
+    let res = tick_inner(client, app, store, change, now_ms, &errors_before);
+    if let Err(e) = &res {
+        // A tick that failed before acting still counts its API errors (for metrics).
+        if matches!(e.code, ExitCode::Runtime | ExitCode::Refused) {
+            if let Ok(Some(mut state)) = store.load() {
+                if add_api_errors(&mut state.counters, &errors_before, client) {
+                    let _ = store.save(&state);
+                }
+            }
+        }
+    }
+    res
+}
+
+/// Adds the API error responses seen since `before` to the totals (404 is not an error for
+/// us: an idempotent delete or a fresh ConfigMap store). True when anything was added.
+fn add_api_errors(
+    counters: &mut alloc::Counters,
+    before: &std::collections::BTreeMap<u16, u64>,
+    client: &KubeClient,
+) -> bool {
+    let mut added = false;
+    for (code, n) in client.stats().errors_by_code {
+        let b = before.get(&code).copied().unwrap_or(0);
+        if n > b && code != 404 {
+            *counters.api_errors.entry(code.to_string()).or_insert(0) += n - b;
+            added = true;
+        }
+    }
+    added
+}
+
+fn tick_inner(
+    client: &KubeClient,
+    app: &App,
+    store: &mut dyn StateStore,
+    change: &TargetChange,
+    now_ms: u64,
+    errors_before: &std::collections::BTreeMap<u16, u64>,
+) -> Result<TickReport> {
     let state = store
         .load()
         .map_err(store_error)?
@@ -205,6 +245,10 @@ pub fn tick(
     };
     let plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
+    if plan.state.target != state.target {
+        let from = state.target.map_or("unset".to_string(), |t| t.to_string());
+        info!("target {from} → {}", plan.summary.target);
+    }
     for w in plan.warnings.iter().skip(snapshot.warnings.len()) {
         warn!("{w}");
     }
@@ -249,10 +293,13 @@ pub fn tick(
     let template = app.template.as_ref();
     for (i, c) in plan.create.iter().enumerate() {
         let Some(template) = template else {
+            // Only `remove` runs without a template: it never creates replacements.
             dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
-            first_error.get_or_insert(Error::usage(
-                "no executor pod template: pass --template FILE or --image IMAGE",
-            ));
+            warn!(
+                "{} executor(s) missing but no pod template given (--template or --image): \
+                 none created",
+                plan.create.len() - i
+            );
             break;
         };
         let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner.as_ref());
@@ -298,19 +345,9 @@ pub fn tick(
         }
     }
     // Totals for metrics: what happened, and the API errors seen during this tick.
-    let errors_after = client.stats().errors_by_code;
     state.counters.created += created as u64;
     state.counters.deleted += deleted as u64;
-    for (code, n) in errors_after {
-        let before = errors_before.get(&code).copied().unwrap_or(0);
-        if n > before {
-            *state
-                .counters
-                .api_errors
-                .entry(code.to_string())
-                .or_insert(0) += n - before;
-        }
-    }
+    add_api_errors(&mut state.counters, errors_before, client);
     if first_error.is_none() {
         state.counters.last_success_ms = Some(now_ms);
     }

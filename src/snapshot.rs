@@ -113,14 +113,24 @@ impl fmt::Display for SnapshotError {
             SnapshotError::Malformed(m) => write!(f, "not a PodList: {m}"),
             SnapshotError::DuplicateId { id, first, second } => write!(
                 f,
-                "pods {first:?} and {second:?} both carry {LABEL_EXEC_ID}={id}; \
-                 delete or relabel the one podalloc did not create"
+                "pods {:?} and {:?} both carry {LABEL_EXEC_ID}={id}; \
+                 delete or relabel the one podalloc did not create",
+                clip(first),
+                clip(second)
             ),
         }
     }
 }
 
 impl std::error::Error for SnapshotError {}
+
+/// At most 253 characters (the longest valid pod name) of a name from the input, for messages.
+fn clip(name: &str) -> &str {
+    match name.char_indices().nth(253) {
+        Some((i, _)) => &name[..i],
+        None => name,
+    }
+}
 
 impl Snapshot {
     /// The highest executor id among our pods in any state (0 when none): new ids start above it.
@@ -270,9 +280,11 @@ impl Snapshot {
     }
 }
 
-/// Parses an executor id label value: ASCII digits only, no sign, value ≥ 1, fits in u64.
+/// Parses an executor id label value: ASCII digits only, no sign, no leading zero, value ≥ 1,
+/// fits in u64.
 pub fn parse_executor_id(v: &str) -> Option<u64> {
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+    // Canonical decimal only: "01" is not "1" (two pods must never share an id by spelling).
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || v.starts_with('0') {
         return None;
     }
     v.parse::<u64>().ok().filter(|&id| id >= 1)

@@ -93,6 +93,12 @@ pub fn store_error(e: StoreError) -> crate::error::Error {
 ///
 /// Errors: [`StoreError::Corrupt`] for malformed JSON / unknown version, [`StoreError::Io`].
 pub fn load(path: &Path) -> Result<Option<AllocatorState>, StoreError> {
+    if path.is_dir() {
+        return Err(StoreError::Corrupt(
+            path.to_owned(),
+            "it is a directory; --state-file names a file".into(),
+        ));
+    }
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -130,6 +136,25 @@ impl LockedStore {
     ///
     /// Errors: [`StoreError::Locked`] when another process holds it, [`StoreError::Io`].
     pub fn lock(path: &Path) -> Result<LockedStore, StoreError> {
+        // A symlinked state file is written through (its target is replaced), not replaced
+        // by a regular file.
+        let resolved;
+        let path = match fs::read_link(path) {
+            Ok(target) => {
+                resolved = match path.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+                resolved.as_path()
+            }
+            Err(_) => path,
+        };
+        if path.is_dir() {
+            return Err(StoreError::Corrupt(
+                path.to_owned(),
+                "it is a directory; --state-file names a file".into(),
+            ));
+        }
         let io = |e| StoreError::Io(path.to_owned(), e);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             create_private_dir(dir).map_err(io)?;

@@ -289,7 +289,7 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
     assert!(log.contains("tick 2:") && !log.contains("tick 3:"), "{log}");
     assert_eq!(w.runs(), 2, "{log}");
     assert!(
-        !log.contains("401"),
+        !log.contains("-> 401 ") && !log.contains("401 Unauthorized"),
         "renewed before the server refused it: {log}"
     );
     assert_eq!(w.pods(NAMESPACE), 2);

@@ -37,15 +37,12 @@ pub fn run(cli: Cli) -> Result<()> {
             clap_complete::generate(a.shell, &mut cmd, "podalloc", &mut std::io::stdout());
             Ok(())
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    Err(Error::runtime(format!("writing the man page: {e}")))
-                }
-                _ => Ok(()),
+        Command::Man => match render_man(&mut std::io::stdout()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Error::runtime(format!("writing the man page: {e}")))
             }
-        }
+            _ => Ok(()),
+        },
         Command::Scale(a) if a.wait => scale_wait(&cli, a),
         Command::Scale(a) => change(
             &cli,
@@ -72,6 +69,45 @@ pub fn run(cli: Cli) -> Result<()> {
             a,
         ),
     }
+}
+
+/// The man page: the main page, then each command's synopsis, description and options
+/// (those not shared with the main page), so one page holds the whole manual.
+fn render_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let globals: std::collections::BTreeSet<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    clap_mangen::Man::new(cmd.clone()).render(out)?;
+    for sub in cmd.get_subcommands() {
+        let name = sub.get_name().to_string();
+        let own: Vec<clap::Arg> = sub
+            .get_arguments()
+            .filter(|a| !a.get_long().is_some_and(|l| globals.contains(l)))
+            .cloned()
+            .collect();
+        let title: &'static str = Box::leak(format!("podalloc {name}").into_boxed_str());
+        let mut page = clap::Command::new(title)
+            .about(sub.get_about().cloned().unwrap_or_default())
+            .disable_help_flag(true);
+        if let Some(long) = sub.get_long_about() {
+            page = page.long_about(long.clone());
+        }
+        for a in own {
+            page = page.arg(a);
+        }
+        writeln!(out, ".SH \"COMMAND: {}\"", name.to_uppercase())?;
+        let man = clap_mangen::Man::new(page);
+        let mut buf: Vec<u8> = Vec::new();
+        man.render_synopsis_section(&mut buf)?;
+        man.render_description_section(&mut buf)?;
+        man.render_options_section(&mut buf)?;
+        // Sub-headings under the command's heading.
+        let text = String::from_utf8_lossy(&buf).replace(".SH ", ".SS ");
+        out.write_all(text.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
@@ -169,6 +205,20 @@ fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     };
     let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
     let namespace = cfg.namespace.clone();
+    let ns_ok = !namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !namespace.starts_with('-')
+        && !namespace.ends_with('-');
+    if !ns_ok {
+        return Err(Error::usage(format!(
+            "namespace {:?} is not a valid namespace name (lower-case letters, digits and '-', \
+             at most 63): check -n/--namespace or the kubeconfig context",
+            namespace.chars().take(80).collect::<String>()
+        )));
+    }
     let insecure = cfg.tls.insecure_skip_tls_verify;
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
@@ -315,19 +365,27 @@ impl Env {
             );
         }
         let started = Instant::now();
-        let report = reconcile::tick(&self.client, &self.app, store, change, now_ms())?;
+        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
         if let Some(path) = &self.metrics_file {
-            let text = crate::metrics::render(
-                &self.app.app_id,
-                self.client.namespace(),
-                &report,
-                started.elapsed(),
-            );
-            if let Err(e) = crate::metrics::write_atomic(path, &text) {
-                warn!("cannot write the metrics file {}: {e}", path.display());
+            // After every tick, failed ones too (their API errors are counted).
+            let state = match &res {
+                Ok(report) => Some(report.state.clone()),
+                Err(_) => store.load().ok().flatten(),
+            };
+            if let Some(state) = state {
+                let text = crate::metrics::render(
+                    &self.app.app_id,
+                    self.client.namespace(),
+                    res.as_ref().ok(),
+                    &state,
+                    started.elapsed(),
+                );
+                if let Err(e) = crate::metrics::write_atomic(path, &text) {
+                    warn!("cannot write the metrics file {}: {e}", path.display());
+                }
             }
         }
-        Ok(report)
+        res
     }
 }
 
@@ -441,9 +499,16 @@ impl Progress {
 
 fn run_loop_with(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
     use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    // JSON logs stay pure JSON: the log lines carry the same numbers.
+    let on = progress && cli.log_format == crate::cli::LogFormat::Text;
+    if on && tty {
+        // The live line replaces the per-tick log lines; warnings still show.
+        log::set_max_level(log::LevelFilter::Warn.min(log::max_level()));
+    }
     let progress = Progress {
-        on: progress,
-        tty: std::io::stderr().is_terminal(),
+        on,
+        tty,
         started: Instant::now(),
     };
     let res = run_ticks(cli, a, &progress);
@@ -668,6 +733,11 @@ fn sim(a: &SimArgs) -> Result<()> {
         );
     } else if let Some(t) = &token {
         println!("token: {t}");
+    }
+    if a.write_kubeconfig.is_none() && a.ca_out.is_none() && !a.http {
+        println!(
+            "(HTTPS with a generated CA: pass --write-kubeconfig FILE or --ca-out FILE to connect)"
+        );
     }
     server.wait();
     Ok(())

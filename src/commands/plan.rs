@@ -5,7 +5,7 @@ use crate::alloc::{self, AllocatorState, Request};
 use crate::cli::{AppArgs, PlanArgs};
 use crate::error::{Error, Result};
 use crate::snapshot::Snapshot;
-use crate::state::{self, store_error, StoreError};
+use crate::state;
 use log::warn;
 use std::io::Read;
 
@@ -32,22 +32,31 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     let snapshot = Snapshot::from_pod_list(&bytes, &app_id)
         .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
     let state = match &a.state {
-        Some(p) => state::load(p)
-            .map_err(|e| match e {
-                StoreError::Io(p, e) => {
-                    Error::usage(format!("cannot read the state {}: {e}", p.display()))
-                }
-                e => store_error(e),
-            })?
-            .ok_or_else(|| Error::usage(format!("state file {} does not exist", p.display())))?,
+        Some(p) => read_state(p)?,
         None => AllocatorState::new(),
     };
+    if a.now > 0 && a.now < 100_000_000_000 {
+        warn!(
+            "--now {} looks like seconds, not milliseconds since the Unix epoch",
+            a.now
+        );
+    }
     let request = Request {
         target: a.target,
         remove: a.remove.clone(),
     };
-    let plan = alloc::step(&snapshot, &state, &settings, &request, a.now)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    if snapshot.executors.is_empty() && snapshot.foreign > 0 {
+        warn!(
+            "none of the {} pods in the PodList belong to app {app_id:?} (labels \
+             spark-app-selector={app_id}, spark-role=executor): check --app-id",
+            snapshot.foreign
+        );
+    }
+    let plan = alloc::step(&snapshot, &state, &settings, &request, a.now).map_err(|e| match e {
+        alloc::StepError::NoTarget => {
+            Error::usage("no target: pass --target N (the --state given holds none)")
+        }
+    })?;
     for w in &plan.warnings {
         warn!("{w}");
     }
@@ -56,4 +65,23 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
         serde_json::to_string_pretty(&plan).expect("plan serializes")
     );
     Ok(())
+}
+
+/// Reads `--state`: the `state` object of a previous plan, or that whole plan output.
+fn read_state(p: &std::path::Path) -> Result<AllocatorState> {
+    let bytes = std::fs::read(p)
+        .map_err(|e| Error::usage(format!("cannot read the state {}: {e}", p.display())))?;
+    let whole: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
+    let inner = whole
+        .as_ref()
+        .filter(|v| v.get("version").is_none())
+        .and_then(|v| v.get("state"))
+        .map(|v| serde_json::to_vec(v).expect("re-serializes"));
+    state::parse(inner.as_deref().unwrap_or(&bytes)).map_err(|why| {
+        Error::usage(format!(
+            "--state {} is not a podalloc state ({why}); pass the `state` object a previous \
+             `podalloc plan` printed",
+            p.display()
+        ))
+    })
 }

@@ -328,9 +328,10 @@ pub(crate) fn parse_server(
     allow_insecure_http: bool,
     origin: &str,
 ) -> Result<ServerUrl, KubeError> {
+    let shown = redact_userinfo(server);
     let bad = |why: &str| {
         KubeError::Config(format!(
-            "server {server:?} ({origin}) is not a valid URL: {why}; expected https://HOST[:PORT]"
+            "server {shown:?} ({origin}) is not a valid URL: {why}; expected https://HOST[:PORT]"
         ))
     };
     let uri: ureq::http::Uri = server.parse().map_err(|e| bad(&format!("{e}")))?;
@@ -352,14 +353,24 @@ pub(crate) fn parse_server(
     if host.is_empty() {
         return Err(bad("no host"));
     }
-    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // A port that is there but not a valid u16 (e.g. 99999) is an error, not the default.
+    let port = match authority.port() {
+        Some(p) => p
+            .as_str()
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad("the port is not 1-65535"))?,
+        None if https => 443,
+        None => 80,
+    };
     if uri.query().is_some() {
         return Err(bad("a query string is not allowed"));
     }
     let path = uri.path().trim_end_matches('/').to_string();
     if !https && !allow_insecure_http && !is_loopback_host(&host) {
         return Err(KubeError::Config(format!(
-            "server {server} ({origin}) uses plain http:// to a host that is not loopback; \
+            "server {shown} ({origin}) uses plain http:// to a host that is not loopback; \
              credentials and pods would travel unencrypted. Use https://, or pass \
              --allow-insecure-http if this is really intended"
         )));

@@ -83,9 +83,18 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Keep it one line whatever the source said.
-        let one_line = self.message.replace(['\n', '\r'], " ");
-        f.write_str(one_line.trim())
+        // One line whatever the source said: control characters (newlines, NUL, terminal
+        // escapes from a server's body) become spaces, and the line is kept to 2,000 chars.
+        let mut line: String = self
+            .message
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        if let Some((i, _)) = line.char_indices().nth(2000) {
+            line.truncate(i);
+            line.push('…');
+        }
+        f.write_str(line.trim())
     }
 }
 
@@ -93,3 +102,16 @@ impl std::error::Error for Error {}
 
 /// Shorthand for results whose error is an [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_one_bounded_line_without_control_characters() {
+        let e = Error::runtime("a\nb\r\u{1b}[31mred\u{0}z");
+        assert_eq!(e.to_string(), "a b  [31mred z");
+        let long = Error::runtime("x".repeat(5000));
+        assert_eq!(long.to_string().chars().count(), 2001);
+    }
+}

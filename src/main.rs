@@ -40,7 +40,11 @@ fn main() {
                         .next()
                         .unwrap_or("")
                         .trim_start_matches("error: ");
-                    eprintln!("podalloc: error: {first} (see podalloc --help)");
+                    let from = match podalloc::config_file::find(&args) {
+                        Some(f) => format!("; values may come from the config file {f}"),
+                        None => String::new(),
+                    };
+                    eprintln!("podalloc: error: {first} (see podalloc --help{from})");
                     std::process::exit(2);
                 }
             }

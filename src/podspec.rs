@@ -140,6 +140,31 @@ impl PodTemplate {
         let obj = pod
             .as_object_mut()
             .ok_or_else(|| TemplateError("the template is not a Pod object".into()))?;
+        // Fields podalloc merges into must have their API types; never repair them silently.
+        let meta = obj.get("metadata");
+        for (path, v) in [
+            ("metadata", meta),
+            ("metadata.labels", meta.and_then(|m| m.get("labels"))),
+            (
+                "metadata.annotations",
+                meta.and_then(|m| m.get("annotations")),
+            ),
+            ("spec", obj.get("spec")),
+        ] {
+            if v.is_some_and(|v| !v.is_object() && !v.is_null()) {
+                return Err(TemplateError(format!(
+                    "{path} in the template is not a map"
+                )));
+            }
+        }
+        if meta
+            .and_then(|m| m.get("ownerReferences"))
+            .is_some_and(|v| !v.is_array() && !v.is_null())
+        {
+            return Err(TemplateError(
+                "metadata.ownerReferences in the template is not a list".into(),
+            ));
+        }
         let containers = obj
             .get_mut("spec")
             .and_then(|s| s.get_mut("containers"))
@@ -162,6 +187,11 @@ impl PodTemplate {
                 if let Some(image) = image {
                     c.insert("image".into(), Value::String(image.into()));
                 }
+            }
+            if c.get("env").is_some_and(|v| !v.is_array() && !v.is_null()) {
+                return Err(TemplateError(format!(
+                    "spec.containers[{i}].env in the template is not a list"
+                )));
             }
             if !c.get("name").is_some_and(Value::is_string) {
                 return Err(TemplateError(format!(
@@ -359,6 +389,18 @@ mod tests {
             (json!({"spec": {"containers": []}}), "no containers"),
             (json!({"spec": {"containers": [{"image": "x"}]}}), "no name"),
             (json!({"spec": {"containers": [{"name": "x"}]}}), "no image"),
+            (
+                json!({"metadata": 5, "spec": {"containers": [{"name": "x", "image": "i"}]}}),
+                "metadata in the template is not a map",
+            ),
+            (
+                json!({"metadata": {"labels": ["a"]}, "spec": {"containers": [{"name": "x", "image": "i"}]}}),
+                "metadata.labels",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "x", "image": "i", "env": 5}]}}),
+                "env in the template is not a list",
+            ),
         ] {
             let e = PodTemplate::from_value(t, None).unwrap_err();
             assert!(e.0.contains(needle), "{e}");

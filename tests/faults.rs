@@ -252,3 +252,53 @@ fn deleting_a_pod_that_is_already_gone_is_success() {
     let out = w.run(&["remove", "3"]);
     assert!(out.status.success(), "{}", err(&out));
 }
+
+#[test]
+fn a_foreign_pod_under_our_name_is_skipped_not_adopted() {
+    // Someone else's pod already has the name executor 1 would get: the create gets 409
+    // AlreadyExists, the pod is read, it is not ours, so id 1 is skipped (never reused) and
+    // left alone; the next tick creates executor 2.
+    let w = world(&[], |_| {});
+    let agent_pod = serde_json::json!({
+        "metadata": {"name": format!("{APP}-exec-1"), "labels": {"team": "other"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running"}
+    });
+    let ca = std::fs::read(w.dir.path().join("ca.crt")).unwrap();
+    let certs: Vec<_> = ureq::tls::parse_pem(&ca)
+        .filter_map(|i| match i {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let agent = ureq::Agent::config_builder()
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                .build(),
+        )
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let resp = agent
+        .post(format!("{}/sim/pods/default", w.sim.url()))
+        .content_type("application/json")
+        .send(agent_pod.to_string())
+        .unwrap();
+    assert!(resp.status().is_success());
+    let out = w.run(&["reconcile", "--target", "1"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(err(&out).contains("not executor 1"), "{}", err(&out));
+    assert!(w.state()["unacknowledged"].as_array().unwrap().is_empty());
+    let out = w.run(&["run", "--until-converged", "--timeout", "30s"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        w.sim.stats().executor_ids_created.get(APP).unwrap(),
+        &vec![2]
+    );
+    assert_eq!(
+        w.sim.stats().live_pods,
+        2,
+        "ours and the foreign one, untouched"
+    );
+}

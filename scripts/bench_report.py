@@ -18,6 +18,8 @@ TICK_VS_CURL = 1.5       # podalloc wall <= 1.5 x curl wall, same bytes
 CPU_VS_KUBECTL = 5.0     # kubectl CPU >= 5 x podalloc CPU
 RSS_LIMIT_MIB = 64.0     # podalloc peak RSS at 50,000 pods
 CONVERGE_SPEEDUP = 10.0  # >= 10 x faster than the seed policy
+# The seed's extrapolated time was checked against a complete run and found 4-9 % too long.
+EXTRAPOLATION_MARGIN = 1.10
 
 
 def sh(*cmd):
@@ -210,8 +212,13 @@ def converge_section(cv):
             return f"{c[2]:.1f}× faster, {c[3]:.2f}× the requests"
         ok = all(c and c[2] is not None and c[2] >= CONVERGE_SPEEDUP and c[3] <= 1.0
                  for c in vals if c is not None) and any(c for c in vals)
+        v = verdict(ok)
+        speeds = [c[2] for c in vals if c and c[2] is not None]
+        if ok and min(speeds) < CONVERGE_SPEEDUP * EXTRAPOLATION_MARGIN:
+            # The seed's time is extrapolated and was found to be overstated by up to ~9 %.
+            v = "**met**, within the extrapolation's ~10 % margin"
         out.append(f"| ≥ {CONVERGE_SPEEDUP:.0f}× faster than seed, requests ≤ seed | {pol} "
-                   f"| {txt(vals[0])} | {txt(vals[1])} | {verdict(ok)} |")
+                   f"| {txt(vals[0])} | {txt(vals[1])} | {v} |")
     over = [c for c in checks if c[4] != 0]
     out.append(f"| overshoot = 0 | all | | | {verdict(not over)}"
                f"{'' if not over else ' (' + ', '.join(f'{c[0]}/{c[1]}: {c[4]}' for c in over) + ')'} |")

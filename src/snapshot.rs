@@ -170,7 +170,7 @@ impl Snapshot {
         let page: PodListPage<'_> =
             serde_json::from_slice(bytes).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
         if let Some(kind) = &page.kind {
-            if kind != "PodList" && kind != "List" {
+            if &**kind != "PodList" && &**kind != "List" {
                 return Err(SnapshotError::Malformed(format!(
                     "kind is {kind:?}, expected \"PodList\""
                 )));
@@ -182,7 +182,7 @@ impl Snapshot {
         Ok(page
             .metadata
             .and_then(|m| m.cont)
-            .map(Cow::into_owned)
+            .map(Str::into_owned)
             .filter(|c| !c.is_empty()))
     }
 
@@ -194,7 +194,7 @@ impl Snapshot {
             self.foreign += 1;
             return Ok(());
         }
-        let name = meta.name.map(Cow::into_owned).unwrap_or_default();
+        let name = meta.name.map(Str::into_owned).unwrap_or_default();
         let id = match exec_id.as_deref().and_then(parse_executor_id) {
             Some(id) => id,
             None => {
@@ -254,10 +254,10 @@ impl Snapshot {
         let entry = ExecutorPod {
             id,
             name,
-            uid: meta.uid.map(Cow::into_owned).unwrap_or_default(),
+            uid: meta.uid.map(Str::into_owned).unwrap_or_default(),
             resource_version: meta
                 .resource_version
-                .map(Cow::into_owned)
+                .map(Str::into_owned)
                 .unwrap_or_default(),
             state,
             scheduled,
@@ -290,12 +290,58 @@ pub fn parse_executor_id(v: &str) -> Option<u64> {
     v.parse::<u64>().ok().filter(|&id| id >= 1)
 }
 
+/// A JSON string, borrowed from the input when it holds no escape. serde's own `Cow<str>`
+/// impl always allocates: only a field typed exactly `#[serde(borrow)] Cow<str>` borrows, not
+/// one inside an `Option`, a map key or a sequence, which is where all of ours are.
+struct Str<'a>(Cow<'a, str>);
+
+impl Str<'_> {
+    fn into_owned(self) -> String {
+        self.0.into_owned()
+    }
+}
+
+impl std::ops::Deref for Str<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
 // ---- the decoded subset of the API's JSON -------------------------------------------------
 
 #[derive(Deserialize)]
 struct PodListPage<'a> {
     #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
+    kind: Option<Str<'a>>,
     #[serde(borrow, default)]
     metadata: Option<ListMeta<'a>>,
     #[serde(borrow, default)]
@@ -305,7 +351,7 @@ struct PodListPage<'a> {
 #[derive(Deserialize, Default)]
 struct ListMeta<'a> {
     #[serde(borrow, default, rename = "continue")]
-    cont: Option<Cow<'a, str>>,
+    cont: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -322,11 +368,11 @@ struct RawPod<'a> {
 #[serde(rename_all = "camelCase")]
 struct RawMeta<'a> {
     #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
+    name: Option<Str<'a>>,
     #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
+    uid: Option<Str<'a>>,
     #[serde(borrow, default)]
-    resource_version: Option<Cow<'a, str>>,
+    resource_version: Option<Str<'a>>,
     #[serde(default)]
     deletion_timestamp: Option<IgnoredAny>,
     #[serde(borrow, default)]
@@ -339,16 +385,16 @@ struct RawMeta<'a> {
 #[serde(rename_all = "camelCase")]
 struct RawSpec<'a> {
     #[serde(borrow, default)]
-    node_name: Option<Cow<'a, str>>,
+    node_name: Option<Str<'a>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawStatus<'a> {
     #[serde(borrow, default)]
-    phase: Option<Cow<'a, str>>,
+    phase: Option<Str<'a>>,
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Str<'a>>,
     #[serde(borrow, default)]
     conditions: Option<Vec<RawCondition<'a>>>,
     #[serde(borrow, default)]
@@ -416,11 +462,11 @@ impl RawStatus<'_> {
 #[derive(Deserialize)]
 struct RawCondition<'a> {
     #[serde(borrow, default, rename = "type")]
-    kind: Option<Cow<'a, str>>,
+    kind: Option<Str<'a>>,
     #[serde(borrow, default)]
-    status: Option<Cow<'a, str>>,
+    status: Option<Str<'a>>,
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -443,7 +489,7 @@ struct RawContainerState<'a> {
 #[derive(Deserialize)]
 struct RawReason<'a> {
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -452,7 +498,7 @@ struct RawTerminated<'a> {
     #[serde(default)]
     exit_code: Option<i64>,
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Str<'a>>,
 }
 
 /// The annotation ReplicaSet ranks scale-down by (`PodDeletionCost`, on since 1.22).
@@ -465,10 +511,7 @@ trait Keys<const N: usize> {
 
 /// The values of `K::KEYS` in a string map, in that order; every other entry is skipped
 /// without allocating, and escaped-free values are borrowed from the input.
-struct Picked<'a, const N: usize, K: Keys<N>>(
-    [Option<Cow<'a, str>>; N],
-    std::marker::PhantomData<K>,
-);
+struct Picked<'a, const N: usize, K: Keys<N>>([Option<Str<'a>>; N], std::marker::PhantomData<K>);
 
 impl<const N: usize, K: Keys<N>> Default for Picked<'_, N, K> {
     fn default() -> Self {
@@ -489,9 +532,9 @@ impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N,
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
                 let mut out = Picked::<N, K>::default();
-                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
-                    match K::KEYS.iter().position(|k| *k == key) {
-                        Some(i) => out.0[i] = m.next_value::<Option<Cow<'de, str>>>()?,
+                while let Some(key) = m.next_key::<Str<'de>>()? {
+                    match K::KEYS.iter().position(|k| *k == &*key) {
+                        Some(i) => out.0[i] = m.next_value::<Option<Str<'de>>>()?,
                         None => {
                             m.next_value::<IgnoredAny>()?;
                         }
@@ -639,6 +682,23 @@ mod tests {
         ]);
         let e = Snapshot::from_pod_list(&body, "app-1").unwrap_err();
         assert!(e.to_string().contains("\"p1\" and \"p2\""), "{e}");
+    }
+
+    #[test]
+    fn strings_are_borrowed_unless_escaped() {
+        let plain: Str<'_> = serde_json::from_str(r#""spark-exec-1""#).unwrap();
+        assert!(matches!(plain.0, Cow::Borrowed("spark-exec-1")));
+        let escaped: Str<'_> = serde_json::from_str(r#""spark\u002dexec""#).unwrap();
+        assert!(matches!(escaped.0, Cow::Owned(ref s) if s == "spark-exec"));
+        let labels: OurLabels<'_> =
+            serde_json::from_str(r#"{"spark-role":"executor","x":"y","spark-exec-id":"7"}"#)
+                .unwrap();
+        assert!(matches!(labels.0[1], Some(Str(Cow::Borrowed("executor")))));
+        assert!(matches!(labels.0[2], Some(Str(Cow::Borrowed("7")))));
+        let e = serde_json::from_str::<Str<'_>>("1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a string"), "{e}");
     }
 
     #[test]

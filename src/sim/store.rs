@@ -646,15 +646,10 @@ impl Store {
             .to_string();
         let generated = name.is_empty() && !prefix.is_empty();
         let name = if generated {
-            let base: String = prefix.chars().take(58).collect();
-            let mut candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
-            for _ in 0..8 {
-                if !self.pods.contains_key(&format!("{ns}/{candidate}")) {
-                    break;
-                }
-                candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
-            }
-            candidate
+            let taken = &self.pods;
+            generate_name(&mut self.rng, &prefix, |c| {
+                taken.contains_key(&format!("{ns}/{c}"))
+            })
         } else {
             name
         };
@@ -1210,15 +1205,10 @@ impl Store {
             .to_string();
         let generated = name.is_empty() && !prefix.is_empty();
         let name = if generated {
-            let base: String = prefix.chars().take(58).collect();
-            let mut candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
-            for _ in 0..8 {
-                if !self.configmaps.contains_key(&format!("{ns}/{candidate}")) {
-                    break;
-                }
-                candidate = format!("{base}{}", random_suffix(&mut self.rng, 5));
-            }
-            candidate
+            let taken = &self.configmaps;
+            generate_name(&mut self.rng, &prefix, |c| {
+                taken.contains_key(&format!("{ns}/{c}"))
+            })
         } else {
             name
         };
@@ -1482,6 +1472,20 @@ pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
         rv: j.rv,
         start: j.start,
     })
+}
+
+/// The apiserver's `generateName`: the prefix cut to 58 characters plus 5 random
+/// alphanumerics, drawn again (up to 8 times) while `taken` says the name is in use.
+fn generate_name(rng: &mut SplitMix64, prefix: &str, taken: impl Fn(&str) -> bool) -> String {
+    let base: String = prefix.chars().take(58).collect();
+    let mut candidate = format!("{base}{}", random_suffix(rng, 5));
+    for _ in 0..8 {
+        if !taken(&candidate) {
+            break;
+        }
+        candidate = format!("{base}{}", random_suffix(rng, 5));
+    }
+    candidate
 }
 
 #[cfg(test)]

@@ -54,29 +54,7 @@ fn check_string_map(parent: &mut Value, key: &str, go_field: &str) -> Result<(),
 /// for non-JSON, a non-object, a foreign kind, a mistyped field or bad base64 in
 /// `binaryData` (re-encoded canonically). `kind` and `apiVersion` are removed.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    let Value::Object(mut obj) = v else {
-        return Err(ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            json_kind(&v)
-        )));
-    };
-    let kind = obj.remove("kind");
-    let api_version = obj.remove("apiVersion");
-    let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("");
-    let api_version = api_version.as_ref().and_then(Value::as_str).unwrap_or("");
-    if !kind.is_empty() && kind != "ConfigMap" {
-        return Err(ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type ConfigMap): decoding kind {kind:?} ({api_version:?}) into ConfigMap"
-        )));
-    }
-    if !api_version.is_empty() && api_version != "v1" {
-        return Err(ApiError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version (v1)"
-        )));
-    }
+    let obj = super::pod::decode_object(body, "ConfigMap")?;
     let mut cm = Value::Object(obj);
     match cm.get_mut("metadata") {
         None | Some(Value::Null) => {}

@@ -277,10 +277,14 @@ fn check_types(pod: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Decodes a request body into a pod value, as the apiserver's JSON decoder would:
-/// 400 for non-JSON, a non-object, a foreign kind or a mistyped field. `kind` and
-/// `apiVersion` are removed (stored objects carry them only on the wire).
-pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
+/// The apiserver's decoding of a create/update body into kind `want` (core/v1): 400 for
+/// non-JSON, a non-object, another kind or another apiVersion, with the real messages.
+/// Returns the object without `kind` and `apiVersion` (stored objects carry them only on
+/// the wire).
+pub(crate) fn decode_object(
+    body: &[u8],
+    want: &str,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
     })?;
@@ -294,9 +298,9 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let api_version = obj.remove("apiVersion");
     let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("");
     let api_version = api_version.as_ref().and_then(Value::as_str).unwrap_or("");
-    if !kind.is_empty() && kind != "Pod" {
+    if !kind.is_empty() && kind != want {
         return Err(ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type Pod): decoding kind {kind:?} ({api_version:?}) into Pod"
+            "the object provided is unrecognized (must be of type {want}): decoding kind {kind:?} ({api_version:?}) into {want}"
         )));
     }
     if !api_version.is_empty() && api_version != "v1" {
@@ -304,6 +308,14 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             "the API version in the data ({api_version}) does not match the expected API version (v1)"
         )));
     }
+    Ok(obj)
+}
+
+/// Decodes a request body into a pod value, as the apiserver's JSON decoder would:
+/// 400 for non-JSON, a non-object, a foreign kind or a mistyped field. `kind` and
+/// `apiVersion` are removed (stored objects carry them only on the wire).
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
+    let obj = decode_object(body, "Pod")?;
     let mut pod = Value::Object(obj);
     check_types(&pod)?;
     // Go decodes a JSON null map value as "".

@@ -591,35 +591,7 @@ impl Store {
             obj.remove("kind");
             obj.remove("apiVersion");
         }
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        let meta = &mut v["metadata"];
-        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-        if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        meta["namespace"] = json!(ns);
-        let rv_set = meta
-            .get("resourceVersion")
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty() && s != "0");
-        if let Some(m) = meta.as_object_mut() {
-            for k in [
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-                "generation",
-                "managedFields",
-            ] {
-                m.remove(k);
-            }
-        }
+        let rv_set = prepare_create_metadata(&mut v, ns)?;
         let seeded_status = match mode {
             CreateMode::Seed => v.get("status").cloned().filter(Value::is_object),
             CreateMode::Api => None,
@@ -1173,26 +1145,8 @@ impl Store {
         if !super::validation::dns1123_label(ns).is_empty() {
             return Err(ApiError::namespace_not_found(ns));
         }
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        let meta = &mut v["metadata"];
-        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-        if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        meta["namespace"] = json!(ns);
-        let rv_set = meta
-            .get("resourceVersion")
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty() && s != "0");
-        if let Some(m) = meta.as_object_mut() {
-            for k in SYSTEM_META {
-                m.remove(*k);
-            }
-        }
+        let rv_set = prepare_create_metadata(&mut v, ns)?;
+        let meta = &v["metadata"];
         let name = meta
             .get("name")
             .and_then(Value::as_str)
@@ -1408,6 +1362,34 @@ impl Store {
             ..SimStats::default()
         }
     }
+}
+
+/// The metadata part of a create, for pods and ConfigMaps alike: `metadata` made an
+/// object, a namespace in the body must match the path's (400 otherwise, as the apiserver),
+/// the path's namespace set, and the fields only the server sets dropped. Returns whether
+/// the body carried a `resourceVersion` (the caller answers that with the real error).
+fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
+    if !v.get("metadata").is_some_and(Value::is_object) {
+        v["metadata"] = json!({});
+    }
+    let meta = &mut v["metadata"];
+    let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+    if !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    meta["namespace"] = json!(ns);
+    let rv_set = meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty() && s != "0");
+    if let Some(m) = meta.as_object_mut() {
+        for k in SYSTEM_META {
+            m.remove(*k);
+        }
+    }
+    Ok(rv_set)
 }
 
 /// Metadata fields only the server sets; dropped from a create's body.

@@ -6,7 +6,7 @@
 //! so a crash between a create and the save can never lead to an id being reused or a pod
 //! created twice: the next tick either sees the pod or times the id out.
 
-use crate::alloc::{self, AllocatorState, Plan, Request, Settings, Summary};
+use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{Deleted, KubeClient, KubeError};
 use crate::podspec::{Owner, PodTemplate};
@@ -14,6 +14,7 @@ use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECU
 use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Everything a tick needs to know about the application.
 #[derive(Debug, Clone)]
@@ -164,18 +165,9 @@ pub fn driver_owner(client: &KubeClient, name: &str) -> Result<Owner> {
     }
 }
 
-/// How the target changes in this tick.
-#[derive(Debug, Clone, Default)]
-pub struct TargetChange {
-    /// Set the target to this.
-    pub set: Option<u32>,
-    /// Then raise it by this many (seed 001's addExecutors).
-    pub add: u32,
-    /// Executors to remove (seed 001's deleteExecutors).
-    pub remove: Vec<u64>,
-}
-
-/// Runs one tick under the held lock `store`. `now_ms` is the wall clock in ms.
+/// Runs one tick under the held lock `store`: list → step → save (write-ahead) → apply →
+/// record → save. `now_ms` is the wall clock in ms; `request` says how the target changes and
+/// which executors to remove.
 ///
 /// Returns `Err` only when nothing was changed (listing failed, bad state, no target);
 /// otherwise a report whose `error` says what went wrong after the state was saved.
@@ -183,17 +175,20 @@ pub fn tick(
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
-    change: &TargetChange,
+    request: &Request,
     now_ms: u64,
 ) -> Result<TickReport> {
     client.reset_retry_budget();
     let errors_before = client.stats().errors_by_code;
-    let res = tick_inner(client, app, store, change, now_ms, &errors_before);
+    let res = tick_inner(client, app, store, request, now_ms, &errors_before);
     if let Err(e) = &res {
         // A tick that failed before acting still counts its API errors (for metrics).
         if matches!(e.code, ExitCode::Runtime | ExitCode::Refused) {
             if let Ok(Some(mut state)) = store.load() {
-                if add_api_errors(&mut state.counters, &errors_before, client) {
+                if state
+                    .counters
+                    .add_api_errors(&errors_since(client, &errors_before))
+                {
                     let _ = store.save(&state);
                 }
             }
@@ -202,49 +197,62 @@ pub fn tick(
     res
 }
 
-/// Adds the API error responses seen since `before` to the totals (404 is not an error for
-/// us: an idempotent delete or a fresh ConfigMap store). True when anything was added.
-fn add_api_errors(
-    counters: &mut alloc::Counters,
-    before: &std::collections::BTreeMap<u16, u64>,
-    client: &KubeClient,
-) -> bool {
-    let mut added = false;
-    for (code, n) in client.stats().errors_by_code {
-        let b = before.get(&code).copied().unwrap_or(0);
-        if n > b && code != 404 {
-            *counters.api_errors.entry(code.to_string()).or_insert(0) += n - b;
-            added = true;
-        }
-    }
-    added
+/// API error responses since `before`, by HTTP code.
+fn errors_since(client: &KubeClient, before: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
+    let now = client.stats().errors_by_code;
+    now.into_iter()
+        .map(|(code, n)| {
+            (
+                code,
+                n.saturating_sub(before.get(&code).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect()
 }
 
 fn tick_inner(
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
-    change: &TargetChange,
+    request: &Request,
     now_ms: u64,
-    errors_before: &std::collections::BTreeMap<u16, u64>,
+    errors_before: &BTreeMap<u16, u64>,
 ) -> Result<TickReport> {
-    let state = store
-        .load()
-        .map_err(store_error)?
-        .unwrap_or_else(AllocatorState::new);
+    let state = store.load().map_err(store_error)?;
+    let state = state.unwrap_or_else(AllocatorState::new);
     let snapshot = list_snapshot(client, app)?;
     crash_point("after-list");
-    let base = change.set.or(state.target);
-    let target = match (base, change.add) {
-        (b, 0) => b,
-        (b, n) => Some(b.unwrap_or(0).saturating_add(n)),
-    };
-    let request = Request {
-        target,
-        remove: change.remove.clone(),
-    };
-    let plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)
+    let plan = alloc::step(&snapshot, &state, &app.settings, request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
+    log_plan(&state, &snapshot, &plan);
+    let owner = driver_for_creates(client, app, &plan)?;
+    // Write-ahead: the ids about to be created are recorded before any call is made.
+    crash_point("before-write-ahead");
+    store.save(&plan.state).map_err(store_error)?;
+    crash_point("after-write-ahead");
+    let Applied { mut out, error } = apply(client, app, &plan, owner.as_ref());
+    out.api_errors = errors_since(client, errors_before);
+    out.throttled = (out.api_errors.keys()).any(|&code| code == 429 || code >= 500);
+    let state = alloc::record(&plan, &out, &app.settings, now_ms);
+    if state != plan.state {
+        crash_point("before-final-save");
+        store.save(&state).map_err(store_error)?;
+    }
+    crash_point("after-final-save");
+    log_outcomes(&plan, &out, &state);
+    Ok(TickReport {
+        unacknowledged: state.unacknowledged.len() as u32,
+        plan,
+        created: out.created.len() as u32,
+        deleted: out.deleted,
+        error,
+        state,
+    })
+}
+
+/// Logs a target change and the step's own warnings (the snapshot's were logged at listing).
+fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
     if plan.state.target != state.target {
         let from = state.target.map_or("unset".to_string(), |t| t.to_string());
         info!("target {from} → {}", plan.summary.target);
@@ -252,49 +260,59 @@ fn tick_inner(
     for w in plan.warnings.iter().skip(snapshot.warnings.len()) {
         warn!("{w}");
     }
-    let owner = match (&app.driver_pod, plan.create.is_empty()) {
-        (Some(name), false) => Some(driver_owner(client, name)?),
-        _ => None,
-    };
-    // Write-ahead: the ids about to be created are recorded before any call is made.
-    let mut state = plan.state.clone();
-    crash_point("before-write-ahead");
-    store.save(&state).map_err(store_error)?;
-    crash_point("after-write-ahead");
+}
 
-    let mut first_error: Option<Error> = plan.halt.clone().map(Error::crash_loop);
-    let mut deleted = 0;
-    for d in &plan.delete {
-        crash_point("before-delete");
-        let res = delete_one(client, d);
-        crash_point("after-delete");
-        match res {
-            Ok(true) => {
-                deleted += 1;
-                info!(
-                    "deleted executor {} ({}, {})",
-                    d.executor_id, d.pod_name, d.reason
-                );
-            }
-            Ok(false) => {}
-            Err(e) => {
-                warn!(
-                    "could not delete executor {} ({}): {e}",
-                    d.executor_id, d.pod_name
-                );
-                first_error.get_or_insert(kube_error(e));
-            }
-        }
+/// The driver pod's ownerReference, read only when the plan creates pods.
+fn driver_for_creates(client: &KubeClient, app: &App, plan: &Plan) -> Result<Option<Owner>> {
+    match (&app.driver_pod, plan.create.is_empty()) {
+        (Some(name), false) => Ok(Some(driver_owner(client, name)?)),
+        _ => Ok(None),
     }
+}
 
-    let mut created = 0;
-    let mut dropped: Vec<u64> = Vec::new();
-    let mut quota: Option<alloc::Backoff> = None;
-    let template = app.template.as_ref();
+/// Logs what the calls did: the quota back-off now in force, the pods created.
+fn log_outcomes(plan: &Plan, out: &Outcomes, state: &AllocatorState) {
+    if let (Some(reason), Some(b)) = (&out.quota, &state.create_backoff) {
+        warn!(
+            "pod creation rejected by a quota; no creates for {}: {reason}",
+            humantime::format_duration(std::time::Duration::from_millis(b.delay_ms)),
+        );
+    }
+    if !out.created.is_empty() {
+        let names: Vec<&str> = (plan.create.iter())
+            .filter(|c| out.created.contains(&c.executor_id))
+            .map(|c| c.pod_name.as_str())
+            .collect();
+        info!(
+            "created {} executor pod(s): {}",
+            out.created.len(),
+            names.join(", ")
+        );
+    }
+}
+
+/// What [`apply`] did: the outcomes for [`alloc::record`], and the tick's first error.
+#[derive(Default)]
+struct Applied {
+    out: Outcomes,
+    error: Option<Error>,
+}
+
+/// Makes the plan's calls, deletes first, and reports what happened. Decides nothing: a batch
+/// stops at its first error as Kubernetes' controllers stop theirs.
+fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> Applied {
+    let mut a = Applied {
+        error: plan.halt.clone().map(Error::crash_loop),
+        ..Applied::default()
+    };
+    for d in &plan.delete {
+        delete_logged(client, d, &mut a);
+    }
     for (i, c) in plan.create.iter().enumerate() {
-        let Some(template) = template else {
+        let rest = || plan.create[i..].iter().map(|c| c.executor_id);
+        let Some(template) = app.template.as_ref() else {
             // Only `remove` runs without a template: it never creates replacements.
-            dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
+            a.out.dropped.extend(rest());
             warn!(
                 "{} executor(s) missing but no pod template given (--template or --image): \
                  none created",
@@ -302,102 +320,67 @@ fn tick_inner(
             );
             break;
         };
-        let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner.as_ref());
+        let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner);
         crash_point("before-create");
         let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
         crash_point("after-create");
-        match outcome {
-            CreateOutcome::Created => created += 1,
-            CreateOutcome::NotOurs => dropped.push(c.executor_id),
+        let stop = match outcome {
+            CreateOutcome::Created => {
+                a.out.created.push(c.executor_id);
+                None
+            }
+            CreateOutcome::NotOurs => {
+                a.out.dropped.push(c.executor_id);
+                None
+            }
             CreateOutcome::Quota(e) => {
-                // As Kubernetes' controllers: stop the batch at the first rejection; the
-                // rejected ids never existed (not unacknowledged) and creation backs off.
-                dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
-                let b = alloc::Backoff::after_rejection(
-                    state.create_backoff.as_ref(),
-                    app.settings.batch_delay_ms,
-                    now_ms,
-                    e.message.clone(),
-                );
-                warn!(
-                    "pod creation rejected by a quota; no creates for {}: {}",
-                    humantime::format_duration(std::time::Duration::from_millis(b.delay_ms)),
-                    e.message
-                );
-                quota = Some(b);
-                first_error.get_or_insert(e);
-                break;
+                // The rejected ids never existed (not unacknowledged); creation backs off.
+                a.out.dropped.extend(rest());
+                a.out.quota = Some(e.message.clone());
+                Some(e)
             }
             CreateOutcome::Rejected(e) => {
-                // Definitely not created: this id and the rest of the batch are dropped
-                // (ids stay consumed), as Kubernetes' controllers stop a batch at the first error.
-                dropped.extend(plan.create[i..].iter().map(|c| c.executor_id));
-                first_error.get_or_insert(e);
-                break;
+                // Definitely not created: this id and the rest of the batch are dropped.
+                a.out.dropped.extend(rest());
+                Some(e)
             }
             CreateOutcome::Ambiguous(e) => {
-                // The create may have happened: keep it unacknowledged (the creation timeout
-                // deals with it); the rest of the batch is not attempted.
-                dropped.extend(plan.create[i + 1..].iter().map(|c| c.executor_id));
-                first_error.get_or_insert(e);
-                break;
+                // May have happened: stays unacknowledged; the rest is not attempted.
+                a.out.dropped.extend(rest().skip(1));
+                Some(e)
             }
+        };
+        if let Some(e) = stop {
+            a.error.get_or_insert(e);
+            break;
         }
     }
-    // Totals for metrics: what happened, and the API errors seen during this tick.
-    state.counters.created += created as u64;
-    state.counters.deleted += deleted as u64;
-    add_api_errors(&mut state.counters, errors_before, client);
-    if first_error.is_none() {
-        state.counters.last_success_ms = Some(now_ms);
-    }
-    // Adaptive batches shrink after throttling (429, 5xx, quota) seen during this tick.
-    if let Some(a) = state.adaptive.as_mut() {
-        let throttled_codes = client.stats().errors_by_code.iter().any(|(&code, &n)| {
-            (code == 429 || code >= 500) && n > errors_before.get(&code).copied().unwrap_or(0)
-        });
-        a.throttled = quota.is_some() || throttled_codes;
-    }
-    let counters_changed =
-        state.counters != plan.state.counters || state.adaptive != plan.state.adaptive;
-    let backoff = match (&quota, created) {
-        (Some(b), _) => Some(b.clone()),
-        (None, 0) => state.create_backoff.clone(),
-        (None, _) => None, // a create succeeded: the quota has room again
-    };
-    if !dropped.is_empty() || backoff != state.create_backoff || counters_changed {
-        state
-            .unacknowledged
-            .retain(|u| !dropped.contains(&u.executor_id));
-        state.create_backoff = backoff;
-        crash_point("before-final-save");
-        store.save(&state).map_err(store_error)?;
-    }
-    crash_point("after-final-save");
-    if created > 0 {
-        info!(
-            "created {created} executor pod(s): {}",
-            names(&plan, &dropped)
-        );
-    }
-    Ok(TickReport {
-        unacknowledged: state.unacknowledged.len() as u32,
-        plan,
-        created,
-        deleted,
-        error: first_error,
-        state,
-    })
+    a.out.failed = a.error.is_some();
+    a
 }
 
-fn names(plan: &Plan, dropped: &[u64]) -> String {
-    let v: Vec<&str> = plan
-        .create
-        .iter()
-        .filter(|c| !dropped.contains(&c.executor_id))
-        .map(|c| c.pod_name.as_str())
-        .collect();
-    v.join(", ")
+/// One planned delete, logged, its outcome counted.
+fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
+    crash_point("before-delete");
+    let res = delete_one(client, d);
+    crash_point("after-delete");
+    match res {
+        Ok(true) => {
+            a.out.deleted += 1;
+            info!(
+                "deleted executor {} ({}, {})",
+                d.executor_id, d.pod_name, d.reason
+            );
+        }
+        Ok(false) => {}
+        Err(e) => {
+            warn!(
+                "could not delete executor {} ({}): {e}",
+                d.executor_id, d.pod_name
+            );
+            a.error.get_or_insert(kube_error(e));
+        }
+    }
 }
 
 /// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because

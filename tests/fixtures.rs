@@ -1,7 +1,7 @@
 //! The snapshot and the allocation step on recorded PodLists: our own recordings from the
 //! simulator (fixtures/recorded) and real ones from public projects (fixtures/external).
 
-use podalloc::alloc::{step, AllocatorState, DeleteReason, Request, Settings};
+use podalloc::alloc::{step, AllocatorState, DeleteReason, Request, Settings, TargetChange};
 use podalloc::podspec::PodTemplate;
 use podalloc::snapshot::{ExecutorState, Snapshot};
 use serde_json::Value;
@@ -49,7 +49,7 @@ fn recorded_running_and_failed() {
         &st,
         &Settings::new("spark-rec-1"),
         &Request {
-            target: Some(7),
+            target: TargetChange::Set(7),
             remove: vec![],
         },
         0,
@@ -96,7 +96,7 @@ fn recorded_pending_and_terminating() {
         &AllocatorState::new(),
         &Settings::new("spark-rec-1"),
         &Request {
-            target: Some(5),
+            target: TargetChange::Set(5),
             remove: vec![],
         },
         0,

@@ -3,7 +3,7 @@
 
 mod plan;
 
-use crate::alloc::{self, AllocatorState, Request};
+use crate::alloc::{self, AllocatorState, Request, TargetChange};
 use crate::cli::StateStoreKind;
 use crate::cli::{
     AddArgs, Cli, Command, ConnArgs, Output, ReconcileArgs, RemoveArgs, RunArgs, ScaleArgs,
@@ -13,7 +13,7 @@ use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, Result};
 use crate::kube::{self, ConnectionFlags, KubeClient};
 use crate::podspec::PodTemplate;
-use crate::reconcile::{self, App, TargetChange, TickReport};
+use crate::reconcile::{self, App, TickReport};
 use crate::sim::{SimOptions, SimServer};
 use crate::snapshot::ExecutorState;
 use crate::state::{self, LockedStore, StoreError};
@@ -44,27 +44,20 @@ pub fn run(cli: Cli) -> Result<()> {
             _ => Ok(()),
         },
         Command::Scale(a) if a.wait => scale_wait(&cli, a),
-        Command::Scale(a) => change(
-            &cli,
-            TargetChange {
-                set: Some(a.target),
-                ..Default::default()
-            },
-            a,
-        ),
+        Command::Scale(a) => change(&cli, Request::set(a.target), a),
         Command::Add(a) => change(
             &cli,
-            TargetChange {
-                add: a.count,
-                ..Default::default()
+            Request {
+                target: TargetChange::Add(a.count),
+                remove: vec![],
             },
             a,
         ),
         Command::Remove(a) => change(
             &cli,
-            TargetChange {
+            Request {
+                target: TargetChange::Keep,
                 remove: a.ids.clone(),
-                ..Default::default()
             },
             a,
         ),
@@ -356,7 +349,7 @@ impl Env {
     fn tick(
         &self,
         store: &mut dyn crate::state::StateStore,
-        change: &TargetChange,
+        change: &Request,
     ) -> Result<TickReport> {
         if self.insecure {
             warn!(
@@ -403,9 +396,9 @@ fn reconcile_cmd(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     }
     let env = connect(cli, true)?;
     let mut store = env.open_store().map_err(store_error)?;
-    let change = TargetChange {
-        set: a.target,
-        ..Default::default()
+    let change = Request {
+        target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
+        remove: vec![],
     };
     finish(env.tick(store.as_mut(), &change)?)
 }
@@ -415,7 +408,7 @@ fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let state = env.read_state()?;
     let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
     let request = Request {
-        target: a.target,
+        target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
         remove: vec![],
     };
     let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
@@ -440,7 +433,7 @@ impl NeedsTemplate for RemoveArgs {
     }
 }
 
-fn change(cli: &Cli, change: TargetChange, a: &dyn NeedsTemplate) -> Result<()> {
+fn change(cli: &Cli, change: Request, a: &dyn NeedsTemplate) -> Result<()> {
     let env = connect(cli, a.needs_template())?;
     let mut store = env.open_store().map_err(store_error)?;
     finish(env.tick(store.as_mut(), &change)?)
@@ -526,9 +519,9 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
-    let change = TargetChange {
-        set: a.target,
-        ..Default::default()
+    let change = Request {
+        target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
+        remove: vec![],
     };
     let mut ticks = 0u64;
     loop {

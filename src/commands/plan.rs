@@ -1,7 +1,7 @@
 //! `podalloc plan`: the allocation step once, offline, on a recorded PodList
 //! (the contract in shared/conformance/README.md).
 
-use crate::alloc::{self, AllocatorState, Request};
+use crate::alloc::{self, AllocatorState, Request, TargetChange};
 use crate::cli::{AppArgs, PlanArgs};
 use crate::error::{Error, Result};
 use crate::snapshot::Snapshot;
@@ -42,7 +42,7 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
         );
     }
     let request = Request {
-        target: a.target,
+        target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
         remove: a.remove.clone(),
     };
     if snapshot.executors.is_empty() && snapshot.foreign > 0 {

@@ -1,0 +1,94 @@
+//! The allocation step: `(Snapshot, AllocatorState, Settings, Request, now_ms) → Plan`, and its
+//! feedback half, `record(Plan, Outcomes, Settings, now_ms) → AllocatorState`.
+//!
+//! This module is fully deterministic: it has no networking code, reads no clock, touches no
+//! file, logs nothing and draws no random number. Callers hand it a snapshot of the cluster and
+//! the time, and take back plain data — the pods to create and to delete, the state to persist
+//! and when the next tick is due — in the style of sans-IO protocol cores such as
+//! `quinn-proto`. After making the calls, the shell reports what happened ([`Outcomes`]) and
+//! [`record`] folds it into the next state. These two functions are the only place allocation
+//! policy lives.
+//!
+//! The default policy is Spark 3.0's `ExecutorPodsAllocator` (`docs/semantics.md` states each
+//! rule with its Spark source). [`step`] runs the rules in this order, one method each
+//! (`rules.rs`):
+//! 1. **begin** — the target after the request's [`TargetChange`] (keep, set or add); the id
+//!    counter at max(persisted counter, highest id in the cluster), so ids survive a lost state
+//!    file and are never reused.
+//! 2. **acknowledge_seen** — unacknowledged ids (created by us, not yet seen) that appear in the
+//!    snapshot, in any state, stop being unacknowledged.
+//! 3. **time_out_unseen** — unacknowledged ids older than the creation timeout (default
+//!    max(5 × batch delay, 60 s), strictly older) are deleted — they may exist unseen — and
+//!    forgotten, so they get replaced.
+//! 4. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
+//!    deletes the named executors whatever their state and lowers the target by the number of
+//!    them that count (running, pending, unknown or unacknowledged).
+//! 5. **census** — the snapshot's executors sorted into running and pending (removed ones no
+//!    longer count); failed and succeeded executors do not count and their pods are deleted
+//!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
+//! 6. **delete_stuck** (opt-in `--startup-grace`) — pods waiting in ErrImagePull,
+//!    CrashLoopBackOff, … longer than the grace are failures, deleted once.
+//! 7. **crash_loop_guard** (opt-in `--max-failures`, `guard.rs`) — too many failures in the
+//!    window halt creation ([`Plan::halt`]).
+//! 8. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
+//!    excess is deleted: unacknowledged first (newest first), then pending (unscheduled first,
+//!    lower pod-deletion-cost first, then newest). Running executors are never deleted for
+//!    excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
+//!    pending when the call is made ([`Delete::if_pending`]).
+//! 9. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
+//!    observed in the snapshot), and running < target, min(target − running, batch size)
+//!    executors are created with fresh ids; `--max-pending` (Spark 3.1+'s maxPendingPods) lets
+//!    pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
+//!    back-off or a crash-loop halt stops creation.
+//! 10. **finish** — the counts, "converged" (the one definition every command uses:
+//!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
+//!     the state to persist if every call succeeds.
+
+mod adaptive;
+mod guard;
+mod plan;
+mod record;
+mod rules;
+mod settings;
+mod state;
+
+pub use plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange};
+pub use record::{record, Outcomes};
+pub use settings::{
+    Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_WINDOW_MS,
+    MIN_CREATION_TIMEOUT_MS, STUCK_REASONS,
+};
+pub use state::{
+    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StuckRecord, Unacknowledged,
+    MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
+};
+
+use crate::snapshot::Snapshot;
+use rules::Step;
+
+/// Runs one allocation step. Pure and deterministic; the module doc lists the rules in the
+/// order this function runs them.
+///
+/// `now_ms` is milliseconds since the Unix epoch. Errors: [`StepError::NoTarget`] when neither
+/// the request nor the state has a target.
+pub fn step(
+    snapshot: &Snapshot,
+    state: &AllocatorState,
+    settings: &Settings,
+    request: &Request,
+    now_ms: u64,
+) -> Result<Plan, StepError> {
+    let mut s = Step::begin(snapshot, state, settings, request, now_ms)?;
+    s.acknowledge_seen();
+    s.time_out_unseen();
+    s.remove_requested(&request.remove);
+    let mut pods = s.census();
+    s.delete_stuck(&mut pods);
+    let guard = s.crash_loop_guard();
+    s.delete_excess(&mut pods);
+    let batch = s.create_batch(&pods, guard.halt.is_some());
+    Ok(s.finish(pods, guard, batch))
+}
+
+#[cfg(test)]
+mod tests;

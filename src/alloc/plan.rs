@@ -1,0 +1,214 @@
+//! What goes into a step besides the snapshot and the state ([`Request`]) and what comes out
+//! ([`Plan`]: the `plan` JSON contract).
+
+use super::state::AllocatorState;
+use crate::snapshot::ExecutorPod;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How this step changes the target (total expected executors).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TargetChange {
+    /// Keep the state's target (an error when it has none: [`StepError::NoTarget`]).
+    #[default]
+    Keep,
+    /// Set the target to this count (`--target N`, `podalloc scale N`; Spark's
+    /// `requestTotalExecutors`).
+    Set(u32),
+    /// Raise the state's target by this count (0 when it has none), saturating: `podalloc add N`,
+    /// Spark's `requestExecutors` (SPARK-9493's add-executors API).
+    Add(u32),
+}
+
+impl TargetChange {
+    /// The target after this change, from the state's `current` one. `None`: no target at all.
+    pub fn apply(self, current: Option<u32>) -> Option<u32> {
+        match self {
+            TargetChange::Keep => current,
+            TargetChange::Set(n) => Some(n),
+            TargetChange::Add(n) => Some(current.unwrap_or(0).saturating_add(n)),
+        }
+    }
+}
+
+/// What the caller asks of this step besides the snapshot and the state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// How the target changes ([`TargetChange::Keep`] keeps the state's).
+    pub target: TargetChange,
+    /// Executors to delete now whatever their state, lowering the target by those that count
+    /// (Spark's `killExecutors` with `adjustTargetNumExecutors = true`, SPARK-9493).
+    pub remove: Vec<u64>,
+}
+
+impl Request {
+    /// A request that sets the target to `n` and removes nothing.
+    pub fn set(n: u32) -> Request {
+        Request {
+            target: TargetChange::Set(n),
+            remove: Vec::new(),
+        }
+    }
+}
+
+/// Why a pod is deleted (the `reason` of a `delete` entry in the plan contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeleteReason {
+    /// Created but not seen within the creation timeout.
+    TimedOut,
+    /// Above the target (unacknowledged or pending).
+    Excess,
+    /// Phase Failed.
+    Failed,
+    /// Phase Succeeded.
+    Succeeded,
+    /// Named in a removal request.
+    Removed,
+    /// Stuck in start-up longer than the grace (ErrImagePull, CrashLoopBackOff, …).
+    Stuck,
+}
+
+impl fmt::Display for DeleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeleteReason::TimedOut => "timed-out",
+            DeleteReason::Excess => "excess",
+            DeleteReason::Failed => "failed",
+            DeleteReason::Succeeded => "succeeded",
+            DeleteReason::Removed => "removed",
+            DeleteReason::Stuck => "stuck",
+        })
+    }
+}
+
+/// A pod to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Create {
+    /// The fresh executor id.
+    pub executor_id: u64,
+    /// Its pod name, a DNS-1123 label ≤ 63 characters.
+    pub pod_name: String,
+}
+
+/// A pod to delete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Delete {
+    /// The executor id.
+    pub executor_id: u64,
+    /// The pod's name (from the snapshot, or the deterministic name for unseen pods).
+    pub pod_name: String,
+    /// Why.
+    pub reason: DeleteReason,
+    /// Delete only if the pod is still Pending when the call is made (excess pending pods:
+    /// Spark restricts this delete to `status.phase=Pending`), so a pod that turned Running
+    /// since the snapshot is not killed.
+    pub if_pending: bool,
+    /// `metadata.uid` when the snapshot saw the pod (for delete preconditions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl Delete {
+    /// Deletes a pod the snapshot shows, with its uid for preconditions.
+    pub fn seen(pod: &ExecutorPod, reason: DeleteReason) -> Delete {
+        Delete {
+            executor_id: pod.id,
+            pod_name: pod.name.clone(),
+            reason,
+            if_pending: false,
+            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+        }
+    }
+
+    /// Deletes a pod the snapshot does not show (an unacknowledged request), by its
+    /// deterministic name.
+    pub fn unseen(executor_id: u64, pod_name: String, reason: DeleteReason) -> Delete {
+        Delete {
+            executor_id,
+            pod_name,
+            reason,
+            if_pending: false,
+            uid: None,
+        }
+    }
+
+    /// The same delete, made only if the pod is still pending when the call is made.
+    pub fn if_still_pending(self) -> Delete {
+        Delete {
+            if_pending: true,
+            ..self
+        }
+    }
+}
+
+/// Counts behind the plan, for logs and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// The target after this step (after removals).
+    pub target: u32,
+    /// Running executors in the snapshot (not being removed).
+    pub running: u32,
+    /// Pending executors in the snapshot (not being removed).
+    pub pending: u32,
+    /// Unacknowledged executors carried into this step (after rules 1–2, before creates).
+    pub unacknowledged: u32,
+    /// Failed executors in the snapshot.
+    pub failed: u32,
+    /// Succeeded executors in the snapshot.
+    pub succeeded: u32,
+    /// Executors with a deletionTimestamp in the snapshot.
+    pub deleting: u32,
+    /// Executors in an unknown phase.
+    pub unknown: u32,
+    /// Pods planned for creation.
+    pub created: u32,
+    /// Pods planned for deletion.
+    pub deleted: u32,
+    /// True when running = target with nothing pending, unacknowledged or planned.
+    pub converged: bool,
+}
+
+/// The step's decision: the `plan` JSON contract (`create`, `delete`, `state`) plus extras.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Pods to create, in creation order.
+    pub create: Vec<Create>,
+    /// Pods to delete, in call order (timed-out, removed, terminated, excess).
+    pub delete: Vec<Delete>,
+    /// The state to persist if every planned call succeeds.
+    pub state: AllocatorState,
+    /// Counts.
+    pub summary: Summary,
+    /// Things the operator should know (ignored pods, unknown ids to remove).
+    pub warnings: Vec<String>,
+    /// The crash-loop guard stopped creation: why (dominant failure reason). The tick exits
+    /// with code 6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halt: Option<String>,
+    /// When the next tick is due at the latest, ms from `now`: the earliest of the creation
+    /// back-off's end, the oldest unacknowledged request's creation deadline, a stuck pod's
+    /// start-up grace end and the crash-loop window's end while halted (kube-runtime's
+    /// `Action::requeue`). `None`: nothing is waiting on time; tick at the usual interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requeue_after_ms: Option<u64>,
+}
+
+/// Why no plan could be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// Neither the request nor the state has a target.
+    NoTarget,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::NoTarget => f.write_str(
+                "no target: pass --target N (or `podalloc scale N`); the state holds none yet",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StepError {}

@@ -1,0 +1,79 @@
+//! The other half of the sans-IO loop: the shell makes the planned calls and reports what
+//! happened as data ([`Outcomes`]); [`record`] folds that into the state to persist. Like
+//! [`super::step`] it is pure: no I/O, no clock, no log.
+
+use super::plan::Plan;
+use super::settings::Settings;
+use super::state::{AllocatorState, Backoff, Counters};
+use std::collections::BTreeMap;
+
+/// What the calls of one tick did, as the shell saw them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcomes {
+    /// Executor ids whose pods were created (201, or 409 AlreadyExists for our own pod).
+    pub created: Vec<u64>,
+    /// Executor ids whose pods certainly do not exist: rejected creates, names taken by a pod
+    /// that is not ours, and the rest of a batch that stopped at an error. They are not
+    /// unacknowledged (ids stay consumed: never reused).
+    pub dropped: Vec<u64>,
+    /// Pods deleted (or found already gone).
+    pub deleted: u32,
+    /// A create was rejected by a ResourceQuota (403 "exceeded quota"): the server's message.
+    pub quota: Option<String>,
+    /// The API server throttled or failed during the tick (429 or 5xx, retries included).
+    pub throttled: bool,
+    /// API error responses during the tick by HTTP status code, retries included (404 is not
+    /// an error for us: an idempotent delete).
+    pub api_errors: BTreeMap<u16, u64>,
+    /// The tick ended with an error (then `last_success_ms` is not advanced).
+    pub failed: bool,
+}
+
+/// Folds the tick's outcomes into the state to persist, from the plan's state:
+/// - dropped ids stop being unacknowledged;
+/// - a quota rejection sets the creation back-off (max(batch delay, 5 s), doubling per
+///   rejection, at most 5 minutes); a successful create clears it, as Kubernetes' controllers
+///   back off a failing sync and reset on success;
+/// - adaptive batches learn whether the tick was throttled (the next step halves the batch);
+/// - the totals for metrics (created, deleted, API errors by code, last success at `now_ms`).
+pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> AllocatorState {
+    let mut state = plan.state.clone();
+    state
+        .unacknowledged
+        .retain(|u| !out.dropped.contains(&u.executor_id));
+    state.create_backoff = match (&out.quota, out.created.is_empty()) {
+        (Some(reason), _) => Some(Backoff::after_rejection(
+            plan.state.create_backoff.as_ref(),
+            settings.batch_delay_ms,
+            now_ms,
+            reason.clone(),
+        )),
+        (None, true) => plan.state.create_backoff.clone(),
+        (None, false) => None,
+    };
+    if let Some(a) = state.adaptive.as_mut() {
+        a.throttled = out.quota.is_some() || out.throttled;
+    }
+    state.counters.created += out.created.len() as u64;
+    state.counters.deleted += out.deleted as u64;
+    state.counters.add_api_errors(&out.api_errors);
+    if !out.failed {
+        state.counters.last_success_ms = Some(now_ms);
+    }
+    state
+}
+
+impl Counters {
+    /// Adds API error responses by HTTP code (404 excluded: not an error for us). True when
+    /// anything was added.
+    pub fn add_api_errors(&mut self, by_code: &BTreeMap<u16, u64>) -> bool {
+        let mut added = false;
+        for (&code, &n) in by_code {
+            if n > 0 && code != 404 {
+                *self.api_errors.entry(code.to_string()).or_insert(0) += n;
+                added = true;
+            }
+        }
+        added
+    }
+}

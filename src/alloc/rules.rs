@@ -1,0 +1,407 @@
+//! The rules of one step, as methods on a small working set ([`Step`]), in the order
+//! [`super::step`] runs them. Each method is one rule; its doc line names the rule and where it
+//! comes from.
+
+use super::adaptive::AdaptiveBatch;
+use super::guard::CrashLoopGuard;
+use super::plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
+use super::settings::{Settings, STUCK_REASONS};
+use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
+use crate::podspec::pod_name;
+use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What every rule reads and writes: the inputs, the target, the id counter, the requests
+/// still unacknowledged (id → created ms) and the plan being built.
+pub(super) struct Step<'a> {
+    snap: &'a Snapshot,
+    prev: &'a AllocatorState,
+    cfg: &'a Settings,
+    now_ms: u64,
+    target: u32,
+    last_id: u64,
+    unack: BTreeMap<u64, u64>,
+    removed: BTreeSet<u64>,
+    delete: Vec<Delete>,
+    create: Vec<Create>,
+    warnings: Vec<String>,
+    /// Executors that failed in this snapshot (terminated or stuck): id, reason.
+    newly_failed: Vec<(u64, String)>,
+}
+
+/// The executors that count toward the target, as the rules narrow them down, and the counts
+/// of those that do not.
+pub(super) struct Census<'a> {
+    running: Vec<&'a ExecutorPod>,
+    pending: Vec<&'a ExecutorPod>,
+    summary: Summary,
+    stuck: Vec<StuckRecord>,
+    /// Pending pods deleted as excess in this step.
+    excess_pending: u32,
+}
+
+impl<'a> Step<'a> {
+    /// Starts a step: the target after the request's change, and the id counter at
+    /// max(persisted counter, highest id in the cluster), so ids survive a lost state.
+    pub(super) fn begin(
+        snap: &'a Snapshot,
+        prev: &'a AllocatorState,
+        cfg: &'a Settings,
+        req: &Request,
+        now_ms: u64,
+    ) -> Result<Step<'a>, StepError> {
+        Ok(Step {
+            snap,
+            prev,
+            cfg,
+            now_ms,
+            target: req.target.apply(prev.target).ok_or(StepError::NoTarget)?,
+            last_id: prev.last_executor_id.max(snap.max_id()),
+            unack: prev
+                .unacknowledged
+                .iter()
+                .map(|u| (u.executor_id, u.created_ms))
+                .collect(),
+            removed: BTreeSet::new(),
+            delete: Vec::new(),
+            create: Vec::new(),
+            warnings: snap.warnings.clone(),
+            newly_failed: Vec::new(),
+        })
+    }
+
+    fn name(&self, id: u64) -> String {
+        pod_name(&self.cfg.name_prefix, id)
+    }
+
+    /// Rule 1 (Spark: `newlyCreatedExecutors` seen in a snapshot): an unacknowledged id that
+    /// appears in the snapshot, in any state, is acknowledged.
+    pub(super) fn acknowledge_seen(&mut self) {
+        let seen = &self.snap.executors;
+        self.unack.retain(|id, _| !seen.contains_key(id));
+    }
+
+    /// Rule 2 (Spark's `podCreationTimeout`): a request unseen for longer than the creation
+    /// timeout is deleted (it may exist unseen) and forgotten, so it gets replaced.
+    pub(super) fn time_out_unseen(&mut self) {
+        let timeout = self.cfg.creation_timeout();
+        let now = self.now_ms;
+        let late: Vec<u64> = self
+            .unack
+            .iter()
+            .filter(|(_, &t)| now.saturating_sub(t) > timeout)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            self.unack.remove(&id);
+            let d = Delete::unseen(id, self.name(id), DeleteReason::TimedOut);
+            self.delete.push(d);
+        }
+    }
+
+    /// Rule 6 (Spark's `killExecutors`, SPARK-9493): named executors are deleted whatever their
+    /// state; each that counts (running, pending, unknown, unacknowledged) lowers the target.
+    pub(super) fn remove_requested(&mut self, ids: &[u64]) {
+        for &id in ids {
+            if !self.removed.insert(id) {
+                continue;
+            }
+            let (delete, counts) = match self.snap.executors.get(&id) {
+                Some(p) if p.state == ExecutorState::Deleted => {
+                    self.warnings
+                        .push(format!("executor {id} is already being deleted"));
+                    continue;
+                }
+                Some(p) => (
+                    Delete::seen(p, DeleteReason::Removed),
+                    !matches!(p.state, ExecutorState::Failed | ExecutorState::Succeeded),
+                ),
+                None if self.unack.remove(&id).is_some() => (
+                    Delete::unseen(id, self.name(id), DeleteReason::Removed),
+                    true,
+                ),
+                None => {
+                    self.warnings
+                        .push(format!("executor {id} does not exist: nothing to remove"));
+                    continue;
+                }
+            };
+            if counts {
+                self.target = self.target.saturating_sub(1);
+            }
+            self.delete.push(delete);
+        }
+    }
+
+    /// Rule 5 (Spark: `deleteOnTermination`): sorts the snapshot's executors (removed ones no
+    /// longer count); failed and succeeded pods are deleted, so rule 4 replaces them.
+    pub(super) fn census(&mut self) -> Census<'a> {
+        let mut c = Census {
+            running: Vec::new(),
+            pending: Vec::new(),
+            summary: Summary::default(),
+            stuck: Vec::new(),
+            excess_pending: 0,
+        };
+        c.summary.unacknowledged = self.unack.len() as u32;
+        let snap = self.snap;
+        for p in snap.executors.values() {
+            if self.removed.contains(&p.id) {
+                continue;
+            }
+            match p.state {
+                ExecutorState::Running => c.running.push(p),
+                ExecutorState::Pending => c.pending.push(p),
+                ExecutorState::Failed => {
+                    c.summary.failed += 1;
+                    let reason = p.reason.clone().unwrap_or_else(|| "failed".into());
+                    self.newly_failed.push((p.id, reason));
+                    self.delete_terminated(p, DeleteReason::Failed);
+                }
+                ExecutorState::Succeeded => {
+                    c.summary.succeeded += 1;
+                    self.delete_terminated(p, DeleteReason::Succeeded);
+                }
+                ExecutorState::Deleted => c.summary.deleting += 1,
+                ExecutorState::Unknown => c.summary.unknown += 1,
+            }
+        }
+        c
+    }
+
+    fn delete_terminated(&mut self, p: &ExecutorPod, reason: DeleteReason) {
+        if self.cfg.delete_terminated {
+            self.delete.push(Delete::seen(p, reason));
+        }
+    }
+
+    /// Opt-in `--startup-grace`: a pod waiting in a [`STUCK_REASONS`] state for longer than the
+    /// grace is a failure, deleted once (reason `stuck`); younger ones are remembered.
+    pub(super) fn delete_stuck(&mut self, c: &mut Census<'a>) {
+        let Some(grace) = self.cfg.policies.startup_grace_ms else {
+            return;
+        };
+        let since: BTreeMap<u64, u64> = self
+            .prev
+            .stuck
+            .iter()
+            .map(|r| (r.executor_id, r.since_ms))
+            .collect();
+        let mut stuck_ids: BTreeSet<u64> = BTreeSet::new();
+        for p in c.running.iter().chain(c.pending.iter()) {
+            let Some(reason) = p.waiting.as_deref().filter(|r| STUCK_REASONS.contains(r)) else {
+                continue;
+            };
+            let since_ms = since.get(&p.id).copied().unwrap_or(self.now_ms);
+            if self.now_ms.saturating_sub(since_ms) > grace {
+                stuck_ids.insert(p.id);
+                self.newly_failed.push((p.id, reason.to_string()));
+                self.delete.push(Delete::seen(p, DeleteReason::Stuck));
+            } else {
+                let executor_id = p.id;
+                let reason = reason.to_string();
+                c.stuck.push(StuckRecord {
+                    executor_id,
+                    since_ms,
+                    reason,
+                });
+            }
+        }
+        c.running.retain(|p| !stuck_ids.contains(&p.id));
+        c.pending.retain(|p| !stuck_ids.contains(&p.id));
+    }
+
+    /// Opt-in `--max-failures` (Spark's `spark.executor.maxNumFailures` idea): records this
+    /// snapshot's failures in the window and says whether creation halts.
+    pub(super) fn crash_loop_guard(&mut self) -> CrashLoopGuard {
+        let failed = std::mem::take(&mut self.newly_failed);
+        CrashLoopGuard::observe(self.prev, &self.cfg.policies, failed, self.now_ms)
+    }
+
+    /// Rule 3 (Spark 3.0's excess deletion): known = running + pending + unacknowledged; above
+    /// the target, unacknowledged requests go first (newest first), then pending pods as
+    /// ReplicaSet ranks them (unscheduled, lower deletion cost, newest), each only if still
+    /// pending at the call. Running pods only with `--scale-down-running`.
+    pub(super) fn delete_excess(&mut self, c: &mut Census<'a>) {
+        let known = c.running.len() as u64 + c.pending.len() as u64 + self.unack.len() as u64;
+        let Some(mut excess) = known.checked_sub(self.target as u64).filter(|&e| e > 0) else {
+            return;
+        };
+        while excess > 0 {
+            let Some((id, _)) = self.unack.pop_last() else {
+                break;
+            };
+            let d = Delete::unseen(id, self.name(id), DeleteReason::Excess);
+            self.delete.push(d.if_still_pending());
+            excess -= 1;
+        }
+        c.pending
+            .sort_by_key(|p| (p.scheduled, p.deletion_cost, Reverse(p.id)));
+        for p in c.pending.iter().take(excess as usize) {
+            self.delete
+                .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
+            c.excess_pending += 1;
+        }
+        excess -= c.excess_pending as u64;
+        if self.cfg.policies.scale_down_running && excess > 0 {
+            c.running
+                .sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
+            for p in c.running.iter().take(excess as usize) {
+                self.delete.push(Delete::seen(p, DeleteReason::Excess));
+            }
+        }
+    }
+
+    /// The quota back-off in force, with a warning while it blocks growth.
+    fn backoff_in_force(&mut self, running: u32) -> bool {
+        let Some(b) = self.prev.create_backoff.as_ref() else {
+            return false;
+        };
+        if self.now_ms >= b.until_ms {
+            return false;
+        }
+        if running < self.target {
+            self.warnings.push(format!(
+                "not creating executors for {} ms more: the last create was rejected ({})",
+                b.until_ms - self.now_ms,
+                b.reason
+            ));
+        }
+        true
+    }
+
+    /// Rule 4 (Spark 3.0: a new batch only when nothing is unacknowledged or pending;
+    /// `--max-pending`: Spark 3.1+'s `maxPendingPods`, SPARK-36052): min(room, batch size)
+    /// fresh ids, unless a quota back-off or a crash-loop halt is in force.
+    pub(super) fn create_batch(&mut self, c: &Census<'a>, halted: bool) -> CreateBatch {
+        let running = c.running.len() as u32;
+        let backing_off = self.backoff_in_force(running);
+        let adaptive =
+            AdaptiveBatch::before(self.prev, self.cfg, &c.pending, self.unack.is_empty());
+        let batch = adaptive.as_ref().map_or(self.cfg.batch_size, |a| a.size());
+        let pending_left = c.pending.len() as u32 - c.excess_pending;
+        let (allowed, room) = match self.cfg.policies.max_pending {
+            None => (
+                self.unack.is_empty() && c.pending.is_empty(),
+                self.target.saturating_sub(running),
+            ),
+            Some(max) => (
+                self.unack.is_empty(),
+                self.target
+                    .saturating_sub(running + pending_left)
+                    .min(max.saturating_sub(pending_left)),
+            ),
+        };
+        let ids_left = u64::MAX - self.last_id;
+        if ids_left < room.min(batch) as u64 {
+            self.warnings.push(format!(
+                "executor ids are exhausted (the highest id seen is {}): no more executors \
+                 can be created for this app id; use a new app id",
+                self.last_id
+            ));
+        }
+        let made = allowed && room > 0 && !backing_off && !halted;
+        if made {
+            for _ in 0..(room.min(batch) as u64).min(ids_left) {
+                self.last_id += 1;
+                self.unack.insert(self.last_id, self.now_ms);
+                let name = self.name(self.last_id);
+                self.create.push(Create {
+                    executor_id: self.last_id,
+                    pod_name: name,
+                });
+            }
+        }
+        CreateBatch {
+            backing_off,
+            adaptive: adaptive.map(|a| a.after(made, self.prev, &c.pending)),
+        }
+    }
+
+    /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
+    /// `deletedExecutorIds`), when the next tick is due, and the state to persist.
+    pub(super) fn finish(mut self, c: Census<'a>, guard: CrashLoopGuard, b: CreateBatch) -> Plan {
+        let requeue_after_ms = self.requeue_after(&c, &guard);
+        let mut s = c.summary;
+        s.target = self.target;
+        s.running = c.running.len() as u32;
+        s.pending = c.pending.len() as u32;
+        s.created = self.create.len() as u32;
+        s.deleted = self.delete.len() as u32;
+        let above = self.running_above_target(s.running);
+        s.converged = !b.backing_off
+            && guard.halt.is_none()
+            && self.create.is_empty()
+            && self.delete.is_empty()
+            && self.unack.is_empty()
+            && c.pending.is_empty()
+            && (s.running == self.target || above);
+        let snap = self.snap;
+        let mut deleted: BTreeSet<u64> = (self.prev.deleted.iter().copied())
+            .filter(|id| snap.executors.contains_key(id))
+            .collect();
+        deleted.extend(self.delete.iter().map(|d| d.executor_id));
+        let state = AllocatorState {
+            version: STATE_VERSION,
+            target: Some(self.target),
+            last_executor_id: self.last_id,
+            unacknowledged: (self.unack.iter())
+                .map(|(&executor_id, &created_ms)| Unacknowledged {
+                    executor_id,
+                    created_ms,
+                })
+                .collect(),
+            deleted: deleted.into_iter().collect(),
+            create_backoff: self.prev.create_backoff.clone(),
+            counters: self.prev.counters.clone(),
+            failures: guard.failures,
+            stuck: c.stuck,
+            adaptive: b.adaptive,
+        };
+        Plan {
+            create: self.create,
+            delete: self.delete,
+            state,
+            summary: s,
+            warnings: self.warnings,
+            halt: guard.halt,
+            requeue_after_ms,
+        }
+    }
+
+    /// Running executors above the target stay (Spark's rule) unless `--scale-down-running`:
+    /// then there is nothing more to do, which counts as converged, with a warning.
+    fn running_above_target(&mut self, running: u32) -> bool {
+        let above = running > self.target && !self.cfg.policies.scale_down_running;
+        if above {
+            self.warnings.push(format!(
+                "{running} running executors are above the target {} and are left running (as \
+                 Spark does); pass --scale-down-running, or `podalloc remove ID…`, to stop some",
+                self.target
+            ));
+        }
+        above
+    }
+
+    /// The earliest time-driven change, ms from now: a creation deadline, the back-off's end,
+    /// a stuck pod's grace end, the crash-loop window's end while halted.
+    fn requeue_after(&self, c: &Census<'a>, guard: &CrashLoopGuard) -> Option<u64> {
+        let timeout = self.cfg.creation_timeout();
+        let deadlines = self.unack.values().map(|t| t.saturating_add(timeout) + 1);
+        let backoff = (self.prev.create_backoff.iter()).map(|b| b.until_ms);
+        let grace = self.cfg.policies.startup_grace_ms;
+        let stuck = c.stuck.iter().filter_map(|r| Some(r.since_ms + grace? + 1));
+        let halt = guard.halt_ends_ms(&self.cfg.policies);
+        (deadlines.chain(backoff).chain(stuck).chain(halt))
+            .filter(|&t| t > self.now_ms)
+            .min()
+            .map(|t| t - self.now_ms)
+    }
+}
+
+/// What [`Step::create_batch`] leaves for [`Step::finish`].
+pub(super) struct CreateBatch {
+    backing_off: bool,
+    adaptive: Option<super::state::AdaptiveState>,
+}

@@ -1,0 +1,95 @@
+//! Allocation settings: Spark's allocation knobs and podalloc's opt-in policies. Durations
+//! are milliseconds.
+
+/// Default batch size (Spark's `spark.kubernetes.allocation.batch.size`): pods per batch.
+pub const DEFAULT_BATCH_SIZE: u32 = 5;
+/// Default batch delay (Spark's `spark.kubernetes.allocation.batch.delay`): 1 s, in ms.
+pub const DEFAULT_BATCH_DELAY_MS: u64 = 1000;
+/// Floor of the default creation timeout (Spark: `max(batch delay × 5, 60000)`), in ms.
+pub const MIN_CREATION_TIMEOUT_MS: u64 = 60_000;
+
+/// Allocation settings. Durations are milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Pods created per tick at most (≥ 1).
+    pub batch_size: u32,
+    /// Time between ticks, ms; also sets the default creation timeout.
+    pub batch_delay_ms: u64,
+    /// How long a created pod may stay unseen before it is deleted and replaced, ms.
+    /// `None`: max(5 × batch delay, 60 s), as Spark.
+    pub creation_timeout_ms: Option<u64>,
+    /// Delete Failed/Succeeded executor pods (default true, as Spark's
+    /// `spark.kubernetes.executor.deleteOnTermination`).
+    pub delete_terminated: bool,
+    /// The pod name prefix (see [`crate::podspec::name_prefix`]).
+    pub name_prefix: String,
+    /// Opt-in policies beyond the seed's (all off by default).
+    pub policies: Policies,
+}
+
+/// Opt-in allocation policies (issue "faster than Spark"). All off by default: the seed's
+/// behaviour and the conformance corpus are unchanged unless one is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policies {
+    /// Spark's `spark.kubernetes.allocation.maxPendingPods` (SPARK-33262, SPARK-36052):
+    /// pending pods no longer block; a new batch is allowed once every earlier request was
+    /// seen, sized min(target − known, batch size, max_pending − pending).
+    pub max_pending: Option<u32>,
+    /// Adaptive batches (`--batch-size auto`) up to this cap: the batch doubles after a batch
+    /// whose pods were all seen with none unschedulable, and halves after throttling
+    /// (429/5xx/quota, reported by the tick) or when pods are unschedulable.
+    pub adaptive_max_batch: Option<u32>,
+    /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
+    /// executor failures within [`Policies::failure_window_ms`] stop all creation
+    /// ([`Plan::halt`]).
+    pub max_failures: Option<u32>,
+    /// The crash-loop guard's window, ms (default 10 minutes).
+    pub failure_window_ms: u64,
+    /// A pod waiting in ErrImagePull, ImagePullBackOff, InvalidImageName,
+    /// CreateContainerConfigError or CrashLoopBackOff longer than this (ms) counts as a
+    /// failure: deleted once (reason `stuck`) and counted by the guard. Unschedulable alone is
+    /// not a failure.
+    pub startup_grace_ms: Option<u64>,
+    /// Also delete running executors above the target (off by default, as Spark), lowest
+    /// pod-deletion-cost first, then most restarts, then newest.
+    pub scale_down_running: bool,
+}
+
+/// Default crash-loop guard window: 10 minutes, in ms.
+pub const DEFAULT_FAILURE_WINDOW_MS: u64 = 600_000;
+
+/// Waiting reasons that mean a pod will not start by itself (see [`Policies::startup_grace_ms`]).
+pub const STUCK_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CrashLoopBackOff",
+];
+
+impl Settings {
+    /// Settings with Spark's defaults for pods named after `name_prefix`.
+    pub fn new(name_prefix: impl Into<String>) -> Settings {
+        Settings {
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_delay_ms: DEFAULT_BATCH_DELAY_MS,
+            creation_timeout_ms: None,
+            delete_terminated: true,
+            name_prefix: name_prefix.into(),
+            policies: Policies {
+                failure_window_ms: DEFAULT_FAILURE_WINDOW_MS,
+                ..Policies::default()
+            },
+        }
+    }
+
+    /// The creation timeout in effect, ms: the configured one, else
+    /// max(5 × batch delay, 60 s) (Spark's `podCreationTimeout`).
+    pub fn creation_timeout(&self) -> u64 {
+        self.creation_timeout_ms.unwrap_or_else(|| {
+            self.batch_delay_ms
+                .saturating_mul(5)
+                .max(MIN_CREATION_TIMEOUT_MS)
+        })
+    }
+}

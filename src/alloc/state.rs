@@ -1,0 +1,189 @@
+//! What persists between ticks: the state file's schema (`state` in `plan` output), the
+//! creation back-off and the totals the shell keeps for metrics.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The state file / `plan --state` format version this build reads and writes.
+pub const STATE_VERSION: u32 = 1;
+
+/// One executor we asked for and have not seen in any snapshot yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unacknowledged {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When the create was planned, ms since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// What persists between ticks (the state file, and `state` in `plan` output).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorState {
+    /// Format version; [`STATE_VERSION`].
+    pub version: u32,
+    /// Total expected executors; `None` until a target is first given.
+    #[serde(default)]
+    pub target: Option<u32>,
+    /// The highest executor id ever handed out (0: none yet).
+    #[serde(default)]
+    pub last_executor_id: u64,
+    /// Created by us, not yet seen; ordered by id.
+    #[serde(default)]
+    pub unacknowledged: Vec<Unacknowledged>,
+    /// Ids we deleted that the last snapshot still showed (Spark's `deletedExecutorIds`);
+    /// informational, pruned as the pods disappear.
+    #[serde(default)]
+    pub deleted: Vec<u64>,
+    /// Creation back-off after a quota rejection (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_backoff: Option<Backoff>,
+    /// Running totals for metrics (absent: all zero). Not used by the step; carried through.
+    #[serde(default, skip_serializing_if = "Counters::is_zero")]
+    pub counters: Counters,
+    /// Executor failures inside the crash-loop guard's window (only with `max_failures`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<FailureRecord>,
+    /// Pods seen stuck in a [`STUCK_REASONS`] state, since when (only with `startup_grace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<StuckRecord>,
+    /// Adaptive batch state (only with `--batch-size auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveState>,
+}
+
+/// One executor failure counted by the crash-loop guard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When the failure was first seen, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Why (see [`crate::snapshot::ExecutorPod::reason`]).
+    pub reason: String,
+}
+
+/// A pod stuck in start-up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckRecord {
+    /// The executor id.
+    pub executor_id: u64,
+    /// When it was first seen stuck, ms since the Unix epoch.
+    pub since_ms: u64,
+    /// The waiting reason.
+    pub reason: String,
+}
+
+/// Adaptive batch state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdaptiveState {
+    /// The current batch size (1 ..= the cap).
+    pub batch: u32,
+    /// Set by the tick when its creates met 429, 5xx or a quota rejection: the next step
+    /// halves the batch.
+    #[serde(default)]
+    pub throttled: bool,
+}
+
+/// Totals kept across ticks and processes (a cron run is one process per tick), exported by
+/// `--metrics-file` and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Executor pods created (201, or 409 for our own pod).
+    #[serde(default)]
+    pub created: u64,
+    /// Executor pods deleted (or found already gone).
+    #[serde(default)]
+    pub deleted: u64,
+    /// API error responses by HTTP code (as a string key), retries included.
+    #[serde(default)]
+    pub api_errors: BTreeMap<String, u64>,
+    /// When the last tick without error ended, ms since the Unix epoch.
+    #[serde(default)]
+    pub last_success_ms: Option<u64>,
+}
+
+impl Counters {
+    /// True when nothing was counted yet (then the state file omits the field).
+    pub fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+}
+
+/// No creates before `until_ms`: set when the API server rejected a create for a
+/// ResourceQuota (403 "exceeded quota"), so a full quota is not hammered every tick.
+/// The delay doubles on each rejection up to [`MAX_BACKOFF_MS`] and the back-off is cleared
+/// by the next successful create, as Kubernetes' controllers back off a failing sync.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// No creates before this time, ms since the Unix epoch.
+    pub until_ms: u64,
+    /// The delay that set `until_ms`, ms; the next rejection doubles it.
+    pub delay_ms: u64,
+    /// Why (the quota message), for `status` and logs.
+    pub reason: String,
+}
+
+/// First creation back-off after a quota rejection, ms.
+pub const MIN_BACKOFF_MS: u64 = 5_000;
+/// Longest creation back-off, ms (5 minutes).
+pub const MAX_BACKOFF_MS: u64 = 300_000;
+
+impl Backoff {
+    /// The back-off after a rejection at `now_ms`, following `previous` (doubling, capped):
+    /// max(batch delay, 5 s), then ×2 per rejection, at most 5 minutes.
+    pub fn after_rejection(
+        previous: Option<&Backoff>,
+        batch_delay_ms: u64,
+        now_ms: u64,
+        reason: String,
+    ) -> Backoff {
+        let delay_ms = match previous {
+            Some(b) => b.delay_ms.saturating_mul(2),
+            None => batch_delay_ms.max(MIN_BACKOFF_MS),
+        }
+        .min(MAX_BACKOFF_MS);
+        Backoff {
+            until_ms: now_ms.saturating_add(delay_ms),
+            delay_ms,
+            reason,
+        }
+    }
+}
+
+impl AllocatorState {
+    /// A fresh state: no target, no ids handed out.
+    pub fn new() -> AllocatorState {
+        AllocatorState {
+            version: STATE_VERSION,
+            ..AllocatorState::default()
+        }
+    }
+
+    /// Checks a loaded state: known version, ids consistent. Errors: one line naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version != STATE_VERSION {
+            return Err(format!(
+                "state version {} is not supported by this podalloc (it reads version {STATE_VERSION}); \
+                 use the podalloc that wrote it",
+                self.version
+            ));
+        }
+        if let Some(u) = self.unacknowledged.iter().find(|u| u.executor_id == 0) {
+            return Err(format!(
+                "unacknowledged executor id {} is not ≥ 1",
+                u.executor_id
+            ));
+        }
+        if let Some(u) = self
+            .unacknowledged
+            .iter()
+            .find(|u| u.executor_id > self.last_executor_id)
+        {
+            return Err(format!(
+                "unacknowledged executor id {} is above last_executor_id {}",
+                u.executor_id, self.last_executor_id
+            ));
+        }
+        Ok(())
+    }
+}

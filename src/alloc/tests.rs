@@ -1,0 +1,341 @@
+use super::*;
+use crate::snapshot::{ExecutorPod, ExecutorState};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn pod(id: u64, state: ExecutorState) -> ExecutorPod {
+    ExecutorPod {
+        id,
+        name: format!("app-exec-{id}"),
+        uid: format!("uid-{id}"),
+        resource_version: "1".into(),
+        state,
+        scheduled: state != ExecutorState::Pending,
+        detail: None,
+        reason: None,
+        waiting: None,
+        unschedulable: false,
+        deletion_cost: 0,
+        restarts: 0,
+    }
+}
+
+fn snap(pods: &[(u64, ExecutorState)]) -> Snapshot {
+    Snapshot {
+        executors: pods.iter().map(|&(id, s)| (id, pod(id, s))).collect(),
+        ..Snapshot::default()
+    }
+}
+
+fn settings(batch: u32) -> Settings {
+    Settings {
+        batch_size: batch,
+        ..Settings::new("app")
+    }
+}
+
+fn ids_c(p: &Plan) -> Vec<u64> {
+    p.create.iter().map(|c| c.executor_id).collect()
+}
+fn ids_d(p: &Plan) -> Vec<u64> {
+    let mut v: Vec<u64> = p.delete.iter().map(|d| d.executor_id).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn creation_timeout_default_and_override() {
+    let mut s = settings(5);
+    assert_eq!(s.creation_timeout(), 60_000);
+    s.batch_delay_ms = 20_000;
+    assert_eq!(s.creation_timeout(), 100_000);
+    s.creation_timeout_ms = Some(5);
+    assert_eq!(s.creation_timeout(), 5);
+}
+
+#[test]
+fn no_target_is_an_error() {
+    let e = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &settings(5),
+        &Request::default(),
+        0,
+    );
+    assert_eq!(e.unwrap_err(), StepError::NoTarget);
+}
+
+#[test]
+fn first_batch_then_wait_then_next() {
+    let st = AllocatorState::new();
+    let req = Request {
+        target: TargetChange::Set(7),
+        remove: vec![],
+    };
+    let p = step(&snap(&[]), &st, &settings(5), &req, 10).unwrap();
+    assert_eq!(ids_c(&p), vec![1, 2, 3, 4, 5]);
+    assert_eq!(p.create[0].pod_name, "app-exec-1");
+    // Seen but pending: nothing new.
+    use ExecutorState::*;
+    let s2 = snap(&[
+        (1, Running),
+        (2, Running),
+        (3, Running),
+        (4, Running),
+        (5, Pending),
+    ]);
+    let p2 = step(&s2, &p.state, &settings(5), &Request::default(), 20).unwrap();
+    assert!(p2.create.is_empty() && p2.delete.is_empty());
+    assert!(p2.state.unacknowledged.is_empty());
+    let s3 = snap(&[
+        (1, Running),
+        (2, Running),
+        (3, Running),
+        (4, Running),
+        (5, Running),
+    ]);
+    let p3 = step(&s3, &p2.state, &settings(5), &Request::default(), 30).unwrap();
+    assert_eq!(ids_c(&p3), vec![6, 7]);
+    assert!(!p3.summary.converged);
+}
+
+#[test]
+fn excess_takes_unacknowledged_then_unscheduled_pending_newest_first() {
+    use ExecutorState::*;
+    let mut st = AllocatorState::new();
+    st.target = Some(6);
+    st.last_executor_id = 6;
+    st.unacknowledged = vec![
+        Unacknowledged {
+            executor_id: 5,
+            created_ms: 0,
+        },
+        Unacknowledged {
+            executor_id: 6,
+            created_ms: 0,
+        },
+    ];
+    let mut s = snap(&[(1, Running), (2, Pending), (3, Pending), (4, Pending)]);
+    s.executors.get_mut(&2).unwrap().scheduled = true;
+    // known = 1 + 3 + 2 = 6; target 2 → excess 4: 6, 5, then unscheduled 4, 3 (not 2).
+    let p = step(
+        &s,
+        &st,
+        &settings(5),
+        &Request {
+            target: TargetChange::Set(2),
+            remove: vec![],
+        },
+        1,
+    )
+    .unwrap();
+    assert_eq!(ids_d(&p), vec![3, 4, 5, 6]);
+    assert!(p
+        .delete
+        .iter()
+        .all(|d| d.reason == DeleteReason::Excess && d.if_pending));
+    assert!(p.state.unacknowledged.is_empty());
+    assert!(p.create.is_empty());
+}
+
+#[test]
+fn remove_lowers_target_only_for_existing() {
+    use ExecutorState::*;
+    let s = snap(&[(1, Running), (2, Running), (3, Failed), (4, Deleted)]);
+    let req = Request {
+        target: TargetChange::Set(4),
+        remove: vec![2, 3, 4, 99, 2],
+    };
+    let p = step(&s, &AllocatorState::new(), &settings(5), &req, 0).unwrap();
+    assert_eq!(p.state.target, Some(3));
+    assert_eq!(ids_d(&p), vec![2, 3]);
+    assert!(p.delete.iter().all(|d| d.reason == DeleteReason::Removed));
+    assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+    // running 1 < target 3 → 2 more, ids above everything seen.
+    assert_eq!(ids_c(&p), vec![5, 6]);
+}
+
+#[test]
+fn keep_terminated_does_not_delete_but_still_replaces() {
+    use ExecutorState::*;
+    let mut set = settings(5);
+    set.delete_terminated = false;
+    let p = step(
+        &snap(&[(1, Running), (2, Failed)]),
+        &AllocatorState::new(),
+        &set,
+        &Request {
+            target: TargetChange::Set(2),
+            remove: vec![],
+        },
+        0,
+    )
+    .unwrap();
+    assert!(p.delete.is_empty());
+    assert_eq!(ids_c(&p), vec![3]);
+}
+
+#[test]
+fn quota_backoff_holds_creates_until_it_expires() {
+    let mut st = AllocatorState::new();
+    st.target = Some(3);
+    st.create_backoff = Some(Backoff::after_rejection(
+        None,
+        1000,
+        10_000,
+        "exceeded quota: q".into(),
+    ));
+    assert_eq!(st.create_backoff.as_ref().unwrap().until_ms, 15_000);
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 14_999).unwrap();
+    assert!(p.create.is_empty());
+    assert!(p.warnings.iter().any(|w| w.contains("exceeded quota")));
+    assert_eq!(
+        p.state.create_backoff, st.create_backoff,
+        "kept until a create succeeds"
+    );
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 15_000).unwrap();
+    assert_eq!(ids_c(&p), vec![1, 2, 3]);
+    // Doubling, capped.
+    let mut b = Backoff::after_rejection(None, 1000, 0, String::new());
+    for _ in 0..20 {
+        b = Backoff::after_rejection(Some(&b), 1000, 0, String::new());
+    }
+    assert_eq!(b.delay_ms, MAX_BACKOFF_MS);
+}
+
+#[test]
+fn clock_going_backwards_does_not_time_out() {
+    let mut st = AllocatorState::new();
+    st.target = Some(1);
+    st.last_executor_id = 1;
+    st.unacknowledged = vec![Unacknowledged {
+        executor_id: 1,
+        created_ms: 1_000_000,
+    }];
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 0).unwrap();
+    assert!(p.delete.is_empty() && p.create.is_empty());
+}
+
+// ---- property tests: a random cluster driven by the step --------------------------------
+
+#[derive(Clone, Debug)]
+enum Event {
+    Target(u32),
+    Progress(u8),
+    Fail(u8),
+    LoseCreates,
+    Advance(u32),
+    Remove(u8),
+    LoseState,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        (0u32..30).prop_map(Event::Target),
+        any::<u8>().prop_map(Event::Progress),
+        any::<u8>().prop_map(Event::Fail),
+        Just(Event::LoseCreates),
+        (0u32..90_000).prop_map(Event::Advance),
+        any::<u8>().prop_map(Event::Remove),
+        Just(Event::LoseState),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    /// Invariants over random runs: no overshoot, ≤ batch per tick, ids strictly increasing
+    /// and never reused, running never deleted for excess, terminating never deleted again.
+    #[test]
+    fn invariants_hold(batch in 1u32..8, events in proptest::collection::vec(event(), 1..60)) {
+        let set = settings(batch);
+        let mut cluster: BTreeMap<u64, ExecutorState> = BTreeMap::new();
+        let mut state = AllocatorState::new();
+        let mut now = 0u64;
+        let mut target = 0u32;
+        let mut highest_ever = 0u64;
+        let mut lose_next_creates = false;
+        let mut remove: Vec<u64> = vec![];
+        for ev in events {
+            match ev {
+                Event::Target(t) => target = t,
+                Event::Progress(k) => {
+                    for (i, (_, s)) in cluster.iter_mut().enumerate() {
+                        if *s == ExecutorState::Pending && (k as usize + i).is_multiple_of(2) {
+                            *s = ExecutorState::Running;
+                        }
+                    }
+                }
+                Event::Fail(k) => {
+                    if let Some((_, s)) = cluster.iter_mut().nth(k as usize % 8) {
+                        if *s == ExecutorState::Running { *s = ExecutorState::Failed; }
+                    }
+                }
+                Event::LoseCreates => lose_next_creates = true,
+                Event::Advance(ms) => now += ms as u64,
+                Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
+                Event::LoseState => {
+                    // Without a state file only the cluster remembers ids: new ids must
+                    // still be above every id it shows.
+                    state = AllocatorState::new();
+                    highest_ever = cluster.keys().next_back().copied().unwrap_or(0);
+                }
+            }
+            let snapshot = snap(&cluster.iter().map(|(&i, &s)| (i, s)).collect::<Vec<_>>());
+            let req = Request { target: TargetChange::Set(target), remove: std::mem::take(&mut remove) };
+            let removing: Vec<u64> = req.remove.clone();
+            let plan = step(&snapshot, &state, &set, &req, now).unwrap();
+            let new_target = plan.state.target.unwrap();
+            // ≤ a batch per tick.
+            prop_assert!(plan.create.len() <= batch as usize);
+            // Ids strictly increasing and never seen before.
+            let mut prev = highest_ever;
+            for c in &plan.create {
+                prop_assert!(c.executor_id > prev, "id {} not above {}", c.executor_id, prev);
+                prop_assert!(!cluster.contains_key(&c.executor_id));
+                prev = c.executor_id;
+            }
+            // No overshoot: creating only from a quiet state, up to the target.
+            let running = snapshot.executors.values()
+                .filter(|p| p.state == ExecutorState::Running && !removing.contains(&p.id))
+                .count() as u32;
+            if !plan.create.is_empty() {
+                prop_assert!(running + plan.create.len() as u32 <= new_target);
+                // Nothing pending (removed pods are going away and do not block).
+                let pending = snapshot.executors.values()
+                    .filter(|p| p.state == ExecutorState::Pending && !removing.contains(&p.id))
+                    .count();
+                prop_assert_eq!(pending, 0);
+            }
+            for d in &plan.delete {
+                match cluster.get(&d.executor_id) {
+                    Some(ExecutorState::Running) => prop_assert_eq!(d.reason, DeleteReason::Removed),
+                    Some(ExecutorState::Deleted) => prop_assert!(false, "deleted twice"),
+                    _ => {}
+                }
+            }
+            // Apply the plan to the model cluster.
+            for d in &plan.delete {
+                if d.if_pending && cluster.get(&d.executor_id) == Some(&ExecutorState::Running) {
+                    continue;
+                }
+                if cluster.contains_key(&d.executor_id) {
+                    cluster.insert(d.executor_id, ExecutorState::Deleted);
+                }
+            }
+            cluster.retain(|_, s| *s != ExecutorState::Deleted || !now.is_multiple_of(3));
+            for c in &plan.create {
+                highest_ever = highest_ever.max(c.executor_id);
+                if !lose_next_creates {
+                    cluster.insert(c.executor_id, ExecutorState::Pending);
+                }
+            }
+            lose_next_creates = false;
+            // The live count never exceeds the larger of the target and running before.
+            let live = cluster.values().filter(|s| matches!(s, ExecutorState::Pending | ExecutorState::Running)).count() as u32;
+            prop_assert!(live <= new_target.max(running), "live {} > target {}", live, new_target);
+            highest_ever = highest_ever.max(plan.state.last_executor_id);
+            state = plan.state;
+            now += 1000;
+        }
+    }
+}

@@ -174,9 +174,28 @@ pub struct AppArgs {
     #[arg(long, global = true, env = "PODALLOC_MAX_BATCH", value_name = "N", default_value_t = 100, value_parser = parse_batch_size_n)]
     pub max_batch: u32,
     /// Spark's maxPendingPods: pending pods no longer block new batches; at most N pending
-    /// or unacknowledged at once.
-    #[arg(long, global = true, env = "PODALLOC_MAX_PENDING", value_name = "N", value_parser = parse_batch_size_n)]
+    /// or unacknowledged at once (1 to 1000000, or `unlimited`; unlimited under
+    /// `--policy spark-3.x`).
+    #[arg(long, global = true, env = "PODALLOC_MAX_PENDING", value_name = "N|unlimited", value_parser = parse_max_pending)]
     pub max_pending: Option<u32>,
+    /// Which Spark allocator to behave as: `spark-3.0` (the default) or `spark-3.x` (Spark
+    /// 3.1+: --max-pending unlimited, creation timeout max(5 × batch delay, 600s), and
+    /// --executor-idle-timeout 60s protecting new requests and pending pods from excess
+    /// deletion). Flags given explicitly win over the policy's defaults.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_POLICY",
+        value_name = "POLICY",
+        value_enum,
+        default_value = "spark-3.0"
+    )]
+    pub policy: Policy,
+    /// Spark 3.1+'s excess rule (spark.dynamicAllocation.executorIdleTimeout): unacknowledged
+    /// requests and pending pods are deleted as excess only once older than this, oldest
+    /// first [default: 60s under --policy spark-3.x, off under spark-3.0].
+    #[arg(long, global = true, env = "PODALLOC_EXECUTOR_IDLE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub executor_idle_timeout: Option<Duration>,
     /// Crash-loop guard: more than N executor failures within --failure-window stop all
     /// creation (exit 6, naming the dominant reason).
     #[arg(long, global = true, env = "PODALLOC_MAX_FAILURES", value_name = "N", value_parser = parse_target)]
@@ -236,21 +255,29 @@ impl AppArgs {
 
     /// The allocation settings these flags give for `app_id`.
     pub fn settings(&self, app_id: &str) -> crate::alloc::Settings {
+        let spark3x = self.policy == Policy::Spark3x;
         crate::alloc::Settings {
             batch_size: match self.batch_size {
                 BatchSize::Fixed(n) => n,
                 BatchSize::Auto => crate::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
             },
             policies: crate::alloc::Policies {
-                max_pending: self.max_pending,
+                max_pending: self.max_pending.or(spark3x.then_some(u32::MAX)),
                 adaptive_max_batch: (self.batch_size == BatchSize::Auto).then_some(self.max_batch),
                 max_failures: self.max_failures,
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
                 scale_down_running: self.scale_down_running,
+                executor_idle_timeout_ms: (self.executor_idle_timeout)
+                    .map(|d| d.as_millis() as u64)
+                    .or(spark3x.then_some(crate::alloc::DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS)),
             },
             batch_delay_ms: self.batch_delay.as_millis() as u64,
             creation_timeout_ms: self.creation_timeout.map(|d| d.as_millis() as u64),
+            creation_timeout_floor_ms: match self.policy {
+                Policy::Spark30 => crate::alloc::MIN_CREATION_TIMEOUT_MS,
+                Policy::Spark3x => crate::alloc::SPARK3X_CREATION_TIMEOUT_MS,
+            },
             delete_terminated: !self.keep_terminated,
             name_prefix: crate::podspec::name_prefix(app_id),
         }
@@ -547,6 +574,29 @@ pub fn parse_batch_size_n(s: &str) -> Result<u32, String> {
     match parse_target(s)? {
         0 => Err("must be at least 1".into()),
         n if n > MAX_BATCH => Err(format!("{n} is too large: at most {MAX_BATCH}")),
+        n => Ok(n),
+    }
+}
+
+/// The allocation policy (`--policy`): which Spark version's allocator to behave as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    /// Spark 3.0's `ExecutorPodsAllocator` (the default).
+    #[value(name = "spark-3.0")]
+    Spark30,
+    /// Spark 3.1 to 3.5: unlimited pending pods, 600 s creation timeout, idle-timeout
+    /// protection from excess deletion (SPARK-33099, SPARK-34334, SPARK-33231, SPARK-36052).
+    #[value(name = "spark-3.x")]
+    Spark3x,
+}
+
+/// Parses `--max-pending`: a count from 1 to [`MAX_TARGET`], or `unlimited` (`u32::MAX`).
+pub fn parse_max_pending(s: &str) -> Result<u32, String> {
+    if s.trim() == "unlimited" {
+        return Ok(u32::MAX);
+    }
+    match parse_target(s)? {
+        0 => Err("must be at least 1 (or `unlimited`)".into()),
         n => Ok(n),
     }
 }

@@ -78,6 +78,9 @@ pub struct ExecutorPod {
     pub deletion_cost: i32,
     /// The largest container restartCount.
     pub restarts: u32,
+    /// `metadata.creationTimestamp` (RFC 3339, set by the API server), ms since the Unix
+    /// epoch; `None` when absent or unparsable. Spark 3.1+ ages pending pods by it.
+    pub created_ms: Option<u64>,
 }
 
 /// Executor id → pod, plus what was skipped. Built from one or more PodList pages.
@@ -267,6 +270,7 @@ impl Snapshot {
             unschedulable,
             deletion_cost,
             restarts,
+            created_ms: meta.creation_timestamp.as_deref().and_then(rfc3339_ms),
         };
         if let Some(prev) = self.executors.get(&id) {
             return Err(SnapshotError::DuplicateId {
@@ -278,6 +282,14 @@ impl Snapshot {
         self.executors.insert(id, entry);
         Ok(())
     }
+}
+
+/// An RFC 3339 time (`2026-01-01T00:00:00Z`, as the API server writes `creationTimestamp`) as
+/// ms since the Unix epoch; `None` when it does not parse or is before the epoch.
+fn rfc3339_ms(v: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(v).ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    u64::try_from(d.as_millis()).ok()
 }
 
 /// Parses an executor id label value: ASCII digits only, no sign, no leading zero, value ≥ 1,
@@ -375,6 +387,8 @@ struct RawMeta<'a> {
     resource_version: Option<Str<'a>>,
     #[serde(default)]
     deletion_timestamp: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    creation_timestamp: Option<Str<'a>>,
     #[serde(borrow, default)]
     labels: Option<OurLabels<'a>>,
     #[serde(borrow, default)]

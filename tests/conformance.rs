@@ -57,6 +57,14 @@ fn policy_corpus_passes() {
     assert!(passed >= 11);
 }
 
+/// Spark 3.1+'s own `ExecutorPodsAllocatorSuite`, translated to `plan` cases, under
+/// `--policy spark-3.x` (fixtures/conformance-spark3x/README.md lists what was translated).
+#[test]
+fn spark3x_corpus_passes() {
+    let (passed, _) = run_corpus(&root().join("fixtures/conformance-spark3x"));
+    assert!(passed >= 9);
+}
+
 #[test]
 fn the_runner_catches_a_wrong_plan() {
     // A check that cannot fail proves nothing: feed the runner a case whose expectation is

@@ -55,8 +55,9 @@ mod state;
 pub use plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange};
 pub use record::{record, Outcomes};
 pub use settings::{
-    Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_WINDOW_MS,
-    MIN_CREATION_TIMEOUT_MS, STUCK_REASONS,
+    Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
+    DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,
+    SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
     AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StuckRecord, Unacknowledged,

@@ -219,15 +219,32 @@ impl<'a> Step<'a> {
         CrashLoopGuard::observe(self.prev, &self.cfg.policies, failed, self.now_ms)
     }
 
-    /// Rule 3 (Spark 3.0's excess deletion): known = running + pending + unacknowledged; above
-    /// the target, unacknowledged requests go first (newest first), then pending pods as
-    /// ReplicaSet ranks them (unscheduled, lower deletion cost, newest), each only if still
-    /// pending at the call. Running pods only with `--scale-down-running`.
+    /// Rule 8 (excess): known = running + pending + unacknowledged; above the target, the
+    /// excess requests and pending pods are deleted, each only if still pending at the call.
+    /// Running pods only with `--scale-down-running`, lowest deletion cost first, then most
+    /// restarts, then newest.
     pub(super) fn delete_excess(&mut self, c: &mut Census<'a>) {
         let known = c.running.len() as u64 + c.pending.len() as u64 + self.unack.len() as u64;
-        let Some(mut excess) = known.checked_sub(self.target as u64).filter(|&e| e > 0) else {
+        let Some(excess) = known.checked_sub(self.target as u64).filter(|&e| e > 0) else {
             return;
         };
+        let left = match self.cfg.policies.executor_idle_timeout_ms {
+            Some(idle) => self.delete_idle_excess(c, excess, idle),
+            None => self.delete_newest_excess(c, excess),
+        };
+        if self.cfg.policies.scale_down_running && left > 0 {
+            c.running
+                .sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
+            for p in c.running.iter().take(left as usize) {
+                self.delete.push(Delete::seen(p, DeleteReason::Excess));
+            }
+        }
+    }
+
+    /// Rule 8 under Spark 3.0's policy (SPARK-28487): unacknowledged requests first, newest
+    /// first, then pending pods as ReplicaSet ranks them for scale-down (unscheduled, lower
+    /// pod-deletion-cost, newest). Returns the excess left.
+    fn delete_newest_excess(&mut self, c: &mut Census<'a>, mut excess: u64) -> u64 {
         while excess > 0 {
             let Some((id, _)) = self.unack.pop_last() else {
                 break;
@@ -243,14 +260,35 @@ impl<'a> Step<'a> {
                 .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
             c.excess_pending += 1;
         }
-        excess -= c.excess_pending as u64;
-        if self.cfg.policies.scale_down_running && excess > 0 {
-            c.running
-                .sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
-            for p in c.running.iter().take(excess as usize) {
-                self.delete.push(Delete::seen(p, DeleteReason::Excess));
-            }
+        excess - c.excess_pending as u64
+    }
+
+    /// Rule 8 under Spark 3.1+'s policy (SPARK-33099, SPARK-34334): only requests and pending
+    /// pods older than the executor idle timeout may go, oldest first — requests by their
+    /// create time, pending pods by `creationTimestamp` (SPARK-37049; none counts as old), ties
+    /// by id; pending pods taken = excess − requests deleted. Returns the excess left.
+    fn delete_idle_excess(&mut self, c: &mut Census<'a>, mut excess: u64, idle: u64) -> u64 {
+        let now = self.now_ms;
+        let old = |t: u64| now.saturating_sub(t) > idle;
+        let requests: Vec<u64> = (self.unack.iter())
+            .filter(|&(_, &t)| old(t))
+            .map(|(&id, _)| id)
+            .take(excess as usize)
+            .collect();
+        for id in requests {
+            self.unack.remove(&id);
+            let d = Delete::unseen(id, self.name(id), DeleteReason::Excess);
+            self.delete.push(d.if_still_pending());
+            excess -= 1;
         }
+        c.pending.sort_by_key(|p| (p.created_ms.unwrap_or(0), p.id));
+        let idle_pending = (c.pending.iter()).filter(|p| p.created_ms.is_none_or(old));
+        for p in idle_pending.take(excess as usize) {
+            self.delete
+                .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
+            c.excess_pending += 1;
+        }
+        excess - c.excess_pending as u64
     }
 
     /// The quota back-off in force, with a warning while it blocks growth.

@@ -5,7 +5,7 @@
 pub const DEFAULT_BATCH_SIZE: u32 = 5;
 /// Default batch delay (Spark's `spark.kubernetes.allocation.batch.delay`): 1 s, in ms.
 pub const DEFAULT_BATCH_DELAY_MS: u64 = 1000;
-/// Floor of the default creation timeout (Spark: `max(batch delay × 5, 60000)`), in ms.
+/// Floor of the default creation timeout (Spark 3.0: `max(batch delay × 5, 60000)`), in ms.
 pub const MIN_CREATION_TIMEOUT_MS: u64 = 60_000;
 
 /// Allocation settings. Durations are milliseconds.
@@ -16,8 +16,11 @@ pub struct Settings {
     /// Time between ticks, ms; also sets the default creation timeout.
     pub batch_delay_ms: u64,
     /// How long a created pod may stay unseen before it is deleted and replaced, ms.
-    /// `None`: max(5 × batch delay, 60 s), as Spark.
+    /// `None`: max(5 × batch delay, [`Settings::creation_timeout_floor_ms`]), as Spark.
     pub creation_timeout_ms: Option<u64>,
+    /// The floor of the default creation timeout, ms: 60 s as Spark 3.0, 600 s as Spark 3.1+
+    /// (`spark.kubernetes.allocation.executor.timeout`, SPARK-33231).
+    pub creation_timeout_floor_ms: u64,
     /// Delete Failed/Succeeded executor pods (default true, as Spark's
     /// `spark.kubernetes.executor.deleteOnTermination`).
     pub delete_terminated: bool,
@@ -53,6 +56,11 @@ pub struct Policies {
     /// Also delete running executors above the target (off by default, as Spark), lowest
     /// pod-deletion-cost first, then most restarts, then newest.
     pub scale_down_running: bool,
+    /// Spark 3.1+'s excess rule (SPARK-33099, SPARK-34334): unacknowledged requests and
+    /// pending pods are deleted as excess only once older than this, ms (Spark's
+    /// `spark.dynamicAllocation.executorIdleTimeout`), oldest first. `None`: Spark 3.0's rule
+    /// (any age, newest first).
+    pub executor_idle_timeout_ms: Option<u64>,
 }
 
 /// Default crash-loop guard window: 10 minutes, in ms.
@@ -74,6 +82,7 @@ impl Settings {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_delay_ms: DEFAULT_BATCH_DELAY_MS,
             creation_timeout_ms: None,
+            creation_timeout_floor_ms: MIN_CREATION_TIMEOUT_MS,
             delete_terminated: true,
             name_prefix: name_prefix.into(),
             policies: Policies {
@@ -84,12 +93,19 @@ impl Settings {
     }
 
     /// The creation timeout in effect, ms: the configured one, else
-    /// max(5 × batch delay, 60 s) (Spark's `podCreationTimeout`).
+    /// max(5 × batch delay, the floor) (Spark's `podCreationTimeout`).
     pub fn creation_timeout(&self) -> u64 {
         self.creation_timeout_ms.unwrap_or_else(|| {
             self.batch_delay_ms
                 .saturating_mul(5)
-                .max(MIN_CREATION_TIMEOUT_MS)
+                .max(self.creation_timeout_floor_ms)
         })
     }
 }
+
+/// Floor of the default creation timeout under Spark 3.1+'s policy (SPARK-33231:
+/// `spark.kubernetes.allocation.executor.timeout`, 600 s), in ms.
+pub const SPARK3X_CREATION_TIMEOUT_MS: u64 = 600_000;
+/// Default executor idle timeout (Spark's `spark.dynamicAllocation.executorIdleTimeout`,
+/// 60 s), in ms.
+pub const DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS: u64 = 60_000;

@@ -17,6 +17,7 @@ fn pod(id: u64, state: ExecutorState) -> ExecutorPod {
         unschedulable: false,
         deletion_cost: 0,
         restarts: 0,
+        created_ms: None,
     }
 }
 
@@ -227,6 +228,8 @@ enum Event {
     Advance(u32),
     Remove(u8),
     LoseState,
+    /// The next creates are rejected by a quota (fed back through `record`).
+    Quota,
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -238,6 +241,7 @@ fn event() -> impl Strategy<Value = Event> {
         (0u32..90_000).prop_map(Event::Advance),
         any::<u8>().prop_map(Event::Remove),
         Just(Event::LoseState),
+        Just(Event::Quota),
     ]
 }
 
@@ -254,6 +258,7 @@ proptest! {
         let mut target = 0u32;
         let mut highest_ever = 0u64;
         let mut lose_next_creates = false;
+        let mut quota_next = false;
         let mut remove: Vec<u64> = vec![];
         for ev in events {
             match ev {
@@ -271,6 +276,7 @@ proptest! {
                     }
                 }
                 Event::LoseCreates => lose_next_creates = true,
+                Event::Quota => quota_next = true,
                 Event::Advance(ms) => now += ms as u64,
                 Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
                 Event::LoseState => {
@@ -285,8 +291,12 @@ proptest! {
             let removing: Vec<u64> = req.remove.clone();
             let plan = step(&snapshot, &state, &set, &req, now).unwrap();
             let new_target = plan.state.target.unwrap();
-            // ≤ a batch per tick.
+            // ≤ a batch per tick; none while a quota back-off is in force.
             prop_assert!(plan.create.len() <= batch as usize);
+            if state.create_backoff.as_ref().is_some_and(|b| now < b.until_ms) {
+                prop_assert!(plan.create.is_empty(), "created during a back-off");
+            }
+            prop_assert!(plan.requeue_after_ms != Some(0));
             // Ids strictly increasing and never seen before.
             let mut prev = highest_ever;
             for c in &plan.create {
@@ -323,19 +333,171 @@ proptest! {
                 }
             }
             cluster.retain(|_, s| *s != ExecutorState::Deleted || !now.is_multiple_of(3));
+            let mut out = Outcomes::default();
             for c in &plan.create {
                 highest_ever = highest_ever.max(c.executor_id);
-                if !lose_next_creates {
+                if quota_next {
+                    out.dropped.push(c.executor_id);
+                    out.quota = Some("exceeded quota: pods=10".into());
+                } else if !lose_next_creates {
+                    out.created.push(c.executor_id);
                     cluster.insert(c.executor_id, ExecutorState::Pending);
                 }
             }
+            quota_next = false;
             lose_next_creates = false;
             // The live count never exceeds the larger of the target and running before.
             let live = cluster.values().filter(|s| matches!(s, ExecutorState::Pending | ExecutorState::Running)).count() as u32;
             prop_assert!(live <= new_target.max(running), "live {} > target {}", live, new_target);
             highest_ever = highest_ever.max(plan.state.last_executor_id);
-            state = plan.state;
+            state = record(&plan, &out, &set, now);
+            // Rejected ids are not waited for; the ids stay consumed.
+            prop_assert!(state.unacknowledged.iter().all(|u| !out.dropped.contains(&u.executor_id)));
+            prop_assert_eq!(state.last_executor_id, plan.state.last_executor_id);
             now += 1000;
         }
     }
+}
+
+// ---- record: outcomes folded into the next state ------------------------------------------
+
+fn planned(n: u32) -> Plan {
+    step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &settings(5),
+        &Request::set(n),
+        1_000,
+    )
+    .unwrap()
+}
+
+#[test]
+fn quota_sets_a_doubling_backoff_and_a_create_clears_it() {
+    let plan = planned(3);
+    let out = Outcomes {
+        dropped: vec![1, 2, 3],
+        quota: Some("exceeded quota".into()),
+        failed: true,
+        ..Outcomes::default()
+    };
+    let st = record(&plan, &out, &settings(5), 1_000);
+    assert!(st.unacknowledged.is_empty());
+    let b = st.create_backoff.clone().unwrap();
+    assert_eq!(
+        (b.delay_ms, b.until_ms),
+        (MIN_BACKOFF_MS, 1_000 + MIN_BACKOFF_MS)
+    );
+    assert_eq!(st.counters.last_success_ms, None);
+    // The step while backing off creates nothing and says when to come back.
+    let p2 = step(&snap(&[]), &st, &settings(5), &Request::default(), 2_000).unwrap();
+    assert!(p2.create.is_empty());
+    assert_eq!(p2.requeue_after_ms, Some(MIN_BACKOFF_MS - 1_000));
+    // A second rejection doubles it; a successful create clears it.
+    let st2 = record(&p2, &out, &settings(5), 2_000);
+    assert_eq!(
+        st2.create_backoff.as_ref().unwrap().delay_ms,
+        2 * MIN_BACKOFF_MS
+    );
+    let p3 = step(&snap(&[]), &st2, &settings(5), &Request::default(), 60_000).unwrap();
+    assert_eq!(p3.create.len(), 3);
+    let ok = Outcomes {
+        created: vec![4, 5, 6],
+        ..Outcomes::default()
+    };
+    let st3 = record(&p3, &ok, &settings(5), 60_000);
+    assert_eq!(st3.create_backoff, None);
+    assert_eq!(st3.counters.created, 3);
+    assert_eq!(st3.counters.last_success_ms, Some(60_000));
+}
+
+#[test]
+fn throttling_is_remembered_for_adaptive_batches_and_api_errors_counted() {
+    let mut set = settings(4);
+    set.policies.adaptive_max_batch = Some(16);
+    let plan = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(10),
+        0,
+    )
+    .unwrap();
+    let out = Outcomes {
+        created: vec![1, 2, 3, 4],
+        throttled: true,
+        api_errors: [(429, 2), (404, 1)].into_iter().collect(),
+        ..Outcomes::default()
+    };
+    let st = record(&plan, &out, &set, 0);
+    assert!(st.adaptive.as_ref().unwrap().throttled);
+    assert_eq!(st.counters.api_errors.get("429"), Some(&2));
+    assert_eq!(st.counters.api_errors.get("404"), None);
+    // The next batch halves after throttling.
+    use ExecutorState::*;
+    let seen = snap(&[(1, Running), (2, Running), (3, Running), (4, Running)]);
+    let p2 = step(&seen, &st, &set, &Request::default(), 1_000).unwrap();
+    assert_eq!(p2.create.len(), 2);
+}
+
+#[test]
+fn requeue_after_is_the_creation_deadline() {
+    let plan = planned(2);
+    // Created at 1 000 ms; timed out once strictly older than 60 s.
+    assert_eq!(plan.requeue_after_ms, Some(60_001));
+    let p2 = step(
+        &snap(&[]),
+        &plan.state,
+        &settings(5),
+        &Request::default(),
+        31_000,
+    )
+    .unwrap();
+    assert_eq!(p2.requeue_after_ms, Some(30_001));
+}
+
+#[test]
+fn add_raises_the_target_and_keep_without_one_is_an_error() {
+    let st = planned(3).state;
+    let req = Request {
+        target: TargetChange::Add(2),
+        remove: vec![],
+    };
+    let p = step(&snap(&[]), &st, &settings(5), &req, 2_000).unwrap();
+    assert_eq!(p.summary.target, 5);
+    assert_eq!(TargetChange::Add(4).apply(None), Some(4));
+    assert_eq!(TargetChange::Keep.apply(None), None);
+    assert_eq!(TargetChange::Add(1).apply(Some(u32::MAX)), Some(u32::MAX));
+}
+
+/// Spark 3.1+ (SPARK-33099): a target that dips and comes back within the executor idle
+/// timeout deletes nothing and creates nothing new.
+#[test]
+fn idle_timeout_protects_fresh_requests_and_pending_pods() {
+    let mut set = settings(5);
+    set.policies.executor_idle_timeout_ms = Some(60_000);
+    set.policies.max_pending = Some(u32::MAX);
+    set.creation_timeout_floor_ms = SPARK3X_CREATION_TIMEOUT_MS;
+    let p1 = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(5),
+        0,
+    )
+    .unwrap();
+    assert_eq!(p1.create.len(), 5);
+    let mut pods = snap(&[(1, ExecutorState::Pending), (2, ExecutorState::Pending)]);
+    for p in pods.executors.values_mut() {
+        p.created_ms = Some(1_000);
+    }
+    let p2 = step(&pods, &p1.state, &set, &Request::set(0), 10_000).unwrap();
+    assert!(p2.delete.is_empty() && p2.create.is_empty());
+    let p3 = step(&pods, &p2.state, &set, &Request::set(5), 20_000).unwrap();
+    assert!(p3.delete.is_empty() && p3.create.is_empty());
+    // Once older than the timeout, the excess goes: requests oldest first, then pending pods.
+    let p4 = step(&pods, &p2.state, &set, &Request::set(1), 70_000).unwrap();
+    let ids: Vec<u64> = p4.delete.iter().map(|d| d.executor_id).collect();
+    assert_eq!(ids, vec![3, 4, 5, 1]);
+    assert!(p4.delete.iter().all(|d| d.if_pending));
 }

@@ -219,6 +219,11 @@ pub struct AppArgs {
     /// [default: max(5 × batch delay, 60s)].
     #[arg(long, global = true, env = "PODALLOC_CREATION_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub creation_timeout: Option<Duration>,
+    /// Pods being deleted keep counting toward the target until they are gone (off, as
+    /// Spark): under a pod-count ResourceQuota, never more executor pods than the target
+    /// during replacements.
+    #[arg(long, global = true, env = "PODALLOC_COUNT_TERMINATING", value_parser = clap::builder::BoolishValueParser::new())]
+    pub count_terminating: bool,
     /// Keep Failed/Succeeded executor pods (for debugging) instead of deleting them; they
     /// are still replaced.
     #[arg(long, global = true, env = "PODALLOC_KEEP_TERMINATED", value_parser = clap::builder::BoolishValueParser::new())]
@@ -268,6 +273,7 @@ impl AppArgs {
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
                 scale_down_running: self.scale_down_running,
+                count_terminating: self.count_terminating,
                 executor_idle_timeout_ms: (self.executor_idle_timeout)
                     .map(|d| d.as_millis() as u64)
                     .or(spark3x.then_some(crate::alloc::DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS)),

@@ -260,6 +260,13 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
     for w in plan.warnings.iter().skip(snapshot.warnings.len()) {
         warn!("{w}");
     }
+    if let Some(b) = &plan.blocked {
+        let s = &plan.summary;
+        info!(
+            "target {} not reached (running {}): no executor created: {b}",
+            s.target, s.running
+        );
+    }
 }
 
 /// The driver pod's ownerReference, read only when the plan creates pods.

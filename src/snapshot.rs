@@ -30,6 +30,9 @@ pub const LABEL_EXEC_ID: &str = "spark-exec-id";
 /// The value of [`LABEL_ROLE`] on executor pods.
 pub const ROLE_EXECUTOR: &str = "executor";
 
+/// The largest valid executor id: Spark's executor ids are positive `Long`s, so `i64::MAX`.
+pub const MAX_EXECUTOR_ID: u64 = i64::MAX as u64;
+
 /// What a pod's state means for allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -57,6 +57,14 @@ fn policy_corpus_passes() {
     assert!(passed >= 11);
 }
 
+/// Real-pod rules: why creation is blocked, --count-terminating, executor-container-aware
+/// classification (full pod JSON).
+#[test]
+fn real_pods_corpus_passes() {
+    let (passed, _) = run_corpus(&root().join("fixtures/conformance-real-pods"));
+    assert!(passed >= 4);
+}
+
 /// Spark 3.1+'s own `ExecutorPodsAllocatorSuite`, translated to `plan` cases, under
 /// `--policy spark-3.x` (fixtures/conformance-spark3x/README.md lists what was translated).
 #[test]

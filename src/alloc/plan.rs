@@ -192,6 +192,70 @@ pub struct Plan {
     /// `Action::requeue`). `None`: nothing is waiting on time; tick at the usual interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue_after_ms: Option<u64>,
+    /// Why nothing is created although running < target (`None` when creating, or when the
+    /// target is reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Blocked>,
+}
+
+/// Why no executor is created although the target is not reached (`blocked` in the plan and
+/// in `status --output json`; one log line per tick, as Spark logs it since SPARK-42261).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Blocked {
+    /// A new batch waits until nothing is pending or unacknowledged (Spark 3.0's rule; with
+    /// `--max-pending`, until every request was seen and pending pods fill the target).
+    Waiting {
+        /// Pending pods (not being deleted as excess).
+        pending: u32,
+        /// Requests not yet seen.
+        unacknowledged: u32,
+    },
+    /// Pending pods are at the `--max-pending` cap.
+    MaxPending {
+        /// Pending pods.
+        pending: u32,
+        /// The cap.
+        cap: u32,
+    },
+    /// A quota rejection's back-off is in force.
+    Backoff {
+        /// Time left, ms.
+        remaining_ms: u64,
+        /// The quota message.
+        message: String,
+    },
+    /// The crash-loop guard halted creation ([`Plan::halt`] says why).
+    CrashLoop,
+    /// No executor id is left for this app id.
+    IdsExhausted,
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocked::Waiting {
+                pending,
+                unacknowledged,
+            } => write!(
+                f,
+                "waiting for pending {pending}, unacknowledged {unacknowledged} before the next batch"
+            ),
+            Blocked::MaxPending { pending, cap } => {
+                write!(f, "pending {pending} at the --max-pending cap {cap}")
+            }
+            Blocked::Backoff {
+                remaining_ms,
+                message,
+            } => write!(
+                f,
+                "backing off for {} after a quota rejection ({message})",
+                humantime::format_duration(std::time::Duration::from_millis(*remaining_ms))
+            ),
+            Blocked::CrashLoop => f.write_str("halted by the crash-loop guard"),
+            Blocked::IdsExhausted => f.write_str("executor ids are exhausted for this app id"),
+        }
+    }
 }
 
 /// Why no plan could be made.

@@ -4,11 +4,11 @@
 
 use super::adaptive::AdaptiveBatch;
 use super::guard::CrashLoopGuard;
-use super::plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
+use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
 use super::settings::{Settings, STUCK_REASONS};
 use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
 use crate::podspec::pod_name;
-use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
+use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -292,46 +292,33 @@ impl<'a> Step<'a> {
     }
 
     /// The quota back-off in force, with a warning while it blocks growth.
-    fn backoff_in_force(&mut self, running: u32) -> bool {
-        let Some(b) = self.prev.create_backoff.as_ref() else {
-            return false;
-        };
-        if self.now_ms >= b.until_ms {
-            return false;
-        }
+    fn backoff_in_force(&mut self, running: u32) -> Option<Blocked> {
+        let b = self.prev.create_backoff.as_ref()?;
+        let remaining_ms = b.until_ms.checked_sub(self.now_ms).filter(|&r| r > 0)?;
         if running < self.target {
             self.warnings.push(format!(
-                "not creating executors for {} ms more: the last create was rejected ({})",
-                b.until_ms - self.now_ms,
+                "not creating executors for {remaining_ms} ms more: the last create was rejected ({})",
                 b.reason
             ));
         }
-        true
+        Some(Blocked::Backoff {
+            remaining_ms,
+            message: b.reason.clone(),
+        })
     }
 
-    /// Rule 4 (Spark 3.0: a new batch only when nothing is unacknowledged or pending;
+    /// Rule 9 (Spark 3.0: a new batch only when nothing is unacknowledged or pending;
     /// `--max-pending`: Spark 3.1+'s `maxPendingPods`, SPARK-36052): min(room, batch size)
-    /// fresh ids, unless a quota back-off or a crash-loop halt is in force.
+    /// fresh ids, unless a quota back-off or a crash-loop halt is in force. When the target is
+    /// not reached and nothing is created, says why ([`Blocked`], as SPARK-42261 logs it).
     pub(super) fn create_batch(&mut self, c: &Census<'a>, halted: bool) -> CreateBatch {
         let running = c.running.len() as u32;
         let backing_off = self.backoff_in_force(running);
         let adaptive =
             AdaptiveBatch::before(self.prev, self.cfg, &c.pending, self.unack.is_empty());
         let batch = adaptive.as_ref().map_or(self.cfg.batch_size, |a| a.size());
-        let pending_left = c.pending.len() as u32 - c.excess_pending;
-        let (allowed, room) = match self.cfg.policies.max_pending {
-            None => (
-                self.unack.is_empty() && c.pending.is_empty(),
-                self.target.saturating_sub(running),
-            ),
-            Some(max) => (
-                self.unack.is_empty(),
-                self.target
-                    .saturating_sub(running + pending_left)
-                    .min(max.saturating_sub(pending_left)),
-            ),
-        };
-        let ids_left = u64::MAX - self.last_id;
+        let (room, waiting) = self.room(c, running);
+        let ids_left = MAX_EXECUTOR_ID.saturating_sub(self.last_id);
         if ids_left < room.min(batch) as u64 {
             self.warnings.push(format!(
                 "executor ids are exhausted (the highest id seen is {}): no more executors \
@@ -339,7 +326,14 @@ impl<'a> Step<'a> {
                 self.last_id
             ));
         }
-        let made = allowed && room > 0 && !backing_off && !halted;
+        let blocked = match () {
+            _ if halted => Some(Blocked::CrashLoop),
+            _ if backing_off.is_some() => backing_off.clone(),
+            _ if waiting.is_some() => waiting,
+            _ if room > 0 && ids_left == 0 => Some(Blocked::IdsExhausted),
+            _ => None,
+        };
+        let made = blocked.is_none() && room > 0;
         if made {
             for _ in 0..(room.min(batch) as u64).min(ids_left) {
                 self.last_id += 1;
@@ -352,8 +346,51 @@ impl<'a> Step<'a> {
             }
         }
         CreateBatch {
-            backing_off,
+            backing_off: backing_off.is_some(),
+            blocked: blocked.filter(|_| self.create.is_empty() && running < self.target),
             adaptive: adaptive.map(|a| a.after(made, self.prev, &c.pending)),
+        }
+    }
+
+    /// How many executors may be created (before the batch size), and what makes the rule
+    /// wait, if anything. With `--count-terminating`, pods being deleted still count.
+    fn room(&self, c: &Census<'a>, running: u32) -> (u32, Option<Blocked>) {
+        let pending = c.pending.len() as u32 - c.excess_pending;
+        let unacknowledged = self.unack.len() as u32;
+        let terminating = match self.cfg.policies.count_terminating {
+            true => c.summary.deleting,
+            false => 0,
+        };
+        let counted = running.saturating_add(terminating);
+        match self.cfg.policies.max_pending {
+            None if unacknowledged > 0 || !c.pending.is_empty() => (
+                0,
+                Some(Blocked::Waiting {
+                    pending: c.pending.len() as u32,
+                    unacknowledged,
+                }),
+            ),
+            None => (self.target.saturating_sub(counted), None),
+            Some(_) if unacknowledged > 0 => (
+                0,
+                Some(Blocked::Waiting {
+                    pending,
+                    unacknowledged,
+                }),
+            ),
+            Some(max) => {
+                let missing = self.target.saturating_sub(counted.saturating_add(pending));
+                let slots = max.saturating_sub(pending);
+                let blocked = match (missing, slots) {
+                    (0, _) if pending > 0 => Some(Blocked::Waiting {
+                        pending,
+                        unacknowledged,
+                    }),
+                    (1.., 0) => Some(Blocked::MaxPending { pending, cap: max }),
+                    _ => None,
+                };
+                (missing.min(slots), blocked)
+            }
         }
     }
 
@@ -405,6 +442,7 @@ impl<'a> Step<'a> {
             warnings: self.warnings,
             halt: guard.halt,
             requeue_after_ms,
+            blocked: b.blocked,
         }
     }
 
@@ -441,5 +479,6 @@ impl<'a> Step<'a> {
 /// What [`Step::create_batch`] leaves for [`Step::finish`].
 pub(super) struct CreateBatch {
     backing_off: bool,
+    blocked: Option<Blocked>,
     adaptive: Option<super::state::AdaptiveState>,
 }

@@ -61,6 +61,10 @@ pub struct Policies {
     /// `spark.dynamicAllocation.executorIdleTimeout`), oldest first. `None`: Spark 3.0's rule
     /// (any age, newest first).
     pub executor_idle_timeout_ms: Option<u64>,
+    /// Pods being deleted (`deletionTimestamp` set) keep counting toward the target until
+    /// they are gone (off by default, as Spark), so a namespace under a pod-count
+    /// ResourceQuota never holds more executor pods than the target during replacements.
+    pub count_terminating: bool,
 }
 
 /// Default crash-loop guard window: 10 minutes, in ms.

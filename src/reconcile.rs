@@ -305,6 +305,21 @@ struct Applied {
     error: Option<Error>,
 }
 
+impl Applied {
+    /// The batch stops before `rest`: fresh ids are dropped (never created, ids stay
+    /// consumed); ids sent again because an earlier create's outcome is unknown stay
+    /// ambiguous (a quota or other rejection of a second create does not prove the first one
+    /// failed).
+    fn stop_batch(&mut self, rest: &[alloc::Create]) {
+        for c in rest {
+            match c.retry {
+                true => self.out.ambiguous.push(c.executor_id),
+                false => self.out.dropped.push(c.executor_id),
+            }
+        }
+    }
+}
+
 /// Makes the plan's calls, deletes first, and reports what happened. Decides nothing: a batch
 /// stops at its first error as Kubernetes' controllers stop theirs.
 fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> Applied {
@@ -316,10 +331,10 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
         delete_logged(client, d, &mut a);
     }
     for (i, c) in plan.create.iter().enumerate() {
-        let rest = || plan.create[i..].iter().map(|c| c.executor_id);
+        let rest = &plan.create[i..];
         let Some(template) = app.template.as_ref() else {
             // Only `remove` runs without a template: it never creates replacements.
-            a.out.dropped.extend(rest());
+            a.stop_batch(rest);
             warn!(
                 "{} executor(s) missing but no pod template given (--template or --image): \
                  none created",
@@ -342,18 +357,20 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
             }
             CreateOutcome::Quota(e) => {
                 // The rejected ids never existed (not unacknowledged); creation backs off.
-                a.out.dropped.extend(rest());
+                a.stop_batch(rest);
                 a.out.quota = Some(e.message.clone());
                 Some(e)
             }
             CreateOutcome::Rejected(e) => {
                 // Definitely not created: this id and the rest of the batch are dropped.
-                a.out.dropped.extend(rest());
+                a.stop_batch(rest);
                 Some(e)
             }
             CreateOutcome::Ambiguous(e) => {
-                // May have happened: stays unacknowledged; the rest is not attempted.
-                a.out.dropped.extend(rest().skip(1));
+                // May have happened: stays unacknowledged and is sent again by name next tick;
+                // the rest is not attempted.
+                a.out.ambiguous.push(c.executor_id);
+                a.stop_batch(&rest[1..]);
                 Some(e)
             }
         };

@@ -280,6 +280,7 @@ mod tests {
         st.unacknowledged.push(Unacknowledged {
             executor_id: 9,
             created_ms: 5,
+            retry: false,
         });
         store.save(&st).unwrap();
         assert_eq!(store.load().unwrap(), Some(st));

@@ -35,12 +35,15 @@
 //!    lower pod-deletion-cost first, then newest). Running executors are never deleted for
 //!    excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
 //!    pending when the call is made ([`Delete::if_pending`]).
-//! 9. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
+//! 9. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
+//!    unreadable 2xx after the retries) and still unseen is sent again under the same id and
+//!    name ([`Create::retry`]); 409 for our own pod counts as created.
+//! 10. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
 //!    observed in the snapshot), and running < target, min(target − running, batch size)
 //!    executors are created with fresh ids; `--max-pending` (Spark 3.1+'s maxPendingPods) lets
 //!    pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
 //!    back-off or a crash-loop halt stops creation.
-//! 10. **finish** — the counts, "converged" (the one definition every command uses:
+//! 11. **finish** — the counts, "converged" (the one definition every command uses:
 //!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
 //!     the state to persist if every call succeeds.
 
@@ -87,6 +90,7 @@ pub fn step(
     s.delete_stuck(&mut pods);
     let guard = s.crash_loop_guard();
     s.delete_excess(&mut pods);
+    s.retry_ambiguous();
     let batch = s.create_batch(&pods, guard.halt.is_some());
     Ok(s.finish(pods, guard, batch))
 }

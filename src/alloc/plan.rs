@@ -89,6 +89,10 @@ pub struct Create {
     pub executor_id: u64,
     /// Its pod name, a DNS-1123 label ≤ 63 characters.
     pub pod_name: String,
+    /// A create sent again under the same id and name because the last one's outcome is
+    /// unknown ([`crate::alloc::Unacknowledged::retry`]); not a new id.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
 }
 
 /// A pod to delete.

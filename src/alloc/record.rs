@@ -16,6 +16,10 @@ pub struct Outcomes {
     /// that is not ours, and the rest of a batch that stopped at an error. They are not
     /// unacknowledged (ids stay consumed: never reused).
     pub dropped: Vec<u64>,
+    /// Executor ids whose create's outcome is unknown (5xx, a lost connection or an
+    /// unreadable 2xx after the retries): they stay unacknowledged and the next step sends
+    /// them again by name.
+    pub ambiguous: Vec<u64>,
     /// Pods deleted (or found already gone).
     pub deleted: u32,
     /// A create was rejected by a ResourceQuota (403 "exceeded quota"): the server's message.
@@ -30,7 +34,7 @@ pub struct Outcomes {
 }
 
 /// Folds the tick's outcomes into the state to persist, from the plan's state:
-/// - dropped ids stop being unacknowledged;
+/// - dropped ids stop being unacknowledged; ambiguous ones are marked to be sent again;
 /// - a quota rejection sets the creation back-off (max(batch delay, 5 s), doubling per
 ///   rejection, at most 5 minutes); a successful create clears it, as Kubernetes' controllers
 ///   back off a failing sync and reset on success;
@@ -41,6 +45,13 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
     state
         .unacknowledged
         .retain(|u| !out.dropped.contains(&u.executor_id));
+    for u in &mut state.unacknowledged {
+        if out.ambiguous.contains(&u.executor_id) {
+            u.retry = true;
+        } else if out.created.contains(&u.executor_id) {
+            u.retry = false;
+        }
+    }
     state.create_backoff = match (&out.quota, out.created.is_empty()) {
         (Some(reason), _) => Some(Backoff::after_rejection(
             plan.state.create_backoff.as_ref(),

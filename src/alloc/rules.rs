@@ -22,6 +22,8 @@ pub(super) struct Step<'a> {
     target: u32,
     last_id: u64,
     unack: BTreeMap<u64, u64>,
+    /// Unacknowledged ids whose create's outcome is unknown: sent again by name.
+    retry: BTreeSet<u64>,
     removed: BTreeSet<u64>,
     delete: Vec<Delete>,
     create: Vec<Create>,
@@ -62,6 +64,10 @@ impl<'a> Step<'a> {
                 .unacknowledged
                 .iter()
                 .map(|u| (u.executor_id, u.created_ms))
+                .collect(),
+            retry: (prev.unacknowledged.iter())
+                .filter(|u| u.retry)
+                .map(|u| u.executor_id)
                 .collect(),
             removed: BTreeSet::new(),
             delete: Vec::new(),
@@ -291,6 +297,22 @@ impl<'a> Step<'a> {
         excess - c.excess_pending as u64
     }
 
+    /// Ambiguous creates (5xx, a lost connection or an unreadable 2xx after the retries) are
+    /// sent again by name while still unseen: pod names are deterministic and 409 for our own
+    /// pod counts as created, so this never makes a second pod (as Kubernetes' controllers
+    /// settle an unknown create by name rather than by waiting).
+    pub(super) fn retry_ambiguous(&mut self) {
+        self.retry.retain(|id| self.unack.contains_key(id));
+        for &id in &self.retry {
+            let pod_name = pod_name(&self.cfg.name_prefix, id);
+            self.create.push(Create {
+                executor_id: id,
+                pod_name,
+                retry: true,
+            });
+        }
+    }
+
     /// The quota back-off in force, with a warning while it blocks growth.
     fn backoff_in_force(&mut self, running: u32) -> Option<Blocked> {
         let b = self.prev.create_backoff.as_ref()?;
@@ -342,6 +364,7 @@ impl<'a> Step<'a> {
                 self.create.push(Create {
                     executor_id: self.last_id,
                     pod_name: name,
+                    retry: false,
                 });
             }
         }
@@ -425,6 +448,7 @@ impl<'a> Step<'a> {
                 .map(|(&executor_id, &created_ms)| Unacknowledged {
                     executor_id,
                     created_ms,
+                    retry: self.retry.contains(&executor_id),
                 })
                 .collect(),
             deleted: deleted.into_iter().collect(),

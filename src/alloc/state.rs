@@ -14,6 +14,12 @@ pub struct Unacknowledged {
     pub executor_id: u64,
     /// When the create was planned, ms since the Unix epoch.
     pub created_ms: u64,
+    /// The create call's outcome is unknown (5xx or a lost connection after the retries, or a
+    /// 2xx whose body did not parse): the next step sends it again under the same name, where
+    /// 409 AlreadyExists for our own pod counts as created, instead of waiting for the
+    /// creation timeout (absent: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
 }
 
 /// What persists between ticks (the state file, and `state` in `plan` output).

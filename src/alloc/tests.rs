@@ -110,10 +110,12 @@ fn excess_takes_unacknowledged_then_unscheduled_pending_newest_first() {
         Unacknowledged {
             executor_id: 5,
             created_ms: 0,
+            retry: false,
         },
         Unacknowledged {
             executor_id: 6,
             created_ms: 0,
+            retry: false,
         },
     ];
     let mut s = snap(&[(1, Running), (2, Pending), (3, Pending), (4, Pending)]);
@@ -212,6 +214,7 @@ fn clock_going_backwards_does_not_time_out() {
     st.unacknowledged = vec![Unacknowledged {
         executor_id: 1,
         created_ms: 1_000_000,
+        retry: false,
     }];
     let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 0).unwrap();
     assert!(p.delete.is_empty() && p.create.is_empty());
@@ -230,6 +233,8 @@ enum Event {
     LoseState,
     /// The next creates are rejected by a quota (fed back through `record`).
     Quota,
+    /// The next creates' outcome is unknown; `true`: they happened.
+    Ambiguous(bool),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -242,6 +247,7 @@ fn event() -> impl Strategy<Value = Event> {
         any::<u8>().prop_map(Event::Remove),
         Just(Event::LoseState),
         Just(Event::Quota),
+        any::<bool>().prop_map(Event::Ambiguous),
     ]
 }
 
@@ -259,6 +265,7 @@ proptest! {
         let mut highest_ever = 0u64;
         let mut lose_next_creates = false;
         let mut quota_next = false;
+        let mut ambiguous_next: Option<bool> = None;
         let mut remove: Vec<u64> = vec![];
         for ev in events {
             match ev {
@@ -277,6 +284,7 @@ proptest! {
                 }
                 Event::LoseCreates => lose_next_creates = true,
                 Event::Quota => quota_next = true,
+                Event::Ambiguous(happened) => ambiguous_next = Some(happened),
                 Event::Advance(ms) => now += ms as u64,
                 Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
                 Event::LoseState => {
@@ -299,16 +307,22 @@ proptest! {
             prop_assert!(plan.requeue_after_ms != Some(0));
             // Ids strictly increasing and never seen before.
             let mut prev = highest_ever;
-            for c in &plan.create {
+            for c in plan.create.iter().filter(|c| !c.retry) {
                 prop_assert!(c.executor_id > prev, "id {} not above {}", c.executor_id, prev);
                 prop_assert!(!cluster.contains_key(&c.executor_id));
                 prev = c.executor_id;
+            }
+            // A create is sent again only for our own unseen, ambiguous request.
+            for c in plan.create.iter().filter(|c| c.retry) {
+                prop_assert!(!cluster.contains_key(&c.executor_id), "retry of a seen id");
+                prop_assert!(state.unacknowledged.iter().any(|u| u.executor_id == c.executor_id && u.retry));
             }
             // No overshoot: creating only from a quiet state, up to the target.
             let running = snapshot.executors.values()
                 .filter(|p| p.state == ExecutorState::Running && !removing.contains(&p.id))
                 .count() as u32;
-            if !plan.create.is_empty() {
+            let fresh = plan.create.iter().filter(|c| !c.retry).count() as u32;
+            if fresh > 0 {
                 prop_assert!(running + plan.create.len() as u32 <= new_target);
                 // Nothing pending (removed pods are going away and do not block).
                 let pending = snapshot.executors.values()
@@ -334,17 +348,25 @@ proptest! {
             }
             cluster.retain(|_, s| *s != ExecutorState::Deleted || !now.is_multiple_of(3));
             let mut out = Outcomes::default();
-            for c in &plan.create {
+            for (i, c) in plan.create.iter().enumerate() {
                 highest_ever = highest_ever.max(c.executor_id);
-                if quota_next {
+                if quota_next && !c.retry {
                     out.dropped.push(c.executor_id);
                     out.quota = Some("exceeded quota: pods=10".into());
+                } else if let Some(happened) = ambiguous_next {
+                    out.ambiguous.push(c.executor_id);
+                    if happened == (i % 2 == 0) {
+                        cluster.insert(c.executor_id, ExecutorState::Pending);
+                    }
+                } else if quota_next {
+                    out.ambiguous.push(c.executor_id);
                 } else if !lose_next_creates {
                     out.created.push(c.executor_id);
                     cluster.insert(c.executor_id, ExecutorState::Pending);
                 }
             }
             quota_next = false;
+            ambiguous_next = None;
             lose_next_creates = false;
             // The live count never exceeds the larger of the target and running before.
             let live = cluster.values().filter(|s| matches!(s, ExecutorState::Pending | ExecutorState::Running)).count() as u32;

@@ -39,10 +39,10 @@
 //!    unreadable 2xx after the retries) and still unseen is sent again under the same id and
 //!    name ([`Create::retry`]); 409 for our own pod counts as created.
 //! 10. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
-//!    observed in the snapshot), and running < target, min(target − running, batch size)
-//!    executors are created with fresh ids; `--max-pending` (Spark 3.1+'s maxPendingPods) lets
-//!    pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
-//!    back-off or a crash-loop halt stops creation.
+//!     observed in the snapshot), and running < target, min(target − running, batch size)
+//!     executors are created with fresh ids; `--max-pending` (Spark 3.1+'s maxPendingPods) lets
+//!     pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
+//!     back-off or a crash-loop halt stops creation.
 //! 11. **finish** — the counts, "converged" (the one definition every command uses:
 //!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
 //!     the state to persist if every call succeeds.

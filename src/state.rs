@@ -246,6 +246,18 @@ fn irregular(t: fs::FileType) -> Option<&'static str> {
     }
 }
 
+/// What is at `path` when it is neither absent nor a regular file nor a directory
+/// (`a symbolic link`, `a FIFO`, `a socket`, `a device`), without following a link.
+///
+/// Errors: the I/O error of `lstat(2)` other than "not found".
+pub fn irregular_at(path: &Path) -> std::io::Result<Option<&'static str>> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(irregular(m.file_type())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Refuses `path` when it exists and is not a regular file (without following a link).
 fn check_regular(path: &Path) -> Result<(), StoreError> {
     match fs::symlink_metadata(path) {

@@ -1,6 +1,9 @@
 //! `--metrics-file`: Prometheus text exposition format, written atomically after every tick
 //! (node_exporter's textfile-collector convention: write a temp file in the same directory,
-//! then rename, so the collector never reads half a file).
+//! then rename, so the collector never reads half a file). The path must be a regular file or
+//! not exist: a symbolic link, FIFO, socket, device or directory there is refused
+//! ([`check_path`]), as for the state file — the rename would replace a link, never write
+//! through it, but a link there says the file is meant to be somewhere else.
 
 use crate::alloc::AllocatorState;
 use crate::reconcile::TickReport;
@@ -123,11 +126,33 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Writes `text` to `path` atomically (temp file in the same directory, fsync, rename),
-/// mode 0644 so a collector running as another user can read it.
+/// Refuses a `--metrics-file` path that exists and is not a regular file (a symbolic link,
+/// FIFO, socket, device or directory), without following a link.
 ///
-/// Errors: the I/O error, naming nothing (the caller names the file).
+/// Errors: one line naming the path and what is there.
+pub fn check_path(path: &Path) -> Result<(), String> {
+    let what = match crate::state::irregular_at(path) {
+        Ok(None) if path.is_dir() => Some("a directory"),
+        Ok(what) => what,
+        Err(e) => return Err(format!("metrics file {}: {e}", path.display())),
+    };
+    match what {
+        Some(what) => Err(format!(
+            "metrics file {} is {what}, not a regular file; podalloc does not follow or \
+             replace it: remove it or choose another --metrics-file",
+            path.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Writes `text` to `path` atomically (temp file in the same directory, fsync, rename),
+/// mode 0644 so a collector running as another user can read it. The path is checked with
+/// [`check_path`] first.
+///
+/// Errors: the I/O error, naming nothing (the caller names the file), or [`check_path`]'s.
 pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    check_path(path).map_err(std::io::Error::other)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

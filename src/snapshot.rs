@@ -4,13 +4,28 @@
 //! Only the fields the allocation step needs are decoded (name, uid, resourceVersion, the three
 //! Spark labels, deletionTimestamp, phase, node name, the PodScheduled condition, container
 //! termination details); unknown fields are skipped without being built, so a 5 KB executor pod
-//! costs a scan, not an allocation per field. `items` may be missing or `null` (an empty list).
+//! costs a scan, not an allocation per field.
+//!
+//! What counts as a pod list (anything else is [`SnapshotError::Malformed`], quoting the
+//! body's first bytes): a JSON object whose `kind` is `PodList` — what the API server sends —
+//! or, for a file given offline ([`ListSource::Offline`], `plan --pods`), kubectl's `List`
+//! (`kubectl get pods -o json`). A `PodList`'s `items` may be `null` or missing (an empty
+//! list: Go's `nil` slice); a `List` must carry an `items` array. A body without `kind`
+//! (`{}`, `{"items": null}`) is never read as "no pods": that would make the step create a
+//! whole target's worth of executors next to the running ones. Two equal keys in one pod's
+//! `labels` or `annotations` (which the API server never sends) make the body malformed too.
+//!
+//! Executor ids: Spark's executor ids are positive longs, so the valid range is
+//! 1 ..= 9223372036854775807 ([`MAX_EXECUTOR_ID`], `i64::MAX`), written in canonical decimal.
+//! An id outside it (`0`, `18446744073709551615`) is not an executor id: such a pod is ignored
+//! with a warning naming it — not counted, never deleted, and not taken into account for new
+//! ids (one stray label must not push the id counter to its end).
 //!
 //! Classification (DESIGN.md "Allocation semantics", conformance c09/c12):
 //! - pods whose `spark-app-selector` is not the app id or whose `spark-role` is not `executor`
 //!   are not ours and are skipped silently (a label selector may be wider than our app);
-//! - our pods without a valid numeric `spark-exec-id` (ASCII digits, ≥ 1) are ignored with a
-//!   warning and never touched;
+//! - our pods without a valid `spark-exec-id` (canonical decimal in the range above) are
+//!   ignored with a warning and never touched;
 //! - `metadata.deletionTimestamp` set → [`ExecutorState::Deleted`] whatever the phase
 //!   (as Kubernetes' ReplicaSet controller: a terminating pod no longer counts);
 //! - otherwise by `status.phase`: Pending, Running, Failed, Succeeded; anything else → Unknown.
@@ -31,7 +46,17 @@ pub const LABEL_EXEC_ID: &str = "spark-exec-id";
 pub const ROLE_EXECUTOR: &str = "executor";
 
 /// The largest valid executor id: Spark's executor ids are positive `Long`s, so `i64::MAX`.
+/// Valid ids are `1 ..= MAX_EXECUTOR_ID`.
 pub const MAX_EXECUTOR_ID: u64 = i64::MAX as u64;
+
+/// Where a pod list comes from, which decides the list kinds accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListSource {
+    /// An API server's answer to `GET …/pods`: `kind` must be `PodList`.
+    ApiServer,
+    /// A file given offline (`plan --pods`): `PodList`, or kubectl's `List` with `items`.
+    Offline,
+}
 
 /// What a pod's state means for allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -54,7 +79,7 @@ pub enum ExecutorState {
 /// One executor pod as the snapshot keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorPod {
-    /// The executor id from the `spark-exec-id` label (≥ 1).
+    /// The executor id from the `spark-exec-id` label (`1 ..= MAX_EXECUTOR_ID`).
     pub id: u64,
     /// `metadata.name`.
     pub name: String,
@@ -91,7 +116,8 @@ pub struct ExecutorPod {
 pub struct Snapshot {
     /// Our executors by id (ordered).
     pub executors: BTreeMap<u64, ExecutorPod>,
-    /// One line per pod of ours that was ignored (no or bad `spark-exec-id`).
+    /// One line per pod of ours that was ignored (no `spark-exec-id`, or one outside
+    /// `1 ..= MAX_EXECUTOR_ID`), naming the pod.
     pub warnings: Vec<String>,
     /// Pods in the list that belong to another app or role (skipped, counted for logs).
     pub foreign: u64,
@@ -100,7 +126,8 @@ pub struct Snapshot {
 /// Why a PodList could not be read. `Display` names the input and the problem in one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotError {
-    /// The bytes are not a PodList JSON document (truncated, malformed, wrong shape).
+    /// The bytes are not a PodList JSON document (truncated, malformed, wrong shape, no or
+    /// another `kind`, duplicate label keys). The message quotes the body's first bytes.
     Malformed(String),
     /// Two pods carry the same executor id.
     DuplicateId {
@@ -149,40 +176,39 @@ impl Snapshot {
         self.executors.values().filter(|p| p.state == state).count()
     }
 
-    /// Parses a whole PodList (one page, or a list without pagination) for `app_id`.
+    /// Parses a whole list given offline (a file, standard input): a `PodList`, or kubectl's
+    /// `List` ([`ListSource::Offline`]).
     ///
-    /// Errors: [`SnapshotError::Malformed`] for bytes that are not a PodList,
+    /// Errors: [`SnapshotError::Malformed`] for bytes that are not such a list,
     /// [`SnapshotError::DuplicateId`] when two pods carry the same executor id.
     pub fn from_pod_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, SnapshotError> {
         let mut s = Snapshot::default();
-        s.add_page(bytes, app_id)?;
+        s.add_page_from(bytes, app_id, ListSource::Offline)?;
         Ok(s)
     }
 
-    /// Adds one page of a paginated list and returns its `metadata.continue` token
-    /// (`None` when absent or empty: the last page). Errors as [`Snapshot::from_pod_list`].
+    /// Adds one page of a paginated list from the API server ([`ListSource::ApiServer`]: `kind`
+    /// must be `PodList`) and returns its `metadata.continue` token (`None` when absent or
+    /// empty: the last page). Errors as [`Snapshot::from_pod_list`].
     pub fn add_page(
         &mut self,
         bytes: &[u8],
         app_id: &str,
     ) -> Result<Option<String>, SnapshotError> {
-        // serde's derived struct decoding also accepts a JSON array; a PodList is an object.
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(SnapshotError::Malformed(match bytes.is_empty() {
-                true => "the input is empty".to_string(),
-                false => "expected a JSON object".to_string(),
-            }));
-        }
-        let page: PodListPage<'_> =
-            serde_json::from_slice(bytes).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
-        if let Some(kind) = &page.kind {
-            if &**kind != "PodList" && &**kind != "List" {
-                return Err(SnapshotError::Malformed(format!(
-                    "kind is {kind:?}, expected \"PodList\""
-                )));
-            }
-        }
-        for item in page.items.into_iter().flatten() {
+        self.add_page_from(bytes, app_id, ListSource::ApiServer)
+    }
+
+    /// [`Snapshot::add_page`] for a list from `source`. A malformed page adds nothing.
+    pub fn add_page_from(
+        &mut self,
+        bytes: &[u8],
+        app_id: &str,
+        source: ListSource,
+    ) -> Result<Option<String>, SnapshotError> {
+        let page = decode_page(bytes, source).map_err(|why| {
+            SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
+        })?;
+        for item in page.items.flatten().into_iter().flatten() {
             self.add_pod(item, app_id)?;
         }
         Ok(page
@@ -201,31 +227,13 @@ impl Snapshot {
             return Ok(());
         }
         let name = meta.name.map(Str::into_owned).unwrap_or_default();
-        let id = match exec_id.as_deref().and_then(parse_executor_id) {
-            Some(id) => id,
-            None => {
-                self.warnings.push(match exec_id {
-                    Some(v) => format!(
-                        "pod {name:?} has {LABEL_EXEC_ID}={v:?}, not a positive integer: ignored"
-                    ),
-                    None => format!("pod {name:?} has no {LABEL_EXEC_ID} label: ignored"),
-                });
-                return Ok(());
-            }
+        let Some(id) = exec_id.as_deref().and_then(parse_executor_id) else {
+            self.warnings
+                .push(bad_id_warning(&name, exec_id.as_deref()));
+            return Ok(());
         };
         let status = pod.status.unwrap_or_default();
-        let phase = status.phase.as_deref().unwrap_or("");
-        let state = if meta.deletion_timestamp.is_some() {
-            ExecutorState::Deleted
-        } else {
-            match phase {
-                "Pending" => ExecutorState::Pending,
-                "Running" => ExecutorState::Running,
-                "Failed" => ExecutorState::Failed,
-                "Succeeded" => ExecutorState::Succeeded,
-                _ => ExecutorState::Unknown,
-            }
-        };
+        let state = classify(meta.deletion_timestamp.is_some(), status.phase.as_deref());
         let node = pod
             .spec
             .and_then(|s| s.node_name)
@@ -295,14 +303,110 @@ fn rfc3339_ms(v: &str) -> Option<u64> {
     u64::try_from(d.as_millis()).ok()
 }
 
-/// Parses an executor id label value: ASCII digits only, no sign, no leading zero, value ≥ 1,
-/// fits in u64.
+/// The warning for one of our pods ignored for its `spark-exec-id` label (`value`), naming it.
+fn bad_id_warning(name: &str, value: Option<&str>) -> String {
+    let name = clip(name);
+    match value {
+        Some(v) if is_canonical_decimal(v) => format!(
+            "pod {name:?} has {LABEL_EXEC_ID}={:?}, outside the executor id range \
+             1..={MAX_EXECUTOR_ID} (Spark's ids are positive longs): ignored, \
+             not counted and never touched",
+            clip(v)
+        ),
+        Some(v) => format!(
+            "pod {name:?} has {LABEL_EXEC_ID}={:?}, not a positive integer: ignored",
+            clip(v)
+        ),
+        None => format!("pod {name:?} has no {LABEL_EXEC_ID} label: ignored"),
+    }
+}
+
+/// A pod's [`ExecutorState`]: `Deleted` when it is terminating, else by `status.phase`.
+fn classify(terminating: bool, phase: Option<&str>) -> ExecutorState {
+    if terminating {
+        return ExecutorState::Deleted;
+    }
+    match phase.unwrap_or("") {
+        "Pending" => ExecutorState::Pending,
+        "Running" => ExecutorState::Running,
+        "Failed" => ExecutorState::Failed,
+        "Succeeded" => ExecutorState::Succeeded,
+        _ => ExecutorState::Unknown,
+    }
+}
+
+/// Parses an executor id label value: ASCII digits only, no sign, no leading zero, value in
+/// `1 ..= MAX_EXECUTOR_ID` (Spark's executor ids are positive longs). `None` otherwise.
 pub fn parse_executor_id(v: &str) -> Option<u64> {
     // Canonical decimal only: "01" is not "1" (two pods must never share an id by spelling).
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || v.starts_with('0') {
+    if !is_canonical_decimal(v) {
         return None;
     }
-    v.parse::<u64>().ok().filter(|&id| id >= 1)
+    v.parse::<u64>()
+        .ok()
+        .filter(|&id| (1..=MAX_EXECUTOR_ID).contains(&id))
+}
+
+/// ASCII digits, at least one, no leading zero.
+fn is_canonical_decimal(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && !v.starts_with('0')
+}
+
+/// Decodes one page and checks that it is a pod list from `source` (see the module doc).
+/// Errors: why not, without the excerpt.
+fn decode_page(bytes: &[u8], source: ListSource) -> Result<PodListPage<'_>, String> {
+    // serde's derived struct decoding also accepts a JSON array; a PodList is an object.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match bytes.is_empty() {
+            true => "the input is empty".to_string(),
+            false => "expected a JSON object".to_string(),
+        });
+    }
+    let page: PodListPage<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let kinds = match source {
+        ListSource::ApiServer => "\"PodList\"",
+        ListSource::Offline => "\"PodList\" (or kubectl's \"List\")",
+    };
+    match page.kind.as_deref() {
+        Some("PodList") => Ok(page),
+        Some("List") if source == ListSource::Offline => match &page.items {
+            Some(Some(_)) => Ok(page),
+            _ => Err("a \"List\" without an \"items\" array".to_string()),
+        },
+        Some(kind) => Err(format!("kind is {:?}, expected {kinds}", clip(kind))),
+        None => Err(format!("no \"kind\" field, expected {kinds}")),
+    }
+}
+
+/// The first bytes of a body for an error message: at most 80 characters, control and
+/// bidirectional-formatting characters removed (the message stays one harmless line), `…`
+/// when cut.
+fn excerpt(bytes: &[u8]) -> String {
+    const MAX_CHARS: usize = 80;
+    let head = &bytes[..bytes.len().min(4 * MAX_CHARS)];
+    let text = String::from_utf8_lossy(head);
+    let mut out: String = text
+        .chars()
+        .filter(|c| {
+            !c.is_control()
+                && !matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+                    | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+        })
+        .take(MAX_CHARS)
+        .collect();
+    if out.is_empty() {
+        out.push_str("(nothing printable)");
+    }
+    if out.chars().count() == MAX_CHARS || head.len() < bytes.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// Deserializes a field that is present (even as `null`) to `Some`; with `#[serde(default)]`
+/// an absent one stays `None`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// A JSON string, borrowed from the input when it holds no escape. serde's own `Cow<str>`
@@ -359,8 +463,9 @@ struct PodListPage<'a> {
     kind: Option<Str<'a>>,
     #[serde(borrow, default)]
     metadata: Option<ListMeta<'a>>,
-    #[serde(borrow, default)]
-    items: Option<Vec<RawPod<'a>>>,
+    /// `None`: no `items` key; `Some(None)`: `"items": null`.
+    #[serde(borrow, default, deserialize_with = "present")]
+    items: Option<Option<Vec<RawPod<'a>>>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -527,7 +632,9 @@ trait Keys<const N: usize> {
 }
 
 /// The values of `K::KEYS` in a string map, in that order; every other entry is skipped
-/// without allocating, and escaped-free values are borrowed from the input.
+/// without allocating its value, and escape-free values are borrowed from the input. A key
+/// that appears twice is an error (the API server never sends one; a decoder keeping the
+/// first or the last would read such a pod differently from another client).
 struct Picked<'a, const N: usize, K: Keys<N>>([Option<Str<'a>>; N], std::marker::PhantomData<K>);
 
 impl<const N: usize, K: Keys<N>> Default for Picked<'_, N, K> {
@@ -549,6 +656,7 @@ impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N,
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
                 let mut out = Picked::<N, K>::default();
+                let mut keys: Vec<Str<'de>> = Vec::new();
                 while let Some(key) = m.next_key::<Str<'de>>()? {
                     match K::KEYS.iter().position(|k| *k == &*key) {
                         Some(i) => out.0[i] = m.next_value::<Option<Str<'de>>>()?,
@@ -556,6 +664,14 @@ impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N,
                             m.next_value::<IgnoredAny>()?;
                         }
                     }
+                    keys.push(key);
+                }
+                keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                if let Some(w) = keys.windows(2).find(|w| w[0].0 == w[1].0) {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key {:?} in a pod's labels or annotations",
+                        clip(&w[0])
+                    )));
                 }
                 Ok(out)
             }
@@ -737,12 +853,124 @@ mod tests {
 
     #[test]
     fn scheduled_and_detail() {
-        let body = br#"{"items":[{"metadata":{"name":"a","labels":{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1"}},
+        let body = br#"{"kind":"PodList","items":[{"metadata":{"name":"a","labels":{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1"}},
           "spec":{"nodeName":"n1"},
           "status":{"phase":"Failed","containerStatuses":[{"state":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}}]}"#;
         let s = Snapshot::from_pod_list(body, "app-1").unwrap();
         let p = &s.executors[&1];
         assert!(p.scheduled);
         assert_eq!(p.detail.as_deref(), Some("OOMKilled exit 137"));
+    }
+
+    /// An API answer that is not a pod list must never read as "no pods": with 5 executors
+    /// running, `{}` made `reconcile --target 5` create 5 more.
+    #[test]
+    fn a_body_without_kind_is_not_an_empty_list() {
+        for body in [
+            &br#"{}"#[..],
+            br#"{"items":null}"#,
+            br#"{"items":[]}"#,
+            br#"{"metadata":{}}"#,
+            br#"{"kind":"List","items":[]}"#,
+            br#"{"kind":"Pod","items":[]}"#,
+        ] {
+            let e = Snapshot::default()
+                .add_page(body, "app-1")
+                .unwrap_err()
+                .to_string();
+            let text = String::from_utf8_lossy(body);
+            assert!(e.contains(&format!("the body begins: {text}")), "{e}");
+            assert!(e.contains("expected \"PodList\""), "{e}");
+        }
+        // Offline (`plan --pods`): kubectl's List is a list, but only with items.
+        for body in [
+            &br#"{}"#[..],
+            br#"{"items":null}"#,
+            br#"{"kind":"List"}"#,
+            br#"{"kind":"List","items":null}"#,
+        ] {
+            assert!(
+                matches!(
+                    Snapshot::from_pod_list(body, "app-1"),
+                    Err(SnapshotError::Malformed(_))
+                ),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let kubectl = format!(
+            r#"{{"kind":"List","apiVersion":"v1","metadata":{{"resourceVersion":""}},"items":[{}]}}"#,
+            pod("a-exec-3", &ours("3"), "Running", "")
+        );
+        let s = Snapshot::from_pod_list(kubectl.as_bytes(), "app-1").unwrap();
+        assert_eq!(s.max_id(), 3);
+    }
+
+    #[test]
+    fn the_excerpt_is_one_bounded_printable_line() {
+        let mut body = "{\"items\":\n\t[\x1b[31m\u{202E}".as_bytes().to_vec();
+        body.extend(std::iter::repeat_n(b'x', 10_000));
+        let e = Snapshot::default()
+            .add_page(&body, "app-1")
+            .unwrap_err()
+            .to_string();
+        let quoted = e.split("the body begins: ").nth(1).unwrap();
+        assert!(quoted.starts_with("{\"items\":[[31m"), "{quoted}");
+        assert!(
+            quoted.ends_with('…') && quoted.chars().count() == 81,
+            "{quoted}"
+        );
+        assert!(!e.chars().any(char::is_control), "{e}");
+        let e = Snapshot::default()
+            .add_page(b"\x00\x01", "app-1")
+            .unwrap_err();
+        assert!(e.to_string().contains("(nothing printable)"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_label_keys_are_a_bad_body() {
+        for labels in [
+            r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","spark-exec-id":"2"}"#,
+            r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","x":"a","x":"b"}"#,
+            r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","spark\u002dexec-id":"1"}"#,
+        ] {
+            let body = list(&[pod("a-exec-1", labels, "Running", "")]);
+            let e = Snapshot::from_pod_list(&body, "app-1").unwrap_err();
+            assert!(
+                matches!(&e, SnapshotError::Malformed(m) if m.contains("duplicate key")),
+                "{labels}: {e}"
+            );
+        }
+    }
+
+    /// Spark's executor ids are positive longs: one pod labelled u64::MAX must not exhaust
+    /// the id counter; it is ignored with a warning naming it.
+    #[test]
+    fn ids_outside_one_to_i64_max_are_ignored_with_a_warning() {
+        let body = list(&[
+            pod("big", &ours("18446744073709551615"), "Running", ""),
+            pod("above", &ours("9223372036854775808"), "Running", ""),
+            pod("huge", &ours("99999999999999999999999"), "Running", ""),
+            pod("max", &ours("9223372036854775807"), "Running", ""),
+            pod("a-exec-2", &ours("2"), "Running", ""),
+        ]);
+        let s = Snapshot::from_pod_list(&body, "app-1").unwrap();
+        assert_eq!(
+            s.executors.keys().copied().collect::<Vec<_>>(),
+            vec![2, MAX_EXECUTOR_ID]
+        );
+        assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+        assert!(
+            s.warnings[0].contains("\"big\"")
+                && s.warnings[0].contains("outside the executor id range 1..=9223372036854775807"),
+            "{:?}",
+            s.warnings
+        );
+        assert_eq!(
+            parse_executor_id("9223372036854775807"),
+            Some(MAX_EXECUTOR_ID)
+        );
+        assert_eq!(parse_executor_id("9223372036854775808"), None);
+        assert_eq!(parse_executor_id("18446744073709551615"), None);
     }
 }

@@ -8,13 +8,37 @@
 //!   replaced on every save, so it cannot carry the lock). It is released when the process
 //!   ends, even by SIGKILL. A second run gets [`StoreError::Locked`] at once.
 //! - A missing state file is a fresh start; an unreadable, malformed or unknown-version file
-//!   is an error naming the file — never silently reset.
+//!   is an error naming the file — never silently reset. So is a file with a key twice in one
+//!   object (JSON decoders disagree on which one wins), or a `last_executor_id` above
+//!   [`MAX_EXECUTOR_ID`].
+//! - The state file and its lock file must be regular files (or not exist yet): a symbolic
+//!   link, FIFO, socket or device there is refused ([`StoreError::NotRegular`], exit 2) and
+//!   never followed, read or written. Files are opened with `O_NOFOLLOW | O_NONBLOCK` and
+//!   checked with `fstat` after opening, so a link swapped in meanwhile is not followed and a
+//!   FIFO never blocks. (Saving renames a temporary file over the path, which replaces a link
+//!   rather than writing through it.)
+//! - A save interrupted by SIGKILL can leave its temporary file (`.podalloc-state-XXXXXX.tmp`,
+//!   six random letters or digits) in the state directory. Taking the lock removes such files
+//!   of ours (that name pattern, regular files owned by this user) older than a minute; a save
+//!   takes milliseconds, so a file that old belongs to no running save.
 
 use crate::alloc::AllocatorState;
+use crate::snapshot::MAX_EXECUTOR_ID;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The temporary file name of a save: this prefix, [`TEMP_RAND_CHARS`] random letters or
+/// digits, [`TEMP_SUFFIX`].
+const TEMP_PREFIX: &str = ".podalloc-state-";
+/// See [`TEMP_PREFIX`].
+const TEMP_SUFFIX: &str = ".tmp";
+/// See [`TEMP_PREFIX`].
+const TEMP_RAND_CHARS: usize = 6;
+/// A temporary state file older than this is left by an interrupted save.
+const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 
 /// Why the state could not be loaded, locked or saved. One line naming the file.
 #[derive(Debug)]
@@ -25,6 +49,9 @@ pub enum StoreError {
     Corrupt(PathBuf, String),
     /// An I/O error reading, writing or locking.
     Io(PathBuf, std::io::Error),
+    /// The state or lock path exists and is not a regular file: the `&str` says what it is
+    /// (`a symbolic link`, `a FIFO`, `a socket`, `a device`). Never followed, read or written.
+    NotRegular(PathBuf, &'static str),
     /// Another instance wrote the state first (ConfigMap store: 409 Conflict on update).
     Conflict(String),
     /// The store's backend failed (ConfigMap store: the API call's error).
@@ -71,6 +98,12 @@ impl fmt::Display for StoreError {
                 p.display()
             ),
             StoreError::Io(p, e) => write!(f, "state file {}: {e}", p.display()),
+            StoreError::NotRegular(p, what) => write!(
+                f,
+                "{} is {what}, not a regular file; podalloc does not follow or open it (the state \
+                 and its .lock must be regular files): remove it or choose another --state-file",
+                p.display()
+            ),
             StoreError::Conflict(m) | StoreError::Backend(m) => f.write_str(m),
         }
     }
@@ -78,32 +111,33 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// Converts a state-store error into the CLI's: locked → exit 3, corrupt → exit 2, I/O → 1.
+/// Converts a state-store error into the CLI's: locked → exit 3, corrupt or not a regular
+/// file → exit 2, I/O → 1.
 pub fn store_error(e: StoreError) -> crate::error::Error {
     use crate::error::Error;
     match e {
         StoreError::Locked(_) | StoreError::Conflict(_) => Error::locked(e.to_string()),
         StoreError::Backend(_) => Error::runtime(e.to_string()),
-        StoreError::Corrupt(..) => Error::usage(e.to_string()),
+        StoreError::Corrupt(..) | StoreError::NotRegular(..) => Error::usage(e.to_string()),
         StoreError::Io(..) => Error::runtime(e.to_string()),
     }
 }
 
 /// Reads and validates a state file. `Ok(None)` when the file does not exist.
 ///
-/// Errors: [`StoreError::Corrupt`] for malformed JSON / unknown version, [`StoreError::Io`].
+/// Errors: [`StoreError::NotRegular`] for a link, FIFO, socket or device (never opened for
+/// reading), [`StoreError::Corrupt`] for a directory, malformed JSON, duplicate keys or an
+/// unknown version, [`StoreError::Io`].
 pub fn load(path: &Path) -> Result<Option<AllocatorState>, StoreError> {
-    if path.is_dir() {
-        return Err(StoreError::Corrupt(
-            path.to_owned(),
-            "it is a directory; --state-file names a file".into(),
-        ));
-    }
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(StoreError::Io(path.to_owned(), e)),
+    check_regular(path)?;
+    let mut file = match open_regular(path, OpenOptions::new().read(true)) {
+        Ok(f) => f,
+        Err(StoreError::Io(_, e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
     };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| StoreError::Io(path.to_owned(), e))?;
     parse(&bytes)
         .map(Some)
         .map_err(|why| StoreError::Corrupt(path.to_owned(), why))
@@ -111,6 +145,8 @@ pub fn load(path: &Path) -> Result<Option<AllocatorState>, StoreError> {
 
 /// Parses and validates state JSON bytes. Errors: one line saying what is wrong.
 pub fn parse(bytes: &[u8]) -> Result<AllocatorState, String> {
+    // A key twice in one object: serde_json keeps the last, another reader may keep the first.
+    serde_json::from_slice::<NoDuplicateKeys>(bytes).map_err(|e| e.to_string())?;
     // Check the version before the shape, so a newer format gets the right message.
     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     match v.get("version") {
@@ -120,7 +156,153 @@ pub fn parse(bytes: &[u8]) -> Result<AllocatorState, String> {
     }
     let state: AllocatorState = serde_json::from_value(v).map_err(|e| e.to_string())?;
     state.validate()?;
+    if state.last_executor_id > MAX_EXECUTOR_ID {
+        return Err(format!(
+            "last_executor_id {} is above the largest executor id {MAX_EXECUTOR_ID} \
+             (Spark's executor ids are positive longs)",
+            state.last_executor_id
+        ));
+    }
     Ok(state)
+}
+
+/// Any JSON document in which no object has a key twice; decoding fails with
+/// `duplicate key "K"` (and the position) otherwise.
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeysVisitor)
+    }
+}
+
+struct NoDuplicateKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
+    type Value = NoDuplicateKeys;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        while a.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(key) = a.next_key::<String>()? {
+            if seen.contains(&key) {
+                let key: String = key.chars().take(64).collect();
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?}"
+                )));
+            }
+            a.next_value::<NoDuplicateKeys>()?;
+            seen.insert(key);
+        }
+        Ok(NoDuplicateKeys)
+    }
+}
+
+/// What a file type is, for [`StoreError::NotRegular`]; `None` for a regular file or a
+/// directory (which has its own message).
+fn irregular(t: fs::FileType) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return Some("a FIFO");
+        }
+        if t.is_socket() {
+            return Some("a socket");
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return Some("a device");
+        }
+    }
+    if t.is_symlink() {
+        Some("a symbolic link")
+    } else if t.is_file() || t.is_dir() {
+        None
+    } else {
+        Some("not a file")
+    }
+}
+
+/// What is at `path` when it is neither absent nor a regular file nor a directory
+/// (`a symbolic link`, `a FIFO`, `a socket`, `a device`), without following a link.
+///
+/// Errors: the I/O error of `lstat(2)` other than "not found".
+pub fn irregular_at(path: &Path) -> std::io::Result<Option<&'static str>> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(irregular(m.file_type())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Refuses `path` when it exists and is not a regular file (without following a link).
+fn check_regular(path: &Path) -> Result<(), StoreError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Err(StoreError::Corrupt(
+            path.to_owned(),
+            "it is a directory; --state-file names a file".into(),
+        )),
+        Ok(m) => match irregular(m.file_type()) {
+            Some(what) => Err(StoreError::NotRegular(path.to_owned(), what)),
+            None => Ok(()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::Io(path.to_owned(), e)),
+    }
+}
+
+/// Opens `path` with `opts` without following a final symbolic link and without blocking
+/// on a FIFO (`O_NOFOLLOW | O_NONBLOCK`), then checks that what was opened is a regular file.
+fn open_regular(path: &Path, opts: &mut OpenOptions) -> Result<File, StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = match opts.open(path) {
+        Ok(f) => f,
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(StoreError::NotRegular(path.to_owned(), "a symbolic link"))
+        }
+        Err(e) => return Err(StoreError::Io(path.to_owned(), e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| StoreError::Io(path.to_owned(), e))?;
+    if meta.is_dir() {
+        return Err(StoreError::Corrupt(
+            path.to_owned(),
+            "it is a directory; --state-file names a file".into(),
+        ));
+    }
+    match irregular(meta.file_type()) {
+        Some(what) => Err(StoreError::NotRegular(path.to_owned(), what)),
+        None => Ok(file),
+    }
 }
 
 /// An open, locked state file: the only way to save. Dropping it releases the lock.
@@ -132,34 +314,21 @@ pub struct LockedStore {
 
 impl LockedStore {
     /// Takes the exclusive lock for `path` without waiting, creating the directory (0700) and
-    /// the lock file as needed.
+    /// the lock file as needed, then removes stale temporary files of interrupted saves (see
+    /// the module doc).
     ///
-    /// Errors: [`StoreError::Locked`] when another process holds it, [`StoreError::Io`].
+    /// Errors: [`StoreError::Locked`] when another process holds it,
+    /// [`StoreError::NotRegular`] when the state or lock path is a link, FIFO, socket or
+    /// device, [`StoreError::Io`].
     pub fn lock(path: &Path) -> Result<LockedStore, StoreError> {
-        // A symlinked state file is written through (its target is replaced), not replaced
-        // by a regular file.
-        let resolved;
-        let path = match fs::read_link(path) {
-            Ok(target) => {
-                resolved = match path.parent() {
-                    Some(dir) if target.is_relative() => dir.join(target),
-                    _ => target,
-                };
-                resolved.as_path()
-            }
-            Err(_) => path,
-        };
-        if path.is_dir() {
-            return Err(StoreError::Corrupt(
-                path.to_owned(),
-                "it is a directory; --state-file names a file".into(),
-            ));
-        }
+        check_regular(path)?;
         let io = |e| StoreError::Io(path.to_owned(), e);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir {
             create_private_dir(dir).map_err(io)?;
         }
         let lock_path = lock_path(path);
+        check_regular(&lock_path)?;
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(false);
         #[cfg(unix)]
@@ -167,14 +336,15 @@ impl LockedStore {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(0o600);
         }
-        let file = opts
-            .open(&lock_path)
-            .map_err(|e| StoreError::Io(lock_path.clone(), e))?;
+        let file = open_regular(&lock_path, &mut opts)?;
         match file.try_lock() {
-            Ok(()) => Ok(LockedStore {
-                path: path.to_owned(),
-                _lock: file,
-            }),
+            Ok(()) => {
+                remove_stale_temp_files(dir.unwrap_or(Path::new(".")));
+                Ok(LockedStore {
+                    path: path.to_owned(),
+                    _lock: file,
+                })
+            }
             Err(TryLockError::WouldBlock) => Err(StoreError::Locked(lock_path)),
             Err(TryLockError::Error(e)) => Err(StoreError::Io(lock_path, e)),
         }
@@ -200,8 +370,9 @@ impl LockedStore {
             _ => PathBuf::from("."),
         };
         let mut tmp = tempfile::Builder::new()
-            .prefix(".podalloc-state-")
-            .suffix(".tmp")
+            .prefix(TEMP_PREFIX)
+            .rand_bytes(TEMP_RAND_CHARS)
+            .suffix(TEMP_SUFFIX)
             .permissions(private_file())
             .tempfile_in(&dir)
             .map_err(io)?;
@@ -212,6 +383,56 @@ impl LockedStore {
             let _ = d.sync_all();
         }
         Ok(())
+    }
+}
+
+/// True for a name of our temporary state files (see [`TEMP_PREFIX`]).
+fn is_temp_name(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    name.strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.strip_suffix(TEMP_SUFFIX))
+        .is_some_and(|r| r.len() == TEMP_RAND_CHARS && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Best effort: removes our temporary state files in `dir` older than [`STALE_TEMP_AGE`]
+/// (regular files, owned by this user), logging each; errors are logged at debug level.
+fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !is_temp_name(&entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        #[cfg(unix)]
+        let ours = {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            meta.uid() == unsafe { libc::geteuid() }
+        };
+        #[cfg(not(unix))]
+        let ours = true;
+        let stale = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_TEMP_AGE);
+        if !(meta.file_type().is_file() && ours && stale) {
+            continue;
+        }
+        match fs::remove_file(&path) {
+            Ok(()) => log::info!(
+                "removed {}, a temporary state file left by an interrupted save",
+                path.display()
+            ),
+            Err(e) => log::debug!("cannot remove the stale {}: {e}", path.display()),
+        }
     }
 }
 
@@ -341,5 +562,142 @@ mod tests {
     fn default_path_is_per_namespace_and_app() {
         let p = default_path("ns1", "app-1");
         assert!(p.ends_with("podalloc/ns1/app-1.json"), "{}", p.display());
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.json");
+        for (body, key) in [
+            (r#"{"version": 1, "target": 5, "target": 0}"#, "target"),
+            (r#"{"version": 1, "version": 1}"#, "version"),
+            (
+                r#"{"version": 1, "last_executor_id": 3, "unacknowledged": [{"executor_id": 3, "created_ms": 0, "created_ms": 9}]}"#,
+                "created_ms",
+            ),
+        ] {
+            fs::write(&path, body).unwrap();
+            let msg = load(&path).unwrap_err().to_string();
+            assert!(
+                msg.contains("app.json") && msg.contains(&format!("duplicate key \"{key}\"")),
+                "{body}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_above_the_executor_id_range_are_refused() {
+        let e = parse(br#"{"version": 1, "last_executor_id": 18446744073709551615}"#).unwrap_err();
+        assert!(
+            e.contains("above the largest executor id 9223372036854775807"),
+            "{e}"
+        );
+        assert!(parse(br#"{"version": 1, "last_executor_id": 9223372036854775807}"#).is_ok());
+    }
+
+    #[cfg(unix)]
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    /// A link at the state or lock path is refused, not followed: its target is never
+    /// written (an earlier version wrote through a linked state file).
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_state_or_lock_is_refused_and_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("app.json");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let e = LockedStore::lock(&path).unwrap_err();
+        assert!(
+            matches!(e, StoreError::NotRegular(_, "a symbolic link")),
+            "{e}"
+        );
+        assert!(e.to_string().contains("app.json is a symbolic link"), "{e}");
+        assert!(load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("symbolic link"));
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, lock_path(&path)).unwrap();
+        let e = LockedStore::lock(&path).unwrap_err();
+        assert!(
+            e.to_string().contains("app.json.lock is a symbolic link"),
+            "{e}"
+        );
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        // A dangling link is refused too (it would create its target).
+        let path = dir.path().join("other.json");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &path).unwrap();
+        assert!(matches!(
+            LockedStore::lock(&path),
+            Err(StoreError::NotRegular(..))
+        ));
+        assert!(!dir.path().join("nowhere").exists());
+    }
+
+    /// A FIFO at the state or lock path is refused at once: never opened for a blocking read.
+    #[cfg(unix)]
+    #[test]
+    fn fifo_state_or_lock_is_refused_without_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.json");
+        mkfifo(&path);
+        let e = load(&path).unwrap_err();
+        assert!(e.to_string().contains("app.json is a FIFO"), "{e}");
+        assert!(matches!(
+            LockedStore::lock(&path),
+            Err(StoreError::NotRegular(_, "a FIFO"))
+        ));
+        // The open itself never blocks either (O_NONBLOCK), should the check be raced.
+        let e = open_regular(&path, OpenOptions::new().read(true)).unwrap_err();
+        assert!(matches!(e, StoreError::NotRegular(_, "a FIFO")), "{e}");
+        let path = dir.path().join("b.json");
+        mkfifo(&lock_path(&path));
+        let e = LockedStore::lock(&path).unwrap_err();
+        assert!(e.to_string().contains("b.json.lock is a FIFO"), "{e}");
+        let e = load(Path::new("/dev/null")).unwrap_err();
+        assert!(e.to_string().contains("is a device"), "{e}");
+        assert_eq!(
+            crate::state::store_error(e).code,
+            crate::error::ExitCode::Usage
+        );
+    }
+
+    #[test]
+    fn stale_temp_files_of_ours_are_removed_on_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.json");
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        let mk = |name: &str, age: Option<std::time::SystemTime>| {
+            let p = dir.path().join(name);
+            let f = File::create(&p).unwrap();
+            if let Some(t) = age {
+                f.set_modified(t).unwrap();
+            }
+            p
+        };
+        let stale = mk(".podalloc-state-a1B2c3.tmp", Some(old));
+        let fresh = mk(".podalloc-state-Zz9yX8.tmp", None);
+        let other = mk(".podalloc-state-toolong1.tmp", Some(old));
+        let metrics = mk(".podalloc-metrics-a1B2c3.tmp", Some(old));
+        let mine = mk("notes.tmp", Some(old));
+        let store = LockedStore::lock(&path).unwrap();
+        assert!(!stale.exists());
+        for kept in [&fresh, &other, &metrics, &mine] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+        // Our own saves use that pattern.
+        store.save(&AllocatorState::new()).unwrap();
+        assert!(is_temp_name(std::ffi::OsStr::new(
+            ".podalloc-state-a1B2c3.tmp"
+        )));
+        assert!(!is_temp_name(std::ffi::OsStr::new(
+            ".podalloc-state-a1B2c.tmp"
+        )));
     }
 }

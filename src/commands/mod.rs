@@ -212,6 +212,9 @@ fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
             namespace.chars().take(80).collect::<String>()
         )));
     }
+    if let Some(p) = &cli.metrics_file {
+        crate::metrics::check_path(p).map_err(Error::usage)?;
+    }
     let insecure = cfg.tls.insecure_skip_tls_verify;
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;

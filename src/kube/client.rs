@@ -22,12 +22,10 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
-use super::config::{
-    is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential, KeyData, PemData,
-    Secret,
-};
+use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
+use super::secret::{KeyData, PemData, Secret};
 
 /// The `User-Agent` header: `podalloc/<crate version>`.
 pub const USER_AGENT: &str = concat!("podalloc/", env!("CARGO_PKG_VERSION"));

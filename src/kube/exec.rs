@@ -31,8 +31,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::config::{KeyData, PemData, Secret};
 use super::error::{truncate_chars, KubeError};
+use super::secret::{KeyData, PemData, Secret};
 
 /// `apiVersion` of the v1 `ExecCredential` (Kubernetes ≥ 1.22).
 pub const EXEC_API_V1: &str = "client.authentication.k8s.io/v1";

@@ -27,6 +27,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod secret;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -37,8 +38,8 @@ pub use client::{
     Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };
 pub use config::{
-    resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, KeyData, PemData, ProxyUrl,
-    Secret, TlsSettings, IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
+    resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,
+    IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
 };
 pub use error::{ApiStatus, KubeError, StatusCause, MAX_TEXT_MESSAGE_CHARS};
 pub use exec::{
@@ -46,3 +47,4 @@ pub use exec::{
     ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,
     EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
 };
+pub use secret::{KeyData, PemData, Secret};

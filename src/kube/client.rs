@@ -23,7 +23,7 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
-use super::error::{is_retryable_code, ApiStatus, KubeError};
+use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
 use super::secret::{KeyData, PemData, Secret};
 
@@ -459,36 +459,37 @@ fn find_rustls<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustl
     None
 }
 
-/// Turns a ureq error into a [`KubeError`]: `Transport` (retryable, except TLS failures,
-/// whose message starts with `TLS:`), `Config` (request setup), or `Decode` (body).
+/// Turns a ureq error into a [`KubeError`]: `Transport` with its [`TransportKind`]
+/// (retryable, except TLS failures), `Config` (request setup), or `Decode` (body).
 fn classify(verb: &str, host: &str, e: ureq::Error) -> KubeError {
-    use std::io::ErrorKind as K;
-    let transport = |message: String| KubeError::Transport {
+    let transport = |kind: TransportKind, message: String| KubeError::Transport {
         verb: verb.to_string(),
+        kind,
         message,
     };
     if let Some(r) = find_rustls(&e) {
-        return transport(tls_message(r, host));
+        return transport(TransportKind::Tls, tls_message(r, host));
     }
     match e {
-        ureq::Error::Timeout(t) => transport(format!("timed out ({t})")),
+        ureq::Error::Timeout(t) => transport(TransportKind::Timeout, format!("timed out ({t})")),
         ureq::Error::Io(io) => {
-            let what = match io.kind() {
-                K::ConnectionRefused => "connection refused",
-                K::ConnectionReset => "connection reset",
-                K::ConnectionAborted => "connection aborted",
-                K::BrokenPipe => "connection closed while sending",
-                K::UnexpectedEof => "connection closed before the response was complete",
-                K::TimedOut | K::WouldBlock => "timed out",
-                _ => "I/O error",
-            };
-            transport(format!("{what} ({io})"))
+            let (kind, what) = io_kind(io.kind());
+            transport(kind, format!("{what} ({io})"))
         }
-        ureq::Error::HostNotFound => transport(format!("host {host} not found (DNS)")),
-        ureq::Error::ConnectionFailed => transport("connection failed".to_string()),
-        ureq::Error::Protocol(p) => transport(format!("bad HTTP from the server: {p}")),
-        ureq::Error::ConnectProxyFailed(m) => transport(format!("proxy CONNECT failed: {m}")),
-        ureq::Error::Tls(m) => transport(format!("TLS: {m}")),
+        ureq::Error::HostNotFound => {
+            transport(TransportKind::Dns, format!("host {host} not found (DNS)"))
+        }
+        ureq::Error::ConnectionFailed => {
+            transport(TransportKind::Connect, "connection failed".to_string())
+        }
+        ureq::Error::Protocol(p) => transport(
+            TransportKind::Protocol,
+            format!("bad HTTP from the server: {p}"),
+        ),
+        ureq::Error::ConnectProxyFailed(m) => {
+            transport(TransportKind::Proxy, format!("proxy CONNECT failed: {m}"))
+        }
+        ureq::Error::Tls(m) => transport(TransportKind::Tls, format!("TLS: {m}")),
         ureq::Error::BodyExceedsLimit(n) => KubeError::Decode {
             what: format!("{verb} response"),
             message: format!("body larger than the limit of {n} bytes"),
@@ -503,7 +504,24 @@ fn classify(verb: &str, host: &str, e: ureq::Error) -> KubeError {
         | ureq::Error::RequireHttpsOnly(_) => {
             KubeError::Config(format!("{verb}: bad request setup: {e}"))
         }
-        other => transport(other.to_string()),
+        other => transport(TransportKind::Other, other.to_string()),
+    }
+}
+
+/// The transport kind of an I/O error, and the words that start its message.
+fn io_kind(kind: std::io::ErrorKind) -> (TransportKind, &'static str) {
+    use std::io::ErrorKind as K;
+    match kind {
+        K::ConnectionRefused => (TransportKind::Connect, "connection refused"),
+        K::ConnectionReset => (TransportKind::Reset, "connection reset"),
+        K::ConnectionAborted => (TransportKind::Reset, "connection aborted"),
+        K::BrokenPipe => (TransportKind::Reset, "connection closed while sending"),
+        K::UnexpectedEof => (
+            TransportKind::Reset,
+            "connection closed before the response was complete",
+        ),
+        K::TimedOut | K::WouldBlock => (TransportKind::Timeout, "timed out"),
+        _ => (TransportKind::Other, "I/O error"),
     }
 }
 

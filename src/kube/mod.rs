@@ -41,7 +41,7 @@ pub use config::{
     resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,
     IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
 };
-pub use error::{ApiStatus, KubeError, StatusCause, MAX_TEXT_MESSAGE_CHARS};
+pub use error::{ApiStatus, KubeError, StatusCause, TransportKind, MAX_TEXT_MESSAGE_CHARS};
 pub use exec::{
     exec_info, parse_exec_credential, run_plugin, ExecApiVersion, ExecClusterInfo, ExecConfig,
     ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,

@@ -463,8 +463,13 @@ fn connection_refused_is_retried_then_reported() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
     match &err {
-        KubeError::Transport { verb, message } => {
+        KubeError::Transport {
+            verb,
+            kind,
+            message,
+        } => {
             assert_eq!(verb, "list pods");
+            assert_eq!(*kind, TransportKind::Connect);
             assert!(message.contains("connection refused"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -493,7 +498,7 @@ fn read_timeout_is_a_retryable_transport_error() {
     let client = KubeClient::with_options(cfg, opts).unwrap();
     let err = client.get_pod("p").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.contains("timed out")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Timeout, message, .. } if message.contains("timed out")),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -761,6 +766,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
         err,
         KubeError::Transport {
             verb: "list pods".into(),
+            kind: TransportKind::Tls,
             message: UNTRUSTED_CERT_MESSAGE.into()
         }
     );
@@ -908,7 +914,7 @@ fn tls_client_certificates() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.get_pod("x").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
         "{err:?}"
     );
 
@@ -1315,7 +1321,7 @@ fn exec_client_certificate_with_mtls_and_rotation() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.get_pod("x").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:")),
         "{err:?}"
     );
     assert_eq!(plugin.runs(), 1);

@@ -180,6 +180,58 @@ pub struct ListStats {
 /// Most restarts of a list after 410 Gone before the error is returned.
 pub const MAX_LIST_RESTARTS: u32 = 3;
 
+/// Receives the pages of a paginated list ([`KubeClient::list_pods`]) as they arrive.
+///
+/// A list is a run of [`PageSink::page`] calls; a [`PageSink::restart`] between two pages
+/// starts a new run (kube-runtime's watcher calls this event `Init`): everything collected
+/// so far belongs to an abandoned list and must be dropped.
+pub trait PageSink {
+    /// What [`PageSink::page`] fails with; it ends the list and is returned as a
+    /// [`KubeError`].
+    type Error: Into<KubeError>;
+
+    /// The list restarts from the first page, because the server expired the continue token
+    /// (410 Gone, reason `Expired`). Drop what earlier pages gave.
+    fn restart(&mut self);
+
+    /// One page: the body of a `PodList` (JSON, gzip already decoded). Returns the page's
+    /// `metadata.continue` token; `None` or an empty token means this was the last page.
+    ///
+    /// Errors: whatever the sink cannot use (e.g. a body that is not a `PodList`); the list
+    /// stops there.
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, Self::Error>;
+}
+
+/// The sink of [`KubeClient::list_pod_items`]: every page's `items`, in order.
+#[derive(Default)]
+struct ItemsSink {
+    items: Vec<serde_json::Value>,
+}
+
+impl PageSink for ItemsSink {
+    type Error = KubeError;
+
+    fn restart(&mut self) {
+        self.items.clear();
+    }
+
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, KubeError> {
+        let mut v = KubeClient::decode_json("list pods response", body)?;
+        let cont = v["metadata"]["continue"].as_str().map(str::to_string);
+        match v.get_mut("items").map(serde_json::Value::take) {
+            Some(serde_json::Value::Array(list)) => self.items.extend(list),
+            Some(serde_json::Value::Null) | None => {}
+            Some(_) => {
+                return Err(KubeError::Decode {
+                    what: "list pods response".to_string(),
+                    message: "items is not an array".to_string(),
+                })
+            }
+        }
+        Ok(cont)
+    }
+}
+
 /// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
 /// addresses. ureq has no server-name override, so the URL names the certificate host and
 /// this resolver pins where it really is (see `shared/notes/rust-crates.md`).
@@ -523,6 +575,29 @@ fn io_kind(kind: std::io::ErrorKind) -> (TransportKind, &'static str) {
         K::TimedOut | K::WouldBlock => (TransportKind::Timeout, "timed out"),
         _ => (TransportKind::Other, "I/O error"),
     }
+}
+
+/// The query parameters every page of a pod list shares: `labelSelector`, `fieldSelector`
+/// (both percent-encoded; left out when empty) and `limit` (left out when 0 or `None`).
+fn list_query(
+    label_selector: &str,
+    field_selector: Option<&str>,
+    limit: Option<u32>,
+) -> Vec<String> {
+    let mut query = Vec::new();
+    if !label_selector.is_empty() {
+        query.push(format!(
+            "labelSelector={}",
+            encode_component(label_selector)
+        ));
+    }
+    if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
+        query.push(format!("fieldSelector={}", encode_component(fs)));
+    }
+    if let Some(l) = limit.filter(|l| *l > 0) {
+        query.push(format!("limit={l}"));
+    }
+    query
 }
 
 impl KubeClient {
@@ -1084,94 +1159,83 @@ impl KubeClient {
     }
 
     /// Lists the namespace's pods matching `label_selector` (and `field_selector`), page by
-    /// page with `limit`/`continue`.
+    /// page with `limit`/`continue`, handing each page to `sink`.
     ///
-    /// Each page's body (JSON `PodList`, gzip already decoded) goes to `on_page`, which
-    /// parses it and returns the page's `metadata.continue` (`None` or empty: last page).
-    /// On 410 Gone for a continued page (expired token, `reason: Expired`), the list restarts
-    /// from the first page after calling `on_restart` so the caller can drop what it
-    /// collected; at most [`MAX_LIST_RESTARTS`] times (`shared/notes/k8s-api.md` §1).
+    /// Each page's body (JSON `PodList`, gzip already decoded) goes to [`PageSink::page`],
+    /// which returns the page's `metadata.continue` (`None` or empty: last page). On 410 Gone
+    /// for a continued page (expired token, `reason: Expired`), the list restarts from the
+    /// first page after [`PageSink::restart`], so the sink can drop what it collected; at
+    /// most [`MAX_LIST_RESTARTS`] times (the Kubernetes API concepts page, "Retrieving large
+    /// results sets in chunks": a client whose token expired must start the list again).
     /// Selectors are percent-encoded here; pass them as written (`a=b,c!=d`).
     ///
     /// Errors: [`KubeError::Api`] (e.g. 400 for a bad selector, 403 RBAC), `Transport`, `Auth`,
     /// `Decode` (page over the body limit, or a server that returns the same continue token
-    /// twice), or whatever `on_page` returns.
-    #[allow(clippy::type_complexity)] // the signature other modules call
-    pub fn list_pods<E: Into<KubeError>>(
+    /// twice), or whatever the sink's `page` returns.
+    pub fn list_pods<S: PageSink + ?Sized>(
         &self,
         label_selector: &str,
         field_selector: Option<&str>,
         limit: Option<u32>,
-        on_restart: &mut dyn FnMut(),
-        on_page: &mut dyn FnMut(&[u8]) -> Result<Option<String>, E>,
+        sink: &mut S,
     ) -> Result<ListStats, KubeError> {
         let verb = "list pods";
-        let mut base_query = Vec::new();
-        if !label_selector.is_empty() {
-            base_query.push(format!(
-                "labelSelector={}",
-                encode_component(label_selector)
-            ));
-        }
-        if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
-            base_query.push(format!("fieldSelector={}", encode_component(fs)));
-        }
-        if let Some(l) = limit.filter(|l| *l > 0) {
-            base_query.push(format!("limit={l}"));
-        }
+        let base_query = list_query(label_selector, field_selector, limit);
         let mut stats = ListStats::default();
-        'restart: loop {
-            let mut cont: Option<String> = None;
-            loop {
-                let mut query = base_query.clone();
-                if let Some(c) = &cont {
-                    query.push(format!("continue={}", encode_component(c)));
-                }
-                let mut url = self.pods_url();
-                if !query.is_empty() {
-                    url.push('?');
-                    url.push_str(&query.join("&"));
-                }
-                let req = Request {
-                    method: Method::GET,
-                    url,
-                    body: None,
-                    verb,
-                    limit: self.options.list_body_limit,
-                };
-                let resp = self.execute(&req)?;
-                if resp.status == 410 && cont.is_some() {
-                    if stats.restarts >= MAX_LIST_RESTARTS {
-                        return Err(Self::api_error(verb, &resp));
-                    }
-                    stats.restarts += 1;
-                    log::warn!(
-                        "list pods: continue token expired (410 Gone); restarting the list \
-                         from the first page ({}/{MAX_LIST_RESTARTS})",
-                        stats.restarts
-                    );
-                    on_restart();
-                    continue 'restart;
-                }
-                if !(200..300).contains(&resp.status) {
+        let mut cont: Option<String> = None;
+        loop {
+            let resp = self.execute(&Request {
+                method: Method::GET,
+                url: self.list_url(&base_query, cont.as_deref()),
+                body: None,
+                verb,
+                limit: self.options.list_body_limit,
+            })?;
+            if resp.status == 410 && cont.is_some() {
+                if stats.restarts >= MAX_LIST_RESTARTS {
                     return Err(Self::api_error(verb, &resp));
                 }
-                stats.pages += 1;
-                stats.bytes += resp.body.len() as u64;
-                let next = on_page(&resp.body).map_err(Into::into)?;
-                match next.filter(|c| !c.is_empty()) {
-                    None => return Ok(stats),
-                    Some(c) if cont.as_deref() == Some(c.as_str()) => {
-                        return Err(KubeError::Decode {
-                            what: "list pods response".to_string(),
-                            message: "the server returned the same continue token twice"
-                                .to_string(),
-                        })
-                    }
-                    Some(c) => cont = Some(c),
+                stats.restarts += 1;
+                log::warn!(
+                    "list pods: continue token expired (410 Gone); restarting the list \
+                     from the first page ({}/{MAX_LIST_RESTARTS})",
+                    stats.restarts
+                );
+                sink.restart();
+                cont = None;
+                continue;
+            }
+            if !(200..300).contains(&resp.status) {
+                return Err(Self::api_error(verb, &resp));
+            }
+            stats.pages += 1;
+            stats.bytes += resp.body.len() as u64;
+            let next = sink.page(&resp.body).map_err(Into::into)?;
+            match next.filter(|c| !c.is_empty()) {
+                None => return Ok(stats),
+                Some(c) if cont.as_deref() == Some(c.as_str()) => {
+                    return Err(KubeError::Decode {
+                        what: "list pods response".to_string(),
+                        message: "the server returned the same continue token twice".to_string(),
+                    })
                 }
+                Some(c) => cont = Some(c),
             }
         }
+    }
+
+    /// The URL of one list page: the base query plus `continue` when given.
+    fn list_url(&self, base_query: &[String], cont: Option<&str>) -> String {
+        let mut query = base_query.to_vec();
+        if let Some(c) = cont {
+            query.push(format!("continue={}", encode_component(c)));
+        }
+        let mut url = self.pods_url();
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(&query.join("&"));
+        }
+        url
     }
 
     /// Lists all matching pods and returns their `items` (a convenience over
@@ -1184,29 +1248,9 @@ impl KubeClient {
         field_selector: Option<&str>,
         limit: Option<u32>,
     ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
-        let items = std::cell::RefCell::new(Vec::new());
-        let stats = self.list_pods(
-            label_selector,
-            field_selector,
-            limit,
-            &mut || items.borrow_mut().clear(),
-            &mut |page: &[u8]| -> Result<Option<String>, KubeError> {
-                let mut v = Self::decode_json("list pods response", page)?;
-                let cont = v["metadata"]["continue"].as_str().map(str::to_string);
-                match v.get_mut("items").map(serde_json::Value::take) {
-                    Some(serde_json::Value::Array(list)) => items.borrow_mut().extend(list),
-                    Some(serde_json::Value::Null) | None => {}
-                    Some(_) => {
-                        return Err(KubeError::Decode {
-                            what: "list pods response".to_string(),
-                            message: "items is not an array".to_string(),
-                        })
-                    }
-                }
-                Ok(cont)
-            },
-        )?;
-        Ok((items.into_inner(), stats))
+        let mut sink = ItemsSink::default();
+        let stats = self.list_pods(label_selector, field_selector, limit, &mut sink)?;
+        Ok((sink.items, stats))
     }
 
     /// Reads one pod. 404 → `Ok(None)`.

@@ -34,8 +34,8 @@ mod tests;
 mod testutil;
 
 pub use client::{
-    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, RetryPolicy,
-    Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
+    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, PageSink,
+    RetryPolicy, Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };
 pub use config::{
     resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,

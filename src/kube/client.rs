@@ -114,7 +114,8 @@ pub struct ClientOptions {
     /// Largest body of other successful calls (one pod), in bytes. Default 16 MiB.
     pub body_limit: u64,
     /// How old a token read from a file may get before it is read again. Default 60 s
-    /// (client-go re-reads every minute; `shared/notes/k8s-api.md` §5 "Token rotation").
+    /// (client-go's `NewCachedFileTokenSource` re-reads every minute, as kubelet rotates
+    /// projected service account tokens).
     pub token_refresh: Duration,
     /// How long an exec credential plugin may run before it is killed and the call fails.
     /// Default 60 s ([`DEFAULT_EXEC_TIMEOUT`]).
@@ -234,7 +235,7 @@ impl PageSink for ItemsSink {
 
 /// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
 /// addresses. ureq has no server-name override, so the URL names the certificate host and
-/// this resolver pins where it really is (see `shared/notes/rust-crates.md`).
+/// this resolver pins where it really is.
 #[derive(Debug)]
 struct PinnedResolver {
     pin: Option<(String, Uri)>,

@@ -2,8 +2,8 @@
 //! get-token`), GKE (`gke-gcloud-auth-plugin`) and AKS (`kubelogin`) users have.
 //!
 //! The rules follow client-go's exec authenticator (`k8s.io/client-go/plugin/pkg/client/auth/
-//! exec/exec.go`) and the `client.authentication.k8s.io` API (`shared/notes/k8s-api.md` §5
-//! "ExecCredential"):
+//! exec/exec.go`) and the `client.authentication.k8s.io` API (Kubernetes docs,
+//! "Authenticating", section "client-go credential plugins"):
 //!
 //! - the plugin runs with the inherited environment plus the kubeconfig's `env` entries and
 //!   `KUBERNETES_EXEC_INFO` (an `ExecCredential` JSON whose `spec.interactive` is always

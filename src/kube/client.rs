@@ -1061,88 +1061,119 @@ impl KubeClient {
             let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            match self.send_once(&agent, req, token.as_deref(), &host) {
+            let delay = match self.send_once(&agent, req, token.as_deref(), &host) {
                 Ok(resp) => {
-                    {
-                        let mut stats = lock(&self.stats);
-                        stats.bytes_received += resp.body.len() as u64;
-                        if resp.status >= 400 {
-                            *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
-                        }
-                    }
-                    log::debug!(
-                        "{} {} -> {} ({} bytes, {} ms)",
-                        req.method,
-                        req.url,
-                        resp.status,
-                        resp.body.len(),
-                        started.elapsed().as_millis()
-                    );
+                    self.record_response(req, &resp, started);
                     if resp.status == 401 {
-                        if !reauthenticated
-                            && matches!(
-                                self.credential,
-                                Credential::TokenFile { .. } | Credential::Exec(_)
-                            )
-                        {
+                        if !reauthenticated && self.can_reauthenticate() {
                             reauthenticated = true;
-                            let what = match self.credential {
-                                Credential::Exec(_) => "re-running",
-                                _ => "re-reading",
-                            };
-                            log::warn!(
-                                "{}: 401 Unauthorized; {what} the {} and retrying once",
-                                req.verb,
-                                self.credential.describe()
-                            );
-                            self.bearer(true)?;
-                            lock(&self.stats).retries += 1;
+                            self.reauthenticate(req)?;
                             continue;
                         }
                         return Err(self.auth_error(&resp));
                     }
-                    if is_retryable_code(resp.status) {
-                        let status =
-                            ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
-                        if let Some(delay) = self.next_delay(attempt, status.retry_after_seconds) {
-                            log::warn!(
-                                "{}: {} {}; retry {}/{} in {} ms",
-                                req.verb,
-                                status.code,
-                                status.reason,
-                                attempt + 1,
-                                self.options.retry.max_retries,
-                                delay.as_millis()
-                            );
-                            std::thread::sleep(delay);
-                            attempt += 1;
-                            continue;
-                        }
+                    match self.status_retry_delay(req, &resp, attempt) {
+                        Some(delay) => delay,
+                        None => return Ok(resp),
                     }
-                    return Ok(resp);
                 }
-                Err(error) => {
-                    if matches!(error, KubeError::Transport { .. }) {
-                        lock(&self.stats).transport_errors += 1;
-                    }
-                    if error.is_retryable() {
-                        if let Some(delay) = self.next_delay(attempt, None) {
-                            log::warn!(
-                                "{}; retry {}/{} in {} ms",
-                                error,
-                                attempt + 1,
-                                self.options.retry.max_retries,
-                                delay.as_millis()
-                            );
-                            std::thread::sleep(delay);
-                            attempt += 1;
-                            continue;
-                        }
-                    }
-                    return Err(error);
-                }
+                Err(error) => match self.error_retry_delay(&error, attempt) {
+                    Some(delay) => delay,
+                    None => return Err(error),
+                },
+            };
+            std::thread::sleep(delay);
+            attempt += 1;
+        }
+    }
+
+    /// Counts a response's bytes and error code in the stats, and logs it (no headers).
+    fn record_response(&self, req: &Request<'_>, resp: &Response, started: Instant) {
+        {
+            let mut stats = lock(&self.stats);
+            stats.bytes_received += resp.body.len() as u64;
+            if resp.status >= 400 {
+                *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
             }
         }
+        log::debug!(
+            "{} {} -> {} ({} bytes, {} ms)",
+            req.method,
+            req.url,
+            resp.status,
+            resp.body.len(),
+            started.elapsed().as_millis()
+        );
+    }
+
+    /// Whether a 401 can be answered by fetching the credential again (a token file or an
+    /// exec plugin; a fixed token would only fail the same way).
+    fn can_reauthenticate(&self) -> bool {
+        matches!(
+            self.credential,
+            Credential::TokenFile { .. } | Credential::Exec(_)
+        )
+    }
+
+    /// After a 401: re-reads the token file or re-runs the exec plugin, counted as a retry.
+    fn reauthenticate(&self, req: &Request<'_>) -> Result<(), KubeError> {
+        let what = match self.credential {
+            Credential::Exec(_) => "re-running",
+            _ => "re-reading",
+        };
+        log::warn!(
+            "{}: 401 Unauthorized; {what} the {} and retrying once",
+            req.verb,
+            self.credential.describe()
+        );
+        self.bearer(true)?;
+        lock(&self.stats).retries += 1;
+        Ok(())
+    }
+
+    /// The sleep before retrying a response with a retryable HTTP code (honouring
+    /// `Retry-After`), or `None` to return the response as it is.
+    fn status_retry_delay(
+        &self,
+        req: &Request<'_>,
+        resp: &Response,
+        attempt: u32,
+    ) -> Option<Duration> {
+        if !is_retryable_code(resp.status) {
+            return None;
+        }
+        let status = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
+        let delay = self.next_delay(attempt, status.retry_after_seconds)?;
+        log::warn!(
+            "{}: {} {}; retry {}/{} in {} ms",
+            req.verb,
+            status.code,
+            status.reason,
+            attempt + 1,
+            self.options.retry.max_retries,
+            delay.as_millis()
+        );
+        Some(delay)
+    }
+
+    /// Counts a transport error, and gives the sleep before retrying a failed call, or
+    /// `None` to return the error.
+    fn error_retry_delay(&self, error: &KubeError, attempt: u32) -> Option<Duration> {
+        if matches!(error, KubeError::Transport { .. }) {
+            lock(&self.stats).transport_errors += 1;
+        }
+        if !error.is_retryable() {
+            return None;
+        }
+        let delay = self.next_delay(attempt, None)?;
+        log::warn!(
+            "{}; retry {}/{} in {} ms",
+            error,
+            attempt + 1,
+            self.options.retry.max_retries,
+            delay.as_millis()
+        );
+        Some(delay)
     }
 
     fn api_error(verb: &str, resp: &Response) -> KubeError {

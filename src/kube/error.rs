@@ -159,8 +159,10 @@ impl KubeError {
         }
     }
 
-    /// Whether the server said the object already exists (HTTP 409, reason `AlreadyExists`).
-    /// After a retried create this may mean the first attempt succeeded.
+    /// Whether the server said the object already exists (HTTP 409, reason `AlreadyExists`),
+    /// the answer to a create whose name is taken. After a retried create this may mean the
+    /// first attempt succeeded. A 409 `Conflict` (a failed precondition or a stale
+    /// `resourceVersion` on update or delete) is not this.
     pub fn is_already_exists(&self) -> bool {
         matches!(self, KubeError::Api { status, .. } if status.code == 409 && status.reason == "AlreadyExists")
     }
@@ -370,6 +372,27 @@ mod tests {
             e.to_string(),
             "create pod default: 409 AlreadyExists: namespaces \"default\" already exists"
         );
+    }
+
+    #[test]
+    fn conflict_is_not_already_exists() {
+        let conflict = KubeError::Api {
+            verb: "delete pod p".into(),
+            status: ApiStatus::from_body(
+                409,
+                br#"{"message":"Precondition failed: UID in precondition: a, UID in object meta: b","reason":"Conflict","code":409}"#,
+                None,
+            ),
+        };
+        assert_eq!(conflict.status_code(), Some(409));
+        assert!(!conflict.is_already_exists());
+        // A 409 without a reason gets the conventional one, Conflict.
+        let bare = KubeError::Api {
+            verb: "create pod p".into(),
+            status: ApiStatus::from_body(409, b"", None),
+        };
+        assert!(!bare.is_already_exists());
+        assert!(!KubeError::Config("x".into()).is_already_exists());
     }
 
     #[test]

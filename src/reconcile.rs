@@ -8,7 +8,7 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{Deleted, KubeClient, KubeError};
+use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
@@ -99,32 +99,47 @@ pub fn kube_error(e: KubeError) -> Error {
     }
 }
 
+/// Collects the pages of the pod list into a snapshot. A 410 Gone restarts the list from
+/// the first page: what was collected is dropped.
+struct SnapshotSink<'a> {
+    app_id: &'a str,
+    snap: Snapshot,
+    /// Why a page could not be used, when that ended the list.
+    parse_error: Option<String>,
+}
+
+impl PageSink for SnapshotSink<'_> {
+    type Error = KubeError;
+
+    fn restart(&mut self) {
+        self.snap = Snapshot::default();
+    }
+
+    fn page(&mut self, body: &[u8]) -> std::result::Result<Option<String>, KubeError> {
+        self.snap.add_page(body, self.app_id).map_err(|e| {
+            self.parse_error = Some(e.to_string());
+            KubeError::Decode {
+                what: "pod list".into(),
+                message: e.to_string(),
+            }
+        })
+    }
+}
+
 /// Lists the app's executor pods into a snapshot (one list per tick, paginated).
 ///
 /// Errors: the API's (exit 1/4), or a malformed PodList (exit 1: the server sent it).
 pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
-    let snap = std::cell::RefCell::new(Snapshot::default());
     let selector = app.label_selector();
     let limit = (app.page_size > 0).then_some(app.page_size);
-    let mut parse_error: Option<String> = None;
-    let res = client.list_pods(
-        &selector,
-        None,
-        limit,
-        // A 410 Gone restarts the list from the first page: drop what was collected.
-        &mut || *snap.borrow_mut() = Snapshot::default(),
-        &mut |body: &[u8]| -> std::result::Result<Option<String>, KubeError> {
-            snap.borrow_mut().add_page(body, &app.app_id).map_err(|e| {
-                parse_error = Some(e.to_string());
-                KubeError::Decode {
-                    what: "pod list".into(),
-                    message: e.to_string(),
-                }
-            })
-        },
-    );
+    let mut sink = SnapshotSink {
+        app_id: &app.app_id,
+        snap: Snapshot::default(),
+        parse_error: None,
+    };
+    let res = client.list_pods(&selector, None, limit, &mut sink);
     if let Err(e) = res {
-        return Err(match parse_error {
+        return Err(match sink.parse_error {
             Some(p) => Error::runtime(format!(
                 "the pod list from the API server (namespace {}) could not be used: {p}",
                 client.namespace()
@@ -132,7 +147,7 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
             None => kube_error(e),
         });
     }
-    let snap = snap.into_inner();
+    let snap = sink.snap;
     for w in &snap.warnings {
         warn!("{w}");
     }

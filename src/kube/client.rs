@@ -22,12 +22,10 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
-use super::config::{
-    is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential, KeyData, PemData,
-    Secret,
-};
-use super::error::{is_retryable_code, ApiStatus, KubeError};
+use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
+use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
+use super::secret::{KeyData, PemData, Secret};
 
 /// The `User-Agent` header: `podalloc/<crate version>`.
 pub const USER_AGENT: &str = concat!("podalloc/", env!("CARGO_PKG_VERSION"));
@@ -116,7 +114,8 @@ pub struct ClientOptions {
     /// Largest body of other successful calls (one pod), in bytes. Default 16 MiB.
     pub body_limit: u64,
     /// How old a token read from a file may get before it is read again. Default 60 s
-    /// (client-go re-reads every minute; `shared/notes/k8s-api.md` §5 "Token rotation").
+    /// (client-go's `NewCachedFileTokenSource` re-reads every minute, as kubelet rotates
+    /// projected service account tokens).
     pub token_refresh: Duration,
     /// How long an exec credential plugin may run before it is killed and the call fails.
     /// Default 60 s ([`DEFAULT_EXEC_TIMEOUT`]).
@@ -182,9 +181,61 @@ pub struct ListStats {
 /// Most restarts of a list after 410 Gone before the error is returned.
 pub const MAX_LIST_RESTARTS: u32 = 3;
 
+/// Receives the pages of a paginated list ([`KubeClient::list_pods`]) as they arrive.
+///
+/// A list is a run of [`PageSink::page`] calls; a [`PageSink::restart`] between two pages
+/// starts a new run (kube-runtime's watcher calls this event `Init`): everything collected
+/// so far belongs to an abandoned list and must be dropped.
+pub trait PageSink {
+    /// What [`PageSink::page`] fails with; it ends the list and is returned as a
+    /// [`KubeError`].
+    type Error: Into<KubeError>;
+
+    /// The list restarts from the first page, because the server expired the continue token
+    /// (410 Gone, reason `Expired`). Drop what earlier pages gave.
+    fn restart(&mut self);
+
+    /// One page: the body of a `PodList` (JSON, gzip already decoded). Returns the page's
+    /// `metadata.continue` token; `None` or an empty token means this was the last page.
+    ///
+    /// Errors: whatever the sink cannot use (e.g. a body that is not a `PodList`); the list
+    /// stops there.
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, Self::Error>;
+}
+
+/// The sink of [`KubeClient::list_pod_items`]: every page's `items`, in order.
+#[derive(Default)]
+struct ItemsSink {
+    items: Vec<serde_json::Value>,
+}
+
+impl PageSink for ItemsSink {
+    type Error = KubeError;
+
+    fn restart(&mut self) {
+        self.items.clear();
+    }
+
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, KubeError> {
+        let mut v = KubeClient::decode_json("list pods response", body)?;
+        let cont = v["metadata"]["continue"].as_str().map(str::to_string);
+        match v.get_mut("items").map(serde_json::Value::take) {
+            Some(serde_json::Value::Array(list)) => self.items.extend(list),
+            Some(serde_json::Value::Null) | None => {}
+            Some(_) => {
+                return Err(KubeError::Decode {
+                    what: "list pods response".to_string(),
+                    message: "items is not an array".to_string(),
+                })
+            }
+        }
+        Ok(cont)
+    }
+}
+
 /// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
 /// addresses. ureq has no server-name override, so the URL names the certificate host and
-/// this resolver pins where it really is (see `shared/notes/rust-crates.md`).
+/// this resolver pins where it really is.
 #[derive(Debug)]
 struct PinnedResolver {
     pin: Option<(String, Uri)>,
@@ -461,36 +512,37 @@ fn find_rustls<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustl
     None
 }
 
-/// Turns a ureq error into a [`KubeError`]: `Transport` (retryable, except TLS failures,
-/// whose message starts with `TLS:`), `Config` (request setup), or `Decode` (body).
+/// Turns a ureq error into a [`KubeError`]: `Transport` with its [`TransportKind`]
+/// (retryable, except TLS failures), `Config` (request setup), or `Decode` (body).
 fn classify(verb: &str, host: &str, e: ureq::Error) -> KubeError {
-    use std::io::ErrorKind as K;
-    let transport = |message: String| KubeError::Transport {
+    let transport = |kind: TransportKind, message: String| KubeError::Transport {
         verb: verb.to_string(),
+        kind,
         message,
     };
     if let Some(r) = find_rustls(&e) {
-        return transport(tls_message(r, host));
+        return transport(TransportKind::Tls, tls_message(r, host));
     }
     match e {
-        ureq::Error::Timeout(t) => transport(format!("timed out ({t})")),
+        ureq::Error::Timeout(t) => transport(TransportKind::Timeout, format!("timed out ({t})")),
         ureq::Error::Io(io) => {
-            let what = match io.kind() {
-                K::ConnectionRefused => "connection refused",
-                K::ConnectionReset => "connection reset",
-                K::ConnectionAborted => "connection aborted",
-                K::BrokenPipe => "connection closed while sending",
-                K::UnexpectedEof => "connection closed before the response was complete",
-                K::TimedOut | K::WouldBlock => "timed out",
-                _ => "I/O error",
-            };
-            transport(format!("{what} ({io})"))
+            let (kind, what) = io_kind(io.kind());
+            transport(kind, format!("{what} ({io})"))
         }
-        ureq::Error::HostNotFound => transport(format!("host {host} not found (DNS)")),
-        ureq::Error::ConnectionFailed => transport("connection failed".to_string()),
-        ureq::Error::Protocol(p) => transport(format!("bad HTTP from the server: {p}")),
-        ureq::Error::ConnectProxyFailed(m) => transport(format!("proxy CONNECT failed: {m}")),
-        ureq::Error::Tls(m) => transport(format!("TLS: {m}")),
+        ureq::Error::HostNotFound => {
+            transport(TransportKind::Dns, format!("host {host} not found (DNS)"))
+        }
+        ureq::Error::ConnectionFailed => {
+            transport(TransportKind::Connect, "connection failed".to_string())
+        }
+        ureq::Error::Protocol(p) => transport(
+            TransportKind::Protocol,
+            format!("bad HTTP from the server: {p}"),
+        ),
+        ureq::Error::ConnectProxyFailed(m) => {
+            transport(TransportKind::Proxy, format!("proxy CONNECT failed: {m}"))
+        }
+        ureq::Error::Tls(m) => transport(TransportKind::Tls, format!("TLS: {m}")),
         ureq::Error::BodyExceedsLimit(n) => KubeError::Decode {
             what: format!("{verb} response"),
             message: format!("body larger than the limit of {n} bytes"),
@@ -505,8 +557,48 @@ fn classify(verb: &str, host: &str, e: ureq::Error) -> KubeError {
         | ureq::Error::RequireHttpsOnly(_) => {
             KubeError::Config(format!("{verb}: bad request setup: {e}"))
         }
-        other => transport(other.to_string()),
+        other => transport(TransportKind::Other, other.to_string()),
     }
+}
+
+/// The transport kind of an I/O error, and the words that start its message.
+fn io_kind(kind: std::io::ErrorKind) -> (TransportKind, &'static str) {
+    use std::io::ErrorKind as K;
+    match kind {
+        K::ConnectionRefused => (TransportKind::Connect, "connection refused"),
+        K::ConnectionReset => (TransportKind::Reset, "connection reset"),
+        K::ConnectionAborted => (TransportKind::Reset, "connection aborted"),
+        K::BrokenPipe => (TransportKind::Reset, "connection closed while sending"),
+        K::UnexpectedEof => (
+            TransportKind::Reset,
+            "connection closed before the response was complete",
+        ),
+        K::TimedOut | K::WouldBlock => (TransportKind::Timeout, "timed out"),
+        _ => (TransportKind::Other, "I/O error"),
+    }
+}
+
+/// The query parameters every page of a pod list shares: `labelSelector`, `fieldSelector`
+/// (both percent-encoded; left out when empty) and `limit` (left out when 0 or `None`).
+fn list_query(
+    label_selector: &str,
+    field_selector: Option<&str>,
+    limit: Option<u32>,
+) -> Vec<String> {
+    let mut query = Vec::new();
+    if !label_selector.is_empty() {
+        query.push(format!(
+            "labelSelector={}",
+            encode_component(label_selector)
+        ));
+    }
+    if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
+        query.push(format!("fieldSelector={}", encode_component(fs)));
+    }
+    if let Some(l) = limit.filter(|l| *l > 0) {
+        query.push(format!("limit={l}"));
+    }
+    query
 }
 
 impl KubeClient {
@@ -969,88 +1061,119 @@ impl KubeClient {
             let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            match self.send_once(&agent, req, token.as_deref(), &host) {
+            let delay = match self.send_once(&agent, req, token.as_deref(), &host) {
                 Ok(resp) => {
-                    {
-                        let mut stats = lock(&self.stats);
-                        stats.bytes_received += resp.body.len() as u64;
-                        if resp.status >= 400 {
-                            *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
-                        }
-                    }
-                    log::debug!(
-                        "{} {} -> {} ({} bytes, {} ms)",
-                        req.method,
-                        req.url,
-                        resp.status,
-                        resp.body.len(),
-                        started.elapsed().as_millis()
-                    );
+                    self.record_response(req, &resp, started);
                     if resp.status == 401 {
-                        if !reauthenticated
-                            && matches!(
-                                self.credential,
-                                Credential::TokenFile { .. } | Credential::Exec(_)
-                            )
-                        {
+                        if !reauthenticated && self.can_reauthenticate() {
                             reauthenticated = true;
-                            let what = match self.credential {
-                                Credential::Exec(_) => "re-running",
-                                _ => "re-reading",
-                            };
-                            log::warn!(
-                                "{}: 401 Unauthorized; {what} the {} and retrying once",
-                                req.verb,
-                                self.credential.describe()
-                            );
-                            self.bearer(true)?;
-                            lock(&self.stats).retries += 1;
+                            self.reauthenticate(req)?;
                             continue;
                         }
                         return Err(self.auth_error(&resp));
                     }
-                    if is_retryable_code(resp.status) {
-                        let status =
-                            ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
-                        if let Some(delay) = self.next_delay(attempt, status.retry_after_seconds) {
-                            log::warn!(
-                                "{}: {} {}; retry {}/{} in {} ms",
-                                req.verb,
-                                status.code,
-                                status.reason,
-                                attempt + 1,
-                                self.options.retry.max_retries,
-                                delay.as_millis()
-                            );
-                            std::thread::sleep(delay);
-                            attempt += 1;
-                            continue;
-                        }
+                    match self.status_retry_delay(req, &resp, attempt) {
+                        Some(delay) => delay,
+                        None => return Ok(resp),
                     }
-                    return Ok(resp);
                 }
-                Err(error) => {
-                    if matches!(error, KubeError::Transport { .. }) {
-                        lock(&self.stats).transport_errors += 1;
-                    }
-                    if error.is_retryable() {
-                        if let Some(delay) = self.next_delay(attempt, None) {
-                            log::warn!(
-                                "{}; retry {}/{} in {} ms",
-                                error,
-                                attempt + 1,
-                                self.options.retry.max_retries,
-                                delay.as_millis()
-                            );
-                            std::thread::sleep(delay);
-                            attempt += 1;
-                            continue;
-                        }
-                    }
-                    return Err(error);
-                }
+                Err(error) => match self.error_retry_delay(&error, attempt) {
+                    Some(delay) => delay,
+                    None => return Err(error),
+                },
+            };
+            std::thread::sleep(delay);
+            attempt += 1;
+        }
+    }
+
+    /// Counts a response's bytes and error code in the stats, and logs it (no headers).
+    fn record_response(&self, req: &Request<'_>, resp: &Response, started: Instant) {
+        {
+            let mut stats = lock(&self.stats);
+            stats.bytes_received += resp.body.len() as u64;
+            if resp.status >= 400 {
+                *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
             }
         }
+        log::debug!(
+            "{} {} -> {} ({} bytes, {} ms)",
+            req.method,
+            req.url,
+            resp.status,
+            resp.body.len(),
+            started.elapsed().as_millis()
+        );
+    }
+
+    /// Whether a 401 can be answered by fetching the credential again (a token file or an
+    /// exec plugin; a fixed token would only fail the same way).
+    fn can_reauthenticate(&self) -> bool {
+        matches!(
+            self.credential,
+            Credential::TokenFile { .. } | Credential::Exec(_)
+        )
+    }
+
+    /// After a 401: re-reads the token file or re-runs the exec plugin, counted as a retry.
+    fn reauthenticate(&self, req: &Request<'_>) -> Result<(), KubeError> {
+        let what = match self.credential {
+            Credential::Exec(_) => "re-running",
+            _ => "re-reading",
+        };
+        log::warn!(
+            "{}: 401 Unauthorized; {what} the {} and retrying once",
+            req.verb,
+            self.credential.describe()
+        );
+        self.bearer(true)?;
+        lock(&self.stats).retries += 1;
+        Ok(())
+    }
+
+    /// The sleep before retrying a response with a retryable HTTP code (honouring
+    /// `Retry-After`), or `None` to return the response as it is.
+    fn status_retry_delay(
+        &self,
+        req: &Request<'_>,
+        resp: &Response,
+        attempt: u32,
+    ) -> Option<Duration> {
+        if !is_retryable_code(resp.status) {
+            return None;
+        }
+        let status = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
+        let delay = self.next_delay(attempt, status.retry_after_seconds)?;
+        log::warn!(
+            "{}: {} {}; retry {}/{} in {} ms",
+            req.verb,
+            status.code,
+            status.reason,
+            attempt + 1,
+            self.options.retry.max_retries,
+            delay.as_millis()
+        );
+        Some(delay)
+    }
+
+    /// Counts a transport error, and gives the sleep before retrying a failed call, or
+    /// `None` to return the error.
+    fn error_retry_delay(&self, error: &KubeError, attempt: u32) -> Option<Duration> {
+        if matches!(error, KubeError::Transport { .. }) {
+            lock(&self.stats).transport_errors += 1;
+        }
+        if !error.is_retryable() {
+            return None;
+        }
+        let delay = self.next_delay(attempt, None)?;
+        log::warn!(
+            "{}; retry {}/{} in {} ms",
+            error,
+            attempt + 1,
+            self.options.retry.max_retries,
+            delay.as_millis()
+        );
+        Some(delay)
     }
 
     fn api_error(verb: &str, resp: &Response) -> KubeError {
@@ -1068,94 +1191,83 @@ impl KubeClient {
     }
 
     /// Lists the namespace's pods matching `label_selector` (and `field_selector`), page by
-    /// page with `limit`/`continue`.
+    /// page with `limit`/`continue`, handing each page to `sink`.
     ///
-    /// Each page's body (JSON `PodList`, gzip already decoded) goes to `on_page`, which
-    /// parses it and returns the page's `metadata.continue` (`None` or empty: last page).
-    /// On 410 Gone for a continued page (expired token, `reason: Expired`), the list restarts
-    /// from the first page after calling `on_restart` so the caller can drop what it
-    /// collected; at most [`MAX_LIST_RESTARTS`] times (`shared/notes/k8s-api.md` §1).
+    /// Each page's body (JSON `PodList`, gzip already decoded) goes to [`PageSink::page`],
+    /// which returns the page's `metadata.continue` (`None` or empty: last page). On 410 Gone
+    /// for a continued page (expired token, `reason: Expired`), the list restarts from the
+    /// first page after [`PageSink::restart`], so the sink can drop what it collected; at
+    /// most [`MAX_LIST_RESTARTS`] times (the Kubernetes API concepts page, "Retrieving large
+    /// results sets in chunks": a client whose token expired must start the list again).
     /// Selectors are percent-encoded here; pass them as written (`a=b,c!=d`).
     ///
     /// Errors: [`KubeError::Api`] (e.g. 400 for a bad selector, 403 RBAC), `Transport`, `Auth`,
     /// `Decode` (page over the body limit, or a server that returns the same continue token
-    /// twice), or whatever `on_page` returns.
-    #[allow(clippy::type_complexity)] // the signature other modules call
-    pub fn list_pods<E: Into<KubeError>>(
+    /// twice), or whatever the sink's `page` returns.
+    pub fn list_pods<S: PageSink + ?Sized>(
         &self,
         label_selector: &str,
         field_selector: Option<&str>,
         limit: Option<u32>,
-        on_restart: &mut dyn FnMut(),
-        on_page: &mut dyn FnMut(&[u8]) -> Result<Option<String>, E>,
+        sink: &mut S,
     ) -> Result<ListStats, KubeError> {
         let verb = "list pods";
-        let mut base_query = Vec::new();
-        if !label_selector.is_empty() {
-            base_query.push(format!(
-                "labelSelector={}",
-                encode_component(label_selector)
-            ));
-        }
-        if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
-            base_query.push(format!("fieldSelector={}", encode_component(fs)));
-        }
-        if let Some(l) = limit.filter(|l| *l > 0) {
-            base_query.push(format!("limit={l}"));
-        }
+        let base_query = list_query(label_selector, field_selector, limit);
         let mut stats = ListStats::default();
-        'restart: loop {
-            let mut cont: Option<String> = None;
-            loop {
-                let mut query = base_query.clone();
-                if let Some(c) = &cont {
-                    query.push(format!("continue={}", encode_component(c)));
-                }
-                let mut url = self.pods_url();
-                if !query.is_empty() {
-                    url.push('?');
-                    url.push_str(&query.join("&"));
-                }
-                let req = Request {
-                    method: Method::GET,
-                    url,
-                    body: None,
-                    verb,
-                    limit: self.options.list_body_limit,
-                };
-                let resp = self.execute(&req)?;
-                if resp.status == 410 && cont.is_some() {
-                    if stats.restarts >= MAX_LIST_RESTARTS {
-                        return Err(Self::api_error(verb, &resp));
-                    }
-                    stats.restarts += 1;
-                    log::warn!(
-                        "list pods: continue token expired (410 Gone); restarting the list \
-                         from the first page ({}/{MAX_LIST_RESTARTS})",
-                        stats.restarts
-                    );
-                    on_restart();
-                    continue 'restart;
-                }
-                if !(200..300).contains(&resp.status) {
+        let mut cont: Option<String> = None;
+        loop {
+            let resp = self.execute(&Request {
+                method: Method::GET,
+                url: self.list_url(&base_query, cont.as_deref()),
+                body: None,
+                verb,
+                limit: self.options.list_body_limit,
+            })?;
+            if resp.status == 410 && cont.is_some() {
+                if stats.restarts >= MAX_LIST_RESTARTS {
                     return Err(Self::api_error(verb, &resp));
                 }
-                stats.pages += 1;
-                stats.bytes += resp.body.len() as u64;
-                let next = on_page(&resp.body).map_err(Into::into)?;
-                match next.filter(|c| !c.is_empty()) {
-                    None => return Ok(stats),
-                    Some(c) if cont.as_deref() == Some(c.as_str()) => {
-                        return Err(KubeError::Decode {
-                            what: "list pods response".to_string(),
-                            message: "the server returned the same continue token twice"
-                                .to_string(),
-                        })
-                    }
-                    Some(c) => cont = Some(c),
+                stats.restarts += 1;
+                log::warn!(
+                    "list pods: continue token expired (410 Gone); restarting the list \
+                     from the first page ({}/{MAX_LIST_RESTARTS})",
+                    stats.restarts
+                );
+                sink.restart();
+                cont = None;
+                continue;
+            }
+            if !(200..300).contains(&resp.status) {
+                return Err(Self::api_error(verb, &resp));
+            }
+            stats.pages += 1;
+            stats.bytes += resp.body.len() as u64;
+            let next = sink.page(&resp.body).map_err(Into::into)?;
+            match next.filter(|c| !c.is_empty()) {
+                None => return Ok(stats),
+                Some(c) if cont.as_deref() == Some(c.as_str()) => {
+                    return Err(KubeError::Decode {
+                        what: "list pods response".to_string(),
+                        message: "the server returned the same continue token twice".to_string(),
+                    })
                 }
+                Some(c) => cont = Some(c),
             }
         }
+    }
+
+    /// The URL of one list page: the base query plus `continue` when given.
+    fn list_url(&self, base_query: &[String], cont: Option<&str>) -> String {
+        let mut query = base_query.to_vec();
+        if let Some(c) = cont {
+            query.push(format!("continue={}", encode_component(c)));
+        }
+        let mut url = self.pods_url();
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(&query.join("&"));
+        }
+        url
     }
 
     /// Lists all matching pods and returns their `items` (a convenience over
@@ -1168,29 +1280,9 @@ impl KubeClient {
         field_selector: Option<&str>,
         limit: Option<u32>,
     ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
-        let items = std::cell::RefCell::new(Vec::new());
-        let stats = self.list_pods(
-            label_selector,
-            field_selector,
-            limit,
-            &mut || items.borrow_mut().clear(),
-            &mut |page: &[u8]| -> Result<Option<String>, KubeError> {
-                let mut v = Self::decode_json("list pods response", page)?;
-                let cont = v["metadata"]["continue"].as_str().map(str::to_string);
-                match v.get_mut("items").map(serde_json::Value::take) {
-                    Some(serde_json::Value::Array(list)) => items.borrow_mut().extend(list),
-                    Some(serde_json::Value::Null) | None => {}
-                    Some(_) => {
-                        return Err(KubeError::Decode {
-                            what: "list pods response".to_string(),
-                            message: "items is not an array".to_string(),
-                        })
-                    }
-                }
-                Ok(cont)
-            },
-        )?;
-        Ok((items.into_inner(), stats))
+        let mut sink = ItemsSink::default();
+        let stats = self.list_pods(label_selector, field_selector, limit, &mut sink)?;
+        Ok((sink.items, stats))
     }
 
     /// Reads one pod. 404 → `Ok(None)`.

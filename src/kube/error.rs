@@ -32,13 +32,15 @@ pub enum KubeError {
         status: ApiStatus,
     },
     /// No HTTP answer: connection refused or reset, timeout, DNS, or a TLS failure.
-    /// TLS failures are not retryable and their message starts with `TLS:`; an untrusted
-    /// server certificate reads
+    /// `kind` says which, and decides [`KubeError::is_retryable`]. TLS failures are not
+    /// retryable and their message starts with `TLS:`; an untrusted server certificate reads
     /// `TLS: certificate not trusted; pass --certificate-authority or fix the kubeconfig`.
     Transport {
         /// The call that failed, e.g. `"list pods"`.
         verb: String,
-        /// What went wrong, without credentials.
+        /// What kind of failure it was.
+        kind: TransportKind,
+        /// What went wrong, for a person, without credentials.
         message: String,
     },
     /// The connection configuration is unusable. The message names the file or field and
@@ -60,6 +62,48 @@ pub enum KubeError {
     Auth(String),
 }
 
+/// What kind of transport failure a [`KubeError::Transport`] is. Code branches on this,
+/// never on the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportKind {
+    /// The TLS handshake failed: an untrusted, expired or misnamed server certificate, or
+    /// the server refused the client certificate. Not retryable: the same configuration
+    /// fails the same way.
+    Tls,
+    /// No answer in time: the connect, per-read or whole-call timeout.
+    Timeout,
+    /// No connection: refused, or failed to open.
+    Connect,
+    /// The server's host name did not resolve (DNS).
+    Dns,
+    /// The connection broke: reset, aborted, or closed before the response was complete.
+    Reset,
+    /// The configured proxy refused or failed the `CONNECT`.
+    Proxy,
+    /// The server's answer was not valid HTTP.
+    Protocol,
+    /// Any other I/O failure.
+    Other,
+}
+
+impl TransportKind {
+    /// Whether a call that failed this way may succeed when tried again: every kind but
+    /// [`TransportKind::Tls`] (client-go retries connection resets and timeouts, never a
+    /// certificate error).
+    pub fn is_retryable(self) -> bool {
+        match self {
+            TransportKind::Tls => false,
+            TransportKind::Timeout
+            | TransportKind::Connect
+            | TransportKind::Dns
+            | TransportKind::Reset
+            | TransportKind::Proxy
+            | TransportKind::Protocol
+            | TransportKind::Other => true,
+        }
+    }
+}
+
 impl KubeError {
     /// The HTTP status code behind the error: the `Status` code for [`KubeError::Api`],
     /// 401 for [`KubeError::Auth`] (also when an exec plugin failed: the request could not be
@@ -74,12 +118,21 @@ impl KubeError {
 
     /// Whether trying the same call again later may succeed: HTTP 429, 500, 502, 503 and
     /// 504 (the codes client-go and the API conventions treat as transient), and transport
-    /// failures other than TLS (connection refused or reset, timeouts).
+    /// failures other than TLS (connection refused or reset, timeouts; see
+    /// [`TransportKind::is_retryable`]).
     pub fn is_retryable(&self) -> bool {
         match self {
             KubeError::Api { status, .. } => is_retryable_code(status.code),
-            KubeError::Transport { message, .. } => !message.starts_with("TLS:"),
+            KubeError::Transport { kind, .. } => kind.is_retryable(),
             _ => false,
+        }
+    }
+
+    /// The kind of a [`KubeError::Transport`] error.
+    pub fn transport_kind(&self) -> Option<TransportKind> {
+        match self {
+            KubeError::Transport { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 
@@ -106,8 +159,10 @@ impl KubeError {
         }
     }
 
-    /// Whether the server said the object already exists (HTTP 409, reason `AlreadyExists`).
-    /// After a retried create this may mean the first attempt succeeded.
+    /// Whether the server said the object already exists (HTTP 409, reason `AlreadyExists`),
+    /// the answer to a create whose name is taken. After a retried create this may mean the
+    /// first attempt succeeded. A 409 `Conflict` (a failed precondition or a stale
+    /// `resourceVersion` on update or delete) is not this.
     pub fn is_already_exists(&self) -> bool {
         matches!(self, KubeError::Api { status, .. } if status.code == 409 && status.reason == "AlreadyExists")
     }
@@ -122,7 +177,7 @@ impl fmt::Display for KubeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KubeError::Api { verb, status } => write!(f, "{verb}: {status}"),
-            KubeError::Transport { verb, message } => write!(f, "{verb}: {message}"),
+            KubeError::Transport { verb, message, .. } => write!(f, "{verb}: {message}"),
             KubeError::Config(message) => f.write_str(message),
             KubeError::Decode { what, message } => write!(f, "cannot decode {what}: {message}"),
             KubeError::Auth(message) => f.write_str(message),
@@ -320,6 +375,27 @@ mod tests {
     }
 
     #[test]
+    fn conflict_is_not_already_exists() {
+        let conflict = KubeError::Api {
+            verb: "delete pod p".into(),
+            status: ApiStatus::from_body(
+                409,
+                br#"{"message":"Precondition failed: UID in precondition: a, UID in object meta: b","reason":"Conflict","code":409}"#,
+                None,
+            ),
+        };
+        assert_eq!(conflict.status_code(), Some(409));
+        assert!(!conflict.is_already_exists());
+        // A 409 without a reason gets the conventional one, Conflict.
+        let bare = KubeError::Api {
+            verb: "create pod p".into(),
+            status: ApiStatus::from_body(409, b"", None),
+        };
+        assert!(!bare.is_already_exists());
+        assert!(!KubeError::Config("x".into()).is_already_exists());
+    }
+
+    #[test]
     fn status_422_bodies_from_recorded_replay() {
         let replay: serde_json::Value = serde_json::from_slice(
             &std::fs::read(fixture(
@@ -451,14 +527,37 @@ mod tests {
         }
         let tls = KubeError::Transport {
             verb: "list pods".into(),
+            kind: TransportKind::Tls,
             message: "TLS: certificate not trusted".into(),
         };
         assert!(!tls.is_retryable());
+        assert_eq!(tls.to_string(), "list pods: TLS: certificate not trusted");
         let reset = KubeError::Transport {
             verb: "list pods".into(),
+            kind: TransportKind::Reset,
             message: "connection reset".into(),
         };
         assert!(reset.is_retryable());
+        assert_eq!(reset.transport_kind(), Some(TransportKind::Reset));
+        // The kind decides, not the wording of the message.
+        let odd = KubeError::Transport {
+            verb: "list pods".into(),
+            kind: TransportKind::Timeout,
+            message: "TLS: not really".into(),
+        };
+        assert!(odd.is_retryable());
+        for kind in [
+            TransportKind::Timeout,
+            TransportKind::Connect,
+            TransportKind::Dns,
+            TransportKind::Reset,
+            TransportKind::Proxy,
+            TransportKind::Protocol,
+            TransportKind::Other,
+        ] {
+            assert!(kind.is_retryable(), "{kind:?}");
+        }
+        assert!(!TransportKind::Tls.is_retryable());
         assert_eq!(KubeError::Auth("x".into()).status_code(), Some(401));
         assert!(!KubeError::Config("x".into()).is_retryable());
     }

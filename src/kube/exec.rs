@@ -2,8 +2,8 @@
 //! get-token`), GKE (`gke-gcloud-auth-plugin`) and AKS (`kubelogin`) users have.
 //!
 //! The rules follow client-go's exec authenticator (`k8s.io/client-go/plugin/pkg/client/auth/
-//! exec/exec.go`) and the `client.authentication.k8s.io` API (`shared/notes/k8s-api.md` §5
-//! "ExecCredential"):
+//! exec/exec.go`) and the `client.authentication.k8s.io` API (Kubernetes docs,
+//! "Authenticating", section "client-go credential plugins"):
 //!
 //! - the plugin runs with the inherited environment plus the kubeconfig's `env` entries and
 //!   `KUBERNETES_EXEC_INFO` (an `ExecCredential` JSON whose `spec.interactive` is always
@@ -24,15 +24,15 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::config::{KeyData, PemData, Secret};
 use super::error::{truncate_chars, KubeError};
+use super::secret::{KeyData, PemData, Secret};
 
 /// `apiVersion` of the v1 `ExecCredential` (Kubernetes ≥ 1.22).
 pub const EXEC_API_V1: &str = "client.authentication.k8s.io/v1";
@@ -361,7 +361,7 @@ pub fn parse_exec_credential(
     expected: ExecApiVersion,
     plugin: &str,
 ) -> Result<ExecCredential, KubeError> {
-    let bad = |why: String| KubeError::Auth(format!("{plugin} printed {why}"));
+    let bad = |why: String| printed(plugin, why);
     let raw: RawOutput = serde_json::from_slice(stdout).map_err(|e| {
         // serde's message can quote values (the token): give only the position.
         let what = match e.classify() {
@@ -374,28 +374,7 @@ pub fn parse_exec_credential(
             e.column()
         ))
     })?;
-    match raw.api_version.as_deref() {
-        Some(v) if v == expected.as_str() => {}
-        Some(v) => {
-            return Err(bad(format!(
-                "an ExecCredential of apiVersion {v:?}, but the kubeconfig says {}; set \
-                 exec.apiVersion to the version the plugin speaks",
-                expected.as_str()
-            )))
-        }
-        None => {
-            return Err(bad(format!(
-                "an object without apiVersion; expected an ExecCredential of {}",
-                expected.as_str()
-            )))
-        }
-    }
-    if raw.kind.as_deref() != Some("ExecCredential") {
-        return Err(bad(format!(
-            "an object of kind {:?}, not ExecCredential",
-            raw.kind.as_deref().unwrap_or("")
-        )));
-    }
+    check_type_meta(&raw, expected, plugin)?;
     let status = raw
         .status
         .ok_or_else(|| bad("an ExecCredential without status".to_string()))?;
@@ -409,30 +388,7 @@ pub fn parse_exec_credential(
             "a token with characters not allowed in a bearer token".to_string()
         ));
     }
-    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-    let half = |has: &str, lacks: &str| {
-        bad(format!(
-            "{has} without {lacks}; a plugin must return both or neither"
-        ))
-    };
-    let (cert, key) = match (
-        nonempty(&status.client_certificate_data),
-        nonempty(&status.client_key_data),
-    ) {
-        (Some(c), Some(k)) => (
-            Some(PemData {
-                source: format!("clientCertificateData from {plugin}"),
-                pem: c.into_bytes(),
-            }),
-            Some(KeyData {
-                source: format!("clientKeyData from {plugin}"),
-                pem: Secret::new(k.into_bytes()),
-            }),
-        ),
-        (None, None) => (None, None),
-        (Some(_), None) => return Err(half("clientCertificateData", "clientKeyData")),
-        (None, Some(_)) => return Err(half("clientKeyData", "clientCertificateData")),
-    };
+    let (cert, key) = client_pair(&status, plugin)?;
     if token.is_none() && cert.is_none() {
         return Err(bad(
             "an ExecCredential with neither status.token nor status.clientCertificateData and \
@@ -454,6 +410,83 @@ pub fn parse_exec_credential(
         client_key: key,
         expiration,
     })
+}
+
+/// The error for a plugin's unusable output: `PLUGIN printed WHY`.
+fn printed(plugin: &str, why: String) -> KubeError {
+    KubeError::Auth(format!("{plugin} printed {why}"))
+}
+
+/// Checks that the output is an `ExecCredential` of the configured apiVersion.
+fn check_type_meta(
+    raw: &RawOutput,
+    expected: ExecApiVersion,
+    plugin: &str,
+) -> Result<(), KubeError> {
+    match raw.api_version.as_deref() {
+        Some(v) if v == expected.as_str() => {}
+        Some(v) => {
+            return Err(printed(
+                plugin,
+                format!(
+                    "an ExecCredential of apiVersion {v:?}, but the kubeconfig says {}; set \
+                     exec.apiVersion to the version the plugin speaks",
+                    expected.as_str()
+                ),
+            ))
+        }
+        None => {
+            return Err(printed(
+                plugin,
+                format!(
+                    "an object without apiVersion; expected an ExecCredential of {}",
+                    expected.as_str()
+                ),
+            ))
+        }
+    }
+    if raw.kind.as_deref() != Some("ExecCredential") {
+        return Err(printed(
+            plugin,
+            format!(
+                "an object of kind {:?}, not ExecCredential",
+                raw.kind.as_deref().unwrap_or("")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The client certificate and key of a plugin's `status`: both or neither.
+fn client_pair(
+    status: &RawStatus,
+    plugin: &str,
+) -> Result<(Option<PemData>, Option<KeyData>), KubeError> {
+    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+    let half = |has: &str, lacks: &str| {
+        printed(
+            plugin,
+            format!("{has} without {lacks}; a plugin must return both or neither"),
+        )
+    };
+    match (
+        nonempty(&status.client_certificate_data),
+        nonempty(&status.client_key_data),
+    ) {
+        (Some(c), Some(k)) => Ok((
+            Some(PemData {
+                source: format!("clientCertificateData from {plugin}"),
+                pem: c.into_bytes(),
+            }),
+            Some(KeyData {
+                source: format!("clientKeyData from {plugin}"),
+                pem: Secret::new(k.into_bytes()),
+            }),
+        )),
+        (None, None) => Ok((None, None)),
+        (Some(_), None) => Err(half("clientCertificateData", "clientKeyData")),
+        (None, Some(_)) => Err(half("clientKeyData", "clientCertificateData")),
+    }
 }
 
 /// Parses an RFC 3339 date-time (`2024-05-01T12:00:00Z`, `…T12:00:00.123456+02:00`), as Go's
@@ -584,6 +617,49 @@ pub fn run_plugin(
         exec.api_version,
         cluster.filter(|_| exec.provide_cluster_info),
     );
+    let started = Instant::now();
+    let child = spawn_plugin(exec, &plugin, info)?;
+    log::debug!("running {plugin}");
+    let out = wait_for_plugin(child, &plugin, started + timeout, timeout)?;
+    let elapsed = started.elapsed();
+    if !out.status.success() {
+        let how = match out.status.code() {
+            Some(code) => format!("exit code {code}"),
+            None => "a signal".to_string(),
+        };
+        let said = first_stderr_line(&out.stderr)
+            .map(|l| format!(": {l}"))
+            .unwrap_or_else(|| " (nothing on stderr)".to_string());
+        return Err(KubeError::Auth(format!("{plugin} failed with {how}{said}")));
+    }
+    if let Some(line) = first_stderr_line(&out.stderr) {
+        log::debug!("{plugin} wrote to stderr: {line}");
+    }
+    if out.stdout_over {
+        return Err(KubeError::Auth(format!(
+            "{plugin} printed more than {MAX_STDOUT} bytes; expected one ExecCredential"
+        )));
+    }
+    let cred = parse_exec_credential(&out.stdout, exec.api_version, &plugin)?;
+    log::debug!(
+        "{plugin} returned a {} in {} ms{}",
+        match (&cred.token, &cred.client_certificate) {
+            (Some(_), Some(_)) => "token and client certificate",
+            (Some(_), None) => "token",
+            _ => "client certificate",
+        },
+        elapsed.as_millis(),
+        match cred.expiration {
+            Some(t) => format!(", expiring {}", humantime::format_rfc3339_seconds(t)),
+            None => ", without expiry".to_string(),
+        }
+    );
+    Ok(cred)
+}
+
+/// Starts the plugin with its arguments, the kubeconfig's `env`, `KUBERNETES_EXEC_INFO` set
+/// to `info`, stdin from `/dev/null` and piped stdout and stderr.
+fn spawn_plugin(exec: &ExecConfig, plugin: &str, info: String) -> Result<Child, KubeError> {
     let mut cmd = Command::new(&exec.program);
     cmd.args(&exec.args)
         .stdin(Stdio::null())
@@ -593,21 +669,43 @@ pub fn run_plugin(
         cmd.env(name, value.expose());
     }
     cmd.env(EXEC_INFO_ENV, info);
-    let started = Instant::now();
     let mut attempts = 0;
-    let mut child = loop {
+    loop {
         match cmd.spawn() {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             // A plugin file that another thread or process has just written may still be
             // open for writing somewhere ("text file busy"): try again shortly.
             Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 5 => {
                 attempts += 1;
                 std::thread::sleep(Duration::from_millis(20 * attempts));
             }
-            Err(e) => return Err(spawn_error(exec, &plugin, &e)),
+            Err(e) => return Err(spawn_error(exec, plugin, &e)),
         }
-    };
-    log::debug!("running {plugin}");
+    }
+}
+
+/// What a finished plugin left: its exit status and its output.
+struct PluginOutput {
+    status: ExitStatus,
+    /// At most [`MAX_STDOUT`] bytes.
+    stdout: Vec<u8>,
+    /// Whether stdout had more than [`MAX_STDOUT`] bytes.
+    stdout_over: bool,
+    /// At most [`MAX_STDERR`] bytes.
+    stderr: Vec<u8>,
+}
+
+/// Reads the plugin's stdout and stderr (on threads, so a full pipe cannot block it) and
+/// waits for it to exit, killing it at `deadline`. `timeout` is for the message.
+///
+/// Errors: [`KubeError::Auth`] when the plugin or the pipes it holds open outlive
+/// `deadline`, or it cannot be waited for.
+fn wait_for_plugin(
+    mut child: Child,
+    plugin: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<PluginOutput, KubeError> {
     let (out_tx, out_rx) = mpsc::channel();
     let (err_tx, err_rx) = mpsc::channel();
     if let Some(out) = child.stdout.take() {
@@ -620,7 +718,6 @@ pub fn run_plugin(
             let _ = err_tx.send(read_capped(err, MAX_STDERR));
         });
     }
-    let deadline = started + timeout;
     let timed_out = || {
         KubeError::Auth(format!(
             "{plugin} did not finish within {}; it was killed (does it wait for input, e.g. \
@@ -650,42 +747,16 @@ pub fn run_plugin(
     let remaining = || deadline.saturating_duration_since(Instant::now());
     let (stdout, stdout_over) = out_rx.recv_timeout(remaining()).map_err(|_| timed_out())?;
     let (stderr, _) = err_rx.recv_timeout(remaining()).unwrap_or_default();
-    let elapsed = started.elapsed();
-    if !status.success() {
-        let how = match status.code() {
-            Some(code) => format!("exit code {code}"),
-            None => "a signal".to_string(),
-        };
-        let said = first_stderr_line(&stderr)
-            .map(|l| format!(": {l}"))
-            .unwrap_or_else(|| " (nothing on stderr)".to_string());
-        return Err(KubeError::Auth(format!("{plugin} failed with {how}{said}")));
-    }
-    if let Some(line) = first_stderr_line(&stderr) {
-        log::debug!("{plugin} wrote to stderr: {line}");
-    }
-    if stdout_over {
-        return Err(KubeError::Auth(format!(
-            "{plugin} printed more than {MAX_STDOUT} bytes; expected one ExecCredential"
-        )));
-    }
-    let cred = parse_exec_credential(&stdout, exec.api_version, &plugin)?;
-    log::debug!(
-        "{plugin} returned a {} in {} ms{}",
-        match (&cred.token, &cred.client_certificate) {
-            (Some(_), Some(_)) => "token and client certificate",
-            (Some(_), None) => "token",
-            _ => "client certificate",
-        },
-        elapsed.as_millis(),
-        match cred.expiration {
-            Some(t) => format!(", expiring {}", humantime::format_rfc3339_seconds(t)),
-            None => ", without expiry".to_string(),
-        }
-    );
-    Ok(cred)
+    Ok(PluginOutput {
+        status,
+        stdout,
+        stdout_over,
+        stderr,
+    })
 }
 
+/// The error for a plugin that could not be started: not found (with the kubeconfig's
+/// `installHint`, or where to look), not executable, or another I/O failure.
 fn spawn_error(exec: &ExecConfig, plugin: &str, e: &std::io::Error) -> KubeError {
     use std::io::ErrorKind as K;
     let program = exec.program.display();

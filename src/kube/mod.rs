@@ -1,15 +1,18 @@
 //! The kube client: connection configuration and blocking HTTPS calls to the Kubernetes
 //! pods API, over `ureq` 3.5 + `rustls` (ring).
 //!
-//! - [`resolve`] turns the CLI's [`ConnectionFlags`] (kubectl's names), kubeconfig files or
-//!   the in-cluster service account into a [`ClusterConfig`];
-//! - [`KubeClient`] lists (paginated), gets, creates and deletes pods in one namespace,
-//!   retrying transient failures per [`RetryPolicy`];
+//! - `config/` ([`resolve`]) turns the CLI's [`ConnectionFlags`] (kubectl's names, in
+//!   `overrides.rs`), kubeconfig files (`kubeconfig.rs`) or the in-cluster service account
+//!   (`incluster.rs`) into a [`ClusterConfig`];
+//! - `client.rs`: [`KubeClient`] lists (paginated, into a [`PageSink`]), gets, creates and
+//!   deletes pods in one namespace, retrying transient failures per [`RetryPolicy`];
 //! - `exec.rs` runs kubeconfig exec credential plugins ([`ExecConfig`], the
 //!   `client.authentication.k8s.io` v1 / v1beta1 `ExecCredential`) for EKS, GKE and AKS
 //!   style kubeconfigs, caching their credential until it expires or the server answers 401;
-//! - every failure is one [`KubeError`], with the server's `Status` parsed into
-//!   [`ApiStatus`].
+//! - `secret.rs`: [`Secret`], [`PemData`] and [`KeyData`], which both `config/` and `exec.rs`
+//!   produce (so neither imports the other);
+//! - `error.rs`: every failure is one [`KubeError`], with the server's `Status` parsed into
+//!   [`ApiStatus`] and transport failures typed by [`TransportKind`].
 //!
 //! This module depends on no other podalloc module and is synchronous. Tokens, client keys,
 //! exec plugins' stdout and the `Authorization` header never appear in logs, errors or
@@ -27,22 +30,24 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod secret;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod testutil;
 
 pub use client::{
-    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, RetryPolicy,
-    Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
+    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, PageSink,
+    RetryPolicy, Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };
 pub use config::{
-    resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, KeyData, PemData, ProxyUrl,
-    Secret, TlsSettings, IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
+    resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,
+    IN_CLUSTER_SA_DIR, NO_CLUSTER_MESSAGE,
 };
-pub use error::{ApiStatus, KubeError, StatusCause, MAX_TEXT_MESSAGE_CHARS};
+pub use error::{ApiStatus, KubeError, StatusCause, TransportKind, MAX_TEXT_MESSAGE_CHARS};
 pub use exec::{
     exec_info, parse_exec_credential, run_plugin, ExecApiVersion, ExecClusterInfo, ExecConfig,
     ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,
     EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
 };
+pub use secret::{KeyData, PemData, Secret};

@@ -12,6 +12,29 @@ use super::*;
 
 const TOKEN: &str = "s3cr3t-t0ken";
 
+/// A [`PageSink`] made of two closures, for tests that watch the calls.
+struct Sink<R, P> {
+    restart: R,
+    page: P,
+}
+
+impl<R, P, E> PageSink for Sink<R, P>
+where
+    R: FnMut(),
+    P: FnMut(&[u8]) -> Result<Option<String>, E>,
+    E: Into<KubeError>,
+{
+    type Error = E;
+
+    fn restart(&mut self) {
+        (self.restart)()
+    }
+
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, E> {
+        (self.page)(body)
+    }
+}
+
 fn fast_retries() -> RetryPolicy {
     RetryPolicy {
         max_retries: 4,
@@ -150,8 +173,10 @@ fn list_restarts_after_410_expired() {
             SELECTOR,
             None,
             Some(1),
-            &mut || restarts += 1,
-            &mut |_page: &[u8]| -> Result<Option<String>, KubeError> { Ok(Some("p2".into())) },
+            &mut Sink {
+                restart: || restarts += 1,
+                page: |_page: &[u8]| -> Result<Option<String>, KubeError> { Ok(Some("p2".into())) },
+            },
         )
         .unwrap_err();
     assert_eq!(restarts, MAX_LIST_RESTARTS);
@@ -182,7 +207,15 @@ fn list_on_page_error_and_repeated_token() {
         }
     }
     let err = client
-        .list_pods(SELECTOR, None, None, &mut || {}, &mut |_| Err(MyErr))
+        .list_pods(
+            SELECTOR,
+            None,
+            None,
+            &mut Sink {
+                restart: || {},
+                page: |_: &[u8]| -> Result<Option<String>, MyErr> { Err(MyErr) },
+            },
+        )
         .unwrap_err();
     assert_eq!(err.to_string(), "cannot decode mine: bad");
 
@@ -217,15 +250,23 @@ fn gzip_bodies_are_decoded_and_compression_can_be_disabled() {
     let client = http_client(&server);
     let mut seen = 0usize;
     let stats = client
-        .list_pods(SELECTOR, None, None, &mut || {}, &mut |b: &[u8]| {
-            seen = b.len();
-            serde_json::from_slice::<serde_json::Value>(b)
-                .map(|_| None)
-                .map_err(|e| KubeError::Decode {
-                    what: "page".into(),
-                    message: e.to_string(),
-                })
-        })
+        .list_pods(
+            SELECTOR,
+            None,
+            None,
+            &mut Sink {
+                restart: || {},
+                page: |b: &[u8]| {
+                    seen = b.len();
+                    serde_json::from_slice::<serde_json::Value>(b)
+                        .map(|_| None)
+                        .map_err(|e| KubeError::Decode {
+                            what: "page".into(),
+                            message: e.to_string(),
+                        })
+                },
+            },
+        )
         .unwrap();
     assert_eq!(seen, plain_len);
     assert_eq!(stats.bytes, plain_len as u64);
@@ -463,8 +504,13 @@ fn connection_refused_is_retried_then_reported() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
     match &err {
-        KubeError::Transport { verb, message } => {
+        KubeError::Transport {
+            verb,
+            kind,
+            message,
+        } => {
             assert_eq!(verb, "list pods");
+            assert_eq!(*kind, TransportKind::Connect);
             assert!(message.contains("connection refused"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -493,7 +539,7 @@ fn read_timeout_is_a_retryable_transport_error() {
     let client = KubeClient::with_options(cfg, opts).unwrap();
     let err = client.get_pod("p").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.contains("timed out")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Timeout, message, .. } if message.contains("timed out")),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -761,6 +807,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
         err,
         KubeError::Transport {
             verb: "list pods".into(),
+            kind: TransportKind::Tls,
             message: UNTRUSTED_CERT_MESSAGE.into()
         }
     );
@@ -908,7 +955,7 @@ fn tls_client_certificates() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.get_pod("x").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
         "{err:?}"
     );
 
@@ -1315,7 +1362,7 @@ fn exec_client_certificate_with_mtls_and_rotation() {
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let err = client.get_pod("x").unwrap_err();
     assert!(
-        matches!(&err, KubeError::Transport { message, .. } if message.starts_with("TLS:")),
+        matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:")),
         "{err:?}"
     );
     assert_eq!(plugin.runs(), 1);

@@ -1,5 +1,8 @@
 //! Test helpers: fixture paths, a tiny fake API server over plain HTTP or rustls, and an
 //! rcgen PKI. Loopback only; every server thread ends when its handle is dropped.
+//!
+//! Compiled for the unit tests only (`#[cfg(test)]` on the module in `kube/mod.rs`); the
+//! library never contains it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,17 +14,12 @@ use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-/// Path of an external fixture: `$CARGO_MANIFEST_DIR/fixtures/external/NAME` when that
-/// exists (the podalloc crate), else `/work/main/fixtures/external/NAME` (the scratch crate
-/// that compiles this module on its own).
+/// Path of a recorded fixture in the repository: `fixtures/external/NAME` under the crate
+/// root (`fixtures/external/SOURCES.md` says where each file comes from).
 pub fn fixture(name: &str) -> PathBuf {
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/external")
-        .join(name);
-    if local.exists() {
-        return local;
-    }
-    PathBuf::from("/work/main/fixtures/external").join(name)
+        .join(name)
 }
 
 /// One request as the fake server saw it.

@@ -1,390 +1,23 @@
-//! Connection configuration: command-line flags, kubeconfig files, the in-cluster service
-//! account, resolved into one [`ClusterConfig`].
+//! The kubeconfig source: the file format (client-go `clientcmd/api/v1/types.go`, unknown
+//! fields ignored), finding and merging the files (`--kubeconfig`, else the `$KUBECONFIG`
+//! list, else `~/.kube/config`; the first file to set a key wins, as with kubectl), and
+//! reading the chosen context's cluster and user.
 //!
-//! The rules follow kubectl / client-go `clientcmd` (see `shared/notes/k8s-api.md` §5 and
-//! k/website "Organizing Cluster Access Using kubeconfig Files"), with one deliberate
-//! difference: `--server` without `--kubeconfig`/`--context` uses the flags alone and reads no
-//! kubeconfig, so a default kubeconfig's credentials are never sent to a server named on the
-//! command line (kubectl would send them).
-//!
-//! Order of sources:
-//! 1. `--server` (with `--token`/`--token-file`/`--certificate-authority`/client cert flags);
-//! 2. a kubeconfig: `--kubeconfig FILE` alone, else the `$KUBECONFIG` list (merged, the
-//!    first file to set a key wins), else `~/.kube/config` if it exists;
-//! 3. in-cluster: `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` and the service account
-//!    files `token`, `ca.crt`, `namespace`.
-//!
-//! A kubeconfig user's credential is a `token` (beats `tokenFile`), a `tokenFile` (re-read by
-//! the client), a client certificate and key (files or `*-data`), or an `exec` credential
-//! plugin ([`Credential::Exec`], run by the client; see `exec.rs`). Relative paths, and an
-//! exec `command` with a `/`, resolve against the directory of the kubeconfig file that
-//! defines the entry.
-//!
-//! Flags override the chosen source field by field (`--token` replaces the user's credential,
-//! `-n` the context's namespace, `--server` the cluster's server and its `tls-server-name`,
-//! `--certificate-authority`/`--insecure-skip-tls-verify` the cluster's trust settings;
-//! `--token`, `--token-file`, or `--client-certificate` with `--client-key` also keep an exec
-//! plugin from running).
+//! Relative paths, and an exec `command` with a `/`, resolve against the directory of the
+//! file that defines the entry. Parse errors name the file and position but never quote the
+//! file (it may hold tokens).
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::error::KubeError;
-use super::exec::{ExecApiVersion, ExecConfig, InteractiveMode, EXEC_CLUSTER_EXTENSION};
-
-/// Where the in-cluster service account files live (client-go `rest.InClusterConfig`).
-pub const IN_CLUSTER_SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// The error when no source gives a cluster.
-pub const NO_CLUSTER_MESSAGE: &str =
-    "no cluster configured: pass --server, --kubeconfig, set KUBECONFIG, or run in a pod";
-
-/// Connection flags as the CLI gives them (kubectl's names).
-///
-/// `Debug` is written by hand and shows `token` as `<redacted>`.
-#[derive(Clone, Default)]
-pub struct ConnectionFlags {
-    /// `--kubeconfig FILE`: use this one file, ignore `$KUBECONFIG` and `~/.kube/config`.
-    pub kubeconfig: Option<PathBuf>,
-    /// `--context NAME`: the kubeconfig context to use instead of `current-context`.
-    pub context: Option<String>,
-    /// `-n/--namespace NS`: overrides the context's namespace.
-    pub namespace: Option<String>,
-    /// `--server URL`: the API server. A value without a scheme gets `https://`.
-    pub server: Option<String>,
-    /// `--token TOKEN`: bearer token; overrides the kubeconfig user's credential.
-    pub token: Option<String>,
-    /// `--token-file FILE`: bearer token file, re-read every 60 s and after a 401.
-    pub token_file: Option<PathBuf>,
-    /// `--certificate-authority FILE`: PEM bundle that the server certificate must chain to.
-    pub certificate_authority: Option<PathBuf>,
-    /// `--client-certificate FILE`: PEM client certificate (chain) for mutual TLS.
-    pub client_certificate: Option<PathBuf>,
-    /// `--client-key FILE`: PEM private key of the client certificate.
-    pub client_key: Option<PathBuf>,
-    /// `--insecure-skip-tls-verify`: do not verify the server certificate (a warning is logged).
-    pub insecure_skip_tls_verify: bool,
-    /// Allow `http://` to a host that is not loopback (tokens then travel in clear text).
-    pub allow_insecure_http: bool,
-}
-
-impl fmt::Debug for ConnectionFlags {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectionFlags")
-            .field("kubeconfig", &self.kubeconfig)
-            .field("context", &self.context)
-            .field("namespace", &self.namespace)
-            .field("server", &self.server)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("token_file", &self.token_file)
-            .field("certificate_authority", &self.certificate_authority)
-            .field("client_certificate", &self.client_certificate)
-            .field("client_key", &self.client_key)
-            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
-            .field("allow_insecure_http", &self.allow_insecure_http)
-            .finish()
-    }
-}
-
-/// A value that must not be logged: `Debug` prints `<redacted>`, and there is no `Display`.
-/// Read it with [`Secret::expose`] only where it is sent.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret<T>(T);
-
-impl<T> Secret<T> {
-    /// Wraps a secret value.
-    pub fn new(value: T) -> Self {
-        Secret(value)
-    }
-    /// The secret value itself.
-    pub fn expose(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> fmt::Debug for Secret<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// How requests prove who the client is, apart from a static TLS client certificate (which
-/// lives in [`TlsSettings`]). One variant per kind of source.
-#[derive(Clone, Debug, Default)]
-pub enum Credential {
-    /// No `Authorization` header (anonymous, or client certificate only).
-    #[default]
-    None,
-    /// A fixed bearer token (trimmed). `source` says where it came from, e.g. `--token flag`.
-    Token {
-        /// The token; redacted in `Debug`.
-        token: Secret<String>,
-        /// Where it came from, for error messages.
-        source: String,
-    },
-    /// A bearer token read from a file, re-read when older than the refresh period (60 s by
-    /// default, client-go's `NewCachedFileTokenSource`) and after a 401.
-    TokenFile {
-        /// The token file.
-        path: PathBuf,
-        /// Where the path came from, e.g. `in-cluster service account`.
-        source: String,
-    },
-    /// An exec credential plugin (kubeconfig `users[].user.exec`), run by the client when it
-    /// is built, again when its credential nears `expirationTimestamp`, and once after a 401
-    /// (client-go's exec authenticator; see [`ExecConfig`] and `exec.rs`). It may return a
-    /// bearer token, a TLS client certificate, or both.
-    Exec(Box<ExecConfig>),
-}
-
-impl Credential {
-    /// A description of the credential for messages, e.g. `token file /x (--token-file flag)`.
-    pub fn describe(&self) -> String {
-        match self {
-            Credential::None => "no bearer token".to_string(),
-            Credential::Token { source, .. } => format!("token from {source}"),
-            Credential::TokenFile { path, source } => {
-                format!("token file {} ({source})", path.display())
-            }
-            Credential::Exec(exec) => exec.describe(),
-        }
-    }
-}
-
-/// PEM bytes plus a description of where they came from (a file name, or a kubeconfig
-/// `*-data` field), used in error messages. `Debug` shows the source and the length only.
-#[derive(Clone)]
-pub struct PemData {
-    /// e.g. `/etc/ca.pem` or `certificate-authority-data of cluster "c" in kubeconfig /k`.
-    pub source: String,
-    /// The PEM text.
-    pub pem: Vec<u8>,
-}
-
-impl fmt::Debug for PemData {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PemData")
-            .field("source", &self.source)
-            .field("bytes", &self.pem.len())
-            .finish()
-    }
-}
-
-/// A PEM private key plus where it came from. `Debug` redacts the key.
-#[derive(Clone, Debug)]
-pub struct KeyData {
-    /// Where the key came from (file or kubeconfig field), safe to print.
-    pub source: String,
-    /// The PEM text; redacted in `Debug`.
-    pub pem: Secret<Vec<u8>>,
-}
-
-/// How the server is trusted and how the client identifies itself at the TLS level.
-#[derive(Clone, Debug, Default)]
-pub struct TlsSettings {
-    /// CA bundle the server certificate must chain to. `None`: the Mozilla roots
-    /// (webpki-roots, as built into ureq).
-    pub ca: Option<PemData>,
-    /// Skip server certificate verification (kubeconfig `insecure-skip-tls-verify`).
-    pub insecure_skip_tls_verify: bool,
-    /// Name to verify the server certificate against and send as SNI, instead of the
-    /// server URL's host (kubeconfig `tls-server-name`).
-    pub tls_server_name: Option<String>,
-    /// Client certificate (chain) for mutual TLS; needs `client_key`.
-    pub client_cert: Option<PemData>,
-    /// Private key of `client_cert`.
-    pub client_key: Option<KeyData>,
-}
-
-/// A resolved connection: where the server is, who we are, how the server is trusted.
-/// `Debug` never shows tokens or keys.
-#[derive(Clone, Debug)]
-pub struct ClusterConfig {
-    /// Server base URL with scheme, without trailing slash, e.g. `https://10.0.0.1:6443`.
-    /// It may carry a path prefix (e.g. behind Rancher), which is kept.
-    pub server: String,
-    /// Namespace for all pod calls: flag > context namespace > in-cluster namespace file >
-    /// `default`.
-    pub namespace: String,
-    /// Bearer credential.
-    pub credential: Credential,
-    /// Trust and client certificate.
-    pub tls: TlsSettings,
-    /// kubeconfig `disable-compression`: do not send `Accept-Encoding: gzip`.
-    pub disable_compression: bool,
-    /// kubeconfig `proxy-url`. `None`: the `HTTPS_PROXY`/`NO_PROXY` environment (never for
-    /// loopback servers). `Debug` hides user info in the URL.
-    pub proxy_url: Option<ProxyUrl>,
-    /// Allow `http://` to a host that is not loopback.
-    pub allow_insecure_http: bool,
-    /// Where this came from: `flags`, `kubeconfig /path (context x)`, or `in-cluster`.
-    pub source: String,
-}
-
-/// A proxy URL; `Debug` hides any `user:password@` part.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProxyUrl(pub String);
-
-impl fmt::Debug for ProxyUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", redact_userinfo(&self.0))
-    }
-}
-
-/// `scheme://user:pass@host` → `scheme://<redacted>@host`.
-pub(crate) fn redact_userinfo(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(i) => (&url[..i + 3], &url[i + 3..]),
-        None => ("", url),
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}<redacted>{}", &rest[at..]),
-        None => url.to_string(),
-    }
-}
-
-impl ClusterConfig {
-    /// A configuration for `server` with no credential and default trust, e.g. for a local
-    /// test or simulated API server at `http://127.0.0.1:PORT`. `source` is `flags`.
-    pub fn for_server(server: &str, namespace: &str) -> ClusterConfig {
-        ClusterConfig {
-            server: server.trim_end_matches('/').to_string(),
-            namespace: namespace.to_string(),
-            credential: Credential::None,
-            tls: TlsSettings::default(),
-            disable_compression: false,
-            proxy_url: None,
-            allow_insecure_http: false,
-            source: "flags".to_string(),
-        }
-    }
-}
-
-/// A server URL taken apart: `scheme://host[:port][/path]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ServerUrl {
-    pub https: bool,
-    /// Host without IPv6 brackets.
-    pub host: String,
-    pub port: u16,
-    /// Path prefix without trailing slash ("" for none).
-    pub path: String,
-}
-
-impl ServerUrl {
-    /// `host:port` with IPv6 brackets as needed.
-    pub fn authority_for(&self, host: &str) -> String {
-        if host.contains(':') {
-            format!("[{host}]:{}", self.port)
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-
-    /// The base URL with `host` in place of the server's host.
-    pub fn base_with_host(&self, host: &str) -> String {
-        format!(
-            "{}://{}{}",
-            if self.https { "https" } else { "http" },
-            self.authority_for(host),
-            self.path
-        )
-    }
-}
-
-/// Whether `host` (no brackets) is loopback: `localhost`, 127.0.0.0/8, `::1`.
-pub(crate) fn is_loopback_host(host: &str) -> bool {
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    match host.parse::<IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => false,
-    }
-}
-
-/// Normalizes a server string: trims, adds `https://` when there is no scheme, drops a
-/// trailing `/`. The result's scheme is `http` or `https`.
-pub(crate) fn normalize_server(raw: &str) -> String {
-    let s = raw.trim();
-    let s = if s.contains("://") {
-        s.to_string()
-    } else {
-        format!("https://{s}")
-    };
-    s.trim_end_matches('/').to_string()
-}
-
-/// Parses a (normalized) server URL and applies the plain-HTTP rule: `http://` only for
-/// loopback hosts unless `allow_insecure_http`.
-pub(crate) fn parse_server(
-    server: &str,
-    allow_insecure_http: bool,
-    origin: &str,
-) -> Result<ServerUrl, KubeError> {
-    let shown = redact_userinfo(server);
-    let bad = |why: &str| {
-        KubeError::Config(format!(
-            "server {shown:?} ({origin}) is not a valid URL: {why}; expected https://HOST[:PORT]"
-        ))
-    };
-    let uri: ureq::http::Uri = server.parse().map_err(|e| bad(&format!("{e}")))?;
-    let https = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        Some(other) => return Err(bad(&format!("unsupported scheme {other:?}"))),
-        None => return Err(bad("no scheme")),
-    };
-    let authority = uri.authority().ok_or_else(|| bad("no host"))?;
-    if authority.as_str().contains('@') {
-        return Err(bad("user info in the URL is not supported"));
-    }
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
-    // A port that is there but not a valid u16 (e.g. 99999) is an error, not the default.
-    let port = match authority.port() {
-        Some(p) => p
-            .as_str()
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| bad("the port is not 1-65535"))?,
-        None if https => 443,
-        None => 80,
-    };
-    if uri.query().is_some() {
-        return Err(bad("a query string is not allowed"));
-    }
-    let path = uri.path().trim_end_matches('/').to_string();
-    if !https && !allow_insecure_http && !is_loopback_host(&host) {
-        return Err(KubeError::Config(format!(
-            "server {shown} ({origin}) uses plain http:// to a host that is not loopback; \
-             credentials and pods would travel unencrypted. Use https://, or pass \
-             --allow-insecure-http if this is really intended"
-        )));
-    }
-    Ok(ServerUrl {
-        https,
-        host,
-        port,
-        path,
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// kubeconfig file format (client-go clientcmd/api/v1/types.go). Unknown fields are ignored.
+use super::overrides::ConnectionFlags;
+use super::{read_pem_file, Credential, Partial};
+use crate::kube::error::KubeError;
+use crate::kube::exec::{ExecApiVersion, ExecConfig, InteractiveMode, EXEC_CLUSTER_EXTENSION};
+use crate::kube::secret::{KeyData, PemData, Secret};
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -550,16 +183,18 @@ struct Entry<T> {
 /// kubeconfig files merged with kubectl's rule: the first file to set a value or map key
 /// wins; later files never change it.
 #[derive(Default)]
-struct MergedKubeconfig {
+pub(super) struct MergedKubeconfig {
     files: Vec<PathBuf>,
-    current_context: Option<String>,
+    /// The first non-empty `current-context` of the files.
+    pub(super) current_context: Option<String>,
     clusters: BTreeMap<String, Entry<RawCluster>>,
     users: BTreeMap<String, Entry<RawUser>>,
     contexts: BTreeMap<String, Entry<RawContext>>,
 }
 
 impl MergedKubeconfig {
-    fn files_display(&self) -> String {
+    /// The merged files' paths joined with `:`, for messages.
+    pub(super) fn files_display(&self) -> String {
         self.files
             .iter()
             .map(|p| p.display().to_string())
@@ -666,7 +301,7 @@ fn load_file(path: &Path) -> Result<RawKubeconfig, KubeError> {
 }
 
 /// Finds and merges the kubeconfig files. `Ok(None)`: there is none to read.
-fn load_kubeconfig(
+pub(super) fn load_kubeconfig(
     flags: &ConnectionFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<MergedKubeconfig>, KubeError> {
@@ -708,30 +343,6 @@ fn load_kubeconfig(
     Ok(None)
 }
 
-/// What one source gives before the flags are laid over it.
-#[derive(Default)]
-struct Partial {
-    server: Option<String>,
-    server_origin: String,
-    namespace: Option<String>,
-    credential: Credential,
-    ca: Option<PemData>,
-    insecure: bool,
-    tls_server_name: Option<String>,
-    proxy_url: Option<String>,
-    disable_compression: bool,
-    client_cert: Option<PemData>,
-    client_key: Option<KeyData>,
-    /// A user setting podalloc cannot honour; an error unless the flags replace the credential.
-    unsupported_auth: Option<String>,
-    source: String,
-}
-
-fn read_pem_file(path: &Path, what: &str) -> Result<Vec<u8>, KubeError> {
-    std::fs::read(path)
-        .map_err(|e| KubeError::Config(format!("cannot read {what} {}: {e}", path.display())))
-}
-
 fn decode_data(data: &str, field: &str, owner: &str) -> Result<Vec<u8>, KubeError> {
     let compact: String = data.chars().filter(|c| !c.is_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
@@ -756,9 +367,23 @@ fn non_empty(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// The kubeconfig's part of the configuration. Fields that `flags` override are not read
-/// (so a broken field the flags replace is no error, as with kubectl).
-fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Partial, KubeError> {
+/// The chosen context with its cluster, looked up in a merged kubeconfig.
+struct Chosen<'a> {
+    ctx_name: String,
+    ctx: &'a Entry<RawContext>,
+    cluster: &'a Entry<RawCluster>,
+    /// `cluster "NAME" in kubeconfig FILE`, for messages.
+    cowner: String,
+}
+
+/// Finds the context (`--context`, else `current-context`) and its cluster.
+///
+/// Errors: [`KubeError::Config`] when there is no context to use, or the context or its
+/// cluster is missing; the message lists the names that exist.
+fn choose_context<'a>(
+    kc: &'a MergedKubeconfig,
+    flags: &ConnectionFlags,
+) -> Result<Chosen<'a>, KubeError> {
     let files = kc.files_display();
     let ctx_name = match flags.context.as_deref().or(kc.current_context.as_deref()) {
         Some(c) => c.to_string(),
@@ -789,31 +414,85 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
             names(&kc.clusters)
         ))
     })?;
-    let cfile = &cluster.file;
-    let c = &cluster.value;
-    let cowner = format!("cluster {cluster_name:?} in kubeconfig {}", cfile.display());
+    let cowner = format!(
+        "cluster {cluster_name:?} in kubeconfig {}",
+        cluster.file.display()
+    );
+    Ok(Chosen {
+        ctx_name,
+        ctx,
+        cluster,
+        cowner,
+    })
+}
 
+/// The kubeconfig's part of the configuration. Fields that `flags` override are not read
+/// (so a broken field the flags replace is no error, as with kubectl).
+///
+/// Errors: [`KubeError::Config`] naming the context, cluster or user and the field at fault
+/// (missing names, bad base64, unreadable files, impersonation, a broken `exec` section).
+pub(super) fn from_kubeconfig(
+    kc: &MergedKubeconfig,
+    flags: &ConnectionFlags,
+) -> Result<Partial, KubeError> {
+    let chosen = choose_context(kc, flags)?;
+    let c = &chosen.cluster.value;
     let mut p = Partial {
-        source: format!("kubeconfig {files} (context {ctx_name})"),
+        source: format!(
+            "kubeconfig {} (context {})",
+            kc.files_display(),
+            chosen.ctx_name
+        ),
         server: non_empty(&c.server).map(str::to_string),
-        server_origin: cowner.clone(),
-        namespace: non_empty(&ctx.value.namespace).map(str::to_string),
+        server_origin: chosen.cowner.clone(),
+        namespace: non_empty(&chosen.ctx.value.namespace).map(str::to_string),
         insecure: c.insecure_skip_tls_verify.unwrap_or(false),
         tls_server_name: non_empty(&c.tls_server_name).map(str::to_string),
         proxy_url: non_empty(&c.proxy_url).map(str::to_string),
         disable_compression: c.disable_compression.unwrap_or(false),
         ..Partial::default()
     };
+    cluster_trust(&mut p, &chosen, flags)?;
+
+    let Some(user_name) = non_empty(&chosen.ctx.value.user) else {
+        return Ok(p);
+    };
+    let user = kc.users.get(user_name).ok_or_else(|| {
+        KubeError::Config(format!(
+            "user {user_name:?} (used by context {:?}) not found in kubeconfig {}; \
+             users: {}",
+            chosen.ctx_name,
+            kc.files_display(),
+            names(&kc.users)
+        ))
+    })?;
+    let uowner = format!("user {user_name:?} in kubeconfig {}", user.file.display());
+    user_credential(&mut p, user, &uowner, flags)?;
+    user_auth(&mut p, user, &uowner, c, flags)?;
+    Ok(p)
+}
+
+/// The cluster's CA (`certificate-authority-data` beats `certificate-authority`), unless
+/// the flags set the trust. A cluster with both a CA and `insecure-skip-tls-verify` is an
+/// error.
+fn cluster_trust(
+    p: &mut Partial,
+    chosen: &Chosen,
+    flags: &ConnectionFlags,
+) -> Result<(), KubeError> {
+    let cfile = &chosen.cluster.file;
+    let c = &chosen.cluster.value;
+    let cowner = &chosen.cowner;
     let ca_overridden = flags.certificate_authority.is_some() || flags.insecure_skip_tls_verify;
     if ca_overridden {
-        // Replaced below by the flags.
+        // Replaced later by the flags.
     } else if let Some(data) = non_empty(&c.certificate_authority_data) {
         if non_empty(&c.certificate_authority).is_some() {
             log::debug!("{cowner}: certificate-authority-data overrides certificate-authority");
         }
         p.ca = Some(PemData {
             source: format!("certificate-authority-data of {cowner}"),
-            pem: decode_data(data, "certificate-authority-data", &cowner)?,
+            pem: decode_data(data, "certificate-authority-data", cowner)?,
         });
     } else if let Some(path) = non_empty(&c.certificate_authority) {
         let path = resolve_rel(cfile, path);
@@ -828,24 +507,21 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
              remove one of them"
         )));
     }
+    Ok(())
+}
 
-    let Some(user_name) = non_empty(&ctx.value.user) else {
-        return Ok(p);
-    };
-    let user = kc.users.get(user_name).ok_or_else(|| {
-        KubeError::Config(format!(
-            "user {user_name:?} (used by context {ctx_name:?}) not found in kubeconfig {files}; \
-             users: {}",
-            names(&kc.users)
-        ))
-    })?;
+/// The user's static credential: `token` (beats `tokenFile`), `tokenFile`, and the client
+/// certificate and key (`*-data` beats the file), each unless a flag replaces it.
+fn user_credential(
+    p: &mut Partial,
+    user: &Entry<RawUser>,
+    uowner: &str,
+    flags: &ConnectionFlags,
+) -> Result<(), KubeError> {
     let ufile = &user.file;
     let u = &user.value;
-    let uowner = format!("user {user_name:?} in kubeconfig {}", ufile.display());
-
-    let token_overridden = flags.token.is_some() || flags.token_file.is_some();
-    if token_overridden {
-        // Replaced below by the flags.
+    if flags.token.is_some() || flags.token_file.is_some() {
+        // Replaced later by the flags.
     } else if let Some(token) = non_empty(&u.token) {
         p.credential = Credential::Token {
             token: Secret::new(token.to_string()),
@@ -858,11 +534,11 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
         };
     }
     if flags.client_certificate.is_some() {
-        // Replaced below by the flag.
+        // Replaced later by the flag.
     } else if let Some(data) = non_empty(&u.client_certificate_data) {
         p.client_cert = Some(PemData {
             source: format!("client-certificate-data of {uowner}"),
-            pem: decode_data(data, "client-certificate-data", &uowner)?,
+            pem: decode_data(data, "client-certificate-data", uowner)?,
         });
     } else if let Some(path) = non_empty(&u.client_certificate) {
         let path = resolve_rel(ufile, path);
@@ -872,11 +548,11 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
         });
     }
     if flags.client_key.is_some() {
-        // Replaced below by the flag.
+        // Replaced later by the flag.
     } else if let Some(data) = non_empty(&u.client_key_data) {
         p.client_key = Some(KeyData {
             source: format!("client-key-data of {uowner}"),
-            pem: Secret::new(decode_data(data, "client-key-data", &uowner)?),
+            pem: Secret::new(decode_data(data, "client-key-data", uowner)?),
         });
     } else if let Some(path) = non_empty(&u.client_key) {
         let path = resolve_rel(ufile, path);
@@ -885,7 +561,21 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
             pem: Secret::new(read_pem_file(&path, &format!("client-key of {uowner}"))?),
         });
     }
+    Ok(())
+}
 
+/// The user's other auth settings: impersonation is refused; an `exec` plugin becomes
+/// [`Credential::Exec`] unless a token or the flags give the credential; `auth-provider`
+/// and basic auth are recorded as unsupported (an error later unless the flags replace the
+/// credential).
+fn user_auth(
+    p: &mut Partial,
+    user: &Entry<RawUser>,
+    uowner: &str,
+    cluster: &RawCluster,
+    flags: &ConnectionFlags,
+) -> Result<(), KubeError> {
+    let u = &user.value;
     if non_empty(&u.impersonate).is_some()
         || non_empty(&u.impersonate_uid).is_some()
         || u.impersonate_groups.as_ref().is_some_and(|g| !g.is_empty())
@@ -896,6 +586,7 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
         )));
     }
     let has_own_credential = !matches!(p.credential, Credential::None) || p.client_cert.is_some();
+    let token_overridden = flags.token.is_some() || flags.token_file.is_some();
     let flags_replace_credential =
         token_overridden || (flags.client_certificate.is_some() && flags.client_key.is_some());
     if let Some(exec) = &u.exec {
@@ -910,7 +601,8 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
             // client-go: a token already in the request wins over the exec plugin.
             log::debug!("{uowner}: token/tokenFile is used, the exec plugin is not run");
         } else {
-            p.credential = Credential::Exec(Box::new(exec_config(exec, ufile, &uowner, c)?));
+            p.credential =
+                Credential::Exec(Box::new(exec_config(exec, &user.file, uowner, cluster)?));
         }
     } else if let Some(ap) = &u.auth_provider {
         p.unsupported_auth = Some(format!(
@@ -927,411 +619,15 @@ fn from_kubeconfig(kc: &MergedKubeconfig, flags: &ConnectionFlags) -> Result<Par
              --token or --token-file, or use a user with a token or client certificate"
         ));
     }
-    Ok(p)
-}
-
-fn in_cluster(env: &dyn Fn(&str) -> Option<String>, sa_dir: &Path) -> Option<Partial> {
-    let host = env("KUBERNETES_SERVICE_HOST").filter(|h| !h.trim().is_empty())?;
-    let port = env("KUBERNETES_SERVICE_PORT").filter(|p| !p.trim().is_empty())?;
-    let host = host.trim();
-    let host = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
-    let mut p = Partial {
-        server: Some(format!("https://{host}:{}", port.trim())),
-        server_origin: "KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT".to_string(),
-        source: "in-cluster".to_string(),
-        credential: Credential::TokenFile {
-            path: sa_dir.join("token"),
-            source: "in-cluster service account".to_string(),
-        },
-        ..Partial::default()
-    };
-    let ca_path = sa_dir.join("ca.crt");
-    match std::fs::read(&ca_path) {
-        Ok(pem) => {
-            p.ca = Some(PemData {
-                source: ca_path.display().to_string(),
-                pem,
-            })
-        }
-        Err(e) => log::warn!(
-            "in-cluster CA {} cannot be read ({e}); trusting the default roots",
-            ca_path.display()
-        ),
-    }
-    if let Ok(ns) = std::fs::read_to_string(sa_dir.join("namespace")) {
-        let ns = ns.trim();
-        if !ns.is_empty() {
-            p.namespace = Some(ns.to_string());
-        }
-    }
-    Some(p)
-}
-
-/// Resolves the connection from the flags, the process environment and the standard
-/// in-cluster service account directory ([`IN_CLUSTER_SA_DIR`]). See [`resolve_with`].
-pub fn resolve(flags: &ConnectionFlags) -> Result<ClusterConfig, KubeError> {
-    resolve_with(
-        flags,
-        &|k| std::env::var(k).ok(),
-        Path::new(IN_CLUSTER_SA_DIR),
-    )
-}
-
-/// Resolves the connection as [`resolve`] does, with the environment lookup (`KUBECONFIG`,
-/// `HOME`, `KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`) and the in-cluster service
-/// account directory injected, for tests.
-///
-/// Files named by the configuration (CA, client certificate and key) are read here; token
-/// files are only checked to exist (the client reads them, and re-reads them).
-///
-/// An `exec` user becomes [`Credential::Exec`] (the plugin is not run here, but when the
-/// client is built), unless `--token`, `--token-file` or `--client-certificate` with
-/// `--client-key` replace the user's credential, or the user also has a `token`/`tokenFile`
-/// (which wins, as in client-go).
-///
-/// Errors: [`KubeError::Config`] naming the file, field or flag at fault and the fix, e.g.
-/// [`NO_CLUSTER_MESSAGE`] when nothing is configured, a missing context listing the contexts
-/// that exist, an `exec` section without command, with apiVersion `v1alpha1` or
-/// `interactiveMode: Always`, `http://` to a non-loopback host.
-pub fn resolve_with(
-    flags: &ConnectionFlags,
-    env: &dyn Fn(&str) -> Option<String>,
-    sa_dir: &Path,
-) -> Result<ClusterConfig, KubeError> {
-    let flags_only =
-        flags.server.is_some() && flags.kubeconfig.is_none() && flags.context.is_none();
-    let mut p = if flags_only {
-        Partial {
-            source: "flags".to_string(),
-            ..Partial::default()
-        }
-    } else if let Some(kc) = load_kubeconfig(flags, env)? {
-        let has_context = flags.context.is_some() || kc.current_context.is_some();
-        match (has_context, in_cluster(env, sa_dir)) {
-            // A kubeconfig without current-context counts as empty (clientcmd), so fall
-            // back to in-cluster when possible.
-            (false, Some(ic)) if flags.kubeconfig.is_none() => {
-                log::debug!(
-                    "kubeconfig {} sets no current-context; using the in-cluster config",
-                    kc.files_display()
-                );
-                ic
-            }
-            _ => from_kubeconfig(&kc, flags)?,
-        }
-    } else if let Some(ctx) = &flags.context {
-        return Err(KubeError::Config(format!(
-            "--context {ctx} given, but no kubeconfig was found (looked at --kubeconfig, \
-             KUBECONFIG and ~/.kube/config)"
-        )));
-    } else if let Some(ic) = in_cluster(env, sa_dir) {
-        ic
-    } else {
-        return Err(KubeError::Config(NO_CLUSTER_MESSAGE.to_string()));
-    };
-
-    // Flags override field by field (clientcmd's overrides).
-    if let Some(server) = &flags.server {
-        p.server = Some(server.clone());
-        p.server_origin = "--server flag".to_string();
-        // kubectl: an overridden server clears the kubeconfig's tls-server-name.
-        p.tls_server_name = None;
-    }
-    if let Some(ns) = &flags.namespace {
-        let ns = ns.trim();
-        if ns.is_empty() {
-            return Err(KubeError::Config(
-                "--namespace is empty; give a namespace name".to_string(),
-            ));
-        }
-        p.namespace = Some(ns.to_string());
-    }
-    if flags.certificate_authority.is_some() && flags.insecure_skip_tls_verify {
-        return Err(KubeError::Config(
-            "--certificate-authority and --insecure-skip-tls-verify cannot be used together"
-                .to_string(),
-        ));
-    }
-    if let Some(path) = &flags.certificate_authority {
-        p.ca = Some(PemData {
-            source: path.display().to_string(),
-            pem: read_pem_file(path, "--certificate-authority file")?,
-        });
-        p.insecure = false;
-    } else if flags.insecure_skip_tls_verify {
-        p.insecure = true;
-        p.ca = None;
-    }
-    let token_flag = flags
-        .token
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
-    if let Some(token) = token_flag {
-        p.credential = Credential::Token {
-            token: Secret::new(token.to_string()),
-            source: "--token flag".to_string(),
-        };
-    } else if flags.token.is_some() {
-        return Err(KubeError::Config(
-            "--token is empty; give a token or leave the flag out".to_string(),
-        ));
-    } else if let Some(path) = &flags.token_file {
-        p.credential = Credential::TokenFile {
-            path: path.clone(),
-            source: "--token-file flag".to_string(),
-        };
-    }
-    if let Some(path) = &flags.client_certificate {
-        p.client_cert = Some(PemData {
-            source: path.display().to_string(),
-            pem: read_pem_file(path, "--client-certificate file")?,
-        });
-    }
-    if let Some(path) = &flags.client_key {
-        p.client_key = Some(KeyData {
-            source: path.display().to_string(),
-            pem: Secret::new(read_pem_file(path, "--client-key file")?),
-        });
-    }
-    let flags_give_credential = token_flag.is_some()
-        || flags.token_file.is_some()
-        || (flags.client_certificate.is_some() && flags.client_key.is_some());
-    if let Some(msg) = p.unsupported_auth.take() {
-        if !flags_give_credential {
-            return Err(KubeError::Config(msg));
-        }
-    }
-
-    let raw_server = p.server.clone().ok_or_else(|| {
-        KubeError::Config(format!(
-            "{} has no server; set clusters[].cluster.server in the kubeconfig or pass --server",
-            p.server_origin
-        ))
-    })?;
-    let server = normalize_server(&raw_server);
-    parse_server(&server, flags.allow_insecure_http, &p.server_origin)?;
-
-    match (&p.client_cert, &p.client_key) {
-        (Some(c), None) => {
-            return Err(KubeError::Config(format!(
-                "client certificate {} is given without a client key; set client-key \
-                 (or --client-key)",
-                c.source
-            )))
-        }
-        (None, Some(k)) => {
-            return Err(KubeError::Config(format!(
-                "client key {} is given without a client certificate; set client-certificate \
-                 (or --client-certificate)",
-                k.source
-            )))
-        }
-        _ => {}
-    }
-    if let Credential::TokenFile { path, source } = &p.credential {
-        if !path.is_file() {
-            return Err(KubeError::Config(format!(
-                "token file {} ({source}) does not exist or is not a file",
-                path.display()
-            )));
-        }
-    }
-
-    Ok(ClusterConfig {
-        server,
-        namespace: p.namespace.unwrap_or_else(|| "default".to_string()),
-        credential: p.credential,
-        tls: TlsSettings {
-            ca: p.ca,
-            insecure_skip_tls_verify: p.insecure,
-            tls_server_name: p.tls_server_name,
-            client_cert: p.client_cert,
-            client_key: p.client_key,
-        },
-        disable_compression: p.disable_compression,
-        proxy_url: p.proxy_url.map(ProxyUrl),
-        allow_insecure_http: flags.allow_insecure_http,
-        source: p.source,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::*;
+    use super::super::NO_CLUSTER_MESSAGE;
     use super::*;
     use crate::kube::testutil::fixture;
-    use std::collections::HashMap;
-
-    struct Env(HashMap<String, String>);
-    impl Env {
-        fn new(pairs: &[(&str, &str)]) -> Env {
-            Env(pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect())
-        }
-        fn get(&self, k: &str) -> Option<String> {
-            self.0.get(k).cloned()
-        }
-    }
-
-    fn resolve_env(
-        flags: &ConnectionFlags,
-        env: &Env,
-        sa: &Path,
-    ) -> Result<ClusterConfig, KubeError> {
-        resolve_with(flags, &|k| env.get(k), sa)
-    }
-
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let p = dir.join(name);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-        }
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    fn err(r: Result<ClusterConfig, KubeError>) -> String {
-        match r {
-            Ok(c) => panic!("expected an error, got {c:?}"),
-            Err(e) => e.to_string(),
-        }
-    }
-
-    const SIMPLE: &str = "
-apiVersion: v1
-kind: Config
-current-context: dev
-clusters:
-- name: dev-cluster
-  cluster:
-    server: https://dev.example:6443
-    certificate-authority: certs/ca.pem
-    some-future-field: 7
-users:
-- name: dev-user
-  user:
-    token: '  sekrit-token  '
-contexts:
-- name: dev
-  context: {cluster: dev-cluster, user: dev-user, namespace: team-a}
-- name: other
-  context: {cluster: dev-cluster, user: nobody}
-preferences: {}
-";
-
-    #[test]
-    fn nothing_configured() {
-        let sa = tempfile::tempdir().unwrap();
-        let e = err(resolve_env(
-            &ConnectionFlags::default(),
-            &Env::new(&[("HOME", "/nonexistent-home")]),
-            sa.path(),
-        ));
-        assert_eq!(e, NO_CLUSTER_MESSAGE);
-    }
-
-    #[test]
-    fn in_cluster_service_account() {
-        let sa = tempfile::tempdir().unwrap();
-        write(sa.path(), "token", "sa-token\n");
-        write(sa.path(), "ca.crt", "-----BEGIN CERTIFICATE-----\n");
-        write(sa.path(), "namespace", "spark-jobs\n");
-        let env = Env::new(&[
-            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
-            ("KUBERNETES_SERVICE_PORT", "443"),
-        ]);
-        let c = resolve_env(&ConnectionFlags::default(), &env, sa.path()).unwrap();
-        assert_eq!(c.server, "https://10.96.0.1:443");
-        assert_eq!(c.namespace, "spark-jobs");
-        assert_eq!(c.source, "in-cluster");
-        assert!(
-            matches!(&c.credential, Credential::TokenFile { path, .. } if path == &sa.path().join("token"))
-        );
-        assert_eq!(
-            c.tls.ca.as_ref().unwrap().source,
-            sa.path().join("ca.crt").display().to_string()
-        );
-        // -n beats the namespace file; --token beats the service account token.
-        let flags = ConnectionFlags {
-            namespace: Some("other".into()),
-            token: Some("t".into()),
-            ..Default::default()
-        };
-        let c = resolve_env(&flags, &env, sa.path()).unwrap();
-        assert_eq!(c.namespace, "other");
-        assert!(
-            matches!(&c.credential, Credential::Token { source, .. } if source == "--token flag")
-        );
-        // IPv6 service host.
-        let env6 = Env::new(&[
-            ("KUBERNETES_SERVICE_HOST", "fd00::1"),
-            ("KUBERNETES_SERVICE_PORT", "6443"),
-        ]);
-        let c = resolve_env(&ConnectionFlags::default(), &env6, sa.path()).unwrap();
-        assert_eq!(c.server, "https://[fd00::1]:6443");
-        // Missing token file: a clear error.
-        std::fs::remove_file(sa.path().join("token")).unwrap();
-        let e = err(resolve_env(&ConnectionFlags::default(), &env, sa.path()));
-        assert!(
-            e.contains("token file") && e.contains("in-cluster service account"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn server_flag_alone_reads_no_kubeconfig() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "config", SIMPLE);
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
-        let flags = ConnectionFlags {
-            server: Some("https://api.example:6443/".into()),
-            ..Default::default()
-        };
-        let c = resolve_env(&flags, &env, dir.path()).unwrap();
-        assert_eq!(c.server, "https://api.example:6443");
-        assert_eq!(c.source, "flags");
-        assert_eq!(c.namespace, "default");
-        assert!(matches!(c.credential, Credential::None));
-        assert!(c.tls.ca.is_none());
-    }
-
-    #[test]
-    fn plain_http_only_for_loopback() {
-        let sa = tempfile::tempdir().unwrap();
-        let env = Env::new(&[]);
-        for ok in [
-            "http://127.0.0.1:8080",
-            "http://127.3.4.5",
-            "http://localhost:1",
-            "http://LOCALHOST:1",
-            "http://[::1]:8001",
-        ] {
-            let flags = ConnectionFlags {
-                server: Some(ok.into()),
-                ..Default::default()
-            };
-            resolve_env(&flags, &env, sa.path()).unwrap_or_else(|e| panic!("{ok}: {e}"));
-        }
-        let mut flags = ConnectionFlags {
-            server: Some("http://10.0.0.5:8080".into()),
-            ..Default::default()
-        };
-        let e = err(resolve_env(&flags, &env, sa.path()));
-        assert!(
-            e.contains("plain http://") && e.contains("--allow-insecure-http"),
-            "{e}"
-        );
-        flags.allow_insecure_http = true;
-        resolve_env(&flags, &env, sa.path()).unwrap();
-        flags.server = Some("ftp://x".into());
-        assert!(err(resolve_env(&flags, &env, sa.path())).contains("unsupported scheme"));
-    }
 
     #[test]
     fn kubeconfig_basics_and_relative_paths() {
@@ -1363,34 +659,6 @@ preferences: {}
         let dbg = format!("{c:?}");
         assert!(!dbg.contains("sekrit"), "{dbg}");
         assert!(dbg.contains("<redacted>"));
-
-        // Flags override per field.
-        let cert_dir = tempfile::tempdir().unwrap();
-        let flag_ca = write(cert_dir.path(), "flag-ca.pem", "FLAGCA");
-        let flags = ConnectionFlags {
-            namespace: Some("ns2".into()),
-            server: Some("dev.example:7443".into()),
-            certificate_authority: Some(flag_ca.clone()),
-            token_file: Some(flag_ca.clone()),
-            context: Some("dev".into()),
-            ..Default::default()
-        };
-        let c = resolve_env(&flags, &env, dir.path()).unwrap();
-        assert_eq!(c.server, "https://dev.example:7443");
-        assert_eq!(c.namespace, "ns2");
-        assert_eq!(c.tls.ca.as_ref().unwrap().pem, b"FLAGCA");
-        assert!(
-            matches!(&c.credential, Credential::TokenFile { source, .. } if source == "--token-file flag")
-        );
-        assert!(c.source.starts_with("kubeconfig "));
-
-        // --insecure-skip-tls-verify clears the kubeconfig's CA.
-        let flags = ConnectionFlags {
-            insecure_skip_tls_verify: true,
-            ..Default::default()
-        };
-        let c = resolve_env(&flags, &env, dir.path()).unwrap();
-        assert!(c.tls.insecure_skip_tls_verify && c.tls.ca.is_none());
     }
 
     #[test]
@@ -1540,24 +808,6 @@ contexts:
             ..Default::default()
         };
         assert!(err(resolve_env(&flags, &env, home.path())).contains("--context c given"));
-    }
-
-    #[test]
-    fn no_current_context_falls_back_to_in_cluster() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "config", "clusters: []\n");
-        write(dir.path(), "token", "t");
-        let env = Env::new(&[
-            ("KUBECONFIG", kc.to_str().unwrap()),
-            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
-            ("KUBERNETES_SERVICE_PORT", "443"),
-        ]);
-        let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
-        assert_eq!(c.source, "in-cluster");
-        assert_eq!(c.namespace, "default");
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
-        let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
-        assert!(e.contains("sets no current-context"), "{e}");
     }
 
     #[test]
@@ -1892,38 +1142,10 @@ users:
     }
 
     #[test]
-    fn helpers() {
-        assert_eq!(
-            normalize_server(" localhost:443/ "),
-            "https://localhost:443"
-        );
-        assert_eq!(normalize_server("http://a:1"), "http://a:1");
-        let u = parse_server("https://[::1]:6443/k8s/c1", false, "t").unwrap();
-        assert_eq!(
-            (u.host.as_str(), u.port, u.path.as_str()),
-            ("::1", 6443, "/k8s/c1")
-        );
-        assert_eq!(u.base_with_host("h"), "https://h:6443/k8s/c1");
-        assert_eq!(u.base_with_host("::1"), "https://[::1]:6443/k8s/c1");
-        assert_eq!(parse_server("https://h", false, "t").unwrap().port, 443);
-        assert!(parse_server("https://u:p@h", false, "t").is_err());
-        for host in ["127.0.0.1", "::1", "127.255.0.9", "localhost"] {
-            assert!(is_loopback_host(host), "{host}");
-        }
-        assert!(!is_loopback_host("10.0.0.1") && !is_loopback_host("localhost.evil"));
-        assert_eq!(
-            redact_userinfo("http://u:p@h:1/x@y"),
-            "http://<redacted>@h:1/x@y"
-        );
-        assert_eq!(redact_userinfo("http://h:1"), "http://h:1");
+    fn redact_quoted_hides_quoted_parts() {
         assert_eq!(
             redact_quoted("invalid type: string \"abc\", expected `bool`"),
             "invalid type: string \"…\", expected `…`"
         );
-        let f = ConnectionFlags {
-            token: Some("tok123".into()),
-            ..Default::default()
-        };
-        assert!(!format!("{f:?}").contains("tok123"));
     }
 }

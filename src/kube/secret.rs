@@ -1,0 +1,83 @@
+//! Values that must not reach logs, errors or `Debug` output: [`Secret`], and PEM material
+//! with its source ([`PemData`], [`KeyData`]).
+//!
+//! Both the connection configuration (`config/`) and the exec credential plugins (`exec.rs`)
+//! produce these; they live here so that neither has to import the other.
+
+use std::fmt;
+
+/// A value that must not be logged: `Debug` prints `<redacted>`, and there is no `Display`.
+/// Read it with [`Secret::expose`] only where it is sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret<T>(T);
+
+impl<T> Secret<T> {
+    /// Wraps a secret value.
+    pub fn new(value: T) -> Self {
+        Secret(value)
+    }
+    /// The secret value itself.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// PEM bytes plus a description of where they came from (a file name, or a kubeconfig
+/// `*-data` field), used in error messages. `Debug` shows the source and the length only.
+#[derive(Clone)]
+pub struct PemData {
+    /// e.g. `/etc/ca.pem` or `certificate-authority-data of cluster "c" in kubeconfig /k`.
+    pub source: String,
+    /// The PEM text.
+    pub pem: Vec<u8>,
+}
+
+impl fmt::Debug for PemData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PemData")
+            .field("source", &self.source)
+            .field("bytes", &self.pem.len())
+            .finish()
+    }
+}
+
+/// A PEM private key plus where it came from. `Debug` redacts the key.
+#[derive(Clone, Debug)]
+pub struct KeyData {
+    /// Where the key came from (file or kubeconfig field), safe to print.
+    pub source: String,
+    /// The PEM text; redacted in `Debug`.
+    pub pem: Secret<Vec<u8>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_secret() {
+        let s = Secret::new("tok123".to_string());
+        assert_eq!(format!("{s:?}"), "<redacted>");
+        assert_eq!(s.expose(), "tok123");
+        let key = KeyData {
+            source: "/k.pem".into(),
+            pem: Secret::new(b"PRIVATE KEY".to_vec()),
+        };
+        let dbg = format!("{key:?}");
+        assert!(dbg.contains("/k.pem") && !dbg.contains("PRIVATE"), "{dbg}");
+        let pem = PemData {
+            source: "/ca.pem".into(),
+            pem: b"CERT".to_vec(),
+        };
+        assert_eq!(
+            format!("{pem:?}"),
+            "PemData { source: \"/ca.pem\", bytes: 4 }"
+        );
+    }
+}

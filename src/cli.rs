@@ -1,5 +1,10 @@
 //! Command-line definitions (clap derive). `main.rs` parses these and calls [`crate::commands`].
+//!
+//! The flags are lowered in one place, the way ripgrep turns its low-level arguments into
+//! validated ones: [`AppArgs::app`] (app id, pod template, allocation settings) and
+//! [`ConnArgs::connection_flags`] (what the kube client resolves).
 
+use crate::reconcile::App;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,6 +79,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The executor image `--simulate` uses when neither `--template` nor `--image` is given.
+const SIMULATE_IMAGE: &str = "registry.example/spark-executor:3.5.0";
+
 /// Connection flags (kubectl's names). None given: $KUBECONFIG / ~/.kube/config, else the
 /// in-cluster service account.
 #[derive(Args, Debug, Clone, Default)]
@@ -139,6 +147,26 @@ pub struct ConnArgs {
     /// --state-file is given.
     #[arg(long, global = true, env = "PODALLOC_SIMULATE", value_parser = clap::builder::BoolishValueParser::new())]
     pub simulate: bool,
+}
+
+impl ConnArgs {
+    /// The connection flags as the kube client resolves them (`--simulate` aside: the
+    /// simulator supplies its own).
+    pub fn connection_flags(&self) -> crate::kube::ConnectionFlags {
+        crate::kube::ConnectionFlags {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+            server: self.server.clone(),
+            token: self.token.clone(),
+            token_file: self.token_file.clone(),
+            certificate_authority: self.certificate_authority.clone(),
+            client_certificate: self.client_certificate.clone(),
+            client_key: self.client_key.clone(),
+            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            allow_insecure_http: self.allow_insecure_http,
+        }
+    }
 }
 
 /// The application and how to allocate for it.
@@ -232,6 +260,34 @@ impl AppArgs {
         };
         crate::podspec::validate_label_value("--app-id", &id).map_err(Error::usage)?;
         Ok(id)
+    }
+
+    /// The flags lowered into the validated application a connected command works on: the
+    /// app id ([`AppArgs::app_id`]), the pod template read from `--template` and/or `--image`
+    /// (`--simulate` with neither: a stock Spark executor image), the allocation settings
+    /// ([`AppArgs::settings`]), the driver pod and the list page size.
+    ///
+    /// Errors (exit 2): a bad app id, an unreadable or invalid template, or none when
+    /// `need_template` (commands that may create pods).
+    pub fn app(&self, simulate: bool, need_template: bool) -> crate::error::Result<App> {
+        let app_id = self.app_id(simulate)?;
+        let image = match (&self.image, &self.template, simulate) {
+            (None, None, true) => Some(SIMULATE_IMAGE),
+            (i, _, _) => i.as_deref(),
+        };
+        let template = crate::template::load_template(self.template.as_deref(), image)?;
+        if need_template && template.is_none() {
+            return Err(crate::error::Error::usage(
+                "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
+            ));
+        }
+        Ok(App {
+            settings: self.settings(&app_id),
+            app_id,
+            template,
+            driver_pod: self.driver_pod.clone(),
+            page_size: self.page_size,
+        })
     }
 
     /// The allocation settings these flags give for `app_id`.

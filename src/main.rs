@@ -3,7 +3,6 @@
 
 mod logging;
 
-use clap::{CommandFactory, Parser};
 use podalloc::cli::Cli;
 use std::process::ExitCode;
 
@@ -43,7 +42,7 @@ fn apply_config_file(args: &[String]) -> podalloc::error::Result<()> {
     let Some(path) = podalloc::config_file::find(args) else {
         return Ok(());
     };
-    let envs = podalloc::config_file::load(&Cli::command(), std::path::Path::new(&path))?;
+    let envs = podalloc::config_file::load(&podalloc::cli::command(), std::path::Path::new(&path))?;
     for (k, v) in envs {
         std::env::set_var(k, v);
     }
@@ -55,7 +54,7 @@ fn apply_config_file(args: &[String]) -> podalloc::error::Result<()> {
 /// other error, and ends with exit 2.
 fn parse(args: &[String]) -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
-    let e = match Cli::try_parse_from(std::env::args_os()) {
+    let e = match podalloc::cli::parse_from(std::env::args_os()) {
         Ok(cli) => return Ok(cli),
         Err(e) => e,
     };

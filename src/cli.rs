@@ -524,7 +524,7 @@ pub struct RemoveArgs {
     pub ids: Vec<u64>,
 }
 
-/// `plan` (the contract in shared/conformance/README.md).
+/// `plan` (the contract in tests/conformance/README.md).
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
     /// PodList JSON as the API returns it (`-` reads standard input).

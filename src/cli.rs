@@ -1,6 +1,12 @@
-//! Command-line definitions (clap derive). `main.rs` parses these and calls [`crate::commands`].
+//! Command-line definitions (clap derive). `main.rs` parses these with [`command`] (help
+//! that fits each command) and calls [`crate::commands`].
+//!
+//! The flags are lowered in one place, the way ripgrep turns its low-level arguments into
+//! validated ones: [`AppArgs::app`] (app id, pod template, allocation settings) and
+//! [`ConnArgs::connection_flags`] (what the kube client resolves).
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::reconcile::App;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,7 +42,7 @@ EXAMPLES:
 /// scale-down), makes the create and delete calls and saves its state. Synchronous, one tick
 /// at a time: run it from cron, as a loop (`run`), or as a Kubernetes CronJob.
 #[derive(Parser, Debug)]
-#[command(name = "podalloc", version, after_long_help = EXIT_CODES, after_help = "Exit codes, environment and examples: podalloc --help")]
+#[command(name = "podalloc", version, after_long_help = EXIT_CODES, after_help = "All flags, exit codes, environment and examples: podalloc --help")]
 pub struct Cli {
     /// Connection flags.
     #[command(flatten)]
@@ -46,19 +52,26 @@ pub struct Cli {
     pub app: AppArgs,
     /// YAML file of flag values (long names as keys: `app-id: etl`); flags and environment
     /// variables win over it.
-    #[arg(long, global = true, env = "PODALLOC_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_CONFIG",
+        value_name = "FILE",
+        help_heading = "Config file, logging and metrics"
+    )]
     pub config: Option<PathBuf>,
     /// Write Prometheus metrics here after every tick (textfile-collector format, atomic).
     #[arg(
         long,
         global = true,
         env = "PODALLOC_METRICS_FILE",
-        value_name = "FILE"
+        value_name = "FILE",
+        help_heading = "Config file, logging and metrics"
     )]
     pub metrics_file: Option<PathBuf>,
     /// Log format: `text` for people, `json` (one object per line: ts, level, module, msg)
     /// for log shippers.
-    #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
     pub log_format: LogFormat,
     /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
     #[arg(
@@ -66,13 +79,100 @@ pub struct Cli {
         global = true,
         env = "PODALLOC_LOG_LEVEL",
         default_value = "info",
-        value_name = "LEVEL"
+        value_name = "LEVEL",
+        help_heading = "Config file, logging and metrics"
     )]
     pub log_level: String,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// Global flags, by argument id, that `-h` lists for every command that connects to a cluster.
+const CONNECTED: &[&str] = &[
+    "config",
+    "app_id",
+    "namespace",
+    "kubeconfig",
+    "context",
+    "simulate",
+];
+
+/// [`CONNECTED`] plus what a command that may create pods needs.
+const CREATING: &[&str] = &[
+    "config",
+    "app_id",
+    "namespace",
+    "kubeconfig",
+    "context",
+    "simulate",
+    "template",
+    "image",
+    "batch_size",
+    "policy",
+];
+
+/// The global flags `-h` lists for `command` (`None`: the top level), by argument id. The
+/// rest are rarely used there, or not used at all (`sim`, `man` and `completions` take no
+/// global flag but the logging ones; `plan` takes the app id and the allocation flags).
+fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
+    match command {
+        None | Some("reconcile" | "run" | "scale" | "add") => CREATING,
+        Some("status" | "remove") => CONNECTED,
+        Some("plan") => &["config", "app_id", "policy"],
+        Some(_) => &[],
+    }
+}
+
+/// The command line, with help that fits each command: `podalloc CMD -h` lists CMD's own
+/// flags and the few global flags that matter to it ([`short_help_globals`]); `--help` still
+/// lists every flag. Parsing is the same as [`Cli`]'s derived parser: every global flag is
+/// accepted before or after any command.
+///
+/// How: a global flag defined in a subcommand stops clap from copying the parent's definition
+/// there, so each subcommand gets its own copy with `hide_short_help` set as the table says
+/// (the workaround the clap maintainers give for hiding globals per subcommand,
+/// clap-rs/clap#5355).
+pub fn command() -> clap::Command {
+    let top_shown = short_help_globals(None);
+    let top = Cli::command().mut_args(|a| {
+        let hide = a.is_global_set() && !top_shown.contains(&a.get_id().as_str());
+        a.hide_short_help(hide)
+    });
+    let globals: Vec<clap::Arg> = top
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    top.mut_subcommands(|sub| {
+        let shown = short_help_globals(Some(sub.get_name()));
+        globals.iter().fold(sub, |sub, a| {
+            // A flag of the command's own with the same id (`sim --token`) shadows the global
+            // one there, as clap's own propagation does.
+            if sub.get_arguments().any(|own| own.get_id() == a.get_id()) {
+                return sub;
+            }
+            let hide = !shown.contains(&a.get_id().as_str());
+            sub.arg(a.clone().hide_short_help(hide))
+        })
+    })
+}
+
+/// Parses `args` (the program name first) with [`command`].
+///
+/// Errors: clap's, help and version requests included (as [`Parser::try_parse_from`]).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cmd = command();
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// The executor image `--simulate` uses when neither `--template` nor `--image` is given.
+const SIMULATE_IMAGE: &str = "registry.example/spark-executor:3.5.0";
 
 /// Connection flags (kubectl's names). None given: $KUBECONFIG / ~/.kube/config, else the
 /// in-cluster service account.
@@ -141,6 +241,26 @@ pub struct ConnArgs {
     pub simulate: bool,
 }
 
+impl ConnArgs {
+    /// The connection flags as the kube client resolves them (`--simulate` aside: the
+    /// simulator supplies its own).
+    pub fn connection_flags(&self) -> crate::kube::ConnectionFlags {
+        crate::kube::ConnectionFlags {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+            server: self.server.clone(),
+            token: self.token.clone(),
+            token_file: self.token_file.clone(),
+            certificate_authority: self.certificate_authority.clone(),
+            client_certificate: self.client_certificate.clone(),
+            client_key: self.client_key.clone(),
+            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            allow_insecure_http: self.allow_insecure_http,
+        }
+    }
+}
+
 /// The application and how to allocate for it.
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Application and allocation")]
@@ -179,9 +299,9 @@ pub struct AppArgs {
     #[arg(long, global = true, env = "PODALLOC_MAX_PENDING", value_name = "N|unlimited", value_parser = parse_max_pending)]
     pub max_pending: Option<u32>,
     /// Which Spark allocator to behave as: `spark-3.0` (the default) or `spark-3.x` (Spark
-    /// 3.1+: --max-pending unlimited, creation timeout max(5 × batch delay, 600s), and
-    /// --executor-idle-timeout 60s protecting new requests and pending pods from excess
-    /// deletion). Flags given explicitly win over the policy's defaults.
+    /// 3.1+: no pending-pod limit, creation timeout max(5 × batch delay, 600s), and new
+    /// requests and pending pods protected from excess deletion for an executor idle timeout
+    /// of 60s). Flags given explicitly win over the policy's defaults (see --help).
     #[arg(
         long,
         global = true,
@@ -256,6 +376,34 @@ impl AppArgs {
         };
         crate::podspec::validate_label_value("--app-id", &id).map_err(Error::usage)?;
         Ok(id)
+    }
+
+    /// The flags lowered into the validated application a connected command works on: the
+    /// app id ([`AppArgs::app_id`]), the pod template read from `--template` and/or `--image`
+    /// (`--simulate` with neither: a stock Spark executor image), the allocation settings
+    /// ([`AppArgs::settings`]), the driver pod and the list page size.
+    ///
+    /// Errors (exit 2): a bad app id, an unreadable or invalid template, or none when
+    /// `need_template` (commands that may create pods).
+    pub fn app(&self, simulate: bool, need_template: bool) -> crate::error::Result<App> {
+        let app_id = self.app_id(simulate)?;
+        let image = match (&self.image, &self.template, simulate) {
+            (None, None, true) => Some(SIMULATE_IMAGE),
+            (i, _, _) => i.as_deref(),
+        };
+        let template = crate::template::load_template(self.template.as_deref(), image)?;
+        if need_template && template.is_none() {
+            return Err(crate::error::Error::usage(
+                "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
+            ));
+        }
+        Ok(App {
+            settings: self.settings(&app_id),
+            app_id,
+            template,
+            driver_pod: self.driver_pod.clone(),
+            page_size: self.page_size,
+        })
     }
 
     /// The allocation settings these flags give for `app_id`.
@@ -410,7 +558,7 @@ pub struct RemoveArgs {
     pub ids: Vec<u64>,
 }
 
-/// `plan` (the contract in shared/conformance/README.md).
+/// `plan` (the contract in tests/conformance/README.md).
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
     /// PodList JSON as the API returns it (`-` reads standard input).
@@ -611,4 +759,121 @@ pub fn parse_max_pending(s: &str) -> Result<u32, String> {
 pub fn parse_id(s: &str) -> Result<u64, String> {
     crate::snapshot::parse_executor_id(s.trim())
         .ok_or_else(|| format!("{s:?} is not an executor id (a whole number ≥ 1)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The help text `args` prints (`-h` or `--help` among them).
+    fn help(args: &[&str]) -> String {
+        let e = command()
+            .try_get_matches_from(std::iter::once("podalloc").chain(args.iter().copied()))
+            .expect_err("help was asked for");
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
+        e.render().to_string()
+    }
+
+    #[test]
+    fn short_help_shows_the_commands_own_flags_and_the_globals_that_matter() {
+        let reconcile = help(&["reconcile", "-h"]);
+        for flag in [
+            "--target",
+            "--dry-run",
+            "--app-id",
+            "--kubeconfig",
+            "--template",
+        ] {
+            assert!(
+                reconcile.contains(flag),
+                "reconcile -h lacks {flag}:\n{reconcile}"
+            );
+        }
+        for flag in ["--token ", "--max-pending", "--log-format", "--client-key"] {
+            assert!(!reconcile.contains(flag), "reconcile -h shows {flag}");
+        }
+        let sim = help(&["sim", "-h"]);
+        assert!(sim.contains("--fault") && sim.contains("--token"), "{sim}");
+        for offline in [
+            &["sim", "-h"][..],
+            &["man", "-h"],
+            &["completions", "-h"],
+            &["plan", "-h"],
+        ] {
+            let text = help(offline);
+            for flag in [
+                "--batch-size",
+                "--kubeconfig",
+                "--namespace",
+                "--template",
+                "--simulate",
+            ] {
+                assert!(!text.contains(flag), "{offline:?} shows {flag}:\n{text}");
+            }
+        }
+        assert!(help(&["plan", "-h"]).contains("--app-id"));
+        assert!(help(&["man", "-h"]).lines().count() < 15);
+    }
+
+    #[test]
+    fn long_help_still_lists_every_flag() {
+        for args in [
+            &["--help"][..],
+            &["reconcile", "--help"],
+            &["sim", "--help"],
+        ] {
+            let text = help(args);
+            for flag in [
+                "--batch-size",
+                "--token-file",
+                "--max-pending",
+                "--log-format",
+            ] {
+                assert!(text.contains(flag), "{args:?} lacks {flag}");
+            }
+        }
+    }
+
+    #[test]
+    fn hidden_globals_parse_before_and_after_the_command() {
+        for args in [
+            &[
+                "podalloc",
+                "--max-pending",
+                "3",
+                "--token",
+                "t",
+                "reconcile",
+            ][..],
+            &[
+                "podalloc",
+                "reconcile",
+                "--max-pending",
+                "3",
+                "--token",
+                "t",
+            ],
+        ] {
+            let cli = parse_from(args).unwrap();
+            assert_eq!(cli.app.max_pending, Some(3));
+            assert_eq!(cli.conn.token.as_deref(), Some("t"));
+            let derived = Cli::try_parse_from(args).unwrap();
+            assert_eq!(format!("{cli:?}"), format!("{derived:?}"));
+        }
+        // `sim --token` is the simulator's own flag: parsed as the derived parser does.
+        let args = ["podalloc", "--token", "a", "sim", "--token", "b"];
+        let (ours, derived) = (
+            parse_from(args).unwrap(),
+            Cli::try_parse_from(args).unwrap(),
+        );
+        assert_eq!(ours.conn.token, derived.conn.token);
+        assert!(matches!(ours.command, Command::Sim(ref s) if s.token.as_deref() == Some("b")));
+        let cli = parse_from(["podalloc", "sim", "--batch-size", "7"]).unwrap();
+        assert_eq!(cli.app.batch_size, BatchSize::Fixed(7));
+    }
+
+    #[test]
+    fn command_passes_clap_debug_asserts() {
+        command().debug_assert();
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-/// Process exit codes (DESIGN.md "Exit codes"; documented in `--help` and the README).
+/// Process exit codes, documented in `--help` and in the README's exit-code table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ExitCode {

@@ -13,6 +13,7 @@
 //! - [`snapshot`]: PodList JSON → executor id → state (pure).
 //! - [`alloc`]: the allocation step (pure, deterministic; the only place policy lives).
 //! - [`podspec`]: template + executor id → the Pod to create (pure).
+//! - [`template`]: reads `--template`/`--image` into a checked pod template.
 //! - [`kube`]: the blocking HTTPS client and its configuration.
 //! - [`state`]: the persisted allocator state: atomic saves, an exclusive lock per tick.
 //! - [`reconcile`]: the tick.
@@ -32,3 +33,4 @@ pub mod reconcile;
 pub mod sim;
 pub mod snapshot;
 pub mod state;
+pub mod template;

@@ -24,81 +24,42 @@ pub fn render(
     state: &AllocatorState,
     tick_duration: Duration,
 ) -> String {
-    let labels = format!(
-        "app=\"{}\",namespace=\"{}\"",
-        escape(app),
-        escape(namespace)
-    );
-    let c = &state.counters;
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
-        );
+    let mut e = Exposition {
+        labels: format!(
+            "app=\"{}\",namespace=\"{}\"",
+            escape(app),
+            escape(namespace)
+        ),
+        out: String::new(),
     };
-    let target = report.map(|r| r.plan.summary.target).or(state.target);
-    if let Some(t) = target {
-        metric(
-            "podalloc_target",
-            "gauge",
-            "Total expected executors.",
-            t.to_string(),
-        );
-    }
-    if let Some(r) = report {
-        let s = &r.plan.summary;
-        metric(
-            "podalloc_running",
-            "gauge",
-            "Running executors.",
-            s.running.to_string(),
-        );
-        metric(
-            "podalloc_pending",
-            "gauge",
-            "Pending executors.",
-            s.pending.to_string(),
-        );
-        metric(
-            "podalloc_unacknowledged",
-            "gauge",
-            "Executors created but not yet seen in a snapshot.",
-            r.unacknowledged.to_string(),
-        );
-        metric(
-            "podalloc_failed",
-            "gauge",
-            "Failed executors in the last snapshot.",
-            s.failed.to_string(),
-        );
-    }
+    let c = &state.counters;
+    cluster_gauges(&mut e, report, state);
     let ok = report.is_some_and(|r| r.error.is_none());
-    metric(
+    e.metric(
         "podalloc_tick_success",
         "gauge",
         "1 if the last tick finished without error, else 0.",
         u8::from(ok).to_string(),
     );
-    metric(
+    e.metric(
         "podalloc_executors_created_total",
         "counter",
         "Executor pods created.",
         c.created.to_string(),
     );
-    metric(
+    e.metric(
         "podalloc_executors_deleted_total",
         "counter",
         "Executor pods deleted.",
         c.deleted.to_string(),
     );
-    metric(
+    e.metric(
         "podalloc_tick_duration_seconds",
         "gauge",
         "Duration of the last tick.",
         format!("{:.6}", tick_duration.as_secs_f64()),
     );
-    metric(
+    e.metric(
         "podalloc_last_successful_tick_timestamp_seconds",
         "gauge",
         "When the last tick without error ended (Unix time).",
@@ -106,17 +67,77 @@ pub fn render(
             .map_or("0".into(), |ms| format!("{:.3}", ms as f64 / 1000.0)),
     );
     let _ = writeln!(
-        out,
+        e.out,
         "# HELP podalloc_api_errors_total API error responses by HTTP code.\n# TYPE podalloc_api_errors_total counter"
     );
     for (code, n) in &c.api_errors {
         let _ = writeln!(
-            out,
-            "podalloc_api_errors_total{{{labels},code=\"{}\"}} {n}",
+            e.out,
+            "podalloc_api_errors_total{{{},code=\"{}\"}} {n}",
+            e.labels,
             escape(code)
         );
     }
-    out
+    e.out
+}
+
+/// The text being written, and the labels every sample carries.
+struct Exposition {
+    labels: String,
+    out: String,
+}
+
+impl Exposition {
+    /// One metric with one sample: its HELP and TYPE lines, then `name{labels} value`.
+    fn metric(&mut self, name: &str, kind: &str, help: &str, value: String) {
+        let _ = writeln!(
+            self.out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{}}} {value}",
+            self.labels
+        );
+    }
+}
+
+/// The gauges of what the tick saw: the target (the state's when the tick failed early), and
+/// the executors by state when the tick got that far.
+fn cluster_gauges(e: &mut Exposition, report: Option<&TickReport>, state: &AllocatorState) {
+    let target = report.map(|r| r.plan.summary.target).or(state.target);
+    if let Some(t) = target {
+        e.metric(
+            "podalloc_target",
+            "gauge",
+            "Total expected executors.",
+            t.to_string(),
+        );
+    }
+    let Some(r) = report else {
+        return;
+    };
+    let s = &r.plan.summary;
+    e.metric(
+        "podalloc_running",
+        "gauge",
+        "Running executors.",
+        s.running.to_string(),
+    );
+    e.metric(
+        "podalloc_pending",
+        "gauge",
+        "Pending executors.",
+        s.pending.to_string(),
+    );
+    e.metric(
+        "podalloc_unacknowledged",
+        "gauge",
+        "Executors created but not yet seen in a snapshot.",
+        r.unacknowledged.to_string(),
+    );
+    e.metric(
+        "podalloc_failed",
+        "gauge",
+        "Failed executors in the last snapshot.",
+        s.failed.to_string(),
+    );
 }
 
 /// Label value escaping of the exposition format: backslash, double quote, newline.
@@ -171,4 +192,44 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tick_that_failed_before_listing_renders_the_state_totals() {
+        let mut state = AllocatorState::new();
+        state.target = Some(4);
+        state.counters.created = 3;
+        state.counters.deleted = 1;
+        state.counters.last_success_ms = Some(1_700_000_000_500);
+        state.counters.api_errors.insert("503".into(), 2);
+        let text = render("a\"b", "ns", None, &state, Duration::from_millis(1500));
+        let l = r#"app="a\"b",namespace="ns""#;
+        let expected = format!(
+            "# HELP podalloc_target Total expected executors.\n# TYPE podalloc_target gauge\n\
+             podalloc_target{{{l}}} 4\n\
+             # HELP podalloc_tick_success 1 if the last tick finished without error, else 0.\n\
+             # TYPE podalloc_tick_success gauge\npodalloc_tick_success{{{l}}} 0\n\
+             # HELP podalloc_executors_created_total Executor pods created.\n\
+             # TYPE podalloc_executors_created_total counter\n\
+             podalloc_executors_created_total{{{l}}} 3\n\
+             # HELP podalloc_executors_deleted_total Executor pods deleted.\n\
+             # TYPE podalloc_executors_deleted_total counter\n\
+             podalloc_executors_deleted_total{{{l}}} 1\n\
+             # HELP podalloc_tick_duration_seconds Duration of the last tick.\n\
+             # TYPE podalloc_tick_duration_seconds gauge\n\
+             podalloc_tick_duration_seconds{{{l}}} 1.500000\n\
+             # HELP podalloc_last_successful_tick_timestamp_seconds When the last tick without \
+             error ended (Unix time).\n\
+             # TYPE podalloc_last_successful_tick_timestamp_seconds gauge\n\
+             podalloc_last_successful_tick_timestamp_seconds{{{l}}} 1700000000.500\n\
+             # HELP podalloc_api_errors_total API error responses by HTTP code.\n\
+             # TYPE podalloc_api_errors_total counter\n\
+             podalloc_api_errors_total{{{l},code=\"503\"}} 2\n"
+        );
+        assert_eq!(text, expected);
+    }
 }

@@ -49,6 +49,14 @@ impl Request {
             remove: Vec::new(),
         }
     }
+
+    /// A request that sets the target when `target` is given (`--target N`), else keeps it.
+    pub fn target(target: Option<u32>) -> Request {
+        Request {
+            target: target.map_or(TargetChange::Keep, TargetChange::Set),
+            remove: Vec::new(),
+        }
+    }
 }
 
 /// Why a pod is deleted (the `reason` of a `delete` entry in the plan contract).

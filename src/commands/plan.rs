@@ -1,5 +1,5 @@
 //! `podalloc plan`: the allocation step once, offline, on a recorded PodList
-//! (the contract in shared/conformance/README.md).
+//! (the contract in tests/conformance/README.md).
 
 use crate::alloc::{self, AllocatorState, Request, TargetChange};
 use crate::cli::{AppArgs, PlanArgs};

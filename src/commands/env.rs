@@ -1,0 +1,172 @@
+//! The set-up every connected command shares: [`connect`] lowers the flags, starts the
+//! simulator when asked, resolves the connection and checks the namespace; [`Env`] then opens
+//! the state store and runs ticks.
+
+use super::sim::{start_simulator, SimGuard};
+use crate::alloc::AllocatorState;
+use crate::cli::{Cli, StateStoreKind};
+use crate::cmstore::ConfigMapStore;
+use crate::error::{Error, Result};
+use crate::kube::{self, KubeClient};
+use crate::alloc::Request;
+use crate::reconcile::{self, App, TickReport};
+use crate::state::{self, store_error, LockedStore, StateStore, StoreError};
+use log::{info, warn};
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A connected environment: client, app, state path, and the simulator when `--simulate`.
+pub(super) struct Env {
+    pub(super) client: KubeClient,
+    store_kind: StateStoreKind,
+    metrics_file: Option<PathBuf>,
+    /// TLS verification is off (`--insecure-skip-tls-verify`): warned about every tick.
+    insecure: bool,
+    pub(super) app: App,
+    state_path: PathBuf,
+    _sim: Option<SimGuard>,
+}
+
+/// Lowers the flags ([`crate::cli::AppArgs::app`]), starts the simulator with `--simulate`,
+/// and connects. `need_template`: the command may create pods, so a template is required.
+///
+/// Errors: exit 2 for bad flags, template, kubeconfig or namespace; exit 1 when the
+/// simulator cannot start.
+pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
+    let simulate = cli.conn.simulate;
+    let app = cli.app.app(simulate, need_template)?;
+    let (flags, sim) = if simulate {
+        start_simulator(&cli.conn)?
+    } else {
+        (cli.conn.connection_flags(), None)
+    };
+    let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
+    let namespace = cfg.namespace.clone();
+    check_namespace(&namespace)?;
+    if let Some(p) = &cli.metrics_file {
+        crate::metrics::check_path(p).map_err(Error::usage)?;
+    }
+    let insecure = cfg.tls.insecure_skip_tls_verify;
+    log::debug!("cluster: {} (namespace {namespace})", cfg.source);
+    let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+    let state_path = match (&cli.app.state_file, &sim) {
+        (Some(p), _) => p.clone(),
+        (None, Some(s)) => s.state_file(),
+        (None, None) => state::default_path(&namespace, &app.app_id),
+    };
+    Ok(Env {
+        client,
+        store_kind: cli.app.state_store.clone(),
+        metrics_file: cli.metrics_file.clone(),
+        insecure,
+        app,
+        state_path,
+        _sim: sim,
+    })
+}
+
+/// A namespace name is a DNS-1123 label: lower-case letters, digits and '-', at most 63,
+/// alphanumeric at both ends. Errors (exit 2): naming the flag and the context as the sources.
+fn check_namespace(namespace: &str) -> Result<()> {
+    let ok = !namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !namespace.starts_with('-')
+        && !namespace.ends_with('-');
+    if ok {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "namespace {:?} is not a valid namespace name (lower-case letters, digits and '-', \
+         at most 63): check -n/--namespace or the kubeconfig context",
+        namespace.chars().take(80).collect::<String>()
+    )))
+}
+
+impl Env {
+    /// Opens the state store for one tick: the file store takes its lock (exit 3 when
+    /// taken); the ConfigMap store checks for a concurrent writer at its first save.
+    pub(super) fn open_store(&self) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
+        Ok(match &self.store_kind {
+            StateStoreKind::File => Box::new(LockedStore::lock(&self.state_path)?),
+            StateStoreKind::ConfigMap(name) => {
+                Box::new(ConfigMapStore::new(&self.client, name, &self.app.app_id))
+            }
+        })
+    }
+
+    /// Reads the state without locking (read-only commands).
+    pub(super) fn read_state(&self) -> Result<AllocatorState> {
+        let st = match &self.store_kind {
+            StateStoreKind::File => state::load(&self.state_path),
+            StateStoreKind::ConfigMap(name) => {
+                ConfigMapStore::new(&self.client, name, &self.app.app_id).load()
+            }
+        };
+        Ok(st.map_err(store_error)?.unwrap_or_else(AllocatorState::new))
+    }
+
+    /// Where the state lives, for `status`.
+    pub(super) fn state_location(&self) -> String {
+        match &self.store_kind {
+            StateStoreKind::File => self.state_path.display().to_string(),
+            StateStoreKind::ConfigMap(name) => format!("configmap:{name}"),
+        }
+    }
+
+    /// Runs one tick, warning first when TLS verification is off, and writes the metrics
+    /// file after it.
+    pub(super) fn tick(
+        &self,
+        store: &mut dyn StateStore,
+        change: &Request,
+    ) -> Result<TickReport> {
+        if self.insecure {
+            warn!(
+                "TLS certificate verification is disabled (--insecure-skip-tls-verify): \
+                 anyone on the path can impersonate the API server"
+            );
+        }
+        let started = Instant::now();
+        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
+        if let Some(path) = &self.metrics_file {
+            // After every tick, failed ones too (their API errors are counted).
+            let state = match &res {
+                Ok(report) => Some(report.state.clone()),
+                Err(_) => store.load().ok().flatten(),
+            };
+            if let Some(state) = state {
+                let text = crate::metrics::render(
+                    &self.app.app_id,
+                    self.client.namespace(),
+                    res.as_ref().ok(),
+                    &state,
+                    started.elapsed(),
+                );
+                if let Err(e) = crate::metrics::write_atomic(path, &text) {
+                    warn!("cannot write the metrics file {}: {e}", path.display());
+                }
+            }
+        }
+        res
+    }
+}
+
+/// Logs a one-shot tick's line and turns its first error into the command's.
+pub(super) fn finish(report: TickReport) -> Result<()> {
+    info!("{}", report.line());
+    match report.error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,59 @@
+//! Reading the executor pod template: `--template FILE` (JSON or YAML) and/or `--image`,
+//! checked into a [`PodTemplate`]. The file read lives here so that [`crate::podspec`] stays
+//! pure (no I/O).
+
+use crate::error::{Error, Result};
+use crate::podspec::PodTemplate;
+use std::path::Path;
+
+/// Reads `--template` (JSON or YAML) and/or `--image` into a validated template; `None` when
+/// neither is given.
+///
+/// Errors (exit 2): an unreadable file, text that is neither JSON nor YAML, or a template the
+/// pod spec rejects (the message names the file).
+pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Option<PodTemplate>> {
+    match (template, image) {
+        (None, None) => Ok(None),
+        (None, Some(image)) => PodTemplate::from_image(image)
+            .map(Some)
+            .map_err(|e| Error::usage(e.0)),
+        (Some(path), image) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::usage(format!(
+                    "cannot read the pod template {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let value = parse_yaml_or_json(&text).map_err(|e| {
+                Error::usage(format!(
+                    "pod template {} is not valid JSON or YAML: {e}",
+                    path.display()
+                ))
+            })?;
+            PodTemplate::from_value(value, image)
+                .map(Some)
+                .map_err(|e| Error::usage(format!("pod template {}: {e}", path.display())))
+        }
+    }
+}
+
+/// Parses pod template text: JSON when it starts like JSON, else YAML read the way kubectl
+/// reads it (YAML 1.1 octals such as `0644`). Errors: the parser's first line.
+pub fn parse_template_text(text: &str) -> std::result::Result<serde_json::Value, String> {
+    parse_yaml_or_json(text)
+}
+
+fn parse_yaml_or_json(text: &str) -> std::result::Result<serde_json::Value, String> {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map_err(|e| e.to_string());
+    }
+    let mut opts = serde_saphyr::options::Options::default();
+    opts.legacy_octal_numbers = true;
+    let v: serde_json::Value =
+        serde_saphyr::from_str_with_options(text, opts).map_err(|e| first_line(&e.to_string()))?;
+    Ok(v)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}

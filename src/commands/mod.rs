@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::kube::{self, ConnectionFlags, KubeClient};
 use crate::podspec::PodTemplate;
 use crate::reconcile::{self, App, TargetChange, TickReport};
+#[cfg(feature = "sim")]
 use crate::sim::{SimOptions, SimServer};
 use crate::snapshot::ExecutorState;
 use crate::state::{self, LockedStore, StoreError};
@@ -181,6 +182,7 @@ struct Env {
 }
 
 struct SimGuard {
+    #[cfg(feature = "sim")]
     _server: SimServer,
     _dir: tempfile::TempDir,
 }
@@ -262,6 +264,7 @@ fn flags(c: &ConnArgs) -> ConnectionFlags {
 }
 
 /// A random-enough token for a loopback simulator (std's per-process hash keys).
+#[cfg(feature = "sim")]
 fn random_token() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut s = String::new();
@@ -279,6 +282,22 @@ fn random_token() -> String {
     s
 }
 
+/// The usage error of `--simulate` and `podalloc sim` in a binary built without the
+/// simulator (`cargo build --no-default-features`).
+#[cfg(not(feature = "sim"))]
+fn no_simulator(what: &str) -> Error {
+    Error::usage(format!(
+        "{what}: this podalloc was built without the simulator (cargo feature `sim`); \
+         connect to a cluster instead, or build with the default features"
+    ))
+}
+
+#[cfg(not(feature = "sim"))]
+fn start_simulator(_: &ConnArgs) -> Result<(ConnectionFlags, Option<SimGuard>)> {
+    Err(no_simulator("--simulate"))
+}
+
+#[cfg(feature = "sim")]
 fn start_simulator(c: &ConnArgs) -> Result<(ConnectionFlags, Option<SimGuard>)> {
     let dir = tempfile::Builder::new()
         .prefix("podalloc-sim-")
@@ -687,30 +706,19 @@ fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
 
 // ---- sim ------------------------------------------------------------------------------------
 
+#[cfg(not(feature = "sim"))]
+fn sim(_: &SimArgs) -> Result<()> {
+    Err(no_simulator("podalloc sim"))
+}
+
+#[cfg(feature = "sim")]
 fn sim(a: &SimArgs) -> Result<()> {
     let token = if a.no_auth {
         None
     } else {
         Some(a.token.clone().unwrap_or_else(random_token))
     };
-    let opts = SimOptions {
-        listen: a.listen,
-        tls: !a.http,
-        ca_out: a.ca_out.clone(),
-        token: token.clone(),
-        schedule_latency: a.schedule_latency,
-        startup_latency: a.startup_latency,
-        failure_rate: a.failure_rate,
-        seed: a.seed,
-        nodes: a.nodes,
-        faults: a.faults.clone(),
-        pod_quota: a.pod_quota,
-        forbid: a.forbid.clone(),
-        require_client_cert: a.require_client_cert,
-        latency: a.latency,
-        ..SimOptions::default()
-    };
-    let server = SimServer::start(opts)
+    let server = SimServer::start(a.options(token.clone()))
         .map_err(|e| Error::runtime(format!("cannot start the simulated API server: {e}")))?;
     println!("serving {}", server.url());
     if let Some(p) = &a.ca_out {
@@ -743,6 +751,7 @@ fn sim(a: &SimArgs) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "sim")]
 fn write_kubeconfig(
     path: &Path,
     url: &str,

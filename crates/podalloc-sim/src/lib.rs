@@ -29,9 +29,10 @@
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
 //! them and are applied, in order, before every request is handled, so what a client
-//! sees depends only on the clock. This module uses no other podalloc module.
+//! sees depends only on the clock. This crate uses nothing of podalloc.
 
 mod api;
+mod args;
 mod configmap;
 mod faults;
 mod http;
@@ -58,6 +59,7 @@ use std::time::{Duration, Instant};
 
 use store::{Store, StoreConfig};
 
+pub use args::SimArgs;
 pub use faults::{Fault, FaultRule, When};
 
 /// How long an idle keep-alive connection is kept open.

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cases=${1:-100000}
 echo "fuzzing with $cases cases per parser (kubeconfig: $((cases / 10 + 1)))"
-PROPTEST_CASES=$cases cargo test --release --test fuzz -- --test-threads 2
+PROPTEST_CASES=$cases cargo test --release --test integration -- fuzz:: --test-threads 2

@@ -17,7 +17,7 @@
 //! - [`kube`]: the blocking HTTPS client and its configuration.
 //! - [`state`]: the persisted allocator state: atomic saves, an exclusive lock per tick.
 //! - [`reconcile`]: the tick.
-//! - [`sim`]: the simulated API server and kubelet.
+//! - [`sim`]: the simulated API server and kubelet (the `podalloc-sim` crate; feature `sim`).
 #![warn(missing_docs)]
 
 pub mod alloc;
@@ -30,7 +30,8 @@ pub mod kube;
 pub mod metrics;
 pub mod podspec;
 pub mod reconcile;
-pub mod sim;
+#[cfg(feature = "sim")]
+pub use podalloc_sim as sim;
 pub mod snapshot;
 pub mod state;
 pub mod template;

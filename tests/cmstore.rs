@@ -1,55 +1,34 @@
 //! The ConfigMap state store: two podalloc processes on one ConfigMap at once — exactly one
 //! acts per tick (optimistic concurrency), and the state survives in the cluster.
 
-use podalloc::sim::{SimOptions, SimServer};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use crate::util::{stderr as err, SimWorld, World};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn podalloc(sim: &SimServer, dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-    c.args(["--server", &sim.url(), "--token", "cm-token"])
-        .arg("--certificate-authority")
-        .arg(dir.join("ca.crt"))
-        .args([
-            "--app-id",
-            "cm-app",
-            "--image",
-            "img",
-            "--batch-delay",
-            "100ms",
-        ])
-        .args(["--state-store", "configmap:podalloc-cm-app"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+fn world(latency_ms: u64, startup: Duration) -> World {
+    SimWorld::new()
+        .app("cm-app")
+        .batch_delay("100ms")
+        .no_state_file()
+        .startup(startup)
+        .latency(latency_ms)
+        .start()
+}
+
+fn podalloc(w: &World, args: &[&str]) -> Command {
+    let mut c = w.cmd(&["--state-store", "configmap:podalloc-cm-app"]);
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
-}
-
-fn sim(dir: &Path, latency_ms: u64, startup: Duration) -> SimServer {
-    SimServer::start(SimOptions {
-        ca_out: Some(dir.join("ca.crt")),
-        token: Some("cm-token".into()),
-        startup_latency: startup,
-        latency: Duration::from_millis(latency_ms),
-        ..SimOptions::default()
-    })
-    .unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 #[test]
 fn two_processes_one_configmap_exactly_one_acts() {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = sim(dir.path(), 200, Duration::from_secs(60));
+    let w = world(200, Duration::from_secs(60));
     for round in 0..3 {
-        let a = podalloc(&sim, dir.path(), &["reconcile", "--target", "20"])
+        let a = podalloc(&w, &["reconcile", "--target", "20"])
             .spawn()
             .unwrap();
-        let b = podalloc(&sim, dir.path(), &["reconcile", "--target", "20"])
+        let b = podalloc(&w, &["reconcile", "--target", "20"])
             .spawn()
             .unwrap();
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -69,18 +48,16 @@ fn two_processes_one_configmap_exactly_one_acts() {
             // Pods pending: both may act (nothing to do) or one loses the race; never both create.
             assert!(sorted == [0, 3] || sorted == [0, 0], "{codes:?}");
         }
-        assert_eq!(sim.stats().creates, 5, "round {round}: one batch only");
+        assert_eq!(w.sim.stats().creates, 5, "round {round}: one batch only");
     }
-    assert_eq!(sim.stats().duplicate_executor_ids, 0);
+    assert_eq!(w.sim.stats().duplicate_executor_ids, 0);
 }
 
 #[test]
 fn configmap_store_converges_and_keeps_state_in_the_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = sim(dir.path(), 0, Duration::from_millis(200));
+    let w = world(0, Duration::from_millis(200));
     let out = podalloc(
-        &sim,
-        dir.path(),
+        &w,
         &[
             "run",
             "--target",
@@ -93,7 +70,7 @@ fn configmap_store_converges_and_keeps_state_in_the_cluster() {
     .output()
     .unwrap();
     assert!(out.status.success(), "{}", err(&out));
-    let out = podalloc(&sim, dir.path(), &["status", "--output", "json"])
+    let out = podalloc(&w, &["status", "--output", "json"])
         .output()
         .unwrap();
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -2,12 +2,9 @@
 //! the shared corpus (a copy under tests/conformance, and ../shared/conformance when the
 //! checkout sits beside it) and our own cases under fixtures/conformance.
 
-use std::path::{Path, PathBuf};
+use crate::util::root;
+use std::path::Path;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn run_corpus(dir: &Path) -> (u32, String) {
     let runner = root().join("tests/conformance/run.py");

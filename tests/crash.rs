@@ -7,10 +7,9 @@
 //! Bounded: a fixed number of runs with a fixed seed; each run's processes are bounded by
 //! `--timeout`. The counts are printed and written to target/crash-report.txt.
 
+use crate::util::{root, stderr, SimWorld, World};
 use podalloc::reconcile::CRASH_POINTS;
-use podalloc::sim::{SimOptions, SimServer};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -32,42 +31,20 @@ impl Rng {
     }
 }
 
-fn podalloc(
-    sim: &SimServer,
-    dir: &Path,
-    token: &str,
-    target: u64,
-    batch: u64,
-    args: &[&str],
-) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-    c.args(["--server", &sim.url(), "--token", token])
-        .arg("--certificate-authority")
-        .arg(dir.join("ca.crt"))
-        .args([
-            "-n",
-            "default",
-            "--app-id",
-            APP,
-            "--image",
-            "registry.example/spark:3.5.0",
-        ])
-        .arg("--state-file")
-        .arg(dir.join("state.json"))
-        .args(["--batch-size", &batch.to_string(), "--batch-delay", "100ms"])
-        // Lost creates (killed between the write-ahead save and the call) time out quickly.
-        .args(["--creation-timeout", "1s", "--log-level", "warn"])
+fn podalloc(w: &World, target: u64, batch: u64, args: &[&str]) -> Command {
+    let (target, batch) = (target.to_string(), batch.to_string());
+    let mut c = w.cmd(&["--batch-size", &batch]);
+    // Lost creates (killed between the write-ahead save and the call) time out quickly.
+    c.args(["--creation-timeout", "1s", "--log-level", "warn"])
         .args(args)
-        .args(["--target", &target.to_string()])
-        .env_remove("KUBECONFIG")
-        .env_remove("PODALLOC_CRASH_AT")
+        .args(["--target", &target])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     c
 }
 
-fn live(sim: &SimServer) -> u64 {
-    sim.stats().live_pods
+fn live(w: &World) -> u64 {
+    w.sim.stats().live_pods
 }
 
 #[test]
@@ -76,19 +53,20 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
     let (mut kills, mut point_kills, mut random_kills, mut ticks, mut converged) = (0, 0, 0, 0, 0);
     let mut points_hit = std::collections::BTreeSet::new();
     for run in 0..RUNS {
-        let dir = tempfile::tempdir().unwrap();
-        let token = format!("crash-token-{run}");
-        let sim = SimServer::start(SimOptions {
-            ca_out: Some(dir.path().join("ca.crt")),
-            token: Some(token.clone()),
-            schedule_latency: Duration::from_millis(10),
-            startup_latency: Duration::from_millis(rng.below(800) + 100),
-            stop_latency: Duration::from_millis(20),
-            failure_rate: 0.05,
-            seed: run,
-            ..SimOptions::default()
-        })
-        .unwrap();
+        let w = SimWorld::new()
+            .app(APP)
+            .image("registry.example/spark:3.5.0")
+            .namespace("default")
+            .batch_delay("100ms")
+            .token(&format!("crash-token-{run}"))
+            .schedule(Duration::from_millis(10))
+            .startup(Duration::from_millis(rng.below(800) + 100))
+            .stop(Duration::from_millis(20))
+            .options(|o| {
+                o.failure_rate = 0.05;
+                o.seed = run;
+            })
+            .start();
         let target = rng.below(10) + 3;
         let batch = rng.below(5) + 1;
         for step in 0..8 {
@@ -98,7 +76,7 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
             } else {
                 target
             };
-            let mut cmd = podalloc(&sim, dir.path(), &token, step_target, batch, &["reconcile"]);
+            let mut cmd = podalloc(&w, step_target, batch, &["reconcile"]);
             let status = if step % 3 == 2 {
                 // A kill at a random moment, from outside.
                 let mut child = cmd.spawn().unwrap();
@@ -130,7 +108,7 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
                 other => panic!("run {run} step {step}: unexpected exit {other:?}"),
             }
             // The state file always parses (or does not exist yet).
-            let st = podalloc::state::load(&dir.path().join("state.json"))
+            let st = podalloc::state::load(&w.state_file())
                 .unwrap_or_else(|e| panic!("run {run} step {step}: {e}"));
             if let Some(st) = st {
                 let t = st.target.unwrap_or(0) as u64;
@@ -140,30 +118,24 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
                 );
             }
             assert!(
-                live(&sim) <= target,
+                live(&w) <= target,
                 "run {run} step {step}: {} live > target {target}",
-                live(&sim)
+                live(&w)
             );
             std::thread::sleep(Duration::from_millis(rng.below(120)));
         }
         // Then, uninterrupted, to convergence.
         let out = podalloc(
-            &sim,
-            dir.path(),
-            &token,
+            &w,
             target,
             batch,
             &["run", "--until-converged", "--timeout", "40s"],
         )
         .output()
         .unwrap();
-        assert!(
-            out.status.success(),
-            "run {run}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "run {run}: {}", stderr(&out));
         converged += 1;
-        let stats = sim.stats();
+        let stats = w.sim.stats();
         assert_eq!(
             stats.duplicate_executor_ids, 0,
             "run {run}: duplicate or reused executor ids"
@@ -203,10 +175,7 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
         points_hit
     );
     eprint!("{report}");
-    let _ = std::fs::write(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/crash-report.txt"),
-        &report,
-    );
+    let _ = std::fs::write(root().join("target/crash-report.txt"), &report);
     assert!(
         points_hit.len() >= CRASH_POINTS.len() - 2,
         "crash points barely exercised: {points_hit:?}"

@@ -1,14 +1,12 @@
 //! The deploy recipes parse, match the documented RBAC exactly, and their podalloc
 //! arguments are accepted by this build's command line (no drift between docs and code).
 
+use crate::util::{podalloc, root, stderr, SimWorld, World};
 use clap::Parser;
 use serde_json::Value;
-use std::path::PathBuf;
 
 fn docs(file: &str) -> Vec<Value> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy")
-        .join(file);
+    let p = root().join("deploy").join(file);
     let text = std::fs::read_to_string(&p).unwrap();
     serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -56,9 +54,7 @@ fn rbac_is_exactly_the_documented_minimum() {
         kind(&d, "ServiceAccount")["metadata"]["name"]
     );
     // The README shows the same pod rule.
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete"]"#));
 }
 
@@ -110,20 +106,15 @@ fn executor_template_configmap_holds_a_valid_template() {
 #[test]
 fn admin_host_config_file_keys_are_flags() {
     use clap::CommandFactory;
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/spark-etl.yaml");
+    let p = root().join("deploy/spark-etl.yaml");
     podalloc::config_file::load(&podalloc::cli::Cli::command(), &p).unwrap();
 }
 
 /// Runs the recipe's podalloc arguments against the simulator, connecting through the
 /// environment (as the in-cluster service account would), with the template path pointing at
 /// the executor-template ConfigMap's content.
-fn run_recipe(
-    args: &[String],
-    sim: &podalloc::sim::SimServer,
-    dir: &std::path::Path,
-    extra: &[&str],
-) -> std::process::Output {
-    let tpl = dir.join("executor.yaml");
+fn run_recipe(args: &[String], w: &World, extra: &[&str]) -> std::process::Output {
+    let tpl = w.path("executor.yaml");
     let d = docs("executor-template.yaml");
     std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
     let args: Vec<String> = args[1..]
@@ -136,50 +127,69 @@ fn run_recipe(
             }
         })
         .collect();
-    std::process::Command::new(env!("CARGO_BIN_EXE_podalloc"))
+    podalloc()
         .args(&args)
         .args(extra)
-        .env("PODALLOC_SERVER", sim.url())
-        .env("PODALLOC_TOKEN", "recipe-token")
-        .env("PODALLOC_CERTIFICATE_AUTHORITY", dir.join("ca.crt"))
+        .env("PODALLOC_SERVER", w.sim.url())
+        .env("PODALLOC_TOKEN", &w.token)
+        .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
         .env("PODALLOC_NAMESPACE", "batch")
-        .env("PODALLOC_STATE_FILE", dir.join("state.json"))
-        .env_remove("KUBECONFIG")
+        .env("PODALLOC_STATE_FILE", w.state_file())
         .output()
         .unwrap()
 }
 
 #[test]
 fn cronjob_command_reconciles_minute_after_minute() {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = podalloc::sim::SimServer::start(podalloc::sim::SimOptions {
-        ca_out: Some(dir.path().join("ca.crt")),
-        token: Some("recipe-token".into()),
-        startup_latency: std::time::Duration::from_millis(100),
-        ..Default::default()
-    })
-    .unwrap();
+    let w = SimWorld::new()
+        .token("recipe-token")
+        .startup(std::time::Duration::from_millis(100))
+        .start();
     let d = docs("cronjob.yaml");
     let spec = &kind(&d, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     let args = podalloc_args(spec);
     // Each run is one "minute" of the CronJob; the state lives in the ConfigMap.
     for _ in 0..12 {
-        let out = run_recipe(&args, &sim, dir.path(), &[]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_recipe(&args, &w, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
         std::thread::sleep(std::time::Duration::from_millis(150));
-        if sim.stats().live_pods == 20 && sim.stats().creates == 20 {
+        if w.sim.stats().live_pods == 20 && w.sim.stats().creates == 20 {
             break;
         }
     }
-    let s = sim.stats();
+    let s = w.sim.stats();
     assert_eq!(s.creates, 20, "the CronJob's target");
     assert_eq!(s.duplicate_executor_ids, 0);
     assert!(
-        !dir.path().join("state.json").exists(),
+        !w.state_file().exists(),
         "state is in the ConfigMap, not a file"
     );
+}
+
+#[test]
+fn dockerfile_builds_without_the_simulator_from_the_whole_workspace() {
+    let docker = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let build = docker
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("a cargo build step");
+    assert!(
+        build.contains("--locked") && build.contains("--no-default-features"),
+        "the image's binary has no simulator: {build}"
+    );
+    // Cargo reads every workspace member's manifest, so each must be in the build context.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let members = manifest
+        .lines()
+        .find(|l| l.starts_with("members"))
+        .expect("a [workspace] members list");
+    for member in members.split('"').skip(1).step_by(2).filter(|m| *m != ".") {
+        let top = member.split('/').next().unwrap();
+        assert!(
+            docker
+                .lines()
+                .any(|l| l.starts_with(&format!("COPY {top}"))),
+            "deploy/Dockerfile does not copy workspace member {member}"
+        );
+    }
 }

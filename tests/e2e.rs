@@ -1,206 +1,32 @@
 //! End-to-end: the real binary against the simulated API server over HTTPS (bearer token,
 //! generated CA), as a user would run it.
 
-use podalloc::sim::{SimOptions, SimServer};
+use crate::util::{podalloc, stderr, stdout, SimWorld, World};
+use podalloc_sim::SimOptions;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const APP: &str = "e2e-app";
 
-struct World {
-    sim: SimServer,
-    dir: tempfile::TempDir,
-    ca: PathBuf,
-    token: String,
-}
-
 fn world(tweak: impl FnOnce(&mut SimOptions)) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.crt");
-    let token = "e2e-secret-token-0123456789".to_string();
-    let mut opts = SimOptions {
-        ca_out: Some(ca.clone()),
-        token: Some(token.clone()),
-        schedule_latency: Duration::from_millis(50),
-        startup_latency: Duration::from_millis(300),
-        stop_latency: Duration::from_millis(100),
-        ..SimOptions::default()
-    };
-    tweak(&mut opts);
-    let sim = SimServer::start(opts).unwrap();
-    World {
-        sim,
-        dir,
-        ca,
-        token,
-    }
-}
-
-impl World {
-    fn state_file(&self) -> PathBuf {
-        self.dir.path().join("state.json")
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        self.cmd_for(&self.sim.url(), &self.token, args)
-    }
-
-    fn cmd_for(&self, server: &str, token: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-        c.args(["--server", server, "--token", token])
-            .arg("--certificate-authority")
-            .arg(&self.ca)
-            .args([
-                "-n",
-                "default",
-                "--app-id",
-                APP,
-                "--image",
-                "registry.example/spark:3.5.0",
-            ])
-            .arg("--state-file")
-            .arg(self.state_file())
-            .args(["--batch-delay", "200ms"])
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .env_remove("RUST_LOG");
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> Output {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "podalloc {args:?} failed: {}",
-            stderr(&out)
-        );
-        out
-    }
-
-    /// GET through the API with the token (as a test client, not podalloc).
-    fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let agent = agent(&self.ca);
-        let url = format!("{}{}", self.sim.url(), path);
-        let auth = format!("Bearer {}", self.token);
-        let mut resp = match (method, body) {
-            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
-            ("POST", Some(b)) => agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .content_type("application/json")
-                .send(b.to_string()),
-            _ => panic!("unsupported"),
-        }
-        .unwrap();
-        let code = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().unwrap();
-        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    /// Our executor pods as (id, phase, deleting).
-    fn executors(&self) -> Vec<(u64, String, bool)> {
-        let (code, list) = self.api(
-            "GET",
-            &format!("/api/v1/namespaces/default/pods?labelSelector=spark-app-selector%3D{APP}"),
-            None,
-        );
-        assert_eq!(code, 200);
-        let mut v: Vec<(u64, String, bool)> = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                (
-                    p["metadata"]["labels"]["spark-exec-id"]
-                        .as_str()
-                        .unwrap()
-                        .parse()
-                        .unwrap(),
-                    p["status"]["phase"].as_str().unwrap_or("").to_string(),
-                    !p["metadata"]["deletionTimestamp"].is_null(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    }
-
-    fn live(&self) -> Vec<u64> {
-        self.executors()
-            .into_iter()
-            .filter(|(_, ph, del)| !del && (ph == "Running" || ph == "Pending"))
-            .map(|(id, _, _)| id)
-            .collect()
-    }
-
-    fn max_live(&self) -> u64 {
-        self.sim
-            .stats()
-            .max_live_pods_by_app
-            .get(APP)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn wait_for(&self, what: &str, mut f: impl FnMut(&World) -> bool) {
-        for _ in 0..200 {
-            if f(self) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what}: {:?}", self.executors());
-    }
-}
-
-fn agent(ca: &Path) -> ureq::Agent {
-    let pem = std::fs::read(ca).unwrap();
-    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-        .filter_map(|i| match i {
-            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-            _ => None,
-        })
-        .collect();
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-        .build();
-    ureq::Agent::config_builder()
-        .tls_config(tls)
-        .http_status_as_error(false)
-        .proxy(None)
-        .build()
-        .new_agent()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
-
-fn state(w: &World) -> Value {
-    serde_json::from_slice(&std::fs::read(w.state_file()).unwrap()).unwrap()
+    SimWorld::new()
+        .app(APP)
+        .image("registry.example/spark:3.5.0")
+        .namespace("default")
+        .batch_delay("200ms")
+        .token("e2e-secret-token-0123456789")
+        .schedule(Duration::from_millis(50))
+        .startup(Duration::from_millis(300))
+        .stop(Duration::from_millis(100))
+        .options(tweak)
+        .start()
 }
 
 #[test]
 fn run_until_converged_reaches_target_without_overshoot() {
     let w = world(|_| {});
-    let out = w.ok(&[
-        "run",
-        "--target",
-        "12",
-        "--until-converged",
-        "--timeout",
-        "60s",
-    ]);
+    let out = w.run_to(12, "60s");
     let log = stderr(&out);
     assert!(
         log.contains("target=12 running=12 pending=0 unacknowledged=0"),
@@ -213,7 +39,7 @@ fn run_until_converged_reaches_target_without_overshoot() {
         log.lines().filter(|l| l.contains(" tick ")).count() >= 3,
         "{log}"
     );
-    let st = state(&w);
+    let st = w.state();
     assert_eq!(st["target"], 12);
     assert_eq!(st["last_executor_id"], 12);
     // Converged: another tick changes nothing.
@@ -226,12 +52,12 @@ fn one_tick_creates_one_batch_then_waits_for_pending() {
     let w = world(|o| o.startup_latency = Duration::from_secs(60));
     w.ok(&["reconcile", "--target", "8"]);
     assert_eq!(w.executors().len(), 5);
-    let st = state(&w);
+    let st = w.state();
     assert_eq!(st["unacknowledged"].as_array().unwrap().len(), 5);
     // Pods are pending: no new batch.
     w.ok(&["reconcile"]);
     assert_eq!(w.executors().len(), 5);
-    assert_eq!(state(&w)["unacknowledged"].as_array().unwrap().len(), 0);
+    assert_eq!(w.state()["unacknowledged"].as_array().unwrap().len(), 0);
 }
 
 #[test]
@@ -249,17 +75,10 @@ fn scale_down_deletes_excess_pending_never_running() {
         w.ok(&["reconcile"]);
     }
     w.wait_for("excess deleted", |w| w.live().len() == 1);
-    assert_eq!(state(&w)["target"], 1);
+    assert_eq!(w.state()["target"], 1);
     // Running pods above the target stay (Spark's rule).
     let w = world(|_| {});
-    w.ok(&[
-        "run",
-        "--target",
-        "3",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.run_to(3, "30s");
     w.ok(&["scale", "1"]);
     assert_eq!(w.live(), vec![1, 2, 3]);
 }
@@ -267,44 +86,23 @@ fn scale_down_deletes_excess_pending_never_running() {
 #[test]
 fn remove_deletes_named_executors_and_lowers_target() {
     let w = world(|_| {});
-    w.ok(&[
-        "run",
-        "--target",
-        "4",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.run_to(4, "30s");
     w.ok(&["remove", "2", "3"]);
-    assert_eq!(state(&w)["target"], 2);
+    assert_eq!(w.state()["target"], 2);
     w.wait_for("removed pods gone", |w| w.live() == vec![1, 4]);
     let out = w.ok(&["status", "--output", "json"]);
     let s: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(s["target"], 2);
     assert_eq!(s["running"], 2);
     // Ids are never reused: scaling up again continues above 4.
-    w.ok(&[
-        "run",
-        "--target",
-        "3",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.run_to(3, "30s");
     assert_eq!(w.live(), vec![1, 4, 5]);
 }
 
 #[test]
 fn failed_executor_is_deleted_and_replaced() {
     let w = world(|_| {});
-    w.ok(&[
-        "run",
-        "--target",
-        "3",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.run_to(3, "30s");
     let (code, _) = w.api(
         "POST",
         &format!("/sim/pods/default/{APP}-exec-2/phase"),
@@ -425,8 +223,7 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
 fn wrong_token_is_a_clear_error_without_the_secret() {
     let w = world(|_| {});
     let out = w
-        .cmd_for(
-            &w.sim.url(),
+        .cmd_as(
             "wrong-token-value",
             &["--log-level", "trace", "reconcile", "--target", "1"],
         )
@@ -439,14 +236,14 @@ fn wrong_token_is_a_clear_error_without_the_secret() {
         !err.contains("wrong-token-value") && !err.contains(&w.token),
         "{err}"
     );
-    assert!(!w.state_file().exists() || state(&w)["unacknowledged"].as_array().unwrap().is_empty());
+    assert!(!w.state_file().exists() || w.state()["unacknowledged"].as_array().unwrap().is_empty());
 }
 
 #[test]
 fn untrusted_server_certificate_is_refused() {
     let w = world(|_| {});
-    let other = tempfile::NamedTempFile::new().unwrap();
-    let w2 = world(|o| o.ca_out = Some(other.path().to_owned()));
+    // Another simulator, with a CA of its own.
+    let w2 = world(|_| {});
     let out = w
         .cmd(&["reconcile", "--target", "1"])
         .arg("--server")
@@ -481,7 +278,7 @@ fn sigterm_finishes_the_tick_saves_and_exits_0() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("signal received"), "{}", stderr(&out));
-    let st = state(&w);
+    let st = w.state();
     assert_eq!(st["target"], 3);
     assert_eq!(st["last_executor_id"], 3);
 }
@@ -539,7 +336,7 @@ fn trace_logs_never_show_the_token() {
 #[test]
 fn insecure_skip_tls_verify_works_and_warns_every_tick() {
     let w = world(|_| {});
-    let out = Command::new(env!("CARGO_BIN_EXE_podalloc"))
+    let out = podalloc()
         .args([
             "--server",
             &w.sim.url(),
@@ -576,7 +373,7 @@ fn insecure_skip_tls_verify_works_and_warns_every_tick() {
 #[test]
 fn plain_http_is_refused_off_loopback() {
     let w = world(|_| {});
-    let out = Command::new(env!("CARGO_BIN_EXE_podalloc"))
+    let out = podalloc()
         .args([
             "--server",
             "http://192.0.2.10:8080",
@@ -594,4 +391,37 @@ fn plain_http_is_refused_off_loopback() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("http"), "{}", stderr(&out));
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn the_readme_first_command_converges_on_its_own_simulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = podalloc()
+        .args(["--simulate", "run", "--target", "10", "--until-converged"])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.contains("target=10 running=10 pending=0 unacknowledged=0"),
+        "{log}"
+    );
+    assert!(log.contains("converged after"), "{log}");
+}
+
+#[cfg(not(feature = "sim"))]
+#[test]
+fn without_the_simulator_simulate_and_sim_are_one_line_usage_errors() {
+    for args in [
+        &["--simulate", "run", "--target", "1"][..],
+        &["sim", "--http", "--nodes", "3"][..],
+    ] {
+        let out = podalloc().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("built without the simulator"), "{err}");
+    }
 }

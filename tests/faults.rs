@@ -1,87 +1,22 @@
 //! Faults of a busy or broken API server, one test per row of docs/faults.md: what podalloc
 //! does, its exit code, and that nothing is lost or duplicated.
 
-use podalloc::sim::{FaultRule, SimOptions, SimServer};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use crate::util::{code, rules, stderr as err, SimWorld, World};
+use podalloc_sim::SimOptions;
 use std::time::{Duration, Instant};
 
 const APP: &str = "fault-app";
 
-struct W {
-    sim: SimServer,
-    dir: tempfile::TempDir,
-}
-
-fn rules(r: &[&str]) -> Vec<FaultRule> {
-    r.iter().map(|s| FaultRule::parse(s).unwrap()).collect()
-}
-
-fn world(faults: &[&str], tweak: impl FnOnce(&mut SimOptions)) -> W {
-    let dir = tempfile::tempdir().unwrap();
-    let mut o = SimOptions {
-        ca_out: Some(dir.path().join("ca.crt")),
-        token: Some("fault-token".into()),
-        schedule_latency: Duration::from_millis(20),
-        startup_latency: Duration::from_millis(150),
-        faults: rules(faults),
-        ..SimOptions::default()
-    };
-    tweak(&mut o);
-    W {
-        sim: SimServer::start(o).unwrap(),
-        dir,
-    }
-}
-
-impl W {
-    fn state_path(&self) -> PathBuf {
-        self.dir.path().join("state.json")
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-        c.args(["--server", &self.sim.url()])
-            .arg("--certificate-authority")
-            .arg(self.dir.path().join("ca.crt"))
-            .args(["--app-id", APP, "--image", "img", "--batch-delay", "100ms"])
-            .arg("--state-file")
-            .arg(self.state_path())
-            .args(args);
-        if !args.contains(&"--token-file") {
-            c.args(["--token", "fault-token"]);
-        }
-        c
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-    fn state(&self) -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(self.state_path()).unwrap()).unwrap()
-    }
-    fn converge(&self, target: u32) {
-        let t = target.to_string();
-        let out = self.run(&[
-            "run",
-            "--target",
-            &t,
-            "--until-converged",
-            "--timeout",
-            "60s",
-        ]);
-        assert!(out.status.success(), "{}", err(&out));
-        let s = self.sim.stats();
-        assert_eq!(s.live_pods, target as u64);
-        assert_eq!(s.duplicate_executor_ids, 0);
-        assert!(s.max_live_pods_by_app.get(APP).copied().unwrap_or(0) <= target as u64);
-    }
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
+fn world(faults: &[&str], tweak: impl FnOnce(&mut SimOptions)) -> World {
+    SimWorld::new()
+        .app(APP)
+        .batch_delay("100ms")
+        .token("fault-token")
+        .schedule(Duration::from_millis(20))
+        .startup(Duration::from_millis(150))
+        .faults(faults)
+        .options(tweak)
+        .start()
 }
 
 #[test]
@@ -119,7 +54,7 @@ fn retry_budget_ends_the_tick_cleanly_and_the_next_tick_carries_on() {
     );
     let last = err(&out).lines().last().unwrap_or("").to_string();
     assert!(last.contains("list pods") && last.contains("503"), "{last}");
-    assert!(!w.state_path().exists(), "nothing acted, nothing written");
+    assert!(!w.state_file().exists(), "nothing acted, nothing written");
     w.sim.set_faults(vec![]);
     w.converge(3);
 }
@@ -201,7 +136,7 @@ fn forbidden_by_rbac_is_permanent_exit_4() {
 #[test]
 fn invalid_pod_is_permanent_exit_4_naming_the_field() {
     let w = world(&[], |_| {});
-    let tpl = w.dir.path().join("bad.json");
+    let tpl = w.path("bad.json");
     std::fs::write(
         &tpl,
         r#"{"metadata":{"labels":{"team":"bad value!"}},"spec":{"containers":[{"name":"e","image":"i"}]}}"#,
@@ -221,7 +156,7 @@ fn invalid_pod_is_permanent_exit_4_naming_the_field() {
 #[test]
 fn rejected_token_file_is_a_credentials_error() {
     let w = world(&[], |_| {});
-    let tf = w.dir.path().join("token");
+    let tf = w.path("token");
     std::fs::write(&tf, "not-the-token\n").unwrap();
     let out = w
         .cmd(&[
@@ -264,28 +199,8 @@ fn a_foreign_pod_under_our_name_is_skipped_not_adopted() {
         "spec": {"containers": [{"name": "c", "image": "i"}]},
         "status": {"phase": "Running"}
     });
-    let ca = std::fs::read(w.dir.path().join("ca.crt")).unwrap();
-    let certs: Vec<_> = ureq::tls::parse_pem(&ca)
-        .filter_map(|i| match i {
-            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-            _ => None,
-        })
-        .collect();
-    let agent = ureq::Agent::config_builder()
-        .tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-                .build(),
-        )
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
-    let resp = agent
-        .post(format!("{}/sim/pods/default", w.sim.url()))
-        .content_type("application/json")
-        .send(agent_pod.to_string())
-        .unwrap();
-    assert!(resp.status().is_success());
+    let (status, _) = w.api("POST", "/sim/pods/default", Some(&agent_pod));
+    assert!((200..300).contains(&status), "{status}");
     let out = w.run(&["reconcile", "--target", "1"]);
     assert!(out.status.success(), "{}", err(&out));
     assert!(err(&out).contains("not executor 1"), "{}", err(&out));

@@ -1,16 +1,14 @@
 //! The snapshot and the allocation step on recorded PodLists: our own recordings from the
 //! simulator (fixtures/recorded) and real ones from public projects (fixtures/external).
 
+use crate::util::root;
 use podalloc::alloc::{step, AllocatorState, DeleteReason, Request, Settings, TargetChange};
 use podalloc::podspec::PodTemplate;
 use podalloc::snapshot::{ExecutorState, Snapshot};
 use serde_json::Value;
-use std::path::PathBuf;
 
 fn fixture(path: &str) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(path);
+    let p = root().join("fixtures").join(path);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

@@ -2,16 +2,14 @@
 //! corpus in fixtures/fuzz/<target>/ (PodList, state, pod template, kubeconfig, Status body).
 //! Each must return a value or a one-line error — never panic.
 //!
-//! `cargo test --test fuzz` runs a bounded number of cases per target (PROPTEST_CASES,
+//! `cargo test --test integration fuzz::` runs a bounded number of cases per target (PROPTEST_CASES,
 //! default 1000). For a long run: `scripts/fuzz.sh [CASES]` (README, "Fuzzing").
 
+use crate::util::root;
 use proptest::prelude::*;
-use std::path::PathBuf;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/fuzz")
-        .join(target);
+    let dir = root().join("fixtures/fuzz").join(target);
     let mut v: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())

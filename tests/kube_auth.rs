@@ -6,9 +6,8 @@
 //! it was given, answers with the apiVersion it was asked for, and takes its behaviour from
 //! the kubeconfig's `exec.env`: `TTL` (seconds until `expirationTimestamp`) and `WRONG_FIRST`
 //! (how many runs hand out a token the server rejects).
-#![cfg(unix)]
 
-use podalloc::sim::{SimOptions, SimServer};
+use crate::util::{stderr, stdout, write, SimWorld, World};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,25 +16,17 @@ use std::time::Duration;
 const APP: &str = "a";
 const NAMESPACE: &str = "spark-jobs";
 
-struct World {
-    sim: SimServer,
-    dir: tempfile::TempDir,
-    token: String,
-}
-
-fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("kube")).unwrap();
-    let token = "sim-token-from-the-plugin-4711".to_string();
-    let sim = SimServer::start(SimOptions {
-        ca_out: Some(dir.path().join("kube/ca.crt")),
-        token: Some(token.clone()),
-        schedule_latency: Duration::from_millis(50),
-        startup_latency: Duration::from_millis(200),
-        ..SimOptions::default()
-    })
-    .unwrap();
-    World { sim, dir, token }
+fn world() -> PluginWorld {
+    PluginWorld(
+        SimWorld::new()
+            .app(APP)
+            .image("i")
+            .ca_file("kube/ca.crt")
+            .token("sim-token-from-the-plugin-4711")
+            .schedule(Duration::from_millis(50))
+            .startup(Duration::from_millis(200))
+            .start(),
+    )
 }
 
 /// A plugin that prints a token (the right one unless `WRONG_FIRST` says otherwise).
@@ -58,15 +49,24 @@ printf '{{"apiVersion":"%s","kind":"ExecCredential","status":{{"token":"%s"%s}}}
     )
 }
 
-impl World {
+/// A simulator with a kubeconfig directory (`kube/`) that holds its CA and the plugin.
+struct PluginWorld(World);
+
+impl std::ops::Deref for PluginWorld {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.0
+    }
+}
+
+impl PluginWorld {
     fn kube(&self) -> PathBuf {
         self.dir.path().join("kube")
     }
 
     fn write(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.dir.path().join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, text).unwrap();
+        let p = self.path(rel);
+        write(&p, text);
         p
     }
 
@@ -124,14 +124,10 @@ users:
     /// `podalloc` with a clean environment (no KUBECONFIG, no in-cluster variables, HOME
     /// without a kubeconfig) and debug logging, so that leaks would show.
     fn podalloc(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-        c.args(["--app-id", APP, "--image", "i"])
-            .arg("--state-file")
-            .arg(self.dir.path().join("state.json"))
-            .args(args)
+        let mut c = self.bare();
+        c.args(args)
             .env("HOME", self.dir.path())
             .env("RUST_LOG", "debug")
-            .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBERNETES_SERVICE_PORT");
         c
@@ -143,36 +139,9 @@ users:
         self.podalloc(&all).output().unwrap()
     }
 
-    /// Our executor pods in `ns`, asked of the simulator directly.
-    fn pods(&self, ns: &str) -> usize {
-        let certs: Vec<_> = ureq::tls::parse_pem(self.sim.ca_pem().unwrap().as_bytes())
-            .filter_map(|i| match i {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .proxy(None)
-            .build()
-            .new_agent();
-        let url = format!(
-            "{}/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3D{APP}",
-            self.sim.url()
-        );
-        let text = agent
-            .get(&url)
-            .header("Authorization", &format!("Bearer {}", self.token))
-            .call()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        let list: Value = serde_json::from_str(&text).unwrap();
-        list["items"].as_array().unwrap().len()
+    /// How many of our executor pods are in `ns`, asked of the simulator directly.
+    fn pod_count(&self, ns: &str) -> usize {
+        self.pods(ns).len()
     }
 
     /// Asserts that no token of the plugin's shows anywhere in the output.
@@ -181,14 +150,6 @@ users:
         assert!(!all.contains(&self.token), "the token leaked:\n{all}");
         assert!(!all.contains("rejected-token-"), "a token leaked:\n{all}");
     }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 fn assert_ok(out: &Output) {
@@ -214,7 +175,7 @@ fn exec_plugin_token_creates_pods() {
     let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
     assert_ok(&out);
     w.assert_no_token(&out);
-    assert_eq!(w.pods(NAMESPACE), 2, "pods in the context's namespace");
+    assert_eq!(w.pod_count(NAMESPACE), 2, "pods in the context's namespace");
     assert_eq!(w.runs(), 1, "one run serves the whole tick");
 
     // What the plugin was given: v1, not interactive, the cluster (provideClusterInfo).
@@ -242,7 +203,7 @@ fn exec_plugin_token_creates_pods() {
         stderr(&out)
     );
     assert_eq!(w.runs(), 1);
-    assert_eq!(w.pods(NAMESPACE), 2);
+    assert_eq!(w.pod_count(NAMESPACE), 2);
 }
 
 #[test]
@@ -292,7 +253,7 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
         !log.contains("-> 401 ") && !log.contains("401 Unauthorized"),
         "renewed before the server refused it: {log}"
     );
-    assert_eq!(w.pods(NAMESPACE), 2);
+    assert_eq!(w.pod_count(NAMESPACE), 2);
 }
 
 #[test]
@@ -311,7 +272,7 @@ fn forced_401_reruns_the_plugin_exactly_once() {
         "{}",
         stderr(&out)
     );
-    assert_eq!(w.pods(NAMESPACE), 2);
+    assert_eq!(w.pod_count(NAMESPACE), 2);
 
     // Always rejected: exit 1 after one re-run, naming the user and the plugin.
     std::fs::remove_file(w.kube().join("runs")).unwrap();
@@ -328,7 +289,7 @@ fn forced_401_reruns_the_plugin_exactly_once() {
         )) && line.contains("was rejected (401 Unauthorized"),
         "{line}"
     );
-    assert_eq!(w.pods(NAMESPACE), 2);
+    assert_eq!(w.pod_count(NAMESPACE), 2);
 }
 
 #[test]
@@ -358,7 +319,7 @@ exit 1"#,
         )
     );
     assert!(!stderr(&out).contains("second stderr line"));
-    assert_eq!(w.pods(NAMESPACE), 0);
+    assert_eq!(w.pod_count(NAMESPACE), 0);
 
     // A plugin that is not installed: exit 2 with the kubeconfig's installHint.
     let kc = w.write(
@@ -441,8 +402,8 @@ users:
     assert_ok(&out);
     w.assert_no_token(&out);
     assert_eq!(w.runs(), 1, "the first file's user (the plugin) is used");
-    assert_eq!(w.pods("ns-first"), 2);
-    assert_eq!(w.pods("ns-second"), 0);
+    assert_eq!(w.pod_count("ns-first"), 2);
+    assert_eq!(w.pod_count("ns-second"), 0);
     let log = stderr(&out);
     assert!(
         log.contains(&format!("kubeconfig {list} (context merged)")),

@@ -1,34 +1,22 @@
 //! Overlapping runs: ten `reconcile` processes started at once against one state file.
 //! Exactly one acts; the other nine exit 3 quickly; no duplicate creates.
 
-use podalloc::sim::{SimOptions, SimServer};
-use std::process::{Command, Stdio};
+use crate::util::{root, SimWorld};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 #[test]
 fn ten_reconciles_at_once_exactly_one_acts() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "overlap-token";
-    let sim = SimServer::start(SimOptions {
-        ca_out: Some(dir.path().join("ca.crt")),
-        token: Some(token.into()),
-        startup_latency: Duration::from_secs(60),
+    let w = SimWorld::new()
+        .app("overlap")
+        .startup(Duration::from_secs(60))
         // Every API call takes 300 ms, so the acting tick holds its lock for ~2 s.
-        latency: Duration::from_millis(300),
-        ..SimOptions::default()
-    })
-    .unwrap();
+        .latency(300)
+        .start();
     let started = Instant::now();
     let children: Vec<_> = (0..10)
         .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_podalloc"))
-                .args(["--server", &sim.url(), "--token", token])
-                .arg("--certificate-authority")
-                .arg(dir.path().join("ca.crt"))
-                .args(["--app-id", "overlap", "--image", "img", "--batch-size", "5"])
-                .arg("--state-file")
-                .arg(dir.path().join("state.json"))
-                .args(["reconcile", "--target", "50"])
+            w.cmd(&["--batch-size", "5", "reconcile", "--target", "50"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -64,7 +52,7 @@ fn ten_reconciles_at_once_exactly_one_acts() {
         assert!(err.contains("holds the lock"), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
-    let stats = sim.stats();
+    let stats = w.sim.stats();
     assert_eq!(stats.creates, 5, "one batch, no duplicates");
     assert_eq!(stats.create_conflicts, 0);
     assert_eq!(stats.duplicate_executor_ids, 0);
@@ -75,8 +63,5 @@ fn ten_reconciles_at_once_exactly_one_acts() {
         stats.creates,
     );
     eprint!("{report}");
-    let _ = std::fs::write(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/overlap-report.txt"),
-        &report,
-    );
+    let _ = std::fs::write(root().join("target/overlap-report.txt"), &report);
 }

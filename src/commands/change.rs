@@ -2,9 +2,9 @@
 //! the run loop until converged).
 
 use super::env::{connect, finish};
+use crate::alloc::{Request, TargetChange};
 use crate::cli::{AddArgs, Cli, RemoveArgs, RunArgs, ScaleArgs};
 use crate::error::Result;
-use crate::alloc::{Request, TargetChange};
 use crate::state::store_error;
 
 /// `scale N`: sets the target; with `--wait`, ticks until converged.

@@ -4,11 +4,11 @@
 
 use super::sim::{start_simulator, SimGuard};
 use crate::alloc::AllocatorState;
+use crate::alloc::Request;
 use crate::cli::{Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
-use crate::alloc::Request;
 use crate::reconcile::{self, App, TickReport};
 use crate::state::{self, store_error, LockedStore, StateStore, StoreError};
 use log::{info, warn};
@@ -126,11 +126,7 @@ impl Env {
 
     /// Runs one tick, warning first when TLS verification is off, and writes the metrics
     /// file after it.
-    pub(super) fn tick(
-        &self,
-        store: &mut dyn StateStore,
-        change: &Request,
-    ) -> Result<TickReport> {
+    pub(super) fn tick(&self, store: &mut dyn StateStore, change: &Request) -> Result<TickReport> {
         if self.insecure {
             warn!(
                 "TLS certificate verification is disabled (--insecure-skip-tls-verify): \

@@ -13,6 +13,10 @@ mod man;
 mod plan;
 mod reconcile;
 mod run;
+#[cfg(feature = "sim")]
+mod sim;
+#[cfg(not(feature = "sim"))]
+#[path = "nosim.rs"]
 mod sim;
 mod status;
 

@@ -7,9 +7,9 @@
 //! then the command exits 0.
 
 use super::env::{connect, Env};
+use crate::alloc::Request;
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::error::{Error, ExitCode, Result};
-use crate::alloc::Request;
 use crate::reconcile::TickReport;
 use crate::state::{store_error, StoreError};
 use log::{info, warn};

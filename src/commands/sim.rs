@@ -94,24 +94,7 @@ pub(super) fn sim(a: &SimArgs) -> Result<()> {
     } else {
         Some(a.token.clone().unwrap_or_else(random_token))
     };
-    let opts = SimOptions {
-        listen: a.listen,
-        tls: !a.http,
-        ca_out: a.ca_out.clone(),
-        token: token.clone(),
-        schedule_latency: a.schedule_latency,
-        startup_latency: a.startup_latency,
-        failure_rate: a.failure_rate,
-        seed: a.seed,
-        nodes: a.nodes,
-        faults: a.faults.clone(),
-        pod_quota: a.pod_quota,
-        forbid: a.forbid.clone(),
-        require_client_cert: a.require_client_cert,
-        latency: a.latency,
-        ..SimOptions::default()
-    };
-    let server = SimServer::start(opts)
+    let server = SimServer::start(a.options(token.clone()))
         .map_err(|e| Error::runtime(format!("cannot start the simulated API server: {e}")))?;
     println!("serving {}", server.url());
     if let Some(p) = &a.ca_out {

@@ -692,40 +692,9 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             Ok(Response::json(200, body))
         }
         ["faults"] if req.method == "GET" => Ok(faults_json(shared)),
-        ["faults"] if post => {
-            let texts: Vec<String> = serde_json::from_slice(&req.body).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "faults body: expected a JSON list of rule strings such as [\"create:lost-response@2,3\"]: {e}"
-                ))
-            })?;
-            let rules = texts
-                .iter()
-                .map(|t| FaultRule::parse(t))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(ApiError::bad_request)?;
-            relock(&shared.faults).replace(rules);
-            Ok(faults_json(shared))
-        }
+        ["faults"] if post => set_faults(shared, &req.body),
         ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
-        ["quota"] if post => {
-            let v: Value = serde_json::from_slice(&req.body)
-                .map_err(|e| ApiError::bad_request(format!("quota body: {e}")))?;
-            let pods = match v.get("pods") {
-                Some(Value::Null) => None,
-                Some(n) => Some(n.as_u64().ok_or_else(|| {
-                    ApiError::bad_request(
-                        "quota body: \"pods\" must be a whole number or null, e.g. {\"pods\": 10}",
-                    )
-                })?),
-                None => {
-                    return Err(ApiError::bad_request(
-                        "quota body: expected {\"pods\": N} or {\"pods\": null}",
-                    ))
-                }
-            };
-            lock(shared).set_pod_quota(pods);
-            Ok(quota_json(pods))
-        }
+        ["quota"] if post => set_quota(shared, &req.body),
         ["log"] if req.method == "GET" => Ok(Response {
             status: 200,
             content_type: "application/x-ndjson",
@@ -739,24 +708,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             Ok(object(201, &p))
         }
         ["pods", ns, name, "phase"] if post => {
-            let v: Value = serde_json::from_slice(&req.body)
-                .map_err(|e| ApiError::bad_request(format!("phase body: {e}")))?;
-            let phase = v
-                .get("phase")
-                .and_then(Value::as_str)
-                .and_then(Phase::parse)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "phase body: \"phase\" must be one of Pending, Running, Succeeded, Failed, Unknown",
-                    )
-                })?;
-            let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-            let o = PhaseOverride {
-                phase,
-                exit_code: v.get("exitCode").and_then(Value::as_i64),
-                reason: text("reason"),
-                message: text("message"),
-            };
+            let o = phase_override(&req.body)?;
             let p = lock(shared).set_phase(ns, name, &o, now)?;
             shared.kubelet.notify_all();
             Ok(object(200, &p))
@@ -766,6 +718,66 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
         }
         _ => Err(ApiError::path_not_found()),
     }
+}
+
+/// `POST /sim/faults`: a JSON list of rule strings replaces the fault rules.
+fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
+    let texts: Vec<String> = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "faults body: expected a JSON list of rule strings such as [\"create:lost-response@2,3\"]: {e}"
+        ))
+    })?;
+    let rules = texts
+        .iter()
+        .map(|t| FaultRule::parse(t))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::bad_request)?;
+    relock(&shared.faults).replace(rules);
+    Ok(faults_json(shared))
+}
+
+/// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.
+fn set_quota(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("quota body: {e}")))?;
+    let pods = match v.get("pods") {
+        Some(Value::Null) => None,
+        Some(n) => Some(n.as_u64().ok_or_else(|| {
+            ApiError::bad_request(
+                "quota body: \"pods\" must be a whole number or null, e.g. {\"pods\": 10}",
+            )
+        })?),
+        None => {
+            return Err(ApiError::bad_request(
+                "quota body: expected {\"pods\": N} or {\"pods\": null}",
+            ))
+        }
+    };
+    lock(shared).set_pod_quota(pods);
+    Ok(quota_json(pods))
+}
+
+/// The body of `POST /sim/pods/{ns}/{name}/phase`: `{"phase": …, "exitCode": …, "reason":
+/// …, "message": …}`, the phase required.
+fn phase_override(body: &[u8]) -> Result<PhaseOverride, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("phase body: {e}")))?;
+    let phase = v
+        .get("phase")
+        .and_then(Value::as_str)
+        .and_then(Phase::parse)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "phase body: \"phase\" must be one of Pending, Running, Succeeded, Failed, Unknown",
+            )
+        })?;
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(PhaseOverride {
+        phase,
+        exit_code: v.get("exitCode").and_then(Value::as_i64),
+        reason: text("reason"),
+        message: text("message"),
+    })
 }
 
 fn faults_json(shared: &Shared) -> Response {

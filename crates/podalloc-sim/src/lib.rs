@@ -29,9 +29,10 @@
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
 //! them and are applied, in order, before every request is handled, so what a client
-//! sees depends only on the clock. This module uses no other podalloc module.
+//! sees depends only on the clock. This crate uses nothing of podalloc.
 
 mod api;
+mod args;
 mod configmap;
 mod faults;
 mod http;
@@ -56,8 +57,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::CertificateDer;
 use store::{Store, StoreConfig};
 
+pub use args::SimArgs;
 pub use faults::{Fault, FaultRule, When};
 
 /// How long an idle keep-alive connection is kept open.
@@ -327,6 +330,75 @@ fn write_atomically(path: &std::path::Path, contents: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Checks the settings [`SimServer::start`] cannot take (`InvalidInput`) and parses
+/// `client_ca`: its certificates, if given.
+fn check_options(opts: &SimOptions) -> io::Result<Option<Vec<CertificateDer<'static>>>> {
+    if !(0.0..=1.0).contains(&opts.failure_rate) {
+        return Err(invalid_input(format!(
+            "failure_rate must be within [0, 1], got {}",
+            opts.failure_rate
+        )));
+    }
+    for r in &opts.faults {
+        r.validate()
+            .map_err(|e| invalid_input(format!("fault rule \"{r}\": {e}")))?;
+    }
+    for v in &opts.forbid {
+        faults::check_verb(v).map_err(|e| invalid_input(format!("forbid: {e}")))?;
+    }
+    let client_certs = opts.client_ca.is_some() || opts.require_client_cert;
+    if client_certs && !opts.tls {
+        return Err(invalid_input(
+            "client certificates (client_ca, require_client_cert) need tls".to_string(),
+        ));
+    }
+    match &opts.client_ca {
+        Some(pem) => Ok(Some(tls::parse_pem_certs(pem)?)),
+        None => Ok(None),
+    }
+}
+
+/// The server's TLS set-up (with `opts.tls`): a fresh PKI whose server certificate also
+/// names `addr`'s IP when it is neither loopback nor unspecified, the CA written to
+/// `ca_out`, and client certificates checked against `client_roots` (or the simulator's
+/// own CA with `require_client_cert`). Returns the rustls config, the CA PEM and the PKI;
+/// all `None` for plain HTTP.
+fn setup_tls(
+    opts: &SimOptions,
+    addr: SocketAddr,
+    client_roots: Option<Vec<CertificateDer<'static>>>,
+) -> io::Result<TlsSetup> {
+    if !opts.tls {
+        if opts.ca_out.is_some() {
+            log::warn!("sim: ca_out is ignored without TLS");
+        }
+        return Ok((None, None, None));
+    }
+    let extra: Vec<IpAddr> = [addr.ip()]
+        .into_iter()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .collect();
+    let pki = tls::Pki::generate(&extra)?;
+    if let Some(path) = &opts.ca_out {
+        write_atomically(path, &pki.ca_pem)?;
+    }
+    let roots = match client_roots {
+        Some(r) => Some(r),
+        None if opts.require_client_cert => Some(vec![pki.ca_der().clone()]),
+        None => None,
+    };
+    let optional = opts.client_cert_optional && !opts.require_client_cert;
+    let cfg = pki.server_config(roots.as_deref(), optional)?;
+    Ok((Some(cfg), Some(pki.ca_pem.clone()), Some(pki)))
+}
+
+/// What [`setup_tls`] returns: the rustls server config, the CA PEM, the PKI.
+type TlsSetup = (
+    Option<Arc<rustls::ServerConfig>>,
+    Option<String>,
+    Option<tls::Pki>,
+);
+
 impl SimServer {
     /// Binds `opts.listen`, generates the PKI (with `tls`), writes `ca_out` and starts
     /// the threads.
@@ -338,29 +410,7 @@ impl SimServer {
     /// a fault rule or a `forbid` verb is invalid, `client_ca` holds no certificate, or
     /// client certificates are asked for without `tls`.
     pub fn start(opts: SimOptions) -> io::Result<SimServer> {
-        if !(0.0..=1.0).contains(&opts.failure_rate) {
-            return Err(invalid_input(format!(
-                "failure_rate must be within [0, 1], got {}",
-                opts.failure_rate
-            )));
-        }
-        for r in &opts.faults {
-            r.validate()
-                .map_err(|e| invalid_input(format!("fault rule \"{r}\": {e}")))?;
-        }
-        for v in &opts.forbid {
-            faults::check_verb(v).map_err(|e| invalid_input(format!("forbid: {e}")))?;
-        }
-        let client_certs = opts.client_ca.is_some() || opts.require_client_cert;
-        if client_certs && !opts.tls {
-            return Err(invalid_input(
-                "client certificates (client_ca, require_client_cert) need tls".to_string(),
-            ));
-        }
-        let client_roots = match &opts.client_ca {
-            Some(pem) => Some(tls::parse_pem_certs(pem)?),
-            None => None,
-        };
+        let client_roots = check_options(&opts)?;
         let listener = TcpListener::bind(opts.listen)?;
         let addr = listener.local_addr()?;
         let host_ip = match addr.ip() {
@@ -369,29 +419,7 @@ impl SimServer {
             ip => ip,
         };
         let wake_addr = SocketAddr::new(host_ip, addr.port());
-        let (tls, ca_pem, pki) = if opts.tls {
-            let extra: Vec<IpAddr> = [addr.ip()]
-                .into_iter()
-                .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-                .collect();
-            let pki = tls::Pki::generate(&extra)?;
-            if let Some(path) = &opts.ca_out {
-                write_atomically(path, &pki.ca_pem)?;
-            }
-            let roots = match client_roots {
-                Some(r) => Some(r),
-                None if opts.require_client_cert => Some(vec![pki.ca_der().clone()]),
-                None => None,
-            };
-            let optional = opts.client_cert_optional && !opts.require_client_cert;
-            let cfg = pki.server_config(roots.as_deref(), optional)?;
-            (Some(cfg), Some(pki.ca_pem.clone()), Some(pki))
-        } else {
-            if opts.ca_out.is_some() {
-                log::warn!("sim: ca_out is ignored without TLS");
-            }
-            (None, None, None)
-        };
+        let (tls, ca_pem, pki) = setup_tls(&opts, addr, client_roots)?;
         let scheme = if opts.tls { "https" } else { "http" };
         let url = match host_ip {
             IpAddr::V4(ip) => format!("{scheme}://{ip}:{}", addr.port()),

@@ -164,115 +164,128 @@ fn check_types(pod: &Value) -> Result<(), ApiError> {
     check_obj(pod, "spec", "Pod.spec", "v1.PodSpec")?;
     check_obj(pod, "status", "Pod.status", "v1.PodStatus")?;
     if let Some(meta) = pod.get("metadata") {
-        for k in [
-            "name",
-            "generateName",
-            "namespace",
-            "resourceVersion",
-            "uid",
-        ] {
-            check_str(meta, k, &format!("ObjectMeta.metadata.{k}"))?;
-        }
-        check_string_map(meta, "labels", "ObjectMeta.metadata.labels")?;
-        check_string_map(meta, "annotations", "ObjectMeta.metadata.annotations")?;
-        match meta.get("ownerReferences") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(refs)) => {
-                for r in refs {
-                    if !r.is_object() {
-                        return Err(decode_error(
-                            r,
-                            "ObjectMeta.metadata.ownerReferences",
-                            "v1.OwnerReference",
-                        ));
-                    }
-                    for k in ["apiVersion", "kind", "name", "uid"] {
-                        check_str(
-                            r,
-                            k,
-                            &format!("OwnerReference.metadata.ownerReferences.{k}"),
-                        )?;
-                    }
-                }
-            }
-            Some(other) => {
-                return Err(decode_error(
-                    other,
-                    "ObjectMeta.metadata.ownerReferences",
-                    "[]v1.OwnerReference",
-                ))
-            }
-        }
+        check_meta_types(meta)?;
     }
     if let Some(spec) = pod.get("spec") {
-        for k in [
-            "restartPolicy",
-            "nodeName",
-            "schedulerName",
-            "serviceAccountName",
-        ] {
-            check_str(spec, k, &format!("PodSpec.spec.{k}"))?;
-        }
-        match spec.get("terminationGracePeriodSeconds") {
-            None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.is_i64() => {}
-            Some(other) => {
-                return Err(decode_error(
-                    other,
-                    "PodSpec.spec.terminationGracePeriodSeconds",
-                    "int64",
-                ))
-            }
-        }
-        match spec.get("hostNetwork") {
-            None | Some(Value::Null) | Some(Value::Bool(_)) => {}
-            Some(other) => return Err(decode_error(other, "PodSpec.spec.hostNetwork", "bool")),
-        }
-        for list in ["containers", "initContainers"] {
-            match spec.get(list) {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(cs)) => {
-                    for c in cs {
-                        if !c.is_object() {
-                            return Err(decode_error(
-                                c,
-                                &format!("PodSpec.spec.{list}"),
-                                "v1.Container",
-                            ));
-                        }
-                        for k in ["name", "image", "imagePullPolicy"] {
-                            check_str(c, k, &format!("Container.spec.{list}.{k}"))?;
-                        }
-                        check_obj(
-                            c,
-                            "resources",
-                            &format!("Container.spec.{list}.resources"),
-                            "v1.ResourceRequirements",
-                        )?;
-                        if let Some(r) = c.get("resources") {
-                            for k in ["limits", "requests"] {
-                                check_obj(
-                                    r,
-                                    k,
-                                    &format!("ResourceRequirements.spec.{list}.resources.{k}"),
-                                    "v1.ResourceList",
-                                )?;
-                            }
-                        }
-                    }
-                }
-                Some(other) => {
-                    return Err(decode_error(
-                        other,
-                        &format!("PodSpec.spec.{list}"),
-                        "[]v1.Container",
-                    ))
-                }
-            }
-        }
+        check_spec_types(spec)?;
     }
     if let Some(status) = pod.get("status") {
         check_str(status, "phase", "PodStatus.status.phase")?;
+    }
+    Ok(())
+}
+
+/// [`check_types`] of `metadata`: the string fields, labels, annotations, owner references.
+fn check_meta_types(meta: &Value) -> Result<(), ApiError> {
+    for k in [
+        "name",
+        "generateName",
+        "namespace",
+        "resourceVersion",
+        "uid",
+    ] {
+        check_str(meta, k, &format!("ObjectMeta.metadata.{k}"))?;
+    }
+    check_string_map(meta, "labels", "ObjectMeta.metadata.labels")?;
+    check_string_map(meta, "annotations", "ObjectMeta.metadata.annotations")?;
+    match meta.get("ownerReferences") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(refs)) => {
+            for r in refs {
+                if !r.is_object() {
+                    return Err(decode_error(
+                        r,
+                        "ObjectMeta.metadata.ownerReferences",
+                        "v1.OwnerReference",
+                    ));
+                }
+                for k in ["apiVersion", "kind", "name", "uid"] {
+                    check_str(
+                        r,
+                        k,
+                        &format!("OwnerReference.metadata.ownerReferences.{k}"),
+                    )?;
+                }
+            }
+        }
+        Some(other) => {
+            return Err(decode_error(
+                other,
+                "ObjectMeta.metadata.ownerReferences",
+                "[]v1.OwnerReference",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// [`check_types`] of `spec`: the string fields, the grace period, `hostNetwork`, and each
+/// container's names, image and resources.
+fn check_spec_types(spec: &Value) -> Result<(), ApiError> {
+    for k in [
+        "restartPolicy",
+        "nodeName",
+        "schedulerName",
+        "serviceAccountName",
+    ] {
+        check_str(spec, k, &format!("PodSpec.spec.{k}"))?;
+    }
+    match spec.get("terminationGracePeriodSeconds") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(n)) if n.is_i64() => {}
+        Some(other) => {
+            return Err(decode_error(
+                other,
+                "PodSpec.spec.terminationGracePeriodSeconds",
+                "int64",
+            ))
+        }
+    }
+    match spec.get("hostNetwork") {
+        None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+        Some(other) => return Err(decode_error(other, "PodSpec.spec.hostNetwork", "bool")),
+    }
+    for list in ["containers", "initContainers"] {
+        match spec.get(list) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(cs)) => {
+                for c in cs {
+                    if !c.is_object() {
+                        return Err(decode_error(
+                            c,
+                            &format!("PodSpec.spec.{list}"),
+                            "v1.Container",
+                        ));
+                    }
+                    for k in ["name", "image", "imagePullPolicy"] {
+                        check_str(c, k, &format!("Container.spec.{list}.{k}"))?;
+                    }
+                    check_obj(
+                        c,
+                        "resources",
+                        &format!("Container.spec.{list}.resources"),
+                        "v1.ResourceRequirements",
+                    )?;
+                    if let Some(r) = c.get("resources") {
+                        for k in ["limits", "requests"] {
+                            check_obj(
+                                r,
+                                k,
+                                &format!("ResourceRequirements.spec.{list}.resources.{k}"),
+                                "v1.ResourceList",
+                            )?;
+                        }
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(decode_error(
+                    other,
+                    &format!("PodSpec.spec.{list}"),
+                    "[]v1.Container",
+                ))
+            }
+        }
     }
     Ok(())
 }
@@ -384,6 +397,19 @@ pub(crate) fn apply_defaults(pod: &mut Value) {
     }
     let sa = spec["serviceAccountName"].clone();
     spec.insert("serviceAccount".into(), sa);
+    add_default_tolerations(spec);
+    for list in ["initContainers", "containers"] {
+        if let Some(Value::Array(cs)) = spec.get_mut(list) {
+            for c in cs.iter_mut() {
+                default_container(c);
+            }
+        }
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin: tolerate `not-ready` and `unreachable`
+/// for 300 s unless the pod already tolerates them.
+fn add_default_tolerations(spec: &mut Map<String, Value>) {
     let tolerations = spec
         .entry("tolerations")
         .or_insert_with(|| Value::Array(Vec::new()));
@@ -403,40 +429,39 @@ pub(crate) fn apply_defaults(pod: &mut Value) {
             }
         }
     }
-    for list in ["initContainers", "containers"] {
-        if let Some(Value::Array(cs)) = spec.get_mut(list) {
-            for c in cs.iter_mut().filter(|c| c.is_object()) {
-                let image = c
-                    .get("image")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                let Value::Object(cm) = c else { continue };
-                cm.entry("terminationMessagePath")
-                    .or_insert_with(|| json!("/dev/termination-log"));
-                cm.entry("terminationMessagePolicy")
-                    .or_insert_with(|| json!("File"));
-                if cm
-                    .get("imagePullPolicy")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    cm.insert(
-                        "imagePullPolicy".into(),
-                        json!(default_image_pull_policy(&image)),
-                    );
-                }
-                let res = cm.entry("resources").or_insert_with(|| json!({}));
-                if let Value::Object(rm) = res {
-                    let limits = rm.get("limits").and_then(Value::as_object).cloned();
-                    if let Some(limits) = limits.filter(|l| !l.is_empty()) {
-                        let req = rm.entry("requests").or_insert_with(|| json!({}));
-                        if let Value::Object(req) = req {
-                            for (k, v) in limits {
-                                req.entry(k).or_insert(v);
-                            }
-                        }
-                    }
+}
+
+/// A container's defaults: termination message path and policy, image pull policy, and
+/// requests copied from limits. A non-object is left alone.
+fn default_container(c: &mut Value) {
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let Value::Object(cm) = c else { return };
+    cm.entry("terminationMessagePath")
+        .or_insert_with(|| json!("/dev/termination-log"));
+    cm.entry("terminationMessagePolicy")
+        .or_insert_with(|| json!("File"));
+    if cm
+        .get("imagePullPolicy")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        cm.insert(
+            "imagePullPolicy".into(),
+            json!(default_image_pull_policy(&image)),
+        );
+    }
+    let res = cm.entry("resources").or_insert_with(|| json!({}));
+    if let Value::Object(rm) = res {
+        let limits = rm.get("limits").and_then(Value::as_object).cloned();
+        if let Some(limits) = limits.filter(|l| !l.is_empty()) {
+            let req = rm.entry("requests").or_insert_with(|| json!({}));
+            if let Value::Object(req) = req {
+                for (k, v) in limits {
+                    req.entry(k).or_insert(v);
                 }
             }
         }

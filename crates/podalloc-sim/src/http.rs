@@ -156,9 +156,11 @@ impl<S: Read + Write> Conn<S> {
         }
     }
 
-    /// Reads the next request; `Ok(None)` when the peer closed between requests.
-    pub(crate) fn read_request(&mut self) -> Result<Option<Request>, ReadError> {
-        let (method, target, version, headers, head_len) = loop {
+    /// Reads and parses a request head: method, target, HTTP minor version and headers
+    /// (names lower-cased, values trimmed); `Ok(None)` when the peer closed between
+    /// requests.
+    fn read_head(&mut self) -> Result<Option<RequestHead>, ReadError> {
+        let (head, head_len) = loop {
             if !self.buf.is_empty() {
                 let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut req = httparse::Request::new(&mut hs);
@@ -174,13 +176,13 @@ impl<S: Read + Write> Conn<S> {
                                 )
                             })
                             .collect();
-                        break (
-                            req.method.unwrap_or("").to_string(),
-                            req.path.unwrap_or("").to_string(),
-                            req.version.unwrap_or(1),
+                        let head = RequestHead {
+                            method: req.method.unwrap_or("").to_string(),
+                            target: req.path.unwrap_or("").to_string(),
+                            version: req.version.unwrap_or(1),
                             headers,
-                            n,
-                        );
+                        };
+                        break (head, n);
                     }
                     Ok(httparse::Status::Partial) => {}
                     Err(httparse::Error::TooManyHeaders) => return Err(ReadError::TooLarge(431)),
@@ -198,6 +200,42 @@ impl<S: Read + Write> Conn<S> {
             }
         };
         self.take(head_len);
+        Ok(Some(head))
+    }
+
+    /// Reads a chunked body (chunk extensions and trailers are skipped), at most
+    /// `MAX_BODY` bytes.
+    fn read_chunked_body(&mut self) -> Result<Vec<u8>, ReadError> {
+        let mut body = Vec::new();
+        loop {
+            let line = self.read_line()?;
+            let size_hex = line.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(size_hex, 16)
+                .map_err(|_| ReadError::Bad("bad chunk size".into()))?;
+            if size == 0 {
+                while !self.read_line()?.is_empty() {}
+                return Ok(body);
+            }
+            if body.len() + size > MAX_BODY {
+                return Err(ReadError::TooLarge(413));
+            }
+            self.need(size + 2)?;
+            let chunk = self.take(size + 2);
+            body.extend_from_slice(&chunk[..size]);
+        }
+    }
+
+    /// Reads the next request; `Ok(None)` when the peer closed between requests.
+    pub(crate) fn read_request(&mut self) -> Result<Option<Request>, ReadError> {
+        let Some(RequestHead {
+            method,
+            target,
+            version,
+            headers,
+        }) = self.read_head()?
+        else {
+            return Ok(None);
+        };
         let mut req = Request {
             method,
             path: String::new(),
@@ -237,30 +275,23 @@ impl<S: Read + Write> Conn<S> {
             self.stream.flush()?;
         }
         if chunked {
-            let mut body = Vec::new();
-            loop {
-                let line = self.read_line()?;
-                let size_hex = line.split(';').next().unwrap_or("").trim();
-                let size = usize::from_str_radix(size_hex, 16)
-                    .map_err(|_| ReadError::Bad("bad chunk size".into()))?;
-                if size == 0 {
-                    while !self.read_line()?.is_empty() {}
-                    break;
-                }
-                if body.len() + size > MAX_BODY {
-                    return Err(ReadError::TooLarge(413));
-                }
-                self.need(size + 2)?;
-                let chunk = self.take(size + 2);
-                body.extend_from_slice(&chunk[..size]);
-            }
-            req.body = body;
+            req.body = self.read_chunked_body()?;
         } else if let Some(n) = length {
             self.need(n)?;
             req.body = self.take(n);
         }
         Ok(Some(req))
     }
+}
+
+/// A parsed request head.
+struct RequestHead {
+    method: String,
+    /// The request target: path and query.
+    target: String,
+    /// The HTTP minor version (0 for HTTP/1.0).
+    version: u8,
+    headers: Vec<(String, String)>,
 }
 
 /// Writes a streamed body.

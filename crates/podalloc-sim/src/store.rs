@@ -592,40 +592,8 @@ impl Store {
             obj.remove("apiVersion");
         }
         let rv_set = prepare_create_metadata(&mut v, ns)?;
-        let seeded_status = match mode {
-            CreateMode::Seed => v.get("status").cloned().filter(Value::is_object),
-            CreateMode::Api => None,
-        };
-        let seeded_phase = match seeded_status
-            .as_ref()
-            .and_then(|s| s.get("phase"))
-            .and_then(Value::as_str)
-        {
-            None | Some("") => None,
-            Some(p) => Some(Phase::parse(p).ok_or_else(|| {
-                ApiError::bad_request(format!("unknown pod phase {p:?} in status.phase"))
-            })?),
-        };
-        let name = v["metadata"]
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let prefix = v["metadata"]
-            .get("generateName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let generated = name.is_empty() && !prefix.is_empty();
-        let name = if generated {
-            let taken = &self.pods;
-            generate_name(&mut self.rng, &prefix, |c| {
-                taken.contains_key(&format!("{ns}/{c}"))
-            })
-        } else {
-            name
-        };
-        v["metadata"]["name"] = json!(name);
+        let (seeded_status, seeded_phase) = seeded_status(&v, mode)?;
+        let (name, generated) = self.assign_name(&mut v, ns);
         pod::apply_defaults(&mut v);
         pod::initial_status(&mut v);
         let errs = pod::validate(&v);
@@ -633,18 +601,8 @@ impl Store {
             return Err(ApiError::invalid("Pod", &name, &errs));
         }
         // The ResourceQuota admission plugin runs after validation, before storage.
-        if let (Some(limit), CreateMode::Api) = (self.cfg.pod_quota, mode) {
-            let used = self.quota_used(ns, now);
-            if used + 1 > limit {
-                self.counters.quota_rejections += 1;
-                return Err(ApiError::forbidden(
-                    "pods",
-                    &name,
-                    &format!(
-                        "exceeded quota: sim-quota, requested: pods=1, used: pods={used}, limited: pods={limit}"
-                    ),
-                ));
-            }
+        if mode == CreateMode::Api {
+            self.admit_quota(ns, &name, now)?;
         }
         if rv_set {
             return Err(ApiError::unknown_server_error(
@@ -680,48 +638,9 @@ impl Store {
         self.rv += 1;
         v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         let stored = Arc::new(StoredPod::new(&key, ns.len(), &v));
-        let mut pod_owners = Vec::new();
-        let mut other_owners = false;
-        if let Some(refs) = v
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-        {
-            for r in refs {
-                let is_pod = r.get("kind").and_then(Value::as_str) == Some("Pod")
-                    && r.get("apiVersion").and_then(Value::as_str) == Some("v1");
-                match r.get("uid").and_then(Value::as_str) {
-                    Some(u) if is_pod => pod_owners.push(u.to_string()),
-                    _ => other_owners = true,
-                }
-            }
-        }
-        let entry = Entry {
-            pod: Arc::clone(&stored),
-            uid: uid.clone(),
-            seq,
-            phase: Phase::parse(&stored.fields.phase).unwrap_or(Phase::Pending),
-            stage,
-            pinned: seeded_phase.is_some(),
-            grace: v
-                .pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                .unwrap_or(DEFAULT_GRACE_SECONDS),
-            restart_policy: stored.fields.restart_policy.clone(),
-            deletion: None,
-            app: stored.labels.get(APP_LABEL).cloned(),
-            live: false,
-            pod_owners: pod_owners.clone(),
-            other_owners,
-        };
-        self.pods.insert(key.clone(), entry);
-        self.uids.insert(uid.clone(), key.clone());
-        for o in &pod_owners {
-            self.dependents
-                .entry(o.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        self.refresh_live(&key);
+        let entry = Entry::new(&stored, &v, &uid, seq, stage, seeded_phase.is_some());
+        let gc = !entry.pod_owners.is_empty() && !entry.other_owners;
+        self.index(&key, entry);
         if mode == CreateMode::Api {
             self.counters.creates += 1;
         }
@@ -734,10 +653,70 @@ impl Store {
             };
             self.push(now + delay, EvKind::Schedule, &key, &uid);
         }
-        if !pod_owners.is_empty() && !other_owners {
+        if gc {
             self.push(now, EvKind::Gc, &key, &uid);
         }
         Ok(stored)
+    }
+
+    /// Stores a new pod's entry under `key`: by uid, as a dependent of its owning pods,
+    /// and in the live counts.
+    fn index(&mut self, key: &str, entry: Entry) {
+        self.uids.insert(entry.uid.clone(), key.to_string());
+        for o in &entry.pod_owners {
+            self.dependents
+                .entry(o.clone())
+                .or_default()
+                .insert(key.to_string());
+        }
+        self.pods.insert(key.to_string(), entry);
+        self.refresh_live(key);
+    }
+
+    /// Names a pod being created: its `metadata.name`, or one generated from
+    /// `generateName` that no pod of `ns` has. Returns the name and whether it was generated.
+    fn assign_name(&mut self, v: &mut Value, ns: &str) -> (String, bool) {
+        let name = v["metadata"]
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let prefix = v["metadata"]
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generated = name.is_empty() && !prefix.is_empty();
+        let name = if generated {
+            let taken = &self.pods;
+            generate_name(&mut self.rng, &prefix, |c| {
+                taken.contains_key(&format!("{ns}/{c}"))
+            })
+        } else {
+            name
+        };
+        v["metadata"]["name"] = json!(name);
+        (name, generated)
+    }
+
+    /// The ResourceQuota admission of one more pod in `ns`: 403 "exceeded quota" (and a
+    /// count of it) when the `pods` quota is already used up.
+    fn admit_quota(&mut self, ns: &str, name: &str, now: Instant) -> Result<(), ApiError> {
+        let Some(limit) = self.cfg.pod_quota else {
+            return Ok(());
+        };
+        let used = self.quota_used(ns, now);
+        if used + 1 > limit {
+            self.counters.quota_rejections += 1;
+            return Err(ApiError::forbidden(
+                "pods",
+                name,
+                &format!(
+                    "exceeded quota: sim-quota, requested: pods=1, used: pods={used}, limited: pods={limit}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Pods of `ns` that the `pods` quota counts (`QuotaV1Pod`): not Succeeded/Failed,
@@ -1362,6 +1341,80 @@ impl Store {
             ..SimStats::default()
         }
     }
+}
+
+/// A seeded pod's status (side door only: `CreateMode::Seed`) and its phase, if it names
+/// one; 400 for an unknown phase.
+fn seeded_status(v: &Value, mode: CreateMode) -> Result<(Option<Value>, Option<Phase>), ApiError> {
+    let status = match mode {
+        CreateMode::Seed => v.get("status").cloned().filter(Value::is_object),
+        CreateMode::Api => None,
+    };
+    let phase = match status
+        .as_ref()
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+    {
+        None | Some("") => None,
+        Some(p) => Some(Phase::parse(p).ok_or_else(|| {
+            ApiError::bad_request(format!("unknown pod phase {p:?} in status.phase"))
+        })?),
+    };
+    Ok((status, phase))
+}
+
+impl Entry {
+    /// The entry of a pod just stored as `stored` (its object `v`), in `stage`; `pinned`
+    /// when seeded with a phase.
+    fn new(
+        stored: &Arc<StoredPod>,
+        v: &Value,
+        uid: &str,
+        seq: u64,
+        stage: Stage,
+        pinned: bool,
+    ) -> Entry {
+        let (pod_owners, other_owners) = owners(v);
+        Entry {
+            pod: Arc::clone(stored),
+            uid: uid.to_string(),
+            seq,
+            phase: Phase::parse(&stored.fields.phase).unwrap_or(Phase::Pending),
+            stage,
+            pinned,
+            grace: v
+                .pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
+            restart_policy: stored.fields.restart_policy.clone(),
+            deletion: None,
+            app: stored.labels.get(APP_LABEL).cloned(),
+            live: false,
+            pod_owners,
+            other_owners,
+        }
+    }
+}
+
+/// A pod's owner references: the uids of owning pods (`v1` `Pod`), and whether anything
+/// else owns it too (then the garbage collector leaves it alone).
+fn owners(v: &Value) -> (Vec<String>, bool) {
+    let mut pod_owners = Vec::new();
+    let mut other_owners = false;
+    if let Some(refs) = v
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    {
+        for r in refs {
+            let is_pod = r.get("kind").and_then(Value::as_str) == Some("Pod")
+                && r.get("apiVersion").and_then(Value::as_str) == Some("v1");
+            match r.get("uid").and_then(Value::as_str) {
+                Some(u) if is_pod => pod_owners.push(u.to_string()),
+                _ => other_owners = true,
+            }
+        }
+    }
+    (pod_owners, other_owners)
 }
 
 /// The metadata part of a create, for pods and ConfigMaps alike: `metadata` made an

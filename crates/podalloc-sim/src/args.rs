@@ -1,0 +1,107 @@
+//! The command-line flags of `podalloc sim`, kept beside the server they configure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::{FaultRule, SimOptions};
+
+/// The flags of `podalloc sim` (clap derive): where to listen, TLS and authentication,
+/// the simulated kubelet's latencies and failures, and the faults, quota and RBAC denials
+/// to inject. [`SimArgs::options`] turns them into [`SimOptions`].
+#[derive(Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Address to listen on (loopback only unless you mean it).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    pub http: bool,
+    /// Write a kubeconfig for this server here (server, CA data, token).
+    #[arg(long, value_name = "FILE")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Write the generated CA certificate (PEM) here.
+    #[arg(long, value_name = "FILE")]
+    pub ca_out: Option<PathBuf>,
+    /// Bearer token clients must send [default: a random one, printed and in the kubeconfig].
+    #[arg(long, value_name = "TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Accept requests without a token.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Time from creation to scheduled.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub schedule_latency: Duration,
+    /// Time from scheduled to Running.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub startup_latency: Duration,
+    /// Probability (0–1) that a starting pod fails instead.
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    pub failure_rate: f64,
+    /// Seed for the simulated failures.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Number of simulated nodes (0: every pod stays Pending, Unschedulable).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub nodes: usize,
+    /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
+    /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
+    /// cm-create, cm-update. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
+    /// reset, delay:MS, lost-response, truncate, 410.
+    #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]
+    pub faults: Vec<FaultRule>,
+    /// A ResourceQuota on the number of pods per namespace (403 "exceeded quota" beyond it).
+    #[arg(long, value_name = "N")]
+    pub pod_quota: Option<u64>,
+    /// Verbs the simulated RBAC denies with 403 (repeatable), e.g. `create`.
+    #[arg(long = "forbid", value_name = "VERB")]
+    pub forbid: Vec<String>,
+    /// Require TLS client certificates signed by the simulator's CA (mTLS).
+    #[arg(long)]
+    pub require_client_cert: bool,
+    /// Delay added to every API response.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub latency: Duration,
+}
+
+fn parse_fault(s: &str) -> Result<FaultRule, String> {
+    FaultRule::parse(s).map_err(|e| e.to_string())
+}
+
+impl SimArgs {
+    /// The server settings these flags ask for, with `token` as the bearer token (`None`:
+    /// no authentication; the caller picks a random one when `--token` is absent).
+    pub fn options(&self, token: Option<String>) -> SimOptions {
+        SimOptions {
+            listen: self.listen,
+            tls: !self.http,
+            ca_out: self.ca_out.clone(),
+            token,
+            schedule_latency: self.schedule_latency,
+            startup_latency: self.startup_latency,
+            failure_rate: self.failure_rate,
+            seed: self.seed,
+            nodes: self.nodes,
+            faults: self.faults.clone(),
+            pod_quota: self.pod_quota,
+            forbid: self.forbid.clone(),
+            require_client_cert: self.require_client_cert,
+            latency: self.latency,
+            ..SimOptions::default()
+        }
+    }
+}
+
+/// Longest duration a flag takes: 10 years (as podalloc's own duration flags).
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Parses a humantime duration (`1s`, `250ms`, `2m`), at most 10 years.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 1s, 250ms, 2m"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than 10 years"));
+    }
+    Ok(d)
+}

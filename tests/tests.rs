@@ -1,0 +1,18 @@
+//! The integration tests, in one binary so that it links once: the real podalloc binary
+//! against the simulated API server, the deploy recipes, recorded fixtures, the fuzzed
+//! parsers and the conformance corpus. `util` is their shared harness.
+
+mod util;
+
+mod cmstore;
+mod conformance;
+mod crash;
+mod deploy;
+mod e2e;
+mod faults;
+mod fixtures;
+mod fuzz;
+#[cfg(unix)]
+mod kube_auth;
+mod mtls;
+mod overlap;

@@ -1,0 +1,410 @@
+//! The integration tests' shared harness: the podalloc binary as a [`Command`], a simulated
+//! API server with a temporary directory around it ([`SimWorld`] → [`World`]), a test client
+//! for its API, and the helpers that read a finished process's [`Output`].
+//!
+//! ```ignore
+//! let w = SimWorld::new().app("my-app").faults(&["create:429-status@2"]).start();
+//! w.ok(&["run", "--target", "3", "--until-converged"]);
+//! assert_eq!(w.sim.stats().live_pods, 3);
+//! ```
+
+use podalloc_sim::{FaultRule, SimOptions, SimServer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// The checkout's root (where `Cargo.toml`, `fixtures/` and `deploy/` are).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The podalloc binary under test, with an environment that cannot leak in from the
+/// developer's shell: no `KUBECONFIG`, no `RUST_LOG`, no crash point.
+pub fn podalloc() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
+    c.env_remove("KUBECONFIG")
+        .env_remove("RUST_LOG")
+        .env_remove("PODALLOC_CRASH_AT");
+    c
+}
+
+/// A process's standard error, lossily decoded.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// A process's standard output, lossily decoded.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// A process's exit code; -1 when a signal ended it.
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// Parses fault rules (`VERB:FAULT[@WHEN]`), panicking on a bad one.
+pub fn rules(r: &[&str]) -> Vec<FaultRule> {
+    r.iter().map(|s| FaultRule::parse(s).unwrap()).collect()
+}
+
+/// A blocking HTTPS client that trusts the CA in `ca_pem` and returns error statuses as
+/// responses (no proxy).
+pub fn agent(ca_pem: &[u8]) -> ureq::Agent {
+    let certs: Vec<_> = ureq::tls::parse_pem(ca_pem)
+        .filter_map(|i| match i {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .new_agent()
+}
+
+/// How to start a simulator, and which podalloc flags [`World::cmd`] passes. Starts from
+/// `SimOptions::default()` with a bearer token and the CA written to `ca.crt` in a fresh
+/// temporary directory.
+pub struct SimWorld {
+    opts: SimOptions,
+    ca: String,
+    token: String,
+    app: String,
+    image: String,
+    namespace: Option<String>,
+    batch_delay: Option<String>,
+    state_file: bool,
+}
+
+impl SimWorld {
+    /// The defaults: app `sim-app`, image `img`, a `--state-file` in the directory, no
+    /// `-n`, no `--batch-delay`.
+    pub fn new() -> SimWorld {
+        SimWorld {
+            opts: SimOptions::default(),
+            ca: "ca.crt".into(),
+            token: "sim-test-token-0123456789".into(),
+            app: "sim-app".into(),
+            image: "img".into(),
+            namespace: None,
+            batch_delay: None,
+            state_file: true,
+        }
+    }
+
+    /// Fault rules to inject from the start (see [`rules`]).
+    pub fn faults(mut self, faults: &[&str]) -> SimWorld {
+        self.opts.faults = rules(faults);
+        self
+    }
+
+    /// Delay added to every API response, in milliseconds.
+    pub fn latency(mut self, ms: u64) -> SimWorld {
+        self.opts.latency = Duration::from_millis(ms);
+        self
+    }
+
+    /// Time from creation to scheduled.
+    pub fn schedule(mut self, d: Duration) -> SimWorld {
+        self.opts.schedule_latency = d;
+        self
+    }
+
+    /// Time from scheduled to Running.
+    pub fn startup(mut self, d: Duration) -> SimWorld {
+        self.opts.startup_latency = d;
+        self
+    }
+
+    /// Time a deleted pod takes to stop.
+    pub fn stop(mut self, d: Duration) -> SimWorld {
+        self.opts.stop_latency = d;
+        self
+    }
+
+    /// Any other simulator setting.
+    pub fn options(mut self, tweak: impl FnOnce(&mut SimOptions)) -> SimWorld {
+        tweak(&mut self.opts);
+        self
+    }
+
+    /// Where the CA certificate goes, relative to the directory.
+    pub fn ca_file(mut self, rel: &str) -> SimWorld {
+        self.ca = rel.into();
+        self
+    }
+
+    /// The bearer token the server wants and [`World::cmd`] passes.
+    pub fn token(mut self, token: &str) -> SimWorld {
+        self.token = token.into();
+        self
+    }
+
+    /// `--app-id`.
+    pub fn app(mut self, app: &str) -> SimWorld {
+        self.app = app.into();
+        self
+    }
+
+    /// `--image`.
+    pub fn image(mut self, image: &str) -> SimWorld {
+        self.image = image.into();
+        self
+    }
+
+    /// `-n`.
+    pub fn namespace(mut self, ns: &str) -> SimWorld {
+        self.namespace = Some(ns.into());
+        self
+    }
+
+    /// `--batch-delay`.
+    pub fn batch_delay(mut self, d: &str) -> SimWorld {
+        self.batch_delay = Some(d.into());
+        self
+    }
+
+    /// No `--state-file` (for the ConfigMap store).
+    pub fn no_state_file(mut self) -> SimWorld {
+        self.state_file = false;
+        self
+    }
+
+    /// Makes the directory and starts the server.
+    pub fn start(mut self) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join(&self.ca);
+        std::fs::create_dir_all(ca.parent().unwrap()).unwrap();
+        self.opts.ca_out = Some(ca.clone());
+        self.opts.token = Some(self.token.clone());
+        World {
+            sim: SimServer::start(self.opts).unwrap(),
+            dir,
+            ca,
+            token: self.token,
+            app: self.app,
+            image: self.image,
+            namespace: self.namespace,
+            batch_delay: self.batch_delay,
+            state_file: self.state_file,
+        }
+    }
+}
+
+/// A running simulator, its temporary directory, and the podalloc command line for it.
+pub struct World {
+    /// The server.
+    pub sim: SimServer,
+    /// The temporary directory: the CA, the state file, anything a test writes.
+    pub dir: tempfile::TempDir,
+    /// The CA certificate's path.
+    pub ca: PathBuf,
+    /// The bearer token.
+    pub token: String,
+    /// The app id.
+    pub app: String,
+    image: String,
+    namespace: Option<String>,
+    batch_delay: Option<String>,
+    state_file: bool,
+}
+
+impl World {
+    /// A path in the directory.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// The state file `--state-file` names.
+    pub fn state_file(&self) -> PathBuf {
+        self.path("state.json")
+    }
+
+    /// The state file, parsed.
+    pub fn state(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.state_file()).unwrap()).unwrap()
+    }
+
+    /// [`podalloc`] with the app's flags (`--app-id`, `--image`, `--batch-delay`,
+    /// `--state-file`) but no connection flags.
+    pub fn bare(&self) -> Command {
+        let mut c = podalloc();
+        c.args(["--app-id", &self.app, "--image", &self.image]);
+        if let Some(d) = &self.batch_delay {
+            c.args(["--batch-delay", d]);
+        }
+        if self.state_file {
+            c.arg("--state-file").arg(self.state_file());
+        }
+        c
+    }
+
+    /// podalloc connected to the simulator (`--server`, `--token` unless `args` has
+    /// `--token-file`, `--certificate-authority`, `-n`) with the app's flags, then `args`.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let token = if args.contains(&"--token-file") {
+            None
+        } else {
+            Some(self.token.as_str())
+        };
+        self.connect(&self.sim.url(), token, args)
+    }
+
+    /// [`World::cmd`] with another bearer token.
+    pub fn cmd_as(&self, token: &str, args: &[&str]) -> Command {
+        self.connect(&self.sim.url(), Some(token), args)
+    }
+
+    fn connect(&self, server: &str, token: Option<&str>, args: &[&str]) -> Command {
+        let mut c = self.bare();
+        c.args(["--server", server]);
+        if let Some(t) = token {
+            c.args(["--token", t]);
+        }
+        c.arg("--certificate-authority").arg(&self.ca);
+        if let Some(ns) = &self.namespace {
+            c.args(["-n", ns]);
+        }
+        c.args(args);
+        c
+    }
+
+    /// Runs [`World::cmd`] to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Runs [`World::cmd`] and asserts it succeeded.
+    pub fn ok(&self, args: &[&str]) -> Output {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "podalloc {args:?} failed: {}",
+            stderr(&out)
+        );
+        out
+    }
+
+    /// `run --target N --until-converged --timeout TIMEOUT`, which must succeed.
+    pub fn run_to(&self, target: u32, timeout: &str) -> Output {
+        let t = target.to_string();
+        self.ok(&[
+            "run",
+            "--target",
+            &t,
+            "--until-converged",
+            "--timeout",
+            timeout,
+        ])
+    }
+
+    /// [`World::run_to`] with a minute's timeout; then there must be exactly N live pods,
+    /// no duplicate executor id, and never more than N of the app's pods live.
+    pub fn converge(&self, target: u32) {
+        self.run_to(target, "60s");
+        let s = self.sim.stats();
+        assert_eq!(s.live_pods, target as u64);
+        assert_eq!(s.duplicate_executor_ids, 0);
+        assert!(s.max_live_pods_by_app.get(&self.app).copied().unwrap_or(0) <= target as u64);
+    }
+
+    /// A call to the simulator as a test client (with the token): GET, or POST of a JSON
+    /// body. Returns the status and the body as JSON (`Null` when it is not JSON).
+    pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let agent = agent(self.sim.ca_pem().unwrap().as_bytes());
+        let url = format!("{}{}", self.sim.url(), path);
+        let auth = format!("Bearer {}", self.token);
+        let mut resp = match (method, body) {
+            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            ("POST", Some(b)) => agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .content_type("application/json")
+                .send(b.to_string()),
+            _ => panic!("unsupported"),
+        }
+        .unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap();
+        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// The app's executor pods in `ns`, as the API lists them.
+    pub fn pods(&self, ns: &str) -> Vec<Value> {
+        let (code, list) = self.api(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3D{}",
+                self.app
+            ),
+            None,
+        );
+        assert_eq!(code, 200, "{list}");
+        list["items"].as_array().unwrap().clone()
+    }
+
+    /// The app's executor pods in `default` as (id, phase, deleting), by id.
+    pub fn executors(&self) -> Vec<(u64, String, bool)> {
+        let mut v: Vec<(u64, String, bool)> = self
+            .pods("default")
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["labels"]["spark-exec-id"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                    p["status"]["phase"].as_str().unwrap_or("").to_string(),
+                    !p["metadata"]["deletionTimestamp"].is_null(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The ids of the executors that are Pending or Running and not being deleted.
+    pub fn live(&self) -> Vec<u64> {
+        self.executors()
+            .into_iter()
+            .filter(|(_, ph, del)| !del && (ph == "Running" || ph == "Pending"))
+            .map(|(id, _, _)| id)
+            .collect()
+    }
+
+    /// The most of the app's pods ever live at once.
+    pub fn max_live(&self) -> u64 {
+        self.sim
+            .stats()
+            .max_live_pods_by_app
+            .get(&self.app)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Polls `f` every 50 ms for up to 10 s; panics naming `what` (and the executors) when
+    /// it never holds.
+    pub fn wait_for(&self, what: &str, mut f: impl FnMut(&World) -> bool) {
+        for _ in 0..200 {
+            if f(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}: {:?}", self.executors());
+    }
+}
+
+/// Writes `text` to `path`, making its directory first.
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}

@@ -16,3 +16,4 @@ mod fuzz;
 mod kube_auth;
 mod mtls;
 mod overlap;
+mod reliability;

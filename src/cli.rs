@@ -19,6 +19,7 @@ EXIT CODES:
   4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
+  7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
 
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
@@ -576,6 +577,10 @@ pub struct PlanArgs {
     /// Executor id to remove (repeatable): deleted whatever its state, target lowered.
     #[arg(long, value_name = "ID", value_parser = parse_id)]
     pub remove: Vec<u64>,
+    /// The driver pod's phase, as a tick with --driver-pod would read it: Pending (no
+    /// executors yet), Running, Succeeded or Failed (every executor deleted), or Deleting.
+    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed", "Deleting"])]
+    pub driver_phase: Option<String>,
 }
 
 /// `sim`: the simulator's own flags (the `podalloc-sim` crate).

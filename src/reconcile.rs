@@ -10,7 +10,7 @@ use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summ
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
-use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::snapshot::{DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
@@ -154,30 +154,30 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
     Ok(snap)
 }
 
-/// Reads the driver pod for the ownerReference. A missing driver pod is an error naming the
-/// pod and the namespace (exit 2), as Spark's allocator refuses to start without it.
-pub fn driver_owner(client: &KubeClient, name: &str) -> Result<Owner> {
-    match client.get_pod(name).map_err(kube_error)? {
-        Some(pod) => {
-            let uid = pod["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if uid.is_empty() {
-                return Err(Error::runtime(format!(
-                    "driver pod {name:?} has no metadata.uid"
-                )));
-            }
-            Ok(Owner {
-                name: name.to_string(),
-                uid,
-            })
-        }
-        None => Err(Error::usage(format!(
+/// Reads the driver pod: its ownerReference for new executors, and its lifecycle
+/// ([`DriverState`]). A missing driver pod is an error naming the pod and the namespace
+/// (exit 2), as Spark's allocator refuses to start without it.
+pub fn read_driver(client: &KubeClient, name: &str) -> Result<(Owner, DriverState)> {
+    let Some(pod) = client.get_pod(name).map_err(kube_error)? else {
+        return Err(Error::usage(format!(
             "no driver pod named {name:?} in namespace {:?}: check --driver-pod and -n/--namespace",
             client.namespace()
-        ))),
+        )));
+    };
+    let meta = &pod["metadata"];
+    let uid = meta["uid"].as_str().unwrap_or_default().to_string();
+    if uid.is_empty() {
+        return Err(Error::runtime(format!(
+            "driver pod {name:?} has no metadata.uid"
+        )));
     }
+    let deleting = !meta["deletionTimestamp"].is_null();
+    let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+    let owner = Owner {
+        name: name.to_string(),
+        uid,
+    };
+    Ok((owner, DriverState::of(deleting, phase)))
 }
 
 /// Runs one tick under the held lock `store`: list → step → save (write-ahead) → apply →
@@ -236,17 +236,31 @@ fn tick_inner(
 ) -> Result<TickReport> {
     let state = store.load().map_err(store_error)?;
     let state = state.unwrap_or_else(AllocatorState::new);
-    let snapshot = list_snapshot(client, app)?;
+    let mut snapshot = list_snapshot(client, app)?;
+    let owner = match &app.driver_pod {
+        Some(name) => {
+            let (owner, driver) = read_driver(client, name)?;
+            snapshot.driver = Some(driver);
+            Some(owner)
+        }
+        None => None,
+    };
     crash_point("after-list");
     let plan = alloc::step(&snapshot, &state, &app.settings, request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
     log_plan(&state, &snapshot, &plan);
-    let owner = driver_for_creates(client, app, &plan)?;
     // Write-ahead: the ids about to be created are recorded before any call is made.
     crash_point("before-write-ahead");
     store.save(&plan.state).map_err(store_error)?;
     crash_point("after-write-ahead");
-    let Applied { mut out, error } = apply(client, app, &plan, owner.as_ref());
+    let Applied { mut out, mut error } = apply(client, app, &plan, owner.as_ref());
+    if let (Some(why), Some(name)) = (&plan.driver_ended, &app.driver_pod) {
+        error.get_or_insert(Error::driver_ended(format!(
+            "driver pod {name:?} {why}: its {} executor pod(s) deleted, none will be created; \
+             the application has ended",
+            out.deleted
+        )));
+    }
     out.api_errors = errors_since(client, errors_before);
     out.throttled = (out.api_errors.keys()).any(|&code| code == 429 || code >= 500);
     let state = alloc::record(&plan, &out, &app.settings, now_ms);
@@ -281,14 +295,6 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
             "target {} not reached (running {}): no executor created: {b}",
             s.target, s.running
         );
-    }
-}
-
-/// The driver pod's ownerReference, read only when the plan creates pods.
-fn driver_for_creates(client: &KubeClient, app: &App, plan: &Plan) -> Result<Option<Owner>> {
-    match (&app.driver_pod, plan.create.is_empty()) {
-        (Some(name), false) => Ok(Some(driver_owner(client, name)?)),
-        _ => Ok(None),
     }
 }
 

@@ -8,7 +8,7 @@ use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepErro
 use super::settings::{Settings, STUCK_REASONS};
 use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
 use crate::podspec::pod_name;
-use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
+use crate::snapshot::{DriverState, ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -86,6 +86,49 @@ impl<'a> Step<'a> {
     pub(super) fn acknowledge_seen(&mut self) {
         let seen = &self.snap.executors;
         self.unack.retain(|id, _| !seen.contains_key(id));
+    }
+
+    /// Rule 3 (the driver's lifecycle, `--driver-pod`): a driver that has finished or is being
+    /// deleted ends the app; why, naming the phase.
+    pub(super) fn driver_ended(&self) -> Option<String> {
+        match self.snap.driver.as_ref()? {
+            DriverState::Finished(phase) => Some(format!("has finished ({phase})")),
+            DriverState::Deleting => Some("is being deleted".to_string()),
+            DriverState::Pending | DriverState::Running => None,
+        }
+    }
+
+    /// When the driver has ended: every executor pod is deleted (reason `driver-ended`), every
+    /// request forgotten, nothing created — the app is over, so its executors would run for
+    /// nothing until the garbage collector removes them with the driver object.
+    pub(super) fn wind_down(mut self, why: String) -> Plan {
+        let snap = self.snap;
+        for p in snap.executors.values() {
+            if p.state != ExecutorState::Deleted {
+                self.delete.push(Delete::seen(p, DeleteReason::DriverEnded));
+            }
+        }
+        for id in std::mem::take(&mut self.unack).into_keys() {
+            let d = Delete::unseen(id, self.name(id), DeleteReason::DriverEnded);
+            self.delete.push(d);
+        }
+        self.retry.clear();
+        let mut c = self.census();
+        c.running.clear();
+        c.pending.clear();
+        let guard = CrashLoopGuard::observe(self.prev, &self.cfg.policies, vec![], self.now_ms);
+        let batch = CreateBatch {
+            backing_off: false,
+            blocked: None,
+            adaptive: self.prev.adaptive.clone(),
+        };
+        let mut plan = self.finish(c, guard, batch);
+        plan.delete
+            .retain(|d| d.reason == DeleteReason::DriverEnded);
+        plan.summary.deleted = plan.delete.len() as u32;
+        plan.summary.converged = false;
+        plan.driver_ended = Some(why);
+        plan
     }
 
     /// Rule 2 (Spark's `podCreationTimeout`): a request unseen for longer than the creation
@@ -348,7 +391,9 @@ impl<'a> Step<'a> {
                 self.last_id
             ));
         }
+        let driver_pending = self.snap.driver == Some(DriverState::Pending);
         let blocked = match () {
+            _ if driver_pending => Some(Blocked::DriverPending),
             _ if halted => Some(Blocked::CrashLoop),
             _ if backing_off.is_some() => backing_off.clone(),
             _ if waiting.is_some() => waiting,
@@ -466,6 +511,7 @@ impl<'a> Step<'a> {
             warnings: self.warnings,
             halt: guard.halt,
             requeue_after_ms,
+            driver_ended: None,
             blocked: b.blocked,
         }
     }

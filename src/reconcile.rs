@@ -253,7 +253,7 @@ fn tick_inner(
     crash_point("before-write-ahead");
     store.save(&plan.state).map_err(store_error)?;
     crash_point("after-write-ahead");
-    let Applied { mut out, mut error } = apply(client, app, &plan, owner.as_ref());
+    let Applied { mut out, mut error } = apply(client, app, &plan, owner.as_ref(), errors_before);
     if let (Some(why), Some(name)) = (&plan.driver_ended, &app.driver_pod) {
         error.get_or_insert(Error::driver_ended(format!(
             "driver pod {name:?} {why}: its {} executor pod(s) deleted, none will be created; \
@@ -262,7 +262,7 @@ fn tick_inner(
         )));
     }
     out.api_errors = errors_since(client, errors_before);
-    out.throttled = (out.api_errors.keys()).any(|&code| code == 429 || code >= 500);
+    out.throttled = throttled(&out.api_errors);
     let state = alloc::record(&plan, &out, &app.settings, now_ms);
     if state != plan.state {
         crash_point("before-final-save");
@@ -342,8 +342,15 @@ impl Applied {
 }
 
 /// Makes the plan's calls, deletes first, and reports what happened. Decides nothing: a batch
-/// stops at its first error as Kubernetes' controllers stop theirs.
-fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> Applied {
+/// stops at its first error as Kubernetes' controllers stop theirs, and a slow-start batch
+/// also between two of its groups ([`Plan::create_groups`]) once the server throttles.
+fn apply(
+    client: &KubeClient,
+    app: &App,
+    plan: &Plan,
+    owner: Option<&Owner>,
+    errors_before: &BTreeMap<u16, u64>,
+) -> Applied {
     let mut a = Applied {
         error: plan.halt.clone().map(Error::crash_loop),
         ..Applied::default()
@@ -351,6 +358,12 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
     for d in &plan.delete {
         delete_logged(client, d, &mut a);
     }
+    let group_ends: Vec<usize> = (plan.create_groups.iter())
+        .scan(0usize, |end, &g| {
+            *end += g as usize;
+            Some(*end)
+        })
+        .collect();
     for (i, c) in plan.create.iter().enumerate() {
         let rest = &plan.create[i..];
         let Some(template) = app.template.as_ref() else {
@@ -367,41 +380,68 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
         crash_point("before-create");
         let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
         crash_point("after-create");
-        let stop = match outcome {
-            CreateOutcome::Created => {
-                a.out.created.push(c.executor_id);
-                None
-            }
-            CreateOutcome::NotOurs => {
-                a.out.dropped.push(c.executor_id);
-                None
-            }
-            CreateOutcome::Quota(e) => {
-                // The rejected ids never existed (not unacknowledged); creation backs off.
-                a.stop_batch(rest);
-                a.out.quota = Some(e.message.clone());
-                Some(e)
-            }
-            CreateOutcome::Rejected(e) => {
-                // Definitely not created: this id and the rest of the batch are dropped.
-                a.stop_batch(rest);
-                Some(e)
-            }
-            CreateOutcome::Ambiguous(e) => {
-                // May have happened: stays unacknowledged and is sent again by name next tick;
-                // the rest is not attempted.
-                a.out.ambiguous.push(c.executor_id);
-                a.stop_batch(&rest[1..]);
-                Some(e)
-            }
-        };
-        if let Some(e) = stop {
+        if let Some(e) = a.take(c, outcome, rest) {
             a.error.get_or_insert(e);
+            break;
+        }
+        let group_done = group_ends.contains(&(i + 1)) && i + 1 < plan.create.len();
+        if group_done && throttled(&errors_since(client, errors_before)) {
+            info!(
+                "slow-start stopped after {} of {} creates: the API server is throttling",
+                i + 1,
+                plan.create.len()
+            );
+            a.stop_batch(&plan.create[i + 1..]);
             break;
         }
     }
     a.out.failed = a.error.is_some();
     a
+}
+
+/// 429 or 5xx among `errors` (by HTTP code): the server asks us to slow down.
+fn throttled(errors: &BTreeMap<u16, u64>) -> bool {
+    errors.keys().any(|&code| code == 429 || code >= 500)
+}
+
+impl Applied {
+    /// Records one create's outcome; the error that stops the batch, if any. `rest` is this
+    /// create and the ones after it.
+    fn take(
+        &mut self,
+        c: &alloc::Create,
+        outcome: CreateOutcome,
+        rest: &[alloc::Create],
+    ) -> Option<Error> {
+        match outcome {
+            CreateOutcome::Created => {
+                self.out.created.push(c.executor_id);
+                None
+            }
+            CreateOutcome::NotOurs => {
+                self.out.dropped.push(c.executor_id);
+                None
+            }
+            CreateOutcome::Quota(e) => {
+                // The rejected ids never existed (not unacknowledged); creation backs off.
+                self.stop_batch(rest);
+                self.out.quota = Some(e.message.clone());
+                Some(e)
+            }
+            CreateOutcome::Rejected(e) => {
+                // Definitely not created: this id and the rest of the batch are dropped.
+                self.stop_batch(rest);
+                Some(e)
+            }
+            CreateOutcome::Ambiguous(e) => {
+                // May have happened: stays unacknowledged and is sent again by name next tick;
+                // the rest is not attempted.
+                self.out.ambiguous.push(c.executor_id);
+                self.stop_batch(&rest[1..]);
+                Some(e)
+            }
+        }
+    }
 }
 
 /// One planned delete, logged, its outcome counted.

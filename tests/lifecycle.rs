@@ -106,3 +106,29 @@ fn spark3x_target_flap_within_the_idle_timeout_churns_nothing() {
     );
     assert_eq!(w.state()["last_executor_id"], 5);
 }
+
+/// `--batch-size slow-start`: one tick creates the whole cap in groups of 1, 2, 4, … while every
+/// create succeeds, and stops between two groups once the server throttles.
+#[test]
+fn slow_start_fills_the_cap_in_one_tick_and_stops_when_throttled() {
+    let w = world();
+    let fast = ["--batch-size", "slow-start", "--max-batch", "15", "--max-pending", "100"];
+    let mut args = fast.to_vec();
+    args.extend(["reconcile", "--target", "15"]);
+    w.ok(&args);
+    assert_eq!(w.live().len(), 15, "the whole cap in one tick");
+
+    // The fourth create of the next app meets a 429 (retried by the client): the group it is
+    // in (4..=7) completes, the rest of the tick's batch is not sent.
+    let t = SimWorld::new()
+        .app("throttled")
+        .faults(&["create:429-status@4"])
+        .start();
+    let mut args = fast.to_vec();
+    args.extend(["reconcile", "--target", "15"]);
+    let out = t.ok(&args);
+    let err = stderr(&out);
+    assert_eq!(t.live().len(), 7, "{err}");
+    assert!(err.contains("slow-start stopped after 7 of 15 creates"), "{err}");
+    assert!(t.state()["unacknowledged"].as_array().unwrap().len() == 7);
+}

@@ -189,6 +189,11 @@ pub struct Summary {
 pub struct Plan {
     /// Pods to create, in creation order.
     pub create: Vec<Create>,
+    /// With `--batch-size slow-start`: the sizes of the groups `create` is sent in (1, 2, 4,
+    /// …, summing to its length); the caller stops at the first group that meets an error,
+    /// throttling (429, 5xx) or a quota rejection. Empty: one group.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub create_groups: Vec<u32>,
     /// Pods to delete, in call order (timed-out, removed, terminated, excess).
     pub delete: Vec<Delete>,
     /// The state to persist if every planned call succeeds.

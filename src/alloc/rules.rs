@@ -503,8 +503,13 @@ impl<'a> Step<'a> {
             stuck: c.stuck,
             adaptive: b.adaptive,
         };
+        let create_groups = match self.cfg.policies.slow_start {
+            true => slow_start_groups(self.create.len() as u32),
+            false => Vec::new(),
+        };
         Plan {
             create: self.create,
+            create_groups,
             delete: self.delete,
             state,
             summary: s,
@@ -551,4 +556,18 @@ pub(super) struct CreateBatch {
     backing_off: bool,
     blocked: Option<Blocked>,
     adaptive: Option<super::state::AdaptiveState>,
+}
+
+/// Slow-start groups for `n` creates: 1, 2, 4, … and the remainder last (the ReplicaSet
+/// controller's `slowStartBatch`, which starts at 1 and doubles while every create succeeds).
+fn slow_start_groups(n: u32) -> Vec<u32> {
+    let mut groups = Vec::new();
+    let (mut left, mut size) = (n, 1u32);
+    while left > 0 {
+        let g = size.min(left);
+        groups.push(g);
+        left -= g;
+        size = size.saturating_mul(2);
+    }
+    groups
 }

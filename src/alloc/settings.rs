@@ -65,6 +65,11 @@ pub struct Policies {
     /// they are gone (off by default, as Spark), so a namespace under a pod-count
     /// ResourceQuota never holds more executor pods than the target during replacements.
     pub count_terminating: bool,
+    /// Slow-start within a tick (`--batch-size slow-start`), as Kubernetes' ReplicaSet
+    /// controller creates its pods: the batch is sent in groups of 1, 2, 4, … back to back,
+    /// stopping at the first error, throttling or quota signal ([`crate::alloc::Plan::create_groups`]);
+    /// the batch cap adapts across ticks as `adaptive_max_batch` does.
+    pub slow_start: bool,
 }
 
 /// Default crash-loop guard window: 10 minutes, in ms.

@@ -193,9 +193,29 @@ pub fn tick(
     request: &Request,
     now_ms: u64,
 ) -> Result<TickReport> {
+    tick_listed(client, app, store, request, None, now_ms)
+}
+
+/// As [`tick`], with the app's executor pods already listed when `listed` is given (one list
+/// call per namespace serving many apps: the caller splits it per app); `None` lists them.
+pub fn tick_listed(
+    client: &KubeClient,
+    app: &App,
+    store: &mut dyn StateStore,
+    request: &Request,
+    listed: Option<Snapshot>,
+    now_ms: u64,
+) -> Result<TickReport> {
     client.reset_retry_budget();
     let errors_before = client.stats().errors_by_code;
-    let res = tick_inner(client, app, store, request, now_ms, &errors_before);
+    let res = tick_inner(
+        client,
+        app,
+        store,
+        (request, listed),
+        now_ms,
+        &errors_before,
+    );
     if let Err(e) = &res {
         // A tick that failed before acting still counts its API errors (for metrics).
         if matches!(e.code, ExitCode::Runtime | ExitCode::Refused) {
@@ -230,13 +250,16 @@ fn tick_inner(
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
-    request: &Request,
+    (request, listed): (&Request, Option<Snapshot>),
     now_ms: u64,
     errors_before: &BTreeMap<u16, u64>,
 ) -> Result<TickReport> {
     let state = store.load().map_err(store_error)?;
     let state = state.unwrap_or_else(AllocatorState::new);
-    let mut snapshot = list_snapshot(client, app)?;
+    let mut snapshot = match listed {
+        Some(s) => s,
+        None => list_snapshot(client, app)?,
+    };
     let owner = match &app.driver_pod {
         Some(name) => {
             let (owner, driver) = read_driver(client, name)?;
@@ -519,9 +542,7 @@ enum CreateOutcome {
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
     match client.create_pod(pod) {
         Ok(_) => CreateOutcome::Created,
-        Err(KubeError::Api { ref status, .. })
-            if status.code == 409 && status.reason == "AlreadyExists" =>
-        {
+        Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
             // is success; anything else under that name is not ours and is left alone.
             match client.get_pod(name) {

@@ -112,7 +112,14 @@ fn spark3x_target_flap_within_the_idle_timeout_churns_nothing() {
 #[test]
 fn slow_start_fills_the_cap_in_one_tick_and_stops_when_throttled() {
     let w = world();
-    let fast = ["--batch-size", "slow-start", "--max-batch", "15", "--max-pending", "100"];
+    let fast = [
+        "--batch-size",
+        "slow-start",
+        "--max-batch",
+        "15",
+        "--max-pending",
+        "100",
+    ];
     let mut args = fast.to_vec();
     args.extend(["reconcile", "--target", "15"]);
     w.ok(&args);
@@ -129,6 +136,9 @@ fn slow_start_fills_the_cap_in_one_tick_and_stops_when_throttled() {
     let out = t.ok(&args);
     let err = stderr(&out);
     assert_eq!(t.live().len(), 7, "{err}");
-    assert!(err.contains("slow-start stopped after 7 of 15 creates"), "{err}");
+    assert!(
+        err.contains("slow-start stopped after 7 of 15 creates"),
+        "{err}"
+    );
     assert!(t.state()["unacknowledged"].as_array().unwrap().len() == 7);
 }

@@ -607,10 +607,24 @@ fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
     set.policies.adaptive_max_batch = Some(20);
     set.policies.slow_start = true;
     set.policies.max_pending = Some(u32::MAX);
-    let p = step(&snap(&[]), &AllocatorState::new(), &set, &Request::set(50), 0).unwrap();
+    let p = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(50),
+        0,
+    )
+    .unwrap();
     assert_eq!(p.create.len(), 20, "the whole cap in one tick");
     assert_eq!(p.create_groups, vec![1, 2, 4, 8, 5]);
-    let small = step(&snap(&[]), &AllocatorState::new(), &set, &Request::set(3), 0).unwrap();
+    let small = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(3),
+        0,
+    )
+    .unwrap();
     assert_eq!(small.create_groups, vec![1, 2]);
     // Throttled last tick: the cap halves, as adaptive batches do.
     let out = Outcomes {
@@ -619,7 +633,11 @@ fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
         ..Outcomes::default()
     };
     let st = record(&p, &out, &set, 0);
-    let seen = snap(&(1..=20).map(|i| (i, ExecutorState::Running)).collect::<Vec<_>>());
+    let seen = snap(
+        &(1..=20)
+            .map(|i| (i, ExecutorState::Running))
+            .collect::<Vec<_>>(),
+    );
     let p2 = step(&seen, &st, &set, &Request::default(), 1_000).unwrap();
     assert_eq!(p2.create.len(), 10);
     assert_eq!(p2.create_groups, vec![1, 2, 4, 3]);

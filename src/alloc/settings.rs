@@ -26,11 +26,11 @@ pub struct Settings {
     pub delete_terminated: bool,
     /// The pod name prefix (see [`crate::podspec::name_prefix`]).
     pub name_prefix: String,
-    /// Opt-in policies beyond the seed's (all off by default).
+    /// Opt-in policies beyond Spark 3.0's (all off by default).
     pub policies: Policies,
 }
 
-/// Opt-in allocation policies (issue "faster than Spark"). All off by default: the seed's
+/// Opt-in allocation policies. All off by default: Spark 3.0's
 /// behaviour and the conformance corpus are unchanged unless one is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policies {

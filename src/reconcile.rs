@@ -54,6 +54,9 @@ pub struct TickReport {
     pub error: Option<Error>,
     /// The state as saved at the end of the tick.
     pub state: AllocatorState,
+    /// When the next tick is due at the latest, ms from the tick's start, from the saved state
+    /// ([`alloc::requeue_after_ms`]); `None`: nothing waits on time.
+    pub requeue_after_ms: Option<u64>,
 }
 
 impl TickReport {
@@ -294,6 +297,7 @@ fn tick_inner(
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
     Ok(TickReport {
+        requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
         plan,
         created: out.created.len() as u32,

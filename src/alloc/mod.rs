@@ -58,7 +58,7 @@ mod state;
 pub use plan::{
     Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
 };
-pub use record::{record, Outcomes};
+pub use record::{record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,

@@ -21,6 +21,11 @@ EXIT CODES:
   6  the crash-loop guard (--max-failures) stopped creation
   7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
 
+LIMITS:
+  --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
+    (--max-pending also `unlimited`); --batch-size, --max-batch  1 to 10000 pods per tick;
+  durations at most 10 years; executor ids 1 to 9223372036854775807 (Spark's positive longs).
+
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
   RUST_LOG / --log-level set the log level (default info). KUBECONFIG as kubectl.

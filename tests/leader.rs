@@ -33,9 +33,12 @@ fn world() -> World {
 
 /// `run --leader-elect` as process `who` (`POD_NAME=pod-WHO`, token `token-WHO-…`).
 fn candidate(w: &World, who: &str) -> Child {
+    let metrics = metrics_path(w, who);
     w.cmd_as(
         &format!("token-{who}-0123456789"),
         &[
+            "--metrics-file",
+            metrics.to_str().unwrap(),
             "--state-store",
             "configmap:ha-state",
             "run",
@@ -55,6 +58,19 @@ fn candidate(w: &World, who: &str) -> Child {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap()
+}
+
+fn metrics_path(w: &World, who: &str) -> std::path::PathBuf {
+    w.path(&format!("metrics-{who}.prom"))
+}
+
+/// The value of metric `name` in process `who`'s metrics file.
+fn metric(w: &World, who: &str, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(metrics_path(w, who)).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
 }
 
 /// The Lease's holder (`None`: no Lease).
@@ -172,6 +188,12 @@ fn one_leader_acts_and_sigterm_then_sigkill_hand_over() {
         "{b_calls:?}"
     );
     assert_eq!(holder(&w).as_deref(), Some("pod-a"));
+    assert_eq!(metric(&w, "a", "podalloc_is_leader").as_deref(), Some("1"));
+    assert_eq!(metric(&w, "b", "podalloc_is_leader").as_deref(), Some("0"));
+    assert_eq!(
+        metric(&w, "b", "podalloc_leader_transitions_total").as_deref(),
+        Some("0")
+    );
 
     // SIGTERM: a finishes its tick, releases the Lease, exits 0; b takes over within one
     // retry period (plus client-go's jitter of up to 1.2 periods while standing by).
@@ -189,6 +211,13 @@ fn one_leader_acts_and_sigterm_then_sigkill_hand_over() {
 
     // b acts: a failed executor is replaced by b.
     fail_pod(&w, 2);
+    until(5, "b's metrics say it leads", || {
+        metric(&w, "b", "podalloc_is_leader").as_deref() == Some("1")
+    });
+    assert_eq!(
+        metric(&w, "b", "podalloc_leader_transitions_total").as_deref(),
+        Some("1")
+    );
     until(10, "b replaces executor 2", || {
         let live = w.live();
         live.len() as u64 == TARGET && !live.contains(&2)
@@ -272,6 +301,30 @@ fn a_leader_cut_off_from_the_api_stops_acting_before_its_lease_expires() {
         Some("pod-b"),
         "a did not take it back"
     );
+    // a stood down: became leader, then stopped (2 transitions); `status` names b.
+    until(5, "a's metrics say it stood down", || {
+        metric(&w, "a", "podalloc_is_leader").as_deref() == Some("0")
+    });
+    assert_eq!(
+        metric(&w, "a", "podalloc_leader_transitions_total").as_deref(),
+        Some("2")
+    );
+    let st = w.ok(&["--state-store", "configmap:ha-state", "status"]);
+    let text = crate::util::stdout(&st);
+    assert!(
+        text.contains("leader: pod-b (lease podalloc-ha, renewed 20"),
+        "{text}"
+    );
+    let st = w.ok(&[
+        "--state-store",
+        "configmap:ha-state",
+        "status",
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["leader"]["holder"], "pod-b");
+    assert_eq!(v["leader"]["transitions"], 1);
     for p in [&mut a, &mut b] {
         signal(p, libc::SIGTERM);
     }
@@ -289,6 +342,36 @@ fn a_leader_cut_off_from_the_api_stops_acting_before_its_lease_expires() {
     assert_eq!(users, ["user-a", "user-b"], "{t:?}");
     assert_disjoint(&t);
     assert_no_overshoot(&w);
+}
+
+#[test]
+fn leader_election_flags_are_validated_as_client_go_does() {
+    let w = SimWorld::new().start();
+    let bad = |extra: &[&str], want: &str| {
+        let mut args = vec!["run", "--target", "1", "--leader-elect"];
+        args.extend_from_slice(extra);
+        let out = w.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{extra:?}: {}", stderr(&out));
+    };
+    bad(
+        &["--leader-elect-lease-duration", "10s"],
+        "--leader-elect-lease-duration (10s, in whole seconds) must be greater than --leader-elect-renew-deadline (10s)",
+    );
+    bad(
+        &[
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "2s",
+        ],
+        "must be greater than --leader-elect-retry-period (2s) × 1.2",
+    );
+    bad(
+        &["--leader-elect-resource-name", "Not_A_Name"],
+        "is not a valid Lease name",
+    );
+    assert_eq!(w.sim.stats().requests, 0, "nothing was sent");
 }
 
 #[test]

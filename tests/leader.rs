@@ -451,4 +451,24 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     let (code, st) = send("GET", &one, None);
     assert_eq!(code, 404);
     assert_eq!(st["message"], "leases.coordination.k8s.io \"l\" not found");
+    // A partition: the user's calls hang until the cut ends, then 504, not carried out.
+    let (code, _) = w.api(
+        "POST",
+        "/sim/cut",
+        Some(&json!({"user": "system:serviceaccount:default:podalloc", "seconds": 0.5})),
+    );
+    assert_eq!(code, 200);
+    let t = Instant::now();
+    let (code, _) = send("POST", &url, Some(lease("a", None)));
+    assert_eq!(code, 504);
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    let (code, _) = send("GET", &one, None);
+    assert_eq!(code, 404, "the cut-off create was not carried out");
+    let last: Value = serde_json::from_str(w.sim.request_log().lines().last().unwrap()).unwrap();
+    assert_eq!(last["user"], "system:serviceaccount:default:podalloc");
+    assert_eq!(last["verb"], "lease-get");
 }

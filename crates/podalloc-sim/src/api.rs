@@ -800,6 +800,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
         ["faults"] if post => set_faults(shared, &req.body),
         ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
         ["quota"] if post => set_quota(shared, &req.body),
+        ["cut"] if post => set_cut(shared, &req.body),
         ["log"] if req.method == "GET" => Ok(Response {
             status: 200,
             content_type: "application/x-ndjson",
@@ -818,9 +819,13 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             shared.kubelet.notify_all();
             Ok(object(200, &p))
         }
-        ["stats"] | ["pods", _] | ["pods", _, _, "phase"] | ["faults"] | ["quota"] | ["log"] => {
-            Err(ApiError::method_not_allowed())
-        }
+        ["stats"]
+        | ["pods", _]
+        | ["pods", _, _, "phase"]
+        | ["faults"]
+        | ["quota"]
+        | ["log"]
+        | ["cut"] => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -839,6 +844,31 @@ fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
         .map_err(ApiError::bad_request)?;
     relock(&shared.faults).replace(rules);
     Ok(faults_json(shared))
+}
+
+/// `POST /sim/cut`: `{"user": NAME, "seconds": S}` cuts the user off from the API for S
+/// seconds (see `SimServer::cut_off`); 0 ends a cut.
+fn set_cut(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("cut body: {e}")))?;
+    let (Some(user), Some(secs)) = (
+        v.get("user").and_then(Value::as_str),
+        v.get("seconds")
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)),
+    ) else {
+        return Err(ApiError::bad_request(
+            "cut body: expected {\"user\": NAME, \"seconds\": S} with 0 <= S <= 86400",
+        ));
+    };
+    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
+    relock(&shared.cuts).insert(user.to_string(), until);
+    Ok(Response::json(
+        200,
+        json!({"user": user, "seconds": secs})
+            .to_string()
+            .into_bytes(),
+    ))
 }
 
 /// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.

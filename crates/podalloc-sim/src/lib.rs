@@ -23,8 +23,13 @@
 //! kubelet leaves the pod in that phase), `POST /sim/pods/{ns}/{name}/phase` with
 //! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`,
 //! `GET|POST /sim/faults` (a JSON list of rule strings replaces the rules),
-//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`) and `GET /sim/log` (the last
-//! 1000 requests as JSON lines, without headers).
+//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`
+//! (`{"user": NAME, "seconds": S}`: a partition between that user and the API, see
+//! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
+//! the authenticated user, without headers).
+//!
+//! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
+//! election, with the apiserver's optimistic concurrency.
 //!
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause

@@ -10,6 +10,8 @@
 //!   wall time (ms since the Unix epoch) to stamp `acquireTime` / `renewTime`.
 //! - [`LeaderElection`], the thin shell: a thread that every retry period GETs the Lease,
 //!   asks the core, and makes the create or update, and that releases the Lease when stopped.
+//!   A leader first tries client-go's fast path: it updates the Lease it last wrote without
+//!   reading it ([`Elector::fast_renew`]), and reads only when that fails.
 //!
 //! The rules, as client-go has them:
 //! - A missing Lease is created with us as holder. An existing one may be taken over when its
@@ -303,6 +305,29 @@ impl Elector {
         })
     }
 
+    /// client-go's fast path: a leader whose last seen Lease is still valid updates it
+    /// directly with the version it last wrote, without reading it first (`None`: take the
+    /// slow path, [`Elector::observe`] after a GET). A 409 then means someone else wrote the
+    /// Lease; the caller falls back to the slow path.
+    pub fn fast_renew(&self, now: Duration, wall_ms: u64) -> Option<Write> {
+        let o = self.observed.as_ref().filter(|_| self.holds())?;
+        let valid_until = self.observed_at + Duration::from_secs(o.record.lease_duration_seconds);
+        if valid_until <= now {
+            return None;
+        }
+        let stamp = micro_time(wall_ms);
+        Some(Write::Update {
+            record: LeaseRecord {
+                holder_identity: self.identity.clone(),
+                lease_duration_seconds: self.timing.lease_seconds(),
+                acquire_time: o.record.acquire_time.clone(),
+                renew_time: stamp,
+                lease_transitions: o.record.lease_transitions,
+            },
+            resource_version: o.resource_version.clone(),
+        })
+    }
+
     /// A write succeeded: `lease` is the Lease the server returned, `started` when the
     /// attempt began (the fence counts from there).
     pub fn written(&mut self, lease: Observed, started: Duration) {
@@ -555,15 +580,26 @@ fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
     release(s, client, name);
 }
 
-/// One `tryAcquireOrRenew`: GET, ask the core, write.
+/// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,
+/// ask the core, write.
 fn attempt(s: &Shared, client: &KubeClient, name: &str) {
     let started = s.now();
+    let fast = lock(&s.elector).fast_renew(started, wall_ms());
+    if let Some(Write::Update {
+        record,
+        resource_version,
+    }) = fast
+    {
+        match client.update_lease(name, &record.to_lease(name, Some(&resource_version))) {
+            Ok(v) => return lock(&s.elector).written(Observed::from_lease(&v), started),
+            Err(e) => {
+                debug!("leader election: renewing {name} optimistically failed ({e}); reading it")
+            }
+        }
+    }
     let lease = match client.get_lease(name) {
         Ok(l) => l.map(|v| Observed::from_lease(&v)),
-        Err(e) => {
-            warn!("leader election: {e}");
-            return;
-        }
+        Err(e) => return report(&e),
     };
     let write = lock(&s.elector).observe(lease, started, wall_ms());
     let Some(write) = write else {
@@ -582,7 +618,19 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
         Err(e) if e.status_code() == Some(409) => {
             debug!("leader election: another candidate wrote lease {name} first: {e}")
         }
-        Err(e) => warn!("leader election: {e}"),
+        Err(e) => report(&e),
+    }
+}
+
+/// Logs a failed Lease call; a 403 says which permission is missing.
+fn report(e: &KubeError) {
+    if e.status_code() == Some(403) {
+        warn!(
+            "leader election: {e} (grant the service account leases get/create/update in API \
+             group coordination.k8s.io in this namespace)"
+        );
+    } else {
+        warn!("leader election: {e}");
     }
 }
 
@@ -770,6 +818,30 @@ mod tests {
         let mut b = Elector::new("b", timing());
         let w = b.observe(Some(applied(&rel, "2")), S, 0).unwrap();
         assert!(matches!(w, Write::Update { ref record, .. } if record.holder_identity == "b"));
+    }
+
+    #[test]
+    fn the_leader_renews_without_reading_while_its_lease_is_valid() {
+        let mut a = Elector::new("a", timing());
+        assert_eq!(a.fast_renew(Duration::ZERO, 0), None, "not the holder");
+        let w = a.observe(None, Duration::ZERO, 1_000).unwrap();
+        a.written(applied(&w, "1"), Duration::ZERO);
+        let Some(Write::Update {
+            record,
+            resource_version,
+        }) = a.fast_renew(S, 2_000)
+        else {
+            panic!()
+        };
+        assert_eq!(resource_version, "1");
+        assert_eq!(record.holder_identity, "a");
+        assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
+        assert_eq!(record.renew_time, "1970-01-01T00:00:02.000000Z");
+        // Past the lease duration since it was last written: read it first.
+        assert_eq!(a.fast_renew(3 * S, 0), None);
+        let mut b = Elector::new("b", timing());
+        b.observe(Some(lease("a", "1", "t", 0)), S, 0);
+        assert_eq!(b.fast_renew(S, 0), None, "a follower always reads");
     }
 
     #[test]

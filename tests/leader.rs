@@ -338,6 +338,7 @@ fn a_leader_cut_off_from_the_api_stops_acting_before_its_lease_expires() {
     assert_eq!(b.status.code(), Some(0), "{}", stderr(&b));
     // Writes (pods and the state ConfigMap) carried out by a all come before b's first.
     let t = terms(&log(&w), true);
+    eprintln!("leader: writes of each term (user, first ms, last ms): {t:?}");
     let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
     assert_eq!(users, ["user-a", "user-b"], "{t:?}");
     assert_disjoint(&t);

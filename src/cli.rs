@@ -285,6 +285,11 @@ pub struct AppArgs {
     /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
     #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
     pub driver_pod: Option<String>,
+    /// Post no Kubernetes Events (by default each tick posts SuccessfulCreate, FailedCreate,
+    /// SuccessfulDelete, ExecutorFailed, AllocationBlocked and CrashLoopHalt events on the
+    /// driver pod, else on the executor pod concerned; needs RBAC events create, patch).
+    #[arg(long, global = true, env = "PODALLOC_NO_EVENTS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_events: bool,
     /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
     /// or `auto`: adaptive batches, doubling while creates succeed and pods get scheduled,
     /// halving on throttling or unschedulable pods, at most --max-batch.

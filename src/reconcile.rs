@@ -256,6 +256,7 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
+    crate::events::record_tick(client, app, &snapshot, &plan, &out, error.as_ref(), now_ms);
     Ok(TickReport {
         unacknowledged: state.unacknowledged.len() as u32,
         plan,
@@ -406,6 +407,7 @@ fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
     match res {
         Ok(true) => {
             a.out.deleted += 1;
+            a.out.deleted_ids.push(d.executor_id);
             info!(
                 "deleted executor {} ({}, {})",
                 d.executor_id, d.pod_name, d.reason

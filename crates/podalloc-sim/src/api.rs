@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::configmap;
+use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::pod::{self, Phase};
@@ -95,6 +96,10 @@ enum Route<'a> {
     CmGet(&'a str, &'a str),
     CmUpdate(&'a str, &'a str),
     CmDelete(&'a str, &'a str),
+    EvList(Option<&'a str>),
+    EvCreate(&'a str),
+    EvGet(&'a str, &'a str),
+    EvPatch(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -111,6 +116,10 @@ impl<'a> Route<'a> {
             Route::CmGet(..) => "cm-get",
             Route::CmUpdate(..) => "cm-update",
             Route::CmDelete(..) => "cm-delete",
+            Route::EvList(_) => "ev-list",
+            Route::EvCreate(_) => "ev-create",
+            Route::EvGet(..) => "ev-get",
+            Route::EvPatch(..) => "ev-patch",
         }
     }
 
@@ -127,6 +136,19 @@ impl<'a> Route<'a> {
             Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
             Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
             Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
+            Route::EvList(ns) => ("list", "events", ns, ""),
+            Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
+            Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
+            Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
+        }
+    }
+
+    /// The namespace a create writes into (creates in a namespace that does not exist are
+    /// refused by the NamespaceLifecycle admission plugin).
+    fn creates_in(self) -> Option<&'a str> {
+        match self {
+            Route::PodCreate(ns) | Route::CmCreate(ns) | Route::EvCreate(ns) => Some(ns),
+            _ => None,
         }
     }
 }
@@ -168,6 +190,22 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
         }
         ["api", "v1", "configmaps"] => match method {
             "GET" => Ok(Route::CmList(None)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "events"] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::EvList(Some(ns))),
+            "POST" => Ok(Route::EvCreate(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "events", name] if !ns.is_empty() && !name.is_empty() => {
+            match method {
+                "GET" => Ok(Route::EvGet(ns, name)),
+                "PATCH" => Ok(Route::EvPatch(ns, name)),
+                _ => bad_method(),
+            }
+        }
+        ["api", "v1", "events"] => match method {
+            "GET" => Ok(Route::EvList(None)),
             _ => bad_method(),
         },
         _ => Err(ApiError::path_not_found()),
@@ -329,6 +367,11 @@ fn handle_api(
     if shared.forbid.iter().any(|v| v == verb) {
         return send(Err(rbac_denied(user, r)));
     }
+    if let Some(ns) = r.creates_in() {
+        if !shared.namespace_exists(ns) {
+            return send(Err(ApiError::namespace_not_found(ns)));
+        }
+    }
     let now = Instant::now();
     let result = match r {
         Route::PodList(ns) => list(shared, req, ns, now),
@@ -343,6 +386,12 @@ fn handle_api(
             .map(|v| Response::json(200, configmap::object_json(&v))),
         Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
         Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
+        Route::EvList(ns) => ev_list(shared, req, ns),
+        Route::EvCreate(ns) => ev_create(shared, req, ns, now),
+        Route::EvGet(ns, name) => relock(&shared.events)
+            .get(ns, name)
+            .map(|v| Response::json(200, events::object_json(&v))),
+        Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
     };
     let resp = result.unwrap_or_else(error_response);
     match fault {
@@ -420,6 +469,84 @@ fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
     }
     body.push_str("]}");
     Ok(Response::json(200, body.into_bytes()))
+}
+
+fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
+    if matches!(req.param("watch"), Some("true" | "1")) {
+        return Err(ApiError::bad_request(
+            "watch is not supported by the podalloc simulator",
+        ));
+    }
+    let sel = FieldSelector::parse_for_events(req.param("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let rv = lock(shared).rv();
+    let items: Vec<Value> = relock(&shared.events)
+        .list(ns, &sel)
+        .into_iter()
+        .filter(|v| label.matches(&labels_of(v)))
+        .collect();
+    Ok(Response::json(200, events::list_json(rv, &items)))
+}
+
+fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    let mut v = events::decode(&req.body)?;
+    let rv_set = super::store::prepare_create_metadata(&mut v, ns)?;
+    if rv_set {
+        return Err(ApiError::unknown_server_error(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let stamp = lock(shared).stamp(now);
+    let mut evs = relock(&shared.events);
+    let out = match dry {
+        true => {
+            let mut scratch = events::EventStore::default();
+            scratch.create(ns, v, stamp)?
+        }
+        false => evs.create(ns, v, stamp)?,
+    };
+    Ok(Response::json(201, events::object_json(&out)))
+}
+
+/// The patch types the apiserver accepts, and the 415 for any other.
+fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
+    let ct = req.header("content-type").unwrap_or("");
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "application/merge-patch+json" => Ok("merge"),
+        "application/strategic-merge-patch+json" => Ok("strategic"),
+        "application/json-patch+json" => Ok("json"),
+        _ => Err(ApiError::unsupported_patch_type(ct)),
+    }
+}
+
+fn ev_patch(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let kind = patch_media_type(req)?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    if kind == "json" || !patch.is_object() {
+        return Err(ApiError::bad_request(
+            "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
+        ));
+    }
+    let rv = lock(shared).stamp(now).rv;
+    let out = relock(&shared.events).patch(ns, name, &patch, rv)?;
+    Ok(Response::json(200, events::object_json(&out)))
 }
 
 fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {

@@ -34,6 +34,7 @@
 mod api;
 mod args;
 mod configmap;
+mod events;
 mod faults;
 mod http;
 mod pod;
@@ -132,6 +133,11 @@ pub struct SimOptions {
     /// Added before handling every `/api/...` request (after reading it, before
     /// authentication), so that clients see slow responses. Default zero.
     pub latency: Duration,
+    /// The namespaces that exist: a create in any other is 404 `namespaces "x" not
+    /// found`, as the NamespaceLifecycle admission plugin answers. `None` (the default):
+    /// every valid namespace name exists. `podalloc sim` passes `default,kube-system`
+    /// unless told otherwise (`--namespaces`).
+    pub namespaces: Option<Vec<String>>,
 }
 
 impl Default for SimOptions {
@@ -156,6 +162,7 @@ impl Default for SimOptions {
             require_client_cert: false,
             client_cert_optional: false,
             latency: Duration::ZERO,
+            namespaces: None,
         }
     }
 }
@@ -212,6 +219,10 @@ pub(crate) struct Shared {
     /// Added before every `/api` request.
     pub(crate) latency: Duration,
     pub(crate) log: Mutex<reqlog::RequestLog>,
+    /// core/v1 Events.
+    pub(crate) events: Mutex<events::EventStore>,
+    /// The namespaces that exist (`None`: every valid name does).
+    pub(crate) namespaces: Option<std::collections::BTreeSet<String>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -239,6 +250,11 @@ fn invalid_input(msg: String) -> io::Error {
 }
 
 impl Shared {
+    /// Whether namespace `ns` exists (see [`SimOptions::namespaces`]).
+    pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
+        self.namespaces.as_ref().is_none_or(|n| n.contains(ns))
+    }
+
     fn shutdown(&self) {
         if self.stopping.swap(true, Ordering::SeqCst) {
             self.wait_stopped(None);
@@ -445,6 +461,11 @@ impl SimServer {
             forbid: opts.forbid.clone(),
             latency: opts.latency,
             log: Mutex::new(reqlog::RequestLog::new()),
+            events: Mutex::new(events::EventStore::default()),
+            namespaces: opts
+                .namespaces
+                .as_ref()
+                .map(|n| n.iter().cloned().collect()),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),

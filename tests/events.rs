@@ -1,0 +1,230 @@
+//! Kubernetes Events end to end: the real binary posts them to the simulated API server,
+//! which serves them back (`/api/v1/namespaces/NS/events`), as `kubectl describe pod` reads
+//! them.
+
+use crate::util::{stderr, SimWorld, World};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const APP: &str = "ev-app";
+
+fn world(tweak: impl FnOnce(&mut podalloc_sim::SimOptions)) -> World {
+    SimWorld::new()
+        .app(APP)
+        .image("registry.example/spark:3.5.0")
+        .namespace("default")
+        .batch_delay("200ms")
+        .schedule(Duration::from_millis(50))
+        .startup(Duration::from_millis(300))
+        .stop(Duration::from_millis(100))
+        .options(tweak)
+        .start()
+}
+
+/// Seeds a running driver pod `drv`; returns its uid.
+fn seed_driver(w: &World) -> String {
+    let driver = json!({"metadata": {"name": "drv", "labels": {"spark-role": "driver"}},
+        "spec": {"containers": [{"name": "d", "image": "spark"}]}, "status": {"phase": "Running"}});
+    let (code, pod) = w.api("POST", "/sim/pods/default", Some(&driver));
+    assert_eq!(code, 201);
+    pod["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// The events about pod `name`, as `kubectl describe pod NAME` asks for them.
+fn events_on(w: &World, name: &str) -> Vec<Value> {
+    let (code, list) = w.api(
+        "GET",
+        &format!(
+            "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name},involvedObject.namespace%3Ddefault,involvedObject.kind%3DPod"
+        ),
+        None,
+    );
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "EventList");
+    list["items"].as_array().unwrap().clone()
+}
+
+fn with_reason<'a>(evs: &'a [Value], reason: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| e["reason"] == reason).collect()
+}
+
+#[test]
+fn creates_are_posted_on_the_driver_pod() {
+    let w = world(|_| {});
+    let uid = seed_driver(&w);
+    w.ok(&["--driver-pod", "drv", "reconcile", "--target", "3"]);
+    let evs = events_on(&w, "drv");
+    let created = with_reason(&evs, "SuccessfulCreate");
+    assert_eq!(created.len(), 3, "{evs:#?}");
+    for (i, e) in created.iter().enumerate() {
+        assert_eq!(e["type"], "Normal");
+        assert_eq!(e["involvedObject"]["uid"], uid.as_str());
+        assert_eq!(e["source"]["component"], "podalloc");
+        assert_eq!(e["reportingComponent"], "podalloc");
+        assert_eq!(e["count"], 1);
+        let msg = e["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("Created executor pod: ev-app-exec-"),
+            "{msg} ({i})"
+        );
+    }
+}
+
+#[test]
+fn without_a_driver_events_go_on_the_executor_pod_with_its_uid() {
+    let w = world(|_| {});
+    w.ok(&["reconcile", "--target", "1"]);
+    let name = format!("{APP}-exec-1");
+    let (_, pod) = w.api(
+        "GET",
+        &format!("/api/v1/namespaces/default/pods/{name}"),
+        None,
+    );
+    let evs = events_on(&w, &name);
+    let created = with_reason(&evs, "SuccessfulCreate");
+    assert_eq!(created.len(), 1, "{evs:#?}");
+    assert_eq!(created[0]["involvedObject"]["uid"], pod["metadata"]["uid"]);
+}
+
+#[test]
+fn a_quota_rejection_is_failed_create_then_blocked() {
+    let w = world(|o| o.pod_quota = Some(2));
+    seed_driver(&w);
+    let out = w.run(&["--driver-pod", "drv", "reconcile", "--target", "3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let evs = events_on(&w, "drv");
+    let failed = with_reason(&evs, "FailedCreate");
+    assert_eq!(failed.len(), 1, "{evs:#?}");
+    assert_eq!(failed[0]["type"], "Warning");
+    let msg = failed[0]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Error creating: ") && msg.contains("exceeded quota"),
+        "{msg}"
+    );
+    assert_eq!(with_reason(&evs, "SuccessfulCreate").len(), 1);
+    // The next tick backs off: AllocationBlocked, a warning naming the quota.
+    w.ok(&["--driver-pod", "drv", "reconcile"]);
+    let evs = events_on(&w, "drv");
+    let blocked = with_reason(&evs, "AllocationBlocked");
+    assert_eq!(blocked.len(), 1, "{evs:#?}");
+    assert_eq!(blocked[0]["type"], "Warning");
+    assert!(blocked[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("backing off after a quota rejection"));
+}
+
+#[test]
+fn a_repeated_event_raises_the_count_across_processes() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    seed_driver(&w);
+    w.ok(&["--driver-pod", "drv", "reconcile", "--target", "8"]);
+    w.wait_for("5 pods", |w| w.executors().len() == 5);
+    // Five pending pods hold the next batch back, tick after tick: one Event, counted.
+    for _ in 0..3 {
+        w.ok(&["--driver-pod", "drv", "reconcile"]);
+    }
+    let evs = events_on(&w, "drv");
+    let blocked = with_reason(&evs, "AllocationBlocked");
+    assert_eq!(blocked.len(), 1, "{evs:#?}");
+    assert_eq!(blocked[0]["count"], 3, "{:#?}", blocked[0]);
+    assert_eq!(blocked[0]["type"], "Normal");
+    assert!(blocked[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("waiting for pending 5"));
+    assert_ne!(blocked[0]["firstTimestamp"], Value::Null);
+    assert_ne!(blocked[0]["lastTimestamp"], Value::Null);
+}
+
+#[test]
+fn a_failed_executor_is_reported_then_deleted_with_the_reason() {
+    let w = world(|_| {});
+    seed_driver(&w);
+    w.ok(&[
+        "--driver-pod",
+        "drv",
+        "run",
+        "--target",
+        "2",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    let (code, _) = w.api(
+        "POST",
+        &format!("/sim/pods/default/{APP}-exec-2/phase"),
+        Some(&json!({"phase": "Failed", "exitCode": 137, "reason": "OOMKilled"})),
+    );
+    assert_eq!(code, 200);
+    w.ok(&["--driver-pod", "drv", "reconcile"]);
+    let evs = events_on(&w, "drv");
+    let failed = with_reason(&evs, "ExecutorFailed");
+    assert_eq!(failed.len(), 1, "{evs:#?}");
+    let msg = failed[0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("ev-app-exec-2") && msg.contains("OOMKilled") && msg.contains("137"),
+        "{msg}"
+    );
+    let deleted = with_reason(&evs, "SuccessfulDelete");
+    assert_eq!(deleted.len(), 1, "{evs:#?}");
+    assert_eq!(
+        deleted[0]["message"],
+        "Deleted executor pod: ev-app-exec-2 (failed)"
+    );
+    // Scaling down deletes the excess, said so.
+    w.ok(&[
+        "--driver-pod",
+        "drv",
+        "run",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    let w2 = world(|o| o.startup_latency = Duration::from_secs(60));
+    seed_driver(&w2);
+    w2.ok(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
+    w2.ok(&["--driver-pod", "drv", "scale", "0"]);
+    let evs = events_on(&w2, "drv");
+    let msgs: Vec<&str> = with_reason(&evs, "SuccessfulDelete")
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert!(!msgs.is_empty(), "{evs:#?}");
+    assert!(
+        msgs.iter()
+            .all(|m| m.ends_with("(excess: above the target)")),
+        "{msgs:?}"
+    );
+}
+
+#[test]
+fn no_events_posts_none() {
+    let w = world(|_| {});
+    seed_driver(&w);
+    w.ok(&[
+        "--driver-pod",
+        "drv",
+        "--no-events",
+        "reconcile",
+        "--target",
+        "2",
+    ]);
+    assert!(events_on(&w, "drv").is_empty());
+    assert_eq!(w.executors().len(), 2);
+}
+
+#[test]
+fn events_refused_by_rbac_never_fail_the_tick() {
+    let w = world(|o| o.forbid = vec!["ev-create".into()]);
+    seed_driver(&w);
+    let out = w.ok(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
+    let err = stderr(&out);
+    assert_eq!(w.executors().len(), 2);
+    assert_eq!(
+        err.matches("could not post event").count(),
+        1,
+        "warned once: {err}"
+    );
+    assert!(err.contains("events create and patch"), "{err}");
+}

@@ -483,9 +483,27 @@ pub struct ReconcileArgs {
     /// Set the target (total expected executors); without it the state's target holds.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
-    /// Print the plan JSON and change nothing (no API writes, no state save).
+    /// Print the plan JSON and change nothing (no API writes, no state save); a one-line
+    /// summary goes to standard error.
     #[arg(long, env = "PODALLOC_DRY_RUN", value_parser = clap::builder::BoolishValueParser::new())]
     pub dry_run: bool,
+    /// With --dry-run, what goes to standard output: `plan` (the plan JSON), `pod` (the
+    /// executor pod the next create would send, as JSON: check a template with `kubectl
+    /// create --dry-run=server -f -`) or `summary` (the summary line only).
+    #[arg(long = "output", value_enum, default_value_t = DryRunOutput::Plan, requires = "dry_run", value_name = "WHAT")]
+    pub dry_output: DryRunOutput,
+}
+
+/// What `reconcile --dry-run` prints on standard output.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DryRunOutput {
+    /// The plan JSON (the `plan` contract).
+    #[default]
+    Plan,
+    /// The rendered executor pod JSON of the next create.
+    Pod,
+    /// The one-line human summary.
+    Summary,
 }
 
 /// `run`.

@@ -8,7 +8,7 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
+use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
@@ -93,6 +93,12 @@ pub fn kube_error(e: KubeError) -> Error {
             ))
         }
         KubeError::Api { ref status, .. } if status.code == 422 => {
+            Error::refused(format!("{msg} (fix the pod template)"))
+        }
+        // Server-side strict field validation: a misspelt or misplaced template field.
+        KubeError::Api { ref status, .. }
+            if status.code == 400 && status.message.contains("strict decoding error") =>
+        {
             Error::refused(format!("{msg} (fix the pod template)"))
         }
         _ => Error::runtime(msg),
@@ -473,8 +479,13 @@ enum CreateOutcome {
 }
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
-    match client.create_pod(pod) {
-        Ok(_) => CreateOutcome::Created,
+    match client.create_pod_validated(pod, FieldValidation::Strict) {
+        Ok((_, warnings)) => {
+            for w in warnings {
+                warn!("creating pod {name}: the API server warns: {w}");
+            }
+            CreateOutcome::Created
+        }
         Err(KubeError::Api { ref status, .. })
             if status.code == 409 && status.reason == "AlreadyExists" =>
         {

@@ -228,3 +228,174 @@ fn events_refused_by_rbac_never_fail_the_tick() {
     );
     assert!(err.contains("events create and patch"), "{err}");
 }
+
+/// Writes a template file into the world's directory; returns its path as a string.
+fn template(w: &World, name: &str, text: &str) -> String {
+    let p = w.path(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+const MISSPELT_REQUESTS: &str = "apiVersion: v1
+kind: Pod
+spec:
+  containers:
+  - name: executor
+    image: spark:3.5.0
+    resources:
+      requets:
+        cpu: '1'
+";
+
+#[test]
+fn a_misspelt_template_field_is_refused_by_strict_validation() {
+    let w = world(|_| {});
+    seed_driver(&w);
+    let t = template(&w, "t.yaml", MISSPELT_REQUESTS);
+    let out = w.run(&[
+        "--driver-pod",
+        "drv",
+        "--template",
+        &t,
+        "reconcile",
+        "--target",
+        "2",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(
+            r#"Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].resources.requets\""#
+        ) || err.contains(
+            r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].resources.requets""#
+        ),
+        "{err}"
+    );
+    assert!(err.contains("fix the pod template"), "{err}");
+    assert!(w.executors().is_empty());
+    let evs = events_on(&w, "drv");
+    let failed = with_reason(&evs, "FailedCreate");
+    assert_eq!(failed.len(), 1, "{evs:#?}");
+    assert!(failed[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("strict decoding error"));
+    // `metdata:` would drop the labels: refused the same way.
+    let t = template(
+        &w,
+        "t2.yaml",
+        "kind: Pod\nmetdata:\n  labels: {team: a}\nspec:\n  containers:\n  - {name: e, image: i}\n",
+    );
+    let out = w.run(&["--template", &t, "reconcile", "--target", "1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unknown field"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_template_that_is_not_a_pod_is_refused_before_any_call() {
+    let w = world(|_| {});
+    let t = template(
+        &w,
+        "d.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nspec:\n  containers:\n  - {name: e, image: i}\n",
+    );
+    let out = w.run(&["--template", &t, "reconcile", "--target", "1"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(r#"kind is \"Deployment\""#) || err.contains(r#"kind is "Deployment""#),
+        "{err}"
+    );
+    assert_eq!(w.sim.stats().requests, 0, "refused before any call");
+    let t = template(
+        &w,
+        "v.yaml",
+        "apiVersion: v2\nkind: Pod\nspec:\n  containers:\n  - {name: e, image: i}\n",
+    );
+    let out = w.run(&["--template", &t, "reconcile", "--target", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("apiVersion"), "{}", stderr(&out));
+}
+
+#[test]
+fn field_validation_warn_sends_warning_headers() {
+    let w = world(|_| {});
+    let agent = crate::util::agent(w.sim.ca_pem().unwrap().as_bytes());
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+        "spec": {"containers": [{"name": "a", "image": "i", "resources": {"requets": {}}}]}});
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?fieldValidation=Warn",
+        w.sim.url()
+    );
+    let resp = agent
+        .post(&url)
+        .header("Authorization", &format!("Bearer {}", w.token))
+        .content_type("application/json")
+        .send(pod.to_string())
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let warnings: Vec<String> = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![r#"299 - "unknown field \"spec.containers[0].resources.requets\"""#]
+    );
+    assert_eq!(
+        podalloc::kube::warning_text(&warnings[0]).as_deref(),
+        Some(r#"unknown field "spec.containers[0].resources.requets""#)
+    );
+    // Strict: the real 400.
+    let url = url.replace("Warn", "Strict");
+    let mut resp = agent
+        .post(&url)
+        .header("Authorization", &format!("Bearer {}", w.token))
+        .content_type("application/json")
+        .send(pod.to_string().replace("p1", "p2"))
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(body["reason"], "BadRequest");
+    assert_eq!(
+        body["message"],
+        r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].resources.requets""#
+    );
+}
+
+#[test]
+fn dry_run_prints_a_summary_and_the_pod_on_request() {
+    let w = world(|_| {});
+    let out = w.ok(&["reconcile", "--target", "2", "--dry-run"]);
+    let plan: Value = serde_json::from_str(&crate::util::stdout(&out)).unwrap();
+    assert_eq!(plan["create"].as_array().unwrap().len(), 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("dry run: target 2 (running 0, pending 0, unacknowledged 0); would create 2: ev-app-exec-1, ev-app-exec-2"),
+        "{err}"
+    );
+    let out = w.ok(&[
+        "reconcile",
+        "--target",
+        "2",
+        "--dry-run",
+        "--output",
+        "summary",
+    ]);
+    assert!(crate::util::stdout(&out).starts_with("dry run: target 2"));
+    let out = w.ok(&["reconcile", "--target", "2", "--dry-run", "--output", "pod"]);
+    let pod: Value = serde_json::from_str(&crate::util::stdout(&out)).unwrap();
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["metadata"]["name"], "ev-app-exec-1");
+    assert_eq!(pod["metadata"]["labels"]["spark-exec-id"], "1");
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        "registry.example/spark:3.5.0"
+    );
+    assert_eq!(w.sim.stats().creates, 0);
+    assert!(!w.state_file().exists());
+    let out = w.run(&["reconcile", "--output", "pod"]);
+    assert_eq!(out.status.code(), Some(2), "--output needs --dry-run");
+}

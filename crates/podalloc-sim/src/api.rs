@@ -19,6 +19,7 @@ use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::pod::{self, Phase};
+use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{
@@ -718,10 +719,50 @@ fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
 fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
+    let unknown = field_validation(req)?;
     let v = pod::decode(&req.body)?;
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
-    Ok(object(201, &p))
+    let mut resp = object(201, &p);
+    for f in unknown {
+        resp.headers
+            .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
+    }
+    Ok(resp)
+}
+
+/// Server-side field validation of a pod create (see `schema`): the `fieldValidation`
+/// parameter (`Strict`, `Warn` — the default — or `Ignore`). Under `Strict` an unknown field
+/// is a 400; otherwise returns the unknown fields to warn about (none under `Ignore`).
+fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
+    let mode = req.param("fieldValidation").unwrap_or("");
+    if !matches!(mode, "" | "Strict" | "Warn" | "Ignore") {
+        return Err(ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+        )));
+    }
+    if mode == "Ignore" {
+        return Ok(Vec::new());
+    }
+    // Undecodable bodies are left to the decoder, which answers them with its own 400.
+    let Ok(v) = serde_json::from_slice::<Value>(&req.body) else {
+        return Ok(Vec::new());
+    };
+    let unknown = schema::unknown_fields(&v, &schema::POD);
+    if mode == "Strict" && !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: {}",
+            schema::strict_message(&unknown)
+        )));
+    }
+    Ok(unknown)
+}
+
+/// A `Warning` header value as the apiserver writes it: code 299, agent `-`, the text
+/// quoted with `"` and `\` escaped (RFC 7234 section 5.5).
+fn warning_header(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("299 - \"{escaped}\"")
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in

@@ -39,6 +39,7 @@ mod faults;
 mod http;
 mod pod;
 mod reqlog;
+mod schema;
 mod selector;
 mod status;
 mod store;

@@ -399,3 +399,216 @@ fn dry_run_prints_a_summary_and_the_pod_on_request() {
     let out = w.run(&["reconcile", "--output", "pod"]);
     assert_eq!(out.status.code(), Some(2), "--output needs --dry-run");
 }
+
+/// A GET with an `Accept` header, as kubectl sends it: (status, Content-Type, body).
+fn get_as(w: &World, path: &str, accept: &str) -> (u16, String, Value) {
+    let agent = crate::util::agent(w.sim.ca_pem().unwrap().as_bytes());
+    let mut resp = agent
+        .get(&format!("{}{path}", w.sim.url()))
+        .header("Authorization", &format!("Bearer {}", w.token))
+        .header("Accept", accept)
+        .call()
+        .unwrap();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body = resp.body_mut().read_to_string().unwrap();
+    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (resp.status().as_u16(), ct, v)
+}
+
+/// What kubectl 1.26+ asks `/api` and `/apis` for first: aggregated discovery, then JSON.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+/// What `kubectl get` asks a list for.
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+#[test]
+fn discovery_answers_what_kubectl_asks() {
+    let w = world(|_| {});
+    // Plain JSON to the aggregated-discovery Accept: kubectl falls back to the legacy documents.
+    let (code, ct, api) = get_as(&w, "/api", AGGREGATED);
+    assert_eq!((code, ct.as_str()), (200, "application/json"));
+    assert_eq!(api["kind"], "APIVersions");
+    assert_eq!(api["versions"], json!(["v1"]));
+    let (code, _, apis) = get_as(&w, "/apis", AGGREGATED);
+    assert_eq!(code, 200);
+    assert_eq!(apis["kind"], "APIGroupList");
+    let (code, _, v1) = get_as(&w, "/api/v1", "application/json, */*");
+    assert_eq!(code, 200);
+    assert_eq!(v1["kind"], "APIResourceList");
+    assert_eq!(v1["groupVersion"], "v1");
+    let res = v1["resources"].as_array().unwrap();
+    let pods = res.iter().find(|r| r["name"] == "pods").unwrap();
+    assert_eq!(pods["kind"], "Pod");
+    assert_eq!(pods["namespaced"], true);
+    assert!(pods["verbs"].as_array().unwrap().contains(&json!("list")));
+    assert_eq!(pods["shortNames"], json!(["po"]));
+    for r in ["events", "configmaps", "namespaces"] {
+        assert!(res.iter().any(|x| x["name"] == r), "{r}");
+    }
+    // OpenAPI v3: the fieldValidation parameter kubectl's --validate=strict looks for.
+    let (code, _, root) = get_as(&w, "/openapi/v3", "application/json");
+    assert_eq!(code, 200);
+    let url = root["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap();
+    let (code, _, doc) = get_as(&w, url, "application/json");
+    assert_eq!(code, 200);
+    let op = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+    assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Pod");
+    assert_eq!(op["parameters"][0]["name"], "fieldValidation");
+    // Discovery needs authentication, as on a real cluster.
+    let agent = crate::util::agent(w.sim.ca_pem().unwrap().as_bytes());
+    let resp = agent.get(&format!("{}/api", w.sim.url())).call().unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+}
+
+#[test]
+fn kubectl_get_pods_gets_a_table() {
+    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    w.ok(&["reconcile", "--target", "2"]);
+    let (code, _, t) = get_as(&w, "/api/v1/namespaces/default/pods", TABLE);
+    assert_eq!(code, 200, "{t}");
+    assert_eq!(t["kind"], "Table");
+    assert_eq!(t["apiVersion"], "meta.k8s.io/v1");
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["priority"] == 0)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "Ready", "Status", "Restarts", "Age"]);
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["cells"][0], "ev-app-exec-1");
+    assert_eq!(rows[0]["cells"][1], "0/1");
+    assert_eq!(rows[0]["cells"][2], "Pending");
+    assert_eq!(rows[0]["cells"][3], "0");
+    assert_eq!(rows[0]["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(rows[0]["object"]["metadata"]["name"], "ev-app-exec-1");
+    // Events as `kubectl get events` shows them.
+    let (_, _, t) = get_as(&w, "/api/v1/namespaces/default/events", TABLE);
+    assert_eq!(t["kind"], "Table");
+    let row = &t["rows"][0]["cells"];
+    assert_eq!(row[1], "Normal");
+    assert_eq!(row[2], "SuccessfulCreate");
+    assert_eq!(row[3], "pod/ev-app-exec-1");
+    // Without the Table Accept: the plain list.
+    let (_, _, l) = get_as(&w, "/api/v1/namespaces/default/pods", "application/json");
+    assert_eq!(l["kind"], "PodList");
+}
+
+#[test]
+fn a_create_in_a_namespace_that_does_not_exist_is_404() {
+    let w = SimWorld::new()
+        .app(APP)
+        .namespace("nosuch")
+        .options(|o| o.namespaces = Some(vec!["default".into(), "kube-system".into()]))
+        .start();
+    let out = w.run(&["reconcile", "--target", "1"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(r#"namespaces \"nosuch\" not found"#)
+            || err.contains(r#"namespaces "nosuch" not found"#),
+        "{err}"
+    );
+    let (code, body) = w.api(
+        "POST",
+        "/api/v1/namespaces/nosuch/pods",
+        Some(&json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "i"}]}})),
+    );
+    assert_eq!(code, 404);
+    assert_eq!(
+        body,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "namespaces \"nosuch\" not found", "reason": "NotFound",
+               "details": {"name": "nosuch", "kind": "namespaces"}, "code": 404})
+    );
+    let (code, _) = w.api("GET", "/api/v1/namespaces/nosuch", None);
+    assert_eq!(code, 404);
+    let (code, ns) = w.api("GET", "/api/v1/namespaces/default", None);
+    assert_eq!(code, 200);
+    assert_eq!(ns["status"]["phase"], "Active");
+    // Made with `kubectl create -f ns.yaml`, it exists.
+    let (code, _) = w.api(
+        "POST",
+        "/api/v1/namespaces",
+        Some(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nosuch"}})),
+    );
+    assert_eq!(code, 201);
+    w.ok(&["reconcile", "--target", "1"]);
+}
+
+/// The real kubectl, when one is installed: `get pods`, `get events`, `describe pod` and a
+/// strict create against the simulator.
+#[test]
+fn real_kubectl_reads_the_simulator() {
+    if std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        eprintln!("kubectl is not installed: skipped");
+        return;
+    }
+    let w = world(|_| {});
+    seed_driver(&w);
+    w.ok(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
+    let kc = w.path("kubeconfig");
+    let config = json!({"apiVersion": "v1", "kind": "Config", "current-context": "sim",
+        "clusters": [{"name": "sim", "cluster": {"server": w.sim.url(), "certificate-authority": w.ca}}],
+        "users": [{"name": "sim", "user": {"token": w.token}}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim", "namespace": "default"}}]});
+    std::fs::write(&kc, config.to_string()).unwrap();
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .arg("--cache-dir")
+            .arg(w.path("kcache"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            crate::util::stdout(&out),
+            crate::util::stderr(&out),
+        )
+    };
+    let (ok, out, err) = kubectl(&["get", "pods"]);
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{out}"
+    );
+    assert!(out.contains("ev-app-exec-2"), "{out}");
+    let (ok, out, err) = kubectl(&["describe", "pod", "drv"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("SuccessfulCreate") && out.contains("podalloc"),
+        "{out}"
+    );
+    let (ok, out, err) = kubectl(&["get", "events"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Created executor pod: ev-app-exec-1"), "{out}");
+    std::fs::write(
+        w.path("p.yaml"),
+        MISSPELT_REQUESTS.replace("spec:", "metadata: {name: x}\nspec:"),
+    )
+    .unwrap();
+    let p = w.path("p.yaml");
+    let (ok, _, err) = kubectl(&["create", "-f", p.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "strict decoding error: unknown field \"spec.containers[0].resources.requets\""
+        ),
+        "{err}"
+    );
+}

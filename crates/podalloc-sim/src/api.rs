@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::configmap;
+use super::discovery;
 use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
@@ -101,6 +102,9 @@ enum Route<'a> {
     EvCreate(&'a str),
     EvGet(&'a str, &'a str),
     EvPatch(&'a str, &'a str),
+    NsList,
+    NsGet(&'a str),
+    NsCreate,
 }
 
 impl<'a> Route<'a> {
@@ -121,6 +125,9 @@ impl<'a> Route<'a> {
             Route::EvCreate(_) => "ev-create",
             Route::EvGet(..) => "ev-get",
             Route::EvPatch(..) => "ev-patch",
+            Route::NsList => "ns-list",
+            Route::NsGet(_) => "ns-get",
+            Route::NsCreate => "ns-create",
         }
     }
 
@@ -141,6 +148,9 @@ impl<'a> Route<'a> {
             Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
             Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
             Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
+            Route::NsList => ("list", "namespaces", None, ""),
+            Route::NsGet(n) => ("get", "namespaces", None, n),
+            Route::NsCreate => ("create", "namespaces", None, ""),
         }
     }
 
@@ -205,6 +215,15 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
                 _ => bad_method(),
             }
         }
+        ["api", "v1", "namespaces"] => match method {
+            "GET" => Ok(Route::NsList),
+            "POST" => Ok(Route::NsCreate),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::NsGet(ns)),
+            _ => bad_method(),
+        },
         ["api", "v1", "events"] => match method {
             "GET" => Ok(Route::EvList(None)),
             _ => bad_method(),
@@ -345,6 +364,9 @@ fn handle_api(
         None if authorized(shared.token.as_deref(), req) => TOKEN_USER,
         None => return send(Err(ApiError::unauthorized())),
     };
+    if let Some(resp) = discovery::discovery(req, segs).or_else(|| discovery::openapi(req, segs)) {
+        return Reply::Send(resp);
+    }
     let r = match route(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
@@ -374,7 +396,24 @@ fn handle_api(
         }
     }
     let now = Instant::now();
-    let result = match r {
+    let result = dispatch(shared, req, r, now);
+    let resp = result.unwrap_or_else(error_response);
+    match fault {
+        Some(Fault::LostResponse) => Reply::Drop,
+        Some(Fault::Truncate) => Reply::Truncate(resp),
+        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
+        _ => Reply::Send(resp),
+    }
+}
+
+/// Runs the handler of an authenticated, authorized request.
+fn dispatch(
+    shared: &Shared,
+    req: &Request,
+    r: Route<'_>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    match r {
         Route::PodList(ns) => list(shared, req, ns, now),
         Route::PodCreate(ns) => create(shared, req, ns, now),
         Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
@@ -393,13 +432,9 @@ fn handle_api(
             .get(ns, name)
             .map(|v| Response::json(200, events::object_json(&v))),
         Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
-    };
-    let resp = result.unwrap_or_else(error_response);
-    match fault {
-        Some(Fault::LostResponse) => Reply::Drop,
-        Some(Fault::Truncate) => Reply::Truncate(resp),
-        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
-        _ => Reply::Send(resp),
+        Route::NsList => Ok(ns_list(shared, req)),
+        Route::NsGet(name) => ns_get(shared, name),
+        Route::NsCreate => ns_create(shared, req),
     }
 }
 
@@ -488,7 +523,70 @@ fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
         .into_iter()
         .filter(|v| label.matches(&labels_of(v)))
         .collect();
+    if discovery::wants_table(req) {
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::event_table(rv, &items, now));
+    }
     Ok(Response::json(200, events::list_json(rv, &items)))
+}
+
+fn ns_list(shared: &Shared, req: &Request) -> Response {
+    let names = shared.namespace_names();
+    let rv = lock(shared).rv();
+    if discovery::wants_table(req) {
+        return discovery::namespace_table(rv, &names);
+    }
+    let items: Vec<Value> = names.iter().map(|n| discovery::namespace_json(n)).collect();
+    let body = json!({"kind": "NamespaceList", "apiVersion": "v1",
+                      "metadata": {"resourceVersion": rv.to_string()}, "items": items});
+    Response::json(200, body.to_string().into_bytes())
+}
+
+fn ns_get(shared: &Shared, name: &str) -> Result<Response, ApiError> {
+    if !shared.namespace_exists(name) {
+        return Err(ApiError::not_found("namespaces", name));
+    }
+    let body = discovery::namespace_json(name).to_string();
+    Ok(Response::json(200, body.into_bytes()))
+}
+
+/// `POST /api/v1/namespaces`: adds a namespace (a no-op 409 when every name exists or it
+/// already does).
+fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let obj = pod::decode_object(&req.body, "Namespace")?;
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let errs: Vec<_> = super::validation::dns1123_label(&name)
+        .into_iter()
+        .map(|m| super::validation::FieldError::invalid("metadata.name", &name, m))
+        .collect();
+    if name.is_empty() {
+        let e = super::validation::FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        );
+        return Err(ApiError::invalid("Namespace", "", &[e]));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("Namespace", &name, &errs));
+    }
+    let mut set = relock(&shared.namespaces);
+    match set.as_mut() {
+        Some(s) if !s.contains(&name) => {
+            s.insert(name.clone());
+        }
+        _ => return Err(ApiError::already_exists_in("namespaces", &name, false)),
+    }
+    drop(set);
+    Ok(Response::json(
+        201,
+        discovery::namespace_json(&name).to_string().into_bytes(),
+    ))
 }
 
 fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
@@ -643,6 +741,18 @@ fn list(
         )
     });
     let remaining = (more && label.is_empty() && field.is_empty()).then(|| items.len() - i);
+    if discovery::wants_table(req) {
+        let pods: Vec<Value> = (page.iter())
+            .filter_map(|p| serde_json::from_str(&p.json).ok())
+            .collect();
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::pod_table(
+            snap.rv,
+            continue_token.as_deref(),
+            &pods,
+            now,
+        ));
+    }
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 

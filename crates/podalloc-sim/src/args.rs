@@ -63,6 +63,15 @@ pub struct SimArgs {
     /// Delay added to every API response.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub latency: Duration,
+    /// The namespaces that exist (comma-separated): a create anywhere else is 404
+    /// `namespaces "x" not found`, as on a real cluster. `kubectl create namespace` adds one.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "default,kube-system",
+        value_name = "NS,..."
+    )]
+    pub namespaces: Vec<String>,
 }
 
 fn parse_fault(s: &str) -> Result<FaultRule, String> {
@@ -88,6 +97,7 @@ impl SimArgs {
             forbid: self.forbid.clone(),
             require_client_cert: self.require_client_cert,
             latency: self.latency,
+            namespaces: Some(self.namespaces.clone()),
             ..SimOptions::default()
         }
     }

@@ -29,6 +29,9 @@ pub(crate) const VERBS: &[&str] = &[
     "ev-get",
     "ev-create",
     "ev-patch",
+    "ns-list",
+    "ns-get",
+    "ns-create",
 ];
 
 /// Largest request number (and largest `N-M` range) a rule may name.

@@ -34,6 +34,7 @@
 mod api;
 mod args;
 mod configmap;
+mod discovery;
 mod events;
 mod faults;
 mod http;
@@ -223,7 +224,7 @@ pub(crate) struct Shared {
     /// core/v1 Events.
     pub(crate) events: Mutex<events::EventStore>,
     /// The namespaces that exist (`None`: every valid name does).
-    pub(crate) namespaces: Option<std::collections::BTreeSet<String>>,
+    pub(crate) namespaces: Mutex<Option<std::collections::BTreeSet<String>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -253,7 +254,18 @@ fn invalid_input(msg: String) -> io::Error {
 impl Shared {
     /// Whether namespace `ns` exists (see [`SimOptions::namespaces`]).
     pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
-        self.namespaces.as_ref().is_none_or(|n| n.contains(ns))
+        relock(&self.namespaces)
+            .as_ref()
+            .is_none_or(|n| n.contains(ns))
+    }
+
+    /// The namespaces to list: the configured ones, or `default` and `kube-system` when
+    /// every name exists.
+    pub(crate) fn namespace_names(&self) -> Vec<String> {
+        match relock(&self.namespaces).as_ref() {
+            Some(n) => n.iter().cloned().collect(),
+            None => vec!["default".into(), "kube-system".into()],
+        }
     }
 
     fn shutdown(&self) {
@@ -463,10 +475,11 @@ impl SimServer {
             latency: opts.latency,
             log: Mutex::new(reqlog::RequestLog::new()),
             events: Mutex::new(events::EventStore::default()),
-            namespaces: opts
-                .namespaces
-                .as_ref()
-                .map(|n| n.iter().cloned().collect()),
+            namespaces: Mutex::new(
+                opts.namespaces
+                    .as_ref()
+                    .map(|n| n.iter().cloned().collect()),
+            ),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),

@@ -678,6 +678,72 @@ mod tests {
         assert_eq!(store.len(), 10);
     }
 
+    fn plan() -> Plan {
+        Plan {
+            create: Vec::new(),
+            delete: Vec::new(),
+            state: crate::alloc::AllocatorState::new(),
+            summary: Default::default(),
+            warnings: Vec::new(),
+            halt: None,
+            requeue_after_ms: None,
+            blocked: None,
+        }
+    }
+
+    fn pod(id: u64, state: ExecutorState, waiting: Option<&str>) -> ExecutorPod {
+        ExecutorPod {
+            id,
+            name: format!("app-exec-{id}"),
+            uid: format!("uid-{id}"),
+            resource_version: "1".into(),
+            state,
+            scheduled: true,
+            detail: None,
+            reason: None,
+            waiting: waiting.map(str::to_string),
+            unschedulable: false,
+            deletion_cost: 0,
+            restarts: 0,
+            created_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_halt_is_crash_loop_halt_and_blocked_never_failed_create() {
+        let mut p = plan();
+        p.halt = Some("5 executors failed within 10m (dominant: OOMKilled)".into());
+        p.blocked = Some(Blocked::CrashLoop);
+        p.create.push(crate::alloc::Create {
+            executor_id: 9,
+            pod_name: "app-exec-9".into(),
+            retry: false,
+        });
+        let err = Error::crash_loop("halted");
+        let mut snap = Snapshot::default();
+        snap.executors
+            .insert(3, pod(3, ExecutorState::Pending, Some("ImagePullBackOff")));
+        snap.executors
+            .insert(4, pod(4, ExecutorState::Running, None));
+        let evs = tick_events(&snap, &p, &Outcomes::default(), Some(&err), &[]);
+        let reasons: Vec<(&str, &str)> = evs.iter().map(|e| (e.1, e.2)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("Warning", "ExecutorFailed"),
+                ("Warning", "AllocationBlocked"),
+                ("Warning", "CrashLoopHalt"),
+            ]
+        );
+        assert_eq!(evs[0].0, Some(3));
+        assert_eq!(
+            evs[0].3,
+            "Executor 3 (pod app-exec-3) cannot start: ImagePullBackOff"
+        );
+        assert_eq!(evs[2].0, None, "about the app: the driver pod, or nowhere");
+        assert!(evs[2].3.contains("dominant: OOMKilled"));
+    }
+
     #[test]
     fn post_never_fails() {
         struct Down;

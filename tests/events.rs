@@ -612,3 +612,32 @@ fn real_kubectl_reads_the_simulator() {
         "{err}"
     );
 }
+
+#[test]
+fn a_crash_loop_halt_is_posted_on_the_driver() {
+    let w = world(|o| o.failure_rate = 1.0);
+    seed_driver(&w);
+    let mut halted = false;
+    for _ in 0..30 {
+        let out = w.run(&[
+            "--driver-pod",
+            "drv",
+            "--max-failures",
+            "2",
+            "reconcile",
+            "--target",
+            "3",
+        ]);
+        if out.status.code() == Some(6) {
+            halted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(halted, "the guard never halted");
+    let evs = events_on(&w, "drv");
+    let halt = with_reason(&evs, "CrashLoopHalt");
+    assert_eq!(halt.len(), 1, "{evs:#?}");
+    assert_eq!(halt[0]["type"], "Warning");
+    assert!(!with_reason(&evs, "ExecutorFailed").is_empty(), "{evs:#?}");
+}

@@ -467,7 +467,8 @@ fn discovery_answers_what_kubectl_asks() {
 
 #[test]
 fn kubectl_get_pods_gets_a_table() {
-    let w = world(|o| o.startup_latency = Duration::from_secs(60));
+    // No nodes: the pods stay Pending (unscheduled, no container status yet).
+    let w = world(|o| o.nodes = 0);
     w.ok(&["reconcile", "--target", "2"]);
     let (code, _, t) = get_as(&w, "/api/v1/namespaces/default/pods", TABLE);
     assert_eq!(code, 200, "{t}");

@@ -19,8 +19,10 @@
 //!
 //! The [`Recorder`] correlates them as client-go's event recorder does
 //! (`k8s.io/client-go/tools/record`, `EventCorrelator`):
-//! - a spam filter: a token bucket per source, involved object, type and reason, 25 events
-//!   of burst refilled at one per 5 minutes; events beyond it are dropped;
+//! - a spam filter: a token bucket per source and involved object, 25 events of burst
+//!   refilled at one per 5 minutes; events beyond it (new ones and repeats alike) are
+//!   dropped. The buckets live in the process: a long `run` is limited, each one-shot
+//!   `reconcile` starts with a full bucket;
 //! - an aggregator: more than 10 events within 10 minutes that differ only in their message
 //!   (same source, involved object, type and reason) become one event whose message starts
 //!   `(combined from similar events): `;
@@ -179,7 +181,8 @@ impl Recorder {
         if self.buckets.len() >= MAX_CACHE {
             self.buckets.clear();
         }
-        let key = format!("{}{}{}", ev.involved.key(), ev.kind, ev.reason);
+        // client-go's `getSpamKey`: the source and the involved object only.
+        let key = ev.involved.key();
         let (tokens, last) = self.buckets.entry(key).or_insert((SPAM_BURST, now_ms));
         let refill = now_ms.saturating_sub(*last) as f64 / SPAM_REFILL_MS as f64;
         *tokens = (*tokens + refill).min(SPAM_BURST);
@@ -251,7 +254,9 @@ impl Recorder {
                 Err(e) => return Err(e),
             }
         }
-        let name = format!("{}.{}", ev.involved.name, &hash_hex(&key));
+        // At most 253 characters (a DNS subdomain): the object's name, cut, then `.HASH`.
+        let base: String = ev.involved.name.chars().take(253 - 17).collect();
+        let name = format!("{base}.{}", hash_hex(&key));
         let count = match sink.create(&event_json(&ev, &name, &now)) {
             Ok(_) => 1,
             Err(e) if e.is_already_exists() => {

@@ -10,7 +10,14 @@
 //!
 //! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
 //! create, replace with optimistic concurrency, delete), sharing the pods' resource
-//! version counter.
+//! version counter. So are core/v1 Events (create, get, list with field selectors, merge
+//! and strategic merge patch) and namespaces ([`SimOptions::namespaces`]: a create in one
+//! that does not exist is 404). Pod creates honour `fieldValidation` (Strict: 400 `strict
+//! decoding error: unknown field "…"`; Warn, the default: `Warning: 299` headers).
+//!
+//! kubectl works against it: API discovery (`/api`, `/apis`, `/api/v1`), the OpenAPI v3
+//! entries its `--validate=strict` checks, and the `Table` format of `kubectl get` for
+//! pods, events and namespaces.
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or

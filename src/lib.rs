@@ -26,6 +26,7 @@ pub mod cmstore;
 pub mod commands;
 pub mod config_file;
 pub mod error;
+pub mod events;
 pub mod kube;
 pub mod leader;
 pub mod metrics;

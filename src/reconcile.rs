@@ -8,7 +8,7 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
+use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
@@ -96,6 +96,12 @@ pub fn kube_error(e: KubeError) -> Error {
             ))
         }
         KubeError::Api { ref status, .. } if status.code == 422 => {
+            Error::refused(format!("{msg} (fix the pod template)"))
+        }
+        // Server-side strict field validation: a misspelt or misplaced template field.
+        KubeError::Api { ref status, .. }
+            if status.code == 400 && status.message.contains("strict decoding error") =>
+        {
             Error::refused(format!("{msg} (fix the pod template)"))
         }
         _ => Error::runtime(msg),
@@ -296,6 +302,7 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
+    crate::events::record_tick(client, app, &snapshot, &plan, &out, error.as_ref(), now_ms);
     Ok(TickReport {
         requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
@@ -479,6 +486,7 @@ fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
     match res {
         Ok(true) => {
             a.out.deleted += 1;
+            a.out.deleted_ids.push(d.executor_id);
             info!(
                 "deleted executor {} ({}, {})",
                 d.executor_id, d.pod_name, d.reason
@@ -544,8 +552,13 @@ enum CreateOutcome {
 }
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
-    match client.create_pod(pod) {
-        Ok(_) => CreateOutcome::Created,
+    match client.create_pod_validated(pod, FieldValidation::Strict) {
+        Ok((_, warnings)) => {
+            for w in warnings {
+                warn!("creating pod {name}: the API server warns: {w}");
+            }
+            CreateOutcome::Created
+        }
         Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
             // is success; anything else under that name is not ours and is left alone.

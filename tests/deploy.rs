@@ -50,6 +50,7 @@ fn rbac_is_exactly_the_documented_minimum() {
         vec![
             ("configmaps".to_string(), s(&["create", "get", "update"])),
             ("leases".to_string(), s(&["create", "get", "update"])),
+            ("events".to_string(), s(&["create", "get", "patch"])),
             ("pods".to_string(), s(&["create", "delete", "get", "list"])),
         ]
     );
@@ -62,6 +63,7 @@ fn rbac_is_exactly_the_documented_minimum() {
     // The README shows the same pod rule.
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete"]"#));
+    assert!(readme.contains(r#"verbs: ["create", "patch", "get"]"#));
 }
 
 fn podalloc_args(pod_spec: &Value) -> Vec<String> {

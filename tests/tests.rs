@@ -9,6 +9,7 @@ mod conformance;
 mod crash;
 mod deploy;
 mod e2e;
+mod events;
 mod faults;
 mod fixtures;
 mod fuzz;

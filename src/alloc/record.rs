@@ -22,6 +22,9 @@ pub struct Outcomes {
     pub ambiguous: Vec<u64>,
     /// Pods deleted (or found already gone).
     pub deleted: u32,
+    /// The executor ids of those pods, in call order (for events; not folded into the
+    /// state).
+    pub deleted_ids: Vec<u64>,
     /// A create was rejected by a ResourceQuota (403 "exceeded quota"): the server's message.
     pub quota: Option<String>,
     /// The API server throttled or failed during the tick (429 or 5xx, retries included).

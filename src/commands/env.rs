@@ -43,6 +43,7 @@ pub(super) struct Env {
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
+    crate::events::set_enabled(!cli.app.no_events);
     let (flags, sim) = if simulate {
         start_simulator(&cli.conn)?
     } else {

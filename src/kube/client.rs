@@ -330,6 +330,50 @@ struct Response {
     status: u16,
     body: Vec<u8>,
     retry_after: Option<u64>,
+    /// The `Warning` response headers' texts (RFC 7234 warn-text, unquoted): what the API
+    /// server says about a request it accepted, e.g. an unknown field under
+    /// `fieldValidation=Warn`.
+    warnings: Vec<String>,
+}
+
+/// The `fieldValidation` query parameter of a create (KEP-2885, Kubernetes 1.25+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// An unknown or duplicate field fails the request (400 BadRequest).
+    Strict,
+    /// The request succeeds; each unknown field comes back as a `Warning` header.
+    Warn,
+    /// Unknown fields are dropped silently (the behaviour before 1.25).
+    Ignore,
+}
+
+impl FieldValidation {
+    /// The parameter's value: `Strict`, `Warn` or `Ignore`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldValidation::Strict => "Strict",
+            FieldValidation::Warn => "Warn",
+            FieldValidation::Ignore => "Ignore",
+        }
+    }
+}
+
+/// The text of one `Warning` header value as the API server writes it:
+/// `299 - "unknown field \"spec.foo\""` → `unknown field "spec.foo"` (code 299, agent `-`,
+/// a quoted string with backslash escapes; client-go's `ParseWarningHeader`). `None` for
+/// any other shape.
+pub fn warning_text(header: &str) -> Option<String> {
+    let rest = header.trim().strip_prefix("299")?.trim_start();
+    let rest = rest.strip_prefix('-')?.trim_start();
+    let mut chars = rest.strip_prefix('"')?.chars();
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '\\' => out.push(chars.next()?),
+            '"' => return Some(out),
+            c => out.push(c),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1007,9 +1051,15 @@ impl KubeClient {
         if let Some(t) = token {
             b = b.header("Authorization", format!("Bearer {t}"));
         }
+        // A PATCH body is a strategic merge patch (what client-go's event sink sends);
+        // everything else is a whole object.
+        let content_type = match req.method {
+            Method::PATCH => "application/strategic-merge-patch+json",
+            _ => "application/json",
+        };
         let sent = match &req.body {
             Some(body) => b
-                .header("Content-Type", "application/json")
+                .header("Content-Type", content_type)
                 .body(body.clone())
                 .map(|r| agent.run(r)),
             None => b.body(()).map(|r| agent.run(r)),
@@ -1027,6 +1077,13 @@ impl KubeClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok());
+        let warnings = resp
+            .headers()
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(warning_text)
+            .collect();
         let body = if status < 300 {
             resp.body_mut()
                 .with_config()
@@ -1048,6 +1105,7 @@ impl KubeClient {
             status,
             body,
             retry_after,
+            warnings,
         })
     }
 
@@ -1555,6 +1613,87 @@ impl KubeClient {
         match resp.status {
             404 => Ok(Deleted::NotFound),
             200..=299 => Ok(Deleted::Deleted),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    fn events_url(&self) -> String {
+        format!(
+            "{}/api/v1/namespaces/{}/events",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    /// Creates a core/v1 Event (`POST .../events`); 409 AlreadyExists when the name is
+    /// taken.
+    ///
+    /// Errors: [`KubeError::Api`] (409, 403 when RBAC lacks events create, 422),
+    /// `Transport`, `Auth`, `Decode`.
+    pub fn create_event(&self, event: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let verb = format!("create event {name}");
+        self.write_object(Method::POST, self.events_url(), event, &verb)
+    }
+
+    /// Reads Event `name`: `Ok(None)` on 404.
+    ///
+    /// Errors: [`KubeError::Api`], `Transport`, `Auth`, `Decode`.
+    pub fn get_event(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get event {name}");
+        let url = format!("{}/{}", self.events_url(), encode_component(name));
+        self.get_object(url, &verb, &format!("event {name}"))
+    }
+
+    /// Patches Event `name` with a strategic merge patch (`PATCH .../events/NAME`,
+    /// `application/strategic-merge-patch+json`), as client-go's event sink updates a
+    /// repeated event's `count`, `lastTimestamp` and `message`.
+    ///
+    /// Errors: [`KubeError::Api`] (404 when the event is gone, 403 when RBAC lacks events
+    /// patch), `Transport`, `Auth`, `Decode`.
+    pub fn patch_event(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let verb = format!("patch event {name}");
+        let url = format!("{}/{}", self.events_url(), encode_component(name));
+        self.write_object(Method::PATCH, url, patch, &verb)
+    }
+
+    /// Creates a pod with server-side field validation (`?fieldValidation=Strict|Warn`,
+    /// Kubernetes 1.25+; KEP-2885): under `Strict` an unknown or duplicate field is a 400
+    /// BadRequest (`strict decoding error: unknown field "spec.foo"`) instead of being
+    /// dropped; under `Warn` the pod is created and the server's `Warning` headers are
+    /// returned with it. A server older than 1.25 ignores the parameter (then neither
+    /// happens).
+    ///
+    /// Errors: as [`KubeClient::create_pod`].
+    pub fn create_pod_validated(
+        &self,
+        pod: &serde_json::Value,
+        validation: FieldValidation,
+    ) -> Result<(serde_json::Value, Vec<String>), KubeError> {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        let verb = format!("create pod {name}");
+        let body = serde_json::to_vec(pod).map_err(|e| KubeError::Decode {
+            what: format!("the body of {verb}"),
+            message: e.to_string(),
+        })?;
+        let req = Request {
+            method: Method::POST,
+            url: format!(
+                "{}?fieldValidation={}",
+                self.pods_url(),
+                validation.as_str()
+            ),
+            body: Some(body),
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            200..=299 => Ok((Self::decode_json(&verb, &resp.body)?, resp.warnings)),
             _ => Err(Self::api_error(&verb, &resp)),
         }
     }

@@ -15,10 +15,13 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::configmap;
+use super::discovery;
+use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::lease;
 use super::pod::{self, Phase};
+use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{
@@ -100,6 +103,13 @@ enum Route<'a> {
     LeaseGet(&'a str, &'a str),
     LeaseUpdate(&'a str, &'a str),
     LeaseDelete(&'a str, &'a str),
+    EvList(Option<&'a str>),
+    EvCreate(&'a str),
+    EvGet(&'a str, &'a str),
+    EvPatch(&'a str, &'a str),
+    NsList,
+    NsGet(&'a str),
+    NsCreate,
 }
 
 impl<'a> Route<'a> {
@@ -120,6 +130,13 @@ impl<'a> Route<'a> {
             Route::LeaseGet(..) => "lease-get",
             Route::LeaseUpdate(..) => "lease-update",
             Route::LeaseDelete(..) => "lease-delete",
+            Route::EvList(_) => "ev-list",
+            Route::EvCreate(_) => "ev-create",
+            Route::EvGet(..) => "ev-get",
+            Route::EvPatch(..) => "ev-patch",
+            Route::NsList => "ns-list",
+            Route::NsGet(_) => "ns-get",
+            Route::NsCreate => "ns-create",
         }
     }
 
@@ -140,12 +157,31 @@ impl<'a> Route<'a> {
             Route::LeaseGet(ns, n) => ("get", "leases", Some(ns), n),
             Route::LeaseUpdate(ns, n) => ("update", "leases", Some(ns), n),
             Route::LeaseDelete(ns, n) => ("delete", "leases", Some(ns), n),
+            Route::EvList(ns) => ("list", "events", ns, ""),
+            Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
+            Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
+            Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
+            Route::NsList => ("list", "namespaces", None, ""),
+            Route::NsGet(n) => ("get", "namespaces", None, n),
+            Route::NsCreate => ("create", "namespaces", None, ""),
+        }
+    }
+
+    /// The namespace a create writes into (creates in a namespace that does not exist are
+    /// refused by the NamespaceLifecycle admission plugin).
+    fn creates_in(self) -> Option<&'a str> {
+        match self {
+            Route::PodCreate(ns) | Route::CmCreate(ns) | Route::EvCreate(ns) => Some(ns),
+            _ => None,
         }
     }
 }
 
 fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
     let bad_method = || Err(ApiError::method_not_allowed());
+    if let ["apis", "coordination.k8s.io", "v1", "namespaces", ns, ref rest @ ..] = *segs {
+        return lease_route(method, ns, rest);
+    }
     match *segs {
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => match method {
             "GET" => Ok(Route::PodList(Some(ns))),
@@ -183,22 +219,31 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
             "GET" => Ok(Route::CmList(None)),
             _ => bad_method(),
         },
-        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] if !ns.is_empty() => {
+        ["api", "v1", "namespaces", ns, "events"] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::EvList(Some(ns))),
+            "POST" => Ok(Route::EvCreate(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "events", name] if !ns.is_empty() && !name.is_empty() => {
             match method {
-                "POST" => Ok(Route::LeaseCreate(ns)),
+                "GET" => Ok(Route::EvGet(ns, name)),
+                "PATCH" => Ok(Route::EvPatch(ns, name)),
                 _ => bad_method(),
             }
         }
-        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name]
-            if !ns.is_empty() && !name.is_empty() =>
-        {
-            match method {
-                "GET" => Ok(Route::LeaseGet(ns, name)),
-                "PUT" => Ok(Route::LeaseUpdate(ns, name)),
-                "DELETE" => Ok(Route::LeaseDelete(ns, name)),
-                _ => bad_method(),
-            }
-        }
+        ["api", "v1", "namespaces"] => match method {
+            "GET" => Ok(Route::NsList),
+            "POST" => Ok(Route::NsCreate),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::NsGet(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "events"] => match method {
+            "GET" => Ok(Route::EvList(None)),
+            _ => bad_method(),
+        },
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -375,6 +420,9 @@ fn handle_api(
         *fault_out = Some(Fault::Timeout);
         return reply;
     }
+    if let Some(resp) = discovery::discovery(req, segs).or_else(|| discovery::openapi(req, segs)) {
+        return Reply::Send(resp);
+    }
     let r = match route(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
@@ -398,8 +446,48 @@ fn handle_api(
     if shared.forbid.iter().any(|v| v == verb) {
         return send(Err(rbac_denied(user, r)));
     }
+    if let Some(ns) = r.creates_in() {
+        if !shared.namespace_exists(ns) {
+            return send(Err(ApiError::namespace_not_found(ns)));
+        }
+    }
     let now = Instant::now();
-    let result = match r {
+    let result = dispatch(shared, req, r, now);
+    let resp = result.unwrap_or_else(error_response);
+    match fault {
+        Some(Fault::LostResponse) => Reply::Drop,
+        Some(Fault::Truncate) => Reply::Truncate(resp),
+        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
+        _ => Reply::Send(resp),
+    }
+}
+
+/// The Lease routes under `/apis/coordination.k8s.io/v1/namespaces/NS/` (`rest`: what follows).
+fn lease_route<'a>(method: &str, ns: &'a str, rest: &[&'a str]) -> Result<Route<'a>, ApiError> {
+    let bad_method = || Err(ApiError::method_not_allowed());
+    match *rest {
+        ["leases"] if !ns.is_empty() => match method {
+            "POST" => Ok(Route::LeaseCreate(ns)),
+            _ => bad_method(),
+        },
+        ["leases", name] if !ns.is_empty() && !name.is_empty() => match method {
+            "GET" => Ok(Route::LeaseGet(ns, name)),
+            "PUT" => Ok(Route::LeaseUpdate(ns, name)),
+            "DELETE" => Ok(Route::LeaseDelete(ns, name)),
+            _ => bad_method(),
+        },
+        _ => Err(ApiError::path_not_found()),
+    }
+}
+
+/// Runs the handler of an authenticated, authorized request.
+fn dispatch(
+    shared: &Shared,
+    req: &Request,
+    r: Route<'_>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    match r {
         Route::PodList(ns) => list(shared, req, ns, now),
         Route::PodCreate(ns) => create(shared, req, ns, now),
         Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
@@ -416,13 +504,15 @@ fn handle_api(
         | Route::LeaseGet(..)
         | Route::LeaseUpdate(..)
         | Route::LeaseDelete(..) => lease_call(shared, req, r),
-    };
-    let resp = result.unwrap_or_else(error_response);
-    match fault {
-        Some(Fault::LostResponse) => Reply::Drop,
-        Some(Fault::Truncate) => Reply::Truncate(resp),
-        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
-        _ => Reply::Send(resp),
+        Route::EvList(ns) => ev_list(shared, req, ns),
+        Route::EvCreate(ns) => ev_create(shared, req, ns, now),
+        Route::EvGet(ns, name) => relock(&shared.events)
+            .get(ns, name)
+            .map(|v| Response::json(200, events::object_json(&v))),
+        Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
+        Route::NsList => Ok(ns_list(shared, req)),
+        Route::NsGet(name) => ns_get(shared, name),
+        Route::NsCreate => ns_create(shared, req),
     }
 }
 
@@ -494,6 +584,147 @@ fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
     }
     body.push_str("]}");
     Ok(Response::json(200, body.into_bytes()))
+}
+
+fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
+    if matches!(req.param("watch"), Some("true" | "1")) {
+        return Err(ApiError::bad_request(
+            "watch is not supported by the podalloc simulator",
+        ));
+    }
+    let sel = FieldSelector::parse_for_events(req.param("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let rv = lock(shared).rv();
+    let items: Vec<Value> = relock(&shared.events)
+        .list(ns, &sel)
+        .into_iter()
+        .filter(|v| label.matches(&labels_of(v)))
+        .collect();
+    if discovery::wants_table(req) {
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::event_table(rv, &items, now));
+    }
+    Ok(Response::json(200, events::list_json(rv, &items)))
+}
+
+fn ns_list(shared: &Shared, req: &Request) -> Response {
+    let names = shared.namespace_names();
+    let rv = lock(shared).rv();
+    if discovery::wants_table(req) {
+        return discovery::namespace_table(rv, &names);
+    }
+    let items: Vec<Value> = names.iter().map(|n| discovery::namespace_json(n)).collect();
+    let body = json!({"kind": "NamespaceList", "apiVersion": "v1",
+                      "metadata": {"resourceVersion": rv.to_string()}, "items": items});
+    Response::json(200, body.to_string().into_bytes())
+}
+
+fn ns_get(shared: &Shared, name: &str) -> Result<Response, ApiError> {
+    if !shared.namespace_exists(name) {
+        return Err(ApiError::not_found("namespaces", name));
+    }
+    let body = discovery::namespace_json(name).to_string();
+    Ok(Response::json(200, body.into_bytes()))
+}
+
+/// `POST /api/v1/namespaces`: adds a namespace (a no-op 409 when every name exists or it
+/// already does).
+fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let obj = pod::decode_object(&req.body, "Namespace")?;
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let errs: Vec<_> = super::validation::dns1123_label(&name)
+        .into_iter()
+        .map(|m| super::validation::FieldError::invalid("metadata.name", &name, m))
+        .collect();
+    if name.is_empty() {
+        let e = super::validation::FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        );
+        return Err(ApiError::invalid("Namespace", "", &[e]));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("Namespace", &name, &errs));
+    }
+    let mut set = relock(&shared.namespaces);
+    match set.as_mut() {
+        Some(s) if !s.contains(&name) => {
+            s.insert(name.clone());
+        }
+        _ => return Err(ApiError::already_exists_in("namespaces", &name, false)),
+    }
+    drop(set);
+    Ok(Response::json(
+        201,
+        discovery::namespace_json(&name).to_string().into_bytes(),
+    ))
+}
+
+fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    let mut v = events::decode(&req.body)?;
+    let rv_set = super::store::prepare_create_metadata(&mut v, ns)?;
+    if rv_set {
+        return Err(ApiError::unknown_server_error(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let stamp = lock(shared).stamp(now);
+    let mut evs = relock(&shared.events);
+    let out = match dry {
+        true => {
+            let mut scratch = events::EventStore::default();
+            scratch.create(ns, v, stamp)?
+        }
+        false => evs.create(ns, v, stamp)?,
+    };
+    Ok(Response::json(201, events::object_json(&out)))
+}
+
+/// The patch types the apiserver accepts, and the 415 for any other.
+fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
+    let ct = req.header("content-type").unwrap_or("");
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "application/merge-patch+json" => Ok("merge"),
+        "application/strategic-merge-patch+json" => Ok("strategic"),
+        "application/json-patch+json" => Ok("json"),
+        _ => Err(ApiError::unsupported_patch_type(ct)),
+    }
+}
+
+fn ev_patch(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let kind = patch_media_type(req)?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    if kind == "json" || !patch.is_object() {
+        return Err(ApiError::bad_request(
+            "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
+        ));
+    }
+    let rv = lock(shared).stamp(now).rv;
+    let out = relock(&shared.events).patch(ns, name, &patch, rv)?;
+    Ok(Response::json(200, events::object_json(&out)))
 }
 
 fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
@@ -620,6 +851,18 @@ fn list(
         )
     });
     let remaining = (more && label.is_empty() && field.is_empty()).then(|| items.len() - i);
+    if discovery::wants_table(req) {
+        let pods: Vec<Value> = (page.iter())
+            .filter_map(|p| serde_json::from_str(&p.json).ok())
+            .collect();
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::pod_table(
+            snap.rv,
+            continue_token.as_deref(),
+            &pods,
+            now,
+        ));
+    }
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 
@@ -696,10 +939,50 @@ fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
 fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
+    let unknown = field_validation(req)?;
     let v = pod::decode(&req.body)?;
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
-    Ok(object(201, &p))
+    let mut resp = object(201, &p);
+    for f in unknown {
+        resp.headers
+            .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
+    }
+    Ok(resp)
+}
+
+/// Server-side field validation of a pod create (see `schema`): the `fieldValidation`
+/// parameter (`Strict`, `Warn` — the default — or `Ignore`). Under `Strict` an unknown field
+/// is a 400; otherwise returns the unknown fields to warn about (none under `Ignore`).
+fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
+    let mode = req.param("fieldValidation").unwrap_or("");
+    if !matches!(mode, "" | "Strict" | "Warn" | "Ignore") {
+        return Err(ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+        )));
+    }
+    if mode == "Ignore" {
+        return Ok(Vec::new());
+    }
+    // Undecodable bodies are left to the decoder, which answers them with its own 400.
+    let Ok(v) = serde_json::from_slice::<Value>(&req.body) else {
+        return Ok(Vec::new());
+    };
+    let unknown = schema::unknown_fields(&v, &schema::POD);
+    if mode == "Strict" && !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: {}",
+            schema::strict_message(&unknown)
+        )));
+    }
+    Ok(unknown)
+}
+
+/// A `Warning` header value as the apiserver writes it: code 299, agent `-`, the text
+/// quoted with `"` and `\` escaped (RFC 7234 section 5.5).
+fn warning_header(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("299 - \"{escaped}\"")
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in

@@ -10,7 +10,14 @@
 //!
 //! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
 //! create, replace with optimistic concurrency, delete), sharing the pods' resource
-//! version counter.
+//! version counter. So are core/v1 Events (create, get, list with field selectors, merge
+//! and strategic merge patch) and namespaces ([`SimOptions::namespaces`]: a create in one
+//! that does not exist is 404). Pod creates honour `fieldValidation` (Strict: 400 `strict
+//! decoding error: unknown field "…"`; Warn, the default: `Warning: 299` headers).
+//!
+//! kubectl works against it: API discovery (`/api`, `/apis`, `/api/v1`), the OpenAPI v3
+//! entries its `--validate=strict` checks, and the `Table` format of `kubectl get` for
+//! pods, events and namespaces.
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
@@ -39,11 +46,14 @@
 mod api;
 mod args;
 mod configmap;
+mod discovery;
+mod events;
 mod faults;
 mod http;
 mod lease;
 mod pod;
 mod reqlog;
+mod schema;
 mod selector;
 mod status;
 mod store;
@@ -143,6 +153,11 @@ pub struct SimOptions {
     /// request log names the user of every request, so tests can tell processes apart.
     /// Default none.
     pub users: Vec<(String, String)>,
+    /// The namespaces that exist: a create in any other is 404 `namespaces "x" not
+    /// found`, as the NamespaceLifecycle admission plugin answers. `None` (the default):
+    /// every valid namespace name exists. `podalloc sim` passes `default,kube-system`
+    /// unless told otherwise (`--namespaces`).
+    pub namespaces: Option<Vec<String>>,
 }
 
 impl Default for SimOptions {
@@ -168,6 +183,7 @@ impl Default for SimOptions {
             client_cert_optional: false,
             latency: Duration::ZERO,
             users: Vec::new(),
+            namespaces: None,
         }
     }
 }
@@ -230,6 +246,10 @@ pub(crate) struct Shared {
     pub(crate) leases: Mutex<lease::Leases>,
     /// Users cut off from the API until the given time ([`SimServer::cut_off`]).
     pub(crate) cuts: Mutex<HashMap<String, Instant>>,
+    /// core/v1 Events.
+    pub(crate) events: Mutex<events::EventStore>,
+    /// The namespaces that exist (`None`: every valid name does).
+    pub(crate) namespaces: Mutex<Option<std::collections::BTreeSet<String>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -257,6 +277,22 @@ fn invalid_input(msg: String) -> io::Error {
 }
 
 impl Shared {
+    /// Whether namespace `ns` exists (see [`SimOptions::namespaces`]).
+    pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
+        relock(&self.namespaces)
+            .as_ref()
+            .is_none_or(|n| n.contains(ns))
+    }
+
+    /// The namespaces to list: the configured ones, or `default` and `kube-system` when
+    /// every name exists.
+    pub(crate) fn namespace_names(&self) -> Vec<String> {
+        match relock(&self.namespaces).as_ref() {
+            Some(n) => n.iter().cloned().collect(),
+            None => vec!["default".into(), "kube-system".into()],
+        }
+    }
+
     fn shutdown(&self) {
         if self.stopping.swap(true, Ordering::SeqCst) {
             self.wait_stopped(None);
@@ -466,6 +502,12 @@ impl SimServer {
             users: opts.users.clone(),
             leases: Mutex::new(lease::Leases::default()),
             cuts: Mutex::new(HashMap::new()),
+            events: Mutex::new(events::EventStore::default()),
+            namespaces: Mutex::new(
+                opts.namespaces
+                    .as_ref()
+                    .map(|n| n.iter().cloned().collect()),
+            ),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),

@@ -131,6 +131,15 @@ impl PodTemplate {
         })
     }
 
+    /// The name of the template's first container: the executor container unless
+    /// `--executor-container` names another (as Spark, which takes the first container when
+    /// `spark.kubernetes.executor.podTemplateContainerName` is not set).
+    pub fn first_container(&self) -> &str {
+        self.pod["spec"]["containers"][0]["name"]
+            .as_str()
+            .unwrap_or_default()
+    }
+
     /// Validates a parsed template: an object, `spec.containers` a non-empty list of objects,
     /// each with a `name`; the first needs an `image` unless `image` is given (it then
     /// overrides the first container's image, as Spark's `spark.kubernetes.container.image`).

@@ -51,7 +51,7 @@ fn own_corpus_passes() {
 #[test]
 fn policy_corpus_passes() {
     let (passed, _) = run_corpus(&root().join("fixtures/conformance-policies"));
-    assert!(passed >= 11);
+    assert!(passed >= 13);
 }
 
 /// Real-pod rules: why creation is blocked, --count-terminating, executor-container-aware
@@ -59,7 +59,7 @@ fn policy_corpus_passes() {
 #[test]
 fn real_pods_corpus_passes() {
     let (passed, _) = run_corpus(&root().join("fixtures/conformance-real-pods"));
-    assert!(passed >= 11);
+    assert!(passed >= 13);
 }
 
 /// Spark 3.1+'s own `ExecutorPodsAllocatorSuite`, translated to `plan` cases, under

@@ -63,6 +63,10 @@ pub struct SimArgs {
     /// Delay added to every API response.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub latency: Duration,
+    /// An image the simulated registry does not have (repeatable): containers using it wait
+    /// in ErrImagePull, then ImagePullBackOff.
+    #[arg(long = "missing-image", value_name = "IMAGE")]
+    pub missing_images: Vec<String>,
 }
 
 fn parse_fault(s: &str) -> Result<FaultRule, String> {
@@ -88,6 +92,7 @@ impl SimArgs {
             forbid: self.forbid.clone(),
             require_client_cert: self.require_client_cert,
             latency: self.latency,
+            missing_images: self.missing_images.clone(),
             ..SimOptions::default()
         }
     }

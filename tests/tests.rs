@@ -16,4 +16,5 @@ mod fuzz;
 mod kube_auth;
 mod mtls;
 mod overlap;
+mod real_pods;
 mod reliability;

@@ -19,6 +19,12 @@ EXIT CODES:
   4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
+  7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
+
+LIMITS:
+  --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
+    (--max-pending also `unlimited`); --batch-size, --max-batch  1 to 10000 pods per tick;
+  durations at most 10 years; executor ids 1 to 9223372036854775807 (Spark's positive longs).
 
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
@@ -297,8 +303,10 @@ pub struct AppArgs {
     pub driver_pod: Option<String>,
     /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
     /// or `auto`: adaptive batches, doubling while creates succeed and pods get scheduled,
-    /// halving on throttling or unschedulable pods, at most --max-batch.
-    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N|auto", default_value = "5", value_parser = parse_batch_size)]
+    /// halving on throttling or unschedulable pods, at most --max-batch; or `slow-start`: as
+    /// auto across ticks, and within a tick groups of 1, 2, 4, … created back to back while
+    /// every create succeeds (as the ReplicaSet controller does).
+    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N|auto|slow-start", default_value = "5", value_parser = parse_batch_size)]
     pub batch_size: BatchSize,
     /// With --batch-size auto: the largest batch.
     #[arg(long, global = true, env = "PODALLOC_MAX_BATCH", value_name = "N", default_value_t = 100, value_parser = parse_batch_size_n)]
@@ -428,10 +436,13 @@ impl AppArgs {
             batch_size: match self.batch_size {
                 BatchSize::Fixed(n) => n,
                 BatchSize::Auto => crate::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
+                BatchSize::SlowStart => self.max_batch,
             },
             policies: crate::alloc::Policies {
                 max_pending: self.max_pending.or(spark3x.then_some(u32::MAX)),
-                adaptive_max_batch: (self.batch_size == BatchSize::Auto).then_some(self.max_batch),
+                adaptive_max_batch: (!matches!(self.batch_size, BatchSize::Fixed(_)))
+                    .then_some(self.max_batch),
+                slow_start: self.batch_size == BatchSize::SlowStart,
                 max_failures: self.max_failures,
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
@@ -592,6 +603,10 @@ pub struct PlanArgs {
     /// Executor id to remove (repeatable): deleted whatever its state, target lowered.
     #[arg(long, value_name = "ID", value_parser = parse_id)]
     pub remove: Vec<u64>,
+    /// The driver pod's phase, as a tick with --driver-pod would read it: Pending (no
+    /// executors yet), Running, Succeeded or Failed (every executor deleted), or Deleting.
+    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed", "Deleting"])]
+    pub driver_phase: Option<String>,
 }
 
 /// `sim`: the simulator's own flags (the `podalloc-sim` crate).
@@ -683,12 +698,18 @@ pub enum BatchSize {
     Fixed(u32),
     /// Adaptive, up to `--max-batch`.
     Auto,
+    /// Slow-start within a tick: groups of 1, 2, 4, … back to back while every create
+    /// succeeds, up to `--max-batch` a tick (adaptive across ticks).
+    SlowStart,
 }
 
 /// Parses `--batch-size`: a whole number ≥ 1, or `auto`.
 pub fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
     if s.trim() == "auto" {
         return Ok(BatchSize::Auto);
+    }
+    if s.trim() == "slow-start" {
+        return Ok(BatchSize::SlowStart);
     }
     parse_batch_size_n(s).map(BatchSize::Fixed)
 }

@@ -148,14 +148,18 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let mut ticks = 0u64;
     loop {
         ticks += 1;
-        if tick_once(&env, &change, ticks, progress)? && a.until_converged {
+        let (converged, requeue) = tick_once(&env, &change, ticks, progress)?;
+        if converged && a.until_converged {
             info!(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
             );
             return Ok(());
         }
-        match wait(Instant::now() + interval, deadline, &shutdown) {
+        // The plan says when time alone changes something (a creation deadline, the end of a
+        // back-off); come back then if that is sooner than the interval.
+        let sleep = requeue.map_or(interval, |r| r.min(interval));
+        match wait(Instant::now() + sleep, deadline, &shutdown) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
@@ -172,32 +176,38 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged; a tick skipped because
-/// another run holds the state, or failed with an error [`after_error`] retries, counts as
-/// not converged.
-fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<bool> {
+/// One tick of the loop. Returns whether the app has converged, and when the plan wants the
+/// next tick at the latest (`TickReport::requeue_after_ms`); a tick skipped because another run
+/// holds the state, or failed with an error [`after_error`] retries, counts as not converged.
+fn tick_once(
+    env: &Env,
+    change: &Request,
+    ticks: u64,
+    progress: &Progress,
+) -> Result<(bool, Option<Duration>)> {
     let mut store = match env.open_store() {
         Err(StoreError::Locked(p)) => {
             warn!(
                 "tick {ticks}: another podalloc run holds {}; skipped",
                 p.display()
             );
-            return Ok(false);
+            return Ok((false, None));
         }
         Err(e) => return Err(store_error(e)),
         Ok(store) => store,
     };
     let report = match env.tick(store.as_mut(), change) {
         Ok(report) => report,
-        Err(e) => return handle_error(e, ticks).map(|()| false),
+        Err(e) => return handle_error(e, ticks).map(|()| (false, None)),
     };
     info!("tick {ticks}: {}", report.line());
     progress.show(&report);
     let converged = report.converged();
+    let requeue = report.requeue_after_ms.map(Duration::from_millis);
     if let Some(e) = report.error {
         handle_error(e, ticks)?;
     }
-    Ok(converged)
+    Ok((converged, requeue))
 }
 
 /// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that

@@ -525,6 +525,31 @@ pub struct RunArgs {
     /// Give up after this long (exit 5 if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Leader election (`--leader-elect` and its durations).
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
+}
+
+/// `run --leader-elect`: several replicas, one acting at a time, over a
+/// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::leader`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LeaderElectArgs {
+    /// Act only while holding the app's Lease (highly available: run two replicas). Needs
+    /// leases get/create/update in the namespace.
+    #[arg(long, env = "PODALLOC_LEADER_ELECT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub leader_elect: bool,
+    /// The Lease's name [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
+    /// How long standbys wait after the Lease last changed before taking it over [default: 15s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Option<Duration>,
+    /// How long the leader keeps acting without a successful renewal [default: 10s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// Time between attempts to acquire or renew [default: 2s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
 }
 
 /// Log formats.
@@ -553,6 +578,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', env = "PODALLOC_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// The leader-election Lease whose holder to show [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
 }
 
 /// `scale`.

@@ -27,6 +27,7 @@ pub mod commands;
 pub mod config_file;
 pub mod error;
 pub mod kube;
+pub mod leader;
 pub mod metrics;
 pub mod podspec;
 pub mod reconcile;

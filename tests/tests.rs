@@ -14,6 +14,7 @@ mod fixtures;
 mod fuzz;
 #[cfg(unix)]
 mod kube_auth;
+mod leader;
 mod lifecycle;
 mod mtls;
 mod overlap;

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a `--leader-elect` standby asks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
+
 /// What the loop does after a failed tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -145,21 +148,32 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
     let change = Request::target(a.target);
+    // --leader-elect: released when this function returns (dropped), after the last tick.
+    let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;
     loop {
-        ticks += 1;
-        let (converged, requeue) = tick_once(&env, &change, ticks, progress)?;
-        if converged && a.until_converged {
-            info!(
-                "converged after {ticks} tick(s) in {:.1}s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
+        // Leader election hook: a standby skips the tick and looks again soon.
+        let acting = super::elect::may_act(leader.as_ref(), cli, &env);
+        let mut requeue = None;
+        if acting {
+            ticks += 1;
+            let (converged, due) = tick_once(&env, &change, ticks, progress)?;
+            if converged && a.until_converged {
+                info!(
+                    "converged after {ticks} tick(s) in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(());
+            }
+            requeue = due;
         }
         // The plan says when time alone changes something (a creation deadline, the end of a
-        // back-off); come back then if that is sooner than the interval.
-        let sleep = requeue.map_or(interval, |r| r.min(interval));
-        match wait(Instant::now() + sleep, deadline, &shutdown) {
+        // back-off): come back then if that is sooner than the interval.
+        let next = match acting {
+            true => requeue.map_or(interval, |r| r.min(interval)),
+            false => interval.min(STANDBY_POLL),
+        };
+        match wait(Instant::now() + next, deadline, &shutdown) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");

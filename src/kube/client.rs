@@ -299,7 +299,12 @@ pub struct KubeClient {
     options: ClientOptions,
     stats: Mutex<ClientStats>,
     rng: AtomicU64,
+    /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
+    write_fence: std::sync::OnceLock<WriteFence>,
 }
+
+/// Says whether this process may still write (true) or has lost its leader lease (false).
+pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -661,6 +666,7 @@ impl KubeClient {
             options,
             stats: Mutex::new(ClientStats::default()),
             rng: AtomicU64::new(seed),
+            write_fence: std::sync::OnceLock::new(),
         };
         // Reads a token file, or runs an exec plugin (which may replace the agent).
         client.bearer(true)?;
@@ -1049,6 +1055,7 @@ impl KubeClient {
     /// plugin once after a 401 (client-go's `ResettableTokenSource` and exec authenticator).
     /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+        self.check_write_fence(req)?;
         let host = Uri::try_from(req.url.as_str())
             .ok()
             .and_then(|u| u.host().map(str::to_string))
@@ -1084,6 +1091,8 @@ impl KubeClient {
             };
             std::thread::sleep(delay);
             attempt += 1;
+            // A retried write is asked again: leadership may have ended while it waited.
+            self.check_write_fence(req)?;
         }
     }
 
@@ -1441,6 +1450,104 @@ impl KubeClient {
             method: Method::DELETE,
             url: self.pod_url(name, &verb)?,
             body,
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            404 => Ok(Deleted::NotFound),
+            200..=299 => Ok(Deleted::Deleted),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    /// Installs the leader-election fence: from now on every request other than a GET and
+    /// other than a Lease call (`/apis/coordination.k8s.io/`) first asks `fence`, and is
+    /// not sent when it answers false (also before each retry). Installed once; a second
+    /// call is ignored. The refused call fails with [`KubeError::Transport`] (kind `Other`,
+    /// nothing was sent), which the tick treats like any failed call.
+    pub fn set_write_fence(&self, fence: WriteFence) {
+        let _ = self.write_fence.set(fence);
+    }
+
+    /// The fence check of [`KubeClient::set_write_fence`] for one request.
+    fn check_write_fence(&self, req: &Request<'_>) -> Result<(), KubeError> {
+        let Some(fence) = self.write_fence.get() else {
+            return Ok(());
+        };
+        if req.method == Method::GET || req.url.contains("/apis/coordination.k8s.io/") {
+            return Ok(());
+        }
+        if fence() {
+            return Ok(());
+        }
+        Err(KubeError::Transport {
+            verb: req.verb.to_string(),
+            kind: TransportKind::Other,
+            message: "not sent: this process no longer holds the leader lease".to_string(),
+        })
+    }
+
+    /// Another client for the same cluster and credentials with other options (e.g. the
+    /// short timeouts of leader election). Errors as [`KubeClient::with_options`].
+    pub fn derive(&self, options: ClientOptions) -> Result<KubeClient, KubeError> {
+        KubeClient::with_options(self.cfg.clone(), options)
+    }
+
+    fn leases_url(&self) -> String {
+        format!(
+            "{}/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    /// Reads Lease `name` (`GET /apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME`):
+    /// `Ok(None)` on 404. Used by leader election.
+    ///
+    /// Errors: [`KubeError::Api`] (403 when RBAC lacks leases get), `Transport`, `Auth`,
+    /// `Decode`.
+    pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get lease {name}");
+        let url = format!("{}/{}", self.leases_url(), encode_component(name));
+        self.get_object(url, &verb, &format!("lease {name}"))
+    }
+
+    /// Creates a Lease (`POST .../leases`); 409 AlreadyExists when another candidate
+    /// created it first. Returns the Lease as stored (with `resourceVersion`).
+    ///
+    /// Errors: [`KubeError::Api`] (409, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn create_lease(&self, lease: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = lease["metadata"]["name"].as_str().unwrap_or("");
+        let verb = format!("create lease {name}");
+        self.write_object(Method::POST, self.leases_url(), lease, &verb)
+    }
+
+    /// Replaces Lease `name` (`PUT .../leases/NAME`). With `metadata.resourceVersion` set
+    /// the API server applies it only to that version and answers 409 Conflict otherwise
+    /// (optimistic concurrency: another candidate wrote first).
+    ///
+    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn update_lease(
+        &self,
+        name: &str,
+        lease: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let verb = format!("update lease {name}");
+        let url = format!("{}/{}", self.leases_url(), encode_component(name));
+        self.write_object(Method::PUT, url, lease, &verb)
+    }
+
+    /// Deletes Lease `name` (`DELETE .../leases/NAME`). 2xx → [`Deleted::Deleted`], 404 →
+    /// [`Deleted::NotFound`].
+    ///
+    /// Errors: [`KubeError::Api`] (403), `Transport`, `Auth`.
+    pub fn delete_lease(&self, name: &str) -> Result<Deleted, KubeError> {
+        let verb = format!("delete lease {name}");
+        let req = Request {
+            method: Method::DELETE,
+            url: format!("{}/{}", self.leases_url(), encode_component(name)),
+            body: None,
             verb: &verb,
             limit: self.options.body_limit,
         };

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use super::configmap;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
+use super::lease;
 use super::pod::{self, Phase};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
@@ -95,6 +96,10 @@ enum Route<'a> {
     CmGet(&'a str, &'a str),
     CmUpdate(&'a str, &'a str),
     CmDelete(&'a str, &'a str),
+    LeaseCreate(&'a str),
+    LeaseGet(&'a str, &'a str),
+    LeaseUpdate(&'a str, &'a str),
+    LeaseDelete(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -111,6 +116,10 @@ impl<'a> Route<'a> {
             Route::CmGet(..) => "cm-get",
             Route::CmUpdate(..) => "cm-update",
             Route::CmDelete(..) => "cm-delete",
+            Route::LeaseCreate(_) => "lease-create",
+            Route::LeaseGet(..) => "lease-get",
+            Route::LeaseUpdate(..) => "lease-update",
+            Route::LeaseDelete(..) => "lease-delete",
         }
     }
 
@@ -127,6 +136,10 @@ impl<'a> Route<'a> {
             Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
             Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
             Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
+            Route::LeaseCreate(ns) => ("create", "leases", Some(ns), ""),
+            Route::LeaseGet(ns, n) => ("get", "leases", Some(ns), n),
+            Route::LeaseUpdate(ns, n) => ("update", "leases", Some(ns), n),
+            Route::LeaseDelete(ns, n) => ("delete", "leases", Some(ns), n),
         }
     }
 }
@@ -170,6 +183,22 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
             "GET" => Ok(Route::CmList(None)),
             _ => bad_method(),
         },
+        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] if !ns.is_empty() => {
+            match method {
+                "POST" => Ok(Route::LeaseCreate(ns)),
+                _ => bad_method(),
+            }
+        }
+        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name]
+            if !ns.is_empty() && !name.is_empty() =>
+        {
+            match method {
+                "GET" => Ok(Route::LeaseGet(ns, name)),
+                "PUT" => Ok(Route::LeaseUpdate(ns, name)),
+                "DELETE" => Ok(Route::LeaseDelete(ns, name)),
+                _ => bad_method(),
+            }
+        }
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -243,14 +272,24 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
 /// The RBAC authorizer's 403 (`ForbiddenStatusError`).
 fn rbac_denied(user: &str, r: Route<'_>) -> ApiError {
     let (verb, resource, ns, name) = r.rbac();
+    let group = if resource == "leases" {
+        "coordination.k8s.io"
+    } else {
+        ""
+    };
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
     let scope = match ns {
         Some(ns) => format!("in the namespace \"{ns}\""),
         None => "at the cluster scope".to_string(),
     };
     ApiError::forbidden(
-        resource,
+        &qualified,
         name,
-        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" {scope}"),
+        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"),
     )
 }
 
@@ -262,7 +301,7 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
             "invalid URL escape in path",
         )));
         shared.requests.fetch_add(1, Ordering::Relaxed);
-        record(shared, req, None, None, &reply);
+        record(shared, req, None, None, None, &reply);
         return reply;
     };
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
@@ -273,16 +312,44 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let mut verb = None;
     let mut fault = None;
-    let reply = handle_api(shared, req, &segs, client_user, &mut verb, &mut fault);
-    record(shared, req, verb, fault.as_ref(), &reply);
+    let user = client_user.or_else(|| token_user(shared, req));
+    let reply = handle_api(shared, req, &segs, user, &mut verb, &mut fault);
+    let logged_user = user.filter(|_| verb.is_some() || fault.is_some());
+    record(shared, req, verb, logged_user, fault.as_ref(), &reply);
     reply
+}
+
+/// The user a bearer token authenticates as: the server's token, or one of
+/// `SimOptions::users`.
+fn token_user<'a>(shared: &'a Shared, req: &Request) -> Option<&'a str> {
+    if authorized(shared.token.as_deref(), req) {
+        return Some(TOKEN_USER);
+    }
+    shared
+        .users
+        .iter()
+        .find(|(token, _)| authorized(Some(token), req))
+        .map(|(_, user)| user.as_str())
+}
+
+/// A user cut off by `SimServer::cut_off`: waits until the cut ends (or the server stops)
+/// and answers the request timeout's 504, having done nothing. `None` when not cut off.
+fn cut_off_reply(shared: &Shared, user: &str) -> Option<Reply> {
+    let until = *relock(&shared.cuts).get(user)?;
+    if Instant::now() >= until {
+        return None;
+    }
+    while Instant::now() < until && !shared.stopping.load(Ordering::Relaxed) {
+        std::thread::sleep((until - Instant::now()).min(std::time::Duration::from_millis(50)));
+    }
+    Some(Reply::Send(timeout_response()))
 }
 
 fn handle_api(
     shared: &Shared,
     req: &Request,
     segs: &[&str],
-    client_user: Option<&str>,
+    user: Option<&str>,
     verb_out: &mut Option<&'static str>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
@@ -301,11 +368,13 @@ fn handle_api(
     if segs.first() == Some(&"api") && !shared.latency.is_zero() {
         std::thread::sleep(shared.latency);
     }
-    let user = match client_user {
-        Some(u) => u,
-        None if authorized(shared.token.as_deref(), req) => TOKEN_USER,
-        None => return send(Err(ApiError::unauthorized())),
+    let Some(user) = user else {
+        return send(Err(ApiError::unauthorized()));
     };
+    if let Some(reply) = cut_off_reply(shared, user) {
+        *fault_out = Some(Fault::Timeout);
+        return reply;
+    }
     let r = match route(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
@@ -343,6 +412,10 @@ fn handle_api(
             .map(|v| Response::json(200, configmap::object_json(&v))),
         Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
         Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
+        Route::LeaseCreate(_)
+        | Route::LeaseGet(..)
+        | Route::LeaseUpdate(..)
+        | Route::LeaseDelete(..) => lease_call(shared, req, r),
     };
     let resp = result.unwrap_or_else(error_response);
     match fault {
@@ -361,6 +434,7 @@ fn record(
     shared: &Shared,
     req: &Request,
     verb: Option<&'static str>,
+    user: Option<&str>,
     fault: Option<&Fault>,
     reply: &Reply,
 ) {
@@ -369,7 +443,7 @@ fn record(
         Reply::Drop => None,
     };
     let fault = fault.map(ToString::to_string);
-    relock(&shared.log).push(req, verb, status, fault);
+    relock(&shared.log).push(req, verb, user, status, fault);
 }
 
 fn labels_of(v: &Value) -> BTreeMap<String, String> {
@@ -445,6 +519,37 @@ fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Res
         200,
         status::delete_success("configmaps", name, &uid),
     ))
+}
+
+/// The Lease routes: get, create, update (PUT), delete.
+fn lease_call(shared: &Shared, req: &Request, r: Route<'_>) -> Result<Response, ApiError> {
+    let mut leases = relock(&shared.leases);
+    let ok = |code, v: &Value| Response::json(code, lease::object_json(v));
+    match r {
+        Route::LeaseGet(ns, name) => leases.get(ns, name).map(|v| ok(200, &v)),
+        Route::LeaseCreate(ns) => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let v = lease::decode(&req.body)?;
+            let out = leases.create(&mut lock(shared), ns, v, dry)?;
+            Ok(ok(201, &out))
+        }
+        Route::LeaseUpdate(ns, name) => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let v = lease::decode(&req.body)?;
+            let out = leases.update(&mut lock(shared), ns, name, v, dry)?;
+            Ok(ok(200, &out))
+        }
+        Route::LeaseDelete(ns, name) => {
+            let uid = leases.delete(&mut lock(shared), ns, name)?;
+            Ok(Response::json(
+                200,
+                status::delete_success("leases", name, &uid),
+            ))
+        }
+        _ => Err(ApiError::path_not_found()),
+    }
 }
 
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
@@ -695,6 +800,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
         ["faults"] if post => set_faults(shared, &req.body),
         ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
         ["quota"] if post => set_quota(shared, &req.body),
+        ["cut"] if post => set_cut(shared, &req.body),
         ["log"] if req.method == "GET" => Ok(Response {
             status: 200,
             content_type: "application/x-ndjson",
@@ -713,9 +819,13 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             shared.kubelet.notify_all();
             Ok(object(200, &p))
         }
-        ["stats"] | ["pods", _] | ["pods", _, _, "phase"] | ["faults"] | ["quota"] | ["log"] => {
-            Err(ApiError::method_not_allowed())
-        }
+        ["stats"]
+        | ["pods", _]
+        | ["pods", _, _, "phase"]
+        | ["faults"]
+        | ["quota"]
+        | ["log"]
+        | ["cut"] => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -734,6 +844,31 @@ fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
         .map_err(ApiError::bad_request)?;
     relock(&shared.faults).replace(rules);
     Ok(faults_json(shared))
+}
+
+/// `POST /sim/cut`: `{"user": NAME, "seconds": S}` cuts the user off from the API for S
+/// seconds (see `SimServer::cut_off`); 0 ends a cut.
+fn set_cut(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("cut body: {e}")))?;
+    let (Some(user), Some(secs)) = (
+        v.get("user").and_then(Value::as_str),
+        v.get("seconds")
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)),
+    ) else {
+        return Err(ApiError::bad_request(
+            "cut body: expected {\"user\": NAME, \"seconds\": S} with 0 <= S <= 86400",
+        ));
+    };
+    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
+    relock(&shared.cuts).insert(user.to_string(), until);
+    Ok(Response::json(
+        200,
+        json!({"user": user, "seconds": secs})
+            .to_string()
+            .into_bytes(),
+    ))
 }
 
 /// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.

@@ -25,6 +25,10 @@ pub(crate) const VERBS: &[&str] = &[
     "cm-create",
     "cm-update",
     "cm-delete",
+    "lease-get",
+    "lease-create",
+    "lease-update",
+    "lease-delete",
 ];
 
 /// Largest request number (and largest `N-M` range) a rule may name.

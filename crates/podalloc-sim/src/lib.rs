@@ -29,8 +29,13 @@
 //! kubelet leaves the pod in that phase), `POST /sim/pods/{ns}/{name}/phase` with
 //! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`,
 //! `GET|POST /sim/faults` (a JSON list of rule strings replaces the rules),
-//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`) and `GET /sim/log` (the last
-//! 1000 requests as JSON lines, without headers).
+//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`
+//! (`{"user": NAME, "seconds": S}`: a partition between that user and the API, see
+//! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
+//! the authenticated user, without headers).
+//!
+//! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
+//! election, with the apiserver's optimistic concurrency.
 //!
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
@@ -43,6 +48,7 @@ mod configmap;
 mod containers;
 mod faults;
 mod http;
+mod lease;
 mod pod;
 mod reqlog;
 mod selector;
@@ -145,6 +151,11 @@ pub struct SimOptions {
     /// does not have: a container or init container using one waits in `ErrImagePull`, then
     /// `ImagePullBackOff`, naming the image, and the pod stays Pending. Default none.
     pub missing_images: Vec<String>,
+    /// More bearer tokens, each authenticating as its own user, as kube-apiserver's static
+    /// token file (`--token-auth-file`, lines `token,user,uid`) does: `(token, user)`. The
+    /// request log names the user of every request, so tests can tell processes apart.
+    /// Default none.
+    pub users: Vec<(String, String)>,
 }
 
 impl Default for SimOptions {
@@ -170,6 +181,7 @@ impl Default for SimOptions {
             client_cert_optional: false,
             latency: Duration::ZERO,
             missing_images: Vec::new(),
+            users: Vec::new(),
         }
     }
 }
@@ -226,6 +238,12 @@ pub(crate) struct Shared {
     /// Added before every `/api` request.
     pub(crate) latency: Duration,
     pub(crate) log: Mutex<reqlog::RequestLog>,
+    /// `SimOptions::users`.
+    pub(crate) users: Vec<(String, String)>,
+    /// Leases (`coordination.k8s.io/v1`).
+    pub(crate) leases: Mutex<lease::Leases>,
+    /// Users cut off from the API until the given time ([`SimServer::cut_off`]).
+    pub(crate) cuts: Mutex<HashMap<String, Instant>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -463,6 +481,9 @@ impl SimServer {
             forbid: opts.forbid.clone(),
             latency: opts.latency,
             log: Mutex::new(reqlog::RequestLog::new()),
+            users: opts.users.clone(),
+            leases: Mutex::new(lease::Leases::default()),
+            cuts: Mutex::new(HashMap::new()),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),
@@ -557,10 +578,21 @@ impl SimServer {
 
     /// The last (up to 1000) API requests as JSON lines, oldest first (what
     /// `GET /sim/log` serves): `seq`, `ms` since start, `method`, `path`, `query` (with
-    /// secret-looking values redacted), `verb`, `status` (null when no response was
-    /// sent) and `fault`. Headers are never logged.
+    /// secret-looking values redacted), `verb`, `user` (the authenticated user, see
+    /// [`SimOptions::users`]), `status` (null when no response was sent) and `fault`.
+    /// Headers are never logged.
     pub fn request_log(&self) -> String {
         relock(&self.shared.log).render()
+    }
+
+    /// Cuts `user` (a [`SimOptions::users`] name, the token user
+    /// `system:serviceaccount:default:podalloc`, or a client certificate's common name) off
+    /// from the API for `duration` from now, as a network partition between that client and
+    /// the API server would: each of its API requests in that time hangs until the cut ends
+    /// and is then answered 504 Timeout without being carried out (logged with the fault
+    /// `504`). A new call replaces the user's cut; a zero duration ends it.
+    pub fn cut_off(&self, user: &str, duration: Duration) {
+        relock(&self.shared.cuts).insert(user.to_string(), Instant::now() + duration);
     }
 
     /// Issues a client certificate for `common_name` (the user it authenticates as),

@@ -353,6 +353,12 @@ impl Store {
         self.rv
     }
 
+    /// Takes the next resource version, for an object kept outside this store (Leases).
+    pub(crate) fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
     /// When the next kubelet event falls due, if any.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.events.peek().map(|Reverse(e)| e.due)

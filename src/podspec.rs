@@ -1,6 +1,7 @@
 //! Pod spec: template + executor id + app → the Pod JSON to create. Pure: no I/O.
 //!
-//! Names and labels follow DESIGN.md "Kubernetes conventions" (Spark-compatible):
+//! Names and labels are Spark-compatible (Spark's `spark-app-selector`, `spark-role` and
+//! `spark-exec-id` labels):
 //! - name `<prefix>-exec-<id>`, the prefix derived from the app id so that the whole name is a
 //!   DNS-1123 label of at most 63 characters for any app id and any u64 id, and different app
 //!   ids get different names: a short stable hash of the app id is added whenever it had to be

@@ -21,7 +21,7 @@
 //! with a warning naming it — not counted, never deleted, and not taken into account for new
 //! ids (one stray label must not push the id counter to its end).
 //!
-//! Classification (DESIGN.md "Allocation semantics", conformance c09/c12):
+//! Classification (docs/semantics.md; conformance c09/c12):
 //! - pods whose `spark-app-selector` is not the app id or whose `spark-role` is not `executor`
 //!   are not ours and are skipped silently (a label selector may be wider than our app);
 //! - our pods without a valid `spark-exec-id` (canonical decimal in the range above) are

@@ -15,7 +15,7 @@ EXIT CODES:
   0  done (the tick finished; `run --until-converged` reached the target)
   1  runtime error: the API server or the file system failed; the next tick may succeed
   2  usage, configuration or bad input (flags, kubeconfig, template, state file, PodList)
-  3  another podalloc run holds the state lock; this run did nothing
+  3  another podalloc run holds the state lock or owns the app; this run did nothing
   4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
@@ -194,9 +194,19 @@ pub struct ConnArgs {
         value_name = "NS"
     )]
     pub namespace: Option<String>,
-    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's).
+    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's server only:
+    /// its credential and CA are kept, as with kubectl).
     #[arg(long, global = true, env = "PODALLOC_SERVER", value_name = "URL")]
     pub server: Option<String>,
+    /// Server name to check the API server's certificate against (and send as SNI) instead
+    /// of the URL's host.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
     /// Bearer token (prefer --token-file: arguments are visible in `ps`).
     #[arg(
         long,
@@ -250,6 +260,8 @@ impl ConnArgs {
             context: self.context.clone(),
             namespace: self.namespace.clone(),
             server: self.server.clone(),
+            tls_server_name: self.tls_server_name.clone(),
+            flags_only: false,
             token: self.token.clone(),
             token_file: self.token_file.clone(),
             certificate_authority: self.certificate_authority.clone(),

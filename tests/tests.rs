@@ -15,5 +15,6 @@ mod fuzz;
 #[cfg(unix)]
 mod kube_auth;
 mod mtls;
+mod ops;
 mod overlap;
 mod reliability;

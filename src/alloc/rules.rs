@@ -457,6 +457,7 @@ impl<'a> Step<'a> {
             failures: guard.failures,
             stuck: c.stuck,
             adaptive: b.adaptive,
+            owner: self.prev.owner.clone(),
         };
         Plan {
             create: self.create,

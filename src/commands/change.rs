@@ -19,7 +19,7 @@ pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
         return super::run::run_loop(cli, &args, true);
     }
     let change = Request::set(a.target);
-    one_tick(cli, &change, true)
+    one_tick(cli, "scale", &change, true)
 }
 
 /// `add N`: raises the target by N (Spark's addExecutors).
@@ -28,7 +28,7 @@ pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
         target: TargetChange::Add(a.count),
         remove: vec![],
     };
-    one_tick(cli, &change, true)
+    one_tick(cli, "add", &change, true)
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's
@@ -38,13 +38,13 @@ pub(super) fn remove(cli: &Cli, a: &RemoveArgs) -> Result<()> {
         target: TargetChange::Keep,
         remove: a.ids.clone(),
     };
-    one_tick(cli, &change, false)
+    one_tick(cli, "remove", &change, false)
 }
 
 /// Connects, locks the state and runs one tick with `change`. `need_template`: the tick may
 /// create pods.
-fn one_tick(cli: &Cli, change: &Request, need_template: bool) -> Result<()> {
+fn one_tick(cli: &Cli, command: &str, change: &Request, need_template: bool) -> Result<()> {
     let env = connect(cli, need_template)?;
-    let mut store = env.open_store().map_err(store_error)?;
+    let mut store = env.open_store(command, None).map_err(store_error)?;
     finish(env.tick(store.as_mut(), change)?)
 }

@@ -11,7 +11,7 @@ use crate::alloc::Request;
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::error::{Error, ExitCode, Result};
 use crate::reconcile::TickReport;
-use crate::state::{store_error, StoreError};
+use crate::state::{store_error, StateStore, StoreError};
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -142,13 +142,19 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let env = connect(cli, true)?;
     let shutdown = Shutdown::install()?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
+    // The loop owns the app for its whole life: the file lock is held until it ends, the
+    // ConfigMap's holder record is renewed by every tick's save.
+    let command = if progress.on { "scale --wait" } else { "run" };
+    let mut store = env
+        .open_store(command, Some(interval))
+        .map_err(store_error)?;
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
     let change = Request::target(a.target);
     let mut ticks = 0u64;
     loop {
         ticks += 1;
-        if tick_once(&env, &change, ticks, progress)? && a.until_converged {
+        if tick_once(&env, store.as_mut(), &change, ticks, progress)? && a.until_converged {
             info!(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
@@ -172,22 +178,22 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged; a tick skipped because
-/// another run holds the state, or failed with an error [`after_error`] retries, counts as
-/// not converged.
-fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<bool> {
-    let mut store = match env.open_store() {
-        Err(StoreError::Locked(p)) => {
-            warn!(
-                "tick {ticks}: another podalloc run holds {}; skipped",
-                p.display()
-            );
-            return Ok(false);
-        }
-        Err(e) => return Err(store_error(e)),
-        Ok(store) => store,
-    };
-    let report = match env.tick(store.as_mut(), change) {
+/// One tick of the loop. Returns whether the app has converged; a tick that failed with an
+/// error [`after_error`] retries counts as not converged. A store that someone else now owns
+/// ([`StateStore::claim`]: a fresh holder record of another loop) ends the loop with exit 3.
+fn tick_once(
+    env: &Env,
+    store: &mut dyn StateStore,
+    change: &Request,
+    ticks: u64,
+    progress: &Progress,
+) -> Result<bool> {
+    match store.claim() {
+        Ok(()) => {}
+        Err(e @ StoreError::Owned(_)) => return Err(store_error(e)),
+        Err(e) => return handle_error(store_error(e), ticks).map(|()| false),
+    }
+    let report = match env.tick(store, change) {
         Ok(report) => report,
         Err(e) => return handle_error(e, ticks).map(|()| false),
     };

@@ -1,0 +1,200 @@
+//! Operator experience: one `run` loop owns its app (file lock held for the whole run, a
+//! ConfigMap holder record with a heartbeat), a retried ConfigMap write is not a rival, the
+//! state is bound to its cluster, and connection flags override the kubeconfig field by field.
+
+use crate::util::{code, stderr, SimWorld, World};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Kills and reaps a child started by the test, whatever happens to the test.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(mut c: Command) -> Reap {
+    Reap(
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Two loops on one app: the second (and a one-shot reconcile) exits 3 naming the first's
+/// host and pid, and the first keeps its target.
+fn second_loop_is_refused(w: &World, store: &[&str], wait_until: impl Fn(&World) -> bool) {
+    let with = |args: &[&str]| {
+        let mut all = store.to_vec();
+        all.extend_from_slice(args);
+        w.cmd(&all)
+    };
+    let first = spawn(with(&["run", "--target", "10", "--interval", "200ms"]));
+    w.wait_for("the first loop's first tick", |w| wait_until(w));
+    let pid = format!("pid {}", first.0.id());
+    let host = podalloc::state::hostname();
+    for args in [
+        &[
+            "run",
+            "--target",
+            "4",
+            "--interval",
+            "200ms",
+            "--timeout",
+            "5s",
+        ][..],
+        &["reconcile", "--target", "4"][..],
+    ] {
+        let out = with(args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 3, "{args:?}: {err}");
+        assert!(err.contains(&pid) && err.contains(&host), "{args:?}: {err}");
+        assert!(err.contains("podalloc run"), "{err}");
+    }
+    w.wait_for("10 live executors", |w| w.live().len() == 10);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(w.live().len(), 10, "the first loop's target holds");
+    drop(first);
+}
+
+#[test]
+fn a_second_run_loop_on_the_same_state_file_exits_3_naming_the_first() {
+    let w = SimWorld::new().app("own-file").start();
+    let state = w.state_file();
+    second_loop_is_refused(&w, &[], |_| state.exists());
+}
+
+#[test]
+fn a_second_run_loop_on_the_same_configmap_exits_3_naming_the_first() {
+    let w = SimWorld::new().app("own-cm").no_state_file().start();
+    second_loop_is_refused(&w, &["--state-store", "configmap:own-cm-state"], |w| {
+        w.api(
+            "GET",
+            "/api/v1/namespaces/default/configmaps/own-cm-state",
+            None,
+        )
+        .0 == 200
+    });
+}
+
+#[test]
+fn a_configmap_write_applied_but_answered_504_is_not_a_rival() {
+    let w = SimWorld::new()
+        .app("cm-retry")
+        .no_state_file()
+        .faults(&["cm-update:504-after-write@1"])
+        .start();
+    let out = w.run(&[
+        "--state-store",
+        "configmap:cm-retry-state",
+        "reconcile",
+        "--target",
+        "3",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("had already been applied"),
+        "{}",
+        stderr(&out)
+    );
+    let out = w.run(&[
+        "--state-store",
+        "configmap:cm-retry-state",
+        "reconcile",
+        "--target",
+        "3",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(w.sim.stats().creates, 3);
+}
+
+#[test]
+fn a_state_file_of_another_cluster_is_an_error_naming_both_servers() {
+    let a = SimWorld::new().app("bound").start();
+    let b = SimWorld::new().app("bound").start();
+    a.ok(&["reconcile", "--target", "2"]);
+    assert_eq!(
+        a.state()["owner"]["server"],
+        a.sim.url().trim_end_matches('/')
+    );
+    // The same state, now pointed at the second cluster.
+    std::fs::copy(a.state_file(), b.state_file()).unwrap();
+    for args in [&["reconcile", "--target", "2"][..], &["status"][..]] {
+        let out = b.run(args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert!(
+            err.contains(a.sim.url().trim_end_matches('/'))
+                && err.contains(b.sim.url().trim_end_matches('/')),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        b.sim.stats().creates,
+        0,
+        "nothing done on the second cluster"
+    );
+}
+
+#[test]
+fn an_old_state_file_without_its_cluster_keeps_working_and_gets_it_at_the_next_save() {
+    let w = SimWorld::new().app("old-state").start();
+    crate::util::write(
+        &w.state_file(),
+        r#"{"version": 1, "target": 2, "last_executor_id": 0}"#,
+    );
+    w.ok(&["reconcile"]);
+    let st = w.state();
+    assert_eq!(st["owner"]["namespace"], "default");
+    assert_eq!(st["owner"]["app_id"], "old-state");
+    assert_eq!(st["last_executor_id"], 2);
+}
+
+/// A kubeconfig for the simulator at `kube/config` (server `server`, its CA and token, an
+/// optional `tls-server-name`), and `podalloc` with `KUBECONFIG` pointing to it.
+fn with_kubeconfig(w: &World, server: &str, tls_server_name: Option<&str>) -> Command {
+    let name = tls_server_name
+        .map(|n| format!("    tls-server-name: {n}\n"))
+        .unwrap_or_default();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: sim\ncontexts:\n- name: sim\n  context: {{cluster: sim, user: sim}}\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n    certificate-authority: {}\n{name}users:\n- name: sim\n  user:\n    token: {}\n",
+        w.ca.display(),
+        w.token
+    );
+    let kc = w.path("kube/config");
+    crate::util::write(&kc, &text);
+    let mut c = w.bare();
+    c.env("KUBECONFIG", &kc).env("HOME", w.path("home"));
+    c
+}
+
+#[test]
+fn server_flag_keeps_the_kubeconfig_credential_and_ca() {
+    let w = SimWorld::new().app("kc-server").start();
+    let url = w.sim.url();
+    let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
+    // The kubeconfig says 127.0.0.1; --server spells the same server `localhost`.
+    let mut c = with_kubeconfig(&w, &url, None);
+    let out = c
+        .args(["--server", &format!("https://localhost:{port}")])
+        .args(["reconcile", "--target", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The kubeconfig's tls-server-name named its own server: --server drops it, and
+    // --tls-server-name replaces it. (The state is bound to the URL as spelled, so the
+    // other spelling starts a new state file.)
+    std::fs::remove_file(w.state_file()).unwrap();
+    let mut c = with_kubeconfig(&w, &url, Some("not-the-simulator.example"));
+    let out = c
+        .args(["--server", &url, "--tls-server-name", "localhost"])
+        .args(["reconcile", "--target", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(w.state()["owner"]["server"], url.trim_end_matches('/'));
+}

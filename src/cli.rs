@@ -16,7 +16,8 @@ EXIT CODES:
   1  runtime error: the API server or the file system failed; the next tick may succeed
   2  usage, configuration or bad input (flags, kubeconfig, template, state file, PodList)
   3  another podalloc run holds the state lock or owns the app; this run did nothing
-  4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
+  4  the API server refused permanently (403 Forbidden, 422 Invalid) or TLS failed: fix RBAC,
+     the template, the CA or the server name
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
 
@@ -73,13 +74,15 @@ pub struct Cli {
     /// for log shippers.
     #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
     pub log_format: LogFormat,
-    /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
+    /// Log level: off, error, warn, info, debug or trace, or MODULE=LEVEL pairs,
+    /// comma-separated (RUST_LOG, when set, wins).
     #[arg(
         long,
         global = true,
         env = "PODALLOC_LOG_LEVEL",
         default_value = "info",
         value_name = "LEVEL",
+        value_parser = parse_log_level,
         help_heading = "Config file, logging and metrics"
     )]
     pub log_level: String,
@@ -271,6 +274,32 @@ impl ConnArgs {
             allow_insecure_http: self.allow_insecure_http,
         }
     }
+}
+
+/// The levels `--log-level` accepts.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `--log-level` value: comma-separated directives, each a level ([`LOG_LEVELS`],
+/// any case) or `MODULE=LEVEL`. Errors: naming the bad part and the allowed values (clap
+/// turns it into a usage error, exit 2). Unlike env_logger, a bare word that is not a
+/// level is refused: env_logger would read `verbose` as a module name and log nothing else.
+pub fn parse_log_level(s: &str) -> std::result::Result<String, String> {
+    let level_ok = |l: &str| LOG_LEVELS.iter().any(|k| k.eq_ignore_ascii_case(l.trim()));
+    for part in s.split(',') {
+        let level = match part.split_once('=') {
+            Some((module, level)) if !module.trim().is_empty() => level,
+            Some(_) => part,
+            None => part,
+        };
+        if !level_ok(level) {
+            return Err(format!(
+                "unknown log level {:?}; allowed: {} (or MODULE=LEVEL, comma-separated)",
+                level.trim(),
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(s.to_string())
 }
 
 /// The application and how to allocate for it.

@@ -198,3 +198,162 @@ fn server_flag_keeps_the_kubeconfig_credential_and_ca() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(w.state()["owner"]["server"], url.trim_end_matches('/'));
 }
+
+/// `podalloc args` with its standard output a pipe whose reading end is already closed.
+fn with_closed_stdout(mut c: Command) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    c.stdout(writer).stderr(Stdio::piped()).output().unwrap()
+}
+
+#[test]
+fn an_unknown_log_level_is_a_usage_error_naming_the_allowed_values() {
+    let out = crate::util::podalloc()
+        .args(["--log-level", "verbose", "--app-id", "x", "status"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(err.contains("\"verbose\""), "{err}");
+    assert!(
+        err.contains("off, error, warn, info, debug, trace"),
+        "{err}"
+    );
+    // A per-module level is still fine.
+    let out = crate::util::podalloc()
+        .args(["--log-level", "warn,podalloc=debug", "completions", "bash"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    let w = SimWorld::new().app("pipe").start();
+    w.ok(&["reconcile", "--target", "1"]);
+    let mut cmds = vec![];
+    for args in [&["completions", "bash"][..], &["man"][..]] {
+        let mut c = crate::util::podalloc();
+        c.args(args);
+        cmds.push(c);
+    }
+    cmds.push(w.cmd(&["status"]));
+    cmds.push(w.cmd(&["status", "--output", "json"]));
+    cmds.push(w.cmd(&["reconcile", "--dry-run"]));
+    for c in cmds {
+        let what = format!("{:?}", c.get_args().collect::<Vec<_>>());
+        let out = with_closed_stdout(c);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
+#[test]
+fn usage_errors_keep_clap_s_whole_message_and_name_the_source_of_a_bad_value() {
+    let out = crate::util::podalloc()
+        .args(["--app-id", "x", "reconcile", "--targte", "3"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(
+        err.starts_with("podalloc: error: unexpected argument '--targte'"),
+        "{err}"
+    );
+    assert!(err.contains("'--target'"), "did you mean: {err}");
+    assert!(err.contains("Usage: podalloc reconcile"), "{err}");
+    // A missing argument names it.
+    let out = crate::util::podalloc().args(["scale"]).output().unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("<N>") || stderr(&out).contains("<TARGET>"),
+        "{}",
+        stderr(&out)
+    );
+    // From the environment.
+    let out = crate::util::podalloc()
+        .env("PODALLOC_BATCH_SIZE", "lots")
+        .args(["--app-id", "x", "status"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(
+        err.contains("environment variable PODALLOC_BATCH_SIZE"),
+        "{err}"
+    );
+    // From the config file.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("podalloc.yaml");
+    std::fs::write(&cfg, "log-level: verbose\n").unwrap();
+    let out = crate::util::podalloc()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--app-id", "x", "status"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(
+        err.contains(&format!("config file {}, key `log-level`", cfg.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn status_says_why_not_converged_and_lists_the_ids() {
+    let w = SimWorld::new()
+        .app("why")
+        .startup(Duration::from_secs(60))
+        .start();
+    w.ok(&["reconcile", "--target", "8"]);
+    let out = w.ok(&["status", "--output", "json"]);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["converged"], false);
+    assert_eq!(s["blocked"]["reason"], "waiting", "{s}");
+    assert_eq!(
+        s["executors"]["pending"],
+        serde_json::json!([1, 2, 3, 4, 5])
+    );
+    assert!(!s["not_converged_because"].as_array().unwrap().is_empty());
+    let out = w.ok(&["status"]);
+    let text = crate::util::stdout(&out);
+    assert!(text.contains("pending: 1 2 3 4 5"), "{text}");
+    assert!(
+        text.contains("not converged: creation is blocked: waiting"),
+        "{text}"
+    );
+}
+
+#[test]
+fn connection_errors_name_the_server_and_the_settings_and_tls_failures_are_permanent() {
+    let w = SimWorld::new().app("conn").start();
+    // Nothing listens on port 1.
+    let out = w
+        .bare()
+        .args(["--server", "https://127.0.0.1:1", "--token", "t", "status"])
+        .env("HOME", w.path("home"))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(
+        err.contains("API server https://127.0.0.1:1; connection settings from flags"),
+        "{err}"
+    );
+    // The simulator's certificate checked against another CA: exit 4.
+    let other = SimWorld::new().start();
+    let out = w
+        .bare()
+        .args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&other.ca)
+        .args(["status"])
+        .env("HOME", w.path("home"))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 4, "{err}");
+    assert!(err.contains(w.sim.url().trim_end_matches('/')), "{err}");
+}

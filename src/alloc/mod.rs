@@ -55,7 +55,9 @@ mod rules;
 mod settings;
 mod state;
 
-pub use plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange};
+pub use plan::{
+    Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
+};
 pub use record::{record, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,

@@ -34,6 +34,8 @@ pub(super) struct Env {
     state_path: PathBuf,
     /// The cluster, namespace and app the state must belong to.
     owner: StateOwner,
+    /// Where the connection settings came from (`flags`, `kubeconfig F (context C)`, …).
+    conn_source: String,
     _sim: Option<SimGuard>,
 }
 
@@ -63,6 +65,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         app_id: app.app_id.clone(),
     };
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
+    let conn_source = cfg.source.clone();
     let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
@@ -77,6 +80,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         app,
         state_path,
         owner,
+        conn_source,
         _sim: sim,
     })
 }
@@ -154,6 +158,22 @@ impl Env {
         Ok(st.unwrap_or_else(AllocatorState::new))
     }
 
+    /// Adds the API server and the source of the connection settings to an error of an API
+    /// call (exit 1 or 4), so a connection failure says where it tried to connect and why
+    /// there. State file errors are left as they are.
+    pub(super) fn explain(&self, mut e: Error) -> Error {
+        use crate::error::ExitCode;
+        let api = matches!(e.code, ExitCode::Runtime | ExitCode::Refused)
+            && !e.message.starts_with("state file");
+        if api {
+            e.message = format!(
+                "{} [API server {}; connection settings from {}]",
+                e.message, self.owner.server, self.conn_source
+            );
+        }
+        e
+    }
+
     /// Where the state lives, for `status`.
     pub(super) fn state_location(&self) -> String {
         match &self.store_kind {
@@ -172,7 +192,12 @@ impl Env {
             );
         }
         let started = Instant::now();
-        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
+        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms())
+            .map(|mut report| {
+                report.error = report.error.map(|e| self.explain(e));
+                report
+            })
+            .map_err(|e| self.explain(e));
         if let Some(path) = &self.metrics_file {
             // After every tick, failed ones too (their API errors are counted).
             let state = match &res {

@@ -43,3 +43,20 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Man => man::man(),
     }
 }
+
+/// Writes `text` and a newline to stdout. A closed stdout (`podalloc … | head -1`) ends the
+/// output quietly: not an error, no panic. Errors (exit 1): any other write error.
+pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let res = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match res {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::error::Error::runtime(
+            format!("writing to standard output: {e}"),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -23,13 +23,9 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
 fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, false)?;
     let state = env.read_state()?;
-    let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
+    let snapshot = reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
     let request = Request::target(a.target);
     let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
         .map_err(|e| Error::usage(e.to_string()))?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&plan).expect("plan serializes")
-    );
-    Ok(())
+    super::print_out(&serde_json::to_string_pretty(&plan).expect("plan serializes"))
 }

@@ -539,6 +539,10 @@ pub struct RunArgs {
     /// Give up after this long (exit 5 if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Log a tick's summary line when something changed, else only this often (a
+    /// heartbeat); unchanged ticks log at debug level.
+    #[arg(long, env = "PODALLOC_LOG_EVERY", value_name = "DURATION", value_parser = parse_duration, default_value = "5m")]
+    pub log_every: Duration,
 }
 
 /// Log formats.
@@ -589,6 +593,13 @@ pub struct AddArgs {
     /// How many executors to add to the target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub count: u32,
+    /// Keep ticking (every --batch-delay) until converged, as `scale --wait`; a live
+    /// progress line on a terminal.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 5).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
 }
 
 /// `remove`.

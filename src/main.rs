@@ -23,7 +23,9 @@ fn main() -> ExitCode {
     };
     logging::init(&cli.log_level, cli.log_format);
     let format = cli.log_format;
-    match podalloc::commands::run(cli) {
+    let res = podalloc::commands::run(cli);
+    logging::finish();
+    match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             logging::print_error(format, &e);

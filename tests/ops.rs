@@ -357,3 +357,146 @@ fn connection_errors_name_the_server_and_the_settings_and_tls_failures_are_perma
     assert_eq!(code(&out), 4, "{err}");
     assert!(err.contains(w.sim.url().trim_end_matches('/')), "{err}");
 }
+
+#[test]
+fn run_logs_a_tick_line_only_when_something_changed_and_every_line_names_the_app() {
+    let w = SimWorld::new().app("quiet").start();
+    let out = w.run(&[
+        "run",
+        "--target",
+        "2",
+        "--interval",
+        "50ms",
+        "--timeout",
+        "3s",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let ticks = err.lines().filter(|l| l.contains("] tick ")).count();
+    // Dozens of ticks; a handful of them changed anything (create, pending, running).
+    assert!((2..=6).contains(&ticks), "{ticks} tick lines: {err}");
+    for line in err
+        .lines()
+        .filter(|l| l.contains(" INFO ") || l.contains(" WARN "))
+    {
+        assert!(line.contains(" app=quiet ns=default]"), "{line}");
+    }
+    // A heartbeat brings the unchanged line back.
+    let out = w.run(&[
+        "run",
+        "--interval",
+        "50ms",
+        "--log-every",
+        "200ms",
+        "--timeout",
+        "1s",
+    ]);
+    let err = stderr(&out);
+    let ticks = err.lines().filter(|l| l.contains("] tick ")).count();
+    assert!(ticks >= 3, "{ticks} tick lines: {err}");
+}
+
+#[test]
+fn json_logs_carry_app_namespace_and_counts_as_fields() {
+    let w = SimWorld::new().app("fields").start();
+    let out = w.run(&[
+        "--log-format",
+        "json",
+        "run",
+        "--target",
+        "2",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let ticks: Vec<_> = lines.iter().filter(|l| l["tick"].is_u64()).collect();
+    assert!(!ticks.is_empty(), "{err}");
+    for t in &ticks {
+        assert_eq!(t["app"], "fields");
+        assert_eq!(t["namespace"], "default");
+        assert_eq!(t["target"], 2);
+        assert!(t["running"].is_u64() && t["pending"].is_u64() && t["created"].is_u64());
+        assert!(!t["msg"].as_str().unwrap().contains("running="), "{t}");
+    }
+    assert_eq!(ticks.last().unwrap()["running"], 2);
+}
+
+#[test]
+fn repeated_warnings_during_an_outage_are_collapsed() {
+    let w = SimWorld::new().app("outage").faults(&["list:503"]).start();
+    let out = w.run(&[
+        "run",
+        "--target",
+        "2",
+        "--interval",
+        "50ms",
+        "--timeout",
+        "4s",
+    ]);
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains(" WARN ")).collect();
+    let requests = w.sim.stats();
+    assert!(
+        warnings.len() <= 6,
+        "{} warning lines for {requests:?}: {err}",
+        warnings.len()
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains("more times in the last minute")),
+        "{err}"
+    );
+}
+
+#[test]
+fn add_wait_converges_on_the_raised_target() {
+    let w = SimWorld::new()
+        .app("add-wait")
+        .batch_delay("100ms")
+        .startup(Duration::from_millis(200))
+        .start();
+    w.ok(&["scale", "2"]);
+    let out = w.run(&["add", "3", "--wait", "--timeout", "30s"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(w.live().len(), 5);
+    assert_eq!(w.state()["target"], 5);
+    let pods = w.pods("default");
+    assert!(pods.iter().all(|p| p["status"]["phase"] == "Running"));
+}
+
+#[test]
+fn the_image_pod_is_shaped_like_a_spark_executor() {
+    let w = SimWorld::new().app("shape").start();
+    w.ok(&["reconcile", "--target", "1"]);
+    let pods = w.pods("default");
+    let c = &pods[0]["spec"]["containers"][0];
+    assert_eq!(c["name"], "spark-kubernetes-executor");
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(c["resources"]["requests"]["cpu"], "100m");
+    assert_eq!(c["resources"]["requests"]["memory"], "256Mi");
+}
+
+#[test]
+fn a_rejected_token_reads_naturally() {
+    let w = SimWorld::new().app("auth").start();
+    let out = w
+        .cmd_as("wrong-token-value", &["reconcile", "--target", "1"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(
+        err.contains(
+            "the token from the --token flag was rejected by the API server (401 Unauthorized)"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("Unauthorized: Unauthorized"), "{err}");
+}

@@ -7,6 +7,9 @@ use crate::cli::{AddArgs, Cli, RemoveArgs, RunArgs, ScaleArgs};
 use crate::error::Result;
 use crate::state::store_error;
 
+/// `--log-every` of the loop behind `--wait`.
+const DEFAULT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// `scale N`: sets the target; with `--wait`, ticks until converged.
 pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
     if a.wait {
@@ -15,6 +18,7 @@ pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
             interval: None,
             until_converged: true,
             timeout: a.timeout,
+            log_every: DEFAULT_LOG_EVERY,
         };
         return super::run::run_loop(cli, &args, true);
     }
@@ -22,13 +26,24 @@ pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
     one_tick(cli, "scale", &change, true)
 }
 
-/// `add N`: raises the target by N (Spark's addExecutors).
+/// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then ticks until
+/// converged on the new target, as `scale --wait`.
 pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
     let change = Request {
         target: TargetChange::Add(a.count),
         remove: vec![],
     };
-    one_tick(cli, "add", &change, true)
+    if !a.wait {
+        return one_tick(cli, "add", &change, true);
+    }
+    let args = RunArgs {
+        target: None,
+        interval: None,
+        until_converged: true,
+        timeout: a.timeout,
+        log_every: DEFAULT_LOG_EVERY,
+    };
+    super::run::run_loop_from(cli, &args, true, Some(change))
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's

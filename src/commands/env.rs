@@ -55,6 +55,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
     let namespace = cfg.namespace.clone();
     check_namespace(&namespace)?;
+    super::set_log_context(&app.app_id, &namespace);
     if let Some(p) = &cli.metrics_file {
         crate::metrics::check_path(p).map_err(Error::usage)?;
     }
@@ -186,7 +187,9 @@ impl Env {
     /// file after it.
     pub(super) fn tick(&self, store: &mut dyn StateStore, change: &Request) -> Result<TickReport> {
         if self.insecure {
+            // Its own target: a security warning is repeated every tick, never collapsed.
             warn!(
+                target: "podalloc::security",
                 "TLS certificate verification is disabled (--insecure-skip-tls-verify): \
                  anyone on the path can impersonate the API server"
             );

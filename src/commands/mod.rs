@@ -60,3 +60,17 @@ pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
         _ => Ok(()),
     }
 }
+
+/// The app id and namespace every log line carries once the command has connected (set
+/// once by [`env::connect`]).
+static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// The `(app id, namespace)` of this command's log lines, once connected.
+pub fn log_context() -> Option<&'static (String, String)> {
+    LOG_CONTEXT.get()
+}
+
+/// Sets [`log_context`] (the first call wins).
+pub(crate) fn set_log_context(app_id: &str, namespace: &str) {
+    let _ = LOG_CONTEXT.set((app_id.to_string(), namespace.to_string()));
+}

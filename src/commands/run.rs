@@ -110,6 +110,17 @@ impl Progress {
 
 /// `run`, and `scale --wait` (`progress`: the live progress line).
 pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+    run_loop_from(cli, a, progress, None)
+}
+
+/// [`run_loop`] whose first tick makes the request `first` instead (`add --wait`: raise the
+/// target once, then tick until converged).
+pub(super) fn run_loop_from(
+    cli: &Cli,
+    a: &RunArgs,
+    progress: bool,
+    first: Option<Request>,
+) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -123,7 +134,7 @@ pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(cli, a, &progress);
+    let res = run_ticks(cli, a, &progress, first);
     progress.done();
     res
 }
@@ -138,7 +149,12 @@ enum Wake {
     Deadline,
 }
 
-fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
+fn run_ticks(
+    cli: &Cli,
+    a: &RunArgs,
+    progress: &Progress,
+    mut first: Option<Request>,
+) -> Result<()> {
     let env = connect(cli, true)?;
     let shutdown = Shutdown::install()?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
@@ -152,9 +168,21 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let deadline = a.timeout.map(|t| started + t);
     let change = Request::target(a.target);
     let mut ticks = 0u64;
+    let mut log = TickLog {
+        last: None,
+        at: Instant::now(),
+        every: a.log_every,
+    };
     loop {
         ticks += 1;
-        if tick_once(&env, store.as_mut(), &change, ticks, progress)? && a.until_converged {
+        // `first` until a tick has saved it (a tick that failed before saving retries it).
+        let request = first.as_ref().unwrap_or(&change);
+        let outcome = tick_once(&env, store.as_mut(), request, ticks, progress, &mut log)?;
+        if outcome.is_some() {
+            first = None;
+        }
+        let converged = outcome == Some(true);
+        if converged && a.until_converged {
             info!(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
@@ -178,8 +206,8 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged; a tick that failed with an
-/// error [`after_error`] retries counts as not converged. A store that someone else now owns
+/// One tick of the loop. Returns whether the app has converged, or `None` when the tick
+/// failed before saving with an error [`after_error`] retries (not converged either). A store that someone else now owns
 /// ([`StateStore::claim`]: a fresh holder record of another loop) ends the loop with exit 3.
 fn tick_once(
     env: &Env,
@@ -187,23 +215,67 @@ fn tick_once(
     change: &Request,
     ticks: u64,
     progress: &Progress,
-) -> Result<bool> {
+    log: &mut TickLog,
+) -> Result<Option<bool>> {
     match store.claim() {
         Ok(()) => {}
         Err(e @ StoreError::Owned(_)) => return Err(store_error(e)),
-        Err(e) => return handle_error(store_error(e), ticks).map(|()| false),
+        Err(e) => return handle_error(store_error(e), ticks).map(|()| None),
     }
     let report = match env.tick(store, change) {
         Ok(report) => report,
-        Err(e) => return handle_error(e, ticks).map(|()| false),
+        Err(e) => return handle_error(e, ticks).map(|()| None),
     };
-    info!("tick {ticks}: {}", report.line());
+    log.log(ticks, &report);
     progress.show(&report);
     let converged = report.converged();
     if let Some(e) = report.error {
         handle_error(e, ticks)?;
     }
-    Ok(converged)
+    Ok(Some(converged))
+}
+
+/// Which tick summary lines are logged at info level: a tick whose line differs from the
+/// last one logged, that created or deleted pods or failed, and one every `every` (a
+/// heartbeat); the others at debug level. The line's counts are also key-values of the
+/// record (JSON logs: fields).
+struct TickLog {
+    /// The last line logged at info level.
+    last: Option<String>,
+    /// When it was logged.
+    at: Instant,
+    /// The heartbeat (`--log-every`).
+    every: Duration,
+}
+
+impl TickLog {
+    fn log(&mut self, ticks: u64, report: &TickReport) {
+        let line = report.line();
+        let changed = self.last.as_deref() != Some(line.as_str())
+            || report.created > 0
+            || report.deleted > 0
+            || report.error.is_some();
+        let level = if changed || self.at.elapsed() >= self.every {
+            self.last = Some(line.clone());
+            self.at = Instant::now();
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
+        let s = &report.plan.summary;
+        log::log!(
+            level,
+            tick = ticks,
+            target = s.target,
+            running = s.running,
+            pending = s.pending,
+            unacknowledged = report.unacknowledged,
+            created = report.created,
+            deleted = report.deleted,
+            failed = s.failed;
+            "tick {ticks}"
+        );
+    }
 }
 
 /// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that

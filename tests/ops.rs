@@ -500,3 +500,42 @@ fn a_rejected_token_reads_naturally() {
     );
     assert!(!err.contains("Unauthorized: Unauthorized"), "{err}");
 }
+
+#[test]
+fn a_stale_configmap_holder_is_taken_over_and_a_fresh_one_is_respected() {
+    let w = SimWorld::new().app("stale").no_state_file().start();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for (name, renewed_ms, want) in [
+        ("stale-old", now_ms - 120_000, 0),
+        ("stale-fresh", now_ms - 1_000, 3),
+    ] {
+        let holder = serde_json::json!({
+            "command": "run", "host": "elsewhere", "pid": 4242,
+            "since": "2026-01-01T00:00:00Z", "since_ms": 1, "renewed_ms": renewed_ms,
+            "stale_after_s": 30,
+        });
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "podalloc"},
+                "annotations": {"podalloc.io/holder": holder.to_string()},
+            },
+            "data": {},
+        });
+        let (status, body) = w.api("POST", "/api/v1/namespaces/default/configmaps", Some(&cm));
+        assert_eq!(status, 201, "{body}");
+        let store = format!("configmap:{name}");
+        let out = w.run(&["--state-store", &store, "reconcile", "--target", "1"]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), want, "{name}: {err}");
+        if want == 3 {
+            assert!(err.contains("host elsewhere, pid 4242"), "{err}");
+        } else {
+            assert!(err.contains("taking over from a stale owner"), "{err}");
+        }
+    }
+}

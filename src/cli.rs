@@ -15,8 +15,9 @@ EXIT CODES:
   0  done (the tick finished; `run --until-converged` reached the target)
   1  runtime error: the API server or the file system failed; the next tick may succeed
   2  usage, configuration or bad input (flags, kubeconfig, template, state file, PodList)
-  3  another podalloc run holds the state lock; this run did nothing
-  4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
+  3  another podalloc run holds the state lock or owns the app; this run did nothing
+  4  the API server refused permanently (403 Forbidden, 422 Invalid) or TLS failed: fix RBAC,
+     the template, the CA or the server name
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
   7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
@@ -79,13 +80,15 @@ pub struct Cli {
     /// for log shippers.
     #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
     pub log_format: LogFormat,
-    /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
+    /// Log level: off, error, warn, info, debug or trace, or MODULE=LEVEL pairs,
+    /// comma-separated (RUST_LOG, when set, wins).
     #[arg(
         long,
         global = true,
         env = "PODALLOC_LOG_LEVEL",
         default_value = "info",
         value_name = "LEVEL",
+        value_parser = parse_log_level,
         help_heading = "Config file, logging and metrics"
     )]
     pub log_level: String,
@@ -200,9 +203,19 @@ pub struct ConnArgs {
         value_name = "NS"
     )]
     pub namespace: Option<String>,
-    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's).
+    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's server only:
+    /// its credential and CA are kept, as with kubectl).
     #[arg(long, global = true, env = "PODALLOC_SERVER", value_name = "URL")]
     pub server: Option<String>,
+    /// Server name to check the API server's certificate against (and send as SNI) instead
+    /// of the URL's host.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
     /// Bearer token (prefer --token-file: arguments are visible in `ps`).
     #[arg(
         long,
@@ -256,6 +269,8 @@ impl ConnArgs {
             context: self.context.clone(),
             namespace: self.namespace.clone(),
             server: self.server.clone(),
+            tls_server_name: self.tls_server_name.clone(),
+            flags_only: false,
             token: self.token.clone(),
             token_file: self.token_file.clone(),
             certificate_authority: self.certificate_authority.clone(),
@@ -265,6 +280,32 @@ impl ConnArgs {
             allow_insecure_http: self.allow_insecure_http,
         }
     }
+}
+
+/// The levels `--log-level` accepts.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `--log-level` value: comma-separated directives, each a level ([`LOG_LEVELS`],
+/// any case) or `MODULE=LEVEL`. Errors: naming the bad part and the allowed values (clap
+/// turns it into a usage error, exit 2). Unlike env_logger, a bare word that is not a
+/// level is refused: env_logger would read `verbose` as a module name and log nothing else.
+pub fn parse_log_level(s: &str) -> std::result::Result<String, String> {
+    let level_ok = |l: &str| LOG_LEVELS.iter().any(|k| k.eq_ignore_ascii_case(l.trim()));
+    for part in s.split(',') {
+        let level = match part.split_once('=') {
+            Some((module, level)) if !module.trim().is_empty() => level,
+            Some(_) => part,
+            None => part,
+        };
+        if !level_ok(level) {
+            return Err(format!(
+                "unknown log level {:?}; allowed: {} (or MODULE=LEVEL, comma-separated)",
+                level.trim(),
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(s.to_string())
 }
 
 /// The application and how to allocate for it.
@@ -551,6 +592,10 @@ pub struct RunArgs {
     /// Leader election (`--leader-elect` and its durations).
     #[command(flatten)]
     pub leader: LeaderElectArgs,
+    /// Log a tick's summary line when something changed, else only this often (a
+    /// heartbeat); unchanged ticks log at debug level.
+    #[arg(long, env = "PODALLOC_LOG_EVERY", value_name = "DURATION", value_parser = parse_duration, default_value = "5m")]
+    pub log_every: Duration,
 }
 
 /// `run --leader-elect`: several replicas, one acting at a time, over a
@@ -626,6 +671,13 @@ pub struct AddArgs {
     /// How many executors to add to the target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub count: u32,
+    /// Keep ticking (every --batch-delay) until converged, as `scale --wait`; a live
+    /// progress line on a terminal.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 5).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
 }
 
 /// `remove`.

@@ -136,6 +136,14 @@ impl fmt::Display for TemplateError {
 
 impl std::error::Error for TemplateError {}
 
+/// The container name of the `--image` pod: Spark's executor container name
+/// (`spark-kubernetes-executor`).
+pub const EXECUTOR_CONTAINER: &str = "spark-kubernetes-executor";
+/// The CPU request of the `--image` pod.
+pub const DEFAULT_CPU_REQUEST: &str = "100m";
+/// The memory request of the `--image` pod.
+pub const DEFAULT_MEMORY_REQUEST: &str = "256Mi";
+
 /// A validated executor pod template: a Pod object with at least one container that has an
 /// image.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,7 +152,12 @@ pub struct PodTemplate {
 }
 
 impl PodTemplate {
-    /// The minimal executor pod for `--image`: one container named `executor`.
+    /// The executor pod for `--image` without `--template`: one container shaped like
+    /// Spark's own executor container (Spark's `spark.kubernetes.executor` pod builder):
+    /// named [`EXECUTOR_CONTAINER`], `imagePullPolicy: IfNotPresent` (Spark's default
+    /// `spark.kubernetes.container.image.pullPolicy`), and a small resource request
+    /// ([`DEFAULT_CPU_REQUEST`], [`DEFAULT_MEMORY_REQUEST`]) so the scheduler accounts for
+    /// it; a `--template` gives its own.
     pub fn from_image(image: &str) -> Result<PodTemplate, TemplateError> {
         if image.trim().is_empty() {
             return Err(TemplateError(
@@ -156,7 +169,15 @@ impl PodTemplate {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {},
-                "spec": {"containers": [{"name": "executor", "image": image}]}
+                "spec": {"containers": [{
+                    "name": EXECUTOR_CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "resources": {"requests": {
+                        "cpu": DEFAULT_CPU_REQUEST,
+                        "memory": DEFAULT_MEMORY_REQUEST,
+                    }},
+                }]}
             }),
         })
     }

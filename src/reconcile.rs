@@ -85,7 +85,9 @@ impl TickReport {
     }
 }
 
-/// Converts a client error into the CLI's error with the right exit code.
+/// Converts a client error into the CLI's error with the right exit code: a bad
+/// configuration is 2; 403 (not a quota), 422 and TLS failures (untrusted certificate, wrong
+/// host name) are permanent, 4; the rest is 1.
 pub fn kube_error(e: KubeError) -> Error {
     let msg = e.to_string();
     match e {
@@ -104,6 +106,14 @@ pub fn kube_error(e: KubeError) -> Error {
         {
             Error::refused(format!("{msg} (fix the pod template)"))
         }
+        // An untrusted certificate or a wrong host name fails the same way every time.
+        KubeError::Transport {
+            kind: crate::kube::TransportKind::Tls,
+            ..
+        } => Error::refused(format!(
+            "{msg} (retrying will not help: check the CA (--certificate-authority or the \
+             kubeconfig's certificate-authority) and the server name)"
+        )),
         _ => Error::runtime(msg),
     }
 }

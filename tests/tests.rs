@@ -18,6 +18,7 @@ mod kube_auth;
 mod leader;
 mod lifecycle;
 mod mtls;
+mod ops;
 mod overlap;
 mod real_pods;
 mod reliability;

@@ -65,8 +65,8 @@ pub use settings::{
     SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
-    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StuckRecord, Unacknowledged,
-    MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
+    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,
+    Unacknowledged, MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
 };
 
 use crate::snapshot::Snapshot;

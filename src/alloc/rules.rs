@@ -502,6 +502,7 @@ impl<'a> Step<'a> {
             failures: guard.failures,
             stuck: c.stuck,
             adaptive: b.adaptive,
+            owner: self.prev.owner.clone(),
         };
         let create_groups = match self.cfg.policies.slow_start {
             true => slow_start_groups(self.create.len() as u32),

@@ -65,11 +65,7 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     for w in &plan.warnings {
         warn!("{w}");
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&plan).expect("plan serializes")
-    );
-    Ok(())
+    super::print_out(&serde_json::to_string_pretty(&plan).expect("plan serializes"))
 }
 
 /// Reads `--state`: the `state` object of a previous plan, or that whole plan output.

@@ -15,7 +15,7 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
         return dry_run(cli, a);
     }
     let env = connect(cli, true)?;
-    let mut store = env.open_store().map_err(store_error)?;
+    let mut store = env.open_store("reconcile", None).map_err(store_error)?;
     let change = Request::target(a.target);
     finish(env.tick(store.as_mut(), &change)?)
 }
@@ -25,7 +25,7 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
 fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, false)?;
     let state = env.read_state()?;
-    let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
+    let snapshot = reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
     let request = Request::target(a.target);
     let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
         .map_err(|e| Error::usage(e.to_string()))?;
@@ -33,22 +33,15 @@ fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     match a.dry_output {
         DryRunOutput::Plan => {
             eprintln!("{summary}");
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&plan).expect("plan serializes")
-            );
+            super::print_out(&serde_json::to_string_pretty(&plan).expect("plan serializes"))
         }
-        DryRunOutput::Summary => println!("{summary}"),
+        DryRunOutput::Summary => super::print_out(&summary),
         DryRunOutput::Pod => {
             eprintln!("{summary}");
             let pod = next_pod(&env, &plan)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&pod).expect("pod serializes")
-            );
+            super::print_out(&serde_json::to_string_pretty(&pod).expect("pod serializes"))
         }
     }
-    Ok(())
 }
 
 /// The pod the plan's first create would send; without a create, the one for the next

@@ -972,29 +972,40 @@ impl KubeClient {
 
     fn auth_error(&self, resp: &Response) -> KubeError {
         let status = ApiStatus::from_body(401, &resp.body, None);
+        // The server's own message, unless it only repeats the reason.
+        let detail = match status.message.trim() {
+            m if m.is_empty() || m.eq_ignore_ascii_case("unauthorized") => String::new(),
+            m => format!(": {m}"),
+        };
+        // `--token flag` → `the --token flag`; other sources name themselves.
+        let the = |source: &str| {
+            if source.ends_with(" flag") {
+                format!("the {source}")
+            } else {
+                source.to_string()
+            }
+        };
         let what = match &self.credential {
             Credential::None => format!(
-                "the server requires credentials (401 Unauthorized: {}), but {} gives none: \
-                 pass --token or --token-file, or use a kubeconfig user with credentials",
-                status.message, self.source
+                "the API server requires credentials (401 Unauthorized{detail}), but {} gives \
+                 none: pass --token or --token-file, or use a kubeconfig user with credentials",
+                self.source
             ),
             Credential::Token { source, .. } => format!(
-                "the token from {source} was rejected (401 Unauthorized: {}): get a fresh \
-                 token or check the user",
-                status.message
+                "the token from {} was rejected by the API server (401 Unauthorized{detail}): \
+                 get a fresh token, or check that this user may use the cluster",
+                the(source)
             ),
             Credential::TokenFile { path, source } => format!(
-                "token file {} ({source}) was rejected (401 Unauthorized: {}), also after \
+                "token file {} ({source}) was rejected (401 Unauthorized{detail}), also after \
                  re-reading it: refresh the token or check the service account",
-                path.display(),
-                status.message
+                path.display()
             ),
             Credential::Exec(exec) => format!(
-                "the credential from {} was rejected (401 Unauthorized: {}), also after \
+                "the credential from {} was rejected (401 Unauthorized{detail}), also after \
                  re-running the plugin: check its args and env (profile, cluster name, \
                  tenant) and that this identity may use the cluster",
-                exec.describe(),
-                status.message
+                exec.describe()
             ),
         };
         KubeError::Auth(what)

@@ -12,6 +12,7 @@ mod e2e;
 mod faults;
 mod fixtures;
 mod fuzz;
+mod hostile;
 #[cfg(unix)]
 mod kube_auth;
 mod mtls;

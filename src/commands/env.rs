@@ -13,7 +13,7 @@ use crate::reconcile::{self, App, TickReport};
 use crate::state::{self, store_error, LockedStore, StateStore, StoreError};
 use log::{info, warn};
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
 pub fn now_ms() -> u64 {
@@ -33,6 +33,18 @@ pub(super) struct Env {
     pub(super) app: App,
     state_path: PathBuf,
     _sim: Option<SimGuard>,
+    /// How long one tick may call the API ([`tick_budget`]).
+    tick_budget: Duration,
+    /// `run --timeout`: no call of a tick goes past it.
+    pub(super) run_deadline: Option<Instant>,
+}
+
+/// How long the API calls of one tick may take in all: 4 × `--request-timeout` (2 minutes
+/// by default), so a server that answers every call at the last moment cannot hold a tick
+/// for a call count times the request timeout. Calls after it fail at once; the next tick
+/// starts afresh (state is saved before every call, so a cut tick leaves it consistent).
+pub(super) fn tick_budget(cli: &Cli) -> Duration {
+    cli.conn.request_timeout.saturating_mul(4)
 }
 
 /// Lowers the flags ([`crate::cli::AppArgs::app`]), starts the simulator with `--simulate`,
@@ -56,7 +68,8 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     }
     let insecure = cfg.tls.insecure_skip_tls_verify;
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
-    let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+    let client =
+        KubeClient::with_options(cfg, cli.conn.client_options()).map_err(reconcile::kube_error)?;
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
         (None, Some(s)) => s.state_file(),
@@ -70,6 +83,8 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         app,
         state_path,
         _sim: sim,
+        tick_budget: tick_budget(cli),
+        run_deadline: None,
     })
 }
 
@@ -134,6 +149,18 @@ impl Env {
             );
         }
         let started = Instant::now();
+        let budget = started + self.tick_budget;
+        let (at, what) = match self.run_deadline {
+            Some(d) if d < budget => (d, "run --timeout".to_string()),
+            _ => (
+                budget,
+                format!(
+                    "the tick budget of {} (4 × --request-timeout)",
+                    humantime::format_duration(self.tick_budget)
+                ),
+            ),
+        };
+        self.client.set_deadline(Some(at), &what);
         let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
         if let Some(path) = &self.metrics_file {
             // After every tick, failed ones too (their API errors are counted).

@@ -4,7 +4,9 @@
 //! After a failed tick, [`after_error`] decides whether the loop retries at the next tick or
 //! stops with the error, as kube-runtime's controller asks its `error_policy`. SIGINT and
 //! SIGTERM ([`Shutdown`]) are checked between ticks: the tick in progress finishes and saves,
-//! then the command exits 0.
+//! then the command exits 0. A second signal aborts at once (exit [`ABORT_EXIT`]), and a
+//! tick still running a second after `--timeout` is aborted with exit 5, whatever the API
+//! server does.
 
 use super::env::{connect, Env};
 use crate::alloc::Request;
@@ -52,17 +54,63 @@ fn handle_error(e: Error, ticks: u64) -> Result<()> {
     }
 }
 
-/// SIGINT/SIGTERM as a flag the loop checks between ticks (no extra thread).
+/// The exit code after a second SIGINT/SIGTERM: 128 + SIGINT, as a shell reports a process
+/// killed by Ctrl-C.
+pub const ABORT_EXIT: i32 = 130;
+
+/// How long a tick may run past `--timeout` before the watchdog aborts the process.
+const DEADLINE_GRACE: Duration = Duration::from_secs(1);
+
+/// SIGINT/SIGTERM as a flag the loop checks between ticks, and a watchdog thread.
+///
+/// The watchdog acknowledges the first signal on stderr at once, and ends the process
+/// itself (without waiting for the main thread, which may be blocked in an API call) on a
+/// second signal (exit [`ABORT_EXIT`]) or when a tick is still running [`DEADLINE_GRACE`]
+/// after `--timeout` (exit 5). Exiting at any point leaves the state consistent by
+/// construction: a tick saves the state (write-ahead, an atomic rename) before every API
+/// call, so the next run reads either the state before the call or after it and, from the
+/// pods it lists, settles whether an unacknowledged create happened; the file lock is
+/// released by the kernel when the process ends.
 struct Shutdown(Arc<AtomicBool>);
 
 impl Shutdown {
-    /// Installs the handlers. Errors (exit 1): the handlers cannot be installed.
-    fn install() -> Result<Shutdown> {
+    /// Installs the handlers and starts the watchdog. Errors (exit 1): the handlers cannot
+    /// be installed.
+    fn install(deadline: Option<Instant>) -> Result<Shutdown> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
         let flag = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&flag))
-                .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
-        }
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
+        let seen = Arc::clone(&flag);
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || loop {
+                for sig in signals.pending() {
+                    let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                    if seen.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "podalloc: second signal ({name}): aborting now (exit {ABORT_EXIT}); \
+                             the state was saved before the API call in progress"
+                        );
+                        std::process::exit(ABORT_EXIT);
+                    }
+                    eprintln!(
+                        "podalloc: {name} received: finishing the current tick, Ctrl-C again \
+                         to abort"
+                    );
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
+                    eprintln!(
+                        "podalloc: --timeout passed and the tick in progress has not ended \
+                         within {}s: aborting (exit 5); the state was saved before the API \
+                         call in progress",
+                        DEADLINE_GRACE.as_secs()
+                    );
+                    std::process::exit(ExitCode::Timeout as i32);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            })
+            .map_err(|e| Error::runtime(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Shutdown(flag))
     }
 
@@ -139,21 +187,29 @@ enum Wake {
 }
 
 fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
-    let env = connect(cli, true)?;
-    let shutdown = Shutdown::install()?;
+    let mut env = connect(cli, true)?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
+    env.run_deadline = deadline;
+    let shutdown = Shutdown::install(deadline)?;
     let change = Request::target(a.target);
     let mut ticks = 0u64;
     loop {
         ticks += 1;
-        if tick_once(&env, &change, ticks, progress)? && a.until_converged {
+        let converged = tick_once(&env, &change, ticks, progress)?;
+        if converged == Some(true) && a.until_converged {
             info!(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
             );
             return Ok(());
+        }
+        if converged.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::timeout(format!(
+                "--timeout of {} passed during tick {ticks}, which did not finish",
+                humantime::format_duration(a.timeout.unwrap_or_default())
+            )));
         }
         match wait(Instant::now() + interval, deadline, &shutdown) {
             Wake::Tick => {}
@@ -172,24 +228,24 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged; a tick skipped because
-/// another run holds the state, or failed with an error [`after_error`] retries, counts as
-/// not converged.
-fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<bool> {
+/// One tick of the loop. Returns whether the app has converged, or `None` for a tick
+/// skipped because another run holds the state, or failed before its report with an error
+/// [`after_error`] retries (such as a list that timed out).
+fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<Option<bool>> {
     let mut store = match env.open_store() {
         Err(StoreError::Locked(p)) => {
             warn!(
                 "tick {ticks}: another podalloc run holds {}; skipped",
                 p.display()
             );
-            return Ok(false);
+            return Ok(None);
         }
         Err(e) => return Err(store_error(e)),
         Ok(store) => store,
     };
     let report = match env.tick(store.as_mut(), change) {
         Ok(report) => report,
-        Err(e) => return handle_error(e, ticks).map(|()| false),
+        Err(e) => return handle_error(e, ticks).map(|()| None),
     };
     info!("tick {ticks}: {}", report.line());
     progress.show(&report);
@@ -197,7 +253,7 @@ fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Re
     if let Some(e) = report.error {
         handle_error(e, ticks)?;
     }
-    Ok(converged)
+    Ok(Some(converged))
 }
 
 /// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that

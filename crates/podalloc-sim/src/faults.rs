@@ -511,10 +511,21 @@ mod tests {
             "cm-get:reset@always",
             "create:truncate@4",
             "deletecollection:503@always",
+            "create:garbage@p=0.2",
+            "list:html@1",
+            "cm-get:no-kind@always",
+            "list:trickle@1",
+            "get:trickle:250@2",
+            "list:redirect@always",
         ] {
             let r = FaultRule::parse(text).unwrap();
             assert_eq!(FaultRule::parse(&r.to_string()).unwrap(), r, "{text}");
         }
+        assert_eq!(
+            FaultRule::parse("list:trickle").unwrap().fault,
+            Fault::Trickle(Duration::from_secs(1))
+        );
+        assert!(FaultRule::parse("list:trickle:0").is_err());
         assert_eq!(
             FaultRule::parse("get:delay:1500@1").unwrap().fault,
             Fault::Delay(Duration::from_millis(1500))

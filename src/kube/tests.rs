@@ -1540,3 +1540,43 @@ fn a_call_ends_by_the_request_timeout_even_when_the_body_trickles() {
     let err = client.get_pod("p").unwrap_err();
     assert!(err.to_string().contains("within the tick budget"), "{err}");
 }
+
+#[test]
+fn a_gzip_bomb_stops_at_the_page_cap() {
+    // 96 MiB of blanks inside a PodList, about 100 KiB gzipped.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(br#"{"kind":"PodList","items":["#).unwrap();
+    let blanks = vec![b' '; 1024 * 1024];
+    for _ in 0..96 {
+        gz.write_all(&blanks).unwrap();
+    }
+    gz.write_all(b"]}").unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() < 2 * 1024 * 1024, "{}", gz.len());
+    let server = FakeServer::http(move |_, _| Reply::Respond {
+        status: 200,
+        headers: vec![
+            ("Content-Type".into(), "application/json".into()),
+            ("Content-Encoding".into(), "gzip".into()),
+        ],
+        body: gz.clone(),
+    });
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::None;
+    // The default cap (64 MiB) applies.
+    let client = KubeClient::with_options(
+        cfg,
+        ClientOptions {
+            retry: fast_retries(),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("larger than the cap of 67108864 bytes (64 MiB) after gzip decoding"),
+        "{err}"
+    );
+    assert!(client.stats().bytes_received < 128 * 1024 * 1024);
+}

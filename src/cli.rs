@@ -19,7 +19,13 @@ EXIT CODES:
   4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
   5  --timeout expired before the target was reached, or during a tick that did not finish
   6  the crash-loop guard (--max-failures) stopped creation
+  7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
   130  `run`: a second SIGINT/SIGTERM aborted the tick in progress (the state stays consistent)
+
+LIMITS:
+  --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
+    (--max-pending also `unlimited`); --batch-size, --max-batch  1 to 10000 pods per tick;
+  durations at most 10 years; executor ids 1 to 9223372036854775807 (Spark's positive longs).
 
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
@@ -312,10 +318,17 @@ pub struct AppArgs {
     /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
     #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
     pub driver_pod: Option<String>,
+    /// Post no Kubernetes Events (by default each tick posts SuccessfulCreate, FailedCreate,
+    /// SuccessfulDelete, ExecutorFailed, AllocationBlocked and CrashLoopHalt events on the
+    /// driver pod, else on the executor pod concerned; needs RBAC events create, patch).
+    #[arg(long, global = true, env = "PODALLOC_NO_EVENTS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_events: bool,
     /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
     /// or `auto`: adaptive batches, doubling while creates succeed and pods get scheduled,
-    /// halving on throttling or unschedulable pods, at most --max-batch.
-    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N|auto", default_value = "5", value_parser = parse_batch_size)]
+    /// halving on throttling or unschedulable pods, at most --max-batch; or `slow-start`: as
+    /// auto across ticks, and within a tick groups of 1, 2, 4, … created back to back while
+    /// every create succeeds (as the ReplicaSet controller does).
+    #[arg(long, global = true, env = "PODALLOC_BATCH_SIZE", value_name = "N|auto|slow-start", default_value = "5", value_parser = parse_batch_size)]
     pub batch_size: BatchSize,
     /// With --batch-size auto: the largest batch.
     #[arg(long, global = true, env = "PODALLOC_MAX_BATCH", value_name = "N", default_value_t = 100, value_parser = parse_batch_size_n)]
@@ -440,10 +453,13 @@ impl AppArgs {
             batch_size: match self.batch_size {
                 BatchSize::Fixed(n) => n,
                 BatchSize::Auto => crate::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
+                BatchSize::SlowStart => self.max_batch,
             },
             policies: crate::alloc::Policies {
                 max_pending: self.max_pending.or(spark3x.then_some(u32::MAX)),
-                adaptive_max_batch: (self.batch_size == BatchSize::Auto).then_some(self.max_batch),
+                adaptive_max_batch: (!matches!(self.batch_size, BatchSize::Fixed(_)))
+                    .then_some(self.max_batch),
+                slow_start: self.batch_size == BatchSize::SlowStart,
                 max_failures: self.max_failures,
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
@@ -505,9 +521,27 @@ pub struct ReconcileArgs {
     /// Set the target (total expected executors); without it the state's target holds.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
-    /// Print the plan JSON and change nothing (no API writes, no state save).
+    /// Print the plan JSON and change nothing (no API writes, no state save); a one-line
+    /// summary goes to standard error.
     #[arg(long, env = "PODALLOC_DRY_RUN", value_parser = clap::builder::BoolishValueParser::new())]
     pub dry_run: bool,
+    /// With --dry-run, what goes to standard output: `plan` (the plan JSON), `pod` (the
+    /// executor pod the next create would send, as JSON: check a template with `kubectl
+    /// create --dry-run=server -f -`) or `summary` (the summary line only).
+    #[arg(long = "output", value_enum, default_value_t = DryRunOutput::Plan, requires = "dry_run", value_name = "WHAT")]
+    pub dry_output: DryRunOutput,
+}
+
+/// What `reconcile --dry-run` prints on standard output.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DryRunOutput {
+    /// The plan JSON (the `plan` contract).
+    #[default]
+    Plan,
+    /// The rendered executor pod JSON of the next create.
+    Pod,
+    /// The one-line human summary.
+    Summary,
 }
 
 /// `run`.
@@ -525,6 +559,31 @@ pub struct RunArgs {
     /// Give up after this long (exit 5 if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Leader election (`--leader-elect` and its durations).
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
+}
+
+/// `run --leader-elect`: several replicas, one acting at a time, over a
+/// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::leader`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LeaderElectArgs {
+    /// Act only while holding the app's Lease (highly available: run two replicas). Needs
+    /// leases get/create/update in the namespace.
+    #[arg(long, env = "PODALLOC_LEADER_ELECT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub leader_elect: bool,
+    /// The Lease's name [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
+    /// How long standbys wait after the Lease last changed before taking it over [default: 15s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Option<Duration>,
+    /// How long the leader keeps acting without a successful renewal [default: 10s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// Time between attempts to acquire or renew [default: 2s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
 }
 
 /// Log formats.
@@ -553,6 +612,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', env = "PODALLOC_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// The leader-election Lease whose holder to show [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
 }
 
 /// `scale`.
@@ -603,6 +665,10 @@ pub struct PlanArgs {
     /// Executor id to remove (repeatable): deleted whatever its state, target lowered.
     #[arg(long, value_name = "ID", value_parser = parse_id)]
     pub remove: Vec<u64>,
+    /// The driver pod's phase, as a tick with --driver-pod would read it: Pending (no
+    /// executors yet), Running, Succeeded or Failed (every executor deleted), or Deleting.
+    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed", "Deleting"])]
+    pub driver_phase: Option<String>,
 }
 
 /// `sim`: the simulator's own flags (the `podalloc-sim` crate).
@@ -703,12 +769,18 @@ pub enum BatchSize {
     Fixed(u32),
     /// Adaptive, up to `--max-batch`.
     Auto,
+    /// Slow-start within a tick: groups of 1, 2, 4, … back to back while every create
+    /// succeeds, up to `--max-batch` a tick (adaptive across ticks).
+    SlowStart,
 }
 
 /// Parses `--batch-size`: a whole number ≥ 1, or `auto`.
 pub fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
     if s.trim() == "auto" {
         return Ok(BatchSize::Auto);
+    }
+    if s.trim() == "slow-start" {
+        return Ok(BatchSize::SlowStart);
     }
     parse_batch_size_n(s).map(BatchSize::Fixed)
 }
@@ -798,7 +870,12 @@ mod tests {
                 "--template",
                 "--simulate",
             ] {
-                assert!(!text.contains(flag), "{offline:?} shows {flag}:\n{text}");
+                // The whole flag: `sim`'s own `--namespaces` is not `--namespace`.
+                let shown = text.match_indices(flag).any(|(i, _)| {
+                    !text[i + flag.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                });
+                assert!(!shown, "{offline:?} shows {flag}:\n{text}");
             }
         }
         assert!(help(&["plan", "-h"]).contains("--app-id"));

@@ -25,6 +25,9 @@ pub enum ExitCode {
     /// 6: the crash-loop guard (`--max-failures`) stopped creation: too many executors
     /// failed within the window.
     CrashLoop = 6,
+    /// 7: the driver pod (`--driver-pod`) has finished (Succeeded or Failed) or is being
+    /// deleted: the app's executors were deleted and none is created; `run` stops.
+    DriverEnded = 7,
 }
 
 /// A failure with its exit code. `Display` is the one-line message printed on stderr.
@@ -69,6 +72,13 @@ impl Error {
     pub fn crash_loop(message: impl Into<String>) -> Error {
         Error {
             code: ExitCode::CrashLoop,
+            message: message.into(),
+        }
+    }
+    /// The driver pod has finished or is going away (exit 7).
+    pub fn driver_ended(message: impl Into<String>) -> Error {
+        Error {
+            code: ExitCode::DriverEnded,
             message: message.into(),
         }
     }

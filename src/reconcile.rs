@@ -8,9 +8,9 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
+use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
-use crate::snapshot::{Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::snapshot::{DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
@@ -54,6 +54,9 @@ pub struct TickReport {
     pub error: Option<Error>,
     /// The state as saved at the end of the tick.
     pub state: AllocatorState,
+    /// When the next tick is due at the latest, ms from the tick's start, from the saved state
+    /// ([`alloc::requeue_after_ms`]); `None`: nothing waits on time.
+    pub requeue_after_ms: Option<u64>,
 }
 
 impl TickReport {
@@ -93,6 +96,12 @@ pub fn kube_error(e: KubeError) -> Error {
             ))
         }
         KubeError::Api { ref status, .. } if status.code == 422 => {
+            Error::refused(format!("{msg} (fix the pod template)"))
+        }
+        // Server-side strict field validation: a misspelt or misplaced template field.
+        KubeError::Api { ref status, .. }
+            if status.code == 400 && status.message.contains("strict decoding error") =>
+        {
             Error::refused(format!("{msg} (fix the pod template)"))
         }
         _ => Error::runtime(msg),
@@ -154,30 +163,30 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
     Ok(snap)
 }
 
-/// Reads the driver pod for the ownerReference. A missing driver pod is an error naming the
-/// pod and the namespace (exit 2), as Spark's allocator refuses to start without it.
-pub fn driver_owner(client: &KubeClient, name: &str) -> Result<Owner> {
-    match client.get_pod(name).map_err(kube_error)? {
-        Some(pod) => {
-            let uid = pod["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if uid.is_empty() {
-                return Err(Error::runtime(format!(
-                    "driver pod {name:?} has no metadata.uid"
-                )));
-            }
-            Ok(Owner {
-                name: name.to_string(),
-                uid,
-            })
-        }
-        None => Err(Error::usage(format!(
+/// Reads the driver pod: its ownerReference for new executors, and its lifecycle
+/// ([`DriverState`]). A missing driver pod is an error naming the pod and the namespace
+/// (exit 2), as Spark's allocator refuses to start without it.
+pub fn read_driver(client: &KubeClient, name: &str) -> Result<(Owner, DriverState)> {
+    let Some(pod) = client.get_pod(name).map_err(kube_error)? else {
+        return Err(Error::usage(format!(
             "no driver pod named {name:?} in namespace {:?}: check --driver-pod and -n/--namespace",
             client.namespace()
-        ))),
+        )));
+    };
+    let meta = &pod["metadata"];
+    let uid = meta["uid"].as_str().unwrap_or_default().to_string();
+    if uid.is_empty() {
+        return Err(Error::runtime(format!(
+            "driver pod {name:?} has no metadata.uid"
+        )));
     }
+    let deleting = !meta["deletionTimestamp"].is_null();
+    let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+    let owner = Owner {
+        name: name.to_string(),
+        uid,
+    };
+    Ok((owner, DriverState::of(deleting, phase)))
 }
 
 /// Runs one tick under the held lock `store`: list → step → save (write-ahead) → apply →
@@ -193,9 +202,29 @@ pub fn tick(
     request: &Request,
     now_ms: u64,
 ) -> Result<TickReport> {
+    tick_listed(client, app, store, request, None, now_ms)
+}
+
+/// As [`tick`], with the app's executor pods already listed when `listed` is given (one list
+/// call per namespace serving many apps: the caller splits it per app); `None` lists them.
+pub fn tick_listed(
+    client: &KubeClient,
+    app: &App,
+    store: &mut dyn StateStore,
+    request: &Request,
+    listed: Option<Snapshot>,
+    now_ms: u64,
+) -> Result<TickReport> {
     client.reset_retry_budget();
     let errors_before = client.stats().errors_by_code;
-    let res = tick_inner(client, app, store, request, now_ms, &errors_before);
+    let res = tick_inner(
+        client,
+        app,
+        store,
+        (request, listed),
+        now_ms,
+        &errors_before,
+    );
     if let Err(e) = &res {
         // A tick that failed before acting still counts its API errors (for metrics).
         if matches!(e.code, ExitCode::Runtime | ExitCode::Refused) {
@@ -230,25 +259,42 @@ fn tick_inner(
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
-    request: &Request,
+    (request, listed): (&Request, Option<Snapshot>),
     now_ms: u64,
     errors_before: &BTreeMap<u16, u64>,
 ) -> Result<TickReport> {
     let state = store.load().map_err(store_error)?;
     let state = state.unwrap_or_else(AllocatorState::new);
-    let snapshot = list_snapshot(client, app)?;
+    let mut snapshot = match listed {
+        Some(s) => s,
+        None => list_snapshot(client, app)?,
+    };
+    let owner = match &app.driver_pod {
+        Some(name) => {
+            let (owner, driver) = read_driver(client, name)?;
+            snapshot.driver = Some(driver);
+            Some(owner)
+        }
+        None => None,
+    };
     crash_point("after-list");
     let plan = alloc::step(&snapshot, &state, &app.settings, request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
     log_plan(&state, &snapshot, &plan);
-    let owner = driver_for_creates(client, app, &plan)?;
     // Write-ahead: the ids about to be created are recorded before any call is made.
     crash_point("before-write-ahead");
     store.save(&plan.state).map_err(store_error)?;
     crash_point("after-write-ahead");
-    let Applied { mut out, error } = apply(client, app, &plan, owner.as_ref());
+    let Applied { mut out, mut error } = apply(client, app, &plan, owner.as_ref(), errors_before);
+    if let (Some(why), Some(name)) = (&plan.driver_ended, &app.driver_pod) {
+        error.get_or_insert(Error::driver_ended(format!(
+            "driver pod {name:?} {why}: its {} executor pod(s) deleted, none will be created; \
+             the application has ended",
+            out.deleted
+        )));
+    }
     out.api_errors = errors_since(client, errors_before);
-    out.throttled = (out.api_errors.keys()).any(|&code| code == 429 || code >= 500);
+    out.throttled = throttled(&out.api_errors);
     let state = alloc::record(&plan, &out, &app.settings, now_ms);
     if state != plan.state {
         crash_point("before-final-save");
@@ -256,7 +302,9 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
+    crate::events::record_tick(client, app, &snapshot, &plan, &out, error.as_ref(), now_ms);
     Ok(TickReport {
+        requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
         plan,
         created: out.created.len() as u32,
@@ -281,14 +329,6 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
             "target {} not reached (running {}): no executor created: {b}",
             s.target, s.running
         );
-    }
-}
-
-/// The driver pod's ownerReference, read only when the plan creates pods.
-fn driver_for_creates(client: &KubeClient, app: &App, plan: &Plan) -> Result<Option<Owner>> {
-    match (&app.driver_pod, plan.create.is_empty()) {
-        (Some(name), false) => Ok(Some(driver_owner(client, name)?)),
-        _ => Ok(None),
     }
 }
 
@@ -336,8 +376,15 @@ impl Applied {
 }
 
 /// Makes the plan's calls, deletes first, and reports what happened. Decides nothing: a batch
-/// stops at its first error as Kubernetes' controllers stop theirs.
-fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> Applied {
+/// stops at its first error as Kubernetes' controllers stop theirs, and a slow-start batch
+/// also between two of its groups ([`Plan::create_groups`]) once the server throttles.
+fn apply(
+    client: &KubeClient,
+    app: &App,
+    plan: &Plan,
+    owner: Option<&Owner>,
+    errors_before: &BTreeMap<u16, u64>,
+) -> Applied {
     let mut a = Applied {
         error: plan.halt.clone().map(Error::crash_loop),
         ..Applied::default()
@@ -345,6 +392,12 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
     for d in &plan.delete {
         delete_logged(client, d, &mut a);
     }
+    let group_ends: Vec<usize> = (plan.create_groups.iter())
+        .scan(0usize, |end, &g| {
+            *end += g as usize;
+            Some(*end)
+        })
+        .collect();
     for (i, c) in plan.create.iter().enumerate() {
         let rest = &plan.create[i..];
         let Some(template) = app.template.as_ref() else {
@@ -361,41 +414,68 @@ fn apply(client: &KubeClient, app: &App, plan: &Plan, owner: Option<&Owner>) -> 
         crash_point("before-create");
         let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
         crash_point("after-create");
-        let stop = match outcome {
-            CreateOutcome::Created => {
-                a.out.created.push(c.executor_id);
-                None
-            }
-            CreateOutcome::NotOurs => {
-                a.out.dropped.push(c.executor_id);
-                None
-            }
-            CreateOutcome::Quota(e) => {
-                // The rejected ids never existed (not unacknowledged); creation backs off.
-                a.stop_batch(rest);
-                a.out.quota = Some(e.message.clone());
-                Some(e)
-            }
-            CreateOutcome::Rejected(e) => {
-                // Definitely not created: this id and the rest of the batch are dropped.
-                a.stop_batch(rest);
-                Some(e)
-            }
-            CreateOutcome::Ambiguous(e) => {
-                // May have happened: stays unacknowledged and is sent again by name next tick;
-                // the rest is not attempted.
-                a.out.ambiguous.push(c.executor_id);
-                a.stop_batch(&rest[1..]);
-                Some(e)
-            }
-        };
-        if let Some(e) = stop {
+        if let Some(e) = a.take(c, outcome, rest) {
             a.error.get_or_insert(e);
+            break;
+        }
+        let group_done = group_ends.contains(&(i + 1)) && i + 1 < plan.create.len();
+        if group_done && throttled(&errors_since(client, errors_before)) {
+            info!(
+                "slow-start stopped after {} of {} creates: the API server is throttling",
+                i + 1,
+                plan.create.len()
+            );
+            a.stop_batch(&plan.create[i + 1..]);
             break;
         }
     }
     a.out.failed = a.error.is_some();
     a
+}
+
+/// 429 or 5xx among `errors` (by HTTP code): the server asks us to slow down.
+fn throttled(errors: &BTreeMap<u16, u64>) -> bool {
+    errors.keys().any(|&code| code == 429 || code >= 500)
+}
+
+impl Applied {
+    /// Records one create's outcome; the error that stops the batch, if any. `rest` is this
+    /// create and the ones after it.
+    fn take(
+        &mut self,
+        c: &alloc::Create,
+        outcome: CreateOutcome,
+        rest: &[alloc::Create],
+    ) -> Option<Error> {
+        match outcome {
+            CreateOutcome::Created => {
+                self.out.created.push(c.executor_id);
+                None
+            }
+            CreateOutcome::NotOurs => {
+                self.out.dropped.push(c.executor_id);
+                None
+            }
+            CreateOutcome::Quota(e) => {
+                // The rejected ids never existed (not unacknowledged); creation backs off.
+                self.stop_batch(rest);
+                self.out.quota = Some(e.message.clone());
+                Some(e)
+            }
+            CreateOutcome::Rejected(e) => {
+                // Definitely not created: this id and the rest of the batch are dropped.
+                self.stop_batch(rest);
+                Some(e)
+            }
+            CreateOutcome::Ambiguous(e) => {
+                // May have happened: stays unacknowledged and is sent again by name next tick;
+                // the rest is not attempted.
+                self.out.ambiguous.push(c.executor_id);
+                self.stop_batch(&rest[1..]);
+                Some(e)
+            }
+        }
+    }
 }
 
 /// One planned delete, logged, its outcome counted.
@@ -406,6 +486,7 @@ fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
     match res {
         Ok(true) => {
             a.out.deleted += 1;
+            a.out.deleted_ids.push(d.executor_id);
             info!(
                 "deleted executor {} ({}, {})",
                 d.executor_id, d.pod_name, d.reason
@@ -471,11 +552,14 @@ enum CreateOutcome {
 }
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
-    match client.create_pod(pod) {
-        Ok(_) => CreateOutcome::Created,
-        Err(KubeError::Api { ref status, .. })
-            if status.code == 409 && status.reason == "AlreadyExists" =>
-        {
+    match client.create_pod_validated(pod, FieldValidation::Strict) {
+        Ok((_, warnings)) => {
+            for w in warnings {
+                warn!("creating pod {name}: the API server warns: {w}");
+            }
+            CreateOutcome::Created
+        }
+        Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
             // is success; anything else under that name is not ours and is left alone.
             match client.get_pod(name) {

@@ -121,6 +121,35 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
     /// Pods in the list that belong to another app or role (skipped, counted for logs).
     pub foreign: u64,
+    /// The driver pod as the tick read it (`--driver-pod`); `None` when no driver is named.
+    pub driver: Option<DriverState>,
+}
+
+/// The driver pod's lifecycle as it matters for its executors (Spark: the executors live and
+/// die with the driver; Kubernetes garbage-collects them only once the driver object is gone).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverState {
+    /// Phase Pending: no executors yet.
+    Pending,
+    /// Phase Running (or Unknown: a node that stopped reporting is not an ended app).
+    Running,
+    /// Phase Succeeded or Failed (the phase).
+    Finished(String),
+    /// `metadata.deletionTimestamp` is set.
+    Deleting,
+}
+
+impl DriverState {
+    /// Classifies a driver pod by `metadata.deletionTimestamp` and `status.phase`.
+    pub fn of(deleting: bool, phase: &str) -> DriverState {
+        match phase {
+            _ if deleting => DriverState::Deleting,
+            "Pending" | "" => DriverState::Pending,
+            "Succeeded" | "Failed" => DriverState::Finished(phase.to_string()),
+            _ => DriverState::Running,
+        }
+    }
 }
 
 /// Why a PodList could not be read. `Display` names the input and the problem in one line.

@@ -9,12 +9,15 @@ mod conformance;
 mod crash;
 mod deploy;
 mod e2e;
+mod events;
 mod faults;
 mod fixtures;
 mod fuzz;
 mod hostile;
 #[cfg(unix)]
 mod kube_auth;
+mod leader;
+mod lifecycle;
 mod mtls;
 mod overlap;
 mod reliability;

@@ -55,8 +55,10 @@ mod rules;
 mod settings;
 mod state;
 
-pub use plan::{Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange};
-pub use record::{record, Outcomes};
+pub use plan::{
+    Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
+};
+pub use record::{record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,
@@ -84,6 +86,9 @@ pub fn step(
 ) -> Result<Plan, StepError> {
     let mut s = Step::begin(snapshot, state, settings, request, now_ms)?;
     s.acknowledge_seen();
+    if let Some(why) = s.driver_ended() {
+        return Ok(s.wind_down(why));
+    }
     s.time_out_unseen();
     s.remove_requested(&request.remove);
     let mut pods = s.census();

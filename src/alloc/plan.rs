@@ -73,6 +73,8 @@ pub enum DeleteReason {
     Succeeded,
     /// Named in a removal request.
     Removed,
+    /// The driver pod has finished or is being deleted.
+    DriverEnded,
     /// Stuck in start-up longer than the grace (ErrImagePull, CrashLoopBackOff, …).
     Stuck,
 }
@@ -85,6 +87,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::Failed => "failed",
             DeleteReason::Succeeded => "succeeded",
             DeleteReason::Removed => "removed",
+            DeleteReason::DriverEnded => "driver-ended",
             DeleteReason::Stuck => "stuck",
         })
     }
@@ -186,6 +189,11 @@ pub struct Summary {
 pub struct Plan {
     /// Pods to create, in creation order.
     pub create: Vec<Create>,
+    /// With `--batch-size slow-start`: the sizes of the groups `create` is sent in (1, 2, 4,
+    /// …, summing to its length); the caller stops at the first group that meets an error,
+    /// throttling (429, 5xx) or a quota rejection. Empty: one group.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub create_groups: Vec<u32>,
     /// Pods to delete, in call order (timed-out, removed, terminated, excess).
     pub delete: Vec<Delete>,
     /// The state to persist if every planned call succeeds.
@@ -204,6 +212,10 @@ pub struct Plan {
     /// `Action::requeue`). `None`: nothing is waiting on time; tick at the usual interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue_after_ms: Option<u64>,
+    /// The driver pod has finished or is being deleted: every executor is deleted, none is
+    /// created, and the caller stops (exit 7). The message names the driver's phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_ended: Option<String>,
     /// Why nothing is created although running < target (`None` when creating, or when the
     /// target is reached).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -230,6 +242,8 @@ pub enum Blocked {
         /// The cap.
         cap: u32,
     },
+    /// The driver pod is still Pending (`--driver-pod`): executors wait for it.
+    DriverPending,
     /// A quota rejection's back-off is in force.
     Backoff {
         /// Time left, ms.
@@ -265,6 +279,7 @@ impl fmt::Display for Blocked {
                 humantime::format_duration(std::time::Duration::from_millis(*remaining_ms))
             ),
             Blocked::CrashLoop => f.write_str("halted by the crash-loop guard"),
+            Blocked::DriverPending => f.write_str("the driver pod is still pending"),
             Blocked::IdsExhausted => f.write_str("executor ids are exhausted for this app id"),
         }
     }

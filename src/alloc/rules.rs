@@ -5,10 +5,11 @@
 use super::adaptive::AdaptiveBatch;
 use super::guard::CrashLoopGuard;
 use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
+use super::record::requeue_after_ms;
 use super::settings::{Settings, STUCK_REASONS};
 use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
 use crate::podspec::pod_name;
-use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
+use crate::snapshot::{DriverState, ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -86,6 +87,49 @@ impl<'a> Step<'a> {
     pub(super) fn acknowledge_seen(&mut self) {
         let seen = &self.snap.executors;
         self.unack.retain(|id, _| !seen.contains_key(id));
+    }
+
+    /// Rule 3 (the driver's lifecycle, `--driver-pod`): a driver that has finished or is being
+    /// deleted ends the app; why, naming the phase.
+    pub(super) fn driver_ended(&self) -> Option<String> {
+        match self.snap.driver.as_ref()? {
+            DriverState::Finished(phase) => Some(format!("has finished ({phase})")),
+            DriverState::Deleting => Some("is being deleted".to_string()),
+            DriverState::Pending | DriverState::Running => None,
+        }
+    }
+
+    /// When the driver has ended: every executor pod is deleted (reason `driver-ended`), every
+    /// request forgotten, nothing created — the app is over, so its executors would run for
+    /// nothing until the garbage collector removes them with the driver object.
+    pub(super) fn wind_down(mut self, why: String) -> Plan {
+        let snap = self.snap;
+        for p in snap.executors.values() {
+            if p.state != ExecutorState::Deleted {
+                self.delete.push(Delete::seen(p, DeleteReason::DriverEnded));
+            }
+        }
+        for id in std::mem::take(&mut self.unack).into_keys() {
+            let d = Delete::unseen(id, self.name(id), DeleteReason::DriverEnded);
+            self.delete.push(d);
+        }
+        self.retry.clear();
+        let mut c = self.census();
+        c.running.clear();
+        c.pending.clear();
+        let guard = CrashLoopGuard::observe(self.prev, &self.cfg.policies, vec![], self.now_ms);
+        let batch = CreateBatch {
+            backing_off: false,
+            blocked: None,
+            adaptive: self.prev.adaptive.clone(),
+        };
+        let mut plan = self.finish(c, guard, batch);
+        plan.delete
+            .retain(|d| d.reason == DeleteReason::DriverEnded);
+        plan.summary.deleted = plan.delete.len() as u32;
+        plan.summary.converged = false;
+        plan.driver_ended = Some(why);
+        plan
     }
 
     /// Rule 2 (Spark's `podCreationTimeout`): a request unseen for longer than the creation
@@ -348,7 +392,9 @@ impl<'a> Step<'a> {
                 self.last_id
             ));
         }
+        let driver_pending = self.snap.driver == Some(DriverState::Pending);
         let blocked = match () {
+            _ if driver_pending => Some(Blocked::DriverPending),
             _ if halted => Some(Blocked::CrashLoop),
             _ if backing_off.is_some() => backing_off.clone(),
             _ if waiting.is_some() => waiting,
@@ -420,7 +466,6 @@ impl<'a> Step<'a> {
     /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
     /// `deletedExecutorIds`), when the next tick is due, and the state to persist.
     pub(super) fn finish(mut self, c: Census<'a>, guard: CrashLoopGuard, b: CreateBatch) -> Plan {
-        let requeue_after_ms = self.requeue_after(&c, &guard);
         let mut s = c.summary;
         s.target = self.target;
         s.running = c.running.len() as u32;
@@ -458,14 +503,21 @@ impl<'a> Step<'a> {
             stuck: c.stuck,
             adaptive: b.adaptive,
         };
+        let create_groups = match self.cfg.policies.slow_start {
+            true => slow_start_groups(self.create.len() as u32),
+            false => Vec::new(),
+        };
+        let requeue_after_ms = requeue_after_ms(&state, self.cfg, self.now_ms);
         Plan {
             create: self.create,
+            create_groups,
             delete: self.delete,
             state,
             summary: s,
             warnings: self.warnings,
             halt: guard.halt,
             requeue_after_ms,
+            driver_ended: None,
             blocked: b.blocked,
         }
     }
@@ -483,21 +535,6 @@ impl<'a> Step<'a> {
         }
         above
     }
-
-    /// The earliest time-driven change, ms from now: a creation deadline, the back-off's end,
-    /// a stuck pod's grace end, the crash-loop window's end while halted.
-    fn requeue_after(&self, c: &Census<'a>, guard: &CrashLoopGuard) -> Option<u64> {
-        let timeout = self.cfg.creation_timeout();
-        let deadlines = self.unack.values().map(|t| t.saturating_add(timeout) + 1);
-        let backoff = (self.prev.create_backoff.iter()).map(|b| b.until_ms);
-        let grace = self.cfg.policies.startup_grace_ms;
-        let stuck = c.stuck.iter().filter_map(|r| Some(r.since_ms + grace? + 1));
-        let halt = guard.halt_ends_ms(&self.cfg.policies);
-        (deadlines.chain(backoff).chain(stuck).chain(halt))
-            .filter(|&t| t > self.now_ms)
-            .min()
-            .map(|t| t - self.now_ms)
-    }
 }
 
 /// What [`Step::create_batch`] leaves for [`Step::finish`].
@@ -505,4 +542,18 @@ pub(super) struct CreateBatch {
     backing_off: bool,
     blocked: Option<Blocked>,
     adaptive: Option<super::state::AdaptiveState>,
+}
+
+/// Slow-start groups for `n` creates: 1, 2, 4, … and the remainder last (the ReplicaSet
+/// controller's `slowStartBatch`, which starts at 1 and doubles while every create succeeds).
+fn slow_start_groups(n: u32) -> Vec<u32> {
+    let mut groups = Vec::new();
+    let (mut left, mut size) = (n, 1u32);
+    while left > 0 {
+        let g = size.min(left);
+        groups.push(g);
+        left -= g;
+        size = size.saturating_mul(2);
+    }
+    groups
 }

@@ -26,11 +26,11 @@ pub struct Settings {
     pub delete_terminated: bool,
     /// The pod name prefix (see [`crate::podspec::name_prefix`]).
     pub name_prefix: String,
-    /// Opt-in policies beyond the seed's (all off by default).
+    /// Opt-in policies beyond Spark 3.0's (all off by default).
     pub policies: Policies,
 }
 
-/// Opt-in allocation policies (issue "faster than Spark"). All off by default: the seed's
+/// Opt-in allocation policies. All off by default: Spark 3.0's
 /// behaviour and the conformance corpus are unchanged unless one is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policies {
@@ -65,6 +65,11 @@ pub struct Policies {
     /// they are gone (off by default, as Spark), so a namespace under a pod-count
     /// ResourceQuota never holds more executor pods than the target during replacements.
     pub count_terminating: bool,
+    /// Slow-start within a tick (`--batch-size slow-start`), as Kubernetes' ReplicaSet
+    /// controller creates its pods: the batch is sent in groups of 1, 2, 4, … back to back,
+    /// stopping at the first error, throttling or quota signal ([`crate::alloc::Plan::create_groups`]);
+    /// the batch cap adapts across ticks as `adaptive_max_batch` does.
+    pub slow_start: bool,
 }
 
 /// Default crash-loop guard window: 10 minutes, in ms.

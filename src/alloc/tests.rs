@@ -1,5 +1,5 @@
 use super::*;
-use crate::snapshot::{ExecutorPod, ExecutorState};
+use crate::snapshot::{DriverState, ExecutorPod, ExecutorState};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -522,4 +522,125 @@ fn idle_timeout_protects_fresh_requests_and_pending_pods() {
     let ids: Vec<u64> = p4.delete.iter().map(|d| d.executor_id).collect();
     assert_eq!(ids, vec![3, 4, 5, 1]);
     assert!(p4.delete.iter().all(|d| d.if_pending));
+}
+
+// ---- the driver's lifecycle (`--driver-pod`) ------------------------------------------------
+
+fn with_driver(mut s: Snapshot, d: DriverState) -> Snapshot {
+    s.driver = Some(d);
+    s
+}
+
+#[test]
+fn a_pending_driver_blocks_creation_and_says_so() {
+    let s = with_driver(snap(&[]), DriverState::Pending);
+    let p = step(
+        &s,
+        &AllocatorState::new(),
+        &settings(5),
+        &Request::set(3),
+        0,
+    )
+    .unwrap();
+    assert!(p.create.is_empty());
+    assert_eq!(p.blocked, Some(Blocked::DriverPending));
+    let running = with_driver(snap(&[]), DriverState::Running);
+    let p2 = step(&running, &p.state, &settings(5), &Request::default(), 1).unwrap();
+    assert_eq!(p2.create.len(), 3);
+    assert_eq!(p2.driver_ended, None);
+}
+
+#[test]
+fn a_finished_or_deleted_driver_takes_every_executor_with_it() {
+    use ExecutorState::*;
+    let mut st = AllocatorState::new();
+    st.target = Some(5);
+    st.last_executor_id = 5;
+    st.unacknowledged = vec![Unacknowledged {
+        executor_id: 5,
+        created_ms: 0,
+        retry: true,
+    }];
+    let pods = snap(&[(1, Running), (2, Pending), (3, Failed), (4, Deleted)]);
+    for d in [
+        DriverState::Finished("Succeeded".into()),
+        DriverState::Finished("Failed".into()),
+        DriverState::Deleting,
+    ] {
+        let p = step(
+            &with_driver(pods.clone(), d),
+            &st,
+            &settings(5),
+            &Request::default(),
+            9,
+        )
+        .unwrap();
+        assert!(p.create.is_empty());
+        let mut ids: Vec<u64> = p.delete.iter().map(|d| d.executor_id).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            vec![1, 2, 3, 5],
+            "every executor but the one already going"
+        );
+        assert!(p
+            .delete
+            .iter()
+            .all(|d| d.reason == DeleteReason::DriverEnded && !d.if_pending));
+        assert!(p.state.unacknowledged.is_empty());
+        assert!(p.driver_ended.is_some() && !p.summary.converged);
+        // The next tick (pods going) repeats nothing harmful: no create, no second delete.
+        let gone = with_driver(
+            snap(&[(1, Deleted), (2, Deleted), (3, Deleted)]),
+            DriverState::Deleting,
+        );
+        let p2 = step(&gone, &p.state, &settings(5), &Request::default(), 10).unwrap();
+        assert!(p2.create.is_empty() && p2.delete.is_empty());
+    }
+}
+
+// ---- slow-start within a tick ---------------------------------------------------------------
+
+#[test]
+fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
+    let mut set = settings(20);
+    set.policies.adaptive_max_batch = Some(20);
+    set.policies.slow_start = true;
+    set.policies.max_pending = Some(u32::MAX);
+    let p = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(50),
+        0,
+    )
+    .unwrap();
+    assert_eq!(p.create.len(), 20, "the whole cap in one tick");
+    assert_eq!(p.create_groups, vec![1, 2, 4, 8, 5]);
+    let small = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(3),
+        0,
+    )
+    .unwrap();
+    assert_eq!(small.create_groups, vec![1, 2]);
+    // Throttled last tick: the cap halves, as adaptive batches do.
+    let out = Outcomes {
+        created: (1..=20).collect(),
+        throttled: true,
+        ..Outcomes::default()
+    };
+    let st = record(&p, &out, &set, 0);
+    let seen = snap(
+        &(1..=20)
+            .map(|i| (i, ExecutorState::Running))
+            .collect::<Vec<_>>(),
+    );
+    let p2 = step(&seen, &st, &set, &Request::default(), 1_000).unwrap();
+    assert_eq!(p2.create.len(), 10);
+    assert_eq!(p2.create_groups, vec![1, 2, 4, 3]);
+    // Without slow-start there are no groups.
+    assert!(planned(3).create_groups.is_empty());
 }

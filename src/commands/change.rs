@@ -15,6 +15,7 @@ pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
             interval: None,
             until_converged: true,
             timeout: a.timeout,
+            leader: Default::default(),
         };
         return super::run::run_loop(cli, &args, true);
     }

@@ -55,6 +55,7 @@ pub(super) fn tick_budget(cli: &Cli) -> Duration {
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
+    crate::events::set_enabled(!cli.app.no_events);
     let (flags, sim) = if simulate {
         start_simulator(&cli.conn)?
     } else {
@@ -162,6 +163,8 @@ impl Env {
         };
         self.client.set_deadline(Some(at), &what);
         let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
+        // Calls between ticks (events, a status read) have only their own request timeout.
+        self.client.set_deadline(None, "");
         if let Some(path) = &self.metrics_file {
             // After every tick, failed ones too (their API errors are counted).
             let state = match &res {

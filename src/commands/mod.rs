@@ -8,6 +8,7 @@
 //!   `--simulate`). `man`: the manual and completions.
 
 mod change;
+mod elect;
 mod env;
 mod man;
 mod plan;

@@ -4,7 +4,7 @@
 use crate::alloc::{self, AllocatorState, Request, TargetChange};
 use crate::cli::{AppArgs, PlanArgs};
 use crate::error::{Error, Result};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{DriverState, Snapshot};
 use crate::state;
 use log::warn;
 use std::io::Read;
@@ -29,8 +29,12 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     } else {
         a.pods.display().to_string()
     };
-    let snapshot = Snapshot::from_pod_list(&bytes, &app_id)
+    let mut snapshot = Snapshot::from_pod_list(&bytes, &app_id)
         .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
+    snapshot.driver = a.driver_phase.as_deref().map(|p| match p {
+        "Deleting" => DriverState::Deleting,
+        phase => DriverState::of(false, phase),
+    });
     let state = match &a.state {
         Some(p) => read_state(p)?,
         None => AllocatorState::new(),

@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a `--leader-elect` standby asks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
+
 /// What the loop does after a failed tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -194,24 +197,38 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     env.run_deadline = deadline;
     let shutdown = Shutdown::install(deadline)?;
     let change = Request::target(a.target);
+    // --leader-elect: released when this function returns (dropped), after the last tick.
+    let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;
     loop {
-        ticks += 1;
-        let converged = tick_once(&env, &change, ticks, progress)?;
-        if converged == Some(true) && a.until_converged {
-            info!(
-                "converged after {ticks} tick(s) in {:.1}s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
+        // Leader election hook: a standby skips the tick and looks again soon.
+        let acting = super::elect::may_act(leader.as_ref(), cli, &env);
+        let mut requeue = None;
+        if acting {
+            ticks += 1;
+            let (converged, due) = tick_once(&env, &change, ticks, progress)?;
+            if converged == Some(true) && a.until_converged {
+                info!(
+                    "converged after {ticks} tick(s) in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(());
+            }
+            if converged.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::timeout(format!(
+                    "--timeout of {} passed during tick {ticks}, which did not finish",
+                    humantime::format_duration(a.timeout.unwrap_or_default())
+                )));
+            }
+            requeue = due;
         }
-        if converged.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::timeout(format!(
-                "--timeout of {} passed during tick {ticks}, which did not finish",
-                humantime::format_duration(a.timeout.unwrap_or_default())
-            )));
-        }
-        match wait(Instant::now() + interval, deadline, &shutdown) {
+        // The plan says when time alone changes something (a creation deadline, the end of a
+        // back-off): come back then if that is sooner than the interval.
+        let next = match acting {
+            true => requeue.map_or(interval, |r| r.min(interval)),
+            false => interval.min(STANDBY_POLL),
+        };
+        match wait(Instant::now() + next, deadline, &shutdown) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
@@ -228,32 +245,39 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged, or `None` for a tick
-/// skipped because another run holds the state, or failed before its report with an error
-/// [`after_error`] retries (such as a list that timed out).
-fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<Option<bool>> {
+/// One tick of the loop. Returns whether the app has converged (`None` for a tick skipped
+/// because another run holds the state, or failed before its report with an error
+/// [`after_error`] retries, such as a list that timed out), and when the plan wants the next
+/// tick at the latest (`TickReport::requeue_after_ms`).
+fn tick_once(
+    env: &Env,
+    change: &Request,
+    ticks: u64,
+    progress: &Progress,
+) -> Result<(Option<bool>, Option<Duration>)> {
     let mut store = match env.open_store() {
         Err(StoreError::Locked(p)) => {
             warn!(
                 "tick {ticks}: another podalloc run holds {}; skipped",
                 p.display()
             );
-            return Ok(None);
+            return Ok((None, None));
         }
         Err(e) => return Err(store_error(e)),
         Ok(store) => store,
     };
     let report = match env.tick(store.as_mut(), change) {
         Ok(report) => report,
-        Err(e) => return handle_error(e, ticks).map(|()| None),
+        Err(e) => return handle_error(e, ticks).map(|()| (None, None)),
     };
     info!("tick {ticks}: {}", report.line());
     progress.show(&report);
     let converged = report.converged();
+    let requeue = report.requeue_after_ms.map(Duration::from_millis);
     if let Some(e) = report.error {
         handle_error(e, ticks)?;
     }
-    Ok(Some(converged))
+    Ok((Some(converged), requeue))
 }
 
 /// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that

@@ -40,6 +40,45 @@ pub struct StatusCounts {
     pub counters: crate::alloc::Counters,
     /// The quota back-off in force, if any.
     pub create_backoff: Option<crate::alloc::Backoff>,
+    /// The leader-election Lease, when one exists (`run --leader-elect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderInfo>,
+}
+
+/// The leader-election Lease as `status` shows it.
+#[derive(serde::Serialize, Debug, Default)]
+pub struct LeaderInfo {
+    /// The Lease name.
+    pub lease: String,
+    /// `spec.holderIdentity`; empty when released.
+    pub holder: String,
+    /// `spec.renewTime` (RFC 3339, microseconds).
+    pub renew_time: String,
+    /// `spec.leaseTransitions`.
+    pub transitions: u64,
+}
+
+/// Reads the app's Lease (`--leader-elect-resource-name`, else `podalloc-<app id>`);
+/// `None` when there is none or it cannot be read (logged at debug: RBAC may not grant
+/// leases to a read-only user).
+fn leader_info(env: &super::env::Env, name: Option<&str>) -> Result<Option<LeaderInfo>> {
+    let name = super::elect::lease_name(name, &env.app.app_id)?;
+    match env.client.get_lease(&name) {
+        Ok(Some(v)) => {
+            let r = crate::leader::Observed::from_lease(&v).record;
+            Ok(Some(LeaderInfo {
+                lease: name,
+                holder: r.holder_identity,
+                renew_time: r.renew_time,
+                transitions: r.lease_transitions,
+            }))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => {
+            log::debug!("no leader shown: {e}");
+            Ok(None)
+        }
+    }
 }
 
 /// Lists the app's pods, reads the state (unlocked) and prints the counts. Changes nothing.
@@ -69,6 +108,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         converged: false,
         counters: state.counters.clone(),
         create_backoff: state.create_backoff.clone(),
+        leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
     };
     c.converged = state.target == Some(c.running) && c.pending == 0 && c.unacknowledged == 0;
     match a.output {
@@ -83,6 +123,17 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
                 "target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}",
                 c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
             );
+            if let Some(l) = &c.leader {
+                let holder = if l.holder.is_empty() {
+                    "none (released)"
+                } else {
+                    &l.holder
+                };
+                println!(
+                    "leader: {holder} (lease {}, renewed {}, {} transitions)",
+                    l.lease, l.renew_time, l.transitions
+                );
+            }
             println!(
                 "{}",
                 if c.converged {

@@ -47,9 +47,9 @@ pub struct SimArgs {
     pub nodes: usize,
     /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
     /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
-    /// cm-create, cm-update. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
-    /// reset, delay:MS, lost-response, truncate, 410, garbage, html, no-kind, trickle[:MS],
-    /// redirect.
+    /// cm-create, cm-update, ev-create, ev-patch, ev-list, ev-get. Faults: 429-text, 429-status,
+    /// 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410, garbage,
+    /// html, no-kind, trickle[:MS], redirect.
     #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]
     pub faults: Vec<FaultRule>,
     /// A ResourceQuota on the number of pods per namespace (403 "exceeded quota" beyond it).
@@ -64,6 +64,15 @@ pub struct SimArgs {
     /// Delay added to every API response.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub latency: Duration,
+    /// The namespaces that exist (comma-separated): a create anywhere else is 404
+    /// `namespaces "x" not found`, as on a real cluster. `kubectl create namespace` adds one.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "default,kube-system",
+        value_name = "NS,..."
+    )]
+    pub namespaces: Vec<String>,
 }
 
 fn parse_fault(s: &str) -> Result<FaultRule, String> {
@@ -89,6 +98,7 @@ impl SimArgs {
             forbid: self.forbid.clone(),
             require_client_cert: self.require_client_cert,
             latency: self.latency,
+            namespaces: Some(self.namespaces.clone()),
             ..SimOptions::default()
         }
     }

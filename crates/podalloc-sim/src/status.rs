@@ -254,6 +254,15 @@ impl ApiError {
         )
     }
 
+    /// 415 for a PATCH whose Content-Type is not a patch type.
+    pub(crate) fn unsupported_patch_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"),
+        )
+    }
+
     /// 422 Invalid with one cause per field error; `kind` is the Kind (`Pod`).
     pub(crate) fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Self {
         let agg = if errs.len() == 1 {

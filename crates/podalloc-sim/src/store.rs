@@ -347,6 +347,12 @@ impl Store {
         self.rv
     }
 
+    /// Takes the next resource version, for an object kept outside this store (Leases).
+    pub(crate) fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
     /// When the next kubelet event falls due, if any.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.events.peek().map(|Reverse(e)| e.due)
@@ -1179,6 +1185,17 @@ impl Store {
         Ok(v)
     }
 
+    /// A stamp for writing another kind of object (Events): the next resource version
+    /// (shared by every kind, like etcd's revision), a fresh uid and the time `now`.
+    pub(crate) fn stamp(&mut self, now: Instant) -> super::events::Stamp {
+        self.rv += 1;
+        super::events::Stamp {
+            rv: self.rv,
+            uid: uuid_v4(&mut self.rng),
+            now: self.clock.rfc3339(now),
+        }
+    }
+
     /// The current version of a ConfigMap, or 404.
     pub(crate) fn cm_get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
         self.configmaps
@@ -1421,7 +1438,7 @@ fn owners(v: &Value) -> (Vec<String>, bool) {
 /// object, a namespace in the body must match the path's (400 otherwise, as the apiserver),
 /// the path's namespace set, and the fields only the server sets dropped. Returns whether
 /// the body carried a `resourceVersion` (the caller answers that with the real error).
-fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
+pub(crate) fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
     if !v.get("metadata").is_some_and(Value::is_object) {
         v["metadata"] = json!({});
     }

@@ -315,6 +315,16 @@ pub struct AppArgs {
     /// Container image: a minimal executor pod, or the first container's image in --template.
     #[arg(long, global = true, env = "PODALLOC_IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
+    /// The executor container: when it terminates the executor is over (exit 0: succeeded,
+    /// else failed), whatever its sidecars do. Default: the template's first container (the
+    /// single container of --image pods); `plan`: each pod's first container.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_EXECUTOR_CONTAINER",
+        value_name = "NAME"
+    )]
+    pub executor_container: Option<String>,
     /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
     #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
     pub driver_pod: Option<String>,
@@ -437,8 +447,13 @@ impl AppArgs {
                 "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
             ));
         }
+        let mut settings = self.settings(&app_id);
+        if settings.executor_container.is_none() {
+            let first = template.as_ref().map(|t| t.first_container().to_string());
+            settings.executor_container = first;
+        }
         Ok(App {
-            settings: self.settings(&app_id),
+            settings,
             app_id,
             template,
             driver_pod: self.driver_pod.clone(),
@@ -477,6 +492,7 @@ impl AppArgs {
             },
             delete_terminated: !self.keep_terminated,
             name_prefix: crate::podspec::name_prefix(app_id),
+            executor_container: self.executor_container.clone(),
         }
     }
 }

@@ -112,6 +112,7 @@ pub fn kube_error(e: KubeError) -> Error {
 /// the first page: what was collected is dropped.
 struct SnapshotSink<'a> {
     app_id: &'a str,
+    container: Option<&'a str>,
     snap: Snapshot,
     /// Why a page could not be used, when that ended the list.
     parse_error: Option<String>,
@@ -125,13 +126,15 @@ impl PageSink for SnapshotSink<'_> {
     }
 
     fn page(&mut self, body: &[u8]) -> std::result::Result<Option<String>, KubeError> {
-        self.snap.add_page(body, self.app_id).map_err(|e| {
-            self.parse_error = Some(e.to_string());
-            KubeError::Decode {
-                what: "pod list".into(),
-                message: e.to_string(),
-            }
-        })
+        self.snap
+            .add_page_for(body, self.app_id, self.container)
+            .map_err(|e| {
+                self.parse_error = Some(e.to_string());
+                KubeError::Decode {
+                    what: "pod list".into(),
+                    message: e.to_string(),
+                }
+            })
     }
 }
 
@@ -143,6 +146,7 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
     let limit = (app.page_size > 0).then_some(app.page_size);
     let mut sink = SnapshotSink {
         app_id: &app.app_id,
+        container: app.settings.executor_container.as_deref(),
         snap: Snapshot::default(),
         parse_error: None,
     };

@@ -49,8 +49,8 @@ fn rbac_is_exactly_the_documented_minimum() {
         got,
         vec![
             ("configmaps".to_string(), s(&["create", "get", "update"])),
-            ("leases".to_string(), s(&["create", "get", "update"])),
             ("events".to_string(), s(&["create", "get", "patch"])),
+            ("leases".to_string(), s(&["create", "get", "update"])),
             ("pods".to_string(), s(&["create", "delete", "get", "list"])),
         ]
     );

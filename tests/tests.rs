@@ -20,4 +20,5 @@ mod leader;
 mod lifecycle;
 mod mtls;
 mod overlap;
+mod real_pods;
 mod reliability;

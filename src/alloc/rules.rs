@@ -240,7 +240,7 @@ impl<'a> Step<'a> {
             .collect();
         let mut stuck_ids: BTreeSet<u64> = BTreeSet::new();
         for p in c.running.iter().chain(c.pending.iter()) {
-            let Some(reason) = p.waiting.as_deref().filter(|r| STUCK_REASONS.contains(r)) else {
+            let Some(reason) = p.waiting_in(STUCK_REASONS) else {
                 continue;
             };
             let since_ms = since.get(&p.id).copied().unwrap_or(self.now_ms);

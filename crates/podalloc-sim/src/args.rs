@@ -73,6 +73,10 @@ pub struct SimArgs {
         value_name = "NS,..."
     )]
     pub namespaces: Vec<String>,
+    /// An image the simulated registry does not have (repeatable): containers using it wait
+    /// in ErrImagePull, then ImagePullBackOff.
+    #[arg(long = "missing-image", value_name = "IMAGE")]
+    pub missing_images: Vec<String>,
 }
 
 fn parse_fault(s: &str) -> Result<FaultRule, String> {
@@ -99,6 +103,7 @@ impl SimArgs {
             require_client_cert: self.require_client_cert,
             latency: self.latency,
             namespaces: Some(self.namespaces.clone()),
+            missing_images: self.missing_images.clone(),
             ..SimOptions::default()
         }
     }

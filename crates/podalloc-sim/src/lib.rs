@@ -7,6 +7,12 @@
 //! deletion rules, resource versions and gzip threshold. Pods then live a simulated life:
 //! Pending → scheduled (node, host IP) → Running (or Failed / crash-looping with
 //! `failure_rate`), and a deleted pod's containers stop, it turns Failed and disappears.
+//! Pods may have several containers (sidecars), init containers and native sidecars
+//! (`restartPolicy: Always` init containers), each with its own status as the kubelet
+//! reports it; images listed in [`SimOptions::missing_images`] fail to pull (ErrImagePull,
+//! then ImagePullBackOff, naming the image), a Secret volume or a missing ConfigMap volume
+//! keeps a pod in ContainerCreating, and tests end one container with
+//! [`SimServer::terminate_container`] or force a phase with [`SimServer::set_pod_phase`].
 //!
 //! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
 //! create, replace with optimistic concurrency, delete), sharing the pods' resource
@@ -46,6 +52,7 @@
 mod api;
 mod args;
 mod configmap;
+mod containers;
 mod discovery;
 mod events;
 mod faults;
@@ -61,6 +68,8 @@ mod tls;
 mod util;
 mod validation;
 
+#[cfg(test)]
+mod container_tests;
 #[cfg(test)]
 mod tests;
 
@@ -148,6 +157,10 @@ pub struct SimOptions {
     /// Added before handling every `/api/...` request (after reading it, before
     /// authentication), so that clients see slow responses. Default zero.
     pub latency: Duration,
+    /// Image references (exact, e.g. `registry.example/spark:bad`) the simulated registry
+    /// does not have: a container or init container using one waits in `ErrImagePull`, then
+    /// `ImagePullBackOff`, naming the image, and the pod stays Pending. Default none.
+    pub missing_images: Vec<String>,
     /// More bearer tokens, each authenticating as its own user, as kube-apiserver's static
     /// token file (`--token-auth-file`, lines `token,user,uid`) does: `(token, user)`. The
     /// request log names the user of every request, so tests can tell processes apart.
@@ -182,6 +195,7 @@ impl Default for SimOptions {
             require_client_cert: false,
             client_cert_optional: false,
             latency: Duration::ZERO,
+            missing_images: Vec::new(),
             users: Vec::new(),
             namespaces: None,
         }
@@ -453,6 +467,24 @@ type TlsSetup = (
     Option<tls::Pki>,
 );
 
+/// The store (pods, ConfigMaps, the kubelet's schedule) `opts` asks for.
+fn new_store(opts: &SimOptions) -> Store {
+    let cfg = StoreConfig {
+        schedule_latency: opts.schedule_latency,
+        startup_latency: opts.startup_latency,
+        stop_latency: opts.stop_latency,
+        failure_rate: opts.failure_rate,
+        seed: opts.seed,
+        nodes: opts.nodes,
+        max_page: opts.max_page,
+        continue_ttl: opts.continue_ttl,
+        pod_quota: opts.pod_quota,
+    };
+    let mut store = Store::new(cfg, util::WallClock::new());
+    store.set_missing_images(opts.missing_images.clone());
+    store
+}
+
 impl SimServer {
     /// Binds `opts.listen`, generates the PKI (with `tls`), writes `ca_out` and starts
     /// the threads.
@@ -479,19 +511,8 @@ impl SimServer {
             IpAddr::V4(ip) => format!("{scheme}://{ip}:{}", addr.port()),
             IpAddr::V6(ip) => format!("{scheme}://[{ip}]:{}", addr.port()),
         };
-        let cfg = StoreConfig {
-            schedule_latency: opts.schedule_latency,
-            startup_latency: opts.startup_latency,
-            stop_latency: opts.stop_latency,
-            failure_rate: opts.failure_rate,
-            seed: opts.seed,
-            nodes: opts.nodes,
-            max_page: opts.max_page,
-            continue_ttl: opts.continue_ttl,
-            pod_quota: opts.pod_quota,
-        };
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(cfg, util::WallClock::new())),
+            store: Mutex::new(new_store(&opts)),
             kubelet: Condvar::new(),
             token: opts.token.clone(),
             requests: AtomicU64::new(0),
@@ -645,6 +666,56 @@ impl SimServer {
     /// Stops the server: closes the listener and all connections, joins the threads.
     pub fn stop(self) {
         drop(self);
+    }
+
+    /// Forces pod `ns/name` into `phase` (`Pending`, `Running`, `Succeeded`, `Failed`,
+    /// `Unknown`), as `POST /sim/pods/{ns}/{name}/phase` does: the containers' statuses follow
+    /// (terminated with exit 0 `Completed` or 1 `Error` for the terminal phases) and the
+    /// kubelet leaves the pod in that phase (it still carries out a deletion).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an unknown phase, `NotFound` when there is no such pod.
+    pub fn set_pod_phase(&self, ns: &str, name: &str, phase: &str) -> io::Result<()> {
+        let phase = pod::Phase::parse(phase)
+            .ok_or_else(|| invalid_input(format!("unknown pod phase {phase:?}")))?;
+        let o = store::PhaseOverride {
+            phase,
+            exit_code: None,
+            reason: None,
+            message: None,
+        };
+        relock(&self.shared.store)
+            .set_phase(ns, name, &o, Instant::now())
+            .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("{e:?}")))?;
+        self.shared.kubelet.notify_all();
+        Ok(())
+    }
+
+    /// Ends one running container of pod `ns/name` with `exit_code` (reason `Completed` for
+    /// 0, else `Error`, unless `reason` is given, e.g. `OOMKilled`), as the kubelet reports
+    /// a container that exited: while another container of the pod runs (a sidecar), the
+    /// pod stays Running and not Ready; once none does, the kubelet stops the native
+    /// sidecars (exit 143) and the pod ends Succeeded, or Failed when a container exited
+    /// non-zero (`restartPolicy: Never`). The kubelet leaves the pod alone from then on.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` naming the problem: no such pod, no such container, or the container
+    /// is not running.
+    pub fn terminate_container(
+        &self,
+        ns: &str,
+        name: &str,
+        container: &str,
+        exit_code: i64,
+        reason: Option<&str>,
+    ) -> io::Result<()> {
+        relock(&self.shared.store)
+            .terminate_container(ns, name, container, exit_code, reason, Instant::now())
+            .map_err(invalid_input)?;
+        self.shared.kubelet.notify_all();
+        Ok(())
     }
 
     /// Blocks until the server has been stopped through a [`SimStopHandle`].

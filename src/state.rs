@@ -1,5 +1,5 @@
 //! The state store: the persisted [`AllocatorState`] in a JSON file, saved atomically, guarded
-//! by an exclusive lock held for the whole tick (DESIGN.md "State file").
+//! by an exclusive lock held for the whole tick (a `run` loop holds it for its whole life).
 //!
 //! - Saving writes a temporary file in the same directory with mode 0600, fsyncs it, renames
 //!   it over the state file and fsyncs the directory: a crash leaves the old or the new file,

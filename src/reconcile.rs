@@ -10,7 +10,9 @@ use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summ
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
-use crate::snapshot::{DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::snapshot::{
+    DriverState, ExecutorState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
+};
 use crate::state::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
@@ -404,7 +406,7 @@ fn apply(
         ..Applied::default()
     };
     for d in &plan.delete {
-        delete_logged(client, d, &mut a);
+        delete_logged(client, app, d, &mut a);
     }
     let group_ends: Vec<usize> = (plan.create_groups.iter())
         .scan(0usize, |end, &g| {
@@ -493,9 +495,9 @@ impl Applied {
 }
 
 /// One planned delete, logged, its outcome counted.
-fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
+fn delete_logged(client: &KubeClient, app: &App, d: &alloc::Delete, a: &mut Applied) {
     crash_point("before-delete");
-    let res = delete_one(client, d);
+    let res = delete_one(client, app, d);
     crash_point("after-delete");
     match res {
         Ok(true) => {
@@ -519,27 +521,30 @@ fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
 
 /// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because
 /// it is no longer pending (excess deletes only) or changed since it was read.
-fn delete_one(client: &KubeClient, d: &alloc::Delete) -> std::result::Result<bool, KubeError> {
+fn delete_one(
+    client: &KubeClient,
+    app: &App,
+    d: &alloc::Delete,
+) -> std::result::Result<bool, KubeError> {
     if d.if_pending {
-        // Spark restricts excess deletes to status.phase=Pending: read the pod now, and delete
-        // it only if still pending, with preconditions so a change in between is a 409.
-        let Some(pod) = client.get_pod(&d.pod_name)? else {
+        // Spark restricts excess deletes to status.phase=Pending: read the pod now, classify
+        // it as the snapshot does, and delete it only if still pending, with preconditions so
+        // a change in between is a 409.
+        let Some(pod) = still_ours(client, app, d)? else {
             return Ok(true);
         };
-        let meta = &pod["metadata"];
-        if !meta["deletionTimestamp"].is_null() {
-            return Ok(true);
+        match pod.state {
+            ExecutorState::Pending => {}
+            ExecutorState::Deleted => return Ok(true),
+            now => {
+                info!(
+                    "executor {} ({}) is {now:?} now, not pending: not deleted as excess",
+                    d.executor_id, d.pod_name
+                );
+                return Ok(false);
+            }
         }
-        let phase = pod["status"]["phase"].as_str().unwrap_or("");
-        if phase != "Pending" {
-            info!(
-                "executor {} ({}) is {phase} now, not pending: not deleted as excess",
-                d.executor_id, d.pod_name
-            );
-            return Ok(false);
-        }
-        let uid = meta["uid"].as_str().unwrap_or("");
-        let rv = meta["resourceVersion"].as_str().unwrap_or("");
+        let (uid, rv) = (pod.uid.as_str(), pod.resource_version.as_str());
         return match client.delete_pod(&d.pod_name, Some((uid, rv))) {
             Ok(_) => Ok(true),
             Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
@@ -555,6 +560,27 @@ fn delete_one(client: &KubeClient, d: &alloc::Delete) -> std::result::Result<boo
     match client.delete_pod(&d.pod_name, None)? {
         Deleted::Deleted | Deleted::NotFound => Ok(true),
     }
+}
+
+/// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules; `None` when
+/// it is gone or is no longer executor `d.executor_id` of this app.
+fn still_ours(
+    client: &KubeClient,
+    app: &App,
+    d: &alloc::Delete,
+) -> std::result::Result<Option<crate::snapshot::ExecutorPod>, KubeError> {
+    let Some(pod) = client.get_pod(&d.pod_name)? else {
+        return Ok(None);
+    };
+    let bytes = serde_json::to_vec(&pod).unwrap_or_default();
+    let mut one = Snapshot::default();
+    let container = app.settings.executor_container.as_deref();
+    one.add_pod_json(&bytes, &app.app_id, container)
+        .map_err(|e| KubeError::Decode {
+            what: format!("pod {}", d.pod_name),
+            message: e.to_string(),
+        })?;
+    Ok(one.executors.remove(&d.executor_id))
 }
 
 enum CreateOutcome {

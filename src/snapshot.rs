@@ -299,6 +299,24 @@ impl Snapshot {
             .filter(|c| !c.is_empty()))
     }
 
+    /// Adds one Pod object (`GET …/pods/NAME`'s body), classified exactly as a listed pod:
+    /// the tick asks it whether a pod is still pending before deleting it as excess. Errors:
+    /// [`SnapshotError::Malformed`] for bytes that are not a Pod object.
+    pub fn add_pod_json(
+        &mut self,
+        bytes: &[u8],
+        app_id: &str,
+        executor_container: Option<&str>,
+    ) -> Result<(), SnapshotError> {
+        let pod: RawPod<'_> = serde_json::from_slice(bytes).map_err(|e| {
+            SnapshotError::Malformed(format!(
+                "not a Pod: {e}; the body begins: {}",
+                excerpt(bytes)
+            ))
+        })?;
+        self.add_pod(pod, app_id, executor_container)
+    }
+
     fn add_pod(
         &mut self,
         pod: RawPod<'_>,

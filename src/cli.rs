@@ -451,6 +451,9 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0).
     Run(RunArgs),
+    /// Keep many apps at their targets in one process: from an apps file, or every driver
+    /// pod a label selector finds (one executor list per namespace per pass).
+    Apps(crate::multi::AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),
     /// Set the target to N executors and run one tick.

@@ -247,6 +247,44 @@ impl Snapshot {
             .filter(|c| !c.is_empty()))
     }
 
+    /// One page of a namespace-wide executor list (`spark-role=executor`), split by the
+    /// `spark-app-selector` label into the snapshots of `snaps` (keyed by app id): each pod is
+    /// decoded once and classified by the same code as [`Snapshot::add_page`], so every app's
+    /// snapshot equals the one its own list would give. Pods of apps not in `snaps` are
+    /// skipped. A pod that breaks one app's snapshot ([`SnapshotError::DuplicateId`]) records
+    /// that app in `failed` and leaves the others alone. Returns the `metadata.continue` token.
+    ///
+    /// Errors: [`SnapshotError::Malformed`] for a page that is not a `PodList`.
+    pub fn add_page_split(
+        bytes: &[u8],
+        snaps: &mut BTreeMap<String, Snapshot>,
+        failed: &mut BTreeMap<String, SnapshotError>,
+    ) -> Result<Option<String>, SnapshotError> {
+        let page = decode_page(bytes, ListSource::ApiServer).map_err(|why| {
+            SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
+        })?;
+        for item in page.items.flatten().into_iter().flatten() {
+            let app = (item.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref())
+                .and_then(|l| l.0[0].as_deref())
+                .map(str::to_string);
+            let Some((app, snap)) = app.and_then(|a| snaps.get_mut(&a).map(|s| (a, s))) else {
+                continue;
+            };
+            if failed.contains_key(&app) {
+                continue;
+            }
+            if let Err(e) = snap.add_pod(item, &app) {
+                failed.insert(app, e);
+            }
+        }
+        Ok(page
+            .metadata
+            .and_then(|m| m.cont)
+            .map(Str::into_owned)
+            .filter(|c| !c.is_empty()))
+    }
+
     fn add_pod(&mut self, pod: RawPod<'_>, app_id: &str) -> Result<(), SnapshotError> {
         let meta = pod.metadata.unwrap_or_default();
         let labels = meta.labels.unwrap_or_default();

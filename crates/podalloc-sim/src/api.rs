@@ -90,6 +90,7 @@ enum Route<'a> {
     PodDeleteCollection(&'a str),
     PodGet(&'a str, &'a str),
     PodDelete(&'a str, &'a str),
+    PodPatch(&'a str, &'a str),
     CmList(Option<&'a str>),
     CmCreate(&'a str),
     CmGet(&'a str, &'a str),
@@ -106,6 +107,7 @@ impl<'a> Route<'a> {
             Route::PodDeleteCollection(_) => "deletecollection",
             Route::PodGet(..) => "get",
             Route::PodDelete(..) => "delete",
+            Route::PodPatch(..) => "patch",
             Route::CmList(_) => "cm-list",
             Route::CmCreate(_) => "cm-create",
             Route::CmGet(..) => "cm-get",
@@ -122,6 +124,7 @@ impl<'a> Route<'a> {
             Route::PodDeleteCollection(ns) => ("deletecollection", "pods", Some(ns), ""),
             Route::PodGet(ns, n) => ("get", "pods", Some(ns), n),
             Route::PodDelete(ns, n) => ("delete", "pods", Some(ns), n),
+            Route::PodPatch(ns, n) => ("patch", "pods", Some(ns), n),
             Route::CmList(ns) => ("list", "configmaps", ns, ""),
             Route::CmCreate(ns) => ("create", "configmaps", Some(ns), ""),
             Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
@@ -144,6 +147,7 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
             match method {
                 "GET" => Ok(Route::PodGet(ns, name)),
                 "DELETE" => Ok(Route::PodDelete(ns, name)),
+                "PATCH" => Ok(Route::PodPatch(ns, name)),
                 _ => bad_method(),
             }
         }
@@ -336,6 +340,7 @@ fn handle_api(
         Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
         Route::PodGet(ns, name) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
         Route::PodDelete(ns, name) => delete(shared, req, ns, name, now),
+        Route::PodPatch(ns, name) => patch_pod(shared, req, ns, name, now),
         Route::CmList(ns) => cm_list(shared, req, ns),
         Route::CmCreate(ns) => cm_create(shared, req, ns, now),
         Route::CmGet(ns, name) => lock(shared)
@@ -595,6 +600,22 @@ fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Resp
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
     Ok(object(201, &p))
+}
+
+/// `PATCH` of a pod: a JSON merge patch (see the `patch` module).
+fn patch_pod(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    super::patch::check_patch_type(req.header("content-type").unwrap_or(""))?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let p = lock(shared).patch(ns, name, &patch, now)?;
+    shared.kubelet.notify_all();
+    Ok(object(200, &p))
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in

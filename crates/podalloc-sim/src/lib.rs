@@ -36,6 +36,7 @@ mod args;
 mod configmap;
 mod faults;
 mod http;
+mod patch;
 mod pod;
 mod reqlog;
 mod selector;

@@ -254,6 +254,19 @@ impl ApiError {
         )
     }
 
+    /// 415 for a PATCH whose Content-Type is not a patch type the server applies: the
+    /// apiserver's `errUnsupportedMediaType` message listing them.
+    pub(crate) fn unsupported_patch_type(accepted: &[&str]) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        )
+    }
+
     /// 422 Invalid with one cause per field error; `kind` is the Kind (`Pod`).
     pub(crate) fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Self {
         let agg = if errs.len() == 1 {

@@ -16,5 +16,6 @@ mod fuzz;
 mod kube_auth;
 mod lifecycle;
 mod mtls;
+mod multi;
 mod overlap;
 mod reliability;

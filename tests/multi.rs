@@ -353,3 +353,118 @@ fn the_simulator_applies_a_merge_patch_as_kubectl_annotate_sends_it() {
     let (code, _) = patch(&w, "nope", "application/merge-patch+json", &json!({}));
     assert_eq!(code, 404);
 }
+
+fn recipe() -> Vec<Value> {
+    let p = crate::util::root().join("deploy/apps-deployment.yaml");
+    serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    docs.iter().find(|d| d["kind"] == k).unwrap()
+}
+
+/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete
+/// and configmaps get, its arguments parse, and one pass of them against the simulator
+/// manages the annotated drivers, a driver's own template ConfigMap included.
+#[test]
+fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
+    use clap::Parser;
+    let d = recipe();
+    let mut rules: Vec<(String, Vec<String>)> = of_kind(&d, "Role")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let mut v: Vec<String> = (r["verbs"].as_array().unwrap().iter())
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            v.sort();
+            (r["resources"][0].as_str().unwrap().to_string(), v)
+        })
+        .collect();
+    rules.sort();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rules,
+        vec![
+            ("configmaps".into(), s(&["get"])),
+            ("pods".into(), s(&["create", "delete", "get", "list"])),
+        ]
+    );
+    let spec = &of_kind(&d, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["serviceAccountName"],
+        of_kind(&d, "ServiceAccount")["metadata"]["name"]
+    );
+    let mut args = vec!["podalloc".to_string()];
+    args.extend(
+        (spec["containers"][0]["args"].as_array().unwrap().iter())
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+
+    let w = world();
+    let tpl = w.path("executor.yaml");
+    let cm = crate::util::root().join("deploy/executor-template.yaml");
+    let cm: Value = serde_saphyr::from_str(&std::fs::read_to_string(cm).unwrap()).unwrap();
+    write(&tpl, cm["data"]["executor.yaml"].as_str().unwrap());
+    let args: Vec<String> = (args[1..].iter())
+        .map(|a| match a.as_str() {
+            "/etc/podalloc/executor.yaml" => tpl.display().to_string(),
+            "/var/lib/podalloc" => w.path("states").display().to_string(),
+            _ => a.clone(),
+        })
+        .collect();
+    // Two drivers: one with the default template, one naming its own ConfigMap.
+    let own = "apiVersion: v1\nkind: Pod\nmetadata:\n  labels: {team: ml}\nspec:\n  containers:\n  - {name: executor, image: spark:ml}\n";
+    let (c, b) = w.api(
+        "POST",
+        "/api/v1/namespaces/batch/configmaps",
+        Some(&json!({"metadata": {"name": "ml-executor"}, "data": {"template.yaml": own}})),
+    );
+    assert_eq!(c, 201, "{b}");
+    for (name, ann) in [
+        ("etl", json!({"podalloc.io/executors": "2"})),
+        (
+            "ml",
+            json!({"podalloc.io/executors": "3", "podalloc.io/executor-template": "ml-executor"}),
+        ),
+    ] {
+        let (s, b) = w.api(
+            "POST",
+            "/sim/pods/batch",
+            Some(
+                &json!({"metadata": {"name": format!("{name}-driver"), "annotations": ann,
+                "labels": {"spark-role": "driver", "spark-app-selector": name}},
+                "spec": {"containers": [{"name": "d", "image": "spark"}]},
+                "status": {"phase": "Running"}}),
+            ),
+        );
+        assert!(s == 200 || s == 201, "{b}");
+    }
+    let out = podalloc()
+        .args(&args)
+        .arg("--once")
+        .env("PODALLOC_SERVER", w.sim.url())
+        .env("PODALLOC_TOKEN", &w.token)
+        .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
+        .env("PODALLOC_NAMESPACE", "batch")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (_, list) = w.api(
+        "GET",
+        "/api/v1/namespaces/batch/pods?labelSelector=spark-role%3Dexecutor",
+        None,
+    );
+    let mut teams: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in list["items"].as_array().unwrap() {
+        let l = &p["metadata"]["labels"];
+        teams
+            .entry(l["spark-app-selector"].as_str().unwrap().to_string())
+            .or_default()
+            .push(l["team"].as_str().unwrap_or("").to_string());
+    }
+    assert_eq!(teams["etl"], ["data", "data"], "{teams:?}");
+    assert_eq!(teams["ml"], ["ml", "ml", "ml"], "{teams:?}");
+}

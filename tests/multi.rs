@@ -468,3 +468,37 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
     assert_eq!(teams["etl"], ["data", "data"], "{teams:?}");
     assert_eq!(teams["ml"], ["ml", "ml", "ml"], "{teams:?}");
 }
+
+/// `--until-converged` with `--discover` ends once every annotated driver's app has
+/// converged; a driver naming a missing template ConfigMap is one warning naming it, and its
+/// app gets no executors.
+#[test]
+fn discovery_until_converged_exits_once_every_found_app_converged() {
+    let w = world();
+    seed_driver(&w, 0, "2");
+    seed_driver(&w, 1, "3");
+    annotate(&w, "drv-1", "podalloc.io/executor-template", "nowhere");
+    let out = apps_cmd(
+        &w,
+        &[
+            "--discover",
+            "spark-role=driver",
+            "--image",
+            "spark:3.5",
+            "--until-converged",
+            "--timeout",
+            "20s",
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains("driver pod \"drv-1\": no ConfigMap \"nowhere\""),
+        "{err}"
+    );
+    let live = live_by_app(&w);
+    assert_eq!(live.get("app-0"), Some(&2), "{live:?}");
+    assert_eq!(live.get("app-1"), None, "{live:?}");
+}

@@ -167,8 +167,10 @@ impl Apps {
         loop {
             passes += 1;
             self.pass(conn, passes);
-            let done = self.managed.iter().all(|m| m.converged);
-            if a.once || (a.until_converged && done && self.discover.is_none()) {
+            // With --discover, "all converged" needs at least one app found.
+            let done = self.managed.iter().all(|m| m.converged)
+                && (self.discover.is_none() || !self.managed.is_empty());
+            if a.once || (a.until_converged && done) {
                 if a.until_converged {
                     info!(
                         "{} app(s) converged after {passes} pass(es) in {:.1}s",

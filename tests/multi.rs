@@ -124,6 +124,14 @@ fn an_apps_file_runs_every_app_and_reports_the_broken_one() {
     assert_eq!(live.get("ml"), Some(&4), "{live:?}");
     assert_eq!(live.get("broken"), None);
     assert_eq!(w.sim.stats().duplicate_executor_ids, 0);
+    // One app's flags make no sense for many: a usage error naming the flag.
+    for flag in [["--app-id", "etl"], ["--state-store", "configmap:one"]] {
+        let mut c = podalloc();
+        c.args(flag).args(["apps", "--once", "--file"]).arg(&file);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains(flag[0]), "{}", stderr(&out));
+    }
     // Each app has its own state file.
     for app in ["etl", "ml"] {
         let st: Value = serde_json::from_slice(

@@ -94,12 +94,19 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         (cli.app.app_id.is_some(), "--app-id"),
         (cli.app.state_file.is_some(), "--state-file"),
         (cli.app.driver_pod.is_some(), "--driver-pod"),
+        (
+            matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
+            "--state-store configmap:NAME",
+        ),
     ] {
         if given {
             return Err(Error::usage(format!(
-                "apps: {flag} names one app; give it per app in the apps file (or use --discover)"
+                "apps: {flag} is one app's setting; give it per app in the apps file"
             )));
         }
+    }
+    if cli.metrics_file.is_some() {
+        warn!("apps: --metrics-file is not written (metrics are per app in `run` only)");
     }
     let mut conn = Conn::new(cli, a)?;
     let mut apps = Apps::default();

@@ -29,11 +29,9 @@ mkdir -p "$out/one" "$out/cron"
     --schedule-latency 50ms --startup-latency 200ms --nodes 50 >"$out/sim.log" 2>&1 &
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$out/kubeconfig" ] && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q 'serving' "$out/sim.log" 2>/dev/null && break; sleep 0.1; done
 server=$(python3 -c 'import sys,json
-for l in open(sys.argv[1]):
-    l=l.strip()
-    if l.startswith("server:"): print(l.split(None,1)[1].strip("\"")); break' "$out/kubeconfig")
+print(json.load(open(sys.argv[1]))["clusters"][0]["cluster"]["server"])' "$out/kubeconfig")
 
 stats() { # requests lists creates live_pods
     python3 -c 'import json,sys,urllib.request
@@ -132,7 +130,7 @@ bytes_one, bytes_cron = int(a[21]), int(a[22])
 print(f"{apps} apps × {execs} executors ({apps*execs} pods), release build, simulator on loopback:\n")
 print("| | one `podalloc apps` process | one `podalloc reconcile` per app |")
 print("|---|---|---|")
-print(f"| converge: wall time | {t[1]-t[0]:.1f} s ({passes} passes) | {t[5]-t[4]:.1f} s ({cron_passes} passes of {apps} runs, the last two idle) |")
+print(f"| converge: wall time | {t[1]-t[0]:.1f} s ({passes} passes) | {t[5]-t[4]:.1f} s ({cron_passes} pass(es) of {apps} runs, then 1 idle pass to confirm) |")
 print(f"| converge: API requests | {r1-r0} | {c1-c0} |")
 print(f"| one steady pass: wall time | {t[3]-t[2]:.2f} s | {t[7]-t[6]:.2f} s |")
 print(f"| one steady pass: API requests | {r2-r1} | {c2-c1} |")

@@ -120,6 +120,18 @@ fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
     match command {
         None | Some("reconcile" | "run" | "scale" | "add") => CREATING,
         Some("status" | "remove") => CONNECTED,
+        // Every app's defaults; the app id comes from the apps file or the drivers.
+        Some("apps") => &[
+            "config",
+            "namespace",
+            "kubeconfig",
+            "context",
+            "simulate",
+            "template",
+            "image",
+            "batch_size",
+            "policy",
+        ],
         Some("plan") => &["config", "app_id", "policy"],
         Some(_) => &[],
     }

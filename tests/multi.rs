@@ -510,3 +510,23 @@ fn discovery_until_converged_exits_once_every_found_app_converged() {
     assert_eq!(live.get("app-0"), Some(&2), "{live:?}");
     assert_eq!(live.get("app-1"), None, "{live:?}");
 }
+
+/// `apps -h` shows the global flags that are every app's defaults, not the one-app ones.
+#[test]
+fn apps_short_help_lists_the_defaults_not_the_one_app_flags() {
+    let out = podalloc().args(["apps", "-h"]).output().unwrap();
+    let text = crate::util::stdout(&out);
+    for shown in [
+        "--file",
+        "--discover",
+        "--state-dir",
+        "--template",
+        "--image",
+        "--batch-size",
+    ] {
+        assert!(text.contains(shown), "{shown}: {text}");
+    }
+    for hidden in ["--app-id <ID>", "--state-file <FILE>", "--driver-pod <NAME>"] {
+        assert!(!text.contains(hidden), "{hidden}: {text}");
+    }
+}

@@ -128,7 +128,8 @@ pub fn batch_size_of(v: &Value) -> Result<BatchSize, String> {
     crate::cli::parse_batch_size(&s)
 }
 
-/// A driver pod found by `--discover`, as its labels and annotations describe its app.
+/// A driver pod found by `--discover`, as its labels and annotations describe its app (its
+/// lifecycle is the tick's business: [`crate::reconcile::read_driver`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Driver {
     /// `metadata.name`.
@@ -137,10 +138,6 @@ pub struct Driver {
     pub uid: String,
     /// Its `spark-app-selector` label; `None` when missing.
     pub app_id: Option<String>,
-    /// `metadata.deletionTimestamp` is set.
-    pub deleting: bool,
-    /// `status.phase`.
-    pub phase: String,
     /// The annotations podalloc reads: [`ANNOTATION_EXECUTORS`], [`ANNOTATION_BATCH_SIZE`],
     /// [`ANNOTATION_TEMPLATE`] (absent ones left out).
     pub annotations: BTreeMap<String, String>,
@@ -163,15 +160,8 @@ impl Driver {
             name: s(&meta["name"])?,
             uid: s(&meta["uid"]).unwrap_or_default(),
             app_id: s(&meta["labels"][LABEL_APP]),
-            deleting: !meta["deletionTimestamp"].is_null(),
-            phase: s(&pod["status"]["phase"]).unwrap_or_default(),
             annotations,
         })
-    }
-
-    /// Has the driver finished (Succeeded, Failed) or is it being deleted?
-    pub fn ended(&self) -> bool {
-        self.deleting || matches!(self.phase.as_str(), "Succeeded" | "Failed")
     }
 
     /// What the annotations ask for. Errors: one line per annotation that is missing or does
@@ -340,7 +330,6 @@ mod tests {
             "status": {"phase": "Running"}}))
         .unwrap();
         assert_eq!(d.app_id.as_deref(), Some("spark-1"));
-        assert!(!d.ended());
         let w = d.wanted().unwrap();
         assert_eq!(w.target, 20);
         assert_eq!(w.batch_size, Some(BatchSize::Auto));
@@ -357,8 +346,6 @@ mod tests {
         d.annotations
             .insert(ANNOTATION_BATCH_SIZE.into(), "-1".into());
         assert!(d.wanted().unwrap_err().contains(ANNOTATION_BATCH_SIZE));
-        d.phase = "Succeeded".into();
-        assert!(d.ended());
     }
 
     #[test]

@@ -526,7 +526,11 @@ fn apps_short_help_lists_the_defaults_not_the_one_app_flags() {
     ] {
         assert!(text.contains(shown), "{shown}: {text}");
     }
-    for hidden in ["--app-id <ID>", "--state-file <FILE>", "--driver-pod <NAME>"] {
+    for hidden in [
+        "--app-id <ID>",
+        "--state-file <FILE>",
+        "--driver-pod <NAME>",
+    ] {
         assert!(!text.contains(hidden), "{hidden}: {text}");
     }
 }

@@ -15,11 +15,17 @@ EXIT CODES:
   0  done (the tick finished; `run --until-converged` reached the target)
   1  runtime error: the API server or the file system failed; the next tick may succeed
   2  usage, configuration or bad input (flags, kubeconfig, template, state file, PodList)
-  3  another podalloc run holds the state lock; this run did nothing
-  4  the API server refused permanently (403 Forbidden, 422 Invalid): fix RBAC or the template
+  3  another podalloc run holds the state lock or owns the app; this run did nothing
+  4  the API server refused permanently (403 Forbidden, 422 Invalid) or TLS failed: fix RBAC,
+     the template, the CA or the server name
   5  --timeout expired before the target was reached
   6  the crash-loop guard (--max-failures) stopped creation
   7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
+
+LIMITS:
+  --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
+    (--max-pending also `unlimited`); --batch-size, --max-batch  1 to 10000 pods per tick;
+  durations at most 10 years; executor ids 1 to 9223372036854775807 (Spark's positive longs).
 
 ENVIRONMENT:
   Every flag also reads PODALLOC_<FLAG> (e.g. PODALLOC_APP_ID, PODALLOC_BATCH_SIZE).
@@ -74,13 +80,15 @@ pub struct Cli {
     /// for log shippers.
     #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
     pub log_format: LogFormat,
-    /// Log level: error, warn, info, debug or trace (RUST_LOG, when set, wins).
+    /// Log level: off, error, warn, info, debug or trace, or MODULE=LEVEL pairs,
+    /// comma-separated (RUST_LOG, when set, wins).
     #[arg(
         long,
         global = true,
         env = "PODALLOC_LOG_LEVEL",
         default_value = "info",
         value_name = "LEVEL",
+        value_parser = parse_log_level,
         help_heading = "Config file, logging and metrics"
     )]
     pub log_level: String,
@@ -207,9 +215,19 @@ pub struct ConnArgs {
         value_name = "NS"
     )]
     pub namespace: Option<String>,
-    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's).
+    /// API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig's server only:
+    /// its credential and CA are kept, as with kubectl).
     #[arg(long, global = true, env = "PODALLOC_SERVER", value_name = "URL")]
     pub server: Option<String>,
+    /// Server name to check the API server's certificate against (and send as SNI) instead
+    /// of the URL's host.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
     /// Bearer token (prefer --token-file: arguments are visible in `ps`).
     #[arg(
         long,
@@ -263,6 +281,8 @@ impl ConnArgs {
             context: self.context.clone(),
             namespace: self.namespace.clone(),
             server: self.server.clone(),
+            tls_server_name: self.tls_server_name.clone(),
+            flags_only: false,
             token: self.token.clone(),
             token_file: self.token_file.clone(),
             certificate_authority: self.certificate_authority.clone(),
@@ -272,6 +292,32 @@ impl ConnArgs {
             allow_insecure_http: self.allow_insecure_http,
         }
     }
+}
+
+/// The levels `--log-level` accepts.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `--log-level` value: comma-separated directives, each a level ([`LOG_LEVELS`],
+/// any case) or `MODULE=LEVEL`. Errors: naming the bad part and the allowed values (clap
+/// turns it into a usage error, exit 2). Unlike env_logger, a bare word that is not a
+/// level is refused: env_logger would read `verbose` as a module name and log nothing else.
+pub fn parse_log_level(s: &str) -> std::result::Result<String, String> {
+    let level_ok = |l: &str| LOG_LEVELS.iter().any(|k| k.eq_ignore_ascii_case(l.trim()));
+    for part in s.split(',') {
+        let level = match part.split_once('=') {
+            Some((module, level)) if !module.trim().is_empty() => level,
+            Some(_) => part,
+            None => part,
+        };
+        if !level_ok(level) {
+            return Err(format!(
+                "unknown log level {:?}; allowed: {} (or MODULE=LEVEL, comma-separated)",
+                level.trim(),
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(s.to_string())
 }
 
 /// The application and how to allocate for it.
@@ -295,9 +341,24 @@ pub struct AppArgs {
     /// Container image: a minimal executor pod, or the first container's image in --template.
     #[arg(long, global = true, env = "PODALLOC_IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
+    /// The executor container: when it terminates the executor is over (exit 0: succeeded,
+    /// else failed), whatever its sidecars do. Default: the template's first container (the
+    /// single container of --image pods); `plan`: each pod's first container.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_EXECUTOR_CONTAINER",
+        value_name = "NAME"
+    )]
+    pub executor_container: Option<String>,
     /// Driver pod that owns the executors (ownerReference; they are garbage-collected with it).
     #[arg(long, global = true, env = "PODALLOC_DRIVER_POD", value_name = "NAME")]
     pub driver_pod: Option<String>,
+    /// Post no Kubernetes Events (by default each tick posts SuccessfulCreate, FailedCreate,
+    /// SuccessfulDelete, ExecutorFailed, AllocationBlocked and CrashLoopHalt events on the
+    /// driver pod, else on the executor pod concerned; needs RBAC events create, patch).
+    #[arg(long, global = true, env = "PODALLOC_NO_EVENTS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_events: bool,
     /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
     /// or `auto`: adaptive batches, doubling while creates succeed and pods get scheduled,
     /// halving on throttling or unschedulable pods, at most --max-batch; or `slow-start`: as
@@ -412,8 +473,13 @@ impl AppArgs {
                 "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
             ));
         }
+        let mut settings = self.settings(&app_id);
+        if settings.executor_container.is_none() {
+            let first = template.as_ref().map(|t| t.first_container().to_string());
+            settings.executor_container = first;
+        }
         Ok(App {
-            settings: self.settings(&app_id),
+            settings,
             app_id,
             template,
             driver_pod: self.driver_pod.clone(),
@@ -452,6 +518,7 @@ impl AppArgs {
             },
             delete_terminated: !self.keep_terminated,
             name_prefix: crate::podspec::name_prefix(app_id),
+            executor_container: self.executor_container.clone(),
         }
     }
 }
@@ -499,9 +566,27 @@ pub struct ReconcileArgs {
     /// Set the target (total expected executors); without it the state's target holds.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
-    /// Print the plan JSON and change nothing (no API writes, no state save).
+    /// Print the plan JSON and change nothing (no API writes, no state save); a one-line
+    /// summary goes to standard error.
     #[arg(long, env = "PODALLOC_DRY_RUN", value_parser = clap::builder::BoolishValueParser::new())]
     pub dry_run: bool,
+    /// With --dry-run, what goes to standard output: `plan` (the plan JSON), `pod` (the
+    /// executor pod the next create would send, as JSON: check a template with `kubectl
+    /// create --dry-run=server -f -`) or `summary` (the summary line only).
+    #[arg(long = "output", value_enum, default_value_t = DryRunOutput::Plan, requires = "dry_run", value_name = "WHAT")]
+    pub dry_output: DryRunOutput,
+}
+
+/// What `reconcile --dry-run` prints on standard output.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DryRunOutput {
+    /// The plan JSON (the `plan` contract).
+    #[default]
+    Plan,
+    /// The rendered executor pod JSON of the next create.
+    Pod,
+    /// The one-line human summary.
+    Summary,
 }
 
 /// `run`.
@@ -519,6 +604,35 @@ pub struct RunArgs {
     /// Give up after this long (exit 5 if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Leader election (`--leader-elect` and its durations).
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
+    /// Log a tick's summary line when something changed, else only this often (a
+    /// heartbeat); unchanged ticks log at debug level.
+    #[arg(long, env = "PODALLOC_LOG_EVERY", value_name = "DURATION", value_parser = parse_duration, default_value = "5m")]
+    pub log_every: Duration,
+}
+
+/// `run --leader-elect`: several replicas, one acting at a time, over a
+/// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::leader`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LeaderElectArgs {
+    /// Act only while holding the app's Lease (highly available: run two replicas). Needs
+    /// leases get/create/update in the namespace.
+    #[arg(long, env = "PODALLOC_LEADER_ELECT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub leader_elect: bool,
+    /// The Lease's name [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
+    /// How long standbys wait after the Lease last changed before taking it over [default: 15s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Option<Duration>,
+    /// How long the leader keeps acting without a successful renewal [default: 10s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// Time between attempts to acquire or renew [default: 2s].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
 }
 
 /// Log formats.
@@ -547,6 +661,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', env = "PODALLOC_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// The leader-election Lease whose holder to show [default: podalloc-<app id>].
+    #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
 }
 
 /// `scale`.
@@ -569,6 +686,13 @@ pub struct AddArgs {
     /// How many executors to add to the target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub count: u32,
+    /// Keep ticking (every --batch-delay) until converged, as `scale --wait`; a live
+    /// progress line on a terminal.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 5).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
 }
 
 /// `remove`.
@@ -793,7 +917,12 @@ mod tests {
                 "--template",
                 "--simulate",
             ] {
-                assert!(!text.contains(flag), "{offline:?} shows {flag}:\n{text}");
+                // The whole flag: `sim`'s own `--namespaces` is not `--namespace`.
+                let shown = text.match_indices(flag).any(|(i, _)| {
+                    !text[i + flag.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                });
+                assert!(!shown, "{offline:?} shows {flag}:\n{text}");
             }
         }
         assert!(help(&["plan", "-h"]).contains("--app-id"));

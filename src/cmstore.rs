@@ -8,16 +8,44 @@
 //! (write-ahead), the instance that loses the race has not acted: it ends the tick with exit
 //! 3, exactly like a run that finds the file lock taken. This is what lets a Kubernetes
 //! CronJob (no volume) or several admin hosts run podalloc safely.
+//!
+//! Ownership: a `run` loop ([`ConfigMapStore::holding`]) writes a holder record (annotation
+//! [`HOLDER_KEY`]: command, host, pid, since, renewed, stale-after) with every save, so every
+//! tick renews it. Any other writer (a second loop, a one-shot `reconcile`) that loads a fresh
+//! record of someone else stops with [`StoreError::Owned`] (exit 3) naming the holder; a
+//! record not renewed for its `stale_after_s` (3 × max(interval, 10 s)) may be taken over.
+//! Read-only commands (`status`, `--dry-run`) ignore it.
+//!
+//! A retried write: the API server may apply an update and still answer 5xx (or the answer
+//! may be lost), and the client's retry then gets 409 because the `resourceVersion` moved.
+//! Each save carries a fresh nonce (annotation [`WRITE_ID_KEY`]); after a 409 the store
+//! re-reads the ConfigMap and, when it holds exactly the state and nonce just sent, counts
+//! the save as done instead of reporting a rival.
 
 use crate::alloc::AllocatorState;
 use crate::kube::{KubeClient, KubeError};
-use crate::state::{parse, StateStore, StoreError};
+use crate::state::{parse, Holder, StateStore, StoreError};
 use serde_json::{json, Value};
 
 /// The data key holding the state JSON.
 pub const DATA_KEY: &str = "state.json";
 /// The label podalloc puts on its ConfigMaps (and requires before writing over one).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// The annotation holding a `run` loop's [`Holder`] record (JSON).
+pub const HOLDER_KEY: &str = "podalloc.io/holder";
+/// The annotation holding the nonce of the last save (see the module doc).
+pub const WRITE_ID_KEY: &str = "podalloc.io/write-id";
+
+/// How a store treats the holder record.
+enum Mode {
+    /// Read-only commands: the record is ignored.
+    Read,
+    /// One-shot commands: a fresh record of anyone is an error.
+    Once,
+    /// A `run` loop: a fresh record of someone else is an error; ours is renewed each save.
+    Loop(Holder),
+}
 
 /// A state store in ConfigMap `name` of the client's namespace.
 pub struct ConfigMapStore<'a> {
@@ -26,6 +54,8 @@ pub struct ConfigMapStore<'a> {
     /// `metadata.resourceVersion` seen at the last load or save; `None`: does not exist.
     resource_version: Option<String>,
     app_id: String,
+    mode: Mode,
+    writes: u64,
 }
 
 impl<'a> ConfigMapStore<'a> {
@@ -36,7 +66,93 @@ impl<'a> ConfigMapStore<'a> {
             name: name.to_string(),
             resource_version: None,
             app_id: app_id.to_string(),
+            mode: Mode::Once,
+            writes: 0,
         }
+    }
+
+    /// For read-only commands: the holder record is ignored.
+    pub fn read_only(mut self) -> Self {
+        self.mode = Mode::Read;
+        self
+    }
+
+    /// For a `run` loop with tick `interval`: writes and renews `holder`, stale after
+    /// 3 × max(interval, 10 s).
+    pub fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
+        holder.stale_after_s = Some(3 * interval.as_secs().max(10));
+        self.mode = Mode::Loop(holder);
+        self
+    }
+
+    /// Errors with [`StoreError::Owned`] when `cm` carries a fresh holder record that is not
+    /// ours (nothing for read-only commands).
+    fn check_holder(&self, cm: &Value) -> Result<(), StoreError> {
+        let mine = match &self.mode {
+            Mode::Read => return Ok(()),
+            Mode::Once => None,
+            Mode::Loop(h) => Some(h),
+        };
+        let Some(text) = cm["metadata"]["annotations"][HOLDER_KEY].as_str() else {
+            return Ok(());
+        };
+        let Ok(theirs) = serde_json::from_str::<Holder>(text) else {
+            log::warn!(
+                "{}: unreadable {HOLDER_KEY} annotation ignored",
+                self.what()
+            );
+            return Ok(());
+        };
+        if mine.is_some_and(|m| m.same(&theirs)) {
+            return Ok(());
+        }
+        let renewed = theirs.renewed_ms.unwrap_or(theirs.since_ms);
+        let age_s = crate::commands::now_ms().saturating_sub(renewed) / 1000;
+        let stale_after = theirs.stale_after_s.unwrap_or(30);
+        if age_s > stale_after {
+            log::warn!(
+                "{}: taking over from a stale owner ({theirs}; last renewed {age_s}s ago)",
+                self.what()
+            );
+            return Ok(());
+        }
+        Err(StoreError::Owned(format!(
+            "{} is owned by a running loop: {theirs} (renewed {age_s}s ago, stale after \
+             {stale_after}s); this command did nothing (exit 3): stop that loop first",
+            self.what()
+        )))
+    }
+
+    /// A nonce for one save: pid, wall clock in ns, and a counter.
+    fn next_write_id(&mut self) -> String {
+        self.writes += 1;
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("{}-{ns}-{}", std::process::id(), self.writes)
+    }
+
+    /// After a 409: whether the ConfigMap already holds exactly `text` under `write_id`
+    /// (our own write, applied but answered with an error and retried). Updates the
+    /// remembered `resourceVersion` when so.
+    fn own_write_landed(&mut self, text: &str, write_id: &str) -> bool {
+        let Ok(Some(cm)) = self.client.get_configmap(&self.name) else {
+            return false;
+        };
+        let landed = cm["data"][DATA_KEY].as_str() == Some(text)
+            && cm["metadata"]["annotations"][WRITE_ID_KEY].as_str() == Some(write_id);
+        if landed {
+            log::info!(
+                "{}: the write answered 409 had already been applied (a retried request); \
+                 counted as saved",
+                self.what()
+            );
+            self.resource_version = cm["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string);
+        }
+        landed
     }
 
     fn what(&self) -> String {
@@ -81,6 +197,7 @@ impl StateStore for ConfigMapStore<'_> {
                 ),
             ));
         }
+        self.check_holder(&cm)?;
         self.resource_version = cm["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
@@ -94,12 +211,19 @@ impl StateStore for ConfigMapStore<'_> {
 
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
         let text = serde_json::to_string_pretty(state).expect("state serializes");
+        let write_id = self.next_write_id();
+        let mut annotations = json!({ WRITE_ID_KEY: write_id });
+        if let Mode::Loop(h) = &mut self.mode {
+            h.renewed_ms = Some(crate::commands::now_ms());
+            annotations[HOLDER_KEY] = Value::String(serde_json::to_string(h).expect("holder"));
+        }
         let mut cm = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
                 "name": self.name,
                 "labels": {MANAGED_BY: "podalloc", "spark-app-selector": self.app_id},
+                "annotations": annotations,
             },
             "data": {DATA_KEY: text},
         });
@@ -117,8 +241,18 @@ impl StateStore for ConfigMapStore<'_> {
                     .map(str::to_string);
                 Ok(())
             }
-            Err(e) if e.status_code() == Some(409) => Err(self.conflict()),
+            Err(e) if e.status_code() == Some(409) => {
+                if self.own_write_landed(&text, &write_id) {
+                    Ok(())
+                } else {
+                    Err(self.conflict())
+                }
+            }
             Err(e) => Err(self.backend(e)),
         }
+    }
+
+    fn claim(&mut self) -> Result<(), StoreError> {
+        self.load().map(|_| ())
     }
 }

@@ -15,10 +15,12 @@ pub enum ExitCode {
     Runtime = 1,
     /// 2: usage, configuration or bad input (flags, kubeconfig, template, state file, PodList).
     Usage = 2,
-    /// 3: another podalloc run holds the state lock; this run did nothing.
+    /// 3: another podalloc run holds the state lock, or a `run` loop owns the app; this run
+    /// did nothing.
     Locked = 3,
-    /// 4: the API server refused permanently (403 Forbidden by RBAC, 422 Invalid): fix the
-    /// service account's permissions or the pod template; retrying will not help.
+    /// 4: the API server refused permanently (403 Forbidden by RBAC, 422 Invalid) or TLS
+    /// failed (untrusted certificate, wrong host name): fix the service account's
+    /// permissions, the pod template, the CA or the server name; retrying will not help.
     Refused = 4,
     /// 5: `run --timeout` (or `scale --wait --timeout`) expired before the target was reached.
     Timeout = 5,

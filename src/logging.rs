@@ -8,6 +8,10 @@ use std::io::Write;
 
 /// Installs the logger: `level` (`--log-level`, env_logger filter syntax), then `RUST_LOG`
 /// when set (it wins), in `format`. Call once.
+///
+/// Every line carries the app id and namespace once the command has connected (text:
+/// `app=… ns=…` in the bracket; JSON: fields `app` and `namespace`), and a record's
+/// key-values (the tick line's counts) become JSON fields (text: `k=v` after the message).
 pub fn init(level: &str, format: LogFormat) {
     let mut logger = env_logger::Builder::new();
     logger.parse_filters(level);
@@ -17,23 +21,94 @@ pub fn init(level: &str, format: LogFormat) {
     logger.target(env_logger::Target::Stderr);
     match format {
         LogFormat::Text => {
-            logger.format_timestamp_millis();
+            logger.format(|buf, record| {
+                let ctx = match podalloc::commands::log_context() {
+                    Some((app, ns)) => format!(" app={app} ns={ns}"),
+                    None => String::new(),
+                };
+                let mut fields = TextFields(String::new());
+                let _ = record.key_values().visit(&mut fields);
+                writeln!(
+                    buf,
+                    "[{} {:<5} {}{ctx}] {}{}",
+                    now_rfc3339(),
+                    record.level(),
+                    record.target(),
+                    record.args(),
+                    fields.0
+                )
+            });
         }
         LogFormat::Json => {
             logger.format(|buf, record| {
-                let line = serde_json::json!({
+                let mut line = serde_json::json!({
                     "ts": now_rfc3339(),
                     "level": record.level().to_string(),
                     "module": record.target(),
                     "msg": record.args().to_string(),
                 });
+                if let Some((app, ns)) = podalloc::commands::log_context() {
+                    line["app"] = app.as_str().into();
+                    line["namespace"] = ns.as_str().into();
+                }
+                let _ = record.key_values().visit(&mut JsonFields(&mut line));
                 writeln!(buf, "{line}")
             });
         }
     }
     let logger = logger.build();
     log::set_max_level(logger.filter());
-    log::set_boxed_logger(Box::new(Capped(logger))).expect("the logger is set once");
+    log::set_boxed_logger(Box::new(Capped {
+        inner: logger,
+        seen: std::sync::Mutex::new(std::collections::HashMap::new()),
+    }))
+    .expect("the logger is set once");
+}
+
+/// A record's key-values as text after its message: `: k=v k=v` (`tick` left out: the
+/// message says it).
+struct TextFields(String);
+
+impl<'kvs> log::kv::VisitSource<'kvs> for TextFields {
+    fn visit_pair(
+        &mut self,
+        key: log::kv::Key<'kvs>,
+        value: log::kv::Value<'kvs>,
+    ) -> Result<(), log::kv::Error> {
+        if key.as_str() != "tick" {
+            self.0.push_str(if self.0.is_empty() { ": " } else { " " });
+            self.0.push_str(&format!("{key}={value}"));
+        }
+        Ok(())
+    }
+}
+
+/// Copies a record's key-values into a JSON object (numbers stay numbers).
+struct JsonFields<'a>(&'a mut serde_json::Value);
+
+impl<'kvs> log::kv::VisitSource<'kvs> for JsonFields<'_> {
+    fn visit_pair(
+        &mut self,
+        key: log::kv::Key<'kvs>,
+        value: log::kv::Value<'kvs>,
+    ) -> Result<(), log::kv::Error> {
+        let v = if let Some(n) = value.to_u64() {
+            serde_json::Value::from(n)
+        } else if let Some(n) = value.to_i64() {
+            serde_json::Value::from(n)
+        } else if let Some(b) = value.to_bool() {
+            serde_json::Value::from(b)
+        } else {
+            serde_json::Value::from(value.to_string())
+        };
+        self.0[key.as_str()] = v;
+        Ok(())
+    }
+}
+
+/// Reports the warnings still held back by the collapsing (see [`Capped`]); call at exit.
+pub fn finish() {
+    log::logger().flush();
 }
 
 /// Prints the error that ends the command on stderr: `podalloc: error: …`, or in JSON one
@@ -59,10 +134,34 @@ fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
+/// How long identical warnings are collapsed into one line and a count.
+const COLLAPSE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One warning text being collapsed: when its window began, how many were held back.
+struct Seen {
+    since: std::time::Instant,
+    held: u32,
+    /// The last text held back.
+    last: String,
+    /// Its level.
+    level: log::Level,
+}
+
+/// The installed logger: the filter below, and the collapsing of repeated warnings.
+///
 /// The HTTP and TLS libraries dump raw requests (the Authorization header included) at trace
 /// level: those records are dropped whatever level was asked for, so no token ever reaches
 /// the logs.
-struct Capped(env_logger::Logger);
+///
+/// A warning identical to one logged less than a minute ago (digits aside: tick numbers,
+/// retry counts and delays differ during an outage) is held back and counted; the next one
+/// after the minute is logged with `(… N more times in the last minute)`, and [`finish`]
+/// reports what is still held. Warnings of target `podalloc::security` (TLS verification
+/// off) are never collapsed: they are meant to be seen every tick.
+struct Capped {
+    inner: env_logger::Logger,
+    seen: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
+}
 
 impl Capped {
     fn allowed(m: &log::Metadata<'_>) -> bool {
@@ -75,19 +174,118 @@ impl Capped {
             true
         }
     }
+
+    /// The key under which warnings count as identical: the target and the text with every
+    /// run of digits replaced by `#`.
+    fn key(r: &log::Record<'_>) -> String {
+        let mut k = format!("{}|", r.target());
+        if r.level() != log::Level::Warn {
+            k.push_str(&r.args().to_string());
+            return k;
+        }
+        let mut in_digits = false;
+        for c in r.args().to_string().chars() {
+            if c.is_ascii_digit() {
+                if !in_digits {
+                    k.push('#');
+                }
+                in_digits = true;
+            } else {
+                k.push(c);
+                in_digits = false;
+            }
+        }
+        k
+    }
+
+    /// For a warning: `None` to hold it back, else how many were held back before it.
+    fn admit(&self, r: &log::Record<'_>) -> Option<u32> {
+        let collapsed = match r.level() {
+            log::Level::Warn => r.target() != "podalloc::security",
+            // The tick lines have their own rule (`run --log-every`).
+            log::Level::Info => r.target() != "podalloc::commands::run",
+            _ => false,
+        };
+        if !collapsed {
+            return Some(0);
+        }
+        let now = std::time::Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(&Self::key(r)) {
+            Some(s) if now.duration_since(s.since) < COLLAPSE_WINDOW => {
+                s.held += 1;
+                s.last = r.args().to_string();
+                s.level = r.level();
+                None
+            }
+            Some(s) => {
+                let held = s.held;
+                s.since = now;
+                s.held = 0;
+                Some(held)
+            }
+            None => {
+                let first = Seen {
+                    since: now,
+                    held: 0,
+                    last: String::new(),
+                    level: r.level(),
+                };
+                seen.insert(Self::key(r), first);
+                Some(0)
+            }
+        }
+    }
 }
 
 impl log::Log for Capped {
     fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        Self::allowed(m) && self.0.enabled(m)
+        Self::allowed(m) && self.inner.enabled(m)
     }
     fn log(&self, r: &log::Record<'_>) {
-        if Self::allowed(r.metadata()) {
-            self.0.log(r);
+        if !Self::allowed(r.metadata()) || !self.inner.enabled(r.metadata()) {
+            return;
+        }
+        match self.admit(r) {
+            None => {}
+            Some(0) => self.inner.log(r),
+            Some(n) => self.inner.log(
+                &log::Record::builder()
+                    .args(format_args!(
+                        "{} (… {n} more times in the last minute)",
+                        r.args()
+                    ))
+                    .level(r.level())
+                    .target(r.target())
+                    .module_path(r.module_path())
+                    .file(r.file())
+                    .line(r.line())
+                    .build(),
+            ),
         }
     }
     fn flush(&self) {
-        self.0.flush();
+        let held: Vec<(String, String, u32, log::Level)> = {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.iter_mut()
+                .filter(|(_, s)| s.held > 0 && s.level == log::Level::Warn)
+                .map(|(k, s)| {
+                    let target = k.split_once('|').map_or("podalloc", |(t, _)| t);
+                    let (text, n) = (std::mem::take(&mut s.last), std::mem::take(&mut s.held));
+                    (target.to_string(), text, n, s.level)
+                })
+                .collect()
+        };
+        for (target, text, n, level) in held {
+            self.inner.log(
+                &log::Record::builder()
+                    .args(format_args!("{text} (… {n} more times in the last minute)"))
+                    .level(level)
+                    .target(&target)
+                    .build(),
+            );
+        }
+        self.inner.flush();
     }
 }
 

@@ -10,17 +10,22 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    if let Err(e) = apply_config_file(&args) {
-        eprintln!("podalloc: error: {e}");
-        return exit_code(&e);
-    }
-    let cli = match parse(&args) {
+    let from_file = match apply_config_file(&args) {
+        Ok(set) => set,
+        Err(e) => {
+            eprintln!("podalloc: error: {e}");
+            return exit_code(&e);
+        }
+    };
+    let cli = match parse(&args, &from_file) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
     logging::init(&cli.log_level, cli.log_format);
     let format = cli.log_format;
-    match podalloc::commands::run(cli) {
+    let res = podalloc::commands::run(cli);
+    logging::finish();
+    match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             logging::print_error(format, &e);
@@ -35,24 +40,28 @@ fn exit_code(e: &podalloc::error::Error) -> ExitCode {
 }
 
 /// `--config FILE`: the file's values become the defaults of the flags' environment
-/// variables, so flag > environment > file > default.
+/// variables, so flag > environment > file > default. Returns the variables it set.
 ///
 /// Errors (exit 2): the config file's.
-fn apply_config_file(args: &[String]) -> podalloc::error::Result<()> {
+fn apply_config_file(args: &[String]) -> podalloc::error::Result<Vec<String>> {
     let Some(path) = podalloc::config_file::find(args) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let envs = podalloc::config_file::load(&podalloc::cli::command(), std::path::Path::new(&path))?;
+    let mut set = Vec::new();
     for (k, v) in envs {
-        std::env::set_var(k, v);
+        std::env::set_var(&k, v);
+        set.push(k);
     }
-    Ok(())
+    Ok(set)
 }
 
 /// Parses the command line. Help and version print and end with clap's code (0, or 2 for
-/// help shown because a command is missing); any other error prints one line, as every
-/// other error, and ends with exit 2.
-fn parse(args: &[String]) -> Result<Cli, ExitCode> {
+/// help shown because a command is missing); any other error prints clap's whole message
+/// (what is wrong, the allowed values or a "did you mean", the usage line) with the prefix
+/// `podalloc: error:`, names the environment variable or config file a bad value came from,
+/// and ends with exit 2.
+fn parse(args: &[String], from_file: &[String]) -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
     let e = match podalloc::cli::parse_from(std::env::args_os()) {
         Ok(cli) => return Ok(cli),
@@ -66,19 +75,63 @@ fn parse(args: &[String]) -> Result<Cli, ExitCode> {
             Err(ExitCode::from(e.exit_code() as u8))
         }
         _ => {
-            // One line: clap's first line without its prefix.
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ");
-            let from = match podalloc::config_file::find(args) {
-                Some(f) => format!("; values may come from the config file {f}"),
-                None => String::new(),
-            };
-            eprintln!("podalloc: error: {first} (see podalloc --help{from})");
+            let text = text.trim_end().trim_start_matches("error: ");
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or("");
+            let rest: Vec<&str> = lines.collect();
+            let source = value_source(&e, args, from_file)
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            eprintln!("podalloc: error: {first}{source}");
+            for line in rest {
+                eprintln!("{line}");
+            }
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// For a bad value that did not come from the command line: where it came from, as
+/// `the value comes from the config file F (key K)` or `… from the environment variable V`.
+fn value_source(e: &clap::Error, args: &[String], from_file: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // `--log-level <LEVEL>` → `log-level`.
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()?
+        .to_string();
+    let on_command_line = args
+        .iter()
+        .skip(1)
+        .any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if on_command_line {
+        return None;
+    }
+    let cmd = podalloc::cli::command();
+    let env = find_env(&cmd, &long)?;
+    std::env::var_os(&env)?;
+    if from_file.contains(&env) {
+        let file = podalloc::config_file::find(args).unwrap_or_default();
+        Some(format!(
+            "the value comes from the config file {file}, key `{long}`"
+        ))
+    } else {
+        Some(format!(
+            "the value comes from the environment variable {env}"
+        ))
+    }
+}
+
+/// The environment variable of the flag `--long` in `cmd` or its subcommands.
+fn find_env(cmd: &clap::Command, long: &str) -> Option<String> {
+    cmd.get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_env(s, long)))
 }

@@ -35,6 +35,7 @@ pub fn render(
     let c = &state.counters;
     cluster_gauges(&mut e, report, state);
     let ok = report.is_some_and(|r| r.error.is_none());
+    leader_metrics(&mut e);
     e.metric(
         "podalloc_tick_success",
         "gauge",
@@ -192,6 +193,51 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Leader election as last reported by [`set_leader`]: (leading, transitions); `None`
+/// without `--leader-elect`.
+static LEADER: std::sync::Mutex<Option<(bool, u64)>> = std::sync::Mutex::new(None);
+
+/// Records this process's leadership for the metrics: whether it leads, and how many times
+/// that changed (became leader or stopped leading) since it started. Called by
+/// `crate::leader`; from then on every rendering carries `podalloc_is_leader` and
+/// `podalloc_leader_transitions_total`.
+pub fn set_leader(leading: bool, transitions: u64) {
+    *LEADER.lock().unwrap_or_else(|e| e.into_inner()) = Some((leading, transitions));
+}
+
+fn leader_metrics(e: &mut Exposition) {
+    let Some((leading, transitions)) = *LEADER.lock().unwrap_or_else(|e| e.into_inner()) else {
+        return;
+    };
+    e.metric(
+        "podalloc_is_leader",
+        "gauge",
+        "1 while this process holds the leader lease and acts (--leader-elect), else 0.",
+        u8::from(leading).to_string(),
+    );
+    e.metric(
+        "podalloc_leader_transitions_total",
+        "counter",
+        "Times this process became the leader or stopped leading.",
+        transitions.to_string(),
+    );
+}
+
+/// The metrics of a process that does not lead (`run --leader-elect` on standby, which
+/// does not tick): the leader-election metrics only, for `app` in `namespace`.
+pub fn render_standby(app: &str, namespace: &str) -> String {
+    let mut e = Exposition {
+        labels: format!(
+            "app=\"{}\",namespace=\"{}\"",
+            escape(app),
+            escape(namespace)
+        ),
+        out: String::new(),
+    };
+    leader_metrics(&mut e);
+    e.out
 }
 
 #[cfg(test)]

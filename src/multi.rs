@@ -219,6 +219,9 @@ pub struct Wanted {
 pub struct Split {
     /// App id → its executors.
     pub snaps: BTreeMap<String, Snapshot>,
+    /// App id → its executor container's name, for the apps that name one
+    /// (`--executor-container`); the others use each pod's first container.
+    pub containers: BTreeMap<String, String>,
     /// Apps whose pods could not make a snapshot (two pods with one executor id).
     pub failed: BTreeMap<String, SnapshotError>,
 }
@@ -231,13 +234,14 @@ impl Split {
                 .into_iter()
                 .map(|a| (a.to_string(), Snapshot::default()))
                 .collect(),
+            containers: BTreeMap::new(),
             failed: BTreeMap::new(),
         }
     }
 
     /// Adds one page ([`Snapshot::add_page_split`]); returns its continue token.
     pub fn add_page(&mut self, bytes: &[u8]) -> Result<Option<String>, SnapshotError> {
-        Snapshot::add_page_split(bytes, &mut self.snaps, &mut self.failed)
+        Snapshot::add_page_split(bytes, &mut self.snaps, &self.containers, &mut self.failed)
     }
 
     /// Drops what earlier pages gave (a list restarted after 410 Gone).

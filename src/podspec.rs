@@ -1,8 +1,11 @@
 //! Pod spec: template + executor id + app → the Pod JSON to create. Pure: no I/O.
 //!
-//! Names and labels follow DESIGN.md "Kubernetes conventions" (Spark-compatible):
+//! Names and labels are Spark-compatible (Spark's `spark-app-selector`, `spark-role` and
+//! `spark-exec-id` labels):
 //! - name `<prefix>-exec-<id>`, the prefix derived from the app id so that the whole name is a
-//!   DNS-1123 label of at most 63 characters for any app id and any u64 id ([`pod_name`]);
+//!   DNS-1123 label of at most 63 characters for any app id and any u64 id, and different app
+//!   ids get different names: a short stable hash of the app id is added whenever it had to be
+//!   sanitised or shortened ([`name_prefix`], [`pod_name`]);
 //! - labels `spark-app-selector=<app id>`, `spark-role=executor`, `spark-exec-id=<id>` merged
 //!   over the template's labels;
 //! - env `SPARK_EXECUTOR_ID` and `SPARK_APPLICATION_ID` on every container;
@@ -43,11 +46,14 @@ pub fn validate_label_value(what: &str, v: &str) -> Result<(), String> {
     }
 }
 
-/// The pod name prefix for an app id: lower-cased, every character outside `[a-z0-9-]`
-/// replaced by `-`, runs of `-` collapsed, leading and trailing `-` trimmed; `spark` if
-/// nothing is left.
+/// The pod name prefix for an app id. An app id that is already made of lower-case letters,
+/// digits and single inner `-` is its own prefix (so names of such app ids never change).
+/// Any other is sanitised — lower-cased, every character outside `[a-z0-9-]` replaced by `-`,
+/// runs of `-` collapsed, leading and trailing `-` trimmed, `spark` if nothing is left — and
+/// followed by `-` and [`fnv1a_tag`] of the full app id, so that app ids differing only in case
+/// or punctuation (`etl.daily`, `ETL_daily`, `etl-daily`) get different pod names.
 pub fn name_prefix(app_id: &str) -> String {
-    let mut out = String::with_capacity(app_id.len());
+    let mut out = String::with_capacity(app_id.len() + 6);
     for c in app_id.chars() {
         let c = c.to_ascii_lowercase();
         let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
@@ -63,18 +69,29 @@ pub fn name_prefix(app_id: &str) -> String {
     while out.ends_with('-') {
         out.pop();
     }
+    if out == app_id {
+        return out;
+    }
     if out.is_empty() {
         out.push_str("spark");
     }
+    out.push('-');
+    out.push_str(&fnv1a_tag(app_id));
     out
 }
 
-/// `<prefix>-exec-<id>`, with the prefix cut (and its trailing `-` trimmed) so the name is a
-/// DNS-1123 label of at most 63 characters. Deterministic: the same prefix and id always give
-/// the same name, which makes creates idempotent (a retried create gets 409 AlreadyExists).
+/// `<prefix>-exec-<id>` when that is at most 63 characters (a DNS-1123 label). Longer: the
+/// prefix is cut (and its trailing `-` trimmed) and followed by `-` and [`fnv1a_tag`] of the
+/// whole prefix, so two app ids that share their first characters still get different names.
+/// Deterministic: the same prefix and id always give the same name, which makes creates
+/// idempotent (a retried create gets 409 AlreadyExists).
 pub fn pod_name(prefix: &str, id: u64) -> String {
     let suffix = format!("-exec-{id}");
-    let room = MAX_LABEL_LEN - suffix.len();
+    if prefix.len() + suffix.len() <= MAX_LABEL_LEN {
+        return format!("{prefix}{suffix}");
+    }
+    let tag = fnv1a_tag(prefix);
+    let room = MAX_LABEL_LEN - suffix.len() - tag.len() - 1;
     let mut p = &prefix[..prefix.len().min(room)];
     while p.ends_with('-') {
         p = &p[..p.len() - 1];
@@ -82,7 +99,20 @@ pub fn pod_name(prefix: &str, id: u64) -> String {
     if p.is_empty() {
         p = "spark";
     }
-    format!("{p}{suffix}")
+    format!("{p}-{tag}{suffix}")
+}
+
+/// A short stable hash for names: the top 20 bits of the 32-bit FNV-1a hash of `s`'s bytes
+/// (offset basis 0x811c9dc5, prime 0x01000193; the Fowler–Noll–Vo function as published in
+/// IETF draft-eastlake-fnv), as 5 lower-case hex digits. The same in every process and
+/// version, unlike std's randomly seeded hasher.
+pub fn fnv1a_tag(s: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in s.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{:05x}", h >> 12)
 }
 
 /// The driver pod executors are owned by: its name and uid (from `GET pods/NAME`).
@@ -106,6 +136,14 @@ impl fmt::Display for TemplateError {
 
 impl std::error::Error for TemplateError {}
 
+/// The container name of the `--image` pod: Spark's executor container name
+/// (`spark-kubernetes-executor`).
+pub const EXECUTOR_CONTAINER: &str = "spark-kubernetes-executor";
+/// The CPU request of the `--image` pod.
+pub const DEFAULT_CPU_REQUEST: &str = "100m";
+/// The memory request of the `--image` pod.
+pub const DEFAULT_MEMORY_REQUEST: &str = "256Mi";
+
 /// A validated executor pod template: a Pod object with at least one container that has an
 /// image.
 #[derive(Clone, Debug, PartialEq)]
@@ -114,7 +152,12 @@ pub struct PodTemplate {
 }
 
 impl PodTemplate {
-    /// The minimal executor pod for `--image`: one container named `executor`.
+    /// The executor pod for `--image` without `--template`: one container shaped like
+    /// Spark's own executor container (Spark's `spark.kubernetes.executor` pod builder):
+    /// named [`EXECUTOR_CONTAINER`], `imagePullPolicy: IfNotPresent` (Spark's default
+    /// `spark.kubernetes.container.image.pullPolicy`), and a small resource request
+    /// ([`DEFAULT_CPU_REQUEST`], [`DEFAULT_MEMORY_REQUEST`]) so the scheduler accounts for
+    /// it; a `--template` gives its own.
     pub fn from_image(image: &str) -> Result<PodTemplate, TemplateError> {
         if image.trim().is_empty() {
             return Err(TemplateError(
@@ -126,9 +169,26 @@ impl PodTemplate {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {},
-                "spec": {"containers": [{"name": "executor", "image": image}]}
+                "spec": {"containers": [{
+                    "name": EXECUTOR_CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "resources": {"requests": {
+                        "cpu": DEFAULT_CPU_REQUEST,
+                        "memory": DEFAULT_MEMORY_REQUEST,
+                    }},
+                }]}
             }),
         })
+    }
+
+    /// The name of the template's first container: the executor container unless
+    /// `--executor-container` names another (as Spark, which takes the first container when
+    /// `spark.kubernetes.executor.podTemplateContainerName` is not set).
+    pub fn first_container(&self) -> &str {
+        self.pod["spec"]["containers"][0]["name"]
+            .as_str()
+            .unwrap_or_default()
     }
 
     /// Validates a parsed template: an object, `spec.containers` a non-empty list of objects,
@@ -327,7 +387,37 @@ mod tests {
             pod_name(&name_prefix("spark-app-1"), 6),
             "spark-app-1-exec-6"
         );
-        assert_eq!(name_prefix("My_App.2024"), "my-app-2024");
+        assert_eq!(
+            name_prefix("My_App.2024"),
+            format!("my-app-2024-{}", fnv1a_tag("My_App.2024"))
+        );
+    }
+
+    /// Different app ids never share pod names, even when the name has to shorten or
+    /// sanitise the app id; names of short, already lower-case DNS-label app ids do not change.
+    #[test]
+    fn names_are_unique_per_app_id() {
+        let name = |app: &str, id| pod_name(&name_prefix(app), id);
+        assert_ne!(name("etl.daily", 1), name("ETL_daily", 1));
+        assert_ne!(name("etl.daily", 1), name("etl-daily", 1));
+        assert_eq!(name("etl-daily", 1), "etl-daily-exec-1");
+        assert_eq!(name("etl.daily", 1), "etl-daily-1d9cf-exec-1"); // as the README says
+        let base = "a".repeat(56);
+        let (x, y) = (format!("{base}-x"), format!("{base}-y"));
+        for id in [1, 12345, u64::MAX] {
+            assert_ne!(name(&x, id), name(&y, id), "{id}");
+            assert!(is_dns1123_label(&name(&x, id)));
+        }
+        // Stable: the same app id gives the same name in every process (a retried create
+        // after a restart must hit 409 AlreadyExists, never a second pod).
+        assert_eq!(name("ETL_daily", 3), name("ETL_daily", 3));
+        assert_eq!(fnv1a_tag("etl.daily"), fnv1a_tag("etl.daily"));
+        assert_eq!(fnv1a_tag(""), "811c9");
+        assert_eq!(fnv1a_tag("a"), "e40c2"); // FNV-1a-32("a") = 0xe40c292c
+                                             // An id long enough to cut even a short app id keeps app ids apart too.
+        let long_a = "spark-".to_string() + &"b".repeat(40);
+        let long_b = "spark-".to_string() + &"b".repeat(39) + "c";
+        assert_ne!(name(&long_a, u64::MAX), name(&long_b, u64::MAX));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{Deleted, KubeClient, KubeError, PageSink};
+use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{store_error, StateStore};
@@ -54,6 +54,9 @@ pub struct TickReport {
     pub error: Option<Error>,
     /// The state as saved at the end of the tick.
     pub state: AllocatorState,
+    /// When the next tick is due at the latest, ms from the tick's start, from the saved state
+    /// ([`alloc::requeue_after_ms`]); `None`: nothing waits on time.
+    pub requeue_after_ms: Option<u64>,
 }
 
 impl TickReport {
@@ -82,7 +85,9 @@ impl TickReport {
     }
 }
 
-/// Converts a client error into the CLI's error with the right exit code.
+/// Converts a client error into the CLI's error with the right exit code: a bad
+/// configuration is 2; 403 (not a quota), 422 and TLS failures (untrusted certificate, wrong
+/// host name) are permanent, 4; the rest is 1.
 pub fn kube_error(e: KubeError) -> Error {
     let msg = e.to_string();
     match e {
@@ -95,6 +100,20 @@ pub fn kube_error(e: KubeError) -> Error {
         KubeError::Api { ref status, .. } if status.code == 422 => {
             Error::refused(format!("{msg} (fix the pod template)"))
         }
+        // Server-side strict field validation: a misspelt or misplaced template field.
+        KubeError::Api { ref status, .. }
+            if status.code == 400 && status.message.contains("strict decoding error") =>
+        {
+            Error::refused(format!("{msg} (fix the pod template)"))
+        }
+        // An untrusted certificate or a wrong host name fails the same way every time.
+        KubeError::Transport {
+            kind: crate::kube::TransportKind::Tls,
+            ..
+        } => Error::refused(format!(
+            "{msg} (retrying will not help: check the CA (--certificate-authority or the \
+             kubeconfig's certificate-authority) and the server name)"
+        )),
         _ => Error::runtime(msg),
     }
 }
@@ -103,6 +122,7 @@ pub fn kube_error(e: KubeError) -> Error {
 /// the first page: what was collected is dropped.
 struct SnapshotSink<'a> {
     app_id: &'a str,
+    container: Option<&'a str>,
     snap: Snapshot,
     /// Why a page could not be used, when that ended the list.
     parse_error: Option<String>,
@@ -116,13 +136,15 @@ impl PageSink for SnapshotSink<'_> {
     }
 
     fn page(&mut self, body: &[u8]) -> std::result::Result<Option<String>, KubeError> {
-        self.snap.add_page(body, self.app_id).map_err(|e| {
-            self.parse_error = Some(e.to_string());
-            KubeError::Decode {
-                what: "pod list".into(),
-                message: e.to_string(),
-            }
-        })
+        self.snap
+            .add_page_for(body, self.app_id, self.container)
+            .map_err(|e| {
+                self.parse_error = Some(e.to_string());
+                KubeError::Decode {
+                    what: "pod list".into(),
+                    message: e.to_string(),
+                }
+            })
     }
 }
 
@@ -134,6 +156,7 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
     let limit = (app.page_size > 0).then_some(app.page_size);
     let mut sink = SnapshotSink {
         app_id: &app.app_id,
+        container: app.settings.executor_container.as_deref(),
         snap: Snapshot::default(),
         parse_error: None,
     };
@@ -293,7 +316,9 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
+    crate::events::record_tick(client, app, &snapshot, &plan, &out, error.as_ref(), now_ms);
     Ok(TickReport {
+        requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
         plan,
         created: out.created.len() as u32,
@@ -475,6 +500,7 @@ fn delete_logged(client: &KubeClient, d: &alloc::Delete, a: &mut Applied) {
     match res {
         Ok(true) => {
             a.out.deleted += 1;
+            a.out.deleted_ids.push(d.executor_id);
             info!(
                 "deleted executor {} ({}, {})",
                 d.executor_id, d.pod_name, d.reason
@@ -540,8 +566,13 @@ enum CreateOutcome {
 }
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
-    match client.create_pod(pod) {
-        Ok(_) => CreateOutcome::Created,
+    match client.create_pod_validated(pod, FieldValidation::Strict) {
+        Ok((_, warnings)) => {
+            for w in warnings {
+                warn!("creating pod {name}: the API server warns: {w}");
+            }
+            CreateOutcome::Created
+        }
         Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
             // is success; anything else under that name is not ours and is left alone.

@@ -21,14 +21,24 @@
 //! with a warning naming it — not counted, never deleted, and not taken into account for new
 //! ids (one stray label must not push the id counter to its end).
 //!
-//! Classification (DESIGN.md "Allocation semantics", conformance c09/c12):
+//! Classification (docs/semantics.md; conformance c09/c12):
 //! - pods whose `spark-app-selector` is not the app id or whose `spark-role` is not `executor`
 //!   are not ours and are skipped silently (a label selector may be wider than our app);
 //! - our pods without a valid `spark-exec-id` (canonical decimal in the range above) are
 //!   ignored with a warning and never touched;
 //! - `metadata.deletionTimestamp` set → [`ExecutorState::Deleted`] whatever the phase
 //!   (as Kubernetes' ReplicaSet controller: a terminating pod no longer counts);
+//! - otherwise, when the executor container has terminated: Succeeded (exit code 0) or Failed
+//!   (anything else, or OOMKilled), whatever the phase and the other containers say — podalloc
+//!   creates pods with `restartPolicy: Never`, so a terminated container never comes back,
+//!   while a sidecar that keeps running holds the pod in phase Running;
 //! - otherwise by `status.phase`: Pending, Running, Failed, Succeeded; anything else → Unknown.
+//!
+//! The executor container is the one named by `--executor-container`, else the pod's first
+//! container in `spec.containers` (for pods podalloc creates: the template's first container).
+//! Init containers with `restartPolicy: Always` are native sidecars (Kubernetes 1.29+,
+//! KEP-753): they are not init steps, so their exit never explains a failure; deleting the pod
+//! deletes them with it.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
@@ -93,11 +103,18 @@ pub struct ExecutorPod {
     pub scheduled: bool,
     /// A short why for Failed/Succeeded/waiting pods (e.g. `OOMKilled exit 137`), for logs.
     pub detail: Option<String>,
-    /// Why it failed, for the crash-loop guard: `status.reason` (`Evicted`), else the first
-    /// terminated container's reason (`OOMKilled`; `exit code N` for a plain `Error`), else
-    /// the first waiting reason (`ImagePullBackOff`).
+    /// Why it failed, for the crash-loop guard: `status.reason` (`Evicted`), else the executor
+    /// container's termination (`OOMKilled`; `exit code N` for a plain `Error`), else — when
+    /// the executor container never terminated — the first failed init step or container,
+    /// else the [`ExecutorPod::waiting`] message (`ImagePullBackOff (image …)`). A sidecar's
+    /// exit code is never the reason when the executor container has one.
     pub reason: Option<String>,
-    /// The first waiting reason among the containers (`ErrImagePull`, `CrashLoopBackOff`…).
+    /// Why the executor has not started, while its container has neither run nor terminated:
+    /// the first waiting init container (native sidecars included: the executor waits for
+    /// them too), then the executor container, then the other containers, a real failure (`ErrImagePull`,
+    /// `CrashLoopBackOff`, …) before a [`STARTING_REASONS`] one (only reported once the pod
+    /// is scheduled). Written `REASON (image IMAGE)`, `REASON (init container NAME, image
+    /// IMAGE)`, or the bare reason when the status names no image.
     pub waiting: Option<String>,
     /// PodScheduled=False with reason Unschedulable: the scheduler cannot place it.
     pub unschedulable: bool,
@@ -109,6 +126,16 @@ pub struct ExecutorPod {
     /// `metadata.creationTimestamp` (RFC 3339, set by the API server), ms since the Unix
     /// epoch; `None` when absent or unparsable. Spark 3.1+ ages pending pods by it.
     pub created_ms: Option<u64>,
+}
+
+impl ExecutorPod {
+    /// The [`ExecutorPod::waiting`] message when its reason (the text before ` (`) is one of
+    /// `reasons`, e.g. the start-up reasons `--startup-grace` acts on.
+    pub fn waiting_in(&self, reasons: &[&str]) -> Option<&str> {
+        let w = self.waiting.as_deref()?;
+        let reason = w.split(" (").next().unwrap_or(w);
+        reasons.contains(&reason).then_some(w)
+    }
 }
 
 /// Executor id → pod, plus what was skipped. Built from one or more PodList pages.
@@ -206,39 +233,64 @@ impl Snapshot {
     }
 
     /// Parses a whole list given offline (a file, standard input): a `PodList`, or kubectl's
-    /// `List` ([`ListSource::Offline`]).
+    /// `List` ([`ListSource::Offline`]). The executor container is each pod's first container
+    /// (see [`Snapshot::from_pod_list_for`]).
     ///
     /// Errors: [`SnapshotError::Malformed`] for bytes that are not such a list,
     /// [`SnapshotError::DuplicateId`] when two pods carry the same executor id.
     pub fn from_pod_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, SnapshotError> {
+        Snapshot::from_pod_list_for(bytes, app_id, None)
+    }
+
+    /// [`Snapshot::from_pod_list`] with the executor container named: `Some(name)` is the
+    /// container whose state decides the executor's (`--executor-container`); `None` is each
+    /// pod's first container in `spec.containers`. Errors as [`Snapshot::from_pod_list`].
+    pub fn from_pod_list_for(
+        bytes: &[u8],
+        app_id: &str,
+        executor_container: Option<&str>,
+    ) -> Result<Snapshot, SnapshotError> {
         let mut s = Snapshot::default();
-        s.add_page_from(bytes, app_id, ListSource::Offline)?;
+        s.add_page_from(bytes, app_id, executor_container, ListSource::Offline)?;
         Ok(s)
     }
 
     /// Adds one page of a paginated list from the API server ([`ListSource::ApiServer`]: `kind`
     /// must be `PodList`) and returns its `metadata.continue` token (`None` when absent or
-    /// empty: the last page). Errors as [`Snapshot::from_pod_list`].
+    /// empty: the last page). The executor container is each pod's first container. Errors
+    /// as [`Snapshot::from_pod_list`].
     pub fn add_page(
         &mut self,
         bytes: &[u8],
         app_id: &str,
     ) -> Result<Option<String>, SnapshotError> {
-        self.add_page_from(bytes, app_id, ListSource::ApiServer)
+        self.add_page_from(bytes, app_id, None, ListSource::ApiServer)
     }
 
-    /// [`Snapshot::add_page`] for a list from `source`. A malformed page adds nothing.
+    /// [`Snapshot::add_page`] with the executor container named (see
+    /// [`Snapshot::from_pod_list_for`]).
+    pub fn add_page_for(
+        &mut self,
+        bytes: &[u8],
+        app_id: &str,
+        executor_container: Option<&str>,
+    ) -> Result<Option<String>, SnapshotError> {
+        self.add_page_from(bytes, app_id, executor_container, ListSource::ApiServer)
+    }
+
+    /// [`Snapshot::add_page_for`] for a list from `source`. A malformed page adds nothing.
     pub fn add_page_from(
         &mut self,
         bytes: &[u8],
         app_id: &str,
+        executor_container: Option<&str>,
         source: ListSource,
     ) -> Result<Option<String>, SnapshotError> {
         let page = decode_page(bytes, source).map_err(|why| {
             SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
         })?;
         for item in page.items.flatten().into_iter().flatten() {
-            self.add_pod(item, app_id)?;
+            self.add_pod(item, app_id, executor_container)?;
         }
         Ok(page
             .metadata
@@ -252,12 +304,14 @@ impl Snapshot {
     /// decoded once and classified by the same code as [`Snapshot::add_page`], so every app's
     /// snapshot equals the one its own list would give. Pods of apps not in `snaps` are
     /// skipped. A pod that breaks one app's snapshot ([`SnapshotError::DuplicateId`]) records
-    /// that app in `failed` and leaves the others alone. Returns the `metadata.continue` token.
+    /// that app in `failed` and leaves the others alone. `containers` names an app's executor
+    /// container (as [`Snapshot::add_page_for`]); an app not in it uses each pod's first. Returns the `metadata.continue` token.
     ///
     /// Errors: [`SnapshotError::Malformed`] for a page that is not a `PodList`.
     pub fn add_page_split(
         bytes: &[u8],
         snaps: &mut BTreeMap<String, Snapshot>,
+        containers: &BTreeMap<String, String>,
         failed: &mut BTreeMap<String, SnapshotError>,
     ) -> Result<Option<String>, SnapshotError> {
         let page = decode_page(bytes, ListSource::ApiServer).map_err(|why| {
@@ -274,7 +328,8 @@ impl Snapshot {
             if failed.contains_key(&app) {
                 continue;
             }
-            if let Err(e) = snap.add_pod(item, &app) {
+            let container = containers.get(&app).map(String::as_str);
+            if let Err(e) = snap.add_pod(item, &app, container) {
                 failed.insert(app, e);
             }
         }
@@ -285,7 +340,12 @@ impl Snapshot {
             .filter(|c| !c.is_empty()))
     }
 
-    fn add_pod(&mut self, pod: RawPod<'_>, app_id: &str) -> Result<(), SnapshotError> {
+    fn add_pod(
+        &mut self,
+        pod: RawPod<'_>,
+        app_id: &str,
+        executor_container: Option<&str>,
+    ) -> Result<(), SnapshotError> {
         let meta = pod.metadata.unwrap_or_default();
         let labels = meta.labels.unwrap_or_default();
         let [app, role, exec_id] = labels.0;
@@ -300,18 +360,22 @@ impl Snapshot {
             return Ok(());
         };
         let status = pod.status.unwrap_or_default();
-        let state = classify(meta.deletion_timestamp.is_some(), status.phase.as_deref());
-        let node = pod
-            .spec
-            .and_then(|s| s.node_name)
-            .is_some_and(|n| !n.is_empty());
+        let spec = pod.spec.unwrap_or_default();
+        let node = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
         let scheduled = node
             || status.conditions.iter().flatten().any(|c| {
                 c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("True")
             });
+        let view = Containers::new(&spec, &status, executor_container);
+        let state = match view.executor_exit() {
+            _ if meta.deletion_timestamp.is_some() => ExecutorState::Deleted,
+            Some(true) => ExecutorState::Succeeded,
+            Some(false) => ExecutorState::Failed,
+            None => classify(false, status.phase.as_deref()),
+        };
         let detail = status.detail();
-        let reason = status.reason();
-        let waiting = status.waiting();
+        let reason = view.reason();
+        let waiting = view.waiting(scheduled);
         let unschedulable = status.conditions.iter().flatten().any(|c| {
             c.kind.as_deref() == Some("PodScheduled")
                 && c.status.as_deref() == Some("False")
@@ -570,11 +634,24 @@ struct RawMeta<'a> {
     annotations: Option<OurAnnotations<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawSpec<'a> {
     #[serde(borrow, default)]
     node_name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    containers: Option<Vec<RawContainer<'a>>>,
+    #[serde(borrow, default)]
+    init_containers: Option<Vec<RawContainer<'a>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawContainer<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    restart_policy: Option<Str<'a>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -588,40 +665,129 @@ struct RawStatus<'a> {
     conditions: Option<Vec<RawCondition<'a>>>,
     #[serde(borrow, default)]
     container_statuses: Option<Vec<RawContainerStatus<'a>>>,
+    #[serde(borrow, default)]
+    init_container_statuses: Option<Vec<RawContainerStatus<'a>>>,
+}
+
+/// Waiting reasons of a container that is still being set up (its sandbox, volumes and
+/// images, or the init containers before it): progress, not failure — until a start-up grace
+/// runs out (`--startup-grace`).
+pub const STARTING_REASONS: [&str; 2] = ["ContainerCreating", "PodInitializing"];
+
+/// A pod's containers as the classification reads them: which one is the executor container
+/// and which init containers are native sidecars (`restartPolicy: Always`, Kubernetes 1.29+,
+/// KEP-753).
+struct Containers<'s, 'a> {
+    status: &'s RawStatus<'a>,
+    /// The executor container's status, when the kubelet reported one.
+    executor: Option<&'s RawContainerStatus<'a>>,
+    /// Names of the native sidecars among the init containers.
+    sidecars: Vec<&'s str>,
+}
+
+impl<'s, 'a> Containers<'s, 'a> {
+    /// The executor container is `name`, else the pod's first container in
+    /// `spec.containers`, else (no spec) the only container reported.
+    fn new(spec: &'s RawSpec<'a>, status: &'s RawStatus<'a>, name: Option<&str>) -> Self {
+        let first = || spec.containers.iter().flatten().next()?.name.as_deref();
+        let mains = || status.container_statuses.iter().flatten();
+        let executor = match name.or_else(first) {
+            Some(n) => mains().find(|c| c.name.as_deref() == Some(n)),
+            None => Some(mains())
+                .filter(|m| m.clone().count() == 1)
+                .and_then(|mut m| m.next()),
+        };
+        let sidecars = (spec.init_containers.iter().flatten())
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .filter_map(|c| c.name.as_deref())
+            .collect();
+        Containers {
+            status,
+            executor,
+            sidecars,
+        }
+    }
+
+    /// `Some(true)` when the executor container terminated with exit code 0, `Some(false)`
+    /// when it terminated otherwise (non-zero, or OOMKilled), `None` while it has not
+    /// terminated. Under `restartPolicy: Never` a terminated container never runs again.
+    fn executor_exit(&self) -> Option<bool> {
+        let t = self.executor?.state.as_ref()?.terminated.as_ref()?;
+        Some(t.exit_code.unwrap_or(0) == 0 && t.reason.as_deref() != Some("OOMKilled"))
+    }
+
+    /// Init containers that are init steps (native sidecars left out).
+    fn init_steps(&self) -> impl Iterator<Item = &'s RawContainerStatus<'a>> + '_ {
+        (self.status.init_container_statuses.iter().flatten()).filter(|c| {
+            !c.name
+                .as_deref()
+                .is_some_and(|n| self.sidecars.contains(&n))
+        })
+    }
+
+    /// See [`ExecutorPod::reason`].
+    fn reason(&self) -> Option<String> {
+        if let Some(r) = self.status.reason.as_deref().filter(|r| !r.is_empty()) {
+            return Some(r.to_string());
+        }
+        let failure = |cs: &RawContainerStatus<'_>| {
+            let t = cs.state.as_ref()?.terminated.as_ref()?;
+            let code = t.exit_code.unwrap_or(0);
+            if code == 0 && t.reason.as_deref() != Some("OOMKilled") {
+                return None;
+            }
+            Some(match t.reason.as_deref() {
+                None | Some("") | Some("Error") => format!("exit code {code}"),
+                Some(r) => r.to_string(),
+            })
+        };
+        if let Some(r) = self.executor.and_then(failure) {
+            return Some(r);
+        }
+        if self.executor_exit().is_none() {
+            let mains = self.status.container_statuses.iter().flatten();
+            if let Some(r) = self.init_steps().chain(mains).find_map(failure) {
+                return Some(r);
+            }
+        }
+        self.waiting(true)
+    }
+
+    /// See [`ExecutorPod::waiting`]. `scheduled`: the pod is bound to a node (only then is
+    /// a [`STARTING_REASONS`] wait reported).
+    fn waiting(&self, scheduled: bool) -> Option<String> {
+        let started = self.executor.and_then(|c| c.state.as_ref());
+        if started.is_some_and(|s| s.running.is_some() || s.terminated.is_some()) {
+            return None;
+        }
+        let inits = self.status.init_container_statuses.iter().flatten();
+        let others = (self.status.container_statuses.iter().flatten())
+            .filter(|c| !self.executor.is_some_and(|e| std::ptr::eq(e, *c)));
+        let mains = self.executor.into_iter().chain(others);
+        let waits: Vec<(bool, &RawContainerStatus<'_>, &str)> = (inits.map(|c| (true, c)))
+            .chain(mains.map(|c| (false, c)))
+            .filter_map(|(init, c)| {
+                let r = c.state.as_ref()?.waiting.as_ref()?.reason.as_deref()?;
+                (!r.is_empty()).then_some((init, c, r))
+            })
+            .collect();
+        let starting = |r: &str| STARTING_REASONS.contains(&r);
+        let (init, c, r) = match waits.iter().find(|(_, _, r)| !starting(r)) {
+            Some(w) => *w,
+            None => *waits.iter().find(|_| scheduled)?,
+        };
+        let image = c.image.as_deref().filter(|i| !i.is_empty());
+        let name = c.name.as_deref().unwrap_or("");
+        Some(match (init, image) {
+            (true, Some(i)) => format!("{r} (init container {name}, image {i})"),
+            (true, None) => format!("{r} (init container {name})"),
+            (false, Some(i)) => format!("{r} (image {i})"),
+            (false, None) => r.to_string(),
+        })
+    }
 }
 
 impl RawStatus<'_> {
-    /// See [`ExecutorPod::reason`].
-    fn reason(&self) -> Option<String> {
-        if let Some(r) = self.reason.as_deref().filter(|r| !r.is_empty()) {
-            return Some(r.to_string());
-        }
-        let statuses = || self.container_statuses.iter().flatten();
-        for cs in statuses() {
-            if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref()) {
-                let code = t.exit_code.unwrap_or(0);
-                if code == 0 && t.reason.as_deref() != Some("OOMKilled") {
-                    continue;
-                }
-                return Some(match t.reason.as_deref() {
-                    None | Some("") | Some("Error") => format!("exit code {code}"),
-                    Some(r) => r.to_string(),
-                });
-            }
-        }
-        self.waiting()
-    }
-
-    /// See [`ExecutorPod::waiting`].
-    fn waiting(&self) -> Option<String> {
-        self.container_statuses
-            .iter()
-            .flatten()
-            .filter_map(|cs| cs.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
-            .find(|r| !r.is_empty())
-            .map(str::to_string)
-    }
-
     /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
     fn detail(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
@@ -661,6 +827,10 @@ struct RawCondition<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawContainerStatus<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    image: Option<Str<'a>>,
     #[serde(default)]
     restart_count: Option<i64>,
     #[serde(borrow, default)]
@@ -671,6 +841,8 @@ struct RawContainerStatus<'a> {
 struct RawContainerState<'a> {
     #[serde(borrow, default)]
     waiting: Option<RawReason<'a>>,
+    #[serde(default)]
+    running: Option<IgnoredAny>,
     #[serde(borrow, default)]
     terminated: Option<RawTerminated<'a>>,
 }
@@ -1039,5 +1211,206 @@ mod tests {
         );
         assert_eq!(parse_executor_id("9223372036854775808"), None);
         assert_eq!(parse_executor_id("18446744073709551615"), None);
+    }
+
+    /// One executor pod with a full spec and status (sidecars, init containers).
+    fn real(spec: &str, status: &str) -> Vec<u8> {
+        format!(
+            r#"{{"kind":"PodList","items":[{{"metadata":{{"name":"a-exec-1","labels":{}}},
+               "spec":{spec},"status":{status}}}]}}"#,
+            ours("1")
+        )
+        .into_bytes()
+    }
+
+    const TWO: &str = r#"{"nodeName":"n1","restartPolicy":"Never","containers":[
+        {"name":"spark-kubernetes-executor","image":"spark:3.5"},{"name":"istio-proxy","image":"proxy:1"}]}"#;
+
+    fn cs(name: &str, image: &str, state: &str) -> String {
+        format!(
+            r#"{{"name":"{name}","image":"{image}","imageID":"","ready":false,"restartCount":0,"state":{state}}}"#
+        )
+    }
+
+    #[test]
+    fn executor_container_exit_decides_while_a_sidecar_keeps_the_pod_running() {
+        let status = format!(
+            r#"{{"phase":"Running","containerStatuses":[{},{}]}}"#,
+            cs(
+                "spark-kubernetes-executor",
+                "spark:3.5",
+                r#"{"terminated":{"exitCode":52,"reason":"Error"}}"#
+            ),
+            cs(
+                "istio-proxy",
+                "proxy:1",
+                r#"{"running":{"startedAt":"2026-01-01T00:00:00Z"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &status), "app-1").unwrap();
+        let p = &s.executors[&1];
+        assert_eq!(p.state, ExecutorState::Failed);
+        assert_eq!(p.reason.as_deref(), Some("exit code 52"));
+
+        // Exit 0 with the sidecar still running: Succeeded.
+        let ok = status.replace(
+            "\"exitCode\":52,\"reason\":\"Error\"",
+            "\"exitCode\":0,\"reason\":\"Completed\"",
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &ok), "app-1").unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Succeeded);
+
+        // A sidecar that exited first (137) is not the reason when the executor exited 52.
+        let both = format!(
+            r#"{{"phase":"Failed","containerStatuses":[{},{}]}}"#,
+            cs(
+                "istio-proxy",
+                "proxy:1",
+                r#"{"terminated":{"exitCode":137,"reason":"Error"}}"#
+            ),
+            cs(
+                "spark-kubernetes-executor",
+                "spark:3.5",
+                r#"{"terminated":{"exitCode":52,"reason":"Error"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &both), "app-1").unwrap();
+        assert_eq!(s.executors[&1].reason.as_deref(), Some("exit code 52"));
+
+        // --executor-container names another container: the sidecar's state decides.
+        let s =
+            Snapshot::from_pod_list_for(&real(TWO, &status), "app-1", Some("istio-proxy")).unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Running);
+    }
+
+    #[test]
+    fn a_running_executor_with_a_terminated_sidecar_is_running() {
+        let status = format!(
+            r#"{{"phase":"Running","containerStatuses":[{},{}]}}"#,
+            cs(
+                "spark-kubernetes-executor",
+                "spark:3.5",
+                r#"{"running":{}}"#
+            ),
+            cs(
+                "istio-proxy",
+                "proxy:1",
+                r#"{"terminated":{"exitCode":1,"reason":"Error"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &status), "app-1").unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Running);
+        assert_eq!(s.executors[&1].waiting, None);
+    }
+
+    #[test]
+    fn native_sidecars_are_not_init_steps() {
+        let spec = r#"{"nodeName":"n1","initContainers":[
+            {"name":"setup","image":"busybox"},
+            {"name":"log-shipper","image":"fluent:2","restartPolicy":"Always"}],
+            "containers":[{"name":"executor","image":"spark:3.5"}]}"#;
+        // Pod failed (e.g. a deadline) before the executor ran; the native sidecar was killed
+        // (137) — the reason is the init step's failure, never the sidecar's.
+        let status = format!(
+            r#"{{"phase":"Failed","initContainerStatuses":[{},{}],"containerStatuses":[{}]}}"#,
+            cs(
+                "log-shipper",
+                "fluent:2",
+                r#"{"terminated":{"exitCode":137,"reason":"Error"}}"#
+            ),
+            cs(
+                "setup",
+                "busybox",
+                r#"{"terminated":{"exitCode":3,"reason":"Error"}}"#
+            ),
+            cs(
+                "executor",
+                "spark:3.5",
+                r#"{"waiting":{"reason":"PodInitializing"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(spec, &status), "app-1").unwrap();
+        assert_eq!(s.executors[&1].reason.as_deref(), Some("exit code 3"));
+        // Executor exited 0; the native sidecar was stopped with 143 afterwards: Succeeded.
+        let status = format!(
+            r#"{{"phase":"Succeeded","initContainerStatuses":[{},{}],"containerStatuses":[{}]}}"#,
+            cs(
+                "setup",
+                "busybox",
+                r#"{"terminated":{"exitCode":0,"reason":"Completed"}}"#
+            ),
+            cs(
+                "log-shipper",
+                "fluent:2",
+                r#"{"terminated":{"exitCode":143,"reason":"Error"}}"#
+            ),
+            cs(
+                "executor",
+                "spark:3.5",
+                r#"{"terminated":{"exitCode":0,"reason":"Completed"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(spec, &status), "app-1").unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Succeeded);
+    }
+
+    #[test]
+    fn waiting_names_the_image_and_init_containers_count() {
+        let spec = r#"{"nodeName":"n1","initContainers":[{"name":"fetch","image":"registry.example/fetch:bad"}],
+            "containers":[{"name":"executor","image":"spark:3.5"}]}"#;
+        let status = format!(
+            r#"{{"phase":"Pending","initContainerStatuses":[{}],"containerStatuses":[{}]}}"#,
+            cs(
+                "fetch",
+                "registry.example/fetch:bad",
+                r#"{"waiting":{"reason":"ImagePullBackOff","message":"Back-off pulling image"}}"#
+            ),
+            cs(
+                "executor",
+                "spark:3.5",
+                r#"{"waiting":{"reason":"PodInitializing"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(spec, &status), "app-1").unwrap();
+        let p = &s.executors[&1];
+        assert_eq!(
+            p.waiting.as_deref(),
+            Some("ImagePullBackOff (init container fetch, image registry.example/fetch:bad)")
+        );
+        assert_eq!(p.waiting_in(&["ImagePullBackOff"]), p.waiting.as_deref());
+        assert_eq!(p.waiting_in(&["ErrImagePull"]), None);
+
+        let status = format!(
+            r#"{{"phase":"Pending","containerStatuses":[{}]}}"#,
+            cs(
+                "executor",
+                "registry.example/spark:bad",
+                r#"{"waiting":{"reason":"ErrImagePull"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &status), "app-1").unwrap();
+        assert_eq!(
+            s.executors[&1].waiting.as_deref(),
+            Some("ErrImagePull (image registry.example/spark:bad)")
+        );
+
+        let status = format!(
+            r#"{{"phase":"Pending","containerStatuses":[{},{}]}}"#,
+            cs(
+                "spark-kubernetes-executor",
+                "spark:3.5",
+                r#"{"waiting":{"reason":"ContainerCreating"}}"#
+            ),
+            cs(
+                "istio-proxy",
+                "proxy:1",
+                r#"{"waiting":{"reason":"ContainerCreating"}}"#
+            )
+        );
+        let s = Snapshot::from_pod_list(&real(TWO, &status), "app-1").unwrap();
+        assert_eq!(
+            s.executors[&1].waiting.as_deref(),
+            Some("ContainerCreating (image spark:3.5)")
+        );
     }
 }

@@ -22,7 +22,7 @@
 //!   of ours (that name pattern, regular files owned by this user) older than a minute; a save
 //!   takes milliseconds, so a file that old belongs to no running save.
 
-use crate::alloc::AllocatorState;
+use crate::alloc::{AllocatorState, StateOwner};
 use crate::snapshot::MAX_EXECUTOR_ID;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -43,8 +43,13 @@ const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 /// Why the state could not be loaded, locked or saved. One line naming the file.
 #[derive(Debug)]
 pub enum StoreError {
-    /// Another process holds the lock.
-    Locked(PathBuf),
+    /// Another process holds the lock; the holder's record when it could be read.
+    Locked(PathBuf, Option<Box<Holder>>),
+    /// A `run` loop owns the app (ConfigMap store: a fresh holder record); the message names it.
+    Owned(String),
+    /// The state belongs to another cluster, namespace or app (see [`Bound`]); the message
+    /// names both.
+    Mismatch(String),
     /// The file exists but is not a valid state (malformed JSON, unknown version, bad ids).
     Corrupt(PathBuf, String),
     /// An I/O error reading, writing or locking.
@@ -69,6 +74,12 @@ pub trait StateStore {
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError>;
     /// Saves the state.
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError>;
+    /// Checks, before a `run` loop's tick, that no one else owns the app (ConfigMap store:
+    /// the holder record; the file store holds its lock for the whole run, so it is always
+    /// ours). Errors: [`StoreError::Owned`] naming the holder.
+    fn claim(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl StateStore for LockedStore {
@@ -86,11 +97,15 @@ impl StateStore for LockedStore {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreError::Locked(p) => write!(
-                f,
-                "another podalloc run holds the lock on {}; skipped this tick",
-                p.display()
-            ),
+            StoreError::Locked(p, holder) => {
+                write!(f, "another podalloc run holds the lock on {}", p.display())?;
+                match holder {
+                    Some(h) => write!(f, " ({h})")?,
+                    None => f.write_str(" (its owner record is not readable yet)")?,
+                }
+                f.write_str("; this command did nothing (exit 3)")
+            }
+            StoreError::Owned(m) | StoreError::Mismatch(m) => f.write_str(m),
             StoreError::Corrupt(p, why) => write!(
                 f,
                 "state file {} is not a valid podalloc state ({why}); fix or move it away \
@@ -111,12 +126,15 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// Converts a state-store error into the CLI's: locked → exit 3, corrupt or not a regular
-/// file → exit 2, I/O → 1.
+/// Converts a state-store error into the CLI's: locked, owned or conflict → exit 3; corrupt,
+/// not a regular file or another cluster's state → exit 2; I/O and backend → 1.
 pub fn store_error(e: StoreError) -> crate::error::Error {
     use crate::error::Error;
     match e {
-        StoreError::Locked(_) | StoreError::Conflict(_) => Error::locked(e.to_string()),
+        StoreError::Locked(..) | StoreError::Conflict(_) | StoreError::Owned(_) => {
+            Error::locked(e.to_string())
+        }
+        StoreError::Mismatch(_) => Error::usage(e.to_string()),
         StoreError::Backend(_) => Error::runtime(e.to_string()),
         StoreError::Corrupt(..) | StoreError::NotRegular(..) => Error::usage(e.to_string()),
         StoreError::Io(..) => Error::runtime(e.to_string()),
@@ -321,6 +339,15 @@ impl LockedStore {
     /// [`StoreError::NotRegular`] when the state or lock path is a link, FIFO, socket or
     /// device, [`StoreError::Io`].
     pub fn lock(path: &Path) -> Result<LockedStore, StoreError> {
+        LockedStore::lock_as(path, &Holder::current("podalloc"))
+    }
+
+    /// [`LockedStore::lock`], then writes `holder` into the lock file, where a second process
+    /// that finds the lock taken reads it ([`StoreError::Locked`] names the holder). The
+    /// record outlives the process, but only a process holding the lock counts as the holder.
+    ///
+    /// Errors: as [`LockedStore::lock`].
+    pub fn lock_as(path: &Path, holder: &Holder) -> Result<LockedStore, StoreError> {
         check_regular(path)?;
         let io = |e| StoreError::Io(path.to_owned(), e);
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -339,13 +366,17 @@ impl LockedStore {
         let file = open_regular(&lock_path, &mut opts)?;
         match file.try_lock() {
             Ok(()) => {
+                write_holder(&file, holder).map_err(|e| StoreError::Io(lock_path.clone(), e))?;
                 remove_stale_temp_files(dir.unwrap_or(Path::new(".")));
                 Ok(LockedStore {
                     path: path.to_owned(),
                     _lock: file,
                 })
             }
-            Err(TryLockError::WouldBlock) => Err(StoreError::Locked(lock_path)),
+            Err(TryLockError::WouldBlock) => {
+                let holder = read_holder(&lock_path).map(Box::new);
+                Err(StoreError::Locked(lock_path, holder))
+            }
             Err(TryLockError::Error(e)) => Err(StoreError::Io(lock_path, e)),
         }
     }
@@ -434,6 +465,188 @@ fn remove_stale_temp_files(dir: &Path) {
             Err(e) => log::debug!("cannot remove the stale {}: {e}", path.display()),
         }
     }
+}
+
+/// A state store bound to one cluster, namespace and app: loading a state recorded for
+/// another one is a [`StoreError::Mismatch`] (exit 2) naming both, never a silent reuse;
+/// saving records `owner` in the state ([`AllocatorState::owner`]). A state without the
+/// record (written by an older podalloc) is accepted and gets it at the next save.
+pub struct Bound<'a> {
+    inner: Box<dyn StateStore + 'a>,
+    owner: StateOwner,
+    check_server: bool,
+}
+
+impl<'a> Bound<'a> {
+    /// Binds `inner` to `owner`. `check_server`: compare the API server URL too (the file
+    /// store; a ConfigMap lives in its cluster, which may be reached by several URLs).
+    pub fn new(inner: Box<dyn StateStore + 'a>, owner: StateOwner, check_server: bool) -> Self {
+        Bound {
+            inner,
+            owner,
+            check_server,
+        }
+    }
+}
+
+/// Checks that `state` belongs to `want` (see [`Bound`]); `what` names the store.
+///
+/// Errors: [`StoreError::Mismatch`] naming both owners.
+pub fn check_owner(
+    state: &AllocatorState,
+    want: &StateOwner,
+    check_server: bool,
+    what: &str,
+) -> Result<(), StoreError> {
+    let Some(have) = &state.owner else {
+        return Ok(());
+    };
+    let same = (!check_server || have.server == want.server)
+        && have.namespace == want.namespace
+        && have.app_id == want.app_id;
+    if same {
+        return Ok(());
+    }
+    let show = |o: &StateOwner| {
+        format!(
+            "server {} namespace {} app {}",
+            o.server.chars().take(200).collect::<String>(),
+            o.namespace.chars().take(80).collect::<String>(),
+            o.app_id.chars().take(80).collect::<String>()
+        )
+    };
+    Err(StoreError::Mismatch(format!(
+        "{what} belongs to {}, but this command is connected to {}; never reusing another \
+         cluster's state: give this cluster its own --state-file (or --state-store), or move \
+         the file away if it is really stale",
+        show(have),
+        show(want)
+    )))
+}
+
+impl StateStore for Bound<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
+        let state = self.inner.load()?;
+        if let Some(st) = &state {
+            check_owner(st, &self.owner, self.check_server, &self.inner.describe())?;
+        }
+        Ok(state)
+    }
+    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
+        if state.owner.as_ref() == Some(&self.owner) {
+            return self.inner.save(state);
+        }
+        let mut st = state.clone();
+        st.owner = Some(self.owner.clone());
+        self.inner.save(&st)
+    }
+    fn claim(&mut self) -> Result<(), StoreError> {
+        self.inner.claim()
+    }
+}
+
+/// Who holds a state: the command, host, process id and since when. Written into the lock
+/// file by the file store and into an annotation by the ConfigMap store, where `renewed_ms`
+/// and `stale_after_s` make it a heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holder {
+    /// The podalloc command (`run`, `reconcile`, …).
+    pub command: String,
+    /// The host name (`gethostname(2)`; `unknown` when it cannot be read).
+    pub host: String,
+    /// The process id.
+    pub pid: u32,
+    /// When the holder started, RFC 3339 UTC (for people).
+    pub since: String,
+    /// When the holder started, ms since the Unix epoch (to tell two holders apart).
+    #[serde(default)]
+    pub since_ms: u64,
+    /// When the record was last renewed, ms since the Unix epoch (ConfigMap store only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_ms: Option<u64>,
+    /// A record not renewed for this many seconds is stale and may be taken over
+    /// (ConfigMap store only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_after_s: Option<u64>,
+}
+
+impl Holder {
+    /// This process as the holder, for `command`, starting now.
+    pub fn current(command: &str) -> Holder {
+        let now = std::time::SystemTime::now();
+        Holder {
+            command: command.to_string(),
+            host: hostname(),
+            pid: std::process::id(),
+            since: humantime::format_rfc3339_seconds(now).to_string(),
+            since_ms: now
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            renewed_ms: None,
+            stale_after_s: None,
+        }
+    }
+
+    /// The same process and start as `other` (renewals aside).
+    pub fn same(&self, other: &Holder) -> bool {
+        self.host == other.host && self.pid == other.pid && self.since_ms == other.since_ms
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let clean = |s: &str| -> String {
+            s.chars()
+                .filter(|c| !c.is_control())
+                .take(100)
+                .collect::<String>()
+        };
+        write!(
+            f,
+            "held by `podalloc {}` on host {}, pid {}, since {}",
+            clean(&self.command),
+            clean(&self.host),
+            self.pid,
+            clean(&self.since)
+        )
+    }
+}
+
+/// The host name, or `unknown`.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match String::from_utf8_lossy(&buf[..end]).trim() {
+        "" => "unknown".to_string(),
+        h => h.to_string(),
+    }
+}
+
+/// Replaces the lock file's content with `holder` as one JSON line.
+fn write_holder(mut file: &File, holder: &Holder) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut line = serde_json::to_vec(holder).expect("holder serializes");
+    line.push(b'\n');
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&line)
+}
+
+/// The holder record in a lock file; `None` when absent (being written) or unreadable.
+fn read_holder(lock_path: &Path) -> Option<Holder> {
+    let mut file = open_regular(lock_path, OpenOptions::new().read(true)).ok()?;
+    let mut text = String::new();
+    (&mut file).take(4096).read_to_string(&mut text).ok()?;
+    serde_json::from_str(text.trim()).ok()
 }
 
 /// `<state file>.lock`.
@@ -526,7 +739,7 @@ mod tests {
         let a = LockedStore::lock(&path).unwrap();
         assert!(matches!(
             LockedStore::lock(&path),
-            Err(StoreError::Locked(_))
+            Err(StoreError::Locked(..))
         ));
         drop(a);
         assert!(LockedStore::lock(&path).is_ok());

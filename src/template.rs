@@ -30,10 +30,42 @@ pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Opt
                     path.display()
                 ))
             })?;
+            check_kind(&value)
+                .map_err(|e| Error::usage(format!("pod template {}: {e}", path.display())))?;
             PodTemplate::from_value(value, image)
                 .map(Some)
                 .map_err(|e| Error::usage(format!("pod template {}: {e}", path.display())))
         }
+    }
+}
+
+/// A template is a Pod: `kind` must be `Pod` and `apiVersion` `v1` when given (both may
+/// be left out). Anything else — a Deployment, a PodTemplate, a Job — would otherwise be
+/// sent as a Pod with its own fields silently dropped or rejected far from the cause.
+///
+/// Errors: the offending field and value, and what to do.
+pub fn check_kind(value: &serde_json::Value) -> std::result::Result<(), String> {
+    let kind = value.get("kind").and_then(serde_json::Value::as_str);
+    let version = value.get("apiVersion").and_then(serde_json::Value::as_str);
+    match kind {
+        None | Some("Pod") => {}
+        Some(k) => {
+            let hint = match k {
+                "Deployment" | "ReplicaSet" | "StatefulSet" | "Job" | "PodTemplate" => {
+                    " (copy its spec.template — metadata and spec — into a Pod)"
+                }
+                _ => "",
+            };
+            return Err(format!(
+                "kind is {k:?}, expected \"Pod\": the executor template is a Pod{hint}"
+            ));
+        }
+    }
+    match version {
+        None | Some("v1") => Ok(()),
+        Some(v) => Err(format!(
+            "apiVersion is {v:?}, expected \"v1\" (a Pod is core/v1)"
+        )),
     }
 }
 

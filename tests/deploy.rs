@@ -27,7 +27,12 @@ fn rbac_is_exactly_the_documented_minimum() {
         .map(|r| {
             let res = r["resources"].as_array().unwrap();
             assert_eq!(res.len(), 1);
-            assert_eq!(r["apiGroups"], serde_json::json!([""]));
+            let group = if res[0] == "leases" {
+                "coordination.k8s.io"
+            } else {
+                ""
+            };
+            assert_eq!(r["apiGroups"], serde_json::json!([group]));
             let mut verbs: Vec<String> = r["verbs"]
                 .as_array()
                 .unwrap()
@@ -44,6 +49,8 @@ fn rbac_is_exactly_the_documented_minimum() {
         got,
         vec![
             ("configmaps".to_string(), s(&["create", "get", "update"])),
+            ("events".to_string(), s(&["create", "get", "patch"])),
+            ("leases".to_string(), s(&["create", "get", "update"])),
             ("pods".to_string(), s(&["create", "delete", "get", "list"])),
         ]
     );
@@ -56,6 +63,7 @@ fn rbac_is_exactly_the_documented_minimum() {
     // The README shows the same pod rule.
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete"]"#));
+    assert!(readme.contains(r#"verbs: ["create", "patch", "get"]"#));
 }
 
 fn podalloc_args(pod_spec: &Value) -> Vec<String> {
@@ -85,14 +93,100 @@ fn cronjob_runs_one_tick_a_minute_without_overlap() {
 }
 
 #[test]
-fn deployment_runs_the_loop() {
+fn deployment_runs_the_loop_on_two_replicas_with_leader_election() {
     let d = docs("deployment.yaml");
     let dep = kind(&d, "Deployment");
-    assert_eq!(dep["spec"]["replicas"], 1);
+    assert_eq!(dep["spec"]["replicas"], 2);
     let spec = &dep["spec"]["template"]["spec"];
     let args = podalloc_args(spec);
     assert!(args.iter().any(|a| a == "run"));
-    podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(args.iter().any(|a| a == "--leader-elect"));
+    // Replicas share no volume: the state must be in a ConfigMap.
+    assert!(args.iter().any(|a| a.starts_with("configmap:")), "{args:?}");
+    let env = &spec["containers"][0]["env"][0];
+    assert_eq!(env["name"], "POD_NAME");
+    assert_eq!(env["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    let cli = podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    match cli.command {
+        podalloc::cli::Command::Run(r) => assert!(r.leader.leader_elect),
+        other => panic!("not run: {other:?}"),
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.contains("two replicas with `--leader-elect`"));
+}
+
+#[test]
+fn deployment_replicas_elect_one_leader() {
+    let w = SimWorld::new()
+        .token("recipe-token")
+        .startup(std::time::Duration::from_millis(100))
+        .start();
+    let d = docs("deployment.yaml");
+    let args = podalloc_args(&kind(&d, "Deployment")["spec"]["template"]["spec"]);
+    let extra = [
+        "--interval",
+        "200ms",
+        "--leader-elect-retry-period",
+        "500ms",
+    ];
+    let a = spawn_recipe(&args, &w, &extra, "podalloc-spark-etl-a");
+    let b = spawn_recipe(&args, &w, &extra, "podalloc-spark-etl-b");
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/batch/leases/podalloc-spark-etl";
+    let t = std::time::Instant::now();
+    while w.sim.stats().live_pods < 20 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "not converged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, l) = w.api("GET", lease, None);
+    assert_eq!(code, 200, "{l}");
+    let holder = l["spec"]["holderIdentity"].as_str().unwrap().to_string();
+    assert!(holder.starts_with("podalloc-spark-etl-"), "{holder}");
+    for c in [&a, &b] {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    }
+    for c in [a, b] {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let s = w.sim.stats();
+    assert_eq!(
+        s.creates, 20,
+        "one leader created the target, no duplicates"
+    );
+    assert_eq!(s.duplicate_executor_ids, 0);
+}
+
+/// [`run_recipe`]'s process, started with `POD_NAME` and left running.
+fn spawn_recipe(args: &[String], w: &World, extra: &[&str], pod: &str) -> std::process::Child {
+    let tpl = w.path("executor.yaml");
+    let d = docs("executor-template.yaml");
+    std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
+    let args: Vec<String> = args[1..]
+        .iter()
+        .map(|a| {
+            if a == "/etc/podalloc/executor.yaml" {
+                tpl.display().to_string()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    podalloc()
+        .args(&args)
+        .args(extra)
+        .env("POD_NAME", pod)
+        .env("PODALLOC_SERVER", w.sim.url())
+        .env("PODALLOC_TOKEN", &w.token)
+        .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
+        .env("PODALLOC_NAMESPACE", "batch")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 #[test]

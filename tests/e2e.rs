@@ -250,7 +250,8 @@ fn untrusted_server_certificate_is_refused() {
         .arg(w2.sim.url())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A TLS failure is permanent: exit 4, as a 403.
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(
         stderr(&out).to_lowercase().contains("tls") || stderr(&out).contains("certificate"),
         "{}",

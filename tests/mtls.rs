@@ -100,7 +100,8 @@ fn no_client_certificate_is_refused_clearly() {
         .cmd(&["--log-level", "trace", "reconcile", "--target", "1"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A TLS failure is permanent: exit 4.
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     let last = err.lines().last().unwrap_or("");
     assert!(last.to_lowercase().contains("certificate"), "{last}");

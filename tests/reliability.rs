@@ -2,129 +2,45 @@
 //! API server over HTTPS (or, for bodies no API server sends, a tiny plain-HTTP server on
 //! loopback), with state and metrics paths that are links, FIFOs or devices.
 
-use podalloc::sim::{SimOptions, SimServer};
-use serde_json::{json, Value};
+use crate::util::{stderr, SimWorld, World};
+use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 const APP: &str = "rel-app";
-const TOKEN: &str = "rel-secret-token-0123456789";
-
-struct World {
-    sim: SimServer,
-    dir: tempfile::TempDir,
-    ca: PathBuf,
-}
 
 fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.crt");
-    let sim = SimServer::start(SimOptions {
-        ca_out: Some(ca.clone()),
-        token: Some(TOKEN.to_string()),
-        schedule_latency: Duration::from_millis(50),
-        startup_latency: Duration::from_millis(100),
-        stop_latency: Duration::from_millis(50),
-        ..SimOptions::default()
-    })
-    .unwrap();
-    World { sim, dir, ca }
+    SimWorld::new()
+        .app(APP)
+        .image("registry.example/spark:3.5.0")
+        .batch_delay("100ms")
+        .schedule(Duration::from_millis(50))
+        .startup(Duration::from_millis(100))
+        .stop(Duration::from_millis(50))
+        .start()
 }
 
-/// `podalloc` with the connection to `server`, the app and the image, and `--state-file state`.
-fn podalloc(server: &str, ca: Option<&Path>, state: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
-    c.args(["--server", server, "--token", TOKEN]);
-    if let Some(ca) = ca {
-        c.arg("--certificate-authority").arg(ca);
-    }
-    c.args(["-n", "default", "--app-id", APP])
-        .args(["--image", "registry.example/spark:3.5.0"])
-        .arg("--state-file")
-        .arg(state)
-        .args(["--batch-delay", "100ms"])
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    c
+/// The `spark-exec-id` labels of the app's pods, sorted.
+fn exec_ids(w: &World) -> Vec<String> {
+    let mut v: Vec<String> = (w.pods("default").iter())
+        .map(|p| {
+            let id = &p["metadata"]["labels"]["spark-exec-id"];
+            id.as_str().unwrap_or("").to_string()
+        })
+        .collect();
+    v.sort();
+    v
 }
 
-impl World {
-    fn state_file(&self) -> PathBuf {
-        self.dir.path().join("state.json")
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        podalloc(&self.sim.url(), Some(&self.ca), &self.state_file(), args)
-    }
-
-    /// Runs `args`, failing the test if it takes more than 30 s (a FIFO must never hang).
-    fn run(&self, args: &[&str]) -> Output {
-        bounded(self.cmd(args))
-    }
-
-    fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let pem = std::fs::read(&self.ca).unwrap();
-        let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-            .filter_map(|i| match i {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .proxy(None)
-            .build()
-            .new_agent();
-        let url = format!("{}{}", self.sim.url(), path);
-        let auth = format!("Bearer {TOKEN}");
-        let mut resp = match (method, body) {
-            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
-            ("POST", Some(b)) => agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .content_type("application/json")
-                .send(b.to_string()),
-            _ => panic!("unsupported"),
-        }
-        .unwrap();
-        let code = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().unwrap();
-        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    /// The `spark-exec-id` labels of the app's pods, sorted.
-    fn exec_ids(&self) -> Vec<String> {
-        let (code, list) = self.api(
-            "GET",
-            &format!("/api/v1/namespaces/default/pods?labelSelector=spark-app-selector%3D{APP}"),
-            None,
-        );
-        assert_eq!(code, 200);
-        let mut v: Vec<String> = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                p["metadata"]["labels"]["spark-exec-id"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .collect();
-        v.sort();
-        v
-    }
+/// Runs podalloc against the simulator, failing the test if it takes more than 30 s (a FIFO
+/// must never hang).
+fn run(w: &World, args: &[&str]) -> Output {
+    bounded(w.cmd(args))
 }
 
 fn bounded(mut c: Command) -> Output {
@@ -142,10 +58,6 @@ fn bounded(mut c: Command) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 fn mkfifo(path: &Path) {
@@ -218,14 +130,11 @@ fn bad_list_server(list_body: &'static str) -> (String, Arc<AtomicUsize>) {
 fn a_list_body_that_is_not_a_pod_list_is_an_error_not_an_empty_cluster() {
     for body in [r#"{}"#, r#"{"items": null}"#, r#"{"items": []}"#] {
         let (url, creates) = bad_list_server(body);
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("state.json");
-        let out = bounded(podalloc(
-            &url,
-            None,
-            &state,
-            &["reconcile", "--target", "5"],
-        ));
+        let w = world();
+        let mut c = w.bare();
+        c.args(["--server", &url, "--token", "t", "-n", "default"]);
+        c.args(["reconcile", "--target", "5"]);
+        let out = bounded(c);
         let err = stderr(&out);
         assert_eq!(creates.load(Ordering::SeqCst), 0, "{body}: created: {err}");
         assert_eq!(out.status.code(), Some(1), "{body}: {err}");
@@ -251,7 +160,7 @@ fn a_pod_with_an_id_beyond_i64_max_does_not_exhaust_the_ids() {
         "spec": {"containers": [{"name": "e", "image": "spark"}]}, "status": {"phase": "Running"}});
     let (code, _) = w.api("POST", "/sim/pods/default", Some(&stray));
     assert!(code == 200 || code == 201, "{code}");
-    let out = w.run(&["reconcile", "--target", "2"]);
+    let out = run(&w, &["reconcile", "--target", "2"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("exhausted"), "{err}");
@@ -259,8 +168,9 @@ fn a_pod_with_an_id_beyond_i64_max_does_not_exhaust_the_ids() {
         err.contains("\"stray\"") && err.contains("outside the executor id range"),
         "{err}"
     );
-    assert_eq!(w.exec_ids(), vec!["1", "18446744073709551615", "2"]);
-    let st: Value = serde_json::from_slice(&std::fs::read(w.state_file()).unwrap()).unwrap();
+    assert_eq!(exec_ids(&w), vec!["1", "18446744073709551615", "2"]);
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(w.state_file()).unwrap()).unwrap();
     assert_eq!(st["last_executor_id"], 2);
 }
 
@@ -272,7 +182,7 @@ fn a_symlinked_state_file_is_refused_and_its_target_untouched() {
     let victim = w.dir.path().join("victim.txt");
     std::fs::write(&victim, "precious\n").unwrap();
     std::os::unix::fs::symlink(&victim, w.state_file()).unwrap();
-    let out = w.run(&["reconcile", "--target", "1"]);
+    let out = run(&w, &["reconcile", "--target", "1"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -281,9 +191,9 @@ fn a_symlinked_state_file_is_refused_and_its_target_untouched() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    assert!(w.exec_ids().is_empty());
+    assert!(exec_ids(&w).is_empty());
     // `status` (read-only, no lock) refuses it too.
-    let out = w.run(&["status"]);
+    let out = run(&w, &["status"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
@@ -293,21 +203,21 @@ fn a_symlinked_state_file_is_refused_and_its_target_untouched() {
 fn a_fifo_state_or_lock_file_is_refused_without_hanging() {
     let w = world();
     mkfifo(&w.state_file());
-    let out = w.run(&["reconcile", "--target", "1"]);
+    let out = run(&w, &["reconcile", "--target", "1"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("is a FIFO"), "{err}");
-    let out = w.run(&["status"]);
+    let out = run(&w, &["status"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     std::fs::remove_file(w.state_file()).unwrap();
     let mut lock = w.state_file().into_os_string();
     lock.push(".lock");
     mkfifo(Path::new(&lock));
-    let out = w.run(&["reconcile", "--target", "1"]);
+    let out = run(&w, &["reconcile", "--target", "1"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("state.json.lock is a FIFO"), "{err}");
-    assert!(w.exec_ids().is_empty());
+    assert!(exec_ids(&w).is_empty());
 }
 
 /// `--metrics-file` follows the same rule: a link, FIFO or device there is refused before
@@ -337,7 +247,7 @@ fn a_metrics_file_that_is_a_link_fifo_or_device_is_refused() {
         );
     }
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    assert!(w.exec_ids().is_empty());
+    assert!(exec_ids(&w).is_empty());
     // A regular path still works.
     let mut c = w.cmd(&["reconcile", "--target", "1"]);
     c.arg("--metrics-file").arg(w.dir.path().join("ok.prom"));
@@ -353,7 +263,7 @@ fn a_state_file_with_a_duplicate_key_is_refused_and_kept() {
     let body =
         "{\"version\": 1, \"target\": 3, \"last_executor_id\": 0, \"last_executor_id\": 7}\n";
     std::fs::write(w.state_file(), body).unwrap();
-    let out = w.run(&["reconcile"]);
+    let out = run(&w, &["reconcile"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -361,7 +271,7 @@ fn a_state_file_with_a_duplicate_key_is_refused_and_kept() {
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(w.state_file()).unwrap(), body);
-    assert!(w.exec_ids().is_empty());
+    assert!(exec_ids(&w).is_empty());
 }
 
 /// A save killed by SIGKILL leaves `.podalloc-state-XXXXXX.tmp`; the next run removes ours
@@ -381,7 +291,7 @@ fn stale_temp_files_of_killed_saves_are_removed_on_start() {
     let stale = mk(".podalloc-state-Ab12Cd.tmp", Some(old));
     let fresh = mk(".podalloc-state-Ef34Gh.tmp", None);
     let foreign = mk("other-state-Ab12Cd.tmp", Some(old));
-    let out = w.run(&["reconcile", "--target", "1"]);
+    let out = run(&w, &["reconcile", "--target", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stale.exists());
     assert!(fresh.exists() && foreign.exists());

@@ -9,13 +9,17 @@ mod conformance;
 mod crash;
 mod deploy;
 mod e2e;
+mod events;
 mod faults;
 mod fixtures;
 mod fuzz;
 #[cfg(unix)]
 mod kube_auth;
+mod leader;
 mod lifecycle;
 mod mtls;
 mod multi;
+mod ops;
 mod overlap;
+mod real_pods;
 mod reliability;

@@ -47,13 +47,6 @@ impl CrashLoopGuard {
         };
         CrashLoopGuard { failures, halt }
     }
-
-    /// While halted: when the oldest failure leaves the window (ms since the Unix epoch).
-    pub(super) fn halt_ends_ms(&self, pol: &Policies) -> Option<u64> {
-        self.halt.as_ref()?;
-        let oldest = self.failures.iter().map(|f| f.at_ms).min()?;
-        Some(oldest.saturating_add(pol.failure_window_ms) + 1)
-    }
 }
 
 fn halt_message(failures: &[FailureRecord], max: u32, pol: &Policies) -> String {

@@ -58,15 +58,15 @@ mod state;
 pub use plan::{
     Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
 };
-pub use record::{record, Outcomes};
+pub use record::{record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,
     SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
-    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StuckRecord, Unacknowledged,
-    MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
+    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,
+    Unacknowledged, MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
 };
 
 use crate::snapshot::Snapshot;

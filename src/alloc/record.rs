@@ -22,6 +22,9 @@ pub struct Outcomes {
     pub ambiguous: Vec<u64>,
     /// Pods deleted (or found already gone).
     pub deleted: u32,
+    /// The executor ids of those pods, in call order (for events; not folded into the
+    /// state).
+    pub deleted_ids: Vec<u64>,
     /// A create was rejected by a ResourceQuota (403 "exceeded quota"): the server's message.
     pub quota: Option<String>,
     /// The API server throttled or failed during the tick (429 or 5xx, retries included).
@@ -87,4 +90,29 @@ impl Counters {
         }
         added
     }
+}
+
+/// When time alone next changes what a step decides, ms from `now_ms` (`None`: nothing waits
+/// on time): the earliest of an unacknowledged request's creation deadline, the end of the
+/// creation back-off, a stuck pod's start-up grace and, while the crash-loop guard halts
+/// creation, the oldest failure leaving the window (kube-runtime's `Action::requeue`). Read
+/// from the state a step or [`record`] leaves, so a back-off set by this tick's calls counts.
+pub fn requeue_after_ms(state: &AllocatorState, settings: &Settings, now_ms: u64) -> Option<u64> {
+    let timeout = settings.creation_timeout();
+    let pol = &settings.policies;
+    let deadlines = (state.unacknowledged.iter()).map(|u| u.created_ms.saturating_add(timeout) + 1);
+    let backoff = state.create_backoff.iter().map(|b| b.until_ms);
+    let stuck = (state.stuck.iter())
+        .filter_map(|r| Some(r.since_ms.saturating_add(pol.startup_grace_ms?) + 1));
+    let halted = pol
+        .max_failures
+        .is_some_and(|max| state.failures.len() as u64 > max as u64);
+    let halt_ends = (state.failures.iter())
+        .filter(|_| halted)
+        .map(|f| f.at_ms.saturating_add(pol.failure_window_ms) + 1)
+        .min();
+    (deadlines.chain(backoff).chain(stuck).chain(halt_ends))
+        .filter(|&t| t > now_ms)
+        .min()
+        .map(|t| t - now_ms)
 }

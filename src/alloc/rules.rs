@@ -5,6 +5,7 @@
 use super::adaptive::AdaptiveBatch;
 use super::guard::CrashLoopGuard;
 use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
+use super::record::requeue_after_ms;
 use super::settings::{Settings, STUCK_REASONS};
 use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
 use crate::podspec::pod_name;
@@ -239,7 +240,7 @@ impl<'a> Step<'a> {
             .collect();
         let mut stuck_ids: BTreeSet<u64> = BTreeSet::new();
         for p in c.running.iter().chain(c.pending.iter()) {
-            let Some(reason) = p.waiting.as_deref().filter(|r| STUCK_REASONS.contains(r)) else {
+            let Some(reason) = p.waiting_in(STUCK_REASONS) else {
                 continue;
             };
             let since_ms = since.get(&p.id).copied().unwrap_or(self.now_ms);
@@ -465,7 +466,6 @@ impl<'a> Step<'a> {
     /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
     /// `deletedExecutorIds`), when the next tick is due, and the state to persist.
     pub(super) fn finish(mut self, c: Census<'a>, guard: CrashLoopGuard, b: CreateBatch) -> Plan {
-        let requeue_after_ms = self.requeue_after(&c, &guard);
         let mut s = c.summary;
         s.target = self.target;
         s.running = c.running.len() as u32;
@@ -502,11 +502,13 @@ impl<'a> Step<'a> {
             failures: guard.failures,
             stuck: c.stuck,
             adaptive: b.adaptive,
+            owner: self.prev.owner.clone(),
         };
         let create_groups = match self.cfg.policies.slow_start {
             true => slow_start_groups(self.create.len() as u32),
             false => Vec::new(),
         };
+        let requeue_after_ms = requeue_after_ms(&state, self.cfg, self.now_ms);
         Plan {
             create: self.create,
             create_groups,
@@ -533,21 +535,6 @@ impl<'a> Step<'a> {
             ));
         }
         above
-    }
-
-    /// The earliest time-driven change, ms from now: a creation deadline, the back-off's end,
-    /// a stuck pod's grace end, the crash-loop window's end while halted.
-    fn requeue_after(&self, c: &Census<'a>, guard: &CrashLoopGuard) -> Option<u64> {
-        let timeout = self.cfg.creation_timeout();
-        let deadlines = self.unack.values().map(|t| t.saturating_add(timeout) + 1);
-        let backoff = (self.prev.create_backoff.iter()).map(|b| b.until_ms);
-        let grace = self.cfg.policies.startup_grace_ms;
-        let stuck = c.stuck.iter().filter_map(|r| Some(r.since_ms + grace? + 1));
-        let halt = guard.halt_ends_ms(&self.cfg.policies);
-        (deadlines.chain(backoff).chain(stuck).chain(halt))
-            .filter(|&t| t > self.now_ms)
-            .min()
-            .map(|t| t - self.now_ms)
     }
 }
 

@@ -26,11 +26,15 @@ pub struct Settings {
     pub delete_terminated: bool,
     /// The pod name prefix (see [`crate::podspec::name_prefix`]).
     pub name_prefix: String,
-    /// Opt-in policies beyond the seed's (all off by default).
+    /// The executor container (`--executor-container`): the container whose termination ends
+    /// the executor, whatever its sidecars do (see [`crate::snapshot`]). `None`: each pod's
+    /// first container in `spec.containers` (for pods podalloc creates, the template's first).
+    pub executor_container: Option<String>,
+    /// Opt-in policies beyond Spark 3.0's (all off by default).
     pub policies: Policies,
 }
 
-/// Opt-in allocation policies (issue "faster than Spark"). All off by default: the seed's
+/// Opt-in allocation policies. All off by default: Spark 3.0's
 /// behaviour and the conformance corpus are unchanged unless one is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policies {
@@ -48,10 +52,11 @@ pub struct Policies {
     pub max_failures: Option<u32>,
     /// The crash-loop guard's window, ms (default 10 minutes).
     pub failure_window_ms: u64,
-    /// A pod waiting in ErrImagePull, ImagePullBackOff, InvalidImageName,
-    /// CreateContainerConfigError or CrashLoopBackOff longer than this (ms) counts as a
-    /// failure: deleted once (reason `stuck`) and counted by the guard. Unschedulable alone is
-    /// not a failure.
+    /// A pod waiting (in an init container or a container) in ErrImagePull,
+    /// ImagePullBackOff, InvalidImageName, CreateContainerConfigError or CrashLoopBackOff, or
+    /// scheduled and still in ContainerCreating or PodInitializing, longer than this (ms)
+    /// counts as a failure: deleted once (reason `stuck`) and counted by the guard.
+    /// Unschedulable alone is not a failure.
     pub startup_grace_ms: Option<u64>,
     /// Also delete running executors above the target (off by default, as Spark), lowest
     /// pod-deletion-cost first, then most restarts, then newest.
@@ -75,13 +80,17 @@ pub struct Policies {
 /// Default crash-loop guard window: 10 minutes, in ms.
 pub const DEFAULT_FAILURE_WINDOW_MS: u64 = 600_000;
 
-/// Waiting reasons that mean a pod will not start by itself (see [`Policies::startup_grace_ms`]).
+/// Waiting reasons that mean a pod will not start by itself (see [`Policies::startup_grace_ms`]),
+/// in an init container or a container: image and configuration errors, and a scheduled pod
+/// still setting up (a volume that never mounts, a missing secret) after the grace.
 pub const STUCK_REASONS: &[&str] = &[
     "ErrImagePull",
     "ImagePullBackOff",
     "InvalidImageName",
     "CreateContainerConfigError",
     "CrashLoopBackOff",
+    "ContainerCreating",
+    "PodInitializing",
 ];
 
 impl Settings {
@@ -94,6 +103,7 @@ impl Settings {
             creation_timeout_floor_ms: MIN_CREATION_TIMEOUT_MS,
             delete_terminated: true,
             name_prefix: name_prefix.into(),
+            executor_container: None,
             policies: Policies {
                 failure_window_ms: DEFAULT_FAILURE_WINDOW_MS,
                 ..Policies::default()

@@ -55,6 +55,23 @@ pub struct AllocatorState {
     /// Adaptive batch state (only with `--batch-size auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveState>,
+    /// The cluster, namespace and app this state belongs to: set by the shell when it saves,
+    /// checked when it loads (a state of another cluster is never reused). Absent in files
+    /// written before these fields existed, and in `plan --state` input. Not used by the step;
+    /// carried through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<StateOwner>,
+}
+
+/// Which cluster, namespace and app a state belongs to ([`AllocatorState::owner`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateOwner {
+    /// The API server URL as resolved (`https://host:port`, no trailing slash).
+    pub server: String,
+    /// The namespace of the executor pods.
+    pub namespace: String,
+    /// The application id (`spark-app-selector`).
+    pub app_id: String,
 }
 
 /// One executor failure counted by the crash-loop guard.

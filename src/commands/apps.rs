@@ -11,6 +11,7 @@
 use super::env::now_ms;
 use super::sim::{start_simulator, SimGuard};
 use crate::alloc::Request;
+use crate::alloc::StateOwner;
 use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, ExitCode, Result};
@@ -18,7 +19,7 @@ use crate::kube::{self, ConnectionFlags, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::reconcile::{self, App};
 use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
-use crate::state::{self, LockedStore, StateStore, StoreError};
+use crate::state::{self, Bound, Holder, LockedStore, StateStore, StoreError};
 use log::{error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -245,9 +246,14 @@ impl Apps {
                     continue;
                 }
             };
-            let ids: Vec<&str> = idx
-                .iter()
-                .map(|&i| self.managed[i].app.app_id.as_str())
+            let ids: Vec<(&str, Option<&str>)> = (idx.iter())
+                .map(|&i| {
+                    let app = &self.managed[i].app;
+                    (
+                        app.app_id.as_str(),
+                        app.settings.executor_container.as_deref(),
+                    )
+                })
                 .collect();
             let split = match list_split(client, &ids, &gone) {
                 Ok(s) => s,
@@ -302,7 +308,7 @@ impl Apps {
                 Some(snap),
                 now_ms(),
             ),
-            Err(StoreError::Locked(p)) => Err(Error::locked(format!(
+            Err(StoreError::Locked(p, _)) => Err(Error::locked(format!(
                 "another podalloc run holds {}; skipped",
                 p.display()
             ))),
@@ -347,14 +353,26 @@ impl Apps {
     }
 }
 
+/// Opens an app's store for one tick, as `run` does: the file store takes its lock with
+/// this process as the holder; the state is bound to its cluster, namespace and app.
 fn open_store<'a>(
     client: &'a KubeClient,
     m: &Managed,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
-    Ok(match &m.store {
-        Store::File(p) => Box::new(LockedStore::lock(p)?),
-        Store::ConfigMap(name) => Box::new(ConfigMapStore::new(client, name, &m.app.app_id)),
-    })
+    let holder = Holder::current("apps");
+    let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match &m.store {
+        Store::File(p) => (Box::new(LockedStore::lock_as(p, &holder)?), true),
+        Store::ConfigMap(name) => (
+            Box::new(ConfigMapStore::new(client, name, &m.app.app_id)),
+            false,
+        ),
+    };
+    let owner = StateOwner {
+        server: client.server().to_string(),
+        namespace: m.ns.clone(),
+        app_id: m.app.app_id.clone(),
+    };
+    Ok(Box::new(Bound::new(inner, owner, check_server)))
 }
 
 /// Removes an ended app's state file and its lock file (missing is fine).
@@ -393,11 +411,21 @@ impl PageSink for SplitSink {
 }
 
 /// Lists the namespace's executor pods once (`spark-role=executor`), split among `ids`
-/// and the apps whose driver went away (`gone`).
-fn list_split(client: &KubeClient, ids: &[&str], gone: &[(String, String)]) -> Result<Split> {
-    let all = ids.iter().copied().chain(gone.iter().map(|g| g.1.as_str()));
+/// (app id, executor container) and the apps whose driver went away (`gone`).
+fn list_split(
+    client: &KubeClient,
+    ids: &[(&str, Option<&str>)],
+    gone: &[(String, String)],
+) -> Result<Split> {
+    let all = (ids.iter().map(|i| i.0)).chain(gone.iter().map(|g| g.1.as_str()));
+    let mut split = Split::for_apps(all);
+    for (id, container) in ids {
+        if let Some(c) = container {
+            split.containers.insert(id.to_string(), c.to_string());
+        }
+    }
     let mut sink = SplitSink {
-        split: Split::for_apps(all),
+        split,
         parse_error: None,
     };
     let page_size = 500;
@@ -605,8 +633,13 @@ impl Discovery {
         if let Some(b) = wanted.batch_size {
             args.batch_size = b;
         }
+        let mut settings = args.settings(&app_id);
+        if settings.executor_container.is_none() {
+            // As `AppArgs::app`: the template's first container is the executor's.
+            settings.executor_container = Some(template.first_container().to_string());
+        }
         let app = App {
-            settings: args.settings(&app_id),
+            settings,
             app_id: app_id.clone(),
             template: Some(template),
             driver_pod: Some(d.name.clone()),

@@ -3,17 +3,17 @@
 //! the state store and runs ticks.
 
 use super::sim::{start_simulator, SimGuard};
-use crate::alloc::AllocatorState;
 use crate::alloc::Request;
+use crate::alloc::{AllocatorState, StateOwner};
 use crate::cli::{Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
 use crate::reconcile::{self, App, TickReport};
-use crate::state::{self, store_error, LockedStore, StateStore, StoreError};
+use crate::state::{self, store_error, Bound, Holder, LockedStore, StateStore, StoreError};
 use log::{info, warn};
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
 pub fn now_ms() -> u64 {
@@ -32,6 +32,10 @@ pub(super) struct Env {
     insecure: bool,
     pub(super) app: App,
     state_path: PathBuf,
+    /// The cluster, namespace and app the state must belong to.
+    owner: StateOwner,
+    /// Where the connection settings came from (`flags`, `kubeconfig F (context C)`, …).
+    conn_source: String,
     _sim: Option<SimGuard>,
 }
 
@@ -43,6 +47,7 @@ pub(super) struct Env {
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
+    crate::events::set_enabled(!cli.app.no_events);
     let (flags, sim) = if simulate {
         start_simulator(&cli.conn)?
     } else {
@@ -51,11 +56,18 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
     let namespace = cfg.namespace.clone();
     check_namespace(&namespace)?;
+    super::set_log_context(&app.app_id, &namespace);
     if let Some(p) = &cli.metrics_file {
         crate::metrics::check_path(p).map_err(Error::usage)?;
     }
     let insecure = cfg.tls.insecure_skip_tls_verify;
+    let owner = StateOwner {
+        server: cfg.server.clone(),
+        namespace: namespace.clone(),
+        app_id: app.app_id.clone(),
+    };
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
+    let conn_source = cfg.source.clone();
     let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
@@ -69,6 +81,8 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         insecure,
         app,
         state_path,
+        owner,
+        conn_source,
         _sim: sim,
     })
 }
@@ -94,26 +108,72 @@ fn check_namespace(namespace: &str) -> Result<()> {
 }
 
 impl Env {
-    /// Opens the state store for one tick: the file store takes its lock (exit 3 when
-    /// taken); the ConfigMap store checks for a concurrent writer at its first save.
-    pub(super) fn open_store(&self) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
-        Ok(match &self.store_kind {
-            StateStoreKind::File => Box::new(LockedStore::lock(&self.state_path)?),
+    /// Opens the state store for `command`: the file store takes its lock (exit 3 when
+    /// taken, naming the holder) and writes this process into the lock file; the ConfigMap
+    /// store respects a running loop's holder record, and with `loop_interval` (a `run`
+    /// loop) writes and renews this process's own. The store is bound to this cluster,
+    /// namespace and app ([`Bound`]).
+    pub(super) fn open_store(
+        &self,
+        command: &str,
+        loop_interval: Option<Duration>,
+    ) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
+        let holder = Holder::current(command);
+        let (inner, check_server): (Box<dyn StateStore + '_>, bool) = match &self.store_kind {
+            StateStoreKind::File => (
+                Box::new(LockedStore::lock_as(&self.state_path, &holder)?),
+                true,
+            ),
             StateStoreKind::ConfigMap(name) => {
-                Box::new(ConfigMapStore::new(&self.client, name, &self.app.app_id))
-            }
-        })
-    }
-
-    /// Reads the state without locking (read-only commands).
-    pub(super) fn read_state(&self) -> Result<AllocatorState> {
-        let st = match &self.store_kind {
-            StateStoreKind::File => state::load(&self.state_path),
-            StateStoreKind::ConfigMap(name) => {
-                ConfigMapStore::new(&self.client, name, &self.app.app_id).load()
+                let cm = ConfigMapStore::new(&self.client, name, &self.app.app_id);
+                let cm = match loop_interval {
+                    Some(interval) => cm.holding(holder, interval),
+                    None => cm,
+                };
+                (Box::new(cm), false)
             }
         };
-        Ok(st.map_err(store_error)?.unwrap_or_else(AllocatorState::new))
+        Ok(Box::new(Bound::new(
+            inner,
+            self.owner.clone(),
+            check_server,
+        )))
+    }
+
+    /// Reads the state without locking (read-only commands), checking that it belongs to
+    /// this cluster, namespace and app.
+    pub(super) fn read_state(&self) -> Result<AllocatorState> {
+        let (st, check_server) = match &self.store_kind {
+            StateStoreKind::File => (state::load(&self.state_path), true),
+            StateStoreKind::ConfigMap(name) => (
+                ConfigMapStore::new(&self.client, name, &self.app.app_id)
+                    .read_only()
+                    .load(),
+                false,
+            ),
+        };
+        let st = st.map_err(store_error)?;
+        if let Some(st) = &st {
+            state::check_owner(st, &self.owner, check_server, &self.state_location())
+                .map_err(store_error)?;
+        }
+        Ok(st.unwrap_or_else(AllocatorState::new))
+    }
+
+    /// Adds the API server and the source of the connection settings to an error of an API
+    /// call (exit 1 or 4), so a connection failure says where it tried to connect and why
+    /// there. State file errors are left as they are.
+    pub(super) fn explain(&self, mut e: Error) -> Error {
+        use crate::error::ExitCode;
+        let api = matches!(e.code, ExitCode::Runtime | ExitCode::Refused)
+            && !e.message.starts_with("state file");
+        if api {
+            e.message = format!(
+                "{} [API server {}; connection settings from {}]",
+                e.message, self.owner.server, self.conn_source
+            );
+        }
+        e
     }
 
     /// Where the state lives, for `status`.
@@ -128,13 +188,20 @@ impl Env {
     /// file after it.
     pub(super) fn tick(&self, store: &mut dyn StateStore, change: &Request) -> Result<TickReport> {
         if self.insecure {
+            // Its own target: a security warning is repeated every tick, never collapsed.
             warn!(
+                target: "podalloc::security",
                 "TLS certificate verification is disabled (--insecure-skip-tls-verify): \
                  anyone on the path can impersonate the API server"
             );
         }
         let started = Instant::now();
-        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms());
+        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms())
+            .map(|mut report| {
+                report.error = report.error.map(|e| self.explain(e));
+                report
+            })
+            .map_err(|e| self.explain(e));
         if let Some(path) = &self.metrics_file {
             // After every tick, failed ones too (their API errors are counted).
             let state = match &res {

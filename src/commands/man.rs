@@ -15,11 +15,13 @@ pub(super) fn man() -> Result<()> {
     }
 }
 
-/// `completions SHELL`: prints the completion script on stdout.
+/// `completions SHELL`: prints the completion script on stdout (generated into memory
+/// first: the generator panics on a write error). A closed pipe is not an error.
 pub(super) fn completions(a: &CompletionsArgs) -> Result<()> {
     let mut cmd = <Cli as clap::CommandFactory>::command();
-    clap_complete::generate(a.shell, &mut cmd, "podalloc", &mut std::io::stdout());
-    Ok(())
+    let mut buf: Vec<u8> = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "podalloc", &mut buf);
+    super::print_out(String::from_utf8_lossy(&buf).trim_end_matches('\n'))
 }
 
 /// The man page: the main page, then each command's synopsis, description and options

@@ -10,6 +10,7 @@
 
 mod apps;
 mod change;
+mod elect;
 mod env;
 mod man;
 mod plan;
@@ -45,4 +46,35 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => man::completions(a),
         Command::Man => man::man(),
     }
+}
+
+/// Writes `text` and a newline to stdout. A closed stdout (`podalloc … | head -1`) ends the
+/// output quietly: not an error, no panic. Errors (exit 1): any other write error.
+pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let res = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match res {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::error::Error::runtime(
+            format!("writing to standard output: {e}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The app id and namespace every log line carries once the command has connected (set
+/// once by [`env::connect`]).
+static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// The `(app id, namespace)` of this command's log lines, once connected.
+pub fn log_context() -> Option<&'static (String, String)> {
+    LOG_CONTEXT.get()
+}
+
+/// Sets [`log_context`] (the first call wins).
+pub(crate) fn set_log_context(app_id: &str, namespace: &str) {
+    let _ = LOG_CONTEXT.set((app_id.to_string(), namespace.to_string()));
 }

@@ -29,8 +29,9 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     } else {
         a.pods.display().to_string()
     };
-    let mut snapshot = Snapshot::from_pod_list(&bytes, &app_id)
-        .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
+    let mut snapshot =
+        Snapshot::from_pod_list_for(&bytes, &app_id, settings.executor_container.as_deref())
+            .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
     snapshot.driver = a.driver_phase.as_deref().map(|p| match p {
         "Deleting" => DriverState::Deleting,
         phase => DriverState::of(false, phase),
@@ -64,11 +65,7 @@ pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     for w in &plan.warnings {
         warn!("{w}");
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&plan).expect("plan serializes")
-    );
-    Ok(())
+    super::print_out(&serde_json::to_string_pretty(&plan).expect("plan serializes"))
 }
 
 /// Reads `--state`: the `state` object of a previous plan, or that whole plan output.

@@ -1,10 +1,11 @@
 //! `podalloc reconcile`: one tick (for cron), or with `--dry-run` the plan of the next tick
 //! printed and nothing changed.
 
-use super::env::{connect, finish, now_ms};
+use super::env::{connect, finish, now_ms, Env};
 use crate::alloc::{self, Request};
-use crate::cli::{Cli, ReconcileArgs};
+use crate::cli::{Cli, DryRunOutput, ReconcileArgs};
 use crate::error::{Error, Result};
+use crate::podspec::pod_name;
 use crate::reconcile;
 use crate::state::store_error;
 
@@ -14,22 +15,98 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
         return dry_run(cli, a);
     }
     let env = connect(cli, true)?;
-    let mut store = env.open_store().map_err(store_error)?;
+    let mut store = env.open_store("reconcile", None).map_err(store_error)?;
     let change = Request::target(a.target);
     finish(env.tick(store.as_mut(), &change)?)
 }
 
-/// `--dry-run`: lists, runs the step on the saved state (unlocked), prints the plan JSON.
+/// `--dry-run`: lists, runs the step on the saved state (unlocked), prints the plan JSON
+/// (or the next executor pod, or only the summary; the summary also goes to stderr).
 fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, false)?;
     let state = env.read_state()?;
-    let snapshot = reconcile::list_snapshot(&env.client, &env.app)?;
+    let snapshot = reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
     let request = Request::target(a.target);
     let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
         .map_err(|e| Error::usage(e.to_string()))?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&plan).expect("plan serializes")
+    let summary = summary(&plan);
+    match a.dry_output {
+        DryRunOutput::Plan => {
+            eprintln!("{summary}");
+            super::print_out(&serde_json::to_string_pretty(&plan).expect("plan serializes"))
+        }
+        DryRunOutput::Summary => super::print_out(&summary),
+        DryRunOutput::Pod => {
+            eprintln!("{summary}");
+            let pod = next_pod(&env, &plan)?;
+            super::print_out(&serde_json::to_string_pretty(&pod).expect("pod serializes"))
+        }
+    }
+}
+
+/// The pod the plan's first create would send; without a create, the one for the next
+/// executor id (so a template can be checked at any time). Reads the driver pod for the
+/// ownerReference when `--driver-pod` is given.
+///
+/// Errors (exit 2): no `--template` or `--image`.
+fn next_pod(env: &Env, plan: &alloc::Plan) -> Result<serde_json::Value> {
+    let Some(template) = env.app.template.as_ref() else {
+        return Err(Error::usage(
+            "--output pod needs the executor pod template: --template FILE or --image IMAGE",
+        ));
+    };
+    let (id, name) = match plan.create.first() {
+        Some(c) => (c.executor_id, c.pod_name.clone()),
+        None => {
+            let id = plan.state.last_executor_id + 1;
+            (id, pod_name(&env.app.settings.name_prefix, id))
+        }
+    };
+    let owner = match &env.app.driver_pod {
+        Some(d) => Some(reconcile::read_driver(&env.client, d)?.0),
+        None => None,
+    };
+    Ok(template.build(&env.app.app_id, id, &name, owner.as_ref()))
+}
+
+/// One line for a human: the counts, then what would be created and deleted, and why not
+/// more.
+fn summary(plan: &alloc::Plan) -> String {
+    let s = &plan.summary;
+    let mut out = format!(
+        "dry run: target {} (running {}, pending {}, unacknowledged {})",
+        s.target, s.running, s.pending, s.unacknowledged
     );
-    Ok(())
+    let names = |v: Vec<String>| match v.len() {
+        0..=5 => v.join(", "),
+        n => format!("{}, … ({n} in all)", v[..5].join(", ")),
+    };
+    if !plan.create.is_empty() {
+        let v = plan.create.iter().map(|c| c.pod_name.clone()).collect();
+        out.push_str(&format!(
+            "; would create {}: {}",
+            plan.create.len(),
+            names(v)
+        ));
+    }
+    if !plan.delete.is_empty() {
+        let v = (plan.delete.iter())
+            .map(|d| format!("{} ({})", d.pod_name, d.reason))
+            .collect();
+        out.push_str(&format!(
+            "; would delete {}: {}",
+            plan.delete.len(),
+            names(v)
+        ));
+    }
+    if plan.create.is_empty() && plan.delete.is_empty() {
+        out.push_str("; nothing to do");
+    }
+    if let Some(b) = &plan.blocked {
+        out.push_str(&format!("; blocked: {b}"));
+    }
+    if let Some(h) = &plan.halt {
+        out.push_str(&format!("; halted: {h}"));
+    }
+    out
 }

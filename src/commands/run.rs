@@ -11,11 +11,14 @@ use crate::alloc::Request;
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::error::{Error, ExitCode, Result};
 use crate::reconcile::TickReport;
-use crate::state::{store_error, StoreError};
+use crate::state::{store_error, StateStore, StoreError};
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often a `--leader-elect` standby asks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
 
 /// What the loop does after a failed tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +113,17 @@ impl Progress {
 
 /// `run`, and `scale --wait` (`progress`: the live progress line).
 pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+    run_loop_from(cli, a, progress, None)
+}
+
+/// [`run_loop`] whose first tick makes the request `first` instead (`add --wait`: raise the
+/// target once, then tick until converged).
+pub(super) fn run_loop_from(
+    cli: &Cli,
+    a: &RunArgs,
+    progress: bool,
+    first: Option<Request>,
+) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -123,7 +137,7 @@ pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(cli, a, &progress);
+    let res = run_ticks(cli, a, &progress, first);
     progress.done();
     res
 }
@@ -138,24 +152,60 @@ enum Wake {
     Deadline,
 }
 
-fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
+fn run_ticks(
+    cli: &Cli,
+    a: &RunArgs,
+    progress: &Progress,
+    mut first: Option<Request>,
+) -> Result<()> {
     let env = connect(cli, true)?;
     let shutdown = Shutdown::install()?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
+    // The loop owns the app for its whole life: the file lock is held until it ends, the
+    // ConfigMap's holder record is renewed by every tick's save. Under --leader-elect the
+    // Lease says which replica acts, so no holder record is written.
+    let command = if progress.on { "scale --wait" } else { "run" };
+    let holding = (!a.leader.leader_elect).then_some(interval);
+    let mut store = env.open_store(command, holding).map_err(store_error)?;
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
     let change = Request::target(a.target);
+    // --leader-elect: released when this function returns (dropped), after the last tick.
+    let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;
+    let mut log = TickLog {
+        last: None,
+        at: Instant::now(),
+        every: a.log_every,
+    };
     loop {
-        ticks += 1;
-        if tick_once(&env, &change, ticks, progress)? && a.until_converged {
+        // Leader election hook: a standby skips the tick and looks again soon.
+        let acting = super::elect::may_act(leader.as_ref(), cli, &env);
+        let mut done = None;
+        if acting {
+            ticks += 1;
+            // `first` until a tick has saved it (a tick that failed before saving retries it).
+            let request = first.as_ref().unwrap_or(&change);
+            done = tick_once(&env, store.as_mut(), request, ticks, progress, &mut log)?;
+            if done.is_some() {
+                first = None;
+            }
+        }
+        if done.as_ref().is_some_and(|d| d.converged) && a.until_converged {
             info!(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
             );
             return Ok(());
         }
-        match wait(Instant::now() + interval, deadline, &shutdown) {
+        // The plan says when time alone changes something (a creation deadline, the end of a
+        // back-off): come back then if that is sooner than the interval.
+        let next = match (acting, done.and_then(|d| d.requeue)) {
+            (false, _) => interval.min(STANDBY_POLL),
+            (true, Some(due)) => due.min(interval),
+            (true, None) => interval,
+        };
+        match wait(Instant::now() + next, deadline, &shutdown) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
@@ -172,32 +222,87 @@ fn run_ticks(cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     }
 }
 
-/// One tick of the loop. Returns whether the app has converged; a tick skipped because
-/// another run holds the state, or failed with an error [`after_error`] retries, counts as
-/// not converged.
-fn tick_once(env: &Env, change: &Request, ticks: u64, progress: &Progress) -> Result<bool> {
-    let mut store = match env.open_store() {
-        Err(StoreError::Locked(p)) => {
-            warn!(
-                "tick {ticks}: another podalloc run holds {}; skipped",
-                p.display()
-            );
-            return Ok(false);
-        }
-        Err(e) => return Err(store_error(e)),
-        Ok(store) => store,
-    };
-    let report = match env.tick(store.as_mut(), change) {
+/// What one tick of the loop found.
+struct TickDone {
+    /// The app has converged.
+    converged: bool,
+    /// When the plan wants the next tick at the latest ([`TickReport::requeue_after_ms`]).
+    requeue: Option<Duration>,
+}
+
+/// One tick of the loop, or `None` when it failed before saving with an error
+/// [`after_error`] retries (not converged either). A store that someone else now owns
+/// ([`StateStore::claim`]: a fresh holder record of another loop) ends the loop with exit 3.
+fn tick_once(
+    env: &Env,
+    store: &mut dyn StateStore,
+    change: &Request,
+    ticks: u64,
+    progress: &Progress,
+    log: &mut TickLog,
+) -> Result<Option<TickDone>> {
+    match store.claim() {
+        Ok(()) => {}
+        Err(e @ StoreError::Owned(_)) => return Err(store_error(e)),
+        Err(e) => return handle_error(store_error(e), ticks).map(|()| None),
+    }
+    let report = match env.tick(store, change) {
         Ok(report) => report,
-        Err(e) => return handle_error(e, ticks).map(|()| false),
+        Err(e) => return handle_error(e, ticks).map(|()| None),
     };
-    info!("tick {ticks}: {}", report.line());
+    log.log(ticks, &report);
     progress.show(&report);
-    let converged = report.converged();
+    let done = TickDone {
+        converged: report.converged(),
+        requeue: report.requeue_after_ms.map(Duration::from_millis),
+    };
     if let Some(e) = report.error {
         handle_error(e, ticks)?;
     }
-    Ok(converged)
+    Ok(Some(done))
+}
+
+/// Which tick summary lines are logged at info level: a tick whose line differs from the
+/// last one logged, that created or deleted pods or failed, and one every `every` (a
+/// heartbeat); the others at debug level. The line's counts are also key-values of the
+/// record (JSON logs: fields).
+struct TickLog {
+    /// The last line logged at info level.
+    last: Option<String>,
+    /// When it was logged.
+    at: Instant,
+    /// The heartbeat (`--log-every`).
+    every: Duration,
+}
+
+impl TickLog {
+    fn log(&mut self, ticks: u64, report: &TickReport) {
+        let line = report.line();
+        let changed = self.last.as_deref() != Some(line.as_str())
+            || report.created > 0
+            || report.deleted > 0
+            || report.error.is_some();
+        let level = if changed || self.at.elapsed() >= self.every {
+            self.last = Some(line.clone());
+            self.at = Instant::now();
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
+        let s = &report.plan.summary;
+        log::log!(
+            level,
+            tick = ticks,
+            target = s.target,
+            running = s.running,
+            pending = s.pending,
+            unacknowledged = report.unacknowledged,
+            created = report.created,
+            deleted = report.deleted,
+            failed = s.failed;
+            "tick {ticks}"
+        );
+    }
 }
 
 /// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that

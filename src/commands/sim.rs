@@ -75,6 +75,7 @@ pub(super) fn start_simulator(c: &ConnArgs) -> Result<(ConnectionFlags, Option<S
         token: Some(token),
         certificate_authority: Some(ca),
         namespace: c.namespace.clone().or(Some("default".into())),
+        flags_only: true,
         ..ConnectionFlags::default()
     };
     Ok((

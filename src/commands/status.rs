@@ -1,11 +1,13 @@
 //! `podalloc status`: the counts of the app's executors and whether they have converged.
 //! Read-only: no lock, no save, no API writes.
 
-use super::env::connect;
+use super::env::{connect, now_ms};
+use crate::alloc::{self, Request};
 use crate::cli::{Cli, Output, StatusArgs};
 use crate::error::Result;
 use crate::reconcile;
 use crate::snapshot::ExecutorState;
+use std::collections::BTreeMap;
 
 /// Counts shown by `status`.
 #[derive(serde::Serialize, Debug, Default)]
@@ -34,26 +36,93 @@ pub struct StatusCounts {
     pub unknown: u32,
     /// The highest executor id handed out or seen.
     pub last_executor_id: u64,
-    /// running = target, nothing pending or unacknowledged.
+    /// The app has converged, as the allocation step defines it
+    /// ([`crate::alloc::Summary::converged`]): running = target with nothing pending,
+    /// unacknowledged or planned.
     pub converged: bool,
+    /// Why nothing would be created although the target is not reached (the plan's
+    /// `blocked`), if so.
+    pub blocked: Option<crate::alloc::Blocked>,
+    /// Why the app is not converged, one sentence each (empty when converged).
+    pub not_converged_because: Vec<String>,
+    /// Executor ids by state (`running`, `pending`, `failed`, `succeeded`, `deleted`,
+    /// `unknown`): the ids `podalloc remove` takes.
+    pub executors: BTreeMap<ExecutorState, Vec<u64>>,
     /// Totals across ticks: executors created/deleted, API errors by code, last success.
     pub counters: crate::alloc::Counters,
     /// The quota back-off in force, if any.
     pub create_backoff: Option<crate::alloc::Backoff>,
+    /// The leader-election Lease, when one exists (`run --leader-elect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderInfo>,
 }
 
-/// Lists the app's pods, reads the state (unlocked) and prints the counts. Changes nothing.
+/// The leader-election Lease as `status` shows it.
+#[derive(serde::Serialize, Debug, Default)]
+pub struct LeaderInfo {
+    /// The Lease name.
+    pub lease: String,
+    /// `spec.holderIdentity`; empty when released.
+    pub holder: String,
+    /// `spec.renewTime` (RFC 3339, microseconds).
+    pub renew_time: String,
+    /// `spec.leaseTransitions`.
+    pub transitions: u64,
+}
+
+/// Reads the app's Lease (`--leader-elect-resource-name`, else `podalloc-<app id>`);
+/// `None` when there is none or it cannot be read (logged at debug: RBAC may not grant
+/// leases to a read-only user).
+fn leader_info(env: &super::env::Env, name: Option<&str>) -> Result<Option<LeaderInfo>> {
+    let name = super::elect::lease_name(name, &env.app.app_id)?;
+    match env.client.get_lease(&name) {
+        Ok(Some(v)) => {
+            let r = crate::leader::Observed::from_lease(&v).record;
+            Ok(Some(LeaderInfo {
+                lease: name,
+                holder: r.holder_identity,
+                renew_time: r.renew_time,
+                transitions: r.lease_transitions,
+            }))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => {
+            log::debug!("no leader shown: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Lists the app's pods, reads the state (unlocked), runs the allocation step on them
+/// (nothing is applied or saved) and prints the counts, whether the app has converged and
+/// why not. Changes nothing.
 pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
     let env = connect(cli, false)?;
     let state = env.read_state()?;
-    let snap = reconcile::list_snapshot(&env.client, &env.app)?;
+    let snap = reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
     let count = |s| snap.count(s) as u32;
     let unack = state
         .unacknowledged
         .iter()
         .filter(|u| !snap.executors.contains_key(&u.executor_id))
         .count() as u32;
-    let mut c = StatusCounts {
+    let mut executors: BTreeMap<ExecutorState, Vec<u64>> = BTreeMap::new();
+    for (id, pod) in &snap.executors {
+        executors.entry(pod.state).or_default().push(*id);
+    }
+    // The one definition of "converged": the step's own, on this snapshot and state.
+    let plan = alloc::step(
+        &snap,
+        &state,
+        &env.app.settings,
+        &Request::target(None),
+        now_ms(),
+    );
+    let (converged, blocked, why) = match &plan {
+        Ok(plan) => (plan.summary.converged, plan.blocked.clone(), reasons(plan)),
+        Err(e) => (false, None, vec![e.to_string()]),
+    };
+    let c = StatusCounts {
         app_id: env.app.app_id.clone(),
         namespace: env.client.namespace().to_string(),
         state_file: env.state_location(),
@@ -66,32 +135,87 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         deleting: count(ExecutorState::Deleted),
         unknown: count(ExecutorState::Unknown),
         last_executor_id: state.last_executor_id.max(snap.max_id()),
-        converged: false,
+        converged,
+        blocked,
+        not_converged_because: why,
+        executors,
         counters: state.counters.clone(),
         create_backoff: state.create_backoff.clone(),
+        leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
     };
-    c.converged = state.target == Some(c.running) && c.pending == 0 && c.unacknowledged == 0;
     match a.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&c).expect("serializes")),
-        Output::Text => {
-            let target = c.target.map_or("unset".to_string(), |t| t.to_string());
-            println!(
-                "app {} in namespace {} (state {})",
-                c.app_id, c.namespace, c.state_file
-            );
-            println!(
-                "target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}",
-                c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
-            );
-            println!(
-                "{}",
-                if c.converged {
-                    "converged"
-                } else {
-                    "not converged"
-                }
-            );
-        }
+        Output::Json => super::print_out(&serde_json::to_string_pretty(&c).expect("serializes")),
+        Output::Text => super::print_out(&text(&c)),
     }
-    Ok(())
+}
+
+/// Why the plan says the app is not converged: the blocked reason, then what the next tick
+/// would do and what it waits for. Empty when converged.
+fn reasons(plan: &alloc::Plan) -> Vec<String> {
+    let s = &plan.summary;
+    if s.converged {
+        return Vec::new();
+    }
+    let mut why = Vec::new();
+    if let Some(b) = &plan.blocked {
+        why.push(format!("creation is blocked: {b}"));
+    }
+    if let Some(h) = &plan.halt {
+        why.push(format!("the crash-loop guard halted creation: {h}"));
+    }
+    if s.running < s.target {
+        why.push(format!("running {} of target {}", s.running, s.target));
+    } else if s.running > s.target {
+        why.push(format!("running {} above target {}", s.running, s.target));
+    }
+    if s.pending > 0 {
+        why.push(format!("{} pending", s.pending));
+    }
+    if s.unacknowledged > 0 {
+        why.push(format!("{} created but not yet seen", s.unacknowledged));
+    }
+    if s.created > 0 || s.deleted > 0 {
+        why.push(format!(
+            "the next tick would create {} and delete {}",
+            s.created, s.deleted
+        ));
+    }
+    why
+}
+
+/// The text output: the app, the counts, the ids by state, converged or why not.
+fn text(c: &StatusCounts) -> String {
+    let target = c.target.map_or("unset".to_string(), |t| t.to_string());
+    let mut out = format!(
+        "app {} in namespace {} (state {})\n\
+         target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}\n",
+        c.app_id, c.namespace, c.state_file,
+        c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
+    );
+    for (state, ids) in &c.executors {
+        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+        let name = serde_json::to_value(state).expect("serializes");
+        out.push_str(&format!(
+            "{}: {}\n",
+            name.as_str().unwrap_or("?"),
+            ids.join(" ")
+        ));
+    }
+    if let Some(l) = &c.leader {
+        let holder = match l.holder.is_empty() {
+            true => "none (released)",
+            false => &l.holder,
+        };
+        out.push_str(&format!(
+            "leader: {holder} (lease {}, renewed {}, {} transitions)\n",
+            l.lease, l.renew_time, l.transitions
+        ));
+    }
+    if c.converged {
+        out.push_str("converged");
+    } else {
+        out.push_str("not converged: ");
+        out.push_str(&c.not_converged_because.join("; "));
+    }
+    out
 }

@@ -299,7 +299,12 @@ pub struct KubeClient {
     options: ClientOptions,
     stats: Mutex<ClientStats>,
     rng: AtomicU64,
+    /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
+    write_fence: std::sync::OnceLock<WriteFence>,
 }
+
+/// Says whether this process may still write (true) or has lost its leader lease (false).
+pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -325,6 +330,50 @@ struct Response {
     status: u16,
     body: Vec<u8>,
     retry_after: Option<u64>,
+    /// The `Warning` response headers' texts (RFC 7234 warn-text, unquoted): what the API
+    /// server says about a request it accepted, e.g. an unknown field under
+    /// `fieldValidation=Warn`.
+    warnings: Vec<String>,
+}
+
+/// The `fieldValidation` query parameter of a create (KEP-2885, Kubernetes 1.25+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// An unknown or duplicate field fails the request (400 BadRequest).
+    Strict,
+    /// The request succeeds; each unknown field comes back as a `Warning` header.
+    Warn,
+    /// Unknown fields are dropped silently (the behaviour before 1.25).
+    Ignore,
+}
+
+impl FieldValidation {
+    /// The parameter's value: `Strict`, `Warn` or `Ignore`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldValidation::Strict => "Strict",
+            FieldValidation::Warn => "Warn",
+            FieldValidation::Ignore => "Ignore",
+        }
+    }
+}
+
+/// The text of one `Warning` header value as the API server writes it:
+/// `299 - "unknown field \"spec.foo\""` → `unknown field "spec.foo"` (code 299, agent `-`,
+/// a quoted string with backslash escapes; client-go's `ParseWarningHeader`). `None` for
+/// any other shape.
+pub fn warning_text(header: &str) -> Option<String> {
+    let rest = header.trim().strip_prefix("299")?.trim_start();
+    let rest = rest.strip_prefix('-')?.trim_start();
+    let mut chars = rest.strip_prefix('"')?.chars();
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '\\' => out.push(chars.next()?),
+            '"' => return Some(out),
+            c => out.push(c),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -661,6 +710,7 @@ impl KubeClient {
             options,
             stats: Mutex::new(ClientStats::default()),
             rng: AtomicU64::new(seed),
+            write_fence: std::sync::OnceLock::new(),
         };
         // Reads a token file, or runs an exec plugin (which may replace the agent).
         client.bearer(true)?;
@@ -922,29 +972,40 @@ impl KubeClient {
 
     fn auth_error(&self, resp: &Response) -> KubeError {
         let status = ApiStatus::from_body(401, &resp.body, None);
+        // The server's own message, unless it only repeats the reason.
+        let detail = match status.message.trim() {
+            m if m.is_empty() || m.eq_ignore_ascii_case("unauthorized") => String::new(),
+            m => format!(": {m}"),
+        };
+        // `--token flag` → `the --token flag`; other sources name themselves.
+        let the = |source: &str| {
+            if source.ends_with(" flag") {
+                format!("the {source}")
+            } else {
+                source.to_string()
+            }
+        };
         let what = match &self.credential {
             Credential::None => format!(
-                "the server requires credentials (401 Unauthorized: {}), but {} gives none: \
-                 pass --token or --token-file, or use a kubeconfig user with credentials",
-                status.message, self.source
+                "the API server requires credentials (401 Unauthorized{detail}), but {} gives \
+                 none: pass --token or --token-file, or use a kubeconfig user with credentials",
+                self.source
             ),
             Credential::Token { source, .. } => format!(
-                "the token from {source} was rejected (401 Unauthorized: {}): get a fresh \
-                 token or check the user",
-                status.message
+                "the token from {} was rejected by the API server (401 Unauthorized{detail}): \
+                 get a fresh token, or check that this user may use the cluster",
+                the(source)
             ),
             Credential::TokenFile { path, source } => format!(
-                "token file {} ({source}) was rejected (401 Unauthorized: {}), also after \
+                "token file {} ({source}) was rejected (401 Unauthorized{detail}), also after \
                  re-reading it: refresh the token or check the service account",
-                path.display(),
-                status.message
+                path.display()
             ),
             Credential::Exec(exec) => format!(
-                "the credential from {} was rejected (401 Unauthorized: {}), also after \
+                "the credential from {} was rejected (401 Unauthorized{detail}), also after \
                  re-running the plugin: check its args and env (profile, cluster name, \
                  tenant) and that this identity may use the cluster",
-                exec.describe(),
-                status.message
+                exec.describe()
             ),
         };
         KubeError::Auth(what)
@@ -1001,9 +1062,15 @@ impl KubeClient {
         if let Some(t) = token {
             b = b.header("Authorization", format!("Bearer {t}"));
         }
+        // A PATCH body is a strategic merge patch (what client-go's event sink sends);
+        // everything else is a whole object.
+        let content_type = match req.method {
+            Method::PATCH => "application/strategic-merge-patch+json",
+            _ => "application/json",
+        };
         let sent = match &req.body {
             Some(body) => b
-                .header("Content-Type", "application/json")
+                .header("Content-Type", content_type)
                 .body(body.clone())
                 .map(|r| agent.run(r)),
             None => b.body(()).map(|r| agent.run(r)),
@@ -1021,6 +1088,13 @@ impl KubeClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok());
+        let warnings = resp
+            .headers()
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(warning_text)
+            .collect();
         let body = if status < 300 {
             resp.body_mut()
                 .with_config()
@@ -1042,6 +1116,7 @@ impl KubeClient {
             status,
             body,
             retry_after,
+            warnings,
         })
     }
 
@@ -1049,6 +1124,7 @@ impl KubeClient {
     /// plugin once after a 401 (client-go's `ResettableTokenSource` and exec authenticator).
     /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+        self.check_write_fence(req)?;
         let host = Uri::try_from(req.url.as_str())
             .ok()
             .and_then(|u| u.host().map(str::to_string))
@@ -1084,6 +1160,8 @@ impl KubeClient {
             };
             std::thread::sleep(delay);
             attempt += 1;
+            // A retried write is asked again: leadership may have ended while it waited.
+            self.check_write_fence(req)?;
         }
     }
 
@@ -1448,6 +1526,185 @@ impl KubeClient {
         match resp.status {
             404 => Ok(Deleted::NotFound),
             200..=299 => Ok(Deleted::Deleted),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    /// Installs the leader-election fence: from now on every request other than a GET and
+    /// other than a Lease call (`/apis/coordination.k8s.io/`) first asks `fence`, and is
+    /// not sent when it answers false (also before each retry). Installed once; a second
+    /// call is ignored. The refused call fails with [`KubeError::Transport`] (kind `Other`,
+    /// nothing was sent), which the tick treats like any failed call.
+    pub fn set_write_fence(&self, fence: WriteFence) {
+        let _ = self.write_fence.set(fence);
+    }
+
+    /// The fence check of [`KubeClient::set_write_fence`] for one request.
+    fn check_write_fence(&self, req: &Request<'_>) -> Result<(), KubeError> {
+        let Some(fence) = self.write_fence.get() else {
+            return Ok(());
+        };
+        if req.method == Method::GET || req.url.contains("/apis/coordination.k8s.io/") {
+            return Ok(());
+        }
+        if fence() {
+            return Ok(());
+        }
+        Err(KubeError::Transport {
+            verb: req.verb.to_string(),
+            kind: TransportKind::Other,
+            message: "not sent: this process no longer holds the leader lease".to_string(),
+        })
+    }
+
+    /// Another client for the same cluster and credentials with other options (e.g. the
+    /// short timeouts of leader election). Errors as [`KubeClient::with_options`].
+    pub fn derive(&self, options: ClientOptions) -> Result<KubeClient, KubeError> {
+        KubeClient::with_options(self.cfg.clone(), options)
+    }
+
+    fn leases_url(&self) -> String {
+        format!(
+            "{}/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    /// Reads Lease `name` (`GET /apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME`):
+    /// `Ok(None)` on 404. Used by leader election.
+    ///
+    /// Errors: [`KubeError::Api`] (403 when RBAC lacks leases get), `Transport`, `Auth`,
+    /// `Decode`.
+    pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get lease {name}");
+        let url = format!("{}/{}", self.leases_url(), encode_component(name));
+        self.get_object(url, &verb, &format!("lease {name}"))
+    }
+
+    /// Creates a Lease (`POST .../leases`); 409 AlreadyExists when another candidate
+    /// created it first. Returns the Lease as stored (with `resourceVersion`).
+    ///
+    /// Errors: [`KubeError::Api`] (409, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn create_lease(&self, lease: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = lease["metadata"]["name"].as_str().unwrap_or("");
+        let verb = format!("create lease {name}");
+        self.write_object(Method::POST, self.leases_url(), lease, &verb)
+    }
+
+    /// Replaces Lease `name` (`PUT .../leases/NAME`). With `metadata.resourceVersion` set
+    /// the API server applies it only to that version and answers 409 Conflict otherwise
+    /// (optimistic concurrency: another candidate wrote first).
+    ///
+    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`, `Decode`.
+    pub fn update_lease(
+        &self,
+        name: &str,
+        lease: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let verb = format!("update lease {name}");
+        let url = format!("{}/{}", self.leases_url(), encode_component(name));
+        self.write_object(Method::PUT, url, lease, &verb)
+    }
+
+    /// Deletes Lease `name` (`DELETE .../leases/NAME`). 2xx → [`Deleted::Deleted`], 404 →
+    /// [`Deleted::NotFound`].
+    ///
+    /// Errors: [`KubeError::Api`] (403), `Transport`, `Auth`.
+    pub fn delete_lease(&self, name: &str) -> Result<Deleted, KubeError> {
+        let verb = format!("delete lease {name}");
+        let req = Request {
+            method: Method::DELETE,
+            url: format!("{}/{}", self.leases_url(), encode_component(name)),
+            body: None,
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            404 => Ok(Deleted::NotFound),
+            200..=299 => Ok(Deleted::Deleted),
+            _ => Err(Self::api_error(&verb, &resp)),
+        }
+    }
+
+    fn events_url(&self) -> String {
+        format!(
+            "{}/api/v1/namespaces/{}/events",
+            self.base,
+            encode_component(&self.namespace)
+        )
+    }
+
+    /// Creates a core/v1 Event (`POST .../events`); 409 AlreadyExists when the name is
+    /// taken.
+    ///
+    /// Errors: [`KubeError::Api`] (409, 403 when RBAC lacks events create, 422),
+    /// `Transport`, `Auth`, `Decode`.
+    pub fn create_event(&self, event: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+        let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let verb = format!("create event {name}");
+        self.write_object(Method::POST, self.events_url(), event, &verb)
+    }
+
+    /// Reads Event `name`: `Ok(None)` on 404.
+    ///
+    /// Errors: [`KubeError::Api`], `Transport`, `Auth`, `Decode`.
+    pub fn get_event(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        let verb = format!("get event {name}");
+        let url = format!("{}/{}", self.events_url(), encode_component(name));
+        self.get_object(url, &verb, &format!("event {name}"))
+    }
+
+    /// Patches Event `name` with a strategic merge patch (`PATCH .../events/NAME`,
+    /// `application/strategic-merge-patch+json`), as client-go's event sink updates a
+    /// repeated event's `count`, `lastTimestamp` and `message`.
+    ///
+    /// Errors: [`KubeError::Api`] (404 when the event is gone, 403 when RBAC lacks events
+    /// patch), `Transport`, `Auth`, `Decode`.
+    pub fn patch_event(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let verb = format!("patch event {name}");
+        let url = format!("{}/{}", self.events_url(), encode_component(name));
+        self.write_object(Method::PATCH, url, patch, &verb)
+    }
+
+    /// Creates a pod with server-side field validation (`?fieldValidation=Strict|Warn`,
+    /// Kubernetes 1.25+; KEP-2885): under `Strict` an unknown or duplicate field is a 400
+    /// BadRequest (`strict decoding error: unknown field "spec.foo"`) instead of being
+    /// dropped; under `Warn` the pod is created and the server's `Warning` headers are
+    /// returned with it. A server older than 1.25 ignores the parameter (then neither
+    /// happens).
+    ///
+    /// Errors: as [`KubeClient::create_pod`].
+    pub fn create_pod_validated(
+        &self,
+        pod: &serde_json::Value,
+        validation: FieldValidation,
+    ) -> Result<(serde_json::Value, Vec<String>), KubeError> {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        let verb = format!("create pod {name}");
+        let body = serde_json::to_vec(pod).map_err(|e| KubeError::Decode {
+            what: format!("the body of {verb}"),
+            message: e.to_string(),
+        })?;
+        let req = Request {
+            method: Method::POST,
+            url: format!(
+                "{}?fieldValidation={}",
+                self.pods_url(),
+                validation.as_str()
+            ),
+            body: Some(body),
+            verb: &verb,
+            limit: self.options.body_limit,
+        };
+        let resp = self.execute(&req)?;
+        match resp.status {
+            200..=299 => Ok((Self::decode_json(&verb, &resp.body)?, resp.warnings)),
             _ => Err(Self::api_error(&verb, &resp)),
         }
     }

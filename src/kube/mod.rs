@@ -37,8 +37,9 @@ mod tests;
 mod testutil;
 
 pub use client::{
-    encode_component, ClientOptions, ClientStats, Deleted, KubeClient, ListStats, PageSink,
-    RetryPolicy, Timeouts, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
+    encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,
+    KubeClient, ListStats, PageSink, RetryPolicy, Timeouts, MAX_LIST_RESTARTS,
+    UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };
 pub use config::{
     resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,

@@ -1199,7 +1199,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     assert!(
         msg.starts_with(
             "the credential from exec plugin \"./plugin.sh\" (user \"u\" in kubeconfig /k) was \
-             rejected (401 Unauthorized: Unauthorized), also after re-running the plugin"
+             rejected (401 Unauthorized), also after re-running the plugin"
         ),
         "{msg}"
     );

@@ -15,9 +15,13 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::configmap;
+use super::discovery;
+use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
+use super::lease;
 use super::pod::{self, Phase};
+use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{
@@ -96,6 +100,17 @@ enum Route<'a> {
     CmGet(&'a str, &'a str),
     CmUpdate(&'a str, &'a str),
     CmDelete(&'a str, &'a str),
+    LeaseCreate(&'a str),
+    LeaseGet(&'a str, &'a str),
+    LeaseUpdate(&'a str, &'a str),
+    LeaseDelete(&'a str, &'a str),
+    EvList(Option<&'a str>),
+    EvCreate(&'a str),
+    EvGet(&'a str, &'a str),
+    EvPatch(&'a str, &'a str),
+    NsList,
+    NsGet(&'a str),
+    NsCreate,
 }
 
 impl<'a> Route<'a> {
@@ -113,6 +128,17 @@ impl<'a> Route<'a> {
             Route::CmGet(..) => "cm-get",
             Route::CmUpdate(..) => "cm-update",
             Route::CmDelete(..) => "cm-delete",
+            Route::LeaseCreate(_) => "lease-create",
+            Route::LeaseGet(..) => "lease-get",
+            Route::LeaseUpdate(..) => "lease-update",
+            Route::LeaseDelete(..) => "lease-delete",
+            Route::EvList(_) => "ev-list",
+            Route::EvCreate(_) => "ev-create",
+            Route::EvGet(..) => "ev-get",
+            Route::EvPatch(..) => "ev-patch",
+            Route::NsList => "ns-list",
+            Route::NsGet(_) => "ns-get",
+            Route::NsCreate => "ns-create",
         }
     }
 
@@ -130,12 +156,35 @@ impl<'a> Route<'a> {
             Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
             Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
             Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
+            Route::LeaseCreate(ns) => ("create", "leases", Some(ns), ""),
+            Route::LeaseGet(ns, n) => ("get", "leases", Some(ns), n),
+            Route::LeaseUpdate(ns, n) => ("update", "leases", Some(ns), n),
+            Route::LeaseDelete(ns, n) => ("delete", "leases", Some(ns), n),
+            Route::EvList(ns) => ("list", "events", ns, ""),
+            Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
+            Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
+            Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
+            Route::NsList => ("list", "namespaces", None, ""),
+            Route::NsGet(n) => ("get", "namespaces", None, n),
+            Route::NsCreate => ("create", "namespaces", None, ""),
+        }
+    }
+
+    /// The namespace a create writes into (creates in a namespace that does not exist are
+    /// refused by the NamespaceLifecycle admission plugin).
+    fn creates_in(self) -> Option<&'a str> {
+        match self {
+            Route::PodCreate(ns) | Route::CmCreate(ns) | Route::EvCreate(ns) => Some(ns),
+            _ => None,
         }
     }
 }
 
 fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
     let bad_method = || Err(ApiError::method_not_allowed());
+    if let ["apis", "coordination.k8s.io", "v1", "namespaces", ns, ref rest @ ..] = *segs {
+        return lease_route(method, ns, rest);
+    }
     match *segs {
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => match method {
             "GET" => Ok(Route::PodList(Some(ns))),
@@ -172,6 +221,31 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
         }
         ["api", "v1", "configmaps"] => match method {
             "GET" => Ok(Route::CmList(None)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "events"] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::EvList(Some(ns))),
+            "POST" => Ok(Route::EvCreate(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns, "events", name] if !ns.is_empty() && !name.is_empty() => {
+            match method {
+                "GET" => Ok(Route::EvGet(ns, name)),
+                "PATCH" => Ok(Route::EvPatch(ns, name)),
+                _ => bad_method(),
+            }
+        }
+        ["api", "v1", "namespaces"] => match method {
+            "GET" => Ok(Route::NsList),
+            "POST" => Ok(Route::NsCreate),
+            _ => bad_method(),
+        },
+        ["api", "v1", "namespaces", ns] if !ns.is_empty() => match method {
+            "GET" => Ok(Route::NsGet(ns)),
+            _ => bad_method(),
+        },
+        ["api", "v1", "events"] => match method {
+            "GET" => Ok(Route::EvList(None)),
             _ => bad_method(),
         },
         _ => Err(ApiError::path_not_found()),
@@ -247,14 +321,24 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
 /// The RBAC authorizer's 403 (`ForbiddenStatusError`).
 fn rbac_denied(user: &str, r: Route<'_>) -> ApiError {
     let (verb, resource, ns, name) = r.rbac();
+    let group = if resource == "leases" {
+        "coordination.k8s.io"
+    } else {
+        ""
+    };
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
     let scope = match ns {
         Some(ns) => format!("in the namespace \"{ns}\""),
         None => "at the cluster scope".to_string(),
     };
     ApiError::forbidden(
-        resource,
+        &qualified,
         name,
-        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" {scope}"),
+        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"),
     )
 }
 
@@ -266,7 +350,7 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
             "invalid URL escape in path",
         )));
         shared.requests.fetch_add(1, Ordering::Relaxed);
-        record(shared, req, None, None, &reply);
+        record(shared, req, None, None, None, &reply);
         return reply;
     };
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
@@ -277,16 +361,44 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let mut verb = None;
     let mut fault = None;
-    let reply = handle_api(shared, req, &segs, client_user, &mut verb, &mut fault);
-    record(shared, req, verb, fault.as_ref(), &reply);
+    let user = client_user.or_else(|| token_user(shared, req));
+    let reply = handle_api(shared, req, &segs, user, &mut verb, &mut fault);
+    let logged_user = user.filter(|_| verb.is_some() || fault.is_some());
+    record(shared, req, verb, logged_user, fault.as_ref(), &reply);
     reply
+}
+
+/// The user a bearer token authenticates as: the server's token, or one of
+/// `SimOptions::users`.
+fn token_user<'a>(shared: &'a Shared, req: &Request) -> Option<&'a str> {
+    if authorized(shared.token.as_deref(), req) {
+        return Some(TOKEN_USER);
+    }
+    shared
+        .users
+        .iter()
+        .find(|(token, _)| authorized(Some(token), req))
+        .map(|(_, user)| user.as_str())
+}
+
+/// A user cut off by `SimServer::cut_off`: waits until the cut ends (or the server stops)
+/// and answers the request timeout's 504, having done nothing. `None` when not cut off.
+fn cut_off_reply(shared: &Shared, user: &str) -> Option<Reply> {
+    let until = *relock(&shared.cuts).get(user)?;
+    if Instant::now() >= until {
+        return None;
+    }
+    while Instant::now() < until && !shared.stopping.load(Ordering::Relaxed) {
+        std::thread::sleep((until - Instant::now()).min(std::time::Duration::from_millis(50)));
+    }
+    Some(Reply::Send(timeout_response()))
 }
 
 fn handle_api(
     shared: &Shared,
     req: &Request,
     segs: &[&str],
-    client_user: Option<&str>,
+    user: Option<&str>,
     verb_out: &mut Option<&'static str>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
@@ -305,11 +417,16 @@ fn handle_api(
     if segs.first() == Some(&"api") && !shared.latency.is_zero() {
         std::thread::sleep(shared.latency);
     }
-    let user = match client_user {
-        Some(u) => u,
-        None if authorized(shared.token.as_deref(), req) => TOKEN_USER,
-        None => return send(Err(ApiError::unauthorized())),
+    let Some(user) = user else {
+        return send(Err(ApiError::unauthorized()));
     };
+    if let Some(reply) = cut_off_reply(shared, user) {
+        *fault_out = Some(Fault::Timeout);
+        return reply;
+    }
+    if let Some(resp) = discovery::discovery(req, segs).or_else(|| discovery::openapi(req, segs)) {
+        return Reply::Send(resp);
+    }
     let r = match route(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
@@ -333,8 +450,48 @@ fn handle_api(
     if shared.forbid.iter().any(|v| v == verb) {
         return send(Err(rbac_denied(user, r)));
     }
+    if let Some(ns) = r.creates_in() {
+        if !shared.namespace_exists(ns) {
+            return send(Err(ApiError::namespace_not_found(ns)));
+        }
+    }
     let now = Instant::now();
-    let result = match r {
+    let result = dispatch(shared, req, r, now);
+    let resp = result.unwrap_or_else(error_response);
+    match fault {
+        Some(Fault::LostResponse) => Reply::Drop,
+        Some(Fault::Truncate) => Reply::Truncate(resp),
+        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
+        _ => Reply::Send(resp),
+    }
+}
+
+/// The Lease routes under `/apis/coordination.k8s.io/v1/namespaces/NS/` (`rest`: what follows).
+fn lease_route<'a>(method: &str, ns: &'a str, rest: &[&'a str]) -> Result<Route<'a>, ApiError> {
+    let bad_method = || Err(ApiError::method_not_allowed());
+    match *rest {
+        ["leases"] if !ns.is_empty() => match method {
+            "POST" => Ok(Route::LeaseCreate(ns)),
+            _ => bad_method(),
+        },
+        ["leases", name] if !ns.is_empty() && !name.is_empty() => match method {
+            "GET" => Ok(Route::LeaseGet(ns, name)),
+            "PUT" => Ok(Route::LeaseUpdate(ns, name)),
+            "DELETE" => Ok(Route::LeaseDelete(ns, name)),
+            _ => bad_method(),
+        },
+        _ => Err(ApiError::path_not_found()),
+    }
+}
+
+/// Runs the handler of an authenticated, authorized request.
+fn dispatch(
+    shared: &Shared,
+    req: &Request,
+    r: Route<'_>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    match r {
         Route::PodList(ns) => list(shared, req, ns, now),
         Route::PodCreate(ns) => create(shared, req, ns, now),
         Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
@@ -348,13 +505,19 @@ fn handle_api(
             .map(|v| Response::json(200, configmap::object_json(&v))),
         Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
         Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
-    };
-    let resp = result.unwrap_or_else(error_response);
-    match fault {
-        Some(Fault::LostResponse) => Reply::Drop,
-        Some(Fault::Truncate) => Reply::Truncate(resp),
-        Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
-        _ => Reply::Send(resp),
+        Route::LeaseCreate(_)
+        | Route::LeaseGet(..)
+        | Route::LeaseUpdate(..)
+        | Route::LeaseDelete(..) => lease_call(shared, req, r),
+        Route::EvList(ns) => ev_list(shared, req, ns),
+        Route::EvCreate(ns) => ev_create(shared, req, ns, now),
+        Route::EvGet(ns, name) => relock(&shared.events)
+            .get(ns, name)
+            .map(|v| Response::json(200, events::object_json(&v))),
+        Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
+        Route::NsList => Ok(ns_list(shared, req)),
+        Route::NsGet(name) => ns_get(shared, name),
+        Route::NsCreate => ns_create(shared, req),
     }
 }
 
@@ -366,6 +529,7 @@ fn record(
     shared: &Shared,
     req: &Request,
     verb: Option<&'static str>,
+    user: Option<&str>,
     fault: Option<&Fault>,
     reply: &Reply,
 ) {
@@ -374,7 +538,7 @@ fn record(
         Reply::Drop => None,
     };
     let fault = fault.map(ToString::to_string);
-    relock(&shared.log).push(req, verb, status, fault);
+    relock(&shared.log).push(req, verb, user, status, fault);
 }
 
 fn labels_of(v: &Value) -> BTreeMap<String, String> {
@@ -427,6 +591,147 @@ fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
     Ok(Response::json(200, body.into_bytes()))
 }
 
+fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
+    if matches!(req.param("watch"), Some("true" | "1")) {
+        return Err(ApiError::bad_request(
+            "watch is not supported by the podalloc simulator",
+        ));
+    }
+    let sel = FieldSelector::parse_for_events(req.param("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let rv = lock(shared).rv();
+    let items: Vec<Value> = relock(&shared.events)
+        .list(ns, &sel)
+        .into_iter()
+        .filter(|v| label.matches(&labels_of(v)))
+        .collect();
+    if discovery::wants_table(req) {
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::event_table(rv, &items, now));
+    }
+    Ok(Response::json(200, events::list_json(rv, &items)))
+}
+
+fn ns_list(shared: &Shared, req: &Request) -> Response {
+    let names = shared.namespace_names();
+    let rv = lock(shared).rv();
+    if discovery::wants_table(req) {
+        return discovery::namespace_table(rv, &names);
+    }
+    let items: Vec<Value> = names.iter().map(|n| discovery::namespace_json(n)).collect();
+    let body = json!({"kind": "NamespaceList", "apiVersion": "v1",
+                      "metadata": {"resourceVersion": rv.to_string()}, "items": items});
+    Response::json(200, body.to_string().into_bytes())
+}
+
+fn ns_get(shared: &Shared, name: &str) -> Result<Response, ApiError> {
+    if !shared.namespace_exists(name) {
+        return Err(ApiError::not_found("namespaces", name));
+    }
+    let body = discovery::namespace_json(name).to_string();
+    Ok(Response::json(200, body.into_bytes()))
+}
+
+/// `POST /api/v1/namespaces`: adds a namespace (a no-op 409 when every name exists or it
+/// already does).
+fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let obj = pod::decode_object(&req.body, "Namespace")?;
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let errs: Vec<_> = super::validation::dns1123_label(&name)
+        .into_iter()
+        .map(|m| super::validation::FieldError::invalid("metadata.name", &name, m))
+        .collect();
+    if name.is_empty() {
+        let e = super::validation::FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        );
+        return Err(ApiError::invalid("Namespace", "", &[e]));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("Namespace", &name, &errs));
+    }
+    let mut set = relock(&shared.namespaces);
+    match set.as_mut() {
+        Some(s) if !s.contains(&name) => {
+            s.insert(name.clone());
+        }
+        _ => return Err(ApiError::already_exists_in("namespaces", &name, false)),
+    }
+    drop(set);
+    Ok(Response::json(
+        201,
+        discovery::namespace_json(&name).to_string().into_bytes(),
+    ))
+}
+
+fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    let mut v = events::decode(&req.body)?;
+    let rv_set = super::store::prepare_create_metadata(&mut v, ns)?;
+    if rv_set {
+        return Err(ApiError::unknown_server_error(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let stamp = lock(shared).stamp(now);
+    let mut evs = relock(&shared.events);
+    let out = match dry {
+        true => {
+            let mut scratch = events::EventStore::default();
+            scratch.create(ns, v, stamp)?
+        }
+        false => evs.create(ns, v, stamp)?,
+    };
+    Ok(Response::json(201, events::object_json(&out)))
+}
+
+/// The patch types the apiserver accepts, and the 415 for any other.
+fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
+    let ct = req.header("content-type").unwrap_or("");
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "application/merge-patch+json" => Ok("merge"),
+        "application/strategic-merge-patch+json" => Ok("strategic"),
+        "application/json-patch+json" => Ok("json"),
+        _ => Err(ApiError::unsupported_patch_type(ct)),
+    }
+}
+
+fn ev_patch(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let kind = patch_media_type(req)?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    if kind == "json" || !patch.is_object() {
+        return Err(ApiError::bad_request(
+            "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
+        ));
+    }
+    let rv = lock(shared).stamp(now).rv;
+    let out = relock(&shared.events).patch(ns, name, &patch, rv)?;
+    Ok(Response::json(200, events::object_json(&out)))
+}
+
 fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
@@ -450,6 +755,37 @@ fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Res
         200,
         status::delete_success("configmaps", name, &uid),
     ))
+}
+
+/// The Lease routes: get, create, update (PUT), delete.
+fn lease_call(shared: &Shared, req: &Request, r: Route<'_>) -> Result<Response, ApiError> {
+    let mut leases = relock(&shared.leases);
+    let ok = |code, v: &Value| Response::json(code, lease::object_json(v));
+    match r {
+        Route::LeaseGet(ns, name) => leases.get(ns, name).map(|v| ok(200, &v)),
+        Route::LeaseCreate(ns) => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let v = lease::decode(&req.body)?;
+            let out = leases.create(&mut lock(shared), ns, v, dry)?;
+            Ok(ok(201, &out))
+        }
+        Route::LeaseUpdate(ns, name) => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let v = lease::decode(&req.body)?;
+            let out = leases.update(&mut lock(shared), ns, name, v, dry)?;
+            Ok(ok(200, &out))
+        }
+        Route::LeaseDelete(ns, name) => {
+            let uid = leases.delete(&mut lock(shared), ns, name)?;
+            Ok(Response::json(
+                200,
+                status::delete_success("leases", name, &uid),
+            ))
+        }
+        _ => Err(ApiError::path_not_found()),
+    }
 }
 
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
@@ -520,6 +856,18 @@ fn list(
         )
     });
     let remaining = (more && label.is_empty() && field.is_empty()).then(|| items.len() - i);
+    if discovery::wants_table(req) {
+        let pods: Vec<Value> = (page.iter())
+            .filter_map(|p| serde_json::from_str(&p.json).ok())
+            .collect();
+        let now = std::time::SystemTime::now();
+        return Ok(discovery::pod_table(
+            snap.rv,
+            continue_token.as_deref(),
+            &pods,
+            now,
+        ));
+    }
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 
@@ -596,10 +944,50 @@ fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
 fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
+    let unknown = field_validation(req)?;
     let v = pod::decode(&req.body)?;
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
-    Ok(object(201, &p))
+    let mut resp = object(201, &p);
+    for f in unknown {
+        resp.headers
+            .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
+    }
+    Ok(resp)
+}
+
+/// Server-side field validation of a pod create (see `schema`): the `fieldValidation`
+/// parameter (`Strict`, `Warn` — the default — or `Ignore`). Under `Strict` an unknown field
+/// is a 400; otherwise returns the unknown fields to warn about (none under `Ignore`).
+fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
+    let mode = req.param("fieldValidation").unwrap_or("");
+    if !matches!(mode, "" | "Strict" | "Warn" | "Ignore") {
+        return Err(ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+        )));
+    }
+    if mode == "Ignore" {
+        return Ok(Vec::new());
+    }
+    // Undecodable bodies are left to the decoder, which answers them with its own 400.
+    let Ok(v) = serde_json::from_slice::<Value>(&req.body) else {
+        return Ok(Vec::new());
+    };
+    let unknown = schema::unknown_fields(&v, &schema::POD);
+    if mode == "Strict" && !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: {}",
+            schema::strict_message(&unknown)
+        )));
+    }
+    Ok(unknown)
+}
+
+/// A `Warning` header value as the apiserver writes it: code 299, agent `-`, the text
+/// quoted with `"` and `\` escaped (RFC 7234 section 5.5).
+fn warning_header(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("299 - \"{escaped}\"")
 }
 
 /// `PATCH` of a pod: a JSON merge patch (see the `patch` module).
@@ -716,6 +1104,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
         ["faults"] if post => set_faults(shared, &req.body),
         ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
         ["quota"] if post => set_quota(shared, &req.body),
+        ["cut"] if post => set_cut(shared, &req.body),
         ["log"] if req.method == "GET" => Ok(Response {
             status: 200,
             content_type: "application/x-ndjson",
@@ -734,9 +1123,13 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             shared.kubelet.notify_all();
             Ok(object(200, &p))
         }
-        ["stats"] | ["pods", _] | ["pods", _, _, "phase"] | ["faults"] | ["quota"] | ["log"] => {
-            Err(ApiError::method_not_allowed())
-        }
+        ["stats"]
+        | ["pods", _]
+        | ["pods", _, _, "phase"]
+        | ["faults"]
+        | ["quota"]
+        | ["log"]
+        | ["cut"] => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -755,6 +1148,31 @@ fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
         .map_err(ApiError::bad_request)?;
     relock(&shared.faults).replace(rules);
     Ok(faults_json(shared))
+}
+
+/// `POST /sim/cut`: `{"user": NAME, "seconds": S}` cuts the user off from the API for S
+/// seconds (see `SimServer::cut_off`); 0 ends a cut.
+fn set_cut(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("cut body: {e}")))?;
+    let (Some(user), Some(secs)) = (
+        v.get("user").and_then(Value::as_str),
+        v.get("seconds")
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)),
+    ) else {
+        return Err(ApiError::bad_request(
+            "cut body: expected {\"user\": NAME, \"seconds\": S} with 0 <= S <= 86400",
+        ));
+    };
+    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
+    relock(&shared.cuts).insert(user.to_string(), until);
+    Ok(Response::json(
+        200,
+        json!({"user": user, "seconds": secs})
+            .to_string()
+            .into_bytes(),
+    ))
 }
 
 /// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.

@@ -47,7 +47,7 @@ pub struct SimArgs {
     pub nodes: usize,
     /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
     /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
-    /// cm-create, cm-update. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
+    /// cm-create, cm-update, ev-create, ev-patch, ev-list, ev-get. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
     /// reset, delay:MS, lost-response, truncate, 410.
     #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]
     pub faults: Vec<FaultRule>,
@@ -63,6 +63,19 @@ pub struct SimArgs {
     /// Delay added to every API response.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub latency: Duration,
+    /// The namespaces that exist (comma-separated): a create anywhere else is 404
+    /// `namespaces "x" not found`, as on a real cluster. `kubectl create namespace` adds one.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "default,kube-system",
+        value_name = "NS,..."
+    )]
+    pub namespaces: Vec<String>,
+    /// An image the simulated registry does not have (repeatable): containers using it wait
+    /// in ErrImagePull, then ImagePullBackOff.
+    #[arg(long = "missing-image", value_name = "IMAGE")]
+    pub missing_images: Vec<String>,
 }
 
 fn parse_fault(s: &str) -> Result<FaultRule, String> {
@@ -88,6 +101,8 @@ impl SimArgs {
             forbid: self.forbid.clone(),
             require_client_cert: self.require_client_cert,
             latency: self.latency,
+            namespaces: Some(self.namespaces.clone()),
+            missing_images: self.missing_images.clone(),
             ..SimOptions::default()
         }
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::util::{fnv64, mix64, unit_draw};
 
 /// The verbs a rule (or `SimOptions::forbid`) can name, in the order error messages list
-/// them. `cm-*` are the ConfigMap verbs.
+/// them. `cm-*` are the ConfigMap verbs, `ev-*` the Event verbs.
 pub(crate) const VERBS: &[&str] = &[
     "list",
     "get",
@@ -25,6 +25,17 @@ pub(crate) const VERBS: &[&str] = &[
     "cm-create",
     "cm-update",
     "cm-delete",
+    "lease-get",
+    "lease-create",
+    "lease-update",
+    "lease-delete",
+    "ev-list",
+    "ev-get",
+    "ev-create",
+    "ev-patch",
+    "ns-list",
+    "ns-get",
+    "ns-create",
 ];
 
 /// Largest request number (and largest `N-M` range) a rule may name.

@@ -7,10 +7,23 @@
 //! deletion rules, resource versions and gzip threshold. Pods then live a simulated life:
 //! Pending → scheduled (node, host IP) → Running (or Failed / crash-looping with
 //! `failure_rate`), and a deleted pod's containers stop, it turns Failed and disappears.
+//! Pods may have several containers (sidecars), init containers and native sidecars
+//! (`restartPolicy: Always` init containers), each with its own status as the kubelet
+//! reports it; images listed in [`SimOptions::missing_images`] fail to pull (ErrImagePull,
+//! then ImagePullBackOff, naming the image), a Secret volume or a missing ConfigMap volume
+//! keeps a pod in ContainerCreating, and tests end one container with
+//! [`SimServer::terminate_container`] or force a phase with [`SimServer::set_pod_phase`].
 //!
 //! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
 //! create, replace with optimistic concurrency, delete), sharing the pods' resource
-//! version counter.
+//! version counter. So are core/v1 Events (create, get, list with field selectors, merge
+//! and strategic merge patch) and namespaces ([`SimOptions::namespaces`]: a create in one
+//! that does not exist is 404). Pod creates honour `fieldValidation` (Strict: 400 `strict
+//! decoding error: unknown field "…"`; Warn, the default: `Warning: 299` headers).
+//!
+//! kubectl works against it: API discovery (`/api`, `/apis`, `/api/v1`), the OpenAPI v3
+//! entries its `--validate=strict` checks, and the `Table` format of `kubectl get` for
+//! pods, events and namespaces.
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
@@ -23,8 +36,13 @@
 //! kubelet leaves the pod in that phase), `POST /sim/pods/{ns}/{name}/phase` with
 //! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`,
 //! `GET|POST /sim/faults` (a JSON list of rule strings replaces the rules),
-//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`) and `GET /sim/log` (the last
-//! 1000 requests as JSON lines, without headers).
+//! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`
+//! (`{"user": NAME, "seconds": S}`: a partition between that user and the API, see
+//! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
+//! the authenticated user, without headers).
+//!
+//! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
+//! election, with the apiserver's optimistic concurrency.
 //!
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
@@ -34,11 +52,16 @@
 mod api;
 mod args;
 mod configmap;
+mod containers;
+mod discovery;
+mod events;
 mod faults;
 mod http;
+mod lease;
 mod patch;
 mod pod;
 mod reqlog;
+mod schema;
 mod selector;
 mod status;
 mod store;
@@ -46,6 +69,8 @@ mod tls;
 mod util;
 mod validation;
 
+#[cfg(test)]
+mod container_tests;
 #[cfg(test)]
 mod tests;
 
@@ -133,6 +158,20 @@ pub struct SimOptions {
     /// Added before handling every `/api/...` request (after reading it, before
     /// authentication), so that clients see slow responses. Default zero.
     pub latency: Duration,
+    /// Image references (exact, e.g. `registry.example/spark:bad`) the simulated registry
+    /// does not have: a container or init container using one waits in `ErrImagePull`, then
+    /// `ImagePullBackOff`, naming the image, and the pod stays Pending. Default none.
+    pub missing_images: Vec<String>,
+    /// More bearer tokens, each authenticating as its own user, as kube-apiserver's static
+    /// token file (`--token-auth-file`, lines `token,user,uid`) does: `(token, user)`. The
+    /// request log names the user of every request, so tests can tell processes apart.
+    /// Default none.
+    pub users: Vec<(String, String)>,
+    /// The namespaces that exist: a create in any other is 404 `namespaces "x" not
+    /// found`, as the NamespaceLifecycle admission plugin answers. `None` (the default):
+    /// every valid namespace name exists. `podalloc sim` passes `default,kube-system`
+    /// unless told otherwise (`--namespaces`).
+    pub namespaces: Option<Vec<String>>,
 }
 
 impl Default for SimOptions {
@@ -157,6 +196,9 @@ impl Default for SimOptions {
             require_client_cert: false,
             client_cert_optional: false,
             latency: Duration::ZERO,
+            missing_images: Vec::new(),
+            users: Vec::new(),
+            namespaces: None,
         }
     }
 }
@@ -213,6 +255,16 @@ pub(crate) struct Shared {
     /// Added before every `/api` request.
     pub(crate) latency: Duration,
     pub(crate) log: Mutex<reqlog::RequestLog>,
+    /// `SimOptions::users`.
+    pub(crate) users: Vec<(String, String)>,
+    /// Leases (`coordination.k8s.io/v1`).
+    pub(crate) leases: Mutex<lease::Leases>,
+    /// Users cut off from the API until the given time ([`SimServer::cut_off`]).
+    pub(crate) cuts: Mutex<HashMap<String, Instant>>,
+    /// core/v1 Events.
+    pub(crate) events: Mutex<events::EventStore>,
+    /// The namespaces that exist (`None`: every valid name does).
+    pub(crate) namespaces: Mutex<Option<std::collections::BTreeSet<String>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -240,6 +292,22 @@ fn invalid_input(msg: String) -> io::Error {
 }
 
 impl Shared {
+    /// Whether namespace `ns` exists (see [`SimOptions::namespaces`]).
+    pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
+        relock(&self.namespaces)
+            .as_ref()
+            .is_none_or(|n| n.contains(ns))
+    }
+
+    /// The namespaces to list: the configured ones, or `default` and `kube-system` when
+    /// every name exists.
+    pub(crate) fn namespace_names(&self) -> Vec<String> {
+        match relock(&self.namespaces).as_ref() {
+            Some(n) => n.iter().cloned().collect(),
+            None => vec!["default".into(), "kube-system".into()],
+        }
+    }
+
     fn shutdown(&self) {
         if self.stopping.swap(true, Ordering::SeqCst) {
             self.wait_stopped(None);
@@ -400,6 +468,24 @@ type TlsSetup = (
     Option<tls::Pki>,
 );
 
+/// The store (pods, ConfigMaps, the kubelet's schedule) `opts` asks for.
+fn new_store(opts: &SimOptions) -> Store {
+    let cfg = StoreConfig {
+        schedule_latency: opts.schedule_latency,
+        startup_latency: opts.startup_latency,
+        stop_latency: opts.stop_latency,
+        failure_rate: opts.failure_rate,
+        seed: opts.seed,
+        nodes: opts.nodes,
+        max_page: opts.max_page,
+        continue_ttl: opts.continue_ttl,
+        pod_quota: opts.pod_quota,
+    };
+    let mut store = Store::new(cfg, util::WallClock::new());
+    store.set_missing_images(opts.missing_images.clone());
+    store
+}
+
 impl SimServer {
     /// Binds `opts.listen`, generates the PKI (with `tls`), writes `ca_out` and starts
     /// the threads.
@@ -426,19 +512,8 @@ impl SimServer {
             IpAddr::V4(ip) => format!("{scheme}://{ip}:{}", addr.port()),
             IpAddr::V6(ip) => format!("{scheme}://[{ip}]:{}", addr.port()),
         };
-        let cfg = StoreConfig {
-            schedule_latency: opts.schedule_latency,
-            startup_latency: opts.startup_latency,
-            stop_latency: opts.stop_latency,
-            failure_rate: opts.failure_rate,
-            seed: opts.seed,
-            nodes: opts.nodes,
-            max_page: opts.max_page,
-            continue_ttl: opts.continue_ttl,
-            pod_quota: opts.pod_quota,
-        };
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(cfg, util::WallClock::new())),
+            store: Mutex::new(new_store(&opts)),
             kubelet: Condvar::new(),
             token: opts.token.clone(),
             requests: AtomicU64::new(0),
@@ -446,6 +521,15 @@ impl SimServer {
             forbid: opts.forbid.clone(),
             latency: opts.latency,
             log: Mutex::new(reqlog::RequestLog::new()),
+            users: opts.users.clone(),
+            leases: Mutex::new(lease::Leases::default()),
+            cuts: Mutex::new(HashMap::new()),
+            events: Mutex::new(events::EventStore::default()),
+            namespaces: Mutex::new(
+                opts.namespaces
+                    .as_ref()
+                    .map(|n| n.iter().cloned().collect()),
+            ),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),
@@ -540,10 +624,21 @@ impl SimServer {
 
     /// The last (up to 1000) API requests as JSON lines, oldest first (what
     /// `GET /sim/log` serves): `seq`, `ms` since start, `method`, `path`, `query` (with
-    /// secret-looking values redacted), `verb`, `status` (null when no response was
-    /// sent) and `fault`. Headers are never logged.
+    /// secret-looking values redacted), `verb`, `user` (the authenticated user, see
+    /// [`SimOptions::users`]), `status` (null when no response was sent) and `fault`.
+    /// Headers are never logged.
     pub fn request_log(&self) -> String {
         relock(&self.shared.log).render()
+    }
+
+    /// Cuts `user` (a [`SimOptions::users`] name, the token user
+    /// `system:serviceaccount:default:podalloc`, or a client certificate's common name) off
+    /// from the API for `duration` from now, as a network partition between that client and
+    /// the API server would: each of its API requests in that time hangs until the cut ends
+    /// and is then answered 504 Timeout without being carried out (logged with the fault
+    /// `504`). A new call replaces the user's cut; a zero duration ends it.
+    pub fn cut_off(&self, user: &str, duration: Duration) {
+        relock(&self.shared.cuts).insert(user.to_string(), Instant::now() + duration);
     }
 
     /// Issues a client certificate for `common_name` (the user it authenticates as),
@@ -572,6 +667,56 @@ impl SimServer {
     /// Stops the server: closes the listener and all connections, joins the threads.
     pub fn stop(self) {
         drop(self);
+    }
+
+    /// Forces pod `ns/name` into `phase` (`Pending`, `Running`, `Succeeded`, `Failed`,
+    /// `Unknown`), as `POST /sim/pods/{ns}/{name}/phase` does: the containers' statuses follow
+    /// (terminated with exit 0 `Completed` or 1 `Error` for the terminal phases) and the
+    /// kubelet leaves the pod in that phase (it still carries out a deletion).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an unknown phase, `NotFound` when there is no such pod.
+    pub fn set_pod_phase(&self, ns: &str, name: &str, phase: &str) -> io::Result<()> {
+        let phase = pod::Phase::parse(phase)
+            .ok_or_else(|| invalid_input(format!("unknown pod phase {phase:?}")))?;
+        let o = store::PhaseOverride {
+            phase,
+            exit_code: None,
+            reason: None,
+            message: None,
+        };
+        relock(&self.shared.store)
+            .set_phase(ns, name, &o, Instant::now())
+            .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("{e:?}")))?;
+        self.shared.kubelet.notify_all();
+        Ok(())
+    }
+
+    /// Ends one running container of pod `ns/name` with `exit_code` (reason `Completed` for
+    /// 0, else `Error`, unless `reason` is given, e.g. `OOMKilled`), as the kubelet reports
+    /// a container that exited: while another container of the pod runs (a sidecar), the
+    /// pod stays Running and not Ready; once none does, the kubelet stops the native
+    /// sidecars (exit 143) and the pod ends Succeeded, or Failed when a container exited
+    /// non-zero (`restartPolicy: Never`). The kubelet leaves the pod alone from then on.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` naming the problem: no such pod, no such container, or the container
+    /// is not running.
+    pub fn terminate_container(
+        &self,
+        ns: &str,
+        name: &str,
+        container: &str,
+        exit_code: i64,
+        reason: Option<&str>,
+    ) -> io::Result<()> {
+        relock(&self.shared.store)
+            .terminate_container(ns, name, container, exit_code, reason, Instant::now())
+            .map_err(invalid_input)?;
+        self.shared.kubelet.notify_all();
+        Ok(())
     }
 
     /// Blocks until the server has been stopped through a [`SimStopHandle`].

@@ -10,7 +10,7 @@
 //! (`field is immutable`); a `metadata.resourceVersion` in the patch that is not the
 //! current one is 409 Conflict. A successful patch answers 200 with the pod, its
 //! resourceVersion bumped. Other patch types (JSON patch, server-side apply) are not
-//! modelled: 415 naming the types the simulator accepts.
+//! modelled: 415, with the apiserver's message.
 
 use crate::status::ApiError;
 use crate::validation::FieldError;
@@ -22,8 +22,8 @@ pub(crate) const PATCH_TYPES: [&str; 2] = [
     "application/strategic-merge-patch+json",
 ];
 
-/// Checks the request's Content-Type. Errors: 415 UnsupportedMediaType, the apiserver's
-/// message listing the accepted types.
+/// Checks the request's Content-Type. Errors: 415 UnsupportedMediaType with the
+/// apiserver's message listing the patch types.
 pub(crate) fn check_patch_type(content_type: &str) -> Result<(), ApiError> {
     let media = content_type
         .split(';')
@@ -34,7 +34,7 @@ pub(crate) fn check_patch_type(content_type: &str) -> Result<(), ApiError> {
     if PATCH_TYPES.contains(&media.as_str()) {
         return Ok(());
     }
-    Err(ApiError::unsupported_patch_type(&PATCH_TYPES))
+    Err(ApiError::unsupported_patch_type(content_type))
 }
 
 /// RFC 7386: merges `patch` into `target` (objects key by key, `null` deletes, anything

@@ -655,11 +655,11 @@ const CONDITION_ORDER: [&str; 5] = [
 ];
 
 /// One condition to set: (type, status, reason, message).
-type Cond<'a> = (&'a str, &'a str, Option<&'a str>, Option<String>);
+pub(crate) type Cond<'a> = (&'a str, &'a str, Option<&'a str>, Option<String>);
 
 /// Sets conditions, keeping `lastTransitionTime` of those whose status did not change and
 /// the canonical order the kubelet writes them in.
-fn set_conditions(pod: &mut Value, conds: &[Cond<'_>], now: &str) {
+pub(crate) fn set_conditions(pod: &mut Value, conds: &[Cond<'_>], now: &str) {
     let status = obj_mut(pod, "status");
     let mut existing: BTreeMap<String, Value> = status
         .get("conditions")
@@ -696,11 +696,11 @@ fn set_conditions(pod: &mut Value, conds: &[Cond<'_>], now: &str) {
     status.insert("conditions".into(), Value::Array(ordered));
 }
 
-fn container_id(uid: &str, name: &str) -> String {
+pub(crate) fn container_id(uid: &str, name: &str) -> String {
     format!("containerd://{}", hex64(&[uid, name]))
 }
 
-fn image_id(image: &str) -> String {
+pub(crate) fn image_id(image: &str) -> String {
     format!("sha256:{}", hex64(&[image]))
 }
 
@@ -770,7 +770,7 @@ pub(crate) fn mark_scheduled(pod: &mut Value, node: &str, host_ip: &str, now: &s
     status.insert("containerStatuses".into(), Value::Array(statuses));
 }
 
-fn set_pod_ip(pod: &mut Value, pod_ip: &str) {
+pub(crate) fn set_pod_ip(pod: &mut Value, pod_ip: &str) {
     let status = obj_mut(pod, "status");
     status.insert("podIP".into(), json!(pod_ip));
     status.insert("podIPs".into(), json!([{"ip": pod_ip}]));

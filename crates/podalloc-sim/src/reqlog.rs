@@ -1,6 +1,6 @@
 //! The last requests the simulator answered (`GET /sim/log`): one JSON object per line
 //! with the method, the path, the query (values of secret-looking parameters redacted),
-//! the verb, the status sent (null when the connection was dropped) and the injected
+//! the verb, the authenticated user, the status sent (null when the connection was dropped) and the injected
 //! fault. Headers are never recorded, so neither is the Authorization header.
 
 use std::collections::VecDeque;
@@ -24,6 +24,9 @@ struct Line<'a> {
     #[serde(skip_serializing_if = "Map::is_empty")]
     query: Map<String, Value>,
     verb: Option<&'a str>,
+    /// The authenticated user (absent when the request was not authenticated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
     status: Option<u16>,
     fault: Option<String>,
 }
@@ -65,6 +68,7 @@ impl RequestLog {
         &mut self,
         req: &Request,
         verb: Option<&str>,
+        user: Option<&str>,
         status: Option<u16>,
         fault: Option<String>,
     ) {
@@ -88,6 +92,7 @@ impl RequestLog {
             path: &req.path,
             query,
             verb,
+            user,
             status,
             fault,
         };

@@ -514,6 +514,12 @@ impl FieldSelector {
         Self::parse_with(s, &["metadata.name", "metadata.namespace"])
     }
 
+    /// Parses a field selector for Events (`involvedObject.name`, `reason`, `type`,
+    /// `source`, ...: [`super::events::EVENT_FIELDS`]).
+    pub(crate) fn parse_for_events(s: &str) -> Result<Self, String> {
+        Self::parse_with(s, super::events::EVENT_FIELDS)
+    }
+
     fn parse_with(s: &str, supported: &[&'static str]) -> Result<Self, String> {
         let mut parts = split_terms(s);
         parts.sort();

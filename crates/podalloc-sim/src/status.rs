@@ -254,16 +254,12 @@ impl ApiError {
         )
     }
 
-    /// 415 for a PATCH whose Content-Type is not a patch type the server applies: the
-    /// apiserver's `errUnsupportedMediaType` message listing them.
-    pub(crate) fn unsupported_patch_type(accepted: &[&str]) -> Self {
+    /// 415 for a PATCH whose Content-Type is not a patch type.
+    pub(crate) fn unsupported_patch_type(content_type: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: {}",
-                accepted.join(", ")
-            ),
+            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"),
         )
     }
 

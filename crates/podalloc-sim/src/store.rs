@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::configmap;
+use super::containers;
 use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
 use super::status::ApiError;
 use super::util::{fnv64, random_suffix, unit_draw, uuid_v4, SplitMix64, WallClock};
@@ -165,6 +166,8 @@ struct Entry {
 enum EvKind {
     Schedule,
     Start,
+    /// An image pull failed earlier: `ErrImagePull` turns into `ImagePullBackOff`.
+    BackOff,
     Stop,
     Remove,
     Gc,
@@ -283,6 +286,8 @@ pub(crate) struct Store {
     rng: SplitMix64,
     counters: Counters,
     configmaps: BTreeMap<String, CmEntry>,
+    /// Images the simulated registry does not have (exact references).
+    missing_images: Vec<String>,
 }
 
 fn secs(n: i64) -> Duration {
@@ -328,6 +333,7 @@ impl Store {
             rng: SplitMix64::from_entropy(),
             counters: Counters::default(),
             configmaps: BTreeMap::new(),
+            missing_images: Vec::new(),
         }
     }
 
@@ -345,6 +351,12 @@ impl Store {
     /// The current (global) resource version.
     pub(crate) fn rv(&self) -> u64 {
         self.rv
+    }
+
+    /// Takes the next resource version, for an object kept outside this store (Leases).
+    pub(crate) fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
     }
 
     /// When the next kubelet event falls due, if any.
@@ -368,6 +380,7 @@ impl Store {
             match e.kind {
                 EvKind::Schedule => self.on_schedule(&e.key, e.due),
                 EvKind::Start => self.on_start(&e.key, e.due),
+                EvKind::BackOff => self.on_back_off(&e.key),
                 EvKind::Stop => self.on_stop(&e.key, e.due),
                 EvKind::Remove => {
                     if self.pods.get(&e.key).is_some_and(|p| p.deletion.is_some()) {
@@ -486,6 +499,7 @@ impl Store {
         let ip = host_ip(&node);
         self.rewrite(key, |v, e| {
             pod::mark_scheduled(v, &node, &ip, &t);
+            containers::mark_initializing(v, &t);
             e.stage = Stage::Creating;
         });
         let uid = self
@@ -506,6 +520,9 @@ impl Store {
         let never = e.restart_policy == "Never";
         let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
         let t = self.clock.rfc3339(due);
+        if !fail && self.start_containers(key, due) {
+            return;
+        }
         self.rewrite(key, |v, e| {
             if !fail {
                 pod::mark_running(v, &uid, &ip, &t);
@@ -524,6 +541,96 @@ impl Store {
                 e.stage = Stage::Started;
             }
         });
+    }
+
+    /// The kubelet's start of a pod with init containers, a missing image or a volume that
+    /// cannot mount (see [`containers`]). Returns false for other pods (the plain path).
+    fn start_containers(&mut self, key: &str, due: Instant) -> bool {
+        let Some(e) = self.pods.get(key) else {
+            return true;
+        };
+        let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
+        let ns = e.pod.namespace().to_string();
+        let cm_exists = |name: &str| self.configmaps.contains_key(&format!("{ns}/{name}"));
+        if containers::unmountable_volume(&v, cm_exists).is_some() {
+            return true; // never mounts: the containers stay waiting, the pod Pending
+        }
+        let images = |key: &str| -> Vec<String> {
+            let list = v.pointer(&format!("/spec/{key}")).and_then(Value::as_array);
+            let images = list
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["image"].as_str());
+            images.map(str::to_string).collect()
+        };
+        let missing = (images("containers")
+            .into_iter()
+            .chain(images("initContainers")))
+        .any(|i| self.missing_images.contains(&i));
+        if !missing && !containers::has_init(&v) {
+            return false;
+        }
+        let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
+        let t = self.clock.rfc3339(due);
+        let missing_images = self.missing_images.clone();
+        let mut outcome = containers::Started::Running;
+        self.rewrite(key, |v, e| {
+            outcome = containers::start(v, &uid, &t, &missing_images);
+            if outcome == containers::Started::Running {
+                pod::set_pod_ip(v, &ip);
+                e.stage = Stage::Started;
+            }
+        });
+        if outcome == containers::Started::PullFailed {
+            self.push(due + self.cfg.startup_latency, EvKind::BackOff, key, &uid);
+        }
+        true
+    }
+
+    fn on_back_off(&mut self, key: &str) {
+        let Some(e) = self.pods.get(key) else { return };
+        if e.stage != Stage::Creating || e.pinned || e.deletion.is_some() {
+            return;
+        }
+        self.rewrite(key, |v, _| containers::back_off(v));
+    }
+
+    /// Sets the images the simulated registry does not have (see
+    /// [`crate::SimOptions::missing_images`]).
+    pub(crate) fn set_missing_images(&mut self, images: Vec<String>) {
+        self.missing_images = images;
+    }
+
+    /// One container of a running pod ends (see [`containers::terminate`]); the kubelet
+    /// leaves the pod alone from then on (but still carries out a deletion).
+    pub(crate) fn terminate_container(
+        &mut self,
+        ns: &str,
+        name: &str,
+        container: &str,
+        exit_code: i64,
+        reason: Option<&str>,
+        now: Instant,
+    ) -> Result<(), String> {
+        self.advance(now);
+        let key = format!("{ns}/{name}");
+        if !self.pods.contains_key(&key) {
+            return Err(format!("pods {name:?} not found"));
+        }
+        let t = self.clock.rfc3339(now);
+        let mut out = Ok(());
+        self.rewrite(&key, |v, e| {
+            match containers::terminate(v, container, exit_code, reason, &t) {
+                Ok(terminal) => {
+                    e.pinned = true;
+                    if terminal {
+                        e.stage = Stage::Stopped;
+                    }
+                }
+                Err(why) => out = Err(why),
+            }
+        });
+        out
     }
 
     fn on_stop(&mut self, key: &str, due: Instant) {
@@ -1200,6 +1307,17 @@ impl Store {
         Ok(v)
     }
 
+    /// A stamp for writing another kind of object (Events): the next resource version
+    /// (shared by every kind, like etcd's revision), a fresh uid and the time `now`.
+    pub(crate) fn stamp(&mut self, now: Instant) -> super::events::Stamp {
+        self.rv += 1;
+        super::events::Stamp {
+            rv: self.rv,
+            uid: uuid_v4(&mut self.rng),
+            now: self.clock.rfc3339(now),
+        }
+    }
+
     /// The current version of a ConfigMap, or 404.
     pub(crate) fn cm_get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
         self.configmaps
@@ -1442,7 +1560,7 @@ fn owners(v: &Value) -> (Vec<String>, bool) {
 /// object, a namespace in the body must match the path's (400 otherwise, as the apiserver),
 /// the path's namespace set, and the fields only the server sets dropped. Returns whether
 /// the body carried a `resourceVersion` (the caller answers that with the real error).
-fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
+pub(crate) fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
     if !v.get("metadata").is_some_and(Value::is_object) {
         v["metadata"] = json!({});
     }

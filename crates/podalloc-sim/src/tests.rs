@@ -1021,6 +1021,9 @@ fn writes_can_happen_although_the_client_sees_a_failure() {
             "create:500@5",
             "delete:lost-response@1",
         ]),
+        // Never scheduled: the delete of p-6 is immediate however slow the machine is (a
+        // scheduled pod would be deleted gracefully and still be there).
+        schedule_latency: Duration::from_secs(3600),
         ..fast_opts()
     })
     .unwrap();

@@ -6,17 +6,16 @@
 //! service account). This file holds the resolved types and the resolution order.
 //!
 //! The rules follow kubectl / client-go `clientcmd` (Kubernetes docs, "Organizing Cluster
-//! Access Using kubeconfig Files"), with one deliberate difference: `--server` without
-//! `--kubeconfig`/`--context` uses the flags alone and reads no kubeconfig, so a default
-//! kubeconfig's credentials are never sent to a server named on the command line (kubectl
-//! would send them).
+//! Access Using kubeconfig Files"): every flag overrides its own field and nothing else, so
+//! `--server` with a kubeconfig keeps the kubeconfig's credential and CA (and sends that
+//! credential to the server named on the command line, as kubectl does).
 //!
-//! Order of sources:
-//! 1. `--server` (with `--token`/`--token-file`/`--certificate-authority`/client cert flags);
-//! 2. a kubeconfig: `--kubeconfig FILE` alone, else the `$KUBECONFIG` list (merged, the
+//! Order of sources (the flags are then laid over the chosen one):
+//! 1. a kubeconfig: `--kubeconfig FILE` alone, else the `$KUBECONFIG` list (merged, the
 //!    first file to set a key wins), else `~/.kube/config` if it exists;
-//! 3. in-cluster: `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` and the service account
-//!    files `token`, `ca.crt`, `namespace`.
+//! 2. in-cluster: `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` and the service account
+//!    files `token`, `ca.crt`, `namespace`;
+//! 3. the flags alone, when `--server` is given (or [`ConnectionFlags::flags_only`]).
 //!
 //! A kubeconfig user's credential is a `token` (beats `tokenFile`), a `tokenFile` (re-read by
 //! the client), a client certificate and key (files or `*-data`), or an `exec` credential
@@ -25,7 +24,8 @@
 //! defines the entry.
 //!
 //! Flags override the chosen source field by field (`--token` replaces the user's credential,
-//! `-n` the context's namespace, `--server` the cluster's server and its `tls-server-name`,
+//! `-n` the context's namespace, `--server` the cluster's server (and its `tls-server-name`,
+//! unless `--tls-server-name` is given),
 //! `--certificate-authority`/`--insecure-skip-tls-verify` the cluster's trust settings;
 //! `--token`, `--token-file`, or `--client-certificate` with `--client-key` also keep an exec
 //! plugin from running).
@@ -351,21 +351,24 @@ pub fn resolve_with(
     finish(p, flags)
 }
 
-/// Picks the source the flags are laid over: the flags alone (`--server` without
-/// `--kubeconfig`/`--context`), else the kubeconfig, else in-cluster.
+/// Picks the source the flags are laid over: the kubeconfig, else in-cluster, else the
+/// flags alone when `--server` is given (always the flags alone with
+/// [`ConnectionFlags::flags_only`]).
 fn choose_source(
     flags: &ConnectionFlags,
     env: &dyn Fn(&str) -> Option<String>,
     sa_dir: &Path,
 ) -> Result<Partial, KubeError> {
-    let flags_only =
-        flags.server.is_some() && flags.kubeconfig.is_none() && flags.context.is_none();
-    if flags_only {
+    let flags_alone = || {
         Ok(Partial {
             source: "flags".to_string(),
             ..Partial::default()
         })
-    } else if let Some(kc) = kubeconfig::load_kubeconfig(flags, env)? {
+    };
+    if flags.flags_only {
+        return flags_alone();
+    }
+    if let Some(kc) = kubeconfig::load_kubeconfig(flags, env)? {
         let has_context = flags.context.is_some() || kc.current_context.is_some();
         match (has_context, incluster::in_cluster(env, sa_dir)) {
             // A kubeconfig without current-context counts as empty (clientcmd), so fall
@@ -377,6 +380,7 @@ fn choose_source(
                 );
                 Ok(ic)
             }
+            (false, _) if flags.server.is_some() => flags_alone(),
             _ => kubeconfig::from_kubeconfig(&kc, flags),
         }
     } else if let Some(ctx) = &flags.context {
@@ -386,6 +390,8 @@ fn choose_source(
         )))
     } else if let Some(ic) = incluster::in_cluster(env, sa_dir) {
         Ok(ic)
+    } else if flags.server.is_some() {
+        flags_alone()
     } else {
         Err(KubeError::Config(NO_CLUSTER_MESSAGE.to_string()))
     }
@@ -534,10 +540,31 @@ mod tests {
     }
 
     #[test]
-    fn server_flag_alone_reads_no_kubeconfig() {
+    fn server_flag_overrides_the_server_only() {
         let dir = tempfile::tempdir().unwrap();
         let kc = write(dir.path(), "config", SIMPLE);
+        write(dir.path(), "certs/ca.pem", "PEM");
         let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let flags = ConnectionFlags {
+            server: Some("https://api.example:6443/".into()),
+            ..Default::default()
+        };
+        let c = resolve_env(&flags, &env, dir.path()).unwrap();
+        assert_eq!(c.server, "https://api.example:6443");
+        assert!(c.source.starts_with("kubeconfig "), "{}", c.source);
+        assert!(c.source.ends_with("server from --server"), "{}", c.source);
+        // The context's namespace, the user's token and the cluster's CA are kept.
+        assert_eq!(c.namespace, "team-a");
+        assert!(
+            matches!(&c.credential, Credential::Token { token, .. } if token.expose() == "sekrit-token")
+        );
+        assert_eq!(c.tls.ca.as_ref().unwrap().pem, b"PEM");
+    }
+
+    #[test]
+    fn server_flag_without_a_kubeconfig_uses_the_flags_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env::new(&[("HOME", "/nonexistent-home")]);
         let flags = ConnectionFlags {
             server: Some("https://api.example:6443/".into()),
             ..Default::default()
@@ -548,6 +575,17 @@ mod tests {
         assert_eq!(c.namespace, "default");
         assert!(matches!(c.credential, Credential::None));
         assert!(c.tls.ca.is_none());
+        // flags_only ignores a kubeconfig that is there.
+        let kc = write(dir.path(), "config", SIMPLE);
+        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let flags = ConnectionFlags {
+            flags_only: true,
+            ..flags
+        };
+        assert_eq!(
+            resolve_env(&flags, &env, dir.path()).unwrap().source,
+            "flags"
+        );
     }
 
     #[test]

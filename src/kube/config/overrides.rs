@@ -20,8 +20,17 @@ pub struct ConnectionFlags {
     pub context: Option<String>,
     /// `-n/--namespace NS`: overrides the context's namespace.
     pub namespace: Option<String>,
-    /// `--server URL`: the API server. A value without a scheme gets `https://`.
+    /// `--server URL`: the API server. A value without a scheme gets `https://`. Overrides
+    /// the kubeconfig cluster's (or in-cluster) server and nothing else: the credential and
+    /// CA still come from there unless their own flags are given (as with kubectl).
     pub server: Option<String>,
+    /// `--tls-server-name NAME`: the name the server certificate is checked against (and
+    /// sent as SNI) instead of the server URL's host. With `--server`, the kubeconfig's
+    /// `tls-server-name` is replaced by this flag (cleared when it is not given), as kubectl
+    /// does, since it belonged to the kubeconfig's server.
+    pub tls_server_name: Option<String>,
+    /// Use the flags alone: no kubeconfig, no in-cluster account (the built-in simulator).
+    pub flags_only: bool,
     /// `--token TOKEN`: bearer token; overrides the kubeconfig user's credential.
     pub token: Option<String>,
     /// `--token-file FILE`: bearer token file, re-read every 60 s and after a 401.
@@ -45,6 +54,8 @@ impl fmt::Debug for ConnectionFlags {
             .field("context", &self.context)
             .field("namespace", &self.namespace)
             .field("server", &self.server)
+            .field("tls_server_name", &self.tls_server_name)
+            .field("flags_only", &self.flags_only)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("token_file", &self.token_file)
             .field("certificate_authority", &self.certificate_authority)
@@ -90,8 +101,19 @@ fn apply_server_and_namespace(p: &mut Partial, flags: &ConnectionFlags) -> Resul
     if let Some(server) = &flags.server {
         p.server = Some(server.clone());
         p.server_origin = "--server flag".to_string();
-        // kubectl: an overridden server clears the kubeconfig's tls-server-name.
-        p.tls_server_name = None;
+        if p.source != "flags" {
+            p.source = format!("{}, server from --server", p.source);
+        }
+    }
+    // kubectl (clientcmd): `--tls-server-name` wins; `--server` without it clears the
+    // kubeconfig's, which named the kubeconfig's server.
+    if flags.server.is_some() || flags.tls_server_name.is_some() {
+        p.tls_server_name = flags
+            .tls_server_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
     }
     if let Some(ns) = &flags.namespace {
         let ns = ns.trim();

@@ -1,0 +1,430 @@
+//! What kubectl needs besides the objects: API discovery, server-side printing (the `Table`
+//! format) and namespaces.
+//!
+//! - Discovery: `GET /api` (`APIVersions`), `/apis` (`APIGroupList`, no groups) and
+//!   `/api/v1` (`APIResourceList`: pods, events, configmaps, namespaces with the verbs the
+//!   simulator serves). kubectl 1.26+ first asks for aggregated discovery
+//!   (`Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,…,
+//!   application/json`); a server answering with plain `application/json` gets the legacy
+//!   documents read instead, which is what kube-apiserver did before 1.26.
+//! - OpenAPI v3, only as far as kubectl's field-validation check reads it: `GET
+//!   /openapi/v3` lists the `api/v1` document, and that document has, for each served kind,
+//!   a PATCH operation tagged `x-kubernetes-group-version-kind` with the `fieldValidation`
+//!   query parameter. kubectl (`--validate=strict`, the default) looks for exactly that to
+//!   decide the server validates fields itself; it then sends `fieldValidation=Strict`
+//!   and does no client-side schema validation, which would need the full schemas (not
+//!   served; `/openapi/v2` is a 404). The document declares no schemas and is no promise
+//!   that PATCH is served.
+//! - Tables: a list requested with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`
+//!   is answered with a `meta.k8s.io/v1` `Table` whose columns and cells are those of
+//!   kube-apiserver's printers (pods: NAME READY STATUS RESTARTS AGE, then IP and NODE at
+//!   priority 1; events: LAST SEEN TYPE REASON OBJECT MESSAGE); each row's `object` is the
+//!   item's `PartialObjectMetadata`.
+//! - Namespaces: `GET /api/v1/namespaces[/NAME]`, `POST /api/v1/namespaces`. A create in a
+//!   namespace that does not exist is refused by the NamespaceLifecycle admission plugin
+//!   (404 `namespaces "x" not found`).
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::http::{Request, Response};
+
+/// The resources `/api/v1` lists, with the verbs the simulator serves for them:
+/// (plural, singular, namespaced, Kind, verbs, short names).
+type ResourceRow = (
+    &'static str,
+    &'static str,
+    bool,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+const RESOURCES: &[ResourceRow] = &[
+    (
+        "configmaps",
+        "configmap",
+        true,
+        "ConfigMap",
+        &["create", "delete", "get", "list", "update"],
+        &["cm"],
+    ),
+    (
+        "events",
+        "event",
+        true,
+        "Event",
+        &["create", "get", "list", "patch"],
+        &["ev"],
+    ),
+    (
+        "namespaces",
+        "namespace",
+        false,
+        "Namespace",
+        &["create", "get", "list"],
+        &["ns"],
+    ),
+    (
+        "pods",
+        "pod",
+        true,
+        "Pod",
+        &["create", "delete", "deletecollection", "get", "list"],
+        &["po"],
+    ),
+];
+
+/// The discovery documents (`/api`, `/apis`, `/api/v1`); `None` for other paths.
+pub(crate) fn discovery(req: &Request, segs: &[&str]) -> Option<Response> {
+    if req.method != "GET" {
+        return None;
+    }
+    let body = match segs {
+        ["api"] => {
+            let host = req.header("host").unwrap_or("");
+            json!({"kind": "APIVersions", "versions": ["v1"],
+                   "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
+        }
+        ["apis"] => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        ["api", "v1"] => {
+            let resources: Vec<Value> = RESOURCES
+                .iter()
+                .map(|(name, singular, namespaced, kind, verbs, short)| {
+                    let mut r = json!({"name": name, "singularName": singular,
+                        "namespaced": namespaced, "kind": kind, "verbs": verbs,
+                        "shortNames": short});
+                    if *name == "pods" {
+                        r["categories"] = json!(["all"]);
+                    }
+                    r
+                })
+                .collect();
+            json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
+        }
+        _ => return None,
+    };
+    Some(Response::json(200, body.to_string().into_bytes()))
+}
+
+/// The hash in the `api/v1` document's URL (kube-apiserver puts the document's hash there so
+/// that clients can cache it).
+const OPENAPI_HASH: &str = "5F1B0A2C8D9E4F6A7B3C1D2E0F9A8B7C6D5E4F3A2B1C0D9E8F7A6B5C4D3E2F1A";
+
+/// `GET /openapi/v3` and `GET /openapi/v3/api/v1` (see the module docs); `None` for other
+/// paths.
+pub(crate) fn openapi(req: &Request, segs: &[&str]) -> Option<Response> {
+    if req.method != "GET" {
+        return None;
+    }
+    let body = match segs {
+        ["openapi", "v3"] => json!({"paths": {"api/v1": {
+            "serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")}}}),
+        ["openapi", "v3", "api", "v1"] => {
+            let mut paths = serde_json::Map::new();
+            for (name, _, namespaced, kind, _, _) in RESOURCES {
+                let path = match namespaced {
+                    true => format!("/api/v1/namespaces/{{namespace}}/{name}/{{name}}"),
+                    false => format!("/api/v1/{name}/{{name}}"),
+                };
+                paths.insert(path, json!({"patch": {
+                    "x-kubernetes-group-version-kind": {"group": "", "version": "v1", "kind": kind},
+                    "parameters": [{"name": "fieldValidation", "in": "query",
+                        "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
+                        "schema": {"type": "string", "uniqueItems": true}}],
+                    "responses": {}}}));
+            }
+            json!({"openapi": "3.0.0",
+                   "info": {"title": "Kubernetes", "version": "v1.34.0-podalloc-sim"},
+                   "paths": paths})
+        }
+        _ => return None,
+    };
+    Some(Response::json(200, body.to_string().into_bytes()))
+}
+
+/// True when the client asks for a `Table` (kubectl's `get`): an `Accept` entry with
+/// `as=Table` and `g=meta.k8s.io`, version v1 (the first acceptable entry wins, as the
+/// apiserver's negotiation picks the first type it can serve).
+pub(crate) fn wants_table(req: &Request) -> bool {
+    let accept = req.header("accept").unwrap_or("");
+    for entry in accept.split(',') {
+        let params: Vec<&str> = entry.split(';').map(str::trim).collect();
+        let has = |p: &str| params.iter().any(|x| x.eq_ignore_ascii_case(p));
+        if has("as=Table") && has("g=meta.k8s.io") {
+            if has("v=v1") {
+                return true;
+            }
+            continue;
+        }
+        let media = params.first().copied().unwrap_or("");
+        if media == "application/json" || media == "*/*" {
+            return false;
+        }
+    }
+    false
+}
+
+/// kubectl's `HumanDuration` (k8s.io/apimachinery `util/duration`): `45s`, `3m20s`, `15m`,
+/// `2h5m`, `3d4h`, …
+pub(crate) fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        return match secs % 60 {
+            0 => format!("{minutes}m"),
+            s => format!("{minutes}m{s}s"),
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        return match minutes % 60 {
+            0 => format!("{hours}h"),
+            m => format!("{hours}h{m}m"),
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        return match hours % 24 {
+            0 => format!("{}d", hours / 24),
+            h => format!("{}d{h}h", hours / 24),
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        return match (hours / 24) % 365 {
+            0 => format!("{}y", hours / 24 / 365),
+            d => format!("{}y{d}d", hours / 24 / 365),
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// The age of an RFC 3339 timestamp at `now`, as kubectl prints it (`<unknown>` when
+/// absent).
+fn age(ts: Option<&str>, now: SystemTime) -> String {
+    let Some(t) = ts.and_then(|t| humantime::parse_rfc3339_weak(t).ok()) else {
+        return "<unknown>".into();
+    };
+    let secs = match now.duration_since(t) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    human_duration(secs)
+}
+
+fn column(name: &str, format: &str, description: &str, priority: u8) -> Value {
+    json!({"name": name, "type": "string", "format": format, "description": description,
+           "priority": priority})
+}
+
+/// A row's `object`: the item's metadata as `PartialObjectMetadata` (the default
+/// `includeObject=Metadata`).
+fn partial(item: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+           "metadata": item.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+fn table(rv: u64, cont: Option<&str>, columns: Vec<Value>, rows: Vec<Value>) -> Response {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    let body = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+                      "columnDefinitions": columns, "rows": rows});
+    Response::json(200, body.to_string().into_bytes())
+}
+
+/// The STATUS column of a pod, as kube-apiserver's pod printer derives it: the phase, else
+/// the pod's reason, a container's waiting or terminated reason (`CrashLoopBackOff`,
+/// `OOMKilled`, `Completed`, `ExitCode:N`), `Terminating` when being deleted.
+fn pod_status(pod: &Value) -> String {
+    let status = &pod["status"];
+    let mut reason = status["phase"].as_str().unwrap_or("").to_string();
+    if let Some(r) = status["reason"].as_str().filter(|r| !r.is_empty()) {
+        reason = r.to_string();
+    }
+    for c in status["containerStatuses"].as_array().into_iter().flatten() {
+        let state = &c["state"];
+        if let Some(w) = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = w.to_string();
+        } else if state["terminated"].is_object() {
+            let t = &state["terminated"];
+            reason = match (t["reason"].as_str(), t["signal"].as_i64()) {
+                (Some(r), _) if !r.is_empty() => r.to_string(),
+                (_, Some(s)) if s != 0 => format!("Signal:{s}"),
+                _ => format!("ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+            };
+        }
+    }
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        reason = if status["reason"] == "NodeLost" {
+            "Unknown".into()
+        } else {
+            "Terminating".into()
+        };
+    }
+    reason
+}
+
+/// The `Table` of a pod list (see the module docs).
+pub(crate) fn pod_table(rv: u64, cont: Option<&str>, pods: &[Value], now: SystemTime) -> Response {
+    let columns = vec![
+        column("Name", "name", "Name must be unique within a namespace.", 0),
+        column("Ready", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
+        column("Status", "", "The aggregate status of the containers in this pod.", 0),
+        column("Restarts", "", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+        column("Age", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
+        column("IP", "", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+        column("Node", "", "NodeName is a request to schedule this pod onto a specific node.", 1),
+        column("Nominated Node", "", "nominatedNodeName is set when this pod preempts other pods on the node.", 1),
+        column("Readiness Gates", "", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+    ];
+    let rows = pods
+        .iter()
+        .map(|p| {
+            let statuses = p["status"]["containerStatuses"].as_array();
+            let ready = statuses
+                .into_iter()
+                .flatten()
+                .filter(|c| c["ready"] == true)
+                .count();
+            let total = p["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let restarts: i64 = statuses
+                .into_iter()
+                .flatten()
+                .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                .sum();
+            let text = |v: &Value| {
+                v.as_str()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("<none>")
+                    .to_string()
+            };
+            json!({"cells": [
+                p["metadata"]["name"], format!("{ready}/{total}"), pod_status(p),
+                restarts.to_string(),
+                age(p["metadata"]["creationTimestamp"].as_str(), now),
+                text(&p["status"]["podIP"]), text(&p["spec"]["nodeName"]),
+                text(&p["status"]["nominatedNodeName"]), "<none>",
+            ], "object": partial(p)})
+        })
+        .collect();
+    table(rv, cont, columns, rows)
+}
+
+/// The `Table` of an event list (see the module docs).
+pub(crate) fn event_table(rv: u64, events: &[Value], now: SystemTime) -> Response {
+    let columns = vec![
+        column("Last Seen", "", "The time of the most recent occurrence of this event.", 0),
+        column("Type", "", "Type of this event (Normal, Warning), new types could be added in the future.", 0),
+        column("Reason", "", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0),
+        column("Object", "", "The object that this event is about.", 0),
+        column("Subobject", "", "The subobject of the involved object the event is about.", 1),
+        column("Source", "", "The component reporting this event.", 1),
+        column("Message", "", "A human-readable description of the status of this operation.", 0),
+        column("First Seen", "", "The time at which the event was first recorded.", 1),
+        column("Count", "", "The number of times this event has occurred.", 1),
+        column("Name", "name", "Name must be unique within a namespace.", 1),
+    ];
+    let rows = events
+        .iter()
+        .map(|e| {
+            let o = &e["involvedObject"];
+            let object = format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or("").to_ascii_lowercase(),
+                o["name"].as_str().unwrap_or("")
+            );
+            let last = e["lastTimestamp"].as_str().or(e["eventTime"].as_str());
+            json!({"cells": [
+                age(last, now), e["type"], e["reason"], object,
+                o["fieldPath"].as_str().unwrap_or(""),
+                e["source"]["component"].as_str().unwrap_or(""),
+                e["message"], age(e["firstTimestamp"].as_str(), now),
+                e["count"].as_i64().unwrap_or(1), e["metadata"]["name"],
+            ], "object": partial(e)})
+        })
+        .collect();
+    table(rv, None, columns, rows)
+}
+
+/// A Namespace object (always `Active`).
+pub(crate) fn namespace_json(name: &str) -> Value {
+    json!({"kind": "Namespace", "apiVersion": "v1",
+           "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+           "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+}
+
+/// The `Table` of a namespace list: NAME STATUS AGE.
+pub(crate) fn namespace_table(rv: u64, names: &[String]) -> Response {
+    let columns = vec![
+        column("Name", "name", "Name must be unique within a namespace.", 0),
+        column("Status", "", "The status of the namespace", 0),
+        column("Age", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
+    ];
+    let rows = names
+        .iter()
+        .map(
+            |n| json!({"cells": [n, "Active", "<unknown>"], "object": partial(&namespace_json(n))}),
+        )
+        .collect();
+    table(rv, None, columns, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_like_kubectl() {
+        let cases = [
+            (-5, "<invalid>"),
+            (0, "0s"),
+            (119, "119s"),
+            (200, "3m20s"),
+            (600, "10m"),
+            (3 * 3600 + 300, "3h5m"),
+            (30 * 3600, "30h"),
+            (3 * 86400 + 4 * 3600, "3d4h"),
+            (20 * 86400, "20d"),
+        ];
+        for (s, want) in cases {
+            assert_eq!(human_duration(s), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn pod_status_follows_the_printer() {
+        let p = json!({"status": {"phase": "Running", "containerStatuses": [
+            {"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(pod_status(&p), "CrashLoopBackOff");
+        let p = json!({"status": {"phase": "Failed", "containerStatuses": [
+            {"state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}});
+        assert_eq!(pod_status(&p), "OOMKilled");
+        let p = json!({"status": {"phase": "Failed", "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 3}}}]}});
+        assert_eq!(pod_status(&p), "ExitCode:3");
+        let p = json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
+        assert_eq!(pod_status(&p), "Terminating");
+    }
+}

@@ -1,0 +1,69 @@
+//! `run --leader-elect`: starting the election ([`start`]) and the run loop's hook
+//! ([`may_act`]): before each tick the loop asks whether this process leads, and skips the
+//! tick when it does not. The election itself is `crate::leader`.
+
+use super::env::Env;
+use crate::cli::{Cli, LeaderElectArgs};
+use crate::error::{Error, Result};
+use crate::leader::{self, LeaderElection, Timing};
+use log::warn;
+
+/// The Lease name: `--leader-elect-resource-name`, else `podalloc-<app id>`
+/// ([`leader::default_lease_name`]). Errors (exit 2): not a valid name.
+pub(super) fn lease_name(given: Option<&str>, app_id: &str) -> Result<String> {
+    let name = given.map_or_else(|| leader::default_lease_name(app_id), str::to_string);
+    if !leader::valid_lease_name(&name) {
+        return Err(Error::usage(format!(
+            "--leader-elect-resource-name {name:?} is not a valid Lease name (lower-case \
+             letters, digits, '-' and '.', at most 253, alphanumeric at both ends)"
+        )));
+    }
+    Ok(name)
+}
+
+/// The election's durations from the flags (client-go's defaults for those not given),
+/// validated as client-go does. Errors (exit 2): an invalid combination.
+pub(super) fn timing(a: &LeaderElectArgs) -> Result<Timing> {
+    let d = Timing::default();
+    let t = Timing {
+        lease_duration: a.leader_elect_lease_duration.unwrap_or(d.lease_duration),
+        renew_deadline: a.leader_elect_renew_deadline.unwrap_or(d.renew_deadline),
+        retry_period: a.leader_elect_retry_period.unwrap_or(d.retry_period),
+    };
+    t.validate().map_err(Error::usage)?;
+    Ok(t)
+}
+
+/// Starts the election when `--leader-elect` is given (`None` otherwise). The identity is
+/// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix). Errors:
+/// exit 2 for bad flags, exit 1 when the election cannot start.
+pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElection>> {
+    if !a.leader_elect {
+        return Ok(None);
+    }
+    let timing = timing(a)?;
+    let name = lease_name(a.leader_elect_resource_name.as_deref(), &env.app.app_id)?;
+    let identity = leader::default_identity();
+    LeaderElection::start(&env.client, &name, &identity, timing)
+        .map(Some)
+        .map_err(crate::reconcile::kube_error)
+}
+
+/// The run loop's hook: whether this process may tick now (always without
+/// `--leader-elect`). A standby writes the leader-election metrics to `--metrics-file`, since
+/// it runs no tick that would.
+pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool {
+    let Some(le) = le else {
+        return true;
+    };
+    if le.is_leader() {
+        return true;
+    }
+    if let Some(path) = &cli.metrics_file {
+        let text = crate::metrics::render_standby(&env.app.app_id, env.client.namespace());
+        if let Err(e) = crate::metrics::write_atomic(path, &text) {
+            warn!("cannot write the metrics file {}: {e}", path.display());
+        }
+    }
+    false
+}

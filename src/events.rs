@@ -1,0 +1,777 @@
+//! Kubernetes Events, posted the way a ReplicaSet controller posts them, so that
+//! `kubectl describe pod DRIVER` (or `kubectl get events`) tells what the allocator did and
+//! why:
+//!
+//! | reason | type | when |
+//! |---|---|---|
+//! | `SuccessfulCreate` | Normal | an executor pod was created |
+//! | `FailedCreate` | Warning | a create was refused (quota, 422, RBAC, …): `Error creating: …` |
+//! | `SuccessfulDelete` | Normal | an executor pod was deleted, with why (excess, failed, timed out, stuck, removed, succeeded) |
+//! | `ExecutorFailed` | Warning | an executor pod failed (exit code, OOMKilled) or cannot start (image pull) |
+//! | `AllocationBlocked` | Normal/Warning | the target is not reached and nothing is created (the plan's `blocked`) |
+//! | `CrashLoopHalt` | Warning | the crash-loop guard stopped creation |
+//!
+//! Events go on the driver pod when `--driver-pod` names one, else on the executor pod
+//! concerned (`involvedObject` with its uid, which `kubectl describe` matches on); without
+//! a driver, the events that concern no single pod (`AllocationBlocked`, `CrashLoopHalt`)
+//! are only logged. They are core/v1 Events (`POST /api/v1/namespaces/NS/events`) with
+//! `source.component` and `reportingComponent` `podalloc`.
+//!
+//! The [`Recorder`] correlates them as client-go's event recorder does
+//! (`k8s.io/client-go/tools/record`, `EventCorrelator`):
+//! - a spam filter: a token bucket per source and involved object, 25 events of burst
+//!   refilled at one per 5 minutes; events beyond it (new ones and repeats alike) are
+//!   dropped. The buckets live in the process: a long `run` is limited, each one-shot
+//!   `reconcile` starts with a full bucket;
+//! - an aggregator: more than 10 events within 10 minutes that differ only in their message
+//!   (same source, involved object, type and reason) become one event whose message starts
+//!   `(combined from similar events): `;
+//! - a logger: an event identical to one already posted (same involved object, type,
+//!   reason, message) PATCHes that Event's `count` and `lastTimestamp` instead of creating
+//!   another.
+//!
+//! Unlike client-go, an Event's name is derived from what it says (`INVOLVED.HASH`) rather
+//! than the time, so a later process (a CronJob's next `reconcile`) whose create meets 409
+//! AlreadyExists reads the existing Event and raises its count: aggregation survives
+//! restarts. Posting an event never fails a tick: an error is logged (the first as a
+//! warning, later ones at debug level) and the event dropped.
+
+use crate::alloc::{Blocked, DeleteReason, Outcomes, Plan};
+use crate::error::Error;
+use crate::kube::{KubeClient, KubeError};
+use crate::reconcile::App;
+use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
+use log::{debug, warn};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// `source.component` and `reportingComponent` of every event.
+pub const COMPONENT: &str = "podalloc";
+/// The spam filter's burst (client-go's `defaultSpamBurst`).
+pub const SPAM_BURST: f64 = 25.0;
+/// The spam filter's refill: one event per 300 s (client-go's `defaultSpamQPS`, 1/300).
+pub const SPAM_REFILL_MS: u64 = 300_000;
+/// Distinct messages within [`AGGREGATE_WINDOW_MS`] after which similar events are combined
+/// (client-go's `defaultAggregateMaxEvents`).
+pub const AGGREGATE_MAX_EVENTS: usize = 10;
+/// The aggregator's window (client-go's `defaultAggregateIntervalInSeconds`, 600 s).
+pub const AGGREGATE_WINDOW_MS: u64 = 600_000;
+/// Entries each cache keeps before it is cleared (client-go's LRUs hold 4096).
+const MAX_CACHE: usize = 4096;
+
+/// The object an event is about (core/v1 `ObjectReference`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// `Pod`.
+    pub kind: String,
+    /// The namespace (the event lives there too).
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// The object's `metadata.uid` (`kubectl describe` matches on it).
+    pub uid: String,
+}
+
+impl ObjectRef {
+    /// A pod in `namespace`.
+    pub fn pod(namespace: &str, name: &str, uid: &str) -> ObjectRef {
+        ObjectRef {
+            kind: "Pod".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "{}\u{0}{}\u{0}{}\u{0}{}",
+            self.kind, self.namespace, self.name, self.uid
+        )
+    }
+}
+
+/// One event to post.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// What it is about.
+    pub involved: ObjectRef,
+    /// `Normal` or `Warning`.
+    pub kind: &'static str,
+    /// A CamelCase reason (`SuccessfulCreate`, …).
+    pub reason: &'static str,
+    /// One human line.
+    pub message: String,
+}
+
+/// Where events go: the API (a [`KubeClient`]) or, in tests, a fake.
+pub trait EventSink {
+    /// `POST` an Event.
+    fn create(&self, event: &Value) -> Result<Value, KubeError>;
+    /// `PATCH` an Event (strategic merge patch).
+    fn patch(&self, name: &str, patch: &Value) -> Result<Value, KubeError>;
+    /// `GET` an Event (`None`: 404).
+    fn get(&self, name: &str) -> Result<Option<Value>, KubeError>;
+}
+
+impl EventSink for KubeClient {
+    fn create(&self, event: &Value) -> Result<Value, KubeError> {
+        self.create_event(event)
+    }
+    fn patch(&self, name: &str, patch: &Value) -> Result<Value, KubeError> {
+        self.patch_event(name, patch)
+    }
+    fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
+        self.get_event(name)
+    }
+}
+
+/// What the logger remembers of a posted event.
+#[derive(Clone, Debug)]
+struct Posted {
+    name: String,
+    count: u64,
+}
+
+/// Messages seen for one aggregate key since `start_ms`.
+#[derive(Clone, Debug)]
+struct Similar {
+    start_ms: u64,
+    messages: BTreeSet<String>,
+}
+
+/// The event correlator and its caches (see the module docs). One per process.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Spam key → (tokens, last refill ms).
+    buckets: BTreeMap<String, (f64, u64)>,
+    /// Aggregate key → recent distinct messages.
+    similar: BTreeMap<String, Similar>,
+    /// Event key → the Event posted for it.
+    posted: BTreeMap<String, Posted>,
+    /// The driver pod's reference, once read (`Some(None)`: looked up, not usable).
+    driver: Option<Option<ObjectRef>>,
+    /// A failure to post was already logged as a warning.
+    warned: bool,
+    /// Events posted (created or patched), for tests and logs.
+    pub sent: u64,
+}
+
+/// A short stable hash (FNV-1a, 64 bits) as 16 hex digits, for event names.
+fn hash_hex(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// RFC 3339 with whole seconds (metav1.Time) for `ms` since the Unix epoch.
+fn rfc3339(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl Recorder {
+    /// Takes a token from the spam filter's bucket for `ev`; false: drop the event.
+    fn allow(&mut self, ev: &EventSpec, now_ms: u64) -> bool {
+        if self.buckets.len() >= MAX_CACHE {
+            self.buckets.clear();
+        }
+        // client-go's `getSpamKey`: the source and the involved object only.
+        let key = ev.involved.key();
+        let (tokens, last) = self.buckets.entry(key).or_insert((SPAM_BURST, now_ms));
+        let refill = now_ms.saturating_sub(*last) as f64 / SPAM_REFILL_MS as f64;
+        *tokens = (*tokens + refill).min(SPAM_BURST);
+        *last = now_ms;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The aggregator: after [`AGGREGATE_MAX_EVENTS`] distinct messages of similar events
+    /// within the window, the event becomes the combined one. Returns the event and the
+    /// logger's key for it: its own, or the aggregate key for a combined event (so that
+    /// later similar events raise the combined Event's count).
+    fn aggregate(&mut self, mut ev: EventSpec, now_ms: u64) -> (EventSpec, String) {
+        if self.similar.len() >= MAX_CACHE {
+            self.similar.clear();
+        }
+        let key = format!("{}{}{}", ev.involved.key(), ev.kind, ev.reason);
+        let s = self.similar.entry(key.clone()).or_insert(Similar {
+            start_ms: now_ms,
+            messages: BTreeSet::new(),
+        });
+        if now_ms.saturating_sub(s.start_ms) > AGGREGATE_WINDOW_MS {
+            s.start_ms = now_ms;
+            s.messages.clear();
+        }
+        s.messages.insert(ev.message.clone());
+        if s.messages.len() >= AGGREGATE_MAX_EVENTS {
+            ev.message = format!("(combined from similar events): {}", ev.message);
+            return (ev, format!("{key}\u{0}combined"));
+        }
+        let own = format!("{key}\u{0}{}", ev.message);
+        (ev, own)
+    }
+
+    /// Correlates `ev` and posts it: a new Event, or a PATCH of the count of the same one.
+    /// Returns what was done, for logs and tests; errors are the sink's.
+    pub fn record(
+        &mut self,
+        sink: &dyn EventSink,
+        ev: EventSpec,
+        now_ms: u64,
+    ) -> Result<Option<u64>, KubeError> {
+        if !self.allow(&ev, now_ms) {
+            debug!(
+                "event {} on {} dropped by the spam filter",
+                ev.reason, ev.involved.name
+            );
+            return Ok(None);
+        }
+        let (ev, key) = self.aggregate(ev, now_ms);
+        if self.posted.len() >= MAX_CACHE {
+            self.posted.clear();
+        }
+        let now = rfc3339(now_ms);
+        if let Some(p) = self.posted.get(&key).cloned() {
+            let count = p.count + 1;
+            match patch_count(sink, &p.name, count, &ev.message, &now) {
+                Ok(()) => {
+                    self.posted.insert(key, Posted { count, ..p });
+                    self.sent += 1;
+                    return Ok(Some(count));
+                }
+                // Gone (expired or deleted): post it again as a new Event.
+                Err(KubeError::Api { ref status, .. }) if status.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // At most 253 characters (a DNS subdomain): the object's name, cut, then `.HASH`.
+        let base: String = ev.involved.name.chars().take(253 - 17).collect();
+        let name = format!("{base}.{}", hash_hex(&key));
+        let count = match sink.create(&event_json(&ev, &name, &now)) {
+            Ok(_) => 1,
+            Err(e) if e.is_already_exists() => {
+                // Posted by an earlier process: count on from the stored Event.
+                let stored = sink.get(&name)?.unwrap_or_default();
+                let count = stored["count"].as_u64().unwrap_or(1) + 1;
+                patch_count(sink, &name, count, &ev.message, &now)?;
+                count
+            }
+            Err(e) => return Err(e),
+        };
+        self.posted.insert(key, Posted { name, count });
+        self.sent += 1;
+        Ok(Some(count))
+    }
+
+    /// [`Recorder::record`] that never fails: an error is logged once as a warning (with
+    /// the RBAC hint for a 403), then at debug level.
+    pub fn post(&mut self, sink: &dyn EventSink, ev: EventSpec, now_ms: u64) {
+        let what = format!("{} on pod {}", ev.reason, ev.involved.name);
+        if let Err(e) = self.record(sink, ev, now_ms) {
+            let hint = match &e {
+                KubeError::Api { status, .. } if status.code == 403 => {
+                    " (grant the service account events create and patch)"
+                }
+                _ => "",
+            };
+            if self.warned {
+                debug!("could not post event {what}: {e}{hint}");
+            } else {
+                self.warned = true;
+                warn!("could not post event {what}: {e}{hint}; events are best effort");
+            }
+        }
+    }
+}
+
+/// The PATCH client-go's event sink sends for a repeated event.
+fn patch_count(
+    sink: &dyn EventSink,
+    name: &str,
+    count: u64,
+    message: &str,
+    now: &str,
+) -> Result<(), KubeError> {
+    let patch = json!({"count": count, "lastTimestamp": now, "message": message});
+    sink.patch(name, &patch).map(|_| ())
+}
+
+/// The core/v1 Event for `ev`, named `name`, first seen `now`.
+fn event_json(ev: &EventSpec, name: &str, now: &str) -> Value {
+    let o = &ev.involved;
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": o.namespace},
+        "involvedObject": {
+            "kind": o.kind, "namespace": o.namespace, "name": o.name,
+            "uid": o.uid, "apiVersion": "v1",
+        },
+        "reason": ev.reason,
+        "message": ev.message,
+        "type": ev.kind,
+        "source": {"component": COMPONENT},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "reportingComponent": COMPONENT,
+        "reportingInstance": "",
+    })
+}
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
+
+/// Turns event posting off (`--no-events`) or back on for this process. On by default.
+pub fn set_enabled(on: bool) {
+    DISABLED.store(!on, Ordering::SeqCst);
+}
+
+/// Whether events are posted.
+pub fn enabled() -> bool {
+    !DISABLED.load(Ordering::SeqCst)
+}
+
+/// The words a delete reason reads as in a message.
+fn delete_words(r: DeleteReason) -> &'static str {
+    match r {
+        DeleteReason::TimedOut => "timed out: not seen within the creation timeout",
+        DeleteReason::Excess => "excess: above the target",
+        DeleteReason::Failed => "failed",
+        DeleteReason::Succeeded => "succeeded",
+        DeleteReason::Removed => "removed on request",
+        DeleteReason::Stuck => "stuck: not started within the start-up grace",
+        DeleteReason::DriverEnded => "the driver pod has ended",
+    }
+}
+
+/// The event type and message of a blocked plan (stable across ticks: no time left).
+fn blocked_event(b: &Blocked) -> (&'static str, String) {
+    match b {
+        Blocked::Waiting { .. } | Blocked::MaxPending { .. } | Blocked::DriverPending => {
+            ("Normal", format!("{b}"))
+        }
+        Blocked::Backoff { message, .. } => (
+            "Warning",
+            format!("no executor created: backing off after a quota rejection ({message})"),
+        ),
+        Blocked::CrashLoop | Blocked::IdsExhausted => {
+            ("Warning", format!("no executor created: {b}"))
+        }
+    }
+}
+
+/// Why an executor failed or cannot start, if it did: `exit code 1`, `OOMKilled exit 137`,
+/// `ImagePullBackOff`.
+fn failure(p: &ExecutorPod) -> Option<String> {
+    match p.state {
+        ExecutorState::Failed => {
+            Some((p.detail.clone().or_else(|| p.reason.clone())).unwrap_or_else(|| "failed".into()))
+        }
+        _ => p
+            .waiting
+            .as_deref()
+            .filter(|w| {
+                matches!(
+                    *w,
+                    "ErrImagePull"
+                        | "ImagePullBackOff"
+                        | "InvalidImageName"
+                        | "CrashLoopBackOff"
+                        | "CreateContainerConfigError"
+                        | "CreateContainerError"
+                )
+            })
+            .map(str::to_string),
+    }
+}
+
+/// What one tick did, as the events a ReplicaSet would post (see the module docs). Pure:
+/// the involved objects are resolved by the caller. `target(name, uid)` says where an
+/// event about executor pod `name` goes; `None`: nowhere.
+fn tick_events(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    out: &Outcomes,
+    error: Option<&Error>,
+    deleted: &[u64],
+) -> Vec<(Option<u64>, &'static str, &'static str, String)> {
+    let mut evs = Vec::new();
+    for p in snapshot.executors.values() {
+        if let Some(why) = failure(p) {
+            let verb = match p.state {
+                ExecutorState::Failed => "failed",
+                _ => "cannot start",
+            };
+            let msg = format!("Executor {} (pod {}) {verb}: {why}", p.id, p.name);
+            evs.push((Some(p.id), "Warning", "ExecutorFailed", msg));
+        }
+    }
+    for d in plan
+        .delete
+        .iter()
+        .filter(|d| deleted.contains(&d.executor_id))
+    {
+        let msg = format!(
+            "Deleted executor pod: {} ({})",
+            d.pod_name,
+            delete_words(d.reason)
+        );
+        evs.push((Some(d.executor_id), "Normal", "SuccessfulDelete", msg));
+    }
+    for c in plan
+        .create
+        .iter()
+        .filter(|c| out.created.contains(&c.executor_id))
+    {
+        let msg = format!("Created executor pod: {}", c.pod_name);
+        evs.push((Some(c.executor_id), "Normal", "SuccessfulCreate", msg));
+    }
+    let failed = plan
+        .create
+        .iter()
+        .find(|c| !out.created.contains(&c.executor_id));
+    if let (Some(c), Some(e)) = (failed, error.filter(|_| plan.halt.is_none())) {
+        let msg = format!("Error creating: {}", e.message);
+        evs.push((Some(c.executor_id), "Warning", "FailedCreate", msg));
+    }
+    if let Some(b) = &plan.blocked {
+        let (kind, msg) = blocked_event(b);
+        evs.push((None, kind, "AllocationBlocked", msg));
+    }
+    if let Some(h) = &plan.halt {
+        let msg = format!("executor creation halted by the crash-loop guard: {h}");
+        evs.push((None, "Warning", "CrashLoopHalt", msg));
+    }
+    evs
+}
+
+/// The driver pod's reference, read once per process.
+fn driver_ref(rec: &mut Recorder, client: &KubeClient, app: &App) -> Option<ObjectRef> {
+    let name = app.driver_pod.as_deref()?;
+    if rec.driver.is_none() {
+        let found = match client.get_pod(name) {
+            Ok(Some(pod)) => pod["metadata"]["uid"]
+                .as_str()
+                .map(|uid| ObjectRef::pod(client.namespace(), name, uid)),
+            Ok(None) => None,
+            Err(e) => {
+                debug!("events: cannot read the driver pod {name}: {e}");
+                return None;
+            }
+        };
+        rec.driver = Some(found);
+    }
+    rec.driver.clone().flatten()
+}
+
+/// An executor pod's reference: its uid from the snapshot, else (a pod created this tick)
+/// read from the API.
+fn executor_ref(
+    client: &KubeClient,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    id: u64,
+) -> Option<ObjectRef> {
+    let ns = client.namespace();
+    if let Some(p) = snapshot.executors.get(&id).filter(|p| !p.uid.is_empty()) {
+        return Some(ObjectRef::pod(ns, &p.name, &p.uid));
+    }
+    let name = (plan.create.iter().find(|c| c.executor_id == id))
+        .map(|c| c.pod_name.clone())
+        .or_else(|| {
+            (plan.delete.iter().find(|d| d.executor_id == id)).map(|d| d.pod_name.clone())
+        })?;
+    let uid = plan
+        .delete
+        .iter()
+        .find(|d| d.executor_id == id)
+        .and_then(|d| d.uid.clone());
+    let uid = match uid {
+        Some(u) => u,
+        None => client.get_pod(&name).ok()??["metadata"]["uid"]
+            .as_str()?
+            .to_string(),
+    };
+    Some(ObjectRef::pod(ns, &name, &uid))
+}
+
+/// Posts the events of one tick (see the module docs): called once after the tick's calls
+/// were made and its state saved. `deleted` lists the executor ids whose pods were
+/// deleted. Does nothing with `--no-events`; never fails.
+pub fn record_tick(
+    client: &KubeClient,
+    app: &App,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    out: &Outcomes,
+    error: Option<&Error>,
+    now_ms: u64,
+) {
+    if !enabled() {
+        return;
+    }
+    let evs = tick_events(snapshot, plan, out, error, &out.deleted_ids);
+    if evs.is_empty() {
+        return;
+    }
+    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
+    let rec = guard.get_or_insert_with(Recorder::default);
+    let driver = driver_ref(rec, client, app);
+    for (id, kind, reason, message) in evs {
+        let involved = match (&driver, id) {
+            (Some(d), _) => d.clone(),
+            (None, Some(id)) => match executor_ref(client, snapshot, plan, id) {
+                Some(r) => r,
+                None => continue,
+            },
+            (None, None) => continue,
+        };
+        let ev = EventSpec {
+            involved,
+            kind,
+            reason,
+            message,
+        };
+        rec.post(client, ev, now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::ApiStatus;
+    use std::cell::RefCell;
+
+    #[derive(Default)]
+    struct Fake {
+        store: RefCell<BTreeMap<String, Value>>,
+        calls: RefCell<Vec<String>>,
+    }
+
+    fn api(code: u16, reason: &str) -> KubeError {
+        KubeError::Api {
+            verb: "x".into(),
+            status: ApiStatus::from_body(
+                code,
+                json!({"kind": "Status", "code": code, "reason": reason, "message": reason})
+                    .to_string()
+                    .as_bytes(),
+                None,
+            ),
+        }
+    }
+
+    impl EventSink for Fake {
+        fn create(&self, ev: &Value) -> Result<Value, KubeError> {
+            let name = ev["metadata"]["name"].as_str().unwrap().to_string();
+            self.calls.borrow_mut().push(format!("create {name}"));
+            if self.store.borrow().contains_key(&name) {
+                return Err(api(409, "AlreadyExists"));
+            }
+            self.store.borrow_mut().insert(name, ev.clone());
+            Ok(ev.clone())
+        }
+        fn patch(&self, name: &str, p: &Value) -> Result<Value, KubeError> {
+            self.calls
+                .borrow_mut()
+                .push(format!("patch {name} {}", p["count"]));
+            let mut s = self.store.borrow_mut();
+            let ev = s.get_mut(name).ok_or_else(|| api(404, "NotFound"))?;
+            for (k, v) in p.as_object().unwrap() {
+                ev[k] = v.clone();
+            }
+            Ok(ev.clone())
+        }
+        fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
+            Ok(self.store.borrow().get(name).cloned())
+        }
+    }
+
+    fn ev(msg: &str) -> EventSpec {
+        EventSpec {
+            involved: ObjectRef::pod("ns", "driver", "u1"),
+            kind: "Warning",
+            reason: "FailedCreate",
+            message: msg.into(),
+        }
+    }
+
+    #[test]
+    fn a_repeated_event_patches_the_count() {
+        let sink = Fake::default();
+        let mut r = Recorder::default();
+        assert_eq!(r.record(&sink, ev("quota"), 1_000).unwrap(), Some(1));
+        assert_eq!(r.record(&sink, ev("quota"), 2_000).unwrap(), Some(2));
+        assert_eq!(r.record(&sink, ev("other"), 3_000).unwrap(), Some(1));
+        let calls = sink.calls.borrow().clone();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(calls[1].starts_with("patch driver.") && calls[1].ends_with(" 2"));
+        let store = sink.store.borrow();
+        assert_eq!(store.len(), 2);
+        let first = store.values().find(|e| e["message"] == "quota").unwrap();
+        assert_eq!(first["count"], 2);
+        assert_eq!(first["firstTimestamp"], "1970-01-01T00:00:01Z");
+        assert_eq!(first["lastTimestamp"], "1970-01-01T00:00:02Z");
+        assert_eq!(first["source"]["component"], "podalloc");
+        assert_eq!(first["involvedObject"]["uid"], "u1");
+    }
+
+    #[test]
+    fn a_new_process_counts_on_from_the_stored_event() {
+        let sink = Fake::default();
+        Recorder::default()
+            .record(&sink, ev("quota"), 1_000)
+            .unwrap();
+        // Another process: nothing cached, the create meets 409 and patches the count.
+        let mut r = Recorder::default();
+        assert_eq!(r.record(&sink, ev("quota"), 5_000).unwrap(), Some(2));
+        assert_eq!(sink.store.borrow().len(), 1);
+    }
+
+    #[test]
+    fn the_spam_filter_allows_a_burst_of_25_then_one_per_5_minutes() {
+        let sink = Fake::default();
+        let mut r = Recorder::default();
+        let sent = (0..40)
+            .filter(|i| {
+                r.record(&sink, ev(&format!("m{}", i % 5)), 1_000)
+                    .unwrap()
+                    .is_some()
+            })
+            .count();
+        assert_eq!(sent, 25);
+        assert_eq!(r.record(&sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
+        assert!(r
+            .record(&sink, ev("m0"), 1_000 + 301_000)
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn similar_events_are_combined_after_10_messages() {
+        let sink = Fake::default();
+        let mut r = Recorder::default();
+        for i in 0..12 {
+            r.record(&sink, ev(&format!("message {i}")), 1_000).unwrap();
+        }
+        let store = sink.store.borrow();
+        let combined: Vec<&Value> = store
+            .values()
+            .filter(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("(combined from similar events): ")
+            })
+            .collect();
+        // The 10th, 11th and 12th messages: one combined Event, counted 3 times, with the
+        // latest message.
+        assert_eq!(combined.len(), 1);
+        assert_eq!(combined[0]["count"], 3);
+        assert!(combined[0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("message 11"));
+        assert_eq!(store.len(), 10);
+    }
+
+    fn plan() -> Plan {
+        Plan {
+            create: Vec::new(),
+            delete: Vec::new(),
+            state: crate::alloc::AllocatorState::new(),
+            summary: Default::default(),
+            warnings: Vec::new(),
+            halt: None,
+            requeue_after_ms: None,
+            blocked: None,
+            create_groups: Vec::new(),
+            driver_ended: None,
+        }
+    }
+
+    fn pod(id: u64, state: ExecutorState, waiting: Option<&str>) -> ExecutorPod {
+        ExecutorPod {
+            id,
+            name: format!("app-exec-{id}"),
+            uid: format!("uid-{id}"),
+            resource_version: "1".into(),
+            state,
+            scheduled: true,
+            detail: None,
+            reason: None,
+            waiting: waiting.map(str::to_string),
+            unschedulable: false,
+            deletion_cost: 0,
+            restarts: 0,
+            created_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_halt_is_crash_loop_halt_and_blocked_never_failed_create() {
+        let mut p = plan();
+        p.halt = Some("5 executors failed within 10m (dominant: OOMKilled)".into());
+        p.blocked = Some(Blocked::CrashLoop);
+        p.create.push(crate::alloc::Create {
+            executor_id: 9,
+            pod_name: "app-exec-9".into(),
+            retry: false,
+        });
+        let err = Error::crash_loop("halted");
+        let mut snap = Snapshot::default();
+        snap.executors
+            .insert(3, pod(3, ExecutorState::Pending, Some("ImagePullBackOff")));
+        snap.executors
+            .insert(4, pod(4, ExecutorState::Running, None));
+        let evs = tick_events(&snap, &p, &Outcomes::default(), Some(&err), &[]);
+        let reasons: Vec<(&str, &str)> = evs.iter().map(|e| (e.1, e.2)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("Warning", "ExecutorFailed"),
+                ("Warning", "AllocationBlocked"),
+                ("Warning", "CrashLoopHalt"),
+            ]
+        );
+        assert_eq!(evs[0].0, Some(3));
+        assert_eq!(
+            evs[0].3,
+            "Executor 3 (pod app-exec-3) cannot start: ImagePullBackOff"
+        );
+        assert_eq!(evs[2].0, None, "about the app: the driver pod, or nowhere");
+        assert!(evs[2].3.contains("dominant: OOMKilled"));
+    }
+
+    #[test]
+    fn post_never_fails() {
+        struct Down;
+        impl EventSink for Down {
+            fn create(&self, _: &Value) -> Result<Value, KubeError> {
+                Err(api(403, "Forbidden"))
+            }
+            fn patch(&self, _: &str, _: &Value) -> Result<Value, KubeError> {
+                Err(api(403, "Forbidden"))
+            }
+            fn get(&self, _: &str) -> Result<Option<Value>, KubeError> {
+                Ok(None)
+            }
+        }
+        let mut r = Recorder::default();
+        r.post(&Down, ev("x"), 0);
+        r.post(&Down, ev("y"), 0);
+        assert!(r.warned);
+        assert_eq!(r.sent, 0);
+    }
+}

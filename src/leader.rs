@@ -1,0 +1,870 @@
+//! Leader election over a `coordination.k8s.io/v1` Lease, with the semantics of client-go's
+//! `tools/leaderelection` package (`LeaderElector.tryAcquireOrRenew`, the renew deadline,
+//! `ReleaseOnCancel`), so that several `podalloc run --leader-elect` replicas act one at a
+//! time.
+//!
+//! Two halves, in the sans-IO style of `crate::alloc`:
+//! - [`Elector`], the pure core: fed the Lease it read (or its absence) and the time, it says
+//!   which write to make ([`Write`]) and whether this process leads. It reads no clock and
+//!   makes no call; time comes in as a monotonic `Duration` since any fixed origin, plus the
+//!   wall time (ms since the Unix epoch) to stamp `acquireTime` / `renewTime`.
+//! - [`LeaderElection`], the thin shell: a thread that every retry period GETs the Lease,
+//!   asks the core, and makes the create or update, and that releases the Lease when stopped.
+//!   A leader first tries client-go's fast path: it updates the Lease it last wrote without
+//!   reading it ([`Elector::fast_renew`]), and reads only when that fails.
+//!
+//! The rules, as client-go has them:
+//! - A missing Lease is created with us as holder. An existing one may be taken over when its
+//!   `holderIdentity` is empty (released) or when it has not changed for
+//!   `leaseDurationSeconds` *as measured by our own clock since we last saw it change*
+//!   (client-go's `observedTime`): clocks of different machines are never compared.
+//! - Every write carries the `resourceVersion` read, so of two candidates racing for the same
+//!   expired Lease the API server accepts one and answers the other 409 Conflict (or 409
+//!   AlreadyExists for two creates).
+//! - `leaseTransitions` counts changes of holder; `acquireTime` is kept while we renew.
+//! - Fencing: we lead only while our last successful acquire or renew *started* less than
+//!   the renew deadline ago. Since the renew deadline is shorter than the lease duration,
+//!   and every other candidate measures the lease duration from a moment no earlier than
+//!   that start, we stop acting before anyone else may take the Lease over.
+//! - Released (`ReleaseOnCancel`): on shutdown a leader writes the Lease with an empty
+//!   holder (and `leaseDurationSeconds: 1`), so a standby takes it at its next retry.
+//! - Timing is validated as `NewLeaderElector` does: lease duration > renew deadline >
+//!   retry period × 1.2 (the jitter factor), all greater than zero (the lease duration at
+//!   least 1 s, since the Lease holds whole seconds).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use log::{debug, info, warn};
+use serde_json::{json, Value};
+
+use crate::kube::{KubeClient, KubeError};
+
+/// client-go's `JitterFactor`: a candidate that does not lead waits between one and
+/// 1 + 1.2 retry periods between attempts, and the renew deadline must exceed
+/// 1.2 retry periods.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// client-go's defaults (kube-controller-manager's `--leader-elect-*` flags).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// See [`DEFAULT_LEASE_DURATION`].
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// See [`DEFAULT_LEASE_DURATION`].
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+/// The three durations of leader election.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a Lease that stopped changing keeps others out (written to the Lease in
+    /// whole seconds, truncated, as client-go does).
+    pub lease_duration: Duration,
+    /// How long a leader keeps acting after the start of its last successful renew.
+    pub renew_deadline: Duration,
+    /// Time between attempts.
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_deadline: DEFAULT_RENEW_DEADLINE,
+            retry_period: DEFAULT_RETRY_PERIOD,
+        }
+    }
+}
+
+impl Timing {
+    /// The Lease's `leaseDurationSeconds`.
+    pub fn lease_seconds(&self) -> u64 {
+        self.lease_duration.as_secs()
+    }
+
+    /// Checks the durations as client-go's `NewLeaderElector` does. Errors: a message naming
+    /// the flags.
+    pub fn validate(&self) -> Result<(), String> {
+        let lease = Duration::from_secs(self.lease_seconds());
+        if lease.is_zero() {
+            return Err("--leader-elect-lease-duration must be at least 1s".into());
+        }
+        if self.renew_deadline.is_zero() || self.retry_period.is_zero() {
+            return Err(
+                "--leader-elect-renew-deadline and --leader-elect-retry-period must be greater than zero"
+                    .into(),
+            );
+        }
+        if lease <= self.renew_deadline {
+            return Err(format!(
+                "--leader-elect-lease-duration ({}, in whole seconds) must be greater than \
+                 --leader-elect-renew-deadline ({})",
+                humantime::format_duration(lease),
+                humantime::format_duration(self.renew_deadline)
+            ));
+        }
+        if self.renew_deadline.as_secs_f64() <= self.retry_period.as_secs_f64() * JITTER_FACTOR {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({}) must be greater than \
+                 --leader-elect-retry-period ({}) × {JITTER_FACTOR}",
+                humantime::format_duration(self.renew_deadline),
+                humantime::format_duration(self.retry_period)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The spec of a Lease as leader election reads and writes it (client-go's
+/// `LeaderElectionRecord`). Times are `MicroTime` strings (RFC 3339 with microseconds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// `spec.holderIdentity`; empty: nobody holds it.
+    pub holder_identity: String,
+    /// `spec.leaseDurationSeconds`.
+    pub lease_duration_seconds: u64,
+    /// `spec.acquireTime`.
+    pub acquire_time: String,
+    /// `spec.renewTime`.
+    pub renew_time: String,
+    /// `spec.leaseTransitions`.
+    pub lease_transitions: u64,
+}
+
+/// A Lease as read: its record and `metadata.resourceVersion`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The spec.
+    pub record: LeaseRecord,
+    /// `metadata.resourceVersion`, sent back with the next update.
+    pub resource_version: String,
+}
+
+impl Observed {
+    /// Reads a Lease object (missing fields are empty or 0).
+    pub fn from_lease(v: &Value) -> Observed {
+        let spec = &v["spec"];
+        let s = |k: &str| spec[k].as_str().unwrap_or("").to_string();
+        let n = |k: &str| spec[k].as_u64().unwrap_or(0);
+        Observed {
+            record: LeaseRecord {
+                holder_identity: s("holderIdentity"),
+                lease_duration_seconds: n("leaseDurationSeconds"),
+                acquire_time: s("acquireTime"),
+                renew_time: s("renewTime"),
+                lease_transitions: n("leaseTransitions"),
+            },
+            resource_version: v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        }
+    }
+}
+
+impl LeaseRecord {
+    /// The Lease object `name` carrying this record; `resource_version` makes an update
+    /// conditional. Empty time fields are left out (they are optional in the API).
+    pub fn to_lease(&self, name: &str, resource_version: Option<&str>) -> Value {
+        let mut spec = json!({
+            "holderIdentity": self.holder_identity,
+            "leaseDurationSeconds": self.lease_duration_seconds,
+            "leaseTransitions": self.lease_transitions,
+        });
+        for (k, v) in [
+            ("acquireTime", &self.acquire_time),
+            ("renewTime", &self.renew_time),
+        ] {
+            if !v.is_empty() {
+                spec[k] = json!(v);
+            }
+        }
+        let mut lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "podalloc"}},
+            "spec": spec,
+        });
+        if let Some(rv) = resource_version {
+            lease["metadata"]["resourceVersion"] = json!(rv);
+        }
+        lease
+    }
+}
+
+/// The write the core asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// No Lease exists: create it with this record.
+    Create(LeaseRecord),
+    /// Update the Lease with this record, conditional on `resource_version`.
+    Update {
+        /// The new spec.
+        record: LeaseRecord,
+        /// The version read; a newer one on the server makes the update a 409 Conflict.
+        resource_version: String,
+    },
+}
+
+/// `MicroTime` of a wall-clock time in ms since the Unix epoch: `2024-05-01T10:00:00.123000Z`.
+pub fn micro_time(wall_ms: u64) -> String {
+    humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_millis(wall_ms)).to_string()
+}
+
+/// The pure election state of one candidate.
+#[derive(Clone, Debug)]
+pub struct Elector {
+    identity: String,
+    timing: Timing,
+    /// The last Lease read or written.
+    observed: Option<Observed>,
+    /// When (our monotonic clock) the record last changed as we saw it.
+    observed_at: Duration,
+    /// When our last successful acquire or renew started.
+    renewed_at: Option<Duration>,
+}
+
+impl Elector {
+    /// A candidate named `identity` (must be unique among candidates) with `timing`.
+    pub fn new(identity: &str, timing: Timing) -> Elector {
+        Elector {
+            identity: identity.to_string(),
+            timing,
+            observed: None,
+            observed_at: Duration::ZERO,
+            renewed_at: None,
+        }
+    }
+
+    /// This candidate's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The holder of the Lease as last seen (empty when released), if one was seen.
+    pub fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .map(|o| o.record.holder_identity.as_str())
+    }
+
+    /// Whether the last Lease seen names us.
+    fn holds(&self) -> bool {
+        self.holder() == Some(self.identity.as_str())
+    }
+
+    /// Whether we lead at `now`: the Lease names us and our last successful acquire or renew
+    /// started less than the renew deadline ago (the fence).
+    pub fn is_leader(&self, now: Duration) -> bool {
+        self.holds()
+            && self
+                .renewed_at
+                .is_some_and(|t| now < t + self.timing.renew_deadline)
+    }
+
+    /// client-go's `tryAcquireOrRenew` after its GET: `lease` is what was read (`None`:
+    /// 404). Returns the write to make, or `None` when another holder's Lease is still
+    /// valid. `now` is when the attempt started; `wall_ms` stamps the record.
+    pub fn observe(
+        &mut self,
+        lease: Option<Observed>,
+        now: Duration,
+        wall_ms: u64,
+    ) -> Option<Write> {
+        let stamp = micro_time(wall_ms);
+        let mut record = LeaseRecord {
+            holder_identity: self.identity.clone(),
+            lease_duration_seconds: self.timing.lease_seconds(),
+            acquire_time: stamp.clone(),
+            renew_time: stamp,
+            lease_transitions: 0,
+        };
+        let Some(lease) = lease else {
+            return Some(Write::Create(record));
+        };
+        let changed = self.observed.as_ref().map(|o| &o.record) != Some(&lease.record);
+        if changed {
+            self.observed_at = now;
+        }
+        let old = lease.record.clone();
+        let resource_version = lease.resource_version.clone();
+        self.observed = Some(lease);
+        let valid_until = self.observed_at + Duration::from_secs(old.lease_duration_seconds);
+        if !old.holder_identity.is_empty() && valid_until > now && !self.holds() {
+            return None;
+        }
+        if self.holds() {
+            record.acquire_time = old.acquire_time;
+            record.lease_transitions = old.lease_transitions;
+        } else {
+            record.lease_transitions = old.lease_transitions + 1;
+        }
+        Some(Write::Update {
+            record,
+            resource_version,
+        })
+    }
+
+    /// client-go's fast path: a leader whose last seen Lease is still valid updates it
+    /// directly with the version it last wrote, without reading it first (`None`: take the
+    /// slow path, [`Elector::observe`] after a GET). A 409 then means someone else wrote the
+    /// Lease; the caller falls back to the slow path.
+    pub fn fast_renew(&self, now: Duration, wall_ms: u64) -> Option<Write> {
+        let o = self.observed.as_ref().filter(|_| self.holds())?;
+        let valid_until = self.observed_at + Duration::from_secs(o.record.lease_duration_seconds);
+        if valid_until <= now {
+            return None;
+        }
+        let stamp = micro_time(wall_ms);
+        Some(Write::Update {
+            record: LeaseRecord {
+                holder_identity: self.identity.clone(),
+                lease_duration_seconds: self.timing.lease_seconds(),
+                acquire_time: o.record.acquire_time.clone(),
+                renew_time: stamp,
+                lease_transitions: o.record.lease_transitions,
+            },
+            resource_version: o.resource_version.clone(),
+        })
+    }
+
+    /// A write succeeded: `lease` is the Lease the server returned, `started` when the
+    /// attempt began (the fence counts from there).
+    pub fn written(&mut self, lease: Observed, started: Duration) {
+        self.observed_at = started;
+        self.observed = Some(lease);
+        if self.holds() {
+            self.renewed_at = Some(started);
+        } else {
+            self.renewed_at = None;
+        }
+    }
+
+    /// `ReleaseOnCancel`: the update that gives the Lease up (empty holder, one second),
+    /// or `None` when the Lease we last saw does not name us.
+    pub fn release(&self, wall_ms: u64) -> Option<Write> {
+        let o = self.observed.as_ref().filter(|_| self.holds())?;
+        let stamp = micro_time(wall_ms);
+        Some(Write::Update {
+            record: LeaseRecord {
+                holder_identity: String::new(),
+                lease_duration_seconds: 1,
+                acquire_time: stamp.clone(),
+                renew_time: stamp,
+                lease_transitions: o.record.lease_transitions,
+            },
+            resource_version: o.resource_version.clone(),
+        })
+    }
+}
+
+/// The default Lease name for an app: `podalloc-<app id>`, lower-cased, with every character
+/// a DNS-1123 subdomain does not allow replaced by `-`, at most 253 characters, ending in
+/// an alphanumeric.
+pub fn default_lease_name(app_id: &str) -> String {
+    let mut name: String = format!("podalloc-{app_id}")
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    while name.ends_with(['-', '.']) {
+        name.pop();
+    }
+    name
+}
+
+/// Whether `name` is a valid Lease name (a DNS-1123 subdomain: lower-case alphanumerics, '-'
+/// and '.', at most 253, alphanumeric at both ends).
+pub fn valid_lease_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+}
+
+/// This process's identity: the `POD_NAME` environment variable (set from the downward
+/// API's `metadata.name`), else the host name plus `_` and a random suffix (as client-go's
+/// examples do), so two processes on one host differ.
+pub fn default_identity() -> String {
+    if let Ok(p) = std::env::var("POD_NAME") {
+        if !p.trim().is_empty() {
+            return p.trim().to_string();
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "podalloc".to_string());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mix =
+        (nanos ^ u64::from(std::process::id()).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!("{host}_{:08x}", mix >> 32)
+}
+
+/// What the shell and the run loop share.
+struct Shared {
+    elector: Mutex<Elector>,
+    origin: Instant,
+    stop: AtomicBool,
+    /// Leadership as last reported (logged and counted on change).
+    reported: Mutex<Reported>,
+}
+
+#[derive(Default)]
+struct Reported {
+    leading: bool,
+    transitions: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// Whether we lead now; logs and counts a change since the last report.
+    fn leading(&self) -> bool {
+        let (leading, holder, me) = {
+            let e = lock(&self.elector);
+            let leading = e.is_leader(self.now());
+            (
+                leading,
+                e.holder().unwrap_or("").to_string(),
+                e.identity().to_string(),
+            )
+        };
+        let mut r = lock(&self.reported);
+        if r.leading != leading {
+            r.leading = leading;
+            r.transitions += 1;
+            if leading {
+                info!("leader election: {me} became the leader");
+            } else if holder == me {
+                warn!("leader election: {me} could not renew the lease within the renew deadline; stopped acting");
+            } else {
+                info!("leader election: {me} stopped leading (holder now {holder:?})");
+            }
+            crate::metrics::set_leader(leading, r.transitions);
+        }
+        leading
+    }
+}
+
+/// A running election: a thread keeps acquiring or renewing the Lease. Drop (or
+/// [`LeaderElection::stop`]) stops it and releases the Lease if we hold it.
+pub struct LeaderElection {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    name: String,
+}
+
+impl LeaderElection {
+    /// Starts electing on Lease `name` in `client`'s namespace as `identity`. The Lease calls
+    /// use their own client with timeouts of one renew deadline and no retries (an attempt
+    /// is retried at the next retry period), as kube-controller-manager gives its election
+    /// client a timeout of the renew deadline. Installs the write fence on `client`, so that
+    /// pod and state writes stop when leadership does, also in the middle of a tick.
+    ///
+    /// Errors: the Lease client cannot be built, the thread cannot start.
+    pub fn start(
+        client: &KubeClient,
+        name: &str,
+        identity: &str,
+        timing: Timing,
+    ) -> Result<LeaderElection, KubeError> {
+        let mut options = crate::kube::ClientOptions::default();
+        options.timeouts.connect = timing.renew_deadline;
+        options.timeouts.per_read = timing.renew_deadline;
+        options.timeouts.global = timing.renew_deadline;
+        options.retry = crate::kube::RetryPolicy::none();
+        let lease_client = client.derive(options)?;
+        let shared = Arc::new(Shared {
+            elector: Mutex::new(Elector::new(identity, timing)),
+            origin: Instant::now(),
+            stop: AtomicBool::new(false),
+            reported: Mutex::new(Reported::default()),
+        });
+        crate::metrics::set_leader(false, 0);
+        let fence = Arc::clone(&shared);
+        client.set_write_fence(Arc::new(move || fence.leading()));
+        let s = Arc::clone(&shared);
+        let lease_name = name.to_string();
+        let thread = std::thread::Builder::new()
+            .name("leader-election".into())
+            .spawn(move || elect_loop(&s, &lease_client, &lease_name, timing))
+            .map_err(|e| KubeError::Config(format!("cannot start leader election: {e}")))?;
+        info!(
+            "leader election: {identity} is a candidate for lease {}/{name} (lease {}, renew deadline {}, retry {})",
+            client.namespace(),
+            humantime::format_duration(timing.lease_duration),
+            humantime::format_duration(timing.renew_deadline),
+            humantime::format_duration(timing.retry_period)
+        );
+        Ok(LeaderElection {
+            shared,
+            thread: Some(thread),
+            name: name.to_string(),
+        })
+    }
+
+    /// Whether this process leads now (logs and counts a change).
+    pub fn is_leader(&self) -> bool {
+        self.shared.leading()
+    }
+
+    /// The Lease name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stops the thread; it releases the Lease if we hold it.
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LeaderElection {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The election thread: attempt, sleep (a retry period when leading; jittered by up to
+/// [`JITTER_FACTOR`] more when not, as client-go's `wait.JitterUntil`), until stopped; then
+/// release.
+fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
+    let mut rng = wall_ms() | 1;
+    while !s.stop.load(Ordering::SeqCst) {
+        attempt(s, client, name);
+        let leading = s.leading();
+        let mut period = timing.retry_period;
+        if !leading {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let f = (rng % 1000) as f64 / 1000.0 * JITTER_FACTOR;
+            period += timing.retry_period.mul_f64(f);
+        }
+        let until = Instant::now() + period;
+        while !s.stop.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+        }
+    }
+    release(s, client, name);
+}
+
+/// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,
+/// ask the core, write.
+fn attempt(s: &Shared, client: &KubeClient, name: &str) {
+    let started = s.now();
+    let fast = lock(&s.elector).fast_renew(started, wall_ms());
+    if let Some(Write::Update {
+        record,
+        resource_version,
+    }) = fast
+    {
+        match client.update_lease(name, &record.to_lease(name, Some(&resource_version))) {
+            Ok(v) => return lock(&s.elector).written(Observed::from_lease(&v), started),
+            Err(e) => {
+                debug!("leader election: renewing {name} optimistically failed ({e}); reading it")
+            }
+        }
+    }
+    let lease = match client.get_lease(name) {
+        Ok(l) => l.map(|v| Observed::from_lease(&v)),
+        Err(e) => return report(&e),
+    };
+    let write = lock(&s.elector).observe(lease, started, wall_ms());
+    let Some(write) = write else {
+        debug!("leader election: lease {name} is held by another candidate");
+        return;
+    };
+    let res = match &write {
+        Write::Create(r) => client.create_lease(&r.to_lease(name, None)),
+        Write::Update {
+            record,
+            resource_version,
+        } => client.update_lease(name, &record.to_lease(name, Some(resource_version))),
+    };
+    match res {
+        Ok(v) => lock(&s.elector).written(Observed::from_lease(&v), started),
+        Err(e) if e.status_code() == Some(409) => {
+            debug!("leader election: another candidate wrote lease {name} first: {e}")
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// Logs a failed Lease call; a 403 says which permission is missing.
+fn report(e: &KubeError) {
+    if e.status_code() == Some(403) {
+        warn!(
+            "leader election: {e} (grant the service account leases get/create/update in API \
+             group coordination.k8s.io in this namespace)"
+        );
+    } else {
+        warn!("leader election: {e}");
+    }
+}
+
+/// `ReleaseOnCancel`: gives the Lease up if we hold it.
+fn release(s: &Shared, client: &KubeClient, name: &str) {
+    let write = lock(&s.elector).release(wall_ms());
+    let Some(Write::Update {
+        record,
+        resource_version,
+    }) = write
+    else {
+        return;
+    };
+    match client.update_lease(name, &record.to_lease(name, Some(&resource_version))) {
+        Ok(v) => {
+            lock(&s.elector).written(Observed::from_lease(&v), s.now());
+            info!("leader election: released lease {name}");
+        }
+        Err(e) => warn!("leader election: could not release lease {name}: {e}"),
+    }
+    s.leading();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn timing() -> Timing {
+        Timing {
+            lease_duration: 3 * S,
+            renew_deadline: 2 * S,
+            retry_period: S / 2,
+        }
+    }
+
+    fn lease(holder: &str, rv: &str, renew: &str, transitions: u64) -> Observed {
+        Observed {
+            record: LeaseRecord {
+                holder_identity: holder.into(),
+                lease_duration_seconds: 3,
+                acquire_time: "a".into(),
+                renew_time: renew.into(),
+                lease_transitions: transitions,
+            },
+            resource_version: rv.into(),
+        }
+    }
+
+    fn applied(w: &Write, rv: &str) -> Observed {
+        let record = match w {
+            Write::Create(r) | Write::Update { record: r, .. } => r.clone(),
+        };
+        Observed {
+            record,
+            resource_version: rv.into(),
+        }
+    }
+
+    #[test]
+    fn validation_follows_client_go() {
+        assert!(Timing::default().validate().is_ok());
+        assert!(timing().validate().is_ok());
+        let bad = |l: u64, r: u64, p: u64| Timing {
+            lease_duration: Duration::from_millis(l),
+            renew_deadline: Duration::from_millis(r),
+            retry_period: Duration::from_millis(p),
+        };
+        assert!(bad(3000, 3000, 500)
+            .validate()
+            .unwrap_err()
+            .contains("greater than"));
+        // 3.9 s is written as 3 s: not above a 3 s renew deadline.
+        assert!(bad(3900, 3000, 500).validate().is_err());
+        // 1.2 × 1 s is not below 1.2 s.
+        assert!(bad(3000, 1200, 1000)
+            .validate()
+            .unwrap_err()
+            .contains("1.2"));
+        assert!(bad(3000, 1300, 1000).validate().is_ok());
+        assert!(bad(500, 100, 50).validate().is_err());
+        assert!(bad(3000, 2000, 0).validate().is_err());
+    }
+
+    #[test]
+    fn a_missing_lease_is_created_and_then_renewed_keeping_the_acquire_time() {
+        let mut e = Elector::new("a", timing());
+        assert!(!e.is_leader(Duration::ZERO));
+        let w = e.observe(None, Duration::ZERO, 1_000).unwrap();
+        let Write::Create(r) = &w else { panic!() };
+        assert_eq!(r.holder_identity, "a");
+        assert_eq!(r.lease_duration_seconds, 3);
+        assert_eq!(r.renew_time, "1970-01-01T00:00:01.000000Z");
+        assert!(
+            !e.is_leader(Duration::ZERO),
+            "not before the write succeeded"
+        );
+        e.written(applied(&w, "1"), Duration::ZERO);
+        assert!(e.is_leader(S));
+        let w = e.observe(Some(applied(&w, "1")), S, 2_000).unwrap();
+        let Write::Update {
+            record,
+            resource_version,
+        } = &w
+        else {
+            panic!()
+        };
+        assert_eq!(resource_version, "1");
+        assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
+        assert_eq!(record.renew_time, "1970-01-01T00:00:02.000000Z");
+        assert_eq!(record.lease_transitions, 0);
+    }
+
+    #[test]
+    fn the_leader_stops_acting_at_the_renew_deadline_before_the_lease_expires() {
+        let mut e = Elector::new("a", timing());
+        let w = e.observe(None, 10 * S, 0).unwrap();
+        e.written(applied(&w, "1"), 10 * S);
+        assert!(e.is_leader(10 * S + 1999 * S / 1000));
+        // Renewals failed since: no longer leading at start + renew deadline (2 s), while
+        // the others may take over only at their observation + 3 s.
+        assert!(!e.is_leader(12 * S));
+        // A renewal that succeeds later makes it the leader again.
+        let w = e.observe(Some(applied(&w, "1")), 13 * S, 0).unwrap();
+        e.written(applied(&w, "2"), 13 * S);
+        assert!(e.is_leader(14 * S));
+    }
+
+    #[test]
+    fn a_held_lease_is_taken_over_only_after_it_stops_changing_for_its_duration() {
+        let mut b = Elector::new("b", timing());
+        assert_eq!(b.observe(Some(lease("a", "5", "t1", 0)), 10 * S, 0), None);
+        // Unchanged for 2.9 s by our clock: still a's.
+        assert_eq!(
+            b.observe(Some(lease("a", "5", "t1", 0)), 12_900 * S / 1000, 0),
+            None
+        );
+        // a renewed: the clock starts again.
+        assert_eq!(
+            b.observe(Some(lease("a", "6", "t2", 0)), 12_950 * S / 1000, 0),
+            None
+        );
+        assert_eq!(
+            b.observe(Some(lease("a", "6", "t2", 0)), 15_900 * S / 1000, 0),
+            None
+        );
+        let w = b
+            .observe(Some(lease("a", "6", "t2", 0)), 16 * S, 0)
+            .unwrap();
+        let Write::Update {
+            record,
+            resource_version,
+        } = &w
+        else {
+            panic!()
+        };
+        assert_eq!(record.holder_identity, "b");
+        assert_eq!(record.lease_transitions, 1, "a change of holder is counted");
+        assert_eq!(resource_version, "6", "conditional on the version read");
+        assert!(!b.is_leader(16 * S));
+        b.written(applied(&w, "7"), 16 * S);
+        assert!(b.is_leader(16 * S));
+    }
+
+    #[test]
+    fn a_released_lease_is_taken_at_once_and_release_needs_the_lease() {
+        let mut a = Elector::new("a", timing());
+        assert_eq!(a.release(0), None, "never held");
+        let w = a.observe(None, Duration::ZERO, 0).unwrap();
+        a.written(applied(&w, "1"), Duration::ZERO);
+        let rel = a.release(5_000).unwrap();
+        let Write::Update {
+            record,
+            resource_version,
+        } = &rel
+        else {
+            panic!()
+        };
+        assert_eq!(record.holder_identity, "");
+        assert_eq!(record.lease_duration_seconds, 1);
+        assert_eq!(resource_version, "1");
+        a.written(applied(&rel, "2"), S);
+        assert!(!a.is_leader(S));
+        let mut b = Elector::new("b", timing());
+        let w = b.observe(Some(applied(&rel, "2")), S, 0).unwrap();
+        assert!(matches!(w, Write::Update { ref record, .. } if record.holder_identity == "b"));
+    }
+
+    #[test]
+    fn the_leader_renews_without_reading_while_its_lease_is_valid() {
+        let mut a = Elector::new("a", timing());
+        assert_eq!(a.fast_renew(Duration::ZERO, 0), None, "not the holder");
+        let w = a.observe(None, Duration::ZERO, 1_000).unwrap();
+        a.written(applied(&w, "1"), Duration::ZERO);
+        let Some(Write::Update {
+            record,
+            resource_version,
+        }) = a.fast_renew(S, 2_000)
+        else {
+            panic!()
+        };
+        assert_eq!(resource_version, "1");
+        assert_eq!(record.holder_identity, "a");
+        assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
+        assert_eq!(record.renew_time, "1970-01-01T00:00:02.000000Z");
+        // Past the lease duration since it was last written: read it first.
+        assert_eq!(a.fast_renew(3 * S, 0), None);
+        let mut b = Elector::new("b", timing());
+        b.observe(Some(lease("a", "1", "t", 0)), S, 0);
+        assert_eq!(b.fast_renew(S, 0), None, "a follower always reads");
+    }
+
+    #[test]
+    fn a_lost_race_leaves_the_candidate_a_follower() {
+        let mut b = Elector::new("b", timing());
+        let w = b.observe(None, Duration::ZERO, 0);
+        assert!(matches!(w, Some(Write::Create(_))));
+        // The create got 409: nothing written. The next read shows a's fresh lease.
+        assert_eq!(b.observe(Some(lease("a", "1", "t", 0)), S, 0), None);
+        assert!(!b.is_leader(S));
+        assert_eq!(b.holder(), Some("a"));
+    }
+
+    #[test]
+    fn lease_names_and_objects() {
+        assert_eq!(default_lease_name("spark-etl"), "podalloc-spark-etl");
+        assert_eq!(default_lease_name("Spark_App 1-"), "podalloc-spark-app-1");
+        assert!(valid_lease_name(&default_lease_name("Spark_App 1-")));
+        assert!(!valid_lease_name("-x") && !valid_lease_name("X") && !valid_lease_name(""));
+        let l = lease("a", "9", "t", 2).record.to_lease("n", Some("9"));
+        assert_eq!(l["kind"], "Lease");
+        assert_eq!(l["apiVersion"], "coordination.k8s.io/v1");
+        assert_eq!(l["metadata"]["resourceVersion"], "9");
+        assert_eq!(Observed::from_lease(&l), lease("a", "9", "t", 2));
+    }
+}

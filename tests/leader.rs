@@ -1,0 +1,475 @@
+//! Highly available `run`: several `run --leader-elect` processes on one app, against the
+//! simulator's Leases. Each process has its own bearer token, so the simulator's request log
+//! names the process behind every request. Short durations: lease 3 s, renew deadline 2 s,
+//! retry period 500 ms.
+//!
+//! What is checked: exactly one process ticks at any time (the pod lists and writes of the
+//! processes form disjoint, ordered intervals in the request log); a SIGTERM hands over
+//! within about one retry period (the leader releases the Lease); a SIGKILL within lease
+//! duration + retry period; a leader cut off from the API stops acting before its lease can
+//! expire; no overshoot and no duplicate executor id through any of it.
+
+use crate::util::{agent, stderr, SimWorld, World};
+use serde_json::{json, Value};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const APP: &str = "ha";
+const LEASE: &str = "podalloc-ha";
+const TARGET: u64 = 4;
+
+fn world() -> World {
+    let users = ["a", "b", "c"]
+        .iter()
+        .map(|u| (format!("token-{u}-0123456789"), format!("user-{u}")))
+        .collect();
+    SimWorld::new()
+        .app(APP)
+        .batch_delay("200ms")
+        .no_state_file()
+        .options(|o| o.users = users)
+        .start()
+}
+
+/// `run --leader-elect` as process `who` (`POD_NAME=pod-WHO`, token `token-WHO-…`).
+fn candidate(w: &World, who: &str) -> Child {
+    let metrics = metrics_path(w, who);
+    w.cmd_as(
+        &format!("token-{who}-0123456789"),
+        &[
+            "--metrics-file",
+            metrics.to_str().unwrap(),
+            "--state-store",
+            "configmap:ha-state",
+            "run",
+            "--target",
+            &TARGET.to_string(),
+            "--leader-elect",
+            "--leader-elect-lease-duration",
+            "3s",
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ],
+    )
+    .env("POD_NAME", format!("pod-{who}"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+fn metrics_path(w: &World, who: &str) -> std::path::PathBuf {
+    w.path(&format!("metrics-{who}.prom"))
+}
+
+/// The value of metric `name` in process `who`'s metrics file.
+fn metric(w: &World, who: &str, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(metrics_path(w, who)).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}
+
+/// The Lease's holder (`None`: no Lease).
+fn holder(w: &World) -> Option<String> {
+    let (code, v) = w.api(
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"),
+        None,
+    );
+    (code == 200).then(|| {
+        v["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    })
+}
+
+/// Polls until `f` holds, at most `secs`; returns how long it took.
+fn until(secs: u64, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(secs), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+fn signal(c: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+}
+
+/// The request log's lines.
+fn log(w: &World) -> Vec<Value> {
+    w.sim
+        .request_log()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A candidate's tick request (pods and the state ConfigMap), carried out (not the 504 of
+/// a cut).
+fn acting(l: &Value, writes_only: bool) -> bool {
+    let path = l["path"].as_str().unwrap_or("");
+    let method = l["method"].as_str().unwrap_or("");
+    let tick = path.contains("/pods") || path.contains("/configmaps");
+    // The test's own calls authenticate with the world's token, not as a candidate.
+    let candidate = l["user"].as_str().is_some_and(|u| u.starts_with("user-"));
+    candidate && tick && l["status"] != 504 && !(writes_only && method == "GET")
+}
+
+/// Each user's first and last acting request (ms), in the order they first acted.
+fn terms(lines: &[Value], writes_only: bool) -> Vec<(String, u64, u64)> {
+    let mut out: Vec<(String, u64, u64)> = Vec::new();
+    for l in lines.iter().filter(|l| acting(l, writes_only)) {
+        let user = l["user"].as_str().unwrap_or("?").to_string();
+        let ms = l["ms"].as_u64().unwrap();
+        match out.iter_mut().find(|t| t.0 == user) {
+            Some(t) => t.2 = ms,
+            None => out.push((user, ms, ms)),
+        }
+    }
+    out
+}
+
+/// The terms do not overlap: each user's last acting request comes before the next user's
+/// first.
+fn assert_disjoint(terms: &[(String, u64, u64)]) {
+    for pair in terms.windows(2) {
+        assert!(
+            pair[0].2 < pair[1].1,
+            "{} acted until {} ms, {} from {} ms: overlap",
+            pair[0].0,
+            pair[0].2,
+            pair[1].0,
+            pair[1].1
+        );
+    }
+}
+
+fn fail_pod(w: &World, id: u64) {
+    let (code, body) = w.api(
+        "POST",
+        &format!("/sim/pods/default/{APP}-exec-{id}/phase"),
+        Some(&json!({"phase": "Failed", "exitCode": 137, "reason": "OOMKilled"})),
+    );
+    assert_eq!(code, 200, "{body}");
+}
+
+fn assert_no_overshoot(w: &World) {
+    let s = w.sim.stats();
+    assert_eq!(s.duplicate_executor_ids, 0);
+    assert!(w.max_live() <= TARGET, "max live {}", w.max_live());
+}
+
+#[test]
+fn one_leader_acts_and_sigterm_then_sigkill_hand_over() {
+    let w = world();
+    let a = candidate(&w, "a");
+    until(10, "a leads", || holder(&w).as_deref() == Some("pod-a"));
+    until(10, "a converges", || w.live().len() as u64 == TARGET);
+    let mut b = candidate(&w, "b");
+    std::thread::sleep(Duration::from_millis(1500));
+    // The standby only ever touched the Lease.
+    let b_calls: Vec<Value> = log(&w)
+        .into_iter()
+        .filter(|l| l["user"] == "user-b")
+        .collect();
+    assert!(!b_calls.is_empty());
+    assert!(
+        b_calls
+            .iter()
+            .all(|l| l["path"].as_str().unwrap().contains("/leases/")),
+        "{b_calls:?}"
+    );
+    assert_eq!(holder(&w).as_deref(), Some("pod-a"));
+    assert_eq!(metric(&w, "a", "podalloc_is_leader").as_deref(), Some("1"));
+    assert_eq!(metric(&w, "b", "podalloc_is_leader").as_deref(), Some("0"));
+    assert_eq!(
+        metric(&w, "b", "podalloc_leader_transitions_total").as_deref(),
+        Some("0")
+    );
+
+    // SIGTERM: a finishes its tick, releases the Lease, exits 0; b takes over within one
+    // retry period (plus client-go's jitter of up to 1.2 periods while standing by).
+    signal(&a, libc::SIGTERM);
+    let took = until(5, "b leads after SIGTERM", || {
+        holder(&w).as_deref() == Some("pod-b")
+    });
+    let out = a.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("released lease podalloc-ha"), "{err}");
+    assert!(err.contains("pod-a became the leader"), "{err}");
+    eprintln!("leader: SIGTERM handover took {:.2}s", took.as_secs_f64());
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+
+    // b acts: a failed executor is replaced by b.
+    fail_pod(&w, 2);
+    until(5, "b's metrics say it leads", || {
+        metric(&w, "b", "podalloc_is_leader").as_deref() == Some("1")
+    });
+    assert_eq!(
+        metric(&w, "b", "podalloc_leader_transitions_total").as_deref(),
+        Some("1")
+    );
+    until(10, "b replaces executor 2", || {
+        let live = w.live();
+        live.len() as u64 == TARGET && !live.contains(&2)
+    });
+
+    // SIGKILL: no release; c takes over once the Lease has not changed for its duration.
+    let c = candidate(&w, "c");
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&b, libc::SIGKILL);
+    let killed = Instant::now();
+    until(10, "c leads after SIGKILL", || {
+        holder(&w).as_deref() == Some("pod-c")
+    });
+    let took = killed.elapsed();
+    eprintln!("leader: SIGKILL handover took {:.2}s", took.as_secs_f64());
+    assert!(took < Duration::from_millis(3000 + 1100 + 1500), "{took:?}");
+    let _ = b.wait();
+    fail_pod(&w, 3);
+    until(10, "c replaces executor 3", || {
+        let live = w.live();
+        live.len() as u64 == TARGET && !live.contains(&3)
+    });
+    signal(&c, libc::SIGTERM);
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let t = terms(&log(&w), false);
+    let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(users, ["user-a", "user-b", "user-c"], "{t:?}");
+    assert_disjoint(&t);
+    assert_no_overshoot(&w);
+    // Pod creates: each term's creates come from its own leader only.
+    let creates: Vec<String> = log(&w)
+        .iter()
+        .filter(|l| l["method"] == "POST" && l["path"].as_str().unwrap().ends_with("/pods"))
+        .map(|l| l["user"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        creates.starts_with(&vec!["user-a".to_string(); TARGET as usize]),
+        "{creates:?}"
+    );
+    assert!(creates.contains(&"user-b".to_string()) && creates.contains(&"user-c".to_string()));
+    let (_, status) = w.api("GET", "/api/v1/namespaces/default/pods", None);
+    assert!(status["items"].is_array());
+}
+
+#[test]
+fn a_leader_cut_off_from_the_api_stops_acting_before_its_lease_expires() {
+    let w = world();
+    let mut a = candidate(&w, "a");
+    until(10, "a leads", || holder(&w).as_deref() == Some("pod-a"));
+    until(10, "a converges", || w.live().len() as u64 == TARGET);
+    let mut b = candidate(&w, "b");
+    std::thread::sleep(Duration::from_millis(800));
+    let cut = Instant::now();
+    w.sim.cut_off("user-a", Duration::from_secs(6));
+    // b may take the Lease only 3 s after a's last renewal, which a cannot make now.
+    let took = until(10, "b leads while a is cut off", || {
+        holder(&w).as_deref() == Some("pod-b")
+    });
+    eprintln!(
+        "leader: takeover from a cut-off leader after {:.2}s",
+        took.as_secs_f64()
+    );
+    assert!(took >= Duration::from_millis(2000), "{took:?}");
+    // b acts while a is cut off, and again after the cut ended.
+    fail_pod(&w, 1);
+    until(10, "b replaces executor 1", || {
+        let live = w.live();
+        live.len() as u64 == TARGET && !live.contains(&1)
+    });
+    let rest = Duration::from_secs(6).saturating_sub(cut.elapsed());
+    std::thread::sleep(rest + Duration::from_millis(1500));
+    fail_pod(&w, 2);
+    until(10, "b replaces executor 2", || {
+        let live = w.live();
+        live.len() as u64 == TARGET && !live.contains(&2)
+    });
+    assert_eq!(
+        holder(&w).as_deref(),
+        Some("pod-b"),
+        "a did not take it back"
+    );
+    // a stood down: became leader, then stopped (2 transitions); `status` names b.
+    until(5, "a's metrics say it stood down", || {
+        metric(&w, "a", "podalloc_is_leader").as_deref() == Some("0")
+    });
+    assert_eq!(
+        metric(&w, "a", "podalloc_leader_transitions_total").as_deref(),
+        Some("2")
+    );
+    let st = w.ok(&["--state-store", "configmap:ha-state", "status"]);
+    let text = crate::util::stdout(&st);
+    assert!(
+        text.contains("leader: pod-b (lease podalloc-ha, renewed 20"),
+        "{text}"
+    );
+    let st = w.ok(&[
+        "--state-store",
+        "configmap:ha-state",
+        "status",
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["leader"]["holder"], "pod-b");
+    assert_eq!(v["leader"]["transitions"], 1);
+    for p in [&mut a, &mut b] {
+        signal(p, libc::SIGTERM);
+    }
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let a_err = stderr(&a);
+    assert!(
+        a_err.contains("could not renew the lease within the renew deadline; stopped acting"),
+        "{a_err}"
+    );
+    assert_eq!(a.status.code(), Some(0), "{a_err}");
+    assert_eq!(b.status.code(), Some(0), "{}", stderr(&b));
+    // Writes (pods and the state ConfigMap) carried out by a all come before b's first.
+    let t = terms(&log(&w), true);
+    eprintln!("leader: writes of each term (user, first ms, last ms): {t:?}");
+    let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(users, ["user-a", "user-b"], "{t:?}");
+    assert_disjoint(&t);
+    assert_no_overshoot(&w);
+}
+
+#[test]
+fn leader_election_flags_are_validated_as_client_go_does() {
+    let w = SimWorld::new().start();
+    let bad = |extra: &[&str], want: &str| {
+        let mut args = vec!["run", "--target", "1", "--leader-elect"];
+        args.extend_from_slice(extra);
+        let out = w.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{extra:?}: {}", stderr(&out));
+    };
+    bad(
+        &["--leader-elect-lease-duration", "10s"],
+        "--leader-elect-lease-duration (10s, in whole seconds) must be greater than --leader-elect-renew-deadline (10s)",
+    );
+    bad(
+        &[
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "2s",
+        ],
+        "must be greater than --leader-elect-retry-period (2s) × 1.2",
+    );
+    bad(
+        &["--leader-elect-resource-name", "Not_A_Name"],
+        "is not a valid Lease name",
+    );
+    assert_eq!(w.sim.stats().requests, 0, "nothing was sent");
+}
+
+#[test]
+fn the_simulator_serves_leases_with_optimistic_concurrency() {
+    let w = SimWorld::new().start();
+    let http = agent(w.sim.ca_pem().unwrap().as_bytes());
+    let url = format!(
+        "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        w.sim.url()
+    );
+    let auth = format!("Bearer {}", w.token);
+    let send = |method: &str, url: &str, body: Option<Value>| -> (u16, Value) {
+        let b = ureq::http::Request::builder()
+            .method(method)
+            .uri(url)
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json");
+        let mut resp = match body {
+            Some(v) => http.run(b.body(v.to_string()).unwrap()),
+            None => http.run(b.body(()).unwrap()),
+        }
+        .unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap();
+        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let lease = |holder: &str, rv: Option<&str>| {
+        let mut l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                     "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 0}});
+        if let Some(rv) = rv {
+            l["metadata"]["resourceVersion"] = json!(rv);
+        }
+        l
+    };
+    let (code, created) = send("POST", &url, Some(lease("a", None)));
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["kind"], "Lease");
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, st) = send("POST", &url, Some(lease("b", None)));
+    assert_eq!(code, 409);
+    assert_eq!(st["reason"], "AlreadyExists");
+    assert_eq!(
+        st["message"],
+        "leases.coordination.k8s.io \"l\" already exists"
+    );
+    assert_eq!(st["details"]["group"], "coordination.k8s.io");
+    let one = format!("{url}/l");
+    let (code, updated) = send("PUT", &one, Some(lease("a", Some(&rv))));
+    assert_eq!(code, 200, "{updated}");
+    let (code, updated) = send("PUT", &one, Some(lease("b", Some(&rv))));
+    assert_eq!(code, 200, "a changed spec writes a new version: {updated}");
+    let (code, st) = send("PUT", &one, Some(lease("c", Some(&rv))));
+    assert_eq!(code, 409);
+    assert_eq!(st["reason"], "Conflict");
+    assert_eq!(
+        st["message"],
+        "Operation cannot be fulfilled on leases.coordination.k8s.io \"l\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+    let (code, got) = send("GET", &one, None);
+    assert_eq!(
+        (code, got["spec"]["holderIdentity"].clone()),
+        (200, json!("b"))
+    );
+    let (code, st) = send(
+        "PUT",
+        &one,
+        Some(json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    let (code, _) = send("DELETE", &one, None);
+    assert_eq!(code, 200);
+    let (code, st) = send("GET", &one, None);
+    assert_eq!(code, 404);
+    assert_eq!(st["message"], "leases.coordination.k8s.io \"l\" not found");
+    // A partition: the user's calls hang until the cut ends, then 504, not carried out.
+    let (code, _) = w.api(
+        "POST",
+        "/sim/cut",
+        Some(&json!({"user": "system:serviceaccount:default:podalloc", "seconds": 0.5})),
+    );
+    assert_eq!(code, 200);
+    let t = Instant::now();
+    let (code, _) = send("POST", &url, Some(lease("a", None)));
+    assert_eq!(code, 504);
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    let (code, _) = send("GET", &one, None);
+    assert_eq!(code, 404, "the cut-off create was not carried out");
+    let last: Value = serde_json::from_str(w.sim.request_log().lines().last().unwrap()).unwrap();
+    assert_eq!(last["user"], "system:serviceaccount:default:podalloc");
+    assert_eq!(last["verb"], "lease-get");
+}

@@ -18,9 +18,10 @@ EXIT CODES:
   3  another podalloc run holds the state lock or owns the app; this run did nothing
   4  the API server refused permanently (403 Forbidden, 422 Invalid) or TLS failed: fix RBAC,
      the template, the CA or the server name
-  5  --timeout expired before the target was reached
+  5  --timeout expired before the target was reached, or during a tick that did not finish
   6  the crash-loop guard (--max-failures) stopped creation
   7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
+  130  `run`: a second SIGINT/SIGTERM aborted the tick in progress (the state stays consistent)
 
 LIMITS:
   --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
@@ -270,9 +271,35 @@ pub struct ConnArgs {
     /// --state-file is given.
     #[arg(long, global = true, env = "PODALLOC_SIMULATE", value_parser = clap::builder::BoolishValueParser::new())]
     pub simulate: bool,
+    /// Longest one API call may take: every attempt, its whole response body and the sleeps
+    /// between retries (a server that answers late or trickles its body fails the call then).
+    #[arg(long, global = true, env = "PODALLOC_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = parse_timeout)]
+    pub request_timeout: Duration,
+    /// Longest TCP connect plus TLS handshake of one attempt.
+    #[arg(long, global = true, env = "PODALLOC_CONNECT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
+    pub connect_timeout: Duration,
+    /// Largest list page, in bytes after gzip decoding; a larger page fails the list (use a
+    /// smaller --page-size). Bounds memory against huge pages and gzip bombs.
+    #[arg(long, global = true, env = "PODALLOC_MAX_PAGE_BYTES", value_name = "BYTES", default_value_t = crate::kube::DEFAULT_LIST_BODY_LIMIT, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_page_bytes: u64,
 }
 
 impl ConnArgs {
+    /// The client's timeouts and list page cap from `--request-timeout`,
+    /// `--connect-timeout` and `--max-page-bytes` (the rest at their defaults).
+    pub fn client_options(&self) -> crate::kube::ClientOptions {
+        let d = crate::kube::ClientOptions::default();
+        crate::kube::ClientOptions {
+            timeouts: crate::kube::Timeouts {
+                connect: self.connect_timeout,
+                per_read: d.timeouts.per_read.min(self.request_timeout),
+                global: self.request_timeout,
+            },
+            list_body_limit: self.max_page_bytes,
+            ..d
+        }
+    }
+
     /// The connection flags as the kube client resolves them (`--simulate` aside: the
     /// simulator supplies its own).
     pub fn connection_flags(&self) -> crate::kube::ConnectionFlags {
@@ -783,6 +810,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 1s, 250ms, 2m"))?;
     if d > MAX_DURATION {
         return Err(format!("{s:?} is longer than 10 years"));
+    }
+    Ok(d)
+}
+
+/// Parses a timeout: a duration from 1 ms to 1 day.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(24 * 3600) {
+        return Err(format!("{s:?}: a timeout must be from 1ms to 1d"));
     }
     Ok(d)
 }

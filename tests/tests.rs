@@ -13,6 +13,7 @@ mod events;
 mod faults;
 mod fixtures;
 mod fuzz;
+mod hostile;
 #[cfg(unix)]
 mod kube_auth;
 mod leader;

@@ -37,6 +37,18 @@ pub(super) struct Env {
     /// Where the connection settings came from (`flags`, `kubeconfig F (context C)`, …).
     conn_source: String,
     _sim: Option<SimGuard>,
+    /// How long one tick may call the API ([`tick_budget`]).
+    tick_budget: Duration,
+    /// `run --timeout`: no call of a tick goes past it.
+    pub(super) run_deadline: Option<Instant>,
+}
+
+/// How long the API calls of one tick may take in all: 4 × `--request-timeout` (2 minutes
+/// by default), so a server that answers every call at the last moment cannot hold a tick
+/// for a call count times the request timeout. Calls after it fail at once; the next tick
+/// starts afresh (state is saved before every call, so a cut tick leaves it consistent).
+pub(super) fn tick_budget(cli: &Cli) -> Duration {
+    cli.conn.request_timeout.saturating_mul(4)
 }
 
 /// Lowers the flags ([`crate::cli::AppArgs::app`]), starts the simulator with `--simulate`,
@@ -68,7 +80,8 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     };
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let conn_source = cfg.source.clone();
-    let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+    let client =
+        KubeClient::with_options(cfg, cli.conn.client_options()).map_err(reconcile::kube_error)?;
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
         (None, Some(s)) => s.state_file(),
@@ -84,6 +97,8 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         owner,
         conn_source,
         _sim: sim,
+        tick_budget: tick_budget(cli),
+        run_deadline: None,
     })
 }
 
@@ -196,12 +211,26 @@ impl Env {
             );
         }
         let started = Instant::now();
+        let budget = started + self.tick_budget;
+        let (at, what) = match self.run_deadline {
+            Some(d) if d < budget => (d, "run --timeout".to_string()),
+            _ => (
+                budget,
+                format!(
+                    "the tick budget of {} (4 × --request-timeout)",
+                    humantime::format_duration(self.tick_budget)
+                ),
+            ),
+        };
+        self.client.set_deadline(Some(at), &what);
         let res = reconcile::tick(&self.client, &self.app, store, change, now_ms())
             .map(|mut report| {
                 report.error = report.error.map(|e| self.explain(e));
                 report
             })
             .map_err(|e| self.explain(e));
+        // Calls between ticks (events, a status read) have only their own request timeout.
+        self.client.set_deadline(None, "");
         if let Some(path) = &self.metrics_file {
             // After every tick, failed ones too (their API errors are counted).
             let state = match &res {

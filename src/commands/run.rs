@@ -4,7 +4,9 @@
 //! After a failed tick, [`after_error`] decides whether the loop retries at the next tick or
 //! stops with the error, as kube-runtime's controller asks its `error_policy`. SIGINT and
 //! SIGTERM ([`Shutdown`]) are checked between ticks: the tick in progress finishes and saves,
-//! then the command exits 0.
+//! then the command exits 0. A second signal aborts at once (exit [`ABORT_EXIT`]), and a
+//! tick still running a second after `--timeout` is aborted with exit 5, whatever the API
+//! server does.
 
 use super::env::{connect, Env};
 use crate::alloc::Request;
@@ -55,17 +57,63 @@ fn handle_error(e: Error, ticks: u64) -> Result<()> {
     }
 }
 
-/// SIGINT/SIGTERM as a flag the loop checks between ticks (no extra thread).
+/// The exit code after a second SIGINT/SIGTERM: 128 + SIGINT, as a shell reports a process
+/// killed by Ctrl-C.
+pub const ABORT_EXIT: i32 = 130;
+
+/// How long a tick may run past `--timeout` before the watchdog aborts the process.
+const DEADLINE_GRACE: Duration = Duration::from_secs(1);
+
+/// SIGINT/SIGTERM as a flag the loop checks between ticks, and a watchdog thread.
+///
+/// The watchdog acknowledges the first signal on stderr at once, and ends the process
+/// itself (without waiting for the main thread, which may be blocked in an API call) on a
+/// second signal (exit [`ABORT_EXIT`]) or when a tick is still running [`DEADLINE_GRACE`]
+/// after `--timeout` (exit 5). Exiting at any point leaves the state consistent by
+/// construction: a tick saves the state (write-ahead, an atomic rename) before every API
+/// call, so the next run reads either the state before the call or after it and, from the
+/// pods it lists, settles whether an unacknowledged create happened; the file lock is
+/// released by the kernel when the process ends.
 struct Shutdown(Arc<AtomicBool>);
 
 impl Shutdown {
-    /// Installs the handlers. Errors (exit 1): the handlers cannot be installed.
-    fn install() -> Result<Shutdown> {
+    /// Installs the handlers and starts the watchdog. Errors (exit 1): the handlers cannot
+    /// be installed.
+    fn install(deadline: Option<Instant>) -> Result<Shutdown> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
         let flag = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&flag))
-                .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
-        }
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
+        let seen = Arc::clone(&flag);
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || loop {
+                for sig in signals.pending() {
+                    let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                    if seen.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "podalloc: second signal ({name}): aborting now (exit {ABORT_EXIT}); \
+                             the state was saved before the API call in progress"
+                        );
+                        std::process::exit(ABORT_EXIT);
+                    }
+                    eprintln!(
+                        "podalloc: {name} received: finishing the current tick, Ctrl-C again \
+                         to abort"
+                    );
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
+                    eprintln!(
+                        "podalloc: --timeout passed and the tick in progress has not ended \
+                         within {}s: aborting (exit 5); the state was saved before the API \
+                         call in progress",
+                        DEADLINE_GRACE.as_secs()
+                    );
+                    std::process::exit(ExitCode::Timeout as i32);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            })
+            .map_err(|e| Error::runtime(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Shutdown(flag))
     }
 
@@ -158,17 +206,19 @@ fn run_ticks(
     progress: &Progress,
     mut first: Option<Request>,
 ) -> Result<()> {
-    let env = connect(cli, true)?;
-    let shutdown = Shutdown::install()?;
+    let mut env = connect(cli, true)?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
+    let started = Instant::now();
+    let deadline = a.timeout.map(|t| started + t);
+    env.run_deadline = deadline;
+    let env = env;
     // The loop owns the app for its whole life: the file lock is held until it ends, the
     // ConfigMap's holder record is renewed by every tick's save. Under --leader-elect the
     // Lease says which replica acts, so no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
     let holding = (!a.leader.leader_elect).then_some(interval);
     let mut store = env.open_store(command, holding).map_err(store_error)?;
-    let started = Instant::now();
-    let deadline = a.timeout.map(|t| started + t);
+    let shutdown = Shutdown::install(deadline)?;
     let change = Request::target(a.target);
     // --leader-elect: released when this function returns (dropped), after the last tick.
     let leader = super::elect::start(&env, &a.leader)?;
@@ -189,6 +239,11 @@ fn run_ticks(
             done = tick_once(&env, store.as_mut(), request, ticks, progress, &mut log)?;
             if done.is_some() {
                 first = None;
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::timeout(format!(
+                    "--timeout of {} passed during tick {ticks}, which did not finish",
+                    humantime::format_duration(a.timeout.unwrap_or_default())
+                )));
             }
         }
         if done.as_ref().is_some_and(|d| d.converged) && a.until_converged {

@@ -37,15 +37,18 @@ const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
 pub const UNTRUSTED_CERT_MESSAGE: &str =
     "TLS: certificate not trusted; pass --certificate-authority or fix the kubeconfig";
 
-/// HTTP timeouts of the agent. A request that hits one fails with a retryable
-/// [`KubeError::Transport`].
+/// HTTP timeouts. A request that hits one fails with a [`KubeError::Transport`] of kind
+/// [`TransportKind::Timeout`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    /// TCP connect plus TLS handshake. Default 10 s.
+    /// TCP connect plus TLS handshake of one attempt (`--connect-timeout`). Default 10 s.
     pub connect: Duration,
     /// Each single socket read (headers and body). Default 30 s.
     pub per_read: Duration,
-    /// The whole request including the response body. Default 60 s.
+    /// The whole call (`--request-timeout`): every attempt, its response body and the
+    /// sleeps between retries, like client-go's request timeout, which bounds the call's
+    /// context. A server that trickles its body one byte a second, or answers only after
+    /// minutes, costs at most this long. Default 30 s.
     pub global: Duration,
 }
 
@@ -54,10 +57,13 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(10),
             per_read: Duration::from_secs(30),
-            global: Duration::from_secs(60),
+            global: Duration::from_secs(30),
         }
     }
 }
+
+/// The default cap of one list page's body after gzip decoding (`--max-page-bytes`): 64 MiB.
+pub const DEFAULT_LIST_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// The retry policy inside one call (a per-tick budget is the caller's business).
 ///
@@ -109,7 +115,9 @@ pub struct ClientOptions {
     pub timeouts: Timeouts,
     /// Retries inside one call.
     pub retry: RetryPolicy,
-    /// Largest list page body, in bytes after gzip decoding. Default 512 MiB.
+    /// Largest list page body, in bytes after gzip decoding (so a gzip bomb stops here).
+    /// Default [`DEFAULT_LIST_BODY_LIMIT`] (64 MiB). A page over the cap is a
+    /// [`KubeError::Decode`] naming the cap and suggesting a smaller `--page-size`.
     pub list_body_limit: u64,
     /// Largest body of other successful calls (one pod), in bytes. Default 16 MiB.
     pub body_limit: u64,
@@ -127,7 +135,7 @@ impl Default for ClientOptions {
         ClientOptions {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
-            list_body_limit: 512 * 1024 * 1024,
+            list_body_limit: DEFAULT_LIST_BODY_LIMIT,
             body_limit: 16 * 1024 * 1024,
             token_refresh: Duration::from_secs(60),
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
@@ -301,6 +309,16 @@ pub struct KubeClient {
     rng: AtomicU64,
     /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
     write_fence: std::sync::OnceLock<WriteFence>,
+    /// A deadline over all calls (the tick's budget, `run --timeout`); see
+    /// [`KubeClient::set_deadline`].
+    deadline: Mutex<Option<Deadline>>,
+}
+
+/// A point in time calls must end by, and what set it (for the error message).
+#[derive(Clone, Debug)]
+struct Deadline {
+    at: Instant,
+    what: String,
 }
 
 /// Says whether this process may still write (true) or has lost its leader lease (false).
@@ -330,6 +348,8 @@ struct Response {
     status: u16,
     body: Vec<u8>,
     retry_after: Option<u64>,
+    /// The `Location` header (of a 3xx), for the error message.
+    location: Option<String>,
     /// The `Warning` response headers' texts (RFC 7234 warn-text, unquoted): what the API
     /// server says about a request it accepted, e.g. an unknown field under
     /// `fieldValidation=Warn`.
@@ -374,6 +394,13 @@ pub fn warning_text(header: &str) -> Option<String> {
             c => out.push(c),
         }
     }
+}
+
+/// The first bytes of a body, quoted for an error message (at most 80 characters).
+fn body_start(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(240)]);
+    let cut: String = text.trim_start().chars().take(80).collect();
+    format!("{cut:?}")
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -710,6 +737,7 @@ impl KubeClient {
             options,
             stats: Mutex::new(ClientStats::default()),
             rng: AtomicU64::new(seed),
+            deadline: Mutex::new(None),
             write_fence: std::sync::OnceLock::new(),
         };
         // Reads a token file, or runs an exec plugin (which may replace the agent).
@@ -837,6 +865,34 @@ impl KubeClient {
     /// [`RetryPolicy::retry_budget`] bounds the retry sleeping of one tick.
     pub fn reset_retry_budget(&self) {
         lock(&self.stats).retry_sleep = Duration::ZERO;
+    }
+
+    /// Sets (or clears, with `None`) a deadline over every call from now on: a call ends by
+    /// `at` at the latest (its attempts time out, no retry sleeps past it), and a call
+    /// started after it fails at once with a [`TransportKind::Timeout`] error that names
+    /// `what` (e.g. "the tick budget of 1m"). Each call also has its own
+    /// [`Timeouts::global`]; the earlier of the two applies.
+    pub fn set_deadline(&self, at: Option<Instant>, what: &str) {
+        *lock(&self.deadline) = at.map(|at| Deadline {
+            at,
+            what: what.to_string(),
+        });
+    }
+
+    /// The deadline of a call starting now: the request timeout, or the deadline set by
+    /// [`KubeClient::set_deadline`] when that comes first.
+    fn call_deadline(&self) -> Deadline {
+        let own = Deadline {
+            at: Instant::now() + self.options.timeouts.global,
+            what: format!(
+                "the request timeout of {} (--request-timeout)",
+                humantime::format_duration(self.options.timeouts.global)
+            ),
+        };
+        match lock(&self.deadline).clone() {
+            Some(outer) if outer.at < own.at => outer,
+            _ => own,
+        }
     }
 
     /// A copy of the counters: requests, retries, bytes received, errors by HTTP code.
@@ -1036,6 +1092,14 @@ impl KubeClient {
         let jittered = (backoff + backoff * jitter_permille as u32 / 1000).min(p.max_delay);
         let delay = jittered.max(Duration::from_secs(retry_after.unwrap_or(0)));
         let mut stats = lock(&self.stats);
+        if let Some(secs) = retry_after.filter(|s| Duration::from_secs(*s) > p.retry_budget) {
+            log::warn!(
+                "the server asked to wait {secs} s before retrying (Retry-After), more than \
+                 the retry budget of {}; not retrying",
+                humantime::format_duration(p.retry_budget)
+            );
+            return None;
+        }
         if stats.retry_sleep + delay > p.retry_budget {
             log::warn!(
                 "retry budget of {} used up ({} slept); not retrying",
@@ -1055,6 +1119,7 @@ impl KubeClient {
         req: &Request<'_>,
         token: Option<&str>,
         host: &str,
+        timeout: Duration,
     ) -> Result<Response, KubeError> {
         let mut b = ureq::http::Request::builder()
             .method(req.method.clone())
@@ -1068,12 +1133,20 @@ impl KubeClient {
             Method::PATCH => "application/strategic-merge-patch+json",
             _ => "application/json",
         };
+        // The per-attempt deadline: what is left of the call's (ureq's global timeout covers
+        // connect, headers and the whole body, so a trickling body is cut off too).
         let sent = match &req.body {
             Some(body) => b
                 .header("Content-Type", content_type)
                 .body(body.clone())
-                .map(|r| agent.run(r)),
-            None => b.body(()).map(|r| agent.run(r)),
+                .map(|r| {
+                    let r = agent.configure_request(r).timeout_global(Some(timeout));
+                    agent.run(r.build())
+                }),
+            None => b.body(()).map(|r| {
+                let r = agent.configure_request(r).timeout_global(Some(timeout));
+                agent.run(r.build())
+            }),
         };
         let result = sent.map_err(|_| {
             KubeError::Config(format!(
@@ -1088,6 +1161,11 @@ impl KubeClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok());
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(|s| redact_userinfo(s.trim()));
         let warnings = resp
             .headers()
             .get_all("warning")
@@ -1116,6 +1194,7 @@ impl KubeClient {
             status,
             body,
             retry_after,
+            location,
             warnings,
         })
     }
@@ -1123,21 +1202,30 @@ impl KubeClient {
     /// Sends `req`, retrying per the policy, re-reading a token file or re-running an exec
     /// plugin once after a 401 (client-go's `ResettableTokenSource` and exec authenticator).
     /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
+    ///
+    /// The whole call ends by its deadline ([`KubeClient::call_deadline`]): each attempt gets
+    /// what is left of it, and a retry whose sleep would pass it is not made.
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
         self.check_write_fence(req)?;
         let host = Uri::try_from(req.url.as_str())
             .ok()
             .and_then(|u| u.host().map(str::to_string))
             .unwrap_or_default();
+        let deadline = self.call_deadline();
         let mut attempt = 0u32;
         let mut reauthenticated = false;
         loop {
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.deadline_error(req, &deadline));
+            }
             let token = self.bearer(false)?;
             // After bearer(): an exec plugin may just have replaced the agent.
             let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            let delay = match self.send_once(&agent, req, token.as_deref(), &host) {
+            let (outcome, delay) = match self.send_once(&agent, req, token.as_deref(), &host, left)
+            {
                 Ok(resp) => {
                     self.record_response(req, &resp, started);
                     if resp.status == 401 {
@@ -1148,20 +1236,45 @@ impl KubeClient {
                         }
                         return Err(self.auth_error(&resp));
                     }
-                    match self.status_retry_delay(req, &resp, attempt) {
-                        Some(delay) => delay,
-                        None => return Ok(resp),
-                    }
+                    let delay = self.status_retry_delay(req, &resp, attempt);
+                    (Ok(resp), delay)
                 }
-                Err(error) => match self.error_retry_delay(&error, attempt) {
-                    Some(delay) => delay,
-                    None => return Err(error),
-                },
+                Err(error) if Instant::now() >= deadline.at && error.is_timeout() => {
+                    lock(&self.stats).transport_errors += 1;
+                    return Err(self.deadline_error(req, &deadline));
+                }
+                Err(error) => {
+                    let delay = self.error_retry_delay(&error, attempt);
+                    (Err(error), delay)
+                }
             };
+            let Some(delay) = delay else {
+                return outcome;
+            };
+            if Instant::now() + delay >= deadline.at {
+                log::warn!(
+                    "{}: not retrying: the retry would end after {}",
+                    req.verb,
+                    deadline.what
+                );
+                return outcome;
+            }
             std::thread::sleep(delay);
             attempt += 1;
             // A retried write is asked again: leadership may have ended while it waited.
             self.check_write_fence(req)?;
+        }
+    }
+
+    /// The error of a call that ran out of time.
+    fn deadline_error(&self, req: &Request<'_>, deadline: &Deadline) -> KubeError {
+        KubeError::Transport {
+            verb: req.verb.to_string(),
+            kind: TransportKind::Timeout,
+            message: format!(
+                "timed out: no complete answer from {} within {}",
+                self.server, deadline.what
+            ),
         }
     }
 
@@ -1254,10 +1367,22 @@ impl KubeClient {
         Some(delay)
     }
 
+    /// The error of a response with a code the call does not expect. A 3xx says where the
+    /// server redirected to: the client follows no redirects (a redirect of an API call
+    /// means the `--server` URL points at something other than the API server).
     fn api_error(verb: &str, resp: &Response) -> KubeError {
+        let mut status = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
+        if (300..400).contains(&resp.status) {
+            status.reason = "Redirect".to_string();
+            status.message = format!(
+                "the API server redirected to {}; podalloc does not follow redirects: check \
+                 --server",
+                resp.location.as_deref().unwrap_or("(no Location header)")
+            );
+        }
         KubeError::Api {
             verb: verb.to_string(),
-            status: ApiStatus::from_body(resp.status, &resp.body, resp.retry_after),
+            status,
         }
     }
 
@@ -1266,6 +1391,34 @@ impl KubeClient {
             what: what.to_string(),
             message: e.to_string(),
         })
+    }
+
+    /// Decodes a 2xx body that must be a JSON object of `kind` (`Pod`, `ConfigMap`, …).
+    /// A body that is not JSON (garbage, a proxy's HTML page), or that does not say it is a
+    /// `kind` (`{}`, a `Status`), is a [`KubeError::Decode`] naming the server and quoting
+    /// the body's first bytes. For a create, the caller cannot tell whether the object was
+    /// made: it reads the error as ambiguous.
+    fn decode_kind(
+        &self,
+        what: &str,
+        body: &[u8],
+        kind: &str,
+    ) -> Result<serde_json::Value, KubeError> {
+        let bad = |why: String| KubeError::Decode {
+            what: what.to_string(),
+            message: format!(
+                "{} answered with {why}; the body starts with {}",
+                self.server,
+                body_start(body)
+            ),
+        };
+        let v: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| bad(format!("a body that is not JSON ({e})")))?;
+        match v.get("kind").and_then(serde_json::Value::as_str) {
+            Some(k) if k == kind => Ok(v),
+            Some(k) => Err(bad(format!("a {k}, not a {kind}"))),
+            None => Err(bad(format!("a body without kind, not a {kind}"))),
+        }
     }
 
     /// Lists the namespace's pods matching `label_selector` (and `field_selector`), page by
@@ -1294,13 +1447,15 @@ impl KubeClient {
         let mut stats = ListStats::default();
         let mut cont: Option<String> = None;
         loop {
-            let resp = self.execute(&Request {
-                method: Method::GET,
-                url: self.list_url(&base_query, cont.as_deref()),
-                body: None,
-                verb,
-                limit: self.options.list_body_limit,
-            })?;
+            let resp = self
+                .execute(&Request {
+                    method: Method::GET,
+                    url: self.list_url(&base_query, cont.as_deref()),
+                    body: None,
+                    verb,
+                    limit: self.options.list_body_limit,
+                })
+                .map_err(|e| self.over_cap(e))?;
             if resp.status == 410 && cont.is_some() {
                 if stats.restarts >= MAX_LIST_RESTARTS {
                     return Err(Self::api_error(verb, &resp));
@@ -1331,6 +1486,25 @@ impl KubeClient {
                 }
                 Some(c) => cont = Some(c),
             }
+        }
+    }
+
+    /// A list page over [`ClientOptions::list_body_limit`] says so, and what to do.
+    fn over_cap(&self, e: KubeError) -> KubeError {
+        match e {
+            KubeError::Decode { what, message } if message.starts_with("body larger than") => {
+                KubeError::Decode {
+                    what,
+                    message: format!(
+                        "a page from {} is larger than the cap of {} bytes ({} MiB) after gzip \
+                         decoding: use a smaller --page-size, or raise --max-page-bytes",
+                        self.server,
+                        self.options.list_body_limit,
+                        self.options.list_body_limit / (1024 * 1024)
+                    ),
+                }
+            }
+            e => e,
         }
     }
 
@@ -1369,7 +1543,7 @@ impl KubeClient {
     pub fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get pod {name}");
         let url = self.pod_url(name, &verb)?;
-        self.get_object(url, &verb, &format!("pod {name}"))
+        self.get_object(url, &verb, &format!("pod {name}"), "Pod")
     }
 
     /// GET one object: 404 → `Ok(None)`, 2xx → its JSON, else the API error.
@@ -1378,6 +1552,7 @@ impl KubeClient {
         url: String,
         verb: &str,
         what: &str,
+        kind: &str,
     ) -> Result<Option<serde_json::Value>, KubeError> {
         let req = Request {
             method: Method::GET,
@@ -1389,7 +1564,7 @@ impl KubeClient {
         let resp = self.execute(&req)?;
         match resp.status {
             404 => Ok(None),
-            200..=299 => Self::decode_json(what, &resp.body).map(Some),
+            200..=299 => self.decode_kind(what, &resp.body, kind).map(Some),
             _ => Err(Self::api_error(verb, &resp)),
         }
     }
@@ -1412,7 +1587,7 @@ impl KubeClient {
         } else {
             format!("create pod {name}")
         };
-        self.write_object(Method::POST, self.pods_url(), pod, &verb)
+        self.write_object(Method::POST, self.pods_url(), pod, &verb, "Pod")
     }
 
     fn configmaps_url(&self) -> String {
@@ -1431,7 +1606,7 @@ impl KubeClient {
     pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get configmap {name}");
         let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("configmap {name}"))
+        self.get_object(url, &verb, &format!("configmap {name}"), "ConfigMap")
     }
 
     /// Creates a ConfigMap (`POST .../configmaps`); 409 AlreadyExists when another writer
@@ -1441,7 +1616,7 @@ impl KubeClient {
     pub fn create_configmap(&self, cm: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
         let name = cm["metadata"]["name"].as_str().unwrap_or("").to_string();
         let verb = format!("create configmap {name}");
-        self.write_object(Method::POST, self.configmaps_url(), cm, &verb)
+        self.write_object(Method::POST, self.configmaps_url(), cm, &verb, "ConfigMap")
     }
 
     /// Replaces ConfigMap `name` (`PUT .../configmaps/NAME`). With `metadata.resourceVersion`
@@ -1456,7 +1631,7 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let verb = format!("update configmap {name}");
         let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
-        self.write_object(Method::PUT, url, cm, &verb)
+        self.write_object(Method::PUT, url, cm, &verb, "ConfigMap")
     }
 
     /// POST or PUT one object: 2xx → the object as the server returned it, else the API error.
@@ -1466,6 +1641,7 @@ impl KubeClient {
         url: String,
         object: &serde_json::Value,
         verb: &str,
+        kind: &str,
     ) -> Result<serde_json::Value, KubeError> {
         let body = serde_json::to_vec(object).map_err(|e| KubeError::Decode {
             what: format!("the body of {verb}"),
@@ -1480,7 +1656,7 @@ impl KubeClient {
         };
         let resp = self.execute(&req)?;
         match resp.status {
-            200..=299 => Self::decode_json(verb, &resp.body),
+            200..=299 => self.decode_kind(&format!("the answer to {verb}"), &resp.body, kind),
             _ => Err(Self::api_error(verb, &resp)),
         }
     }
@@ -1579,7 +1755,7 @@ impl KubeClient {
     pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get lease {name}");
         let url = format!("{}/{}", self.leases_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("lease {name}"))
+        self.get_object(url, &verb, &format!("lease {name}"), "Lease")
     }
 
     /// Creates a Lease (`POST .../leases`); 409 AlreadyExists when another candidate
@@ -1589,7 +1765,7 @@ impl KubeClient {
     pub fn create_lease(&self, lease: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
         let name = lease["metadata"]["name"].as_str().unwrap_or("");
         let verb = format!("create lease {name}");
-        self.write_object(Method::POST, self.leases_url(), lease, &verb)
+        self.write_object(Method::POST, self.leases_url(), lease, &verb, "Lease")
     }
 
     /// Replaces Lease `name` (`PUT .../leases/NAME`). With `metadata.resourceVersion` set
@@ -1604,7 +1780,7 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let verb = format!("update lease {name}");
         let url = format!("{}/{}", self.leases_url(), encode_component(name));
-        self.write_object(Method::PUT, url, lease, &verb)
+        self.write_object(Method::PUT, url, lease, &verb, "Lease")
     }
 
     /// Deletes Lease `name` (`DELETE .../leases/NAME`). 2xx → [`Deleted::Deleted`], 404 →
@@ -1644,7 +1820,7 @@ impl KubeClient {
     pub fn create_event(&self, event: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
         let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
         let verb = format!("create event {name}");
-        self.write_object(Method::POST, self.events_url(), event, &verb)
+        self.write_object(Method::POST, self.events_url(), event, &verb, "Event")
     }
 
     /// Reads Event `name`: `Ok(None)` on 404.
@@ -1653,7 +1829,7 @@ impl KubeClient {
     pub fn get_event(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         let verb = format!("get event {name}");
         let url = format!("{}/{}", self.events_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("event {name}"))
+        self.get_object(url, &verb, &format!("event {name}"), "Event")
     }
 
     /// Patches Event `name` with a strategic merge patch (`PATCH .../events/NAME`,
@@ -1669,7 +1845,7 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let verb = format!("patch event {name}");
         let url = format!("{}/{}", self.events_url(), encode_component(name));
-        self.write_object(Method::PATCH, url, patch, &verb)
+        self.write_object(Method::PATCH, url, patch, &verb, "Event")
     }
 
     /// Creates a pod with server-side field validation (`?fieldValidation=Strict|Warn`,
@@ -1704,7 +1880,10 @@ impl KubeClient {
         };
         let resp = self.execute(&req)?;
         match resp.status {
-            200..=299 => Ok((Self::decode_json(&verb, &resp.body)?, resp.warnings)),
+            200..=299 => Ok((
+                self.decode_kind(&format!("the answer to {verb}"), &resp.body, "Pod")?,
+                resp.warnings,
+            )),
             _ => Err(Self::api_error(&verb, &resp)),
         }
     }

@@ -105,6 +105,17 @@ impl TransportKind {
 }
 
 impl KubeError {
+    /// A [`KubeError::Transport`] of kind [`TransportKind::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            KubeError::Transport {
+                kind: TransportKind::Timeout,
+                ..
+            }
+        )
+    }
+
     /// The HTTP status code behind the error: the `Status` code for [`KubeError::Api`],
     /// 401 for [`KubeError::Auth`] (also when an exec plugin failed: the request could not be
     /// authenticated), `None` for the other variants.

@@ -50,6 +50,10 @@ pub const EXEC_EXPIRY_LEEWAY: Duration = Duration::from_secs(10);
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most bytes of the plugin's stdout that are read; a larger output is an error.
 const MAX_STDOUT: usize = 1024 * 1024;
+/// Longest bearer token accepted, in bytes: the `Authorization` header must fit the HTTP
+/// client's 128 KiB output buffer with the rest of the request head, and API servers cap
+/// header sizes too (Go's `net/http` default is 1 MiB for all headers together).
+pub const MAX_TOKEN_BYTES: usize = 64 * 1024;
 /// Most bytes of the plugin's stderr that are kept.
 const MAX_STDERR: usize = 64 * 1024;
 /// Longest stderr line quoted in an error, in characters.
@@ -388,6 +392,13 @@ pub fn parse_exec_credential(
             "a token with characters not allowed in a bearer token".to_string()
         ));
     }
+    if let Some(t) = token.filter(|t| t.len() > MAX_TOKEN_BYTES) {
+        return Err(bad(format!(
+            "a token of {} bytes; at most {MAX_TOKEN_BYTES} bytes fit in the Authorization \
+             header",
+            t.len()
+        )));
+    }
     let (cert, key) = client_pair(&status, plugin)?;
     if token.is_none() && cert.is_none() {
         return Err(bad(
@@ -587,13 +598,82 @@ fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
     (kept, over)
 }
 
-/// The first non-empty line of a plugin's stderr, cut to a length fit for one message.
+/// The first non-empty line of a plugin's stderr, cut to a length fit for one message, with
+/// token-like values redacted ([`redact_tokens`]).
 fn first_stderr_line(stderr: &[u8]) -> Option<String> {
     String::from_utf8_lossy(stderr)
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .map(|l| truncate_chars(l, MAX_STDERR_LINE))
+        .map(|l| truncate_chars(&redact_tokens(l), MAX_STDERR_LINE))
+}
+
+/// Replaces what may be a credential in a line a plugin wrote with `[redacted]`: the value
+/// after a word naming a secret (`token`, `password`, `secret`, `authorization`, `key`,
+/// followed by `=` or `:`, quotes allowed; `Bearer` followed by a space), and any run of 20 or more
+/// token characters (letters, digits, `-_.+/=`) that mixes letters and digits (JWTs,
+/// access keys, base64). Words and paths a person reads stay.
+pub(crate) fn redact_tokens(line: &str) -> String {
+    const NAMES: &[&str] = &[
+        "token",
+        "password",
+        "passwd",
+        "secret",
+        "bearer",
+        "authorization",
+        "key",
+    ];
+    let is_tok = |c: char| c.is_ascii_alphanumeric() || "-_.+/=".contains(c);
+    let mut out = String::with_capacity(line.len());
+    let mut redact_next = false;
+    let mut rest = line;
+    while !rest.is_empty() {
+        let start = rest.find(is_tok).unwrap_or(rest.len());
+        let (sep, tail) = rest.split_at(start);
+        out.push_str(sep);
+        if tail.is_empty() {
+            break;
+        }
+        let end = tail.find(|c: char| !is_tok(c)).unwrap_or(tail.len());
+        let (word, after) = tail.split_at(end);
+        // `token=abc`: split at the first '=' so the name is seen as a name.
+        let (name, value) = match word.split_once('=') {
+            Some((n, v)) if !n.is_empty() => (n, Some(v)),
+            _ => (word, None),
+        };
+        let names_secret = |w: &str| {
+            let w = w.to_ascii_lowercase();
+            NAMES.iter().any(|n| w.ends_with(n))
+        };
+        let looks_like_token = |w: &str| {
+            w.len() >= 20
+                && w.chars().any(|c| c.is_ascii_alphabetic())
+                && w.chars().any(|c| c.is_ascii_digit())
+        };
+        if redact_next && ["bearer", "basic"].contains(&word.to_ascii_lowercase().as_str()) {
+            // `Authorization: Bearer X`: the scheme stays, X goes.
+            out.push_str(word);
+        } else if redact_next {
+            out.push_str("[redacted]");
+            redact_next = false;
+        } else if let Some(v) = value.filter(|_| names_secret(name)) {
+            out.push_str(name);
+            out.push('=');
+            out.push_str(if v.is_empty() { "" } else { "[redacted]" });
+            redact_next = v.is_empty();
+        } else if looks_like_token(word) {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(word);
+            let assigned = after
+                .trim_start_matches(['"', '\'', ' '])
+                .starts_with([':', '=']);
+            let bearer = word.eq_ignore_ascii_case("bearer") && after.starts_with(' ');
+            redact_next = names_secret(word) && (assigned || bearer);
+        }
+        rest = after;
+    }
+    out
 }
 
 /// Runs the plugin once and parses what it printed.
@@ -661,6 +741,9 @@ pub fn run_plugin(
 /// to `info`, stdin from `/dev/null` and piped stdout and stderr.
 fn spawn_plugin(exec: &ExecConfig, plugin: &str, info: String) -> Result<Child, KubeError> {
     let mut cmd = Command::new(&exec.program);
+    // Its own process group, so that a timeout kills what it started too.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     cmd.args(&exec.args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -725,17 +808,18 @@ fn wait_for_plugin(
             humantime::format_duration(timeout)
         ))
     };
+    let pid = child.id();
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
+                kill_group(&mut child, pid);
                 let _ = child.wait();
                 return Err(timed_out());
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => {
-                let _ = child.kill();
+                kill_group(&mut child, pid);
                 let _ = child.wait();
                 return Err(KubeError::Auth(format!(
                     "{plugin}: cannot wait for it: {e}"
@@ -745,7 +829,14 @@ fn wait_for_plugin(
     };
     // The pipes close when the plugin exits, unless a process it started keeps them open.
     let remaining = || deadline.saturating_duration_since(Instant::now());
-    let (stdout, stdout_over) = out_rx.recv_timeout(remaining()).map_err(|_| timed_out())?;
+    let (stdout, stdout_over) = out_rx.recv_timeout(remaining()).map_err(|_| {
+        kill_group(&mut child, pid);
+        KubeError::Auth(format!(
+            "{plugin} exited, but a process it started kept its output open for {}; its \
+             process group was killed (a plugin must not leave a process holding stdout)",
+            humantime::format_duration(timeout)
+        ))
+    })?;
     let (stderr, _) = err_rx.recv_timeout(remaining()).unwrap_or_default();
     Ok(PluginOutput {
         status,
@@ -753,6 +844,19 @@ fn wait_for_plugin(
         stdout_over,
         stderr,
     })
+}
+
+/// Kills the plugin's process group (the plugin is its leader, see [`spawn_plugin`]), so
+/// that processes it started die with it; elsewhere only the plugin itself.
+fn kill_group(child: &mut Child, pid: u32) {
+    #[cfg(unix)]
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) with a negative pid signals the process group we created.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
 }
 
 /// The error for a plugin that could not be started: not found (with the kubeconfig's
@@ -1148,6 +1252,36 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         assert!(info["spec"].get("cluster").is_none(), "{info}");
     }
 
+    #[test]
+    fn token_like_values_are_redacted_from_stderr_lines() {
+        for (line, want) in [
+            (
+                "error: token=eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ1In0.c2lnbmF0dXJl rejected",
+                "error: token=[redacted] rejected",
+            ),
+            (
+                "got \"token\": \"abc\" from cache",
+                "got \"token\": \"[redacted]\" from cache",
+            ),
+            (
+                "Authorization: Bearer s3cr3t",
+                "Authorization: Bearer [redacted]",
+            ),
+            ("password: hunter2", "password: [redacted]"),
+            (
+                "using key AKIAIOSFODNN7EXAMPLE1 for /home/u/.aws",
+                "using key [redacted] for /home/u/.aws",
+            ),
+            (
+                "error: SSO session expired; run aws sso login",
+                "error: SSO session expired; run aws sso login",
+            ),
+            ("token expired", "token expired"),
+        ] {
+            assert_eq!(redact_tokens(line), want, "{line}");
+        }
+    }
+
     #[cfg(unix)]
     #[test]
     fn plugin_failures() {
@@ -1198,6 +1332,71 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             .unwrap_err()
             .to_string()
             .ends_with("failed with exit code 1 (nothing on stderr)"));
+
+        // Its stderr never carries its token into our message.
+        script(
+            dir.path(),
+            "leaky",
+            "echo 'refresh failed, token=abcdef0123456789abcdef0123 is stale' >&2\nexit 2",
+        );
+        let e = ExecConfig::new("./leaky", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.ends_with("exit code 2: refresh failed, token=[redacted] is stale"),
+            "{msg}"
+        );
+
+        // A token too long for a header is refused with its size, not a transport error.
+        let big = "a".repeat(900 * 1024);
+        script(
+            dir.path(),
+            "huge",
+            &format!(
+                "printf '%s' '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{big}\"}}}}'"
+            ),
+        );
+        let e = ExecConfig::new("./huge", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.ends_with("printed a token of 921600 bytes; at most 65536 bytes fit in the Authorization header"),
+            "{}",
+            &msg[..msg.len().min(300)]
+        );
+
+        // A plugin whose child keeps stdout open: the child dies with the process group.
+        let pidfile = dir.path().join("child.pid");
+        script(
+            dir.path(),
+            "lingers",
+            &format!(
+                "sleep 30 &\necho $! > {}\necho '{{}}'\nexit 0",
+                pidfile.display()
+            ),
+        );
+        let e = ExecConfig::new("./lingers", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let t = Instant::now();
+        let msg = run_plugin(&e, None, Duration::from_millis(500))
+            .unwrap_err()
+            .to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(msg.contains("kept its output open"), "{msg}");
+        let child: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        // Gone, or a zombie waiting for whoever inherited it to reap it.
+        let alive = std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        });
+        assert!(!alive, "the plugin's child {child} is still running");
 
         // A plugin that hangs is killed after the timeout.
         script(dir.path(), "hang", "exec sleep 30");

@@ -293,16 +293,18 @@ fn list_body_limit_is_enforced() {
     let client = KubeClient::with_options(cfg, opts).unwrap();
     let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
     assert!(matches!(err, KubeError::Decode { .. }), "{err}");
-    assert!(err.to_string().contains("limit of 10 bytes"), "{err}");
+    assert!(err.to_string().contains("cap of 10 bytes"), "{err}");
+    assert!(err.to_string().contains("smaller --page-size"), "{err}");
     assert_eq!(server.recorded().len(), 1, "not retried");
 }
 
 #[test]
 fn get_create_delete() {
     let server = FakeServer::http(|req, _| match (req.method.as_str(), req.path()) {
-        ("GET", "/api/v1/namespaces/spark/pods/app-exec-1") => {
-            Reply::json(200, r#"{"metadata":{"name":"app-exec-1","uid":"u1"}}"#)
-        }
+        ("GET", "/api/v1/namespaces/spark/pods/app-exec-1") => Reply::json(
+            200,
+            r#"{"kind":"Pod","metadata":{"name":"app-exec-1","uid":"u1"}}"#,
+        ),
         ("GET", _) => Reply::json(
             404,
             r#"{"kind":"Status","status":"Failure","message":"pods \"nope\" not found","reason":"NotFound","code":404}"#,
@@ -326,7 +328,7 @@ fn get_create_delete() {
         ),
         ("DELETE", _) => Reply::json(
             200,
-            r#"{"metadata":{"name":"x","deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
+            r#"{"kind":"Pod","metadata":{"name":"x","deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
         ),
         _ => Reply::json(405, "{}"),
     });
@@ -396,7 +398,7 @@ fn retries_5xx_and_counts_them() {
             r#"{"kind":"Status","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#,
         ),
         1 => Reply::json(502, "<html>bad gateway</html>"),
-        _ => Reply::json(200, r#"{"metadata":{"name":"p"}}"#),
+        _ => Reply::json(200, r#"{"kind":"Pod","metadata":{"name":"p"}}"#),
     });
     let client = http_client(&server);
     assert!(client.get_pod("p").unwrap().is_some());
@@ -427,7 +429,7 @@ fn create_is_retried_after_500_and_transport_errors() {
         _ => Reply::json(201, std::str::from_utf8(&req.body).unwrap()),
     });
     let client = http_client(&server);
-    let pod = serde_json::json!({"metadata":{"name":"app-exec-9"}});
+    let pod = serde_json::json!({"kind":"Pod","metadata":{"name":"app-exec-9"}});
     assert_eq!(client.create_pod(&pod).unwrap(), pod);
     let reqs = server.recorded();
     assert_eq!(reqs.len(), 3);
@@ -638,7 +640,7 @@ fn token_file_is_reread_when_stale() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("token");
     std::fs::write(&path, "t1").unwrap();
-    let server = FakeServer::http(|_, _| Reply::json(200, r#"{"metadata":{}}"#));
+    let server = FakeServer::http(|_, _| Reply::json(200, r#"{"kind":"Pod","metadata":{}}"#));
     let client = token_file_client(&server, &path, Duration::ZERO);
     client.get_pod("x").unwrap();
     std::fs::write(&path, "t2").unwrap();
@@ -742,7 +744,13 @@ fn b64(s: &str) -> String {
 }
 
 fn ok_handler() -> impl Fn(&super::testutil::Recorded, usize) -> Reply + Send + Sync + 'static {
-    |_, _| Reply::json(200, &page(&["tls-pod"], None))
+    |req, _| {
+        if req.path().ends_with("/pods") {
+            Reply::json(200, &page(&["tls-pod"], None))
+        } else {
+            Reply::json(200, r#"{"kind":"Pod","metadata":{"name":"tls-pod"}}"#)
+        }
+    }
 }
 
 #[test]
@@ -1135,13 +1143,15 @@ fn exec_client(server: &FakeServer, plugin: &Plugin) -> Result<KubeClient, KubeE
 #[cfg(unix)]
 fn bearer_only(good: &'static str) -> FakeServer {
     FakeServer::http(move |req, _| {
-        if req.header("authorization") == Some(&*format!("Bearer {good}")) {
-            Reply::json(200, &page(&["a"], None))
-        } else {
+        if req.header("authorization") != Some(&*format!("Bearer {good}")) {
             Reply::json(
                 401,
                 r#"{"kind":"Status","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
             )
+        } else if req.path().ends_with("/pods") {
+            Reply::json(200, &page(&["a"], None))
+        } else {
+            Reply::json(200, r#"{"kind":"Pod","metadata":{"name":"a"}}"#)
         }
     })
 }
@@ -1399,4 +1409,174 @@ fn exec_client_certificate_with_mtls_and_rotation() {
         "{msg}"
     );
     assert!(!msg.contains("PRIVATE KEY"), "{msg}");
+}
+
+#[test]
+fn a_retry_after_longer_than_the_budget_says_what_the_server_asked() {
+    let server = FakeServer::http(|_, _| {
+        Reply::json(
+            429,
+            r#"{"kind":"Status","message":"slow down","reason":"TooManyRequests","code":429}"#,
+        )
+        .with_header("Retry-After", "100000")
+    });
+    let client = http_client(&server);
+    let started = Instant::now();
+    let err = client.get_pod("p").unwrap_err();
+    assert_eq!(err.status_code(), Some(429));
+    assert!(started.elapsed() < Duration::from_secs(2), "no sleep");
+    assert_eq!(server.recorded().len(), 1, "not retried");
+    assert_eq!(client.stats().retry_sleep, Duration::ZERO);
+}
+
+#[test]
+fn a_redirect_names_its_location_and_the_server_flag() {
+    let server = FakeServer::http(|_, _| {
+        Reply::json(307, "").with_header("Location", "https://login.example.com/sso")
+    });
+    let client = http_client(&server);
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "list pods: 307 Redirect: the API server redirected to https://login.example.com/sso; \
+         podalloc does not follow redirects: check --server"
+    );
+    assert_eq!(server.recorded().len(), 1, "not followed");
+}
+
+#[test]
+fn a_2xx_body_without_the_expected_kind_is_an_error_naming_the_server() {
+    for (body, says) in [
+        ("{}", "a body without kind, not a Pod"),
+        (
+            r#"{"kind":"Status","status":"Success"}"#,
+            "a Status, not a Pod",
+        ),
+        (
+            "<html><body>Proxy login</body></html>",
+            "a body that is not JSON",
+        ),
+    ] {
+        let server = FakeServer::http(move |_, _| Reply::json(200, body));
+        let client = http_client(&server);
+        let err = client.get_pod("p").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, KubeError::Decode { .. }), "{msg}");
+        assert!(msg.contains(&server.url()), "{msg}");
+        assert!(msg.contains(says), "{msg}");
+        assert!(
+            msg.contains(&format!("{:?}", &body[..body.len().min(80)])),
+            "{msg}"
+        );
+        let err = client
+            .create_pod(&serde_json::json!({"metadata":{"name":"p"}}))
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+        let err = client.get_configmap("c").unwrap_err();
+        assert!(
+            err.to_string().contains(&says.replace("Pod", "ConfigMap")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_call_ends_by_the_request_timeout_even_when_the_body_trickles() {
+    // Headers at once, then one byte of body every 200 ms: no single read times out.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut tcp) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = std::io::Read::read(&mut tcp, &mut buf);
+                let body = br#"{"kind":"Pod","metadata":{"name":"p"}}"#;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = tcp.write_all(head.as_bytes());
+                for b in body {
+                    if tcp.write_all(&[*b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+    });
+    let cfg = ClusterConfig::for_server(&format!("http://{addr}"), "spark");
+    let opts = ClientOptions {
+        timeouts: Timeouts {
+            connect: Duration::from_secs(1),
+            per_read: Duration::from_secs(5),
+            global: Duration::from_millis(1500),
+        },
+        retry: fast_retries(),
+        ..ClientOptions::default()
+    };
+    let client = KubeClient::with_options(cfg, opts).unwrap();
+    let started = Instant::now();
+    let err = client.get_pod("p").unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("within the request timeout of 1s 500ms (--request-timeout)"),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    // An outer deadline (the tick budget) cuts a call shorter still, and a call after it
+    // fails at once.
+    client.set_deadline(
+        Some(Instant::now() + Duration::from_millis(300)),
+        "the tick budget",
+    );
+    let started = Instant::now();
+    let err = client.get_pod("p").unwrap_err();
+    assert!(err.to_string().contains("within the tick budget"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(1000));
+    let err = client.get_pod("p").unwrap_err();
+    assert!(err.to_string().contains("within the tick budget"), "{err}");
+}
+
+#[test]
+fn a_gzip_bomb_stops_at_the_page_cap() {
+    // 96 MiB of blanks inside a PodList, about 100 KiB gzipped.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(br#"{"kind":"PodList","items":["#).unwrap();
+    let blanks = vec![b' '; 1024 * 1024];
+    for _ in 0..96 {
+        gz.write_all(&blanks).unwrap();
+    }
+    gz.write_all(b"]}").unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() < 2 * 1024 * 1024, "{}", gz.len());
+    let server = FakeServer::http(move |_, _| Reply::Respond {
+        status: 200,
+        headers: vec![
+            ("Content-Type".into(), "application/json".into()),
+            ("Content-Encoding".into(), "gzip".into()),
+        ],
+        body: gz.clone(),
+    });
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::None;
+    // The default cap (64 MiB) applies.
+    let client = KubeClient::with_options(
+        cfg,
+        ClientOptions {
+            retry: fast_retries(),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("larger than the cap of 67108864 bytes (64 MiB) after gzip decoding"),
+        "{err}"
+    );
+    assert!(client.stats().bytes_received < 128 * 1024 * 1024);
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -78,6 +78,8 @@ pub(crate) enum Reply {
     Drop,
     /// Send the head (with the full Content-Length) and half the body, then close.
     Truncate(Response),
+    /// Send the head at once, then the body one byte per interval.
+    Trickle(Response, Duration),
 }
 
 /// The user a bearer token authenticates as (the simulator has one token).
@@ -311,9 +313,31 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
                 Some(encode_continue(-1, &c.start)),
             ))
         }
-        Fault::TimeoutAfterWrite | Fault::Delay(_) | Fault::LostResponse | Fault::Truncate => {
-            return None
-        }
+        Fault::Html => Response {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            headers: Vec::new(),
+            body: Body::Bytes(PROXY_PAGE.as_bytes().to_vec()),
+        },
+        Fault::Redirect => Response {
+            status: 307,
+            content_type: "text/html; charset=utf-8",
+            headers: vec![(
+                "Location",
+                "https://login.example.com/oauth2/start?rd=%2Fapi%2Fv1".to_string(),
+            )],
+            body: Body::Bytes(
+                b"<a href=\"https://login.example.com/oauth2/start?rd=%2Fapi%2Fv1\">Temporary Redirect</a>.\n"
+                    .to_vec(),
+            ),
+        },
+        Fault::TimeoutAfterWrite
+        | Fault::Delay(_)
+        | Fault::LostResponse
+        | Fault::Truncate
+        | Fault::Garbage
+        | Fault::NoKind
+        | Fault::Trickle(_) => return None,
     };
     Some(Reply::Send(resp))
 }
@@ -444,7 +468,15 @@ fn handle_api(
             return reply;
         }
         if let Fault::Delay(d) = f {
-            std::thread::sleep(*d);
+            // In steps, so that stopping the server does not wait out a long delay.
+            let until = Instant::now() + *d;
+            while !shared.stopping.load(Ordering::SeqCst) {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(Duration::from_millis(50)));
+            }
         }
     }
     if shared.forbid.iter().any(|v| v == verb) {
@@ -461,6 +493,12 @@ fn handle_api(
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
         Some(Fault::Truncate) => Reply::Truncate(resp),
+        Some(Fault::Trickle(d)) => Reply::Trickle(resp, d),
+        Some(Fault::Garbage) => Reply::Send(Response {
+            body: Body::Bytes(b"\x1f\x8b\x08\x00garbage\xff\xfe not json {".to_vec()),
+            ..resp
+        }),
+        Some(Fault::NoKind) => Reply::Send(without_kind(resp)),
         Some(Fault::TimeoutAfterWrite) => Reply::Send(timeout_response()),
         _ => Reply::Send(resp),
     }
@@ -521,6 +559,40 @@ fn dispatch(
     }
 }
 
+/// What an authenticating proxy in front of the apiserver answers (fault `html`).
+const PROXY_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\
+<body><h1>Sign in to continue</h1><form action=\"/oauth2/start\"></form></body></html>\n";
+
+/// The response with `kind` and `apiVersion` taken out of its JSON object (fault
+/// `no-kind`); other bodies unchanged.
+fn without_kind(resp: Response) -> Response {
+    let bytes = match resp.body {
+        Body::Bytes(b) => b,
+        Body::Stream(f) => {
+            let mut b = Vec::new();
+            if f(&mut b).is_err() {
+                return Response {
+                    body: Body::Bytes(b),
+                    ..resp
+                };
+            }
+            b
+        }
+    };
+    let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response {
+            body: Body::Bytes(bytes),
+            ..resp
+        };
+    };
+    m.remove("kind");
+    m.remove("apiVersion");
+    Response {
+        body: Body::Bytes(Value::Object(m).to_string().into_bytes()),
+        ..resp
+    }
+}
+
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -534,7 +606,7 @@ fn record(
     reply: &Reply,
 ) {
     let status = match reply {
-        Reply::Send(r) | Reply::Truncate(r) => Some(r.status),
+        Reply::Send(r) | Reply::Truncate(r) | Reply::Trickle(r, _) => Some(r.status),
         Reply::Drop => None,
     };
     let fault = fault.map(ToString::to_string);

@@ -47,8 +47,9 @@ pub struct SimArgs {
     pub nodes: usize,
     /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
     /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
-    /// cm-create, cm-update, ev-create, ev-patch, ev-list, ev-get. Faults: 429-text, 429-status, 500, 503, 504, 504-after-write,
-    /// reset, delay:MS, lost-response, truncate, 410.
+    /// cm-create, cm-update, ev-create, ev-patch, ev-list, ev-get. Faults: 429-text, 429-status,
+    /// 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410, garbage,
+    /// html, no-kind, trickle[:MS], redirect.
     #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]
     pub faults: Vec<FaultRule>,
     /// A ResourceQuota on the number of pods per namespace (403 "exceeded quota" beyond it).

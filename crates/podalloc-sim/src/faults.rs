@@ -84,6 +84,25 @@ pub enum Fault {
     /// the apiserver's compaction message and a fresh token (as when etcd compacted the
     /// list's revision). Lists without a token are not affected.
     Expired,
+    /// `garbage`: the request IS processed, then the answer's body is replaced by bytes
+    /// that are not JSON (the status code and `Content-Type: application/json` stay), as
+    /// when something between the client and the apiserver mangles the body: the client
+    /// cannot tell whether a create happened.
+    Garbage,
+    /// `html`: a proxy in front of the apiserver answers `200 OK` with its own HTML page
+    /// (a login or captive portal); the request never reaches the apiserver.
+    Html,
+    /// `no-kind`: the request IS processed and the answer's JSON object loses its `kind`
+    /// and `apiVersion` (a body that does not say what it is, e.g. `{}` from a broken
+    /// aggregated server or proxy).
+    NoKind,
+    /// `trickle[:MS]`: the request IS processed, the head goes out at once with the full
+    /// `Content-Length`, and the body follows one byte every MS milliseconds (default
+    /// 1000): no single read times out, only a total deadline ends the wait.
+    Trickle(Duration),
+    /// `redirect`: `307 Temporary Redirect` to a login page (`Location:
+    /// https://login.example.com/...`), as an authenticating proxy answers; not processed.
+    Redirect,
 }
 
 /// Which requests of the rule's verb a rule hits.
@@ -112,7 +131,7 @@ pub struct FaultRule {
 }
 
 const SYNTAX: &str = "expected VERB:FAULT[@WHEN], e.g. \"create:lost-response@2,3\", \"list:429-text@p=0.2\" or \"delete:500@always\"";
-const FAULT_NAMES: &str = "429-text, 429-status[:SECONDS], 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410";
+const FAULT_NAMES: &str = "429-text, 429-status[:SECONDS], 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410, garbage, html, no-kind, trickle[:MS], redirect";
 
 impl Fault {
     /// Parses a fault name such as `429-text` or `delay:250`.
@@ -150,6 +169,25 @@ impl Fault {
             "lost-response" => no_arg(Fault::LostResponse),
             "truncate" => no_arg(Fault::Truncate),
             "410" => no_arg(Fault::Expired),
+            "garbage" => no_arg(Fault::Garbage),
+            "html" => no_arg(Fault::Html),
+            "no-kind" => no_arg(Fault::NoKind),
+            "redirect" => no_arg(Fault::Redirect),
+            "trickle" => {
+                let ms = match arg {
+                    None => 1000,
+                    Some(a) => a
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| (1..=60_000).contains(ms))
+                        .ok_or_else(|| {
+                            format!(
+                                "trickle:{a}: expected whole milliseconds per byte from 1 to 60000"
+                            )
+                        })?,
+                };
+                Ok(Fault::Trickle(Duration::from_millis(ms)))
+            }
             "delay" => {
                 let Some(a) = arg else {
                     return Err("fault \"delay\" needs milliseconds, e.g. \"delay:1500\"".into());
@@ -189,6 +227,12 @@ impl fmt::Display for Fault {
             Fault::LostResponse => f.write_str("lost-response"),
             Fault::Truncate => f.write_str("truncate"),
             Fault::Expired => f.write_str("410"),
+            Fault::Garbage => f.write_str("garbage"),
+            Fault::Html => f.write_str("html"),
+            Fault::NoKind => f.write_str("no-kind"),
+            Fault::Redirect => f.write_str("redirect"),
+            Fault::Trickle(d) if d.as_millis() == 1000 => f.write_str("trickle"),
+            Fault::Trickle(d) => write!(f, "trickle:{}", d.as_millis()),
         }
     }
 }
@@ -303,7 +347,7 @@ impl FaultRule {
     ///   `cm-create`, `cm-update`, `cm-delete`;
     /// - FAULT: `429-text`, `429-status[:SECONDS]`, `500`, `503`, `504`,
     ///   `504-after-write`, `reset`, `delay:MS`, `lost-response`, `truncate`, `410`
-    ///   (`410` only with `list`);
+    ///   (`410` only with `list`), `garbage`, `html`, `no-kind`, `trickle[:MS]`, `redirect`;
     /// - WHEN: `always`, `p=P` or 1-based request numbers `2,3` / `2-5`.
     ///
     /// # Errors
@@ -478,10 +522,21 @@ mod tests {
             "cm-get:reset@always",
             "create:truncate@4",
             "deletecollection:503@always",
+            "create:garbage@p=0.2",
+            "list:html@1",
+            "cm-get:no-kind@always",
+            "list:trickle@1",
+            "get:trickle:250@2",
+            "list:redirect@always",
         ] {
             let r = FaultRule::parse(text).unwrap();
             assert_eq!(FaultRule::parse(&r.to_string()).unwrap(), r, "{text}");
         }
+        assert_eq!(
+            FaultRule::parse("list:trickle").unwrap().fault,
+            Fault::Trickle(Duration::from_secs(1))
+        );
+        assert!(FaultRule::parse("list:trickle:0").is_err());
         assert_eq!(
             FaultRule::parse("get:delay:1500@1").unwrap().fault,
             Fault::Delay(Duration::from_millis(1500))

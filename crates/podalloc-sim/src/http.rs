@@ -569,6 +569,37 @@ pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result
     out.flush()
 }
 
+/// Writes the head (with the full `Content-Length`, no gzip) at once, then the body one
+/// byte every `every` (fault `trickle`). Stops at the first write error (the client gave up).
+pub(crate) fn write_trickled(
+    out: &mut dyn Write,
+    resp: Response,
+    every: std::time::Duration,
+) -> io::Result<()> {
+    let body = match resp.body {
+        Body::Bytes(b) => b,
+        Body::Stream(f) => {
+            let mut b = Vec::new();
+            f(&mut b)?;
+            b
+        }
+    };
+    let head = Head {
+        status: resp.status,
+        content_type: resp.content_type,
+        headers: &resp.headers,
+        keep_alive: false,
+    };
+    write_head(out, &head, Framing::Length(body.len()), false)?;
+    out.flush()?;
+    for b in &body {
+        std::thread::sleep(every);
+        out.write_all(std::slice::from_ref(b))?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
 /// The answer to a request that could not be parsed (what Go's server sends).
 pub(crate) fn write_plain_error(out: &mut dyn Write, code: u16) -> io::Result<()> {
     let body = format!("{code} {}", reason_phrase(code));

@@ -862,6 +862,10 @@ fn serve_http<S: io::Read + Write>(
                         let _ = http::write_truncated(&mut conn.stream, r);
                         return true;
                     }
+                    api::Reply::Trickle(r, every) => {
+                        let _ = http::write_trickled(&mut conn.stream, r, every);
+                        return false;
+                    }
                 };
                 let keep = req.keep_alive && !shared.stopping.load(Ordering::SeqCst);
                 let mut w = BufWriter::with_capacity(64 * 1024, &mut conn.stream);

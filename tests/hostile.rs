@@ -1,0 +1,176 @@
+//! A hostile API server: answers that never come, bodies that trickle, 2xx bodies that are
+//! not what they claim, redirects. Each test runs the real binary against the simulator and
+//! checks what docs/faults.md promises: the exit code, the time it takes, and that the state
+//! and the pods stay consistent.
+
+use crate::util::{code, stderr as err, SimWorld, World};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const APP: &str = "hostile-app";
+
+fn world(faults: &[&str]) -> World {
+    SimWorld::new()
+        .app(APP)
+        .batch_delay("100ms")
+        .token("hostile-token")
+        .schedule(Duration::from_millis(20))
+        .startup(Duration::from_millis(100))
+        .faults(faults)
+        .start()
+}
+
+#[test]
+fn run_timeout_is_honoured_while_a_list_hangs() {
+    let w = world(&["list:delay:100000"]);
+    let started = Instant::now();
+    let out = w.run(&["run", "--target", "3", "--timeout", "3s"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 5, "{}", err(&out));
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    assert!(
+        err(&out).contains("--timeout of 3s passed"),
+        "{}",
+        err(&out)
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_second_signal_aborts_a_hung_tick_at_once() {
+    let w = world(&["list:delay:100000"]);
+    let mut child = w
+        .cmd(&["run", "--target", "3"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first signal lets the tick finish"
+    );
+    let started = Instant::now();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(code(&out), 130, "{}", err(&out));
+    let e = err(&out);
+    let ack = e
+        .find("SIGTERM received: finishing the current tick, Ctrl-C again to abort")
+        .expect(&e);
+    let abort = e.find("second signal (SIGTERM): aborting now").expect(&e);
+    assert!(ack < abort, "{e}");
+    // The list never answered: nothing was decided, nothing written or half-written.
+    assert!(!w.state_file().exists());
+    assert_eq!(w.sim.stats().live_pods, 0);
+}
+
+#[test]
+fn reconcile_against_a_trickling_body_ends_within_the_request_timeout() {
+    let w = world(&["list:trickle"]);
+    let started = Instant::now();
+    let out = w.run(&["reconcile", "--target", "3", "--request-timeout", "3s"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    assert!(
+        err(&out).contains("within the request timeout of 3s (--request-timeout)"),
+        "{}",
+        err(&out)
+    );
+    assert!(!w.state_file().exists(), "state untouched");
+    assert_eq!(w.sim.stats().live_pods, 0);
+}
+
+#[test]
+fn garbage_and_proxy_pages_for_creates_are_ambiguous_and_retried_by_name() {
+    // 20 % of creates are made but answered with garbage; 10 % more never reach the
+    // server (a proxy's HTML page). Either way the create is ambiguous, and the next tick
+    // settles it by name: no waiting for the creation timeout, no duplicates.
+    let w = world(&["create:garbage@p=0.2", "create:html@p=0.1"]);
+    let started = Instant::now();
+    w.converge(30);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let f = w.sim.stats().faults_injected;
+    assert!(f.keys().any(|k| k.contains("garbage")), "{f:?}");
+    assert!(f.keys().any(|k| k.contains("html")), "{f:?}");
+}
+
+#[test]
+fn a_body_that_does_not_say_its_kind_is_an_error() {
+    // Pod list: the snapshot requires kind PodList.
+    let w = world(&["list:no-kind@1"]);
+    let out = w.run(&["reconcile", "--target", "2"]);
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    assert!(err(&out).contains("PodList"), "{}", err(&out));
+    assert!(!w.state_file().exists());
+    // A created pod answered without kind: ambiguous, settled by name.
+    w.sim
+        .set_faults(crate::util::rules(&["create:no-kind@p=0.5"]));
+    w.converge(4);
+    // The ConfigMap store's read names the server and quotes the body.
+    w.sim.set_faults(vec![]);
+    w.ok(&[
+        "--state-store",
+        "configmap:hostile-state",
+        "reconcile",
+        "--target",
+        "4",
+    ]);
+    w.sim
+        .set_faults(crate::util::rules(&["cm-get:no-kind@always"]));
+    let out = w.run(&["--state-store", "configmap:hostile-state", "status"]);
+    let e = err(&out);
+    assert_ne!(code(&out), 0, "{e}");
+    assert!(e.contains("a body without kind, not a ConfigMap"), "{e}");
+    assert!(e.contains(&w.sim.url()), "{e}");
+}
+
+#[test]
+fn a_redirect_is_reported_with_its_location() {
+    let w = world(&["list:redirect"]);
+    let out = w.run(&["reconcile", "--target", "1"]);
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    let e = err(&out);
+    assert!(
+        e.contains(
+            "307 Redirect: the API server redirected to https://login.example.com/oauth2/start"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("podalloc does not follow redirects: check --server"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_list_page_over_the_cap_says_to_use_a_smaller_page_size() {
+    let w = world(&[]);
+    w.converge(6);
+    let out = w.run(&["reconcile", "--target", "6", "--max-page-bytes", "4096"]);
+    assert_eq!(code(&out), 1, "{}", err(&out));
+    let e = err(&out);
+    assert!(e.contains("larger than the cap of 4096 bytes"), "{e}");
+    assert!(e.contains("use a smaller --page-size"), "{e}");
+    w.ok(&[
+        "reconcile",
+        "--target",
+        "6",
+        "--max-page-bytes",
+        "4096",
+        "--page-size",
+        "1",
+    ]);
+}

@@ -15,7 +15,7 @@ use crate::alloc::StateOwner;
 use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{self, ConnectionFlags, KubeClient, KubeError, PageSink};
+use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::reconcile::{self, App};
 use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
@@ -47,6 +47,10 @@ enum Store {
 /// The clients (one per namespace), the flags they are made from, and the simulator.
 struct Conn {
     flags: ConnectionFlags,
+    /// Timeouts and page cap (`--request-timeout`, …), for every client.
+    options: ClientOptions,
+    /// How long one app's tick may call the API ([`super::env::tick_budget`]).
+    tick_budget: Duration,
     default_ns: String,
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
@@ -66,12 +70,15 @@ impl Conn {
             .or_else(|| sim.as_ref().map(|s| s.state_file().with_file_name("apps")));
         let mut c = Conn {
             flags,
+            options: cli.conn.client_options(),
+            tick_budget: super::env::tick_budget(cli),
             default_ns: cfg.namespace.clone(),
             clients: BTreeMap::new(),
             state_dir: StateDir(state_dir),
             _sim: sim,
         };
-        let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+        let client =
+            KubeClient::with_options(cfg, c.options.clone()).map_err(reconcile::kube_error)?;
         c.clients.insert(c.default_ns.clone(), client);
         Ok(c)
     }
@@ -82,7 +89,8 @@ impl Conn {
             let mut flags = self.flags.clone();
             flags.namespace = Some(ns.to_string());
             let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
-            let client = KubeClient::new(cfg).map_err(reconcile::kube_error)?;
+            let client = KubeClient::with_options(cfg, self.options.clone())
+                .map_err(reconcile::kube_error)?;
             self.clients.insert(ns.to_string(), client);
         }
         Ok(&self.clients[ns])
@@ -233,6 +241,11 @@ impl Apps {
         }
         let namespaces: BTreeSet<String> = self.managed.iter().map(|m| m.ns.clone()).collect();
         let mut keep = vec![true; self.managed.len()];
+        let budget = conn.tick_budget;
+        let budget_what = format!(
+            "the tick budget of {} (4 × --request-timeout)",
+            humantime::format_duration(budget)
+        );
         for ns in namespaces {
             let idx: Vec<usize> = (0..self.managed.len())
                 .filter(|&i| self.managed[i].ns == ns)
@@ -267,7 +280,10 @@ impl Apps {
                 delete_orphans(client, &g.1, split.snaps.remove(&g.1));
             }
             for &i in &idx {
+                // Each app's tick has the budget of one `run` tick.
+                client.set_deadline(Some(Instant::now() + budget), &budget_what);
                 keep[i] = self.tick_app(client, i, &mut split, pass);
+                client.set_deadline(None, "");
             }
         }
         let mut k = keep.into_iter();

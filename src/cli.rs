@@ -129,6 +129,18 @@ fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
     match command {
         None | Some("reconcile" | "run" | "scale" | "add") => CREATING,
         Some("status" | "remove") => CONNECTED,
+        // Every app's defaults; the app id comes from the apps file or the drivers.
+        Some("apps") => &[
+            "config",
+            "namespace",
+            "kubeconfig",
+            "context",
+            "simulate",
+            "template",
+            "image",
+            "batch_size",
+            "policy",
+        ],
         Some("plan") => &["config", "app_id", "policy"],
         Some(_) => &[],
     }
@@ -545,6 +557,9 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0).
     Run(RunArgs),
+    /// Keep many apps at their targets in one process: from an apps file, or every driver
+    /// pod a label selector finds (one executor list per namespace per pass).
+    Apps(crate::multi::AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),
     /// Set the target to N executors and run one tick.

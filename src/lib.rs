@@ -17,6 +17,8 @@
 //! - [`kube`]: the blocking HTTPS client and its configuration.
 //! - [`state`]: the persisted allocator state: atomic saves, an exclusive lock per tick.
 //! - [`reconcile`]: the tick.
+//! - [`multi`]: many apps in one process (`podalloc apps`): apps file, driver annotations,
+//!   one executor list per namespace split by app.
 //! - [`sim`]: the simulated API server and kubelet (the `podalloc-sim` crate; feature `sim`).
 #![warn(missing_docs)]
 
@@ -30,6 +32,7 @@ pub mod events;
 pub mod kube;
 pub mod leader;
 pub mod metrics;
+pub mod multi;
 pub mod podspec;
 pub mod reconcile;
 #[cfg(feature = "sim")]

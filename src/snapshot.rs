@@ -317,6 +317,47 @@ impl Snapshot {
         self.add_pod(pod, app_id, executor_container)
     }
 
+    /// One page of a namespace-wide executor list (`spark-role=executor`), split by the
+    /// `spark-app-selector` label into the snapshots of `snaps` (keyed by app id): each pod is
+    /// decoded once and classified by the same code as [`Snapshot::add_page`], so every app's
+    /// snapshot equals the one its own list would give. Pods of apps not in `snaps` are
+    /// skipped. A pod that breaks one app's snapshot ([`SnapshotError::DuplicateId`]) records
+    /// that app in `failed` and leaves the others alone. `containers` names an app's executor
+    /// container (as [`Snapshot::add_page_for`]); an app not in it uses each pod's first. Returns the `metadata.continue` token.
+    ///
+    /// Errors: [`SnapshotError::Malformed`] for a page that is not a `PodList`.
+    pub fn add_page_split(
+        bytes: &[u8],
+        snaps: &mut BTreeMap<String, Snapshot>,
+        containers: &BTreeMap<String, String>,
+        failed: &mut BTreeMap<String, SnapshotError>,
+    ) -> Result<Option<String>, SnapshotError> {
+        let page = decode_page(bytes, ListSource::ApiServer).map_err(|why| {
+            SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
+        })?;
+        for item in page.items.flatten().into_iter().flatten() {
+            let app = (item.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref())
+                .and_then(|l| l.0[0].as_deref())
+                .map(str::to_string);
+            let Some((app, snap)) = app.and_then(|a| snaps.get_mut(&a).map(|s| (a, s))) else {
+                continue;
+            };
+            if failed.contains_key(&app) {
+                continue;
+            }
+            let container = containers.get(&app).map(String::as_str);
+            if let Err(e) = snap.add_pod(item, &app, container) {
+                failed.insert(app, e);
+            }
+        }
+        Ok(page
+            .metadata
+            .and_then(|m| m.cont)
+            .map(Str::into_owned)
+            .filter(|c| !c.is_empty()))
+    }
+
     fn add_pod(
         &mut self,
         pod: RawPod<'_>,

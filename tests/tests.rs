@@ -19,6 +19,7 @@ mod kube_auth;
 mod leader;
 mod lifecycle;
 mod mtls;
+mod multi;
 mod ops;
 mod overlap;
 mod real_pods;

@@ -3,10 +3,12 @@
 //! carrying its exit code.
 //!
 //! - `env`: the shared set-up of the connected commands (connect, the state store, a tick).
+//! - `apps`: many apps in one process (an apps file or `--discover`).
 //! - `reconcile`, `run` (the loop), `status`, `change` (`scale`, `add`, `remove`): connected.
 //! - `plan`: the allocation step offline. `sim`: the simulated API server (`sim`,
 //!   `--simulate`). `man`: the manual and completions.
 
+mod apps;
 mod change;
 mod elect;
 mod env;
@@ -34,6 +36,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match &cli.command {
         Command::Reconcile(a) => reconcile::reconcile(&cli, a),
         Command::Run(a) => run::run_loop(&cli, a, false),
+        Command::Apps(a) => apps::apps(&cli, a),
         Command::Status(a) => status::status(&cli, a),
         Command::Scale(a) => change::scale(&cli, a),
         Command::Add(a) => change::add(&cli, a),

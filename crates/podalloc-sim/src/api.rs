@@ -96,6 +96,7 @@ enum Route<'a> {
     PodDeleteCollection(&'a str),
     PodGet(&'a str, &'a str),
     PodDelete(&'a str, &'a str),
+    PodPatch(&'a str, &'a str),
     CmList(Option<&'a str>),
     CmCreate(&'a str),
     CmGet(&'a str, &'a str),
@@ -123,6 +124,7 @@ impl<'a> Route<'a> {
             Route::PodDeleteCollection(_) => "deletecollection",
             Route::PodGet(..) => "get",
             Route::PodDelete(..) => "delete",
+            Route::PodPatch(..) => "patch",
             Route::CmList(_) => "cm-list",
             Route::CmCreate(_) => "cm-create",
             Route::CmGet(..) => "cm-get",
@@ -150,6 +152,7 @@ impl<'a> Route<'a> {
             Route::PodDeleteCollection(ns) => ("deletecollection", "pods", Some(ns), ""),
             Route::PodGet(ns, n) => ("get", "pods", Some(ns), n),
             Route::PodDelete(ns, n) => ("delete", "pods", Some(ns), n),
+            Route::PodPatch(ns, n) => ("patch", "pods", Some(ns), n),
             Route::CmList(ns) => ("list", "configmaps", ns, ""),
             Route::CmCreate(ns) => ("create", "configmaps", Some(ns), ""),
             Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
@@ -195,6 +198,7 @@ fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
             match method {
                 "GET" => Ok(Route::PodGet(ns, name)),
                 "DELETE" => Ok(Route::PodDelete(ns, name)),
+                "PATCH" => Ok(Route::PodPatch(ns, name)),
                 _ => bad_method(),
             }
         }
@@ -531,6 +535,7 @@ fn dispatch(
         Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
         Route::PodGet(ns, name) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
         Route::PodDelete(ns, name) => delete(shared, req, ns, name, now),
+        Route::PodPatch(ns, name) => patch_pod(shared, req, ns, name, now),
         Route::CmList(ns) => cm_list(shared, req, ns),
         Route::CmCreate(ns) => cm_create(shared, req, ns, now),
         Route::CmGet(ns, name) => lock(shared)
@@ -1055,6 +1060,22 @@ fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
 fn warning_header(text: &str) -> String {
     let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
     format!("299 - \"{escaped}\"")
+}
+
+/// `PATCH` of a pod: a JSON merge patch (see the `patch` module).
+fn patch_pod(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    super::patch::check_patch_type(req.header("content-type").unwrap_or(""))?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let p = lock(shared).patch(ns, name, &patch, now)?;
+    shared.kubelet.notify_all();
+    Ok(object(200, &p))
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in

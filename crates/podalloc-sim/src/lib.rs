@@ -58,6 +58,7 @@ mod events;
 mod faults;
 mod http;
 mod lease;
+mod patch;
 mod pod;
 mod reqlog;
 mod schema;

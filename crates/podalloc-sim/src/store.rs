@@ -935,6 +935,27 @@ impl Store {
             .ok_or_else(|| ApiError::pod_not_found(name))
     }
 
+    /// Applies a merge patch to a pod (`PATCH`, see the `patch` module): the new version
+    /// with its resourceVersion bumped, or the apiserver's error (404, 409, 422).
+    pub(crate) fn patch(
+        &mut self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+        now: Instant,
+    ) -> Result<Arc<StoredPod>, ApiError> {
+        self.advance(now);
+        let key = format!("{ns}/{name}");
+        let Some(e) = self.pods.get(&key) else {
+            return Err(ApiError::pod_not_found(name));
+        };
+        let old: Value = serde_json::from_str(&e.pod.json)
+            .map_err(|e| ApiError::internal_error(&e.to_string()))?;
+        let new = crate::patch::apply(&old, patch, name)?;
+        self.rewrite(&key, |v, _| *v = new)
+            .ok_or_else(|| ApiError::pod_not_found(name))
+    }
+
     /// Deletes a pod as the apiserver's pod strategy does (see the module docs of
     /// `api`). Counts as an API delete in the stats.
     pub(crate) fn delete(

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read as _;
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -201,7 +201,54 @@ pub trait PageSink {
     /// Errors: whatever the sink cannot use (e.g. a body that is not a `PodList`); the list
     /// stops there.
     fn page(&mut self, body: &[u8]) -> Result<Option<String>, Self::Error>;
+
+    /// One page, read from `body` while it arrives (gzip already decoded, the body limit
+    /// applied). A sink that can decode as the bytes come overrides this, so that neither
+    /// the whole page nor a copy of it is ever held; the default reads the whole body and
+    /// calls [`PageSink::page`].
+    ///
+    /// When reading `body` fails, the client reports that failure (and may send the request
+    /// again), whatever this returns: so a sink must then keep nothing of the page. The
+    /// default returns `Ok(None)` without calling `page`.
+    fn page_reader(&mut self, body: &mut dyn Read) -> Result<Option<String>, Self::Error> {
+        let mut buf = Vec::new();
+        match body.read_to_end(&mut buf) {
+            Ok(_) => self.page(&buf),
+            Err(_) => Ok(None),
+        }
+    }
 }
+
+/// A body reader that counts bytes and keeps its first error, so that the client can tell a
+/// failed read (a transport error, retryable) from a sink that rejects what it read.
+struct Watched<'r> {
+    inner: &'r mut dyn Read,
+    bytes: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Read for Watched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(e) = &self.error {
+            return Err(std::io::Error::new(e.kind(), e.to_string()));
+        }
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.bytes += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                let copy = std::io::Error::new(e.kind(), e.to_string());
+                self.error = Some(e);
+                Err(copy)
+            }
+        }
+    }
+}
+
+/// Reads the body of a successful response ([`KubeClient::execute_with`]).
+type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
 
 /// The sink of [`KubeClient::list_pod_items`]: every page's `items`, in order.
 #[derive(Default)]
@@ -250,10 +297,40 @@ impl Resolver for PinnedResolver {
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
         if let Some((name, real)) = &self.pin {
             if uri.host().is_some_and(|h| h.eq_ignore_ascii_case(name)) {
-                return DefaultResolver::default().resolve(real, config, timeout);
+                return resolve(real, config, timeout, self);
             }
         }
-        DefaultResolver::default().resolve(uri, config, timeout)
+        resolve(uri, config, timeout, self)
+    }
+}
+
+/// An IP address in the URL (`https://10.0.0.1:6443`, what in-cluster configuration and most
+/// kubeconfigs hold) is used as it is; a name goes to ureq's resolver. ureq's resolver runs
+/// every lookup on a new thread when a timeout is set, even for an address, which on a busy
+/// machine added milliseconds to every list page.
+fn resolve(
+    uri: &Uri,
+    config: &ureq::config::Config,
+    timeout: NextTimeout,
+    resolver: &dyn Resolver,
+) -> Result<ResolvedSocketAddrs, ureq::Error> {
+    let host = uri.host().unwrap_or("");
+    let ip = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>();
+    let port = uri.port_u16().or_else(|| match uri.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    });
+    match (ip, port) {
+        (Ok(ip), Some(port)) => {
+            let mut addrs = resolver.empty();
+            addrs.push(std::net::SocketAddr::new(ip, port));
+            Ok(addrs)
+        }
+        _ => DefaultResolver::default().resolve(uri, config, timeout),
     }
 }
 
@@ -323,7 +400,10 @@ struct Request<'a> {
 
 struct Response {
     status: u16,
+    /// Empty when a body handler read it.
     body: Vec<u8>,
+    /// Body bytes received (after gzip decoding).
+    received: u64,
     retry_after: Option<u64>,
 }
 
@@ -994,6 +1074,7 @@ impl KubeClient {
         req: &Request<'_>,
         token: Option<&str>,
         host: &str,
+        on_body: Option<BodyHandler<'_>>,
     ) -> Result<Response, KubeError> {
         let mut b = ureq::http::Request::builder()
             .method(req.method.clone())
@@ -1021,6 +1102,24 @@ impl KubeClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok());
+        if let (true, Some(handle)) = (status < 300, on_body) {
+            let mut reader = resp.body_mut().with_config().limit(req.limit).reader();
+            let mut watched = Watched {
+                inner: &mut reader,
+                bytes: 0,
+                error: None,
+            };
+            handle(&mut watched);
+            if let Some(e) = watched.error {
+                return Err(classify(req.verb, host, ureq::Error::from(e)));
+            }
+            return Ok(Response {
+                status,
+                body: Vec::new(),
+                received: watched.bytes,
+                retry_after,
+            });
+        }
         let body = if status < 300 {
             resp.body_mut()
                 .with_config()
@@ -1040,6 +1139,7 @@ impl KubeClient {
         };
         Ok(Response {
             status,
+            received: body.len() as u64,
             body,
             retry_after,
         })
@@ -1049,6 +1149,18 @@ impl KubeClient {
     /// plugin once after a 401 (client-go's `ResettableTokenSource` and exec authenticator).
     /// Returns the final HTTP response whatever its code, except 401 (→ `Auth`).
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+        self.execute_with(req, None)
+    }
+
+    /// [`KubeClient::execute`], handing the body of a 2xx response to `on_body` as it
+    /// arrives instead of collecting it (the returned response's `body` is then empty). A
+    /// read that fails inside `on_body` fails the attempt as a transport error would, so
+    /// it may be retried, and `on_body` runs again on the new response.
+    fn execute_with(
+        &self,
+        req: &Request<'_>,
+        mut on_body: Option<BodyHandler<'_>>,
+    ) -> Result<Response, KubeError> {
         let host = Uri::try_from(req.url.as_str())
             .ok()
             .and_then(|u| u.host().map(str::to_string))
@@ -1061,7 +1173,8 @@ impl KubeClient {
             let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            let delay = match self.send_once(&agent, req, token.as_deref(), &host) {
+            let handler = on_body.as_mut().map(|h| &mut **h as BodyHandler<'_>);
+            let delay = match self.send_once(&agent, req, token.as_deref(), &host, handler) {
                 Ok(resp) => {
                     self.record_response(req, &resp, started);
                     if resp.status == 401 {
@@ -1091,7 +1204,7 @@ impl KubeClient {
     fn record_response(&self, req: &Request<'_>, resp: &Response, started: Instant) {
         {
             let mut stats = lock(&self.stats);
-            stats.bytes_received += resp.body.len() as u64;
+            stats.bytes_received += resp.received;
             if resp.status >= 400 {
                 *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
             }
@@ -1101,7 +1214,7 @@ impl KubeClient {
             req.method,
             req.url,
             resp.status,
-            resp.body.len(),
+            resp.received,
             started.elapsed().as_millis()
         );
     }
@@ -1216,13 +1329,19 @@ impl KubeClient {
         let mut stats = ListStats::default();
         let mut cont: Option<String> = None;
         loop {
-            let resp = self.execute(&Request {
-                method: Method::GET,
-                url: self.list_url(&base_query, cont.as_deref()),
-                body: None,
-                verb,
-                limit: self.options.list_body_limit,
-            })?;
+            // The body is decoded by the sink while it arrives; `outcome` is what the sink
+            // made of the last attempt that was read to its end.
+            let mut outcome = None;
+            let resp = self.execute_with(
+                &Request {
+                    method: Method::GET,
+                    url: self.list_url(&base_query, cont.as_deref()),
+                    body: None,
+                    verb,
+                    limit: self.options.list_body_limit,
+                },
+                Some(&mut |body: &mut dyn Read| outcome = Some(sink.page_reader(body))),
+            )?;
             if resp.status == 410 && cont.is_some() {
                 if stats.restarts >= MAX_LIST_RESTARTS {
                     return Err(Self::api_error(verb, &resp));
@@ -1241,8 +1360,11 @@ impl KubeClient {
                 return Err(Self::api_error(verb, &resp));
             }
             stats.pages += 1;
-            stats.bytes += resp.body.len() as u64;
-            let next = sink.page(&resp.body).map_err(Into::into)?;
+            stats.bytes += resp.received;
+            let next = match outcome {
+                Some(next) => next.map_err(Into::into)?,
+                None => sink.page(&resp.body).map_err(Into::into)?,
+            };
             match next.filter(|c| !c.is_empty()) {
                 None => return Ok(stats),
                 Some(c) if cont.as_deref() == Some(c.as_str()) => {

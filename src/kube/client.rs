@@ -247,6 +247,95 @@ impl Read for Watched<'_> {
     }
 }
 
+/// Size of the chunks [`read_ahead`] hands over, and how many may wait.
+const READ_AHEAD_CHUNK: usize = 64 * 1024;
+const READ_AHEAD_CHUNKS: usize = 4;
+
+/// Runs `handle` on `body` while a second thread reads it ahead (TLS, gzip) in chunks of
+/// [`READ_AHEAD_CHUNK`] bytes, at most [`READ_AHEAD_CHUNKS`] waiting: receiving the body and
+/// decoding it overlap, and memory stays bounded. Returns the bytes handed to `handle` and
+/// the first read error.
+fn read_ahead<R: Read + Send>(
+    mut body: R,
+    handle: &mut dyn FnMut(&mut dyn Read),
+) -> (u64, Option<std::io::Error>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(READ_AHEAD_CHUNKS);
+    std::thread::scope(|scope| {
+        scope.spawn(move || loop {
+            let mut chunk = vec![0; READ_AHEAD_CHUNK];
+            let mut filled = 0;
+            let result = loop {
+                match body.read(&mut chunk[filled..]) {
+                    Ok(0) => break Ok(true),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == chunk.len() {
+                            break Ok(false);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            chunk.truncate(filled);
+            let done = !matches!(result, Ok(false));
+            let sent = match result {
+                Ok(_) => (filled > 0 || done) && tx.send(Ok(chunk)).is_err(),
+                Err(e) => {
+                    if filled > 0 {
+                        let _ = tx.send(Ok(chunk));
+                    }
+                    let _ = tx.send(Err(e));
+                    true
+                }
+            };
+            if done || sent {
+                return;
+            }
+        });
+        let mut chunks = Chunks {
+            rx,
+            chunk: Vec::new(),
+            pos: 0,
+        };
+        let mut watched = Watched {
+            inner: &mut chunks,
+            bytes: 0,
+            error: None,
+        };
+        handle(&mut watched);
+        // Dropping the receiver stops the reader at its next chunk.
+        (watched.bytes, watched.error)
+    })
+}
+
+/// The reading end of [`read_ahead`]: an empty chunk is the end of the body.
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) if c.is_empty() => return Ok(0),
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 /// Reads the body of a successful response ([`KubeClient::execute_with`]).
 type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
 
@@ -1103,20 +1192,15 @@ impl KubeClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok());
         if let (true, Some(handle)) = (status < 300, on_body) {
-            let mut reader = resp.body_mut().with_config().limit(req.limit).reader();
-            let mut watched = Watched {
-                inner: &mut reader,
-                bytes: 0,
-                error: None,
-            };
-            handle(&mut watched);
-            if let Some(e) = watched.error {
+            let reader = resp.body_mut().with_config().limit(req.limit).reader();
+            let (bytes, error) = read_ahead(reader, handle);
+            if let Some(e) = error {
                 return Err(classify(req.verb, host, ureq::Error::from(e)));
             }
             return Ok(Response {
                 status,
                 body: Vec::new(),
-                received: watched.bytes,
+                received: bytes,
                 retry_after,
             });
         }

@@ -23,6 +23,11 @@ use super::{check_kind, excerpt, ListMeta, ListSource, RawPod, Snapshot, Snapsho
 /// metadata) does not fit.
 pub const START_BUFFER: usize = 256 * 1024;
 
+/// The most one value (one pod, the list metadata, another top-level field) may take. etcd
+/// refuses objects over 1.5 MiB (its default `--max-request-bytes`), so a real pod's JSON is
+/// far below this; a larger value is a broken or hostile server, and memory stays bounded.
+pub const MAX_VALUE: usize = 16 * 1024 * 1024;
+
 /// How many bytes of the body's head are kept for error messages (see `excerpt`).
 const HEAD: usize = 320;
 
@@ -75,7 +80,15 @@ impl<R: Read> Stream<R> {
             self.start = 0;
         }
         if self.end == self.buf.len() {
-            self.buf.resize(self.buf.len() * 2, 0);
+            if self.buf.len() >= MAX_VALUE {
+                return Err(Fail::Bad(format!(
+                    "one value at byte {} is over {} MiB (etcd stores objects of at most \
+                     1.5 MiB)",
+                    self.at(),
+                    MAX_VALUE >> 20
+                )));
+            }
+            self.buf.resize((self.buf.len() * 2).min(MAX_VALUE), 0);
         }
         let before = self.end;
         while self.end < self.buf.len() {
@@ -567,6 +580,17 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn one_value_over_the_cap_is_an_error() {
+        let mut body = br#"{"kind":"PodList","x":""#.to_vec();
+        body.resize(body.len() + MAX_VALUE + 10, b'a');
+        body.extend_from_slice(br#""}"#);
+        let e = Snapshot::default()
+            .read_page(&body[..], "app-1", ListSource::ApiServer, START_BUFFER)
+            .unwrap_err();
+        assert!(e.to_string().contains("is over 16 MiB"), "{e}");
     }
 
     /// The buffer grows to the largest single value, not to the page.

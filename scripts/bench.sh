@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# podalloc benchmarks (GitHub issue 5): tick cost against curl and kubectl, and convergence of
-# the allocation policies on the simulator. Writes the results into docs/benchmarks.md.
+# podalloc benchmarks: tick cost against curl and kubectl, and convergence of the allocation
+# policies on the simulator. Writes the results into docs/benchmarks.md.
 #
-#   scripts/bench.sh            # the full run (about 9 minutes after the build on 2 CPUs)
-#   scripts/bench.sh --quick    # a smoke run (about 3 minutes): 1,000 and 10,000 pods, a
-#                               # 300-executor convergence; results go to target/bench/ only
+#   scripts/bench.sh            # the full run (about 12 minutes with the build, 2 CPUs)
+#   scripts/bench.sh --quick    # a smoke run (about 4 minutes): 10,000 pods, a 300-executor
+#                               # convergence; results go to target/bench/ only
 #   scripts/bench.sh --no-docs  # full run, leave docs/benchmarks.md alone
+#
+# BENCH_COMPARE=NAME=PATH adds another podalloc binary (e.g. an older commit's) to the tick
+# benchmark, run in the same interleaved rounds.
 #
 # Needs: cargo, python3 (standard library only), curl, GNU time (/usr/bin/time; installed
 # with apt-get when missing and running as root), kubectl (optional: the kubectl columns are
@@ -19,7 +22,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1; docs=0 ;;
         --no-docs) docs=0 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -43,6 +46,7 @@ fi
 
 echo "bench.sh: cargo build --release" >&2
 cargo build --release --quiet
+cargo build --release --quiet -p podalloc-sim --example pageserver
 built=$(date +%s)
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -53,17 +57,19 @@ mkdir -p "$out"
 
 kubectl_args=()
 if [ -n "${KUBECTL:-}" ]; then kubectl_args=(--kubectl "$KUBECTL"); fi
+if [ -n "${BENCH_COMPARE:-}" ]; then kubectl_args+=(--compare "$BENCH_COMPARE"); fi
 
 if [ "$quick" = 1 ]; then
-    tick_args=(--sizes 1000,10000 --repeats 3,2 --kubectl-runs 1,1)
+    tick_args=(--sizes 10000 --repeats 3 --kubectl-runs 0 --single-page-runs 2)
     conv_args=(--target 300 --seed-window 60 --max-time 150)
 else
-    tick_args=(--sizes 1000,10000,50000 --repeats 7,5,3 --kubectl-runs 3,1,1)
+    tick_args=(--sizes 10000,50000 --repeats 7,3 --kubectl-runs 1,0 --single-page-runs 3)
     conv_args=(--target 1000 --seed-window 180 --max-time 420)
 fi
 
 echo "bench.sh: benchmark 1, tick cost" >&2
-python3 scripts/bench_tick.py --podalloc "$bin" "${kubectl_args[@]}" "${tick_args[@]}" \
+python3 scripts/bench_tick.py --podalloc "$bin" --pageserver "$target_dir/release/examples/pageserver" \
+    "${kubectl_args[@]}" "${tick_args[@]}" \
     --out "$out/tick.json" --workdir "$out/tick"
 echo "bench.sh: benchmark 2, convergence" >&2
 python3 scripts/bench_converge.py --podalloc "$bin" "${conv_args[@]}" \

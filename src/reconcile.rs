@@ -148,6 +148,29 @@ impl PageSink for SnapshotSink<'_> {
                 }
             })
     }
+
+    /// Decodes the page while it arrives (no copy of the page is held). A failed read is
+    /// the client's to report, so it is not recorded as an unusable list.
+    fn page_reader(
+        &mut self,
+        body: &mut dyn std::io::Read,
+    ) -> std::result::Result<Option<String>, KubeError> {
+        let res = self.snap.add_page_reader(
+            body,
+            self.app_id,
+            self.container,
+            crate::snapshot::ListSource::ApiServer,
+        );
+        res.map_err(|e| {
+            if !matches!(e, crate::snapshot::SnapshotError::Read(_)) {
+                self.parse_error = Some(e.to_string());
+            }
+            KubeError::Decode {
+                what: "pod list".into(),
+                message: e.to_string(),
+            }
+        })
+    }
 }
 
 /// Lists the app's executor pods into a snapshot (one list per tick, paginated).

@@ -46,6 +46,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod stream;
+
 /// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
 pub const LABEL_APP: &str = "spark-app-selector";
 /// Label carrying the role (Spark's `SPARK_ROLE_LABEL`); executors carry `executor`.
@@ -194,12 +196,16 @@ pub enum SnapshotError {
         /// The second pod's name.
         second: String,
     },
+    /// The body could not be read to its end ([`Snapshot::add_page_reader`]: the connection
+    /// failed, bad gzip, over a body limit); the I/O error's message.
+    Read(String),
 }
 
 impl fmt::Display for SnapshotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SnapshotError::Malformed(m) => write!(f, "not a PodList: {m}"),
+            SnapshotError::Read(m) => write!(f, "the pod list could not be read: {m}"),
             SnapshotError::DuplicateId { id, first, second } => write!(
                 f,
                 "pods {:?} and {:?} both carry {LABEL_EXEC_ID}={id}; \
@@ -512,15 +518,26 @@ fn decode_page(bytes: &[u8], source: ListSource) -> Result<PodListPage<'_>, Stri
         });
     }
     let page: PodListPage<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    check_kind(
+        page.kind.as_deref(),
+        matches!(page.items, Some(Some(_))),
+        source,
+    )?;
+    Ok(page)
+}
+
+/// Whether a list whose `kind` is `kind` (and that has an `items` array or not) is a pod
+/// list from `source` (see the module doc). Errors: why not.
+fn check_kind(kind: Option<&str>, items_array: bool, source: ListSource) -> Result<(), String> {
     let kinds = match source {
         ListSource::ApiServer => "\"PodList\"",
         ListSource::Offline => "\"PodList\" (or kubectl's \"List\")",
     };
-    match page.kind.as_deref() {
-        Some("PodList") => Ok(page),
-        Some("List") if source == ListSource::Offline => match &page.items {
-            Some(Some(_)) => Ok(page),
-            _ => Err("a \"List\" without an \"items\" array".to_string()),
+    match kind {
+        Some("PodList") => Ok(()),
+        Some("List") if source == ListSource::Offline => match items_array {
+            true => Ok(()),
+            false => Err("a \"List\" without an \"items\" array".to_string()),
         },
         Some(kind) => Err(format!("kind is {:?}, expected {kinds}", clip(kind))),
         None => Err(format!("no \"kind\" field, expected {kinds}")),

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read as _;
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -209,7 +209,143 @@ pub trait PageSink {
     /// Errors: whatever the sink cannot use (e.g. a body that is not a `PodList`); the list
     /// stops there.
     fn page(&mut self, body: &[u8]) -> Result<Option<String>, Self::Error>;
+
+    /// One page, read from `body` while it arrives (gzip already decoded, the body limit
+    /// applied). A sink that can decode as the bytes come overrides this, so that neither
+    /// the whole page nor a copy of it is ever held; the default reads the whole body and
+    /// calls [`PageSink::page`].
+    ///
+    /// When reading `body` fails, the client reports that failure (and may send the request
+    /// again), whatever this returns: so a sink must then keep nothing of the page. The
+    /// default returns `Ok(None)` without calling `page`.
+    fn page_reader(&mut self, body: &mut dyn Read) -> Result<Option<String>, Self::Error> {
+        let mut buf = Vec::new();
+        match body.read_to_end(&mut buf) {
+            Ok(_) => self.page(&buf),
+            Err(_) => Ok(None),
+        }
+    }
 }
+
+/// A body reader that counts bytes and keeps its first error, so that the client can tell a
+/// failed read (a transport error, retryable) from a sink that rejects what it read.
+struct Watched<'r> {
+    inner: &'r mut dyn Read,
+    bytes: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Read for Watched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(e) = &self.error {
+            return Err(std::io::Error::new(e.kind(), e.to_string()));
+        }
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.bytes += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                let copy = std::io::Error::new(e.kind(), e.to_string());
+                self.error = Some(e);
+                Err(copy)
+            }
+        }
+    }
+}
+
+/// Size of the chunks [`read_ahead`] hands over, and how many may wait.
+const READ_AHEAD_CHUNK: usize = 64 * 1024;
+const READ_AHEAD_CHUNKS: usize = 4;
+
+/// Runs `handle` on `body` while a second thread reads it ahead (TLS, gzip) in chunks of
+/// [`READ_AHEAD_CHUNK`] bytes, at most [`READ_AHEAD_CHUNKS`] waiting: receiving the body and
+/// decoding it overlap, and memory stays bounded. Returns the bytes handed to `handle` and
+/// the first read error.
+fn read_ahead<R: Read + Send>(
+    mut body: R,
+    handle: &mut dyn FnMut(&mut dyn Read),
+) -> (u64, Option<std::io::Error>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(READ_AHEAD_CHUNKS);
+    std::thread::scope(|scope| {
+        scope.spawn(move || loop {
+            let mut chunk = vec![0; READ_AHEAD_CHUNK];
+            let mut filled = 0;
+            let result = loop {
+                match body.read(&mut chunk[filled..]) {
+                    Ok(0) => break Ok(true),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == chunk.len() {
+                            break Ok(false);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            chunk.truncate(filled);
+            let done = !matches!(result, Ok(false));
+            let sent = match result {
+                Ok(_) => (filled > 0 || done) && tx.send(Ok(chunk)).is_err(),
+                Err(e) => {
+                    if filled > 0 {
+                        let _ = tx.send(Ok(chunk));
+                    }
+                    let _ = tx.send(Err(e));
+                    true
+                }
+            };
+            if done || sent {
+                return;
+            }
+        });
+        let mut chunks = Chunks {
+            rx,
+            chunk: Vec::new(),
+            pos: 0,
+        };
+        let mut watched = Watched {
+            inner: &mut chunks,
+            bytes: 0,
+            error: None,
+        };
+        handle(&mut watched);
+        // Dropping the receiver stops the reader at its next chunk.
+        (watched.bytes, watched.error)
+    })
+}
+
+/// The reading end of [`read_ahead`]: an empty chunk is the end of the body.
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) if c.is_empty() => return Ok(0),
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Reads the body of a successful response ([`KubeClient::execute_with`]).
+type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
 
 /// The sink of [`KubeClient::list_pod_items`]: every page's `items`, in order.
 #[derive(Default)]
@@ -258,10 +394,40 @@ impl Resolver for PinnedResolver {
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
         if let Some((name, real)) = &self.pin {
             if uri.host().is_some_and(|h| h.eq_ignore_ascii_case(name)) {
-                return DefaultResolver::default().resolve(real, config, timeout);
+                return resolve(real, config, timeout, self);
             }
         }
-        DefaultResolver::default().resolve(uri, config, timeout)
+        resolve(uri, config, timeout, self)
+    }
+}
+
+/// An IP address in the URL (`https://10.0.0.1:6443`, what in-cluster configuration and most
+/// kubeconfigs hold) is used as it is; a name goes to ureq's resolver. ureq's resolver runs
+/// every lookup on a new thread when a timeout is set, even for an address, which on a busy
+/// machine added milliseconds to every list page.
+fn resolve(
+    uri: &Uri,
+    config: &ureq::config::Config,
+    timeout: NextTimeout,
+    resolver: &dyn Resolver,
+) -> Result<ResolvedSocketAddrs, ureq::Error> {
+    let host = uri.host().unwrap_or("");
+    let ip = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>();
+    let port = uri.port_u16().or_else(|| match uri.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    });
+    match (ip, port) {
+        (Ok(ip), Some(port)) => {
+            let mut addrs = resolver.empty();
+            addrs.push(std::net::SocketAddr::new(ip, port));
+            Ok(addrs)
+        }
+        _ => DefaultResolver::default().resolve(uri, config, timeout),
     }
 }
 
@@ -346,7 +512,10 @@ struct Request<'a> {
 
 struct Response {
     status: u16,
+    /// Empty when a body handler read it.
     body: Vec<u8>,
+    /// Body bytes received (after gzip decoding).
+    received: u64,
     retry_after: Option<u64>,
     /// The `Location` header (of a 3xx), for the error message.
     location: Option<String>,
@@ -1120,6 +1289,7 @@ impl KubeClient {
         token: Option<&str>,
         host: &str,
         timeout: Duration,
+        on_body: Option<BodyHandler<'_>>,
     ) -> Result<Response, KubeError> {
         let mut b = ureq::http::Request::builder()
             .method(req.method.clone())
@@ -1156,23 +1326,22 @@ impl KubeClient {
         })?;
         let mut resp = result.map_err(|e| classify(req.verb, host, e))?;
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok());
-        let location = resp
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(|s| redact_userinfo(s.trim()));
-        let warnings = resp
-            .headers()
-            .get_all("warning")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .filter_map(warning_text)
-            .collect();
+        let (retry_after, location, warnings) = response_headers(resp.headers());
+        if let (true, Some(handle)) = (status < 300, on_body) {
+            let reader = resp.body_mut().with_config().limit(req.limit).reader();
+            let (bytes, error) = read_ahead(reader, handle);
+            if let Some(e) = error {
+                return Err(classify(req.verb, host, ureq::Error::from(e)));
+            }
+            return Ok(Response {
+                status,
+                body: Vec::new(),
+                received: bytes,
+                retry_after,
+                location,
+                warnings,
+            });
+        }
         let body = if status < 300 {
             resp.body_mut()
                 .with_config()
@@ -1192,6 +1361,7 @@ impl KubeClient {
         };
         Ok(Response {
             status,
+            received: body.len() as u64,
             body,
             retry_after,
             location,
@@ -1206,6 +1376,18 @@ impl KubeClient {
     /// The whole call ends by its deadline ([`KubeClient::call_deadline`]): each attempt gets
     /// what is left of it, and a retry whose sleep would pass it is not made.
     fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+        self.execute_with(req, None)
+    }
+
+    /// [`KubeClient::execute`], handing the body of a 2xx response to `on_body` as it
+    /// arrives instead of collecting it (the returned response's `body` is then empty). A
+    /// read that fails inside `on_body` fails the attempt as a transport error would, so
+    /// it may be retried, and `on_body` runs again on the new response.
+    fn execute_with(
+        &self,
+        req: &Request<'_>,
+        mut on_body: Option<BodyHandler<'_>>,
+    ) -> Result<Response, KubeError> {
         self.check_write_fence(req)?;
         let host = Uri::try_from(req.url.as_str())
             .ok()
@@ -1224,8 +1406,9 @@ impl KubeClient {
             let agent = lock(&self.agent).clone();
             lock(&self.stats).requests += 1;
             let started = Instant::now();
-            let (outcome, delay) = match self.send_once(&agent, req, token.as_deref(), &host, left)
-            {
+            let handler = on_body.as_mut().map(|h| &mut **h as BodyHandler<'_>);
+            let sent = self.send_once(&agent, req, token.as_deref(), &host, left, handler);
+            let (outcome, delay) = match sent {
                 Ok(resp) => {
                     self.record_response(req, &resp, started);
                     if resp.status == 401 {
@@ -1282,7 +1465,7 @@ impl KubeClient {
     fn record_response(&self, req: &Request<'_>, resp: &Response, started: Instant) {
         {
             let mut stats = lock(&self.stats);
-            stats.bytes_received += resp.body.len() as u64;
+            stats.bytes_received += resp.received;
             if resp.status >= 400 {
                 *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
             }
@@ -1292,7 +1475,7 @@ impl KubeClient {
             req.method,
             req.url,
             resp.status,
-            resp.body.len(),
+            resp.received,
             started.elapsed().as_millis()
         );
     }
@@ -1447,14 +1630,20 @@ impl KubeClient {
         let mut stats = ListStats::default();
         let mut cont: Option<String> = None;
         loop {
+            // The body is decoded by the sink while it arrives; `outcome` is what the sink
+            // made of the last attempt that was read to its end.
+            let mut outcome = None;
             let resp = self
-                .execute(&Request {
-                    method: Method::GET,
-                    url: self.list_url(&base_query, cont.as_deref()),
-                    body: None,
-                    verb,
-                    limit: self.options.list_body_limit,
-                })
+                .execute_with(
+                    &Request {
+                        method: Method::GET,
+                        url: self.list_url(&base_query, cont.as_deref()),
+                        body: None,
+                        verb,
+                        limit: self.options.list_body_limit,
+                    },
+                    Some(&mut |body: &mut dyn Read| outcome = Some(sink.page_reader(body))),
+                )
                 .map_err(|e| self.over_cap(e))?;
             if resp.status == 410 && cont.is_some() {
                 if stats.restarts >= MAX_LIST_RESTARTS {
@@ -1474,8 +1663,11 @@ impl KubeClient {
                 return Err(Self::api_error(verb, &resp));
             }
             stats.pages += 1;
-            stats.bytes += resp.body.len() as u64;
-            let next = sink.page(&resp.body).map_err(Into::into)?;
+            stats.bytes += resp.received;
+            let next = match outcome {
+                Some(next) => next.map_err(Into::into)?,
+                None => sink.page(&resp.body).map_err(Into::into)?,
+            };
             match next.filter(|c| !c.is_empty()) {
                 None => return Ok(stats),
                 Some(c) if cont.as_deref() == Some(c.as_str()) => {
@@ -1887,4 +2079,17 @@ impl KubeClient {
             _ => Err(Self::api_error(&verb, &resp)),
         }
     }
+}
+
+/// What the client reads from a response's headers: `Retry-After` (whole seconds), the
+/// `Location` of a redirect (userinfo removed) and the texts of `Warning` headers.
+fn response_headers(h: &ureq::http::HeaderMap) -> (Option<u64>, Option<String>, Vec<String>) {
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    let retry_after = text("retry-after").and_then(|s| s.trim().parse::<u64>().ok());
+    let location = text("location").map(|s| redact_userinfo(s.trim()));
+    let warnings = (h.get_all("warning").iter())
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(warning_text)
+        .collect();
+    (retry_after, location, warnings)
 }

@@ -1580,3 +1580,116 @@ fn a_gzip_bomb_stops_at_the_page_cap() {
     );
     assert!(client.stats().bytes_received < 128 * 1024 * 1024);
 }
+
+/// A sink that decodes while the body arrives (as podalloc's snapshot does), counting what
+/// the client handed it.
+struct StreamSink {
+    snap: crate::snapshot::Snapshot,
+    read_errors: usize,
+}
+
+impl PageSink for StreamSink {
+    type Error = KubeError;
+
+    fn restart(&mut self) {
+        self.snap = crate::snapshot::Snapshot::default();
+    }
+
+    fn page(&mut self, _: &[u8]) -> Result<Option<String>, KubeError> {
+        unreachable!("a streaming sink is handed readers")
+    }
+
+    fn page_reader(&mut self, body: &mut dyn std::io::Read) -> Result<Option<String>, KubeError> {
+        let r =
+            self.snap
+                .add_page_reader(body, "app", None, crate::snapshot::ListSource::ApiServer);
+        r.map_err(|e| {
+            if matches!(e, crate::snapshot::SnapshotError::Read(_)) {
+                self.read_errors += 1;
+            }
+            KubeError::Decode {
+                what: "sink".into(),
+                message: e.to_string(),
+            }
+        })
+    }
+}
+
+fn executor_page(ids: &[u32], cont: Option<&str>) -> String {
+    let items: Vec<String> = ids
+        .iter()
+        .map(|i| {
+            format!(
+                r#"{{"metadata":{{"name":"app-exec-{i}","labels":{{"spark-app-selector":"app","spark-role":"executor","spark-exec-id":"{i}"}}}},"status":{{"phase":"Running"}}}}"#
+            )
+        })
+        .collect();
+    let meta = cont.map_or(String::new(), |c| format!(r#""continue":"{c}""#));
+    format!(
+        r#"{{"kind":"PodList","metadata":{{{meta}}},"items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+/// Pages go to the sink as readers (gzip decoded on the way), counted in the stats; a body
+/// that cannot be read (bad gzip) is the client's error, and the page adds nothing.
+#[test]
+fn list_streams_pages_to_the_sink() {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(executor_page(&[3, 4], None).as_bytes())
+        .unwrap();
+    let gz = gz.finish().unwrap();
+    let first = executor_page(&[1, 2], Some("t1"));
+    let first_len = first.len() as u64;
+    let (gz2, cut) = (gz.clone(), gz[..gz.len() / 2].to_vec());
+    let broken = Arc::new(AtomicUsize::new(0));
+    let b2 = Arc::clone(&broken);
+    let server = FakeServer::http(move |req, _| match req.query("continue") {
+        None => Reply::json(200, &first),
+        Some(_) => Reply::Respond {
+            status: 200,
+            headers: vec![("Content-Encoding".into(), "gzip".into())],
+            body: if b2.load(Ordering::SeqCst) > 0 {
+                cut.clone()
+            } else {
+                gz2.clone()
+            },
+        },
+    });
+    let client = http_client(&server);
+    let mut sink = StreamSink {
+        snap: Default::default(),
+        read_errors: 0,
+    };
+    let stats = client
+        .list_pods(SELECTOR, None, Some(2), &mut sink)
+        .unwrap();
+    assert_eq!(
+        sink.snap.executors.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(stats.pages, 2);
+    assert_eq!(
+        stats.bytes,
+        first_len + executor_page(&[3, 4], None).len() as u64
+    );
+    assert_eq!(client.stats().bytes_received, stats.bytes);
+
+    broken.store(1, Ordering::SeqCst);
+    let mut sink = StreamSink {
+        snap: Default::default(),
+        read_errors: 0,
+    };
+    let err = client
+        .list_pods(SELECTOR, None, Some(2), &mut sink)
+        .unwrap_err();
+    assert!(
+        matches!(&err, KubeError::Decode { message, .. } if message.contains("gzip")),
+        "{err}"
+    );
+    assert_eq!(sink.read_errors, 1);
+    assert_eq!(
+        sink.snap.executors.keys().copied().collect::<Vec<_>>(),
+        [1, 2]
+    );
+}

@@ -444,7 +444,7 @@ impl Write for Chunked<'_> {
 enum Stage<'a> {
     Buffering(Vec<u8>),
     Plain(Chunked<'a>),
-    Gzip(GzEncoder<Chunked<'a>>),
+    Gzip(Box<GzEncoder<Chunked<'a>>>),
     Switching,
 }
 
@@ -473,7 +473,7 @@ impl<'a> BodyWriter<'a, '_> {
         if self.gzip_ok {
             let mut gz = GzEncoder::new(chunked, Compression::fast());
             gz.write_all(&buf)?;
-            self.stage = Stage::Gzip(gz);
+            self.stage = Stage::Gzip(Box::new(gz));
         } else {
             let mut c = chunked;
             c.write_all(&buf)?;

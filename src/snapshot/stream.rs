@@ -1,0 +1,626 @@
+//! Decoding a PodList page while it arrives: [`Snapshot::add_page_reader`].
+//!
+//! The body is read through one refill buffer ([`START_BUFFER`] to start), and decoded one
+//! JSON value at a time: each top-level field's value, and each pod of `items`, is handed to
+//! serde_json as soon as its last byte is in the buffer, then its bytes are dropped. So memory
+//! is one buffer that grows only to hold the largest single value (one pod), whatever the
+//! page holds: a server that ignores `limit` (kube-apiserver does for a `resourceVersion=0`
+//! list served from its watch cache) may send 50,000 pods in one 275 MB body, and the decode
+//! still needs a few hundred KiB beyond the snapshot itself.
+//!
+//! Every value is still decoded by serde_json into the same structs as [`Snapshot::add_page`],
+//! which validates what it skips the same way, so a body decodes here exactly when it decodes
+//! there, to the same snapshot. Error messages differ only in where they say the fault is:
+//! `at byte N` of the body instead of serde_json's line and column.
+
+use std::io::Read;
+
+use serde::de::IgnoredAny;
+
+use super::{check_kind, excerpt, ListMeta, ListSource, RawPod, Snapshot, SnapshotError, Str};
+
+/// The refill buffer's first size. It doubles only when a single value (one pod, the list
+/// metadata) does not fit.
+pub const START_BUFFER: usize = 256 * 1024;
+
+/// The most one value (one pod, the list metadata, another top-level field) may take. etcd
+/// refuses objects over 1.5 MiB (its default `--max-request-bytes`), so a real pod's JSON is
+/// far below this; a larger value is a broken or hostile server, and memory stays bounded.
+pub const MAX_VALUE: usize = 16 * 1024 * 1024;
+
+/// How many bytes of the body's head are kept for error messages (see `excerpt`).
+const HEAD: usize = 320;
+
+/// Why reading stopped.
+enum Fail {
+    /// Not a PodList: why, without the excerpt.
+    Bad(String),
+    /// The reader failed (connection, gzip, body limit).
+    Read(std::io::Error),
+}
+
+/// The body, read into a refill buffer.
+struct Stream<R> {
+    reader: R,
+    /// Bytes `start..end` are read and not yet consumed.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The reader returned 0.
+    eof: bool,
+    /// Bytes consumed before `buf[start]`, for positions in messages.
+    dropped: u64,
+    /// The body's first bytes.
+    head: Vec<u8>,
+}
+
+impl<R: Read> Stream<R> {
+    fn new(reader: R, buffer: usize) -> Self {
+        Stream {
+            reader,
+            buf: vec![0; buffer.max(1)],
+            start: 0,
+            end: 0,
+            eof: false,
+            dropped: 0,
+            head: Vec::with_capacity(HEAD),
+        }
+    }
+
+    /// Reads more: moves the unconsumed bytes to the front, doubles the buffer when they fill
+    /// it, then reads until the buffer is full or the body ends. `false` at the end of the body.
+    fn fill(&mut self) -> Result<bool, Fail> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.dropped += self.start as u64;
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= MAX_VALUE {
+                return Err(Fail::Bad(format!(
+                    "one value at byte {} is over {} MiB (etcd stores objects of at most \
+                     1.5 MiB)",
+                    self.at(),
+                    MAX_VALUE >> 20
+                )));
+            }
+            self.buf.resize((self.buf.len() * 2).min(MAX_VALUE), 0);
+        }
+        let before = self.end;
+        while self.end < self.buf.len() {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    if self.head.len() < HEAD {
+                        let take = n.min(HEAD - self.head.len());
+                        self.head
+                            .extend_from_slice(&self.buf[self.end..self.end + take]);
+                    }
+                    self.end += n;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Fail::Read(e)),
+            }
+        }
+        Ok(self.end > before)
+    }
+
+    /// The next byte that is not JSON whitespace, not consumed; `None` at the end of the body.
+    fn peek(&mut self) -> Result<Option<u8>, Fail> {
+        loop {
+            while self.start < self.end {
+                match self.buf[self.start] {
+                    b' ' | b'\t' | b'\n' | b'\r' => self.start += 1,
+                    b => return Ok(Some(b)),
+                }
+            }
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The position of `buf[start]` in the body.
+    fn at(&self) -> u64 {
+        self.dropped + self.start as u64
+    }
+
+    /// Consumes the next non-whitespace byte, which must be one of `wanted`.
+    fn expect(&mut self, wanted: &[u8], what: &str) -> Result<u8, Fail> {
+        match self.peek()? {
+            Some(b) if wanted.contains(&b) => {
+                self.start += 1;
+                Ok(b)
+            }
+            Some(_) => Err(Fail::Bad(format!("expected {what} at byte {}", self.at()))),
+            None => Err(Fail::Bad(format!(
+                "EOF while parsing the list, expected {what} at byte {}",
+                self.at()
+            ))),
+        }
+    }
+
+    /// Decodes the next JSON value with `parse`, which gets the unconsumed bytes and returns
+    /// the result and how many bytes the value took. An error that says the input ended
+    /// early is retried with more of the body. A number or literal that ends at the end of
+    /// the buffer is retried too (`12` may be `1234`); objects, arrays and strings end with
+    /// their own closing byte, so `parse` runs to success at most once.
+    fn value<U>(
+        &mut self,
+        mut parse: impl FnMut(&[u8]) -> Result<(U, usize), serde_json::Error>,
+    ) -> Result<U, Fail> {
+        self.peek()?;
+        loop {
+            let s = &self.buf[self.start..self.end];
+            let delimited = matches!(s.first(), Some(b'{' | b'[' | b'"'));
+            let retry = match parse(s) {
+                Ok((u, n)) if delimited || n < s.len() || self.eof => {
+                    self.start += n;
+                    return Ok(u);
+                }
+                Ok(_) => true,
+                // A value cut by the end of the buffer fails with "EOF", or, for a number cut
+                // after `-`, `.` or `e`, with an error at its last byte: read more and retry.
+                Err(e) if !self.eof && (e.is_eof() || offset(s, &e) + 2 >= s.len()) => true,
+                Err(e) => return Err(Fail::Bad(self.message(&e))),
+            };
+            if retry && !self.fill()? {
+                // The body ended: one more try reports the real error.
+                continue;
+            }
+        }
+    }
+
+    /// serde_json's message for a value starting at `buf[start]`, with its position in the
+    /// whole body instead of the line and column in the value.
+    fn message(&self, e: &serde_json::Error) -> String {
+        let text = e.to_string();
+        let bare = match text.rfind(" at line ") {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        let pos = if e.line() == 1 {
+            format!(
+                "at byte {}",
+                self.at() + e.column().saturating_sub(1) as u64
+            )
+        } else {
+            format!(
+                "at line {} column {} of the value at byte {}",
+                e.line(),
+                e.column(),
+                self.at()
+            )
+        };
+        format!("{bare} {pos}")
+    }
+}
+
+/// Where in `s` serde_json's error `e` (line and column, 1-based) points.
+fn offset(s: &[u8], e: &serde_json::Error) -> usize {
+    let mut line_start = 0;
+    for _ in 1..e.line() {
+        match s[line_start..].iter().position(|&b| b == b'\n') {
+            Some(i) => line_start += i + 1,
+            None => return s.len(),
+        }
+    }
+    line_start + e.column()
+}
+
+/// One value of type `T` from the start of `s`, and how many bytes it took.
+fn one<'a, T: serde::Deserialize<'a>>(s: &'a [u8]) -> Result<(T, usize), serde_json::Error> {
+    let mut it = serde_json::Deserializer::from_slice(s).into_iter::<T>();
+    match it.next() {
+        Some(Ok(v)) => Ok((v, it.byte_offset())),
+        Some(Err(e)) => Err(e),
+        None => serde_json::from_slice::<T>(&[]).map(|v| (v, 0)),
+    }
+}
+
+/// What the top level of a page held.
+#[derive(Default)]
+struct Page {
+    kind: Option<Option<String>>,
+    cont: Option<Option<String>>,
+    /// `None`: no `items` key; `Some(false)`: `"items": null`; `Some(true)`: an array.
+    items: Option<bool>,
+    part: Snapshot,
+    /// The first duplicate id inside the page, reported once the page has decoded.
+    duplicate: Option<SnapshotError>,
+}
+
+impl Page {
+    fn pod(&mut self, pod: RawPod<'_>, app: For<'_>) {
+        if let Err(e) = self.part.add_pod(pod, app.app_id, app.container) {
+            self.duplicate.get_or_insert(e);
+        }
+    }
+}
+
+/// Decodes a whole page from `s` into `page` (see the module doc).
+/// Whose pods a page is decoded for: the app id and its executor container (see
+/// [`Snapshot::from_pod_list_for`]).
+#[derive(Clone, Copy)]
+struct For<'a> {
+    app_id: &'a str,
+    container: Option<&'a str>,
+}
+
+fn decode<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<(), Fail> {
+    match s.peek()? {
+        None => return Err(Fail::Bad("the input is empty".to_string())),
+        Some(b'{') => s.start += 1,
+        Some(_) => return Err(Fail::Bad("expected a JSON object".to_string())),
+    }
+    if s.peek()? == Some(b'}') {
+        s.start += 1;
+    } else {
+        loop {
+            field(s, page, app)?;
+            if s.expect(b",}", "`,` or `}`")? == b'}' {
+                break;
+            }
+        }
+    }
+    match s.peek()? {
+        None => Ok(()),
+        Some(_) => Err(Fail::Bad(format!("trailing characters at byte {}", s.at()))),
+    }
+}
+
+/// One `"key": value` of the top-level object.
+fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<(), Fail> {
+    if s.peek()? != Some(b'"') {
+        return Err(Fail::Bad(format!(
+            "key must be a string at byte {}",
+            s.at()
+        )));
+    }
+    let key = s.value(|b| one::<Str<'_>>(b).map(|(k, n)| (k.into_owned(), n)))?;
+    s.expect(b":", "`:`")?;
+    let duplicate = |name: &str| Fail::Bad(format!("duplicate field `{name}`"));
+    match key.as_str() {
+        "kind" => {
+            if page.kind.is_some() {
+                return Err(duplicate("kind"));
+            }
+            let kind =
+                s.value(|b| one::<Option<Str<'_>>>(b).map(|(k, n)| (k.map(Str::into_owned), n)))?;
+            page.kind = Some(kind);
+        }
+        "metadata" => {
+            if page.cont.is_some() {
+                return Err(duplicate("metadata"));
+            }
+            let cont = s.value(|b| {
+                one::<Option<ListMeta<'_>>>(b)
+                    .map(|(m, n)| (m.and_then(|m| m.cont).map(Str::into_owned), n))
+            })?;
+            page.cont = Some(cont);
+        }
+        "items" => {
+            if page.items.is_some() {
+                return Err(duplicate("items"));
+            }
+            items(s, page, app)?;
+        }
+        _ => {
+            s.value(|b| one::<IgnoredAny>(b))?;
+        }
+    }
+    Ok(())
+}
+
+/// The value of `items`: an array decoded pod by pod; anything else as a whole.
+fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<(), Fail> {
+    if s.peek()? != Some(b'[') {
+        let pods = s.value(|b| {
+            one::<Option<Vec<RawPod<'_>>>>(b).map(|(pods, n)| {
+                let array = pods.is_some();
+                for pod in pods.into_iter().flatten() {
+                    page.pod(pod, app);
+                }
+                (array, n)
+            })
+        })?;
+        page.items = Some(pods);
+        return Ok(());
+    }
+    s.start += 1;
+    page.items = Some(true);
+    if s.peek()? == Some(b']') {
+        s.start += 1;
+        return Ok(());
+    }
+    loop {
+        // A pod borrows the buffer: it is added inside, before the buffer moves on.
+        s.value(|b| {
+            one::<RawPod<'_>>(b).map(|(pod, n)| {
+                page.pod(pod, app);
+                ((), n)
+            })
+        })?;
+        if s.expect(b",]", "`,` or `]`")? == b']' {
+            return Ok(());
+        }
+    }
+}
+
+impl Snapshot {
+    /// [`Snapshot::add_page_from`] for a body read from `reader` while it arrives: each pod
+    /// is decoded as soon as it is complete and its bytes are dropped, so memory stays at one
+    /// buffer of [`START_BUFFER`] (more only for a single pod larger than that) plus the
+    /// snapshot, however large the page. Returns the page's `metadata.continue` as
+    /// [`Snapshot::add_page`] does; a page that fails adds nothing.
+    ///
+    /// Errors: [`SnapshotError::Read`] when `reader` fails (the connection, gzip, a body
+    /// limit), else those of [`Snapshot::add_page_from`]. When a page has several duplicate
+    /// ids, which pair is named may differ from `add_page_from`.
+    pub fn add_page_reader<R: Read>(
+        &mut self,
+        reader: R,
+        app_id: &str,
+        executor_container: Option<&str>,
+        source: ListSource,
+    ) -> Result<Option<String>, SnapshotError> {
+        let app = For {
+            app_id,
+            container: executor_container,
+        };
+        self.read_page(reader, app, source, START_BUFFER)
+    }
+
+    /// [`Snapshot::add_page_reader`] with a first buffer of `buffer` bytes.
+    fn read_page<R: Read>(
+        &mut self,
+        reader: R,
+        app: For<'_>,
+        source: ListSource,
+        buffer: usize,
+    ) -> Result<Option<String>, SnapshotError> {
+        let mut s = Stream::new(reader, buffer);
+        let mut page = Page::default();
+        let checked = decode(&mut s, &mut page, app).and_then(|()| {
+            let kind = page.kind.clone().flatten();
+            check_kind(kind.as_deref(), page.items == Some(true), source).map_err(Fail::Bad)
+        });
+        match checked {
+            Ok(()) => {}
+            Err(Fail::Read(e)) => return Err(SnapshotError::Read(e.to_string())),
+            Err(Fail::Bad(why)) => {
+                return Err(SnapshotError::Malformed(format!(
+                    "{why}; the body begins: {}",
+                    excerpt(&s.head)
+                )))
+            }
+        }
+        if let Some(e) = page.duplicate {
+            return Err(e);
+        }
+        self.merge(page.part)?;
+        Ok(page.cont.flatten().filter(|c| !c.is_empty()))
+    }
+
+    /// Adds the pods of `part` (one page), or none of them when one's id is already here.
+    fn merge(&mut self, part: Snapshot) -> Result<(), SnapshotError> {
+        if let Some((id, pod)) = part
+            .executors
+            .iter()
+            .find(|(id, _)| self.executors.contains_key(id))
+        {
+            return Err(SnapshotError::DuplicateId {
+                id: *id,
+                first: self.executors[id].name.clone(),
+                second: pod.name.clone(),
+            });
+        }
+        if self.executors.is_empty() {
+            self.executors = part.executors;
+        } else {
+            self.executors.extend(part.executors);
+        }
+        self.warnings.extend(part.warnings);
+        self.foreign += part.foreign;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// App `app-1`, each pod's first container as the executor's.
+    const APP1: For<'static> = For {
+        app_id: "app-1",
+        container: None,
+    };
+    use super::*;
+
+    /// Hands out at most `step` bytes per read, then fails after `fail_at` bytes if set.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+        fail_at: Option<usize>,
+        pos: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.fail_at.is_some_and(|f| self.pos >= f) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "reset",
+                ));
+            }
+            let mut n = self.step.min(buf.len()).min(self.data.len() - self.pos);
+            if let Some(f) = self.fail_at {
+                n = n.min(f - self.pos);
+            }
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    const OURS: &str = r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"#;
+
+    fn pod(id: &str, extra: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"p-{id}","uid":"u\u002d{id}","resourceVersion":"12","labels":{OURS}"{id}","x":"y"}},"annotations":{{"controller.kubernetes.io/pod-deletion-cost":"-3"}}}},
+            "spec":{{"nodeName":"n1","containers":[{{"name":"c","image":"i","env":[{{"name":"A","value":"\"q\" \u00e9 é"}}],"args":[1,2.5e3,-0,true,false,null]}}]}},
+            "status":{{"phase":"Failed","conditions":[{{"type":"PodScheduled","status":"True"}}],
+            "containerStatuses":[{{"restartCount":3,"state":{{"terminated":{{"exitCode":137,"reason":"OOMKilled"}}}}}}]{extra}}}}}"#
+        )
+    }
+
+    fn bodies() -> Vec<String> {
+        let pods: Vec<String> = (1..=12).map(|i| pod(&i.to_string(), "")).collect();
+        let all = pods.join(",\n ");
+        vec![
+            format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"9","continue":"tok\u0021"}},"items":[{all}]}}"#),
+            format!("  {{ \"items\" : [ {all} ] , \"n\": 123456, \"kind\" : \"PodList\", \"metadata\": {{\"continue\": \"\"}} }}\n"),
+            format!(r#"{{"kind":"List","items":[{all}]}}"#),
+            format!(r#"{{"kind":"PodList","items":[{}, {}]}}"#, pod("4", ""), pod("4", "")),
+            format!(r#"{{"kind":"PodList","items":[{}]}}"#, pod("7", r#","reason":"Evicted""#)),
+            r#"{"kind":"PodList","items":null,"x":[1,{"a":null}],"y":-1.5e-7}"#.to_string(),
+            r#"{"kind":"PodList"}"#.to_string(),
+            r#"{"kind":"PodList","items":[]}"#.to_string(),
+            r#"{"kind":"PodList","items":{}}"#.to_string(),
+            r#"{"kind":"PodList","items":[null]}"#.to_string(),
+            r#"{"kind":"PodList","items":[1]}"#.to_string(),
+            r#"{"kind":"PodList","items":[],"items":[]}"#.to_string(),
+            r#"{"kind":"PodList","kind":"PodList"}"#.to_string(),
+            r#"{"kind":"PodList","metadata":{"continue":"a","continue":"b"}}"#.to_string(),
+            format!(r#"{{"kind":"PodList","items":[{}]"#, pod("1", "")),
+            format!(r#"{{"kind":"PodList","items":[{}]}} x"#, pod("1", "")),
+            format!(r#"{{"kind":"PodList","items":[{},]}}"#, pod("1", "")),
+            format!(r#"{{"kind":"Status","items":[{}]}}"#, pod("1", "")),
+            r#"{"kind":"PodList","items":[],}"#.to_string(),
+            r#"{"kind":"PodList",}"#.to_string(),
+            r#"{"kind":"PodList" "items":[]}"#.to_string(),
+            r#"{kind:"PodList"}"#.to_string(),
+            r#"{"kind":"PodList","n":12"#.to_string(),
+            r#"{"kind":"PodList","s":"\ud800"}"#.to_string(),
+            "{\"kind\":\"PodList\",\"s\":\"\x01\"}".to_string(),
+            r#"{"kind":"PodList","items":[{"metadata":{"labels":{"a":"1","a":"2"}}}]}"#.to_string(),
+            r#"{}"#.to_string(),
+            r#"[]"#.to_string(),
+            String::new(),
+            "   ".to_string(),
+            r#"{"kind":"List"}"#.to_string(),
+        ]
+    }
+
+    /// Whole-page decoding and streamed decoding agree on every body, at every buffer size
+    /// and read size: the same snapshot and continue token, or both an error of one kind.
+    #[test]
+    fn streaming_agrees_with_the_whole_page() {
+        for (i, body) in bodies().iter().enumerate() {
+            for source in [ListSource::ApiServer, ListSource::Offline] {
+                let mut whole = Snapshot::default();
+                let want = whole.add_page_from(body.as_bytes(), "app-1", None, source);
+                for (buffer, step) in [(1, 1), (3, 2), (64, 7), (700, 4096), (START_BUFFER, 1)] {
+                    let mut streamed = Snapshot::default();
+                    let reader = Trickle {
+                        data: body.as_bytes(),
+                        step,
+                        fail_at: None,
+                        pos: 0,
+                    };
+                    let got = streamed.read_page(reader, APP1, source, buffer);
+                    let ctx = format!(
+                        "body {i} {source:?} buffer {buffer} step {step}: {got:?} vs {want:?}"
+                    );
+                    match (&want, &got) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{ctx}"),
+                        (Err(SnapshotError::Malformed(_)), Err(SnapshotError::Malformed(m))) => {
+                            assert!(m.contains("the body begins: "), "{ctx}")
+                        }
+                        (Err(a @ SnapshotError::DuplicateId { .. }), Err(b)) => {
+                            assert_eq!(a, b, "{ctx}")
+                        }
+                        _ => panic!("{ctx}"),
+                    }
+                    // A failed page adds nothing here; add_page_from keeps the pods
+                    // before a duplicate.
+                    match got {
+                        Ok(_) => assert_eq!(whole, streamed, "{ctx}"),
+                        Err(_) => assert_eq!(streamed, Snapshot::default(), "{ctx}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_read_adds_nothing() {
+        let body = bodies().swap_remove(0);
+        let mut s = Snapshot::default();
+        s.add_page(
+            format!(r#"{{"kind":"PodList","items":[{}]}}"#, pod("99", "")).as_bytes(),
+            "app-1",
+        )
+        .unwrap();
+        let before = s.clone();
+        for fail_at in [0, 1, 100, body.len() / 2, body.len() - 1] {
+            let reader = Trickle {
+                data: body.as_bytes(),
+                step: 50,
+                fail_at: Some(fail_at),
+                pos: 0,
+            };
+            let e = s
+                .read_page(reader, APP1, ListSource::ApiServer, 64)
+                .unwrap_err();
+            assert!(
+                matches!(e, SnapshotError::Read(ref m) if m == "reset"),
+                "{e:?}"
+            );
+            assert_eq!(s, before);
+        }
+        // A duplicate of an id from an earlier page adds nothing of the page either.
+        let dup = format!(
+            r#"{{"kind":"PodList","items":[{},{}]}}"#,
+            pod("1", ""),
+            pod("99", "")
+        );
+        let e = s
+            .add_page_reader(dup.as_bytes(), "app-1", None, ListSource::ApiServer)
+            .unwrap_err();
+        assert!(
+            matches!(e, SnapshotError::DuplicateId { id: 99, .. }),
+            "{e:?}"
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn one_value_over_the_cap_is_an_error() {
+        let mut body = br#"{"kind":"PodList","x":""#.to_vec();
+        body.resize(body.len() + MAX_VALUE + 10, b'a');
+        body.extend_from_slice(br#""}"#);
+        let e = Snapshot::default()
+            .read_page(&body[..], APP1, ListSource::ApiServer, START_BUFFER)
+            .unwrap_err();
+        assert!(e.to_string().contains("is over 16 MiB"), "{e}");
+    }
+
+    /// The buffer grows to the largest single value, not to the page.
+    #[test]
+    fn memory_is_one_value_not_the_page() {
+        let pods: Vec<String> = (1..=2000).map(|i| pod(&i.to_string(), "")).collect();
+        let body = format!(r#"{{"kind":"PodList","items":[{}]}}"#, pods.join(","));
+        let mut stream = Stream::new(body.as_bytes(), 4096);
+        let mut page = Page::default();
+        assert!(decode(&mut stream, &mut page, APP1).is_ok());
+        assert_eq!(page.part.executors.len(), 2000);
+        assert!(body.len() > 1_000_000);
+        assert_eq!(stream.buf.len(), 4096, "a pod of ~900 bytes fits in 4 KiB");
+    }
+}

@@ -139,6 +139,22 @@ fn cluster_gauges(e: &mut Exposition, report: Option<&TickReport>, state: &Alloc
         "Failed executors in the last snapshot.",
         s.failed.to_string(),
     );
+    // Why nothing is created while the target is not reached: one series, labelled with
+    // the plan's reason (waiting, max-pending, backoff, crash-loop, driver-pending,
+    // ids-exhausted), 1 while blocked, 0 otherwise.
+    let reason = r.plan.blocked.as_ref().map(|b| {
+        let v = serde_json::to_value(b).unwrap_or_default();
+        v["reason"].as_str().unwrap_or("unknown").to_string()
+    });
+    let _ = writeln!(
+        e.out,
+        "# HELP podalloc_creation_blocked 1 while the target is not reached and no executor can be created (label reason).\n\
+         # TYPE podalloc_creation_blocked gauge\n\
+         podalloc_creation_blocked{{{},reason=\"{}\"}} {}",
+        e.labels,
+        reason.as_deref().unwrap_or("none"),
+        u8::from(reason.is_some())
+    );
 }
 
 /// Label value escaping of the exposition format: backslash, double quote, newline.

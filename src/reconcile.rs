@@ -7,7 +7,7 @@
 //! created twice: the next tick either sees the pod or times the id out.
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{
@@ -264,19 +264,9 @@ pub fn tick_listed(
         now_ms,
         &errors_before,
     );
-    if let Err(e) = &res {
-        // A tick that failed before acting still counts its API errors (for metrics).
-        if matches!(e.code, ExitCode::Runtime | ExitCode::Refused) {
-            if let Ok(Some(mut state)) = store.load() {
-                if state
-                    .counters
-                    .add_api_errors(&errors_since(client, &errors_before))
-                {
-                    let _ = store.save(&state);
-                }
-            }
-        }
-    }
+    // A tick that failed before acting leaves the state untouched, its API errors included:
+    // the metrics file shows the failure (`podalloc_tick_success 0`), the state file is
+    // written only by ticks that act.
     res
 }
 

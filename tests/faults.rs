@@ -57,6 +57,16 @@ fn retry_budget_ends_the_tick_cleanly_and_the_next_tick_carries_on() {
     assert!(!w.state_file().exists(), "nothing acted, nothing written");
     w.sim.set_faults(vec![]);
     w.converge(3);
+    // With a state file, a tick that fails before acting leaves it byte for byte as it was
+    // (its API errors are not written into the totals).
+    let before = std::fs::read(w.state_file()).unwrap();
+    w.sim.set_faults(rules(&["list:503@always"]));
+    assert_eq!(code(&w.run(&["reconcile"])), 1);
+    assert_eq!(
+        std::fs::read(w.state_file()).unwrap(),
+        before,
+        "state untouched"
+    );
 }
 
 #[test]

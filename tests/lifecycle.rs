@@ -168,3 +168,26 @@ fn run_ticks_again_when_the_plan_is_due_before_the_interval() {
         "ticked at a fixed fast rate: {err}"
     );
 }
+
+/// The metrics file says why nothing is created while the target is not reached.
+#[test]
+fn the_metrics_file_names_the_blocked_reason() {
+    let w = SimWorld::new()
+        .app("blocked")
+        .startup(Duration::from_secs(60))
+        .start();
+    let metrics = w.path("podalloc.prom");
+    let m = metrics.to_str().unwrap();
+    w.ok(&["--metrics-file", m, "reconcile", "--target", "7"]);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(text.contains("reason=\"none\"} 0"), "{text}");
+    w.wait_for("5 pods seen", |w| w.executors().len() == 5);
+    w.ok(&["--metrics-file", m, "reconcile"]);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains(
+            "podalloc_creation_blocked{app=\"blocked\",namespace=\"default\",reason=\"waiting\"} 1"
+        ),
+        "{text}"
+    );
+}

@@ -147,7 +147,7 @@ fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
 }
 
 /// The command line, with help that fits each command: `podalloc CMD -h` lists CMD's own
-/// flags and the few global flags that matter to it ([`short_help_globals`]); `--help` still
+/// flags and the few global flags that matter to it (`short_help_globals`); `--help` still
 /// lists every flag. Parsing is the same as [`Cli`]'s derived parser: every global flag is
 /// accepted before or after any command.
 ///

@@ -28,14 +28,14 @@ use crate::state::{parse, Holder, StateStore, StoreError};
 use serde_json::{json, Value};
 
 /// The data key holding the state JSON.
-pub const DATA_KEY: &str = "state.json";
+pub(crate) const DATA_KEY: &str = "state.json";
 /// The label podalloc puts on its ConfigMaps (and requires before writing over one).
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// The annotation holding a `run` loop's [`Holder`] record (JSON).
-pub const HOLDER_KEY: &str = "podalloc.io/holder";
+pub(crate) const HOLDER_KEY: &str = "podalloc.io/holder";
 /// The annotation holding the nonce of the last save (see the module doc).
-pub const WRITE_ID_KEY: &str = "podalloc.io/write-id";
+pub(crate) const WRITE_ID_KEY: &str = "podalloc.io/write-id";
 
 /// How a store treats the holder record.
 enum Mode {
@@ -48,7 +48,7 @@ enum Mode {
 }
 
 /// A state store in ConfigMap `name` of the client's namespace.
-pub struct ConfigMapStore<'a> {
+pub(crate) struct ConfigMapStore<'a> {
     client: &'a KubeClient,
     name: String,
     /// `metadata.resourceVersion` seen at the last load or save; `None`: does not exist.
@@ -60,7 +60,7 @@ pub struct ConfigMapStore<'a> {
 
 impl<'a> ConfigMapStore<'a> {
     /// A store for ConfigMap `name` (a DNS-1123 subdomain) holding `app_id`'s state.
-    pub fn new(client: &'a KubeClient, name: &str, app_id: &str) -> ConfigMapStore<'a> {
+    pub(crate) fn new(client: &'a KubeClient, name: &str, app_id: &str) -> ConfigMapStore<'a> {
         ConfigMapStore {
             client,
             name: name.to_string(),
@@ -72,14 +72,14 @@ impl<'a> ConfigMapStore<'a> {
     }
 
     /// For read-only commands: the holder record is ignored.
-    pub fn read_only(mut self) -> Self {
+    pub(crate) fn read_only(mut self) -> Self {
         self.mode = Mode::Read;
         self
     }
 
     /// For a `run` loop with tick `interval`: writes and renews `holder`, stale after
     /// 3 × max(interval, 10 s).
-    pub fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
+    pub(crate) fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
         holder.stale_after_s = Some(3 * interval.as_secs().max(10));
         self.mode = Mode::Loop(holder);
         self

@@ -48,22 +48,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// `source.component` and `reportingComponent` of every event.
-pub const COMPONENT: &str = "podalloc";
+pub(crate) const COMPONENT: &str = "podalloc";
 /// The spam filter's burst (client-go's `defaultSpamBurst`).
-pub const SPAM_BURST: f64 = 25.0;
+pub(crate) const SPAM_BURST: f64 = 25.0;
 /// The spam filter's refill: one event per 300 s (client-go's `defaultSpamQPS`, 1/300).
-pub const SPAM_REFILL_MS: u64 = 300_000;
+pub(crate) const SPAM_REFILL_MS: u64 = 300_000;
 /// Distinct messages within [`AGGREGATE_WINDOW_MS`] after which similar events are combined
 /// (client-go's `defaultAggregateMaxEvents`).
-pub const AGGREGATE_MAX_EVENTS: usize = 10;
+pub(crate) const AGGREGATE_MAX_EVENTS: usize = 10;
 /// The aggregator's window (client-go's `defaultAggregateIntervalInSeconds`, 600 s).
-pub const AGGREGATE_WINDOW_MS: u64 = 600_000;
+pub(crate) const AGGREGATE_WINDOW_MS: u64 = 600_000;
 /// Entries each cache keeps before it is cleared (client-go's LRUs hold 4096).
 const MAX_CACHE: usize = 4096;
 
 /// The object an event is about (core/v1 `ObjectReference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectRef {
+pub(crate) struct ObjectRef {
     /// `Pod`.
     pub kind: String,
     /// The namespace (the event lives there too).
@@ -76,7 +76,7 @@ pub struct ObjectRef {
 
 impl ObjectRef {
     /// A pod in `namespace`.
-    pub fn pod(namespace: &str, name: &str, uid: &str) -> ObjectRef {
+    pub(crate) fn pod(namespace: &str, name: &str, uid: &str) -> ObjectRef {
         ObjectRef {
             kind: "Pod".into(),
             namespace: namespace.into(),
@@ -95,7 +95,7 @@ impl ObjectRef {
 
 /// One event to post.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSpec {
+pub(crate) struct EventSpec {
     /// What it is about.
     pub involved: ObjectRef,
     /// `Normal` or `Warning`.
@@ -107,7 +107,7 @@ pub struct EventSpec {
 }
 
 /// Where events go: the API (a [`KubeClient`]) or, in tests, a fake.
-pub trait EventSink {
+pub(crate) trait EventSink {
     /// `POST` an Event.
     fn create(&self, event: &Value) -> Result<Value, KubeError>;
     /// `PATCH` an Event (strategic merge patch).
@@ -144,7 +144,7 @@ struct Similar {
 
 /// The event correlator and its caches (see the module docs). One per process.
 #[derive(Debug, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// Spam key → (tokens, last refill ms).
     buckets: BTreeMap<String, (f64, u64)>,
     /// Aggregate key → recent distinct messages.
@@ -223,7 +223,7 @@ impl Recorder {
 
     /// Correlates `ev` and posts it: a new Event, or a PATCH of the count of the same one.
     /// Returns what was done, for logs and tests; errors are the sink's.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         sink: &dyn EventSink,
         ev: EventSpec,
@@ -275,7 +275,7 @@ impl Recorder {
 
     /// [`Recorder::record`] that never fails: an error is logged once as a warning (with
     /// the RBAC hint for a 403), then at debug level.
-    pub fn post(&mut self, sink: &dyn EventSink, ev: EventSpec, now_ms: u64) {
+    pub(crate) fn post(&mut self, sink: &dyn EventSink, ev: EventSpec, now_ms: u64) {
         let what = format!("{} on pod {}", ev.reason, ev.involved.name);
         if let Err(e) = self.record(sink, ev, now_ms) {
             let hint = match &e {
@@ -333,12 +333,12 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 
 /// Turns event posting off (`--no-events`) or back on for this process. On by default.
-pub fn set_enabled(on: bool) {
+pub(crate) fn set_enabled(on: bool) {
     DISABLED.store(!on, Ordering::SeqCst);
 }
 
 /// Whether events are posted.
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     !DISABLED.load(Ordering::SeqCst)
 }
 
@@ -509,7 +509,7 @@ fn executor_ref(
 /// Posts the events of one tick (see the module docs): called once after the tick's calls
 /// were made and its state saved. `deleted` lists the executor ids whose pods were
 /// deleted. Does nothing with `--no-events`; never fails.
-pub fn record_tick(
+pub(crate) fn record_tick(
     client: &KubeClient,
     app: &App,
     snapshot: &Snapshot,

@@ -45,18 +45,18 @@ use crate::kube::{KubeClient, KubeError};
 /// client-go's `JitterFactor`: a candidate that does not lead waits between one and
 /// 1 + 1.2 retry periods between attempts, and the renew deadline must exceed
 /// 1.2 retry periods.
-pub const JITTER_FACTOR: f64 = 1.2;
+pub(crate) const JITTER_FACTOR: f64 = 1.2;
 
 /// client-go's defaults (kube-controller-manager's `--leader-elect-*` flags).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// See [`DEFAULT_LEASE_DURATION`].
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// See [`DEFAULT_LEASE_DURATION`].
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
 /// The three durations of leader election.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// How long a Lease that stopped changing keeps others out (written to the Lease in
     /// whole seconds, truncated, as client-go does).
     pub lease_duration: Duration,
@@ -78,13 +78,13 @@ impl Default for Timing {
 
 impl Timing {
     /// The Lease's `leaseDurationSeconds`.
-    pub fn lease_seconds(&self) -> u64 {
+    pub(crate) fn lease_seconds(&self) -> u64 {
         self.lease_duration.as_secs()
     }
 
     /// Checks the durations as client-go's `NewLeaderElector` does. Errors: a message naming
     /// the flags.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let lease = Duration::from_secs(self.lease_seconds());
         if lease.is_zero() {
             return Err("--leader-elect-lease-duration must be at least 1s".into());
@@ -118,7 +118,7 @@ impl Timing {
 /// The spec of a Lease as leader election reads and writes it (client-go's
 /// `LeaderElectionRecord`). Times are `MicroTime` strings (RFC 3339 with microseconds).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     /// `spec.holderIdentity`; empty: nobody holds it.
     pub holder_identity: String,
     /// `spec.leaseDurationSeconds`.
@@ -133,7 +133,7 @@ pub struct LeaseRecord {
 
 /// A Lease as read: its record and `metadata.resourceVersion`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The spec.
     pub record: LeaseRecord,
     /// `metadata.resourceVersion`, sent back with the next update.
@@ -142,7 +142,7 @@ pub struct Observed {
 
 impl Observed {
     /// Reads a Lease object (missing fields are empty or 0).
-    pub fn from_lease(v: &Value) -> Observed {
+    pub(crate) fn from_lease(v: &Value) -> Observed {
         let spec = &v["spec"];
         let s = |k: &str| spec[k].as_str().unwrap_or("").to_string();
         let n = |k: &str| spec[k].as_u64().unwrap_or(0);
@@ -165,7 +165,7 @@ impl Observed {
 impl LeaseRecord {
     /// The Lease object `name` carrying this record; `resource_version` makes an update
     /// conditional. Empty time fields are left out (they are optional in the API).
-    pub fn to_lease(&self, name: &str, resource_version: Option<&str>) -> Value {
+    pub(crate) fn to_lease(&self, name: &str, resource_version: Option<&str>) -> Value {
         let mut spec = json!({
             "holderIdentity": self.holder_identity,
             "leaseDurationSeconds": self.lease_duration_seconds,
@@ -194,7 +194,7 @@ impl LeaseRecord {
 
 /// The write the core asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Write {
+pub(crate) enum Write {
     /// No Lease exists: create it with this record.
     Create(LeaseRecord),
     /// Update the Lease with this record, conditional on `resource_version`.
@@ -207,13 +207,13 @@ pub enum Write {
 }
 
 /// `MicroTime` of a wall-clock time in ms since the Unix epoch: `2024-05-01T10:00:00.123000Z`.
-pub fn micro_time(wall_ms: u64) -> String {
+pub(crate) fn micro_time(wall_ms: u64) -> String {
     humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_millis(wall_ms)).to_string()
 }
 
 /// The pure election state of one candidate.
 #[derive(Clone, Debug)]
-pub struct Elector {
+pub(crate) struct Elector {
     identity: String,
     timing: Timing,
     /// The last Lease read or written.
@@ -226,7 +226,7 @@ pub struct Elector {
 
 impl Elector {
     /// A candidate named `identity` (must be unique among candidates) with `timing`.
-    pub fn new(identity: &str, timing: Timing) -> Elector {
+    pub(crate) fn new(identity: &str, timing: Timing) -> Elector {
         Elector {
             identity: identity.to_string(),
             timing,
@@ -237,12 +237,12 @@ impl Elector {
     }
 
     /// This candidate's identity.
-    pub fn identity(&self) -> &str {
+    pub(crate) fn identity(&self) -> &str {
         &self.identity
     }
 
     /// The holder of the Lease as last seen (empty when released), if one was seen.
-    pub fn holder(&self) -> Option<&str> {
+    pub(crate) fn holder(&self) -> Option<&str> {
         self.observed
             .as_ref()
             .map(|o| o.record.holder_identity.as_str())
@@ -255,7 +255,7 @@ impl Elector {
 
     /// Whether we lead at `now`: the Lease names us and our last successful acquire or renew
     /// started less than the renew deadline ago (the fence).
-    pub fn is_leader(&self, now: Duration) -> bool {
+    pub(crate) fn is_leader(&self, now: Duration) -> bool {
         self.holds()
             && self
                 .renewed_at
@@ -265,7 +265,7 @@ impl Elector {
     /// client-go's `tryAcquireOrRenew` after its GET: `lease` is what was read (`None`:
     /// 404). Returns the write to make, or `None` when another holder's Lease is still
     /// valid. `now` is when the attempt started; `wall_ms` stamps the record.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         lease: Option<Observed>,
         now: Duration,
@@ -309,7 +309,7 @@ impl Elector {
     /// directly with the version it last wrote, without reading it first (`None`: take the
     /// slow path, [`Elector::observe`] after a GET). A 409 then means someone else wrote the
     /// Lease; the caller falls back to the slow path.
-    pub fn fast_renew(&self, now: Duration, wall_ms: u64) -> Option<Write> {
+    pub(crate) fn fast_renew(&self, now: Duration, wall_ms: u64) -> Option<Write> {
         let o = self.observed.as_ref().filter(|_| self.holds())?;
         let valid_until = self.observed_at + Duration::from_secs(o.record.lease_duration_seconds);
         if valid_until <= now {
@@ -330,7 +330,7 @@ impl Elector {
 
     /// A write succeeded: `lease` is the Lease the server returned, `started` when the
     /// attempt began (the fence counts from there).
-    pub fn written(&mut self, lease: Observed, started: Duration) {
+    pub(crate) fn written(&mut self, lease: Observed, started: Duration) {
         self.observed_at = started;
         self.observed = Some(lease);
         if self.holds() {
@@ -342,7 +342,7 @@ impl Elector {
 
     /// `ReleaseOnCancel`: the update that gives the Lease up (empty holder, one second),
     /// or `None` when the Lease we last saw does not name us.
-    pub fn release(&self, wall_ms: u64) -> Option<Write> {
+    pub(crate) fn release(&self, wall_ms: u64) -> Option<Write> {
         let o = self.observed.as_ref().filter(|_| self.holds())?;
         let stamp = micro_time(wall_ms);
         Some(Write::Update {
@@ -361,7 +361,7 @@ impl Elector {
 /// The default Lease name for an app: `podalloc-<app id>`, lower-cased, with every character
 /// a DNS-1123 subdomain does not allow replaced by `-`, at most 253 characters, ending in
 /// an alphanumeric.
-pub fn default_lease_name(app_id: &str) -> String {
+pub(crate) fn default_lease_name(app_id: &str) -> String {
     let mut name: String = format!("podalloc-{app_id}")
         .chars()
         .map(|c| {
@@ -382,7 +382,7 @@ pub fn default_lease_name(app_id: &str) -> String {
 
 /// Whether `name` is a valid Lease name (a DNS-1123 subdomain: lower-case alphanumerics, '-'
 /// and '.', at most 253, alphanumeric at both ends).
-pub fn valid_lease_name(name: &str) -> bool {
+pub(crate) fn valid_lease_name(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     !name.is_empty()
         && name.len() <= 253
@@ -394,7 +394,7 @@ pub fn valid_lease_name(name: &str) -> bool {
 /// This process's identity: the `POD_NAME` environment variable (set from the downward
 /// API's `metadata.name`), else the host name plus `_` and a random suffix (as client-go's
 /// examples do), so two processes on one host differ.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     if let Ok(p) = std::env::var("POD_NAME") {
         if !p.trim().is_empty() {
             return p.trim().to_string();
@@ -469,10 +469,9 @@ impl Shared {
 
 /// A running election: a thread keeps acquiring or renewing the Lease. Drop (or
 /// [`LeaderElection::stop`]) stops it and releases the Lease if we hold it.
-pub struct LeaderElection {
+pub(crate) struct LeaderElection {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    name: String,
 }
 
 impl LeaderElection {
@@ -483,7 +482,7 @@ impl LeaderElection {
     /// pod and state writes stop when leadership does, also in the middle of a tick.
     ///
     /// Errors: the Lease client cannot be built, the thread cannot start.
-    pub fn start(
+    pub(crate) fn start(
         client: &KubeClient,
         name: &str,
         identity: &str,
@@ -520,22 +519,16 @@ impl LeaderElection {
         Ok(LeaderElection {
             shared,
             thread: Some(thread),
-            name: name.to_string(),
         })
     }
 
     /// Whether this process leads now (logs and counts a change).
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.shared.leading()
     }
 
-    /// The Lease name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Stops the thread; it releases the Lease if we hold it.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

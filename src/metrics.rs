@@ -17,7 +17,7 @@ use std::time::Duration;
 /// saw the cluster), whether the tick succeeded, tick duration (s), last successful tick
 /// (Unix s). Counters (totals kept in the state): executors created/deleted, API errors by
 /// code.
-pub fn render(
+pub(crate) fn render(
     app: &str,
     namespace: &str,
     report: Option<&TickReport>,
@@ -168,7 +168,7 @@ fn escape(v: &str) -> String {
 /// FIFO, socket, device or directory), without following a link.
 ///
 /// Errors: one line naming the path and what is there.
-pub fn check_path(path: &Path) -> Result<(), String> {
+pub(crate) fn check_path(path: &Path) -> Result<(), String> {
     let what = match crate::state::irregular_at(path) {
         Ok(None) if path.is_dir() => Some("a directory"),
         Ok(what) => what,
@@ -189,7 +189,7 @@ pub fn check_path(path: &Path) -> Result<(), String> {
 /// [`check_path`] first.
 ///
 /// Errors: the I/O error, naming nothing (the caller names the file), or [`check_path`]'s.
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     check_path(path).map_err(std::io::Error::other)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -219,7 +219,7 @@ static LEADER: std::sync::Mutex<Option<(bool, u64)>> = std::sync::Mutex::new(Non
 /// that changed (became leader or stopped leading) since it started. Called by
 /// `crate::leader`; from then on every rendering carries `podalloc_is_leader` and
 /// `podalloc_leader_transitions_total`.
-pub fn set_leader(leading: bool, transitions: u64) {
+pub(crate) fn set_leader(leading: bool, transitions: u64) {
     *LEADER.lock().unwrap_or_else(|e| e.into_inner()) = Some((leading, transitions));
 }
 
@@ -243,7 +243,7 @@ fn leader_metrics(e: &mut Exposition) {
 
 /// The metrics of a process that does not lead (`run --leader-elect` on standby, which
 /// does not tick): the leader-election metrics only, for `app` in `namespace`.
-pub fn render_standby(app: &str, namespace: &str) -> String {
+pub(crate) fn render_standby(app: &str, namespace: &str) -> String {
     let mut e = Exposition {
         labels: format!(
             "app=\"{}\",namespace=\"{}\"",

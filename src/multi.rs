@@ -49,20 +49,20 @@ pub struct AppsArgs {
 }
 
 /// Annotation on a driver pod: the executor target, a whole number (`"20"`).
-pub const ANNOTATION_EXECUTORS: &str = "podalloc.io/executors";
+pub(crate) const ANNOTATION_EXECUTORS: &str = "podalloc.io/executors";
 /// Annotation on a driver pod: the batch size (`"10"`, `auto` or `slow-start`, as
 /// `--batch-size`).
-pub const ANNOTATION_BATCH_SIZE: &str = "podalloc.io/batch-size";
+pub(crate) const ANNOTATION_BATCH_SIZE: &str = "podalloc.io/batch-size";
 /// Annotation on a driver pod: the name of a ConfigMap in the driver's namespace whose
 /// [`TEMPLATE_KEY`] holds the executor pod template (YAML or JSON).
-pub const ANNOTATION_TEMPLATE: &str = "podalloc.io/executor-template";
+pub(crate) const ANNOTATION_TEMPLATE: &str = "podalloc.io/executor-template";
 /// The ConfigMap key holding the executor pod template.
-pub const TEMPLATE_KEY: &str = "template.yaml";
+pub(crate) const TEMPLATE_KEY: &str = "template.yaml";
 
 /// One app of an apps file. Keys are kebab-case, as the flags; unknown keys are an error.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct AppEntry {
+pub(crate) struct AppEntry {
     /// The application id (`spark-app-selector`).
     pub app_id: String,
     /// Its namespace (default: the connection's).
@@ -95,14 +95,14 @@ pub struct AppEntry {
 /// An apps file: `apps:` followed by a list of [`AppEntry`].
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct AppsFile {
+pub(crate) struct AppsFile {
     /// The apps, ticked in this order.
     pub apps: Vec<AppEntry>,
 }
 
 /// Parses an apps file (YAML or JSON). Errors: the parser's first line, or two entries
 /// with the same namespace and app id.
-pub fn parse_apps_file(text: &str) -> Result<AppsFile, String> {
+pub(crate) fn parse_apps_file(text: &str) -> Result<AppsFile, String> {
     let f: AppsFile = serde_saphyr::from_str(text)
         .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
     let mut seen = std::collections::BTreeSet::new();
@@ -115,7 +115,7 @@ pub fn parse_apps_file(text: &str) -> Result<AppsFile, String> {
 }
 
 /// A `batch-size` value of an apps file or an annotation, as `--batch-size` reads it.
-pub fn batch_size_of(v: &Value) -> Result<BatchSize, String> {
+pub(crate) fn batch_size_of(v: &Value) -> Result<BatchSize, String> {
     let s = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
@@ -131,7 +131,7 @@ pub fn batch_size_of(v: &Value) -> Result<BatchSize, String> {
 /// A driver pod found by `--discover`, as its labels and annotations describe its app (its
 /// lifecycle is the tick's business: [`crate::reconcile::read_driver`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Driver {
+pub(crate) struct Driver {
     /// `metadata.name`.
     pub name: String,
     /// `metadata.uid`.
@@ -145,7 +145,7 @@ pub struct Driver {
 
 impl Driver {
     /// Reads a driver pod (a list item). `None` without a name.
-    pub fn of(pod: &Value) -> Option<Driver> {
+    pub(crate) fn of(pod: &Value) -> Option<Driver> {
         let meta = &pod["metadata"];
         let s = |v: &Value| v.as_str().map(str::to_string);
         let annotations = [
@@ -166,7 +166,7 @@ impl Driver {
 
     /// What the annotations ask for. Errors: one line per annotation that is missing or does
     /// not parse, naming the driver and the annotation.
-    pub fn wanted(&self) -> Result<Wanted, String> {
+    pub(crate) fn wanted(&self) -> Result<Wanted, String> {
         let bad = |key: &str, v: &str, want: &str| {
             format!(
                 "driver pod {:?}: annotation {key}={v:?} is not {want}; its executors are left as they are",
@@ -205,7 +205,7 @@ impl Driver {
 
 /// What a driver's annotations ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// [`ANNOTATION_EXECUTORS`].
     pub target: u32,
     /// [`ANNOTATION_BATCH_SIZE`], when given.
@@ -216,7 +216,7 @@ pub struct Wanted {
 
 /// The per-app snapshots one namespace-wide list gives ([`split_pages`]).
 #[derive(Debug, Default)]
-pub struct Split {
+pub(crate) struct Split {
     /// App id → its executors.
     pub snaps: BTreeMap<String, Snapshot>,
     /// App id → its executor container's name, for the apps that name one
@@ -228,7 +228,7 @@ pub struct Split {
 
 impl Split {
     /// An empty split for these app ids.
-    pub fn for_apps<'a>(apps: impl IntoIterator<Item = &'a str>) -> Split {
+    pub(crate) fn for_apps<'a>(apps: impl IntoIterator<Item = &'a str>) -> Split {
         Split {
             snaps: apps
                 .into_iter()
@@ -240,12 +240,12 @@ impl Split {
     }
 
     /// Adds one page ([`Snapshot::add_page_split`]); returns its continue token.
-    pub fn add_page(&mut self, bytes: &[u8]) -> Result<Option<String>, SnapshotError> {
+    pub(crate) fn add_page(&mut self, bytes: &[u8]) -> Result<Option<String>, SnapshotError> {
         Snapshot::add_page_split(bytes, &mut self.snaps, &self.containers, &mut self.failed)
     }
 
     /// Drops what earlier pages gave (a list restarted after 410 Gone).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         for s in self.snaps.values_mut() {
             *s = Snapshot::default();
         }
@@ -254,7 +254,8 @@ impl Split {
 }
 
 /// Splits whole pages (tests, benchmarks). Errors as [`Snapshot::add_page_split`].
-pub fn split_pages(pages: &[&[u8]], apps: &[&str]) -> Result<Split, SnapshotError> {
+#[cfg(test)]
+pub(crate) fn split_pages(pages: &[&[u8]], apps: &[&str]) -> Result<Split, SnapshotError> {
     let mut s = Split::for_apps(apps.iter().copied());
     for p in pages {
         s.add_page(p)?;

@@ -11,7 +11,10 @@ use std::path::Path;
 ///
 /// Errors (exit 2): an unreadable file, text that is neither JSON nor YAML, or a template the
 /// pod spec rejects (the message names the file).
-pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Option<PodTemplate>> {
+pub(crate) fn load_template(
+    template: Option<&Path>,
+    image: Option<&str>,
+) -> Result<Option<PodTemplate>> {
     match (template, image) {
         (None, None) => Ok(None),
         (None, Some(image)) => PodTemplate::from_image(image)
@@ -44,7 +47,7 @@ pub fn load_template(template: Option<&Path>, image: Option<&str>) -> Result<Opt
 /// sent as a Pod with its own fields silently dropped or rejected far from the cause.
 ///
 /// Errors: the offending field and value, and what to do.
-pub fn check_kind(value: &serde_json::Value) -> std::result::Result<(), String> {
+pub(crate) fn check_kind(value: &serde_json::Value) -> std::result::Result<(), String> {
     let kind = value.get("kind").and_then(serde_json::Value::as_str);
     let version = value.get("apiVersion").and_then(serde_json::Value::as_str);
     match kind {

@@ -48,7 +48,7 @@ pub struct Policies {
     pub adaptive_max_batch: Option<u32>,
     /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
     /// executor failures within [`Policies::failure_window_ms`] stop all creation
-    /// ([`Plan::halt`]).
+    /// ([`crate::alloc::Plan::halt`]).
     pub max_failures: Option<u32>,
     /// The crash-loop guard's window, ms (default 10 minutes).
     pub failure_window_ms: u64,

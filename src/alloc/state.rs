@@ -49,7 +49,7 @@ pub struct AllocatorState {
     /// Executor failures inside the crash-loop guard's window (only with `max_failures`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<FailureRecord>,
-    /// Pods seen stuck in a [`STUCK_REASONS`] state, since when (only with `startup_grace`).
+    /// Pods seen stuck in a [`crate::alloc::STUCK_REASONS`] state, since when (only with `startup_grace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<StuckRecord>,
     /// Adaptive batch state (only with `--batch-size auto`).

@@ -10,7 +10,7 @@ use log::warn;
 use std::io::Read;
 
 /// Reads the PodList and state, runs one step, prints the plan JSON on stdout.
-pub fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
+pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     let app_id = app.app_id(false)?;
     let settings = app.settings(&app_id);
     let bytes = if a.pods.as_os_str() == "-" {

@@ -59,7 +59,7 @@ fn handle_error(e: Error, ticks: u64) -> Result<()> {
 
 /// The exit code after a second SIGINT/SIGTERM: 128 + SIGINT, as a shell reports a process
 /// killed by Ctrl-C.
-pub const ABORT_EXIT: i32 = 130;
+pub(super) const ABORT_EXIT: i32 = 130;
 
 /// How long a tick may run past `--timeout` before the watchdog aborts the process.
 const DEADLINE_GRACE: Duration = Duration::from_secs(1);

@@ -488,7 +488,7 @@ struct Deadline {
 }
 
 /// Says whether this process may still write (true) or has lost its leader lease (false).
-pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(super) type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

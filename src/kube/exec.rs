@@ -53,7 +53,7 @@ const MAX_STDOUT: usize = 1024 * 1024;
 /// Longest bearer token accepted, in bytes: the `Authorization` header must fit the HTTP
 /// client's 128 KiB output buffer with the rest of the request head, and API servers cap
 /// header sizes too (Go's `net/http` default is 1 MiB for all headers together).
-pub const MAX_TOKEN_BYTES: usize = 64 * 1024;
+pub(super) const MAX_TOKEN_BYTES: usize = 64 * 1024;
 /// Most bytes of the plugin's stderr that are kept.
 const MAX_STDERR: usize = 64 * 1024;
 /// Longest stderr line quoted in an error, in characters.

@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// Path of a recorded fixture in the repository: `fixtures/external/NAME` under the crate
 /// root (`fixtures/external/SOURCES.md` says where each file comes from).
-pub fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/external")
         .join(name)
@@ -24,7 +24,7 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// One request as the fake server saw it.
 #[derive(Clone, Debug)]
-pub struct Recorded {
+pub(super) struct Recorded {
     pub method: String,
     /// Path and query, as sent.
     pub target: String,
@@ -34,17 +34,17 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
-    pub fn path(&self) -> &str {
+    pub(super) fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or("")
     }
     /// Query parameters, percent-decoded.
-    pub fn query(&self, key: &str) -> Option<String> {
+    pub(super) fn query(&self, key: &str) -> Option<String> {
         let q = self.target.split_once('?')?.1;
         q.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -53,7 +53,7 @@ impl Recorded {
     }
 }
 
-pub fn percent_decode(s: &str) -> String {
+pub(super) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -74,7 +74,7 @@ pub fn percent_decode(s: &str) -> String {
 }
 
 /// What the fake server does with one request.
-pub enum Reply {
+pub(super) enum Reply {
     /// Answer with this status, extra headers and body.
     Respond {
         status: u16,
@@ -86,14 +86,14 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn json(status: u16, body: &str) -> Reply {
+    pub(super) fn json(status: u16, body: &str) -> Reply {
         Reply::Respond {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: body.as_bytes().to_vec(),
         }
     }
-    pub fn with_header(mut self, k: &str, v: &str) -> Reply {
+    pub(super) fn with_header(mut self, k: &str, v: &str) -> Reply {
         if let Reply::Respond { headers, .. } = &mut self {
             headers.push((k.into(), v.into()));
         }
@@ -104,7 +104,7 @@ impl Reply {
 type Handler = dyn Fn(&Recorded, usize) -> Reply + Send + Sync;
 
 /// A fake API server on 127.0.0.1. The handler gets each request and its 0-based index.
-pub struct FakeServer {
+pub(super) struct FakeServer {
     pub addr: SocketAddr,
     pub requests: Arc<Mutex<Vec<Recorded>>>,
     stop: Arc<AtomicBool>,
@@ -113,12 +113,14 @@ pub struct FakeServer {
 
 impl FakeServer {
     /// Plain HTTP.
-    pub fn http(handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static) -> FakeServer {
+    pub(super) fn http(
+        handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> FakeServer {
         Self::start(None, Arc::new(handler))
     }
 
     /// HTTPS with the given rustls server configuration.
-    pub fn https(
+    pub(super) fn https(
         cfg: Arc<rustls::ServerConfig>,
         handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> FakeServer {
@@ -158,11 +160,11 @@ impl FakeServer {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub fn recorded(&self) -> Vec<Recorded> {
+    pub(super) fn recorded(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
 }
@@ -250,14 +252,14 @@ fn serve_conn<S: Read + Write>(stream: S, handler: &Arc<Handler>, log: &Mutex<Ve
 }
 
 /// A throwaway CA that issues server and client certificates.
-pub struct Pki {
+pub(super) struct Pki {
     pub ca_pem: String,
     pub ca_der: CertificateDer<'static>,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
 }
 
 /// A certificate with its PKCS#8 key.
-pub struct Issued {
+pub(super) struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
     pub cert_der: CertificateDer<'static>,
@@ -265,7 +267,7 @@ pub struct Issued {
 }
 
 impl Pki {
-    pub fn new(cn: &str) -> Pki {
+    pub(super) fn new(cn: &str) -> Pki {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -299,17 +301,20 @@ impl Pki {
         }
     }
 
-    pub fn server(&self, names: &[&str]) -> Issued {
+    pub(super) fn server(&self, names: &[&str]) -> Issued {
         self.issue(names, rcgen::ExtendedKeyUsagePurpose::ServerAuth)
     }
 
-    pub fn client(&self, cn: &str) -> Issued {
+    pub(super) fn client(&self, cn: &str) -> Issued {
         self.issue(&[cn], rcgen::ExtendedKeyUsagePurpose::ClientAuth)
     }
 
     /// A rustls server config presenting `server`; with `client_ca`, client certificates
     /// issued by that CA are required.
-    pub fn server_config(server: &Issued, client_ca: Option<&Pki>) -> Arc<rustls::ServerConfig> {
+    pub(super) fn server_config(
+        server: &Issued,
+        client_ca: Option<&Pki>,
+    ) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()

@@ -1,6 +1,6 @@
 //! Decoding a PodList page while it arrives: [`Snapshot::add_page_reader`].
 //!
-//! The body is read through one refill buffer ([`START_BUFFER`] to start), and decoded one
+//! The body is read through one refill buffer (`START_BUFFER` to start), and decoded one
 //! JSON value at a time: each top-level field's value, and each pod of `items`, is handed to
 //! serde_json as soon as its last byte is in the buffer, then its bytes are dropped. So memory
 //! is one buffer that grows only to hold the largest single value (one pod), whatever the
@@ -21,12 +21,12 @@ use super::{check_kind, excerpt, ListMeta, ListSource, RawPod, Snapshot, Snapsho
 
 /// The refill buffer's first size. It doubles only when a single value (one pod, the list
 /// metadata) does not fit.
-pub const START_BUFFER: usize = 256 * 1024;
+pub(super) const START_BUFFER: usize = 256 * 1024;
 
 /// The most one value (one pod, the list metadata, another top-level field) may take. etcd
 /// refuses objects over 1.5 MiB (its default `--max-request-bytes`), so a real pod's JSON is
 /// far below this; a larger value is a broken or hostile server, and memory stays bounded.
-pub const MAX_VALUE: usize = 16 * 1024 * 1024;
+pub(super) const MAX_VALUE: usize = 16 * 1024 * 1024;
 
 /// How many bytes of the body's head are kept for error messages (see `excerpt`).
 const HEAD: usize = 320;

@@ -186,7 +186,7 @@ pub(crate) struct ServerUrl {
 
 impl ServerUrl {
     /// `host:port` with IPv6 brackets as needed.
-    pub fn authority_for(&self, host: &str) -> String {
+    pub(super) fn authority_for(&self, host: &str) -> String {
         if host.contains(':') {
             format!("[{host}]:{}", self.port)
         } else {
@@ -195,7 +195,7 @@ impl ServerUrl {
     }
 
     /// The base URL with `host` in place of the server's host.
-    pub fn base_with_host(&self, host: &str) -> String {
+    pub(super) fn base_with_host(&self, host: &str) -> String {
         format!(
             "{}://{}{}",
             if self.https { "https" } else { "http" },

@@ -206,11 +206,21 @@ pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
 /// ([`DriverState`]). A missing driver pod is an error naming the pod and the namespace
 /// (exit 2), as Spark's allocator refuses to start without it.
 pub fn read_driver(client: &KubeClient, name: &str) -> Result<(Owner, DriverState)> {
+    read_driver_if_any(client, name)?.ok_or_else(|| no_driver(client, name))
+}
+
+/// The error for a driver pod that does not exist (exit 2), naming it and the namespace.
+fn no_driver(client: &KubeClient, name: &str) -> Error {
+    Error::usage(format!(
+        "no driver pod named {name:?} in namespace {:?}: check --driver-pod and -n/--namespace",
+        client.namespace()
+    ))
+}
+
+/// [`read_driver`], with `None` when the pod does not exist.
+fn read_driver_if_any(client: &KubeClient, name: &str) -> Result<Option<(Owner, DriverState)>> {
     let Some(pod) = client.get_pod(name).map_err(kube_error)? else {
-        return Err(Error::usage(format!(
-            "no driver pod named {name:?} in namespace {:?}: check --driver-pod and -n/--namespace",
-            client.namespace()
-        )));
+        return Ok(None);
     };
     let meta = &pod["metadata"];
     let uid = meta["uid"].as_str().unwrap_or_default().to_string();
@@ -225,7 +235,7 @@ pub fn read_driver(client: &KubeClient, name: &str) -> Result<(Owner, DriverStat
         name: name.to_string(),
         uid,
     };
-    Ok((owner, DriverState::of(deleting, phase)))
+    Ok(Some((owner, DriverState::of(deleting, phase))))
 }
 
 /// Runs one tick under the held lock `store`: list → step → save (write-ahead) → apply →
@@ -300,9 +310,20 @@ fn tick_inner(
     };
     let owner = match &app.driver_pod {
         Some(name) => {
-            let (owner, driver) = read_driver(client, name)?;
-            snapshot.driver = Some(driver);
-            Some(owner)
+            // A driver that is gone after this app had executors has ended (deleted, and
+            // garbage-collected with its pod); one never seen is a mistake in the flags.
+            let ran = state.last_executor_id > 0 || !snapshot.executors.is_empty();
+            match read_driver_if_any(client, name)? {
+                Some((owner, driver)) => {
+                    snapshot.driver = Some(driver);
+                    Some(owner)
+                }
+                None if ran => {
+                    snapshot.driver = Some(DriverState::Gone);
+                    None
+                }
+                None => return Err(no_driver(client, name)),
+            }
         }
         None => None,
     };

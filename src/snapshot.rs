@@ -167,6 +167,8 @@ pub enum DriverState {
     Finished(String),
     /// `metadata.deletionTimestamp` is set.
     Deleting,
+    /// The pod no longer exists, after the app had executors.
+    Gone,
 }
 
 impl DriverState {

@@ -191,3 +191,26 @@ fn the_metrics_file_names_the_blocked_reason() {
         "{text}"
     );
 }
+
+/// A driver pod deleted outright after its app had executors has ended the app (exit 7, its
+/// executors deleted); a driver never seen is still a mistake in the flags (exit 2).
+#[test]
+fn a_driver_that_is_gone_ends_the_app_but_a_missing_one_is_a_usage_error() {
+    let w = world();
+    let first = w.run(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
+    assert_eq!(code(&first), 2, "{}", stderr(&first));
+    seed_driver(&w, "Running");
+    w.ok(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
+    assert_eq!(w.live().len(), 2);
+    let (status, body) = w.api(
+        "DELETE",
+        "/api/v1/namespaces/default/pods/drv?gracePeriodSeconds=0",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let out = w.run(&["--driver-pod", "drv", "reconcile"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 7, "{err}");
+    assert!(err.contains("\"drv\" is gone"), "{err}");
+    w.wait_for("executors gone", |w| w.live().is_empty());
+}

@@ -323,6 +323,7 @@ impl World {
         let auth = format!("Bearer {}", self.token);
         let mut resp = match (method, body) {
             ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => agent.delete(&url).header("Authorization", &auth).call(),
             ("POST", Some(b)) => agent
                 .post(&url)
                 .header("Authorization", &auth)

@@ -95,6 +95,7 @@ impl<'a> Step<'a> {
         match self.snap.driver.as_ref()? {
             DriverState::Finished(phase) => Some(format!("has finished ({phase})")),
             DriverState::Deleting => Some("is being deleted".to_string()),
+            DriverState::Gone => Some("is gone (deleted)".to_string()),
             DriverState::Pending | DriverState::Running => None,
         }
     }

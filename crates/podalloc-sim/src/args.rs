@@ -65,7 +65,7 @@ pub struct SimArgs {
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub latency: Duration,
     /// The namespaces that exist (comma-separated): a create anywhere else is 404
-    /// `namespaces "x" not found`, as on a real cluster. `kubectl create namespace` adds one.
+    /// `namespaces "x" not found`, as on a real cluster. `kubectl create -f namespace.yaml` adds one.
     #[arg(
         long,
         value_delimiter = ',',

@@ -24,7 +24,7 @@ pub struct SimArgs {
     /// Write the generated CA certificate (PEM) here.
     #[arg(long, value_name = "FILE")]
     pub ca_out: Option<PathBuf>,
-    /// Bearer token clients must send [default: a random one, printed and in the kubeconfig].
+    /// Bearer token clients must send [default: a random one, written into --write-kubeconfig, else printed].
     #[arg(long, value_name = "TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Accept requests without a token.

@@ -506,6 +506,33 @@ fn executor_ref(
     Some(ObjectRef::pod(ns, &name, &uid))
 }
 
+/// Posts one Warning Event with `reason` and `message` on pod `name` (uid `uid`) in `ns` at
+/// `now_ms` (ms since the Unix epoch),
+/// through the process's recorder (correlated and rate-limited like the tick's events).
+/// Does nothing with `--no-events`; never fails.
+pub(crate) fn warn_on_pod(
+    client: &KubeClient,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    reason: &'static str,
+    message: &str,
+    now_ms: u64,
+) {
+    if !enabled() {
+        return;
+    }
+    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
+    let rec = guard.get_or_insert_with(Recorder::default);
+    let ev = EventSpec {
+        involved: ObjectRef::pod(ns, name, uid),
+        kind: "Warning",
+        reason,
+        message: message.to_string(),
+    };
+    rec.post(client, ev, now_ms);
+}
+
 /// Posts the events of one tick (see the module docs): called once after the tick's calls
 /// were made and its state saved. `deleted` lists the executor ids whose pods were
 /// deleted. Does nothing with `--no-events`; never fails.

@@ -261,6 +261,21 @@ fn discovery_follows_annotations_and_drivers_across_fifty_apps() {
         1,
         "warned once"
     );
+    // …and told on the driver pod as a Warning Event, for `kubectl describe pod`.
+    let (_, events) = w.api("GET", "/api/v1/namespaces/default/events", None);
+    let on_bad = (events["items"].as_array().unwrap().iter()).find(|e| {
+        e["involvedObject"]["name"] == format!("drv-{bad}").as_str()
+            && e["reason"] == "AllocationSkipped"
+    });
+    let ev = on_bad.unwrap_or_else(|| panic!("no event on drv-{bad}: {events}"));
+    assert_eq!(ev["type"], "Warning");
+    assert!(
+        ev["message"]
+            .as_str()
+            .unwrap()
+            .contains("podalloc.io/executors"),
+        "{ev}"
+    );
     assert!(
         text.contains("app app-3: driver pod \"drv-3\" has finished"),
         "{text}"

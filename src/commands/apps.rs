@@ -552,11 +552,15 @@ impl Discovery {
         self.seen.get(uid).cloned().unwrap_or_default()
     }
 
-    /// Warns once per driver and message.
-    fn warn_once(&mut self, uid: &str, msg: String) {
-        if self.warned.get(uid) != Some(&msg) {
+    /// Warns once per driver and message, in the log and as a Warning Event on the driver
+    /// pod (reason `AllocationSkipped`), so `kubectl describe pod DRIVER` says why its
+    /// executors are left as they are.
+    fn warn_once(&mut self, client: &KubeClient, ns: &str, d: &Driver, msg: String) {
+        if self.warned.get(&d.uid) != Some(&msg) {
             warn!("{msg}");
-            self.warned.insert(uid.to_string(), msg);
+            let now = super::env::now_ms();
+            crate::events::warn_on_pod(client, ns, &d.name, &d.uid, "AllocationSkipped", &msg, now);
+            self.warned.insert(d.uid.clone(), msg);
         }
     }
 
@@ -624,11 +628,11 @@ impl Discovery {
                 "driver pod {:?} has no spark-app-selector label: skipped",
                 d.name
             );
-            return self.warn_once(&d.uid, msg);
+            return self.warn_once(client, ns, &d, msg);
         };
         let wanted = match d.wanted() {
             Ok(w) => w,
-            Err(msg) => return self.warn_once(&d.uid, msg),
+            Err(msg) => return self.warn_once(client, ns, &d, msg),
         };
         self.warned.remove(&d.uid);
         let existing = managed
@@ -639,11 +643,11 @@ impl Discovery {
                 "driver pod {:?}: app {app_id} is already managed for another driver: skipped",
                 d.name
             );
-            return self.warn_once(&d.uid, msg);
+            return self.warn_once(client, ns, &d, msg);
         }
         let template = match self.template_for(client, &d, &wanted) {
             Ok(t) => t,
-            Err(msg) => return self.warn_once(&d.uid, msg),
+            Err(msg) => return self.warn_once(client, ns, &d, msg),
         };
         let mut args = self.args.clone();
         if let Some(b) = wanted.batch_size {

@@ -334,14 +334,7 @@ fn insecure_skip_tls_verify_works_and_warns_every_tick() {
         .args(["--app-id", APP, "--image", "img", "--batch-delay", "100ms"])
         .arg("--state-file")
         .arg(w.state_file())
-        .args([
-            "run",
-            "--target",
-            "1",
-            "--until-converged",
-            "--timeout",
-            "20s",
-        ])
+        .args(args("run --target 1 --until-converged --timeout 20s"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -80,26 +80,15 @@ fn a_configmap_write_applied_but_answered_504_is_not_a_rival() {
         .no_state_file()
         .faults(&["cm-update:504-after-write@1"])
         .start();
-    let out = w.run(&[
-        "--state-store",
-        "configmap:cm-retry-state",
-        "reconcile",
-        "--target",
-        "3",
-    ]);
+    let reconcile = args("--state-store configmap:cm-retry-state reconcile --target 3");
+    let out = w.run(&reconcile);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("had already been applied"),
         "{}",
         stderr(&out)
     );
-    let out = w.run(&[
-        "--state-store",
-        "configmap:cm-retry-state",
-        "reconcile",
-        "--target",
-        "3",
-    ]);
+    let out = w.run(&reconcile);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(w.sim.stats().creates, 3);
 }

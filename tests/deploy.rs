@@ -4,6 +4,7 @@
 use crate::util::{podalloc, root, stderr, SimWorld, World};
 use clap::Parser;
 use serde_json::Value;
+use std::process::Command;
 
 fn docs(file: &str) -> Vec<Value> {
     let p = root().join("deploy").join(file);
@@ -162,6 +163,18 @@ fn deployment_replicas_elect_one_leader() {
 
 /// [`run_recipe`]'s process, started with `POD_NAME` and left running.
 fn spawn_recipe(args: &[String], w: &World, extra: &[&str], pod: &str) -> std::process::Child {
+    recipe(args, w, extra)
+        .env("POD_NAME", pod)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The recipe's podalloc arguments as a command, connecting through the environment (as the
+/// in-cluster service account would), with the template path pointing at the
+/// executor-template ConfigMap's content.
+fn recipe(args: &[String], w: &World, extra: &[&str]) -> Command {
     let tpl = w.path("executor.yaml");
     let d = docs("executor-template.yaml");
     std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
@@ -175,18 +188,14 @@ fn spawn_recipe(args: &[String], w: &World, extra: &[&str], pod: &str) -> std::p
             }
         })
         .collect();
-    podalloc()
-        .args(&args)
+    let mut c = podalloc();
+    c.args(&args)
         .args(extra)
-        .env("POD_NAME", pod)
         .env("PODALLOC_SERVER", w.sim.url())
         .env("PODALLOC_TOKEN", &w.token)
         .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
-        .env("PODALLOC_NAMESPACE", "batch")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+        .env("PODALLOC_NAMESPACE", "batch");
+    c
 }
 
 #[test]
@@ -204,30 +213,9 @@ fn admin_host_config_file_keys_are_flags() {
     podalloc::config_file::load(&podalloc::cli::Cli::command(), &p).unwrap();
 }
 
-/// Runs the recipe's podalloc arguments against the simulator, connecting through the
-/// environment (as the in-cluster service account would), with the template path pointing at
-/// the executor-template ConfigMap's content.
+/// Runs [`recipe`] with a state file.
 fn run_recipe(args: &[String], w: &World, extra: &[&str]) -> std::process::Output {
-    let tpl = w.path("executor.yaml");
-    let d = docs("executor-template.yaml");
-    std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
-    let args: Vec<String> = args[1..]
-        .iter()
-        .map(|a| {
-            if a == "/etc/podalloc/executor.yaml" {
-                tpl.display().to_string()
-            } else {
-                a.clone()
-            }
-        })
-        .collect();
-    podalloc()
-        .args(&args)
-        .args(extra)
-        .env("PODALLOC_SERVER", w.sim.url())
-        .env("PODALLOC_TOKEN", &w.token)
-        .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
-        .env("PODALLOC_NAMESPACE", "batch")
+    recipe(args, w, extra)
         .env("PODALLOC_STATE_FILE", w.state_file())
         .output()
         .unwrap()

@@ -1,7 +1,7 @@
 //! End-to-end: the real binary against the simulated API server over HTTPS (bearer token,
 //! generated CA), as a user would run it.
 
-use crate::util::{podalloc, stderr, stdout, SimWorld, World};
+use crate::util::{args, podalloc, stderr, stdout, SimWorld, World};
 use podalloc_sim::SimOptions;
 use serde_json::Value;
 use std::process::Command;
@@ -10,15 +10,8 @@ use std::time::Duration;
 const APP: &str = "e2e-app";
 
 fn world(tweak: impl FnOnce(&mut SimOptions)) -> World {
-    SimWorld::new()
-        .app(APP)
-        .image("registry.example/spark:3.5.0")
-        .namespace("default")
-        .batch_delay("200ms")
+    SimWorld::quick(APP)
         .token("e2e-secret-token-0123456789")
-        .schedule(Duration::from_millis(50))
-        .startup(Duration::from_millis(300))
-        .stop(Duration::from_millis(100))
         .options(tweak)
         .start()
 }
@@ -287,16 +280,9 @@ fn sigterm_finishes_the_tick_saves_and_exits_0() {
 #[test]
 fn timeout_without_convergence_exits_5() {
     let w = world(|o| o.startup_latency = Duration::from_secs(60));
-    let out = w.run(&[
-        "run",
-        "--target",
-        "2",
-        "--until-converged",
-        "--timeout",
-        "1s",
-        "--interval",
-        "200ms",
-    ]);
+    let out = w.run(&args(
+        "run --target 2 --until-converged --timeout 1s --interval 200ms",
+    ));
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(stderr(&out).contains("not converged"));
 }
@@ -348,14 +334,7 @@ fn insecure_skip_tls_verify_works_and_warns_every_tick() {
         .args(["--app-id", APP, "--image", "img", "--batch-delay", "100ms"])
         .arg("--state-file")
         .arg(w.state_file())
-        .args([
-            "run",
-            "--target",
-            "1",
-            "--until-converged",
-            "--timeout",
-            "20s",
-        ])
+        .args(args("run --target 1 --until-converged --timeout 20s"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -2,23 +2,14 @@
 //! which serves them back (`/api/v1/namespaces/NS/events`), as `kubectl describe pod` reads
 //! them.
 
-use crate::util::{stderr, SimWorld, World};
+use crate::util::{args, stderr, SimWorld, World};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const APP: &str = "ev-app";
 
 fn world(tweak: impl FnOnce(&mut podalloc_sim::SimOptions)) -> World {
-    SimWorld::new()
-        .app(APP)
-        .image("registry.example/spark:3.5.0")
-        .namespace("default")
-        .batch_delay("200ms")
-        .schedule(Duration::from_millis(50))
-        .startup(Duration::from_millis(300))
-        .stop(Duration::from_millis(100))
-        .options(tweak)
-        .start()
+    SimWorld::quick(APP).options(tweak).start()
 }
 
 /// Seeds a running driver pod `drv`; returns its uid.
@@ -141,16 +132,9 @@ fn a_repeated_event_raises_the_count_across_processes() {
 fn a_failed_executor_is_reported_then_deleted_with_the_reason() {
     let w = world(|_| {});
     seed_driver(&w);
-    w.ok(&[
-        "--driver-pod",
-        "drv",
-        "run",
-        "--target",
-        "2",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.ok(&args(
+        "--driver-pod drv run --target 2 --until-converged --timeout 30s",
+    ));
     let (code, _) = w.api(
         "POST",
         &format!("/sim/pods/default/{APP}-exec-2/phase"),
@@ -173,14 +157,9 @@ fn a_failed_executor_is_reported_then_deleted_with_the_reason() {
         "Deleted executor pod: ev-app-exec-2 (failed)"
     );
     // Scaling down deletes the excess, said so.
-    w.ok(&[
-        "--driver-pod",
-        "drv",
-        "run",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.ok(&args(
+        "--driver-pod drv run --until-converged --timeout 30s",
+    ));
     let w2 = world(|o| o.startup_latency = Duration::from_secs(60));
     seed_driver(&w2);
     w2.ok(&["--driver-pod", "drv", "reconcile", "--target", "2"]);
@@ -202,14 +181,7 @@ fn a_failed_executor_is_reported_then_deleted_with_the_reason() {
 fn no_events_posts_none() {
     let w = world(|_| {});
     seed_driver(&w);
-    w.ok(&[
-        "--driver-pod",
-        "drv",
-        "--no-events",
-        "reconcile",
-        "--target",
-        "2",
-    ]);
+    w.ok(&args("--driver-pod drv --no-events reconcile --target 2"));
     assert!(events_on(&w, "drv").is_empty());
     assert_eq!(w.executors().len(), 2);
 }
@@ -376,14 +348,7 @@ fn dry_run_prints_a_summary_and_the_pod_on_request() {
         err.contains("dry run: target 2 (running 0, pending 0, unacknowledged 0); would create 2: ev-app-exec-1, ev-app-exec-2"),
         "{err}"
     );
-    let out = w.ok(&[
-        "reconcile",
-        "--target",
-        "2",
-        "--dry-run",
-        "--output",
-        "summary",
-    ]);
+    let out = w.ok(&args("reconcile --target 2 --dry-run --output summary"));
     assert!(crate::util::stdout(&out).starts_with("dry run: target 2"));
     let out = w.ok(&["reconcile", "--target", "2", "--dry-run", "--output", "pod"]);
     let pod: Value = serde_json::from_str(&crate::util::stdout(&out)).unwrap();
@@ -620,15 +585,9 @@ fn a_crash_loop_halt_is_posted_on_the_driver() {
     seed_driver(&w);
     let mut halted = false;
     for _ in 0..30 {
-        let out = w.run(&[
-            "--driver-pod",
-            "drv",
-            "--max-failures",
-            "2",
-            "reconcile",
-            "--target",
-            "3",
-        ]);
+        let out = w.run(&args(
+            "--driver-pod drv --max-failures 2 reconcile --target 3",
+        ));
         if out.status.code() == Some(6) {
             halted = true;
             break;

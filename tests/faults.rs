@@ -8,11 +8,7 @@ use std::time::{Duration, Instant};
 const APP: &str = "fault-app";
 
 fn world(faults: &[&str], tweak: impl FnOnce(&mut SimOptions)) -> World {
-    SimWorld::new()
-        .app(APP)
-        .batch_delay("100ms")
-        .token("fault-token")
-        .schedule(Duration::from_millis(20))
+    SimWorld::fast(APP, "fault-token")
         .startup(Duration::from_millis(150))
         .faults(faults)
         .options(tweak)

@@ -2,7 +2,7 @@
 //! simulator (fixtures/recorded) and real ones from public projects (fixtures/external).
 
 use crate::util::root;
-use podalloc::alloc::{step, AllocatorState, DeleteReason, Request, Settings, TargetChange};
+use podalloc::alloc::{step, AllocatorState, DeleteReason, Plan, Request, Settings, TargetChange};
 use podalloc::podspec::PodTemplate;
 use podalloc::snapshot::{ExecutorState, Snapshot};
 use serde_json::Value;
@@ -12,6 +12,26 @@ fn fixture(path: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
+/// One of our recordings (fixtures/recorded) of the app `spark-rec-1`.
+fn recorded(file: &str) -> Snapshot {
+    Snapshot::from_pod_list(&fixture(&format!("recorded/{file}")), "spark-rec-1").unwrap()
+}
+
+/// The step for `spark-rec-1` from `st` to `target` executors, removing none, at time 0.
+fn plan_to(s: &Snapshot, st: &AllocatorState, target: u32) -> Plan {
+    step(
+        s,
+        st,
+        &Settings::new("spark-rec-1"),
+        &Request {
+            target: TargetChange::Set(target),
+            remove: vec![],
+        },
+        0,
+    )
+    .unwrap()
+}
+
 fn states(s: &Snapshot) -> Vec<(u64, ExecutorState)> {
     s.executors.values().map(|p| (p.id, p.state)).collect()
 }
@@ -19,11 +39,7 @@ fn states(s: &Snapshot) -> Vec<(u64, ExecutorState)> {
 #[test]
 fn recorded_running_and_failed() {
     use ExecutorState::*;
-    let s = Snapshot::from_pod_list(
-        &fixture("recorded/sim-running-and-failed.json"),
-        "spark-rec-1",
-    )
-    .unwrap();
+    let s = recorded("sim-running-and-failed.json");
     assert_eq!(
         states(&s),
         vec![
@@ -42,17 +58,7 @@ fn recorded_running_and_failed() {
     // Target 7: the failed pod is deleted; 5 run, so 2 new executors above every id seen.
     let mut st = AllocatorState::new();
     st.last_executor_id = 7;
-    let plan = step(
-        &s,
-        &st,
-        &Settings::new("spark-rec-1"),
-        &Request {
-            target: TargetChange::Set(7),
-            remove: vec![],
-        },
-        0,
-    )
-    .unwrap();
+    let plan = plan_to(&s, &st, 7);
     assert_eq!(plan.delete.len(), 1);
     assert_eq!(plan.delete[0].reason, DeleteReason::Failed);
     assert_eq!(plan.delete[0].pod_name, "spark-rec-1-exec-2");
@@ -68,11 +74,7 @@ fn recorded_running_and_failed() {
 #[test]
 fn recorded_pending_and_terminating() {
     use ExecutorState::*;
-    let s = Snapshot::from_pod_list(
-        &fixture("recorded/sim-pending-and-terminating.json"),
-        "spark-rec-1",
-    )
-    .unwrap();
+    let s = recorded("sim-pending-and-terminating.json");
     assert_eq!(
         states(&s),
         vec![
@@ -89,17 +91,7 @@ fn recorded_pending_and_terminating() {
     );
     assert!(!s.executors[&8].scheduled);
     // Scale down to 5: 4 running + 4 pending = 8 known → 3 excess, newest pending first.
-    let plan = step(
-        &s,
-        &AllocatorState::new(),
-        &Settings::new("spark-rec-1"),
-        &Request {
-            target: TargetChange::Set(5),
-            remove: vec![],
-        },
-        0,
-    )
-    .unwrap();
+    let plan = plan_to(&s, &AllocatorState::new(), 5);
     let mut ids: Vec<u64> = plan.delete.iter().map(|d| d.executor_id).collect();
     ids.sort();
     assert_eq!(ids, vec![9, 10, 11]);

@@ -10,11 +10,7 @@ use std::time::{Duration, Instant};
 const APP: &str = "hostile-app";
 
 fn world(faults: &[&str]) -> World {
-    SimWorld::new()
-        .app(APP)
-        .batch_delay("100ms")
-        .token("hostile-token")
-        .schedule(Duration::from_millis(20))
+    SimWorld::fast(APP, "hostile-token")
         .startup(Duration::from_millis(100))
         .faults(faults)
         .start()

@@ -7,11 +7,10 @@
 //! the kubeconfig's `exec.env`: `TTL` (seconds until `expirationTimestamp`) and `WRONG_FIRST`
 //! (how many runs hand out a token the server rejects).
 
-use crate::util::{stderr, stdout, write, SimWorld, World};
+use crate::util::{args, stderr, stdout, write, SimWorld, World};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 const APP: &str = "a";
 const NAMESPACE: &str = "spark-jobs";
@@ -23,8 +22,7 @@ fn world() -> PluginWorld {
             .image("i")
             .ca_file("kube/ca.crt")
             .token("sim-token-from-the-plugin-4711")
-            .schedule(Duration::from_millis(50))
-            .startup(Duration::from_millis(200))
+            .pod_ms(50, 200)
             .start(),
     )
 }
@@ -213,18 +211,7 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
 
     // Valid for an hour: two ticks, one run.
     let kc = w.kubeconfig(&[("TTL", "3600")], "");
-    let out = w.run_with(
-        &kc,
-        &[
-            "run",
-            "--target",
-            "2",
-            "--interval",
-            "1s",
-            "--timeout",
-            "1500ms",
-        ],
-    );
+    let out = w.run_with(&kc, &args("run --target 2 --interval 1s --timeout 1500ms"));
     assert_ok(&out);
     assert!(stderr(&out).contains("tick 2:"), "{}", stderr(&out));
     assert_eq!(w.runs(), 1);
@@ -232,18 +219,7 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
     // Valid for about 3 s: the second tick, 4 s later, runs the plugin again.
     std::fs::remove_file(w.kube().join("runs")).unwrap();
     let kc = w.kubeconfig(&[("TTL", "3")], "");
-    let out = w.run_with(
-        &kc,
-        &[
-            "run",
-            "--target",
-            "2",
-            "--interval",
-            "4s",
-            "--timeout",
-            "5s",
-        ],
-    );
+    let out = w.run_with(&kc, &args("run --target 2 --interval 4s --timeout 5s"));
     assert_ok(&out);
     w.assert_no_token(&out);
     let log = stderr(&out);

@@ -1,7 +1,7 @@
 //! The driver's lifecycle (`--driver-pod`) and Spark 3.1+'s policy (`--policy spark-3.x`),
 //! end to end: the real binary against the simulated API server.
 
-use crate::util::{code, stderr, SimWorld, World};
+use crate::util::{args, code, stderr, SimWorld, World};
 use serde_json::json;
 use std::time::Duration;
 
@@ -50,21 +50,12 @@ fn no_executors_while_the_driver_is_pending() {
 fn a_finished_driver_takes_its_executors_and_stops_run_with_exit_7() {
     let w = world();
     seed_driver(&w, "Running");
-    w.ok(&[
-        "--driver-pod",
-        "drv",
-        "run",
-        "--target",
-        "3",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    w.ok(&args(
+        "--driver-pod drv run --target 3 --until-converged --timeout 30s",
+    ));
     assert_eq!(w.live().len(), 3);
     set_driver_phase(&w, "Succeeded");
-    let out = w.run(&["--driver-pod", "drv", "run", "--timeout", "30s"]);
-    let err = stderr(&out);
-    assert_eq!(code(&out), 7, "{err}");
+    let err = w.run_exits(&["--driver-pod", "drv", "run", "--timeout", "30s"], 7);
     assert!(err.contains("\"drv\" has finished (Succeeded)"), "{err}");
     w.wait_for("executors gone", |w| w.live().is_empty());
     // A later cron tick repeats nothing harmful: nothing created, the same exit code.
@@ -151,17 +142,7 @@ fn run_ticks_again_when_the_plan_is_due_before_the_interval() {
         .app("requeue")
         .options(|o| o.pod_quota = Some(2))
         .start();
-    let out = w.run(&[
-        "run",
-        "--target",
-        "3",
-        "--interval",
-        "1h",
-        "--timeout",
-        "8s",
-    ]);
-    let err = stderr(&out);
-    assert_eq!(code(&out), 0, "{err}");
+    let err = w.run_exits(&args("run --target 3 --interval 1h --timeout 8s"), 0);
     assert!(err.contains("tick 2:"), "one tick only in 8 s: {err}");
     assert!(
         !err.contains("tick 4:"),
@@ -208,9 +189,7 @@ fn a_driver_that_is_gone_ends_the_app_but_a_missing_one_is_a_usage_error() {
         None,
     );
     assert_eq!(status, 200, "{body}");
-    let out = w.run(&["--driver-pod", "drv", "reconcile"]);
-    let err = stderr(&out);
-    assert_eq!(code(&out), 7, "{err}");
+    let err = w.run_exits(&["--driver-pod", "drv", "reconcile"], 7);
     assert!(err.contains("\"drv\" is gone"), "{err}");
     w.wait_for("executors gone", |w| w.live().is_empty());
 }

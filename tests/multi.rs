@@ -3,7 +3,7 @@
 //! annotation, drivers finishing, deleted, badly annotated), one executor list per namespace
 //! per pass, and the simulator's merge-patch that `kubectl annotate` relies on.
 
-use crate::util::{agent, code, podalloc, stderr, write, SimWorld, World};
+use crate::util::{agent, args, code, exits, podalloc, stderr, write, SimWorld, World};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -111,12 +111,10 @@ fn an_apps_file_runs_every_app_and_reports_the_broken_one() {
          - app-id: ml\n  image: spark:3.5\n  target: 4\n  batch-size: 2\n",
     );
     let file = w.path("apps.yaml");
-    let out = apps_cmd(&w, &["--until-converged", "--timeout", "30s", "--file"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 2, "{err}");
+    let err = exits(
+        apps_cmd(&w, &["--until-converged", "--timeout", "30s", "--file"]).arg(&file),
+        2,
+    );
     assert!(err.contains("app broken: pod template"), "{err}");
     assert!(err.contains("1 app(s) failed; the first, broken"), "{err}");
     let live = live_by_app(&w);
@@ -142,9 +140,8 @@ fn an_apps_file_runs_every_app_and_reports_the_broken_one() {
     }
 }
 
-/// Lines of the simulator's request log after `after` (by seq): lists of pods and their
-/// label selectors.
-fn pod_lists_after(w: &World, after: u64) -> Vec<String> {
+/// The simulator's request log, one JSON object a line.
+fn sim_log(w: &World) -> String {
     let agent = agent(w.sim.ca_pem().unwrap().as_bytes());
     let mut resp = agent
         .get(format!("{}/sim/log", w.sim.url()))
@@ -152,6 +149,13 @@ fn pod_lists_after(w: &World, after: u64) -> Vec<String> {
         .call()
         .unwrap();
     let text = resp.body_mut().read_to_string().unwrap();
+    text
+}
+
+/// Lines of the simulator's request log after `after` (by seq): lists of pods and their
+/// label selectors.
+fn pod_lists_after(w: &World, after: u64) -> Vec<String> {
+    let text = sim_log(w);
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| l["seq"].as_u64().unwrap_or(0) > after && l["verb"] == "list")
@@ -165,13 +169,7 @@ fn pod_lists_after(w: &World, after: u64) -> Vec<String> {
 }
 
 fn last_seq(w: &World) -> u64 {
-    let agent = agent(w.sim.ca_pem().unwrap().as_bytes());
-    let mut resp = agent
-        .get(format!("{}/sim/log", w.sim.url()))
-        .header("Authorization", &format!("Bearer {}", w.token))
-        .call()
-        .unwrap();
-    let text = resp.body_mut().read_to_string().unwrap();
+    let text = sim_log(w);
     (text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok()))
@@ -501,22 +499,13 @@ fn discovery_until_converged_exits_once_every_found_app_converged() {
     seed_driver(&w, 0, "2");
     seed_driver(&w, 1, "3");
     annotate(&w, "drv-1", "podalloc.io/executor-template", "nowhere");
-    let out = apps_cmd(
-        &w,
-        &[
-            "--discover",
-            "spark-role=driver",
-            "--image",
-            "spark:3.5",
-            "--until-converged",
-            "--timeout",
-            "20s",
-        ],
-    )
-    .output()
-    .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 0, "{err}");
+    let err = exits(
+        &mut apps_cmd(
+            &w,
+            &args("--discover spark-role=driver --image spark:3.5 --until-converged --timeout 20s"),
+        ),
+        0,
+    );
     assert!(
         err.contains("driver pod \"drv-1\": no ConfigMap \"nowhere\""),
         "{err}"

@@ -2,7 +2,7 @@
 //! ConfigMap holder record with a heartbeat), a retried ConfigMap write is not a rival, the
 //! state is bound to its cluster, and connection flags override the kubeconfig field by field.
 
-use crate::util::{code, stderr, SimWorld, World};
+use crate::util::{args, code, exits, stderr, SimWorld, World};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -38,15 +38,7 @@ fn second_loop_is_refused(w: &World, store: &[&str], wait_until: impl Fn(&World)
     let pid = format!("pid {}", first.0.id());
     let host = podalloc::state::hostname();
     for args in [
-        &[
-            "run",
-            "--target",
-            "4",
-            "--interval",
-            "200ms",
-            "--timeout",
-            "5s",
-        ][..],
+        &args("run --target 4 --interval 200ms --timeout 5s")[..],
         &["reconcile", "--target", "4"][..],
     ] {
         let out = with(args).output().unwrap();
@@ -88,26 +80,15 @@ fn a_configmap_write_applied_but_answered_504_is_not_a_rival() {
         .no_state_file()
         .faults(&["cm-update:504-after-write@1"])
         .start();
-    let out = w.run(&[
-        "--state-store",
-        "configmap:cm-retry-state",
-        "reconcile",
-        "--target",
-        "3",
-    ]);
+    let reconcile = args("--state-store configmap:cm-retry-state reconcile --target 3");
+    let out = w.run(&reconcile);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("had already been applied"),
         "{}",
         stderr(&out)
     );
-    let out = w.run(&[
-        "--state-store",
-        "configmap:cm-retry-state",
-        "reconcile",
-        "--target",
-        "3",
-    ]);
+    let out = w.run(&reconcile);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(w.sim.stats().creates, 3);
 }
@@ -208,12 +189,10 @@ fn with_closed_stdout(mut c: Command) -> std::process::Output {
 
 #[test]
 fn an_unknown_log_level_is_a_usage_error_naming_the_allowed_values() {
-    let out = crate::util::podalloc()
-        .args(["--log-level", "verbose", "--app-id", "x", "status"])
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 2, "{err}");
+    let err = exits(
+        crate::util::podalloc().args(["--log-level", "verbose", "--app-id", "x", "status"]),
+        2,
+    );
     assert!(err.contains("\"verbose\""), "{err}");
     assert!(
         err.contains("off, error, warn, info, debug, trace"),
@@ -251,12 +230,10 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
 
 #[test]
 fn usage_errors_keep_clap_s_whole_message_and_name_the_source_of_a_bad_value() {
-    let out = crate::util::podalloc()
-        .args(["--app-id", "x", "reconcile", "--targte", "3"])
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 2, "{err}");
+    let err = exits(
+        crate::util::podalloc().args(["--app-id", "x", "reconcile", "--targte", "3"]),
+        2,
+    );
     assert!(
         err.starts_with("podalloc: error: unexpected argument '--targte'"),
         "{err}"
@@ -272,13 +249,12 @@ fn usage_errors_keep_clap_s_whole_message_and_name_the_source_of_a_bad_value() {
         stderr(&out)
     );
     // From the environment.
-    let out = crate::util::podalloc()
-        .env("PODALLOC_BATCH_SIZE", "lots")
-        .args(["--app-id", "x", "status"])
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 2, "{err}");
+    let err = exits(
+        crate::util::podalloc()
+            .env("PODALLOC_BATCH_SIZE", "lots")
+            .args(["--app-id", "x", "status"]),
+        2,
+    );
     assert!(
         err.contains("environment variable PODALLOC_BATCH_SIZE"),
         "{err}"
@@ -287,14 +263,13 @@ fn usage_errors_keep_clap_s_whole_message_and_name_the_source_of_a_bad_value() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("podalloc.yaml");
     std::fs::write(&cfg, "log-level: verbose\n").unwrap();
-    let out = crate::util::podalloc()
-        .arg("--config")
-        .arg(&cfg)
-        .args(["--app-id", "x", "status"])
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 2, "{err}");
+    let err = exits(
+        crate::util::podalloc()
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--app-id", "x", "status"]),
+        2,
+    );
     assert!(
         err.contains(&format!("config file {}, key `log-level`", cfg.display())),
         "{err}"
@@ -330,48 +305,34 @@ fn status_says_why_not_converged_and_lists_the_ids() {
 fn connection_errors_name_the_server_and_the_settings_and_tls_failures_are_permanent() {
     let w = SimWorld::new().app("conn").start();
     // Nothing listens on port 1.
-    let out = w
-        .bare()
-        .args(["--server", "https://127.0.0.1:1", "--token", "t", "status"])
-        .env("HOME", w.path("home"))
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 1, "{err}");
+    let err = exits(
+        w.bare()
+            .args(["--server", "https://127.0.0.1:1", "--token", "t", "status"])
+            .env("HOME", w.path("home")),
+        1,
+    );
     assert!(
         err.contains("API server https://127.0.0.1:1; connection settings from flags"),
         "{err}"
     );
     // The simulator's certificate checked against another CA: exit 4.
     let other = SimWorld::new().start();
-    let out = w
-        .bare()
-        .args(["--server", &w.sim.url(), "--token", &w.token])
-        .arg("--certificate-authority")
-        .arg(&other.ca)
-        .args(["status"])
-        .env("HOME", w.path("home"))
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 4, "{err}");
+    let err = exits(
+        w.bare()
+            .args(["--server", &w.sim.url(), "--token", &w.token])
+            .arg("--certificate-authority")
+            .arg(&other.ca)
+            .args(["status"])
+            .env("HOME", w.path("home")),
+        4,
+    );
     assert!(err.contains(w.sim.url().trim_end_matches('/')), "{err}");
 }
 
 #[test]
 fn run_logs_a_tick_line_only_when_something_changed_and_every_line_names_the_app() {
     let w = SimWorld::new().app("quiet").start();
-    let out = w.run(&[
-        "run",
-        "--target",
-        "2",
-        "--interval",
-        "50ms",
-        "--timeout",
-        "3s",
-    ]);
-    let err = stderr(&out);
-    assert_eq!(code(&out), 0, "{err}");
+    let err = w.run_exits(&args("run --target 2 --interval 50ms --timeout 3s"), 0);
     let ticks = err.lines().filter(|l| l.contains("] tick ")).count();
     // Dozens of ticks; a handful of them changed anything (create, pending, running).
     assert!((2..=6).contains(&ticks), "{ticks} tick lines: {err}");
@@ -382,15 +343,7 @@ fn run_logs_a_tick_line_only_when_something_changed_and_every_line_names_the_app
         assert!(line.contains(" app=quiet ns=default]"), "{line}");
     }
     // A heartbeat brings the unchanged line back.
-    let out = w.run(&[
-        "run",
-        "--interval",
-        "50ms",
-        "--log-every",
-        "200ms",
-        "--timeout",
-        "1s",
-    ]);
+    let out = w.run(&args("run --interval 50ms --log-every 200ms --timeout 1s"));
     let err = stderr(&out);
     let ticks = err.lines().filter(|l| l.contains("] tick ")).count();
     assert!(ticks >= 3, "{ticks} tick lines: {err}");
@@ -399,18 +352,10 @@ fn run_logs_a_tick_line_only_when_something_changed_and_every_line_names_the_app
 #[test]
 fn json_logs_carry_app_namespace_and_counts_as_fields() {
     let w = SimWorld::new().app("fields").start();
-    let out = w.run(&[
-        "--log-format",
-        "json",
-        "run",
-        "--target",
-        "2",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
-    let err = stderr(&out);
-    assert_eq!(code(&out), 0, "{err}");
+    let err = w.run_exits(
+        &args("--log-format json run --target 2 --until-converged --timeout 30s"),
+        0,
+    );
     let lines: Vec<serde_json::Value> = err
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -430,15 +375,7 @@ fn json_logs_carry_app_namespace_and_counts_as_fields() {
 #[test]
 fn repeated_warnings_during_an_outage_are_collapsed() {
     let w = SimWorld::new().app("outage").faults(&["list:503"]).start();
-    let out = w.run(&[
-        "run",
-        "--target",
-        "2",
-        "--interval",
-        "50ms",
-        "--timeout",
-        "4s",
-    ]);
+    let out = w.run(&args("run --target 2 --interval 50ms --timeout 4s"));
     let err = stderr(&out);
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains(" WARN ")).collect();
     let requests = w.sim.stats();
@@ -486,12 +423,10 @@ fn the_image_pod_is_shaped_like_a_spark_executor() {
 #[test]
 fn a_rejected_token_reads_naturally() {
     let w = SimWorld::new().app("auth").start();
-    let out = w
-        .cmd_as("wrong-token-value", &["reconcile", "--target", "1"])
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 1, "{err}");
+    let err = exits(
+        &mut w.cmd_as("wrong-token-value", &["reconcile", "--target", "1"]),
+        1,
+    );
     assert!(
         err.contains(
             "the token from the --token flag was rejected by the API server (401 Unauthorized)"

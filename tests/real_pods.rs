@@ -1,7 +1,7 @@
 //! Real clusters are messier than one container per pod: the real binary against the
 //! simulator's kubelet with sidecars, init containers and images that cannot be pulled.
 
-use crate::util::{stderr, write, SimWorld, World};
+use crate::util::{args, stderr, write, SimWorld, World};
 use podalloc_sim::SimOptions;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -10,16 +10,7 @@ const APP: &str = "real-app";
 const BAD_IMAGE: &str = "registry.example/fetch:does-not-exist";
 
 fn world(tweak: impl FnOnce(&mut SimOptions)) -> World {
-    SimWorld::new()
-        .app(APP)
-        .image("registry.example/spark:3.5.0")
-        .namespace("default")
-        .batch_delay("200ms")
-        .schedule(Duration::from_millis(50))
-        .startup(Duration::from_millis(200))
-        .stop(Duration::from_millis(100))
-        .options(tweak)
-        .start()
+    SimWorld::quick(APP).pod_ms(50, 200).options(tweak).start()
 }
 
 /// Writes the pod template `spec` to `template.json` and returns its path.
@@ -59,14 +50,7 @@ fn an_executor_whose_container_exits_while_a_sidecar_runs_is_replaced() {
     );
     let flags = ["--template", tpl.as_str(), "--max-failures", "10"];
     let run = |extra: &[&str]| w.ok(&[&flags[..], extra].concat());
-    run(&[
-        "run",
-        "--target",
-        "2",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    run(&args("run --target 2 --until-converged --timeout 30s"));
     assert_eq!(w.live(), vec![1, 2]);
 
     let name = format!("{APP}-exec-1");
@@ -154,14 +138,7 @@ fn executor_container_flag_picks_the_container_that_decides() {
         "10",
     ];
     let run = |extra: &[&str]| w.ok(&[&flags[..], extra].concat());
-    run(&[
-        "run",
-        "--target",
-        "1",
-        "--until-converged",
-        "--timeout",
-        "30s",
-    ]);
+    run(&args("run --target 1 --until-converged --timeout 30s"));
     let name = format!("{APP}-exec-1");
     w.sim
         .terminate_container("default", &name, "spark", 137, Some("OOMKilled"))

@@ -15,12 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 const APP: &str = "rel-app";
 
 fn world() -> World {
-    SimWorld::new()
-        .app(APP)
-        .image("registry.example/spark:3.5.0")
+    SimWorld::spark(APP)
         .batch_delay("100ms")
-        .schedule(Duration::from_millis(50))
-        .startup(Duration::from_millis(100))
+        .pod_ms(50, 100)
         .stop(Duration::from_millis(50))
         .start()
 }

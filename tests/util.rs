@@ -44,6 +44,23 @@ pub fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
 
+/// Runs `c` to its end, asserts it exited with `want`, and returns its standard error.
+pub fn exits(c: &mut Command, want: i32) -> String {
+    let out = c.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), want, "{err}");
+    err
+}
+
+/// Splits a command line on white space: `args("run --target 2")` is `["run", "--target",
+/// "2"]` (for arguments without spaces of their own).
+pub fn args(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// The Spark image the end-to-end tests name.
+pub const SPARK_IMAGE: &str = "registry.example/spark:3.5.0";
+
 /// Parses fault rules (`VERB:FAULT[@WHEN]`), panicking on a bad one.
 pub fn rules(r: &[&str]) -> Vec<FaultRule> {
     r.iter().map(|s| FaultRule::parse(s).unwrap()).collect()
@@ -97,6 +114,36 @@ impl SimWorld {
             batch_delay: None,
             state_file: true,
         }
+    }
+
+    /// `app` with [`SPARK_IMAGE`] in `-n default`, `--batch-delay 200ms`, pods scheduled
+    /// after 50 ms, Running 300 ms later, stopping in 100 ms.
+    pub fn quick(app: &str) -> SimWorld {
+        SimWorld::spark(app)
+            .namespace("default")
+            .batch_delay("200ms")
+            .pod_ms(50, 300)
+            .stop(Duration::from_millis(100))
+    }
+
+    /// `app` with [`SPARK_IMAGE`].
+    pub fn spark(app: &str) -> SimWorld {
+        SimWorld::new().app(app).image(SPARK_IMAGE)
+    }
+
+    /// `app` with the token `token`, `--batch-delay 100ms` and pods scheduled after 20 ms.
+    pub fn fast(app: &str, token: &str) -> SimWorld {
+        SimWorld::new()
+            .app(app)
+            .batch_delay("100ms")
+            .token(token)
+            .schedule(Duration::from_millis(20))
+    }
+
+    /// Time from creation to scheduled and from scheduled to Running, in milliseconds.
+    pub fn pod_ms(self, schedule: u64, startup: u64) -> SimWorld {
+        self.schedule(Duration::from_millis(schedule))
+            .startup(Duration::from_millis(startup))
     }
 
     /// Fault rules to inject from the start (see [`rules`]).
@@ -279,6 +326,11 @@ impl World {
     /// Runs [`World::cmd`] to its end.
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
+    }
+
+    /// Runs [`World::cmd`], asserts it exited with `want`, and returns its standard error.
+    pub fn run_exits(&self, args: &[&str], want: i32) -> String {
+        exits(&mut self.cmd(args), want)
     }
 
     /// Runs [`World::cmd`] and asserts it succeeded.

@@ -730,19 +730,9 @@ mod tests {
 
     fn pod(id: u64, state: ExecutorState, waiting: Option<&str>) -> ExecutorPod {
         ExecutorPod {
-            id,
-            name: format!("app-exec-{id}"),
-            uid: format!("uid-{id}"),
-            resource_version: "1".into(),
-            state,
             scheduled: true,
-            detail: None,
-            reason: None,
             waiting: waiting.map(str::to_string),
-            unschedulable: false,
-            deletion_cost: 0,
-            restarts: 0,
-            created_ms: None,
+            ..ExecutorPod::example(id, state)
         }
     }
 

@@ -649,6 +649,17 @@ fn release(s: &Shared, client: &KubeClient, name: &str) {
 
 #[cfg(test)]
 mod tests {
+
+    /// The record and version of an update (the test fails on a create).
+    fn update_of(w: &Write) -> (&LeaseRecord, &String) {
+        match w {
+            Write::Update {
+                record,
+                resource_version,
+            } => (record, resource_version),
+            Write::Create(_) => panic!("a create, not an update: {w:?}"),
+        }
+    }
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
@@ -725,13 +736,7 @@ mod tests {
         e.written(applied(&w, "1"), Duration::ZERO);
         assert!(e.is_leader(S));
         let w = e.observe(Some(applied(&w, "1")), S, 2_000).unwrap();
-        let Write::Update {
-            record,
-            resource_version,
-        } = &w
-        else {
-            panic!()
-        };
+        let (record, resource_version) = update_of(&w);
         assert_eq!(resource_version, "1");
         assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
         assert_eq!(record.renew_time, "1970-01-01T00:00:02.000000Z");
@@ -774,13 +779,7 @@ mod tests {
         let w = b
             .observe(Some(lease("a", "6", "t2", 0)), 16 * S, 0)
             .unwrap();
-        let Write::Update {
-            record,
-            resource_version,
-        } = &w
-        else {
-            panic!()
-        };
+        let (record, resource_version) = update_of(&w);
         assert_eq!(record.holder_identity, "b");
         assert_eq!(record.lease_transitions, 1, "a change of holder is counted");
         assert_eq!(resource_version, "6", "conditional on the version read");
@@ -796,13 +795,7 @@ mod tests {
         let w = a.observe(None, Duration::ZERO, 0).unwrap();
         a.written(applied(&w, "1"), Duration::ZERO);
         let rel = a.release(5_000).unwrap();
-        let Write::Update {
-            record,
-            resource_version,
-        } = &rel
-        else {
-            panic!()
-        };
+        let (record, resource_version) = update_of(&rel);
         assert_eq!(record.holder_identity, "");
         assert_eq!(record.lease_duration_seconds, 1);
         assert_eq!(resource_version, "1");

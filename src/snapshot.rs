@@ -140,6 +140,29 @@ impl ExecutorPod {
     }
 }
 
+#[cfg(test)]
+impl ExecutorPod {
+    /// A pod for tests: executor `id` in `state`, named `app-exec-ID`, scheduled unless
+    /// pending, nothing else set.
+    pub(crate) fn example(id: u64, state: ExecutorState) -> ExecutorPod {
+        ExecutorPod {
+            id,
+            name: format!("app-exec-{id}"),
+            uid: format!("uid-{id}"),
+            resource_version: "1".into(),
+            state,
+            scheduled: state != ExecutorState::Pending,
+            detail: None,
+            reason: None,
+            waiting: None,
+            unschedulable: false,
+            deletion_cost: 0,
+            restarts: 0,
+            created_ms: None,
+        }
+    }
+}
+
 /// Executor id → pod, plus what was skipped. Built from one or more PodList pages.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {

@@ -4,21 +4,7 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 fn pod(id: u64, state: ExecutorState) -> ExecutorPod {
-    ExecutorPod {
-        id,
-        name: format!("app-exec-{id}"),
-        uid: format!("uid-{id}"),
-        resource_version: "1".into(),
-        state,
-        scheduled: state != ExecutorState::Pending,
-        detail: None,
-        reason: None,
-        waiting: None,
-        unschedulable: false,
-        deletion_cost: 0,
-        restarts: 0,
-        created_ms: None,
-    }
+    ExecutorPod::example(id, state)
 }
 
 fn snap(pods: &[(u64, ExecutorState)]) -> Snapshot {

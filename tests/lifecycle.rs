@@ -193,3 +193,25 @@ fn a_driver_that_is_gone_ends_the_app_but_a_missing_one_is_a_usage_error() {
     assert!(err.contains("\"drv\" is gone"), "{err}");
     w.wait_for("executors gone", |w| w.live().is_empty());
 }
+
+/// `status` says what keeps pending pods from running (the waiting reason, naming the image).
+#[test]
+fn status_names_what_keeps_pending_pods_from_running() {
+    let w = SimWorld::new()
+        .app("stuck")
+        .image("registry.example/spark:missing")
+        .options(|o| o.missing_images = vec!["registry.example/spark:missing".into()])
+        .start();
+    w.ok(&["reconcile", "--target", "2"]);
+    w.wait_for("image pull back-off", |w| {
+        w.pods("default").iter().all(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
+        }) && w.pods("default").len() == 2
+    });
+    let out = w.ok(&["status"]);
+    let text = crate::util::stdout(&out);
+    assert!(
+        text.contains("2 pending: ImagePullBackOff (image registry.example/spark:missing) ×2"),
+        "{text}"
+    );
+}

@@ -119,7 +119,11 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         now_ms(),
     );
     let (converged, blocked, why) = match &plan {
-        Ok(plan) => (plan.summary.converged, plan.blocked.clone(), reasons(plan)),
+        Ok(plan) => (
+            plan.summary.converged,
+            plan.blocked.clone(),
+            reasons(plan, &snap),
+        ),
         Err(e) => (false, None, vec![e.to_string()]),
     };
     let c = StatusCounts {
@@ -151,14 +155,16 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
 
 /// Why the plan says the app is not converged: the blocked reason, then what the next tick
 /// would do and what it waits for. Empty when converged.
-fn reasons(plan: &alloc::Plan) -> Vec<String> {
+fn reasons(plan: &alloc::Plan, snap: &crate::snapshot::Snapshot) -> Vec<String> {
     let s = &plan.summary;
     if s.converged {
         return Vec::new();
     }
     let mut why = Vec::new();
-    if let Some(b) = &plan.blocked {
-        why.push(format!("creation is blocked: {b}"));
+    match &plan.blocked {
+        // The halt below says it with the reason.
+        Some(alloc::Blocked::CrashLoop) | None => {}
+        Some(b) => why.push(format!("creation is blocked: {b}")),
     }
     if let Some(h) = &plan.halt {
         why.push(format!("the crash-loop guard halted creation: {h}"));
@@ -169,7 +175,7 @@ fn reasons(plan: &alloc::Plan) -> Vec<String> {
         why.push(format!("running {} above target {}", s.running, s.target));
     }
     if s.pending > 0 {
-        why.push(format!("{} pending", s.pending));
+        why.push(format!("{} pending{}", s.pending, pending_why(snap)));
     }
     if s.unacknowledged > 0 {
         why.push(format!("{} created but not yet seen", s.unacknowledged));
@@ -218,4 +224,27 @@ fn text(c: &StatusCounts) -> String {
         out.push_str(&c.not_converged_because.join("; "));
     }
     out
+}
+
+/// What keeps the pending pods from running, as the snapshot shows it: their waiting reasons
+/// (with the image, e.g. `ImagePullBackOff (image X)`) and Unschedulable, with counts; empty
+/// when they are simply starting.
+fn pending_why(snap: &crate::snapshot::Snapshot) -> String {
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for p in snap.executors.values() {
+        if p.state != ExecutorState::Pending {
+            continue;
+        }
+        let why = match (&p.waiting, p.unschedulable) {
+            (Some(w), _) => w.clone(),
+            (None, true) => "Unschedulable".to_string(),
+            (None, false) => continue,
+        };
+        *by.entry(why).or_insert(0) += 1;
+    }
+    if by.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by.iter().map(|(w, n)| format!("{w} ×{n}")).collect();
+    format!(": {}", parts.join(", "))
 }

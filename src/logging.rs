@@ -116,16 +116,20 @@ pub fn finish() {
 pub fn print_error(format: LogFormat, e: &Error) {
     match format {
         LogFormat::Text => eprintln!("podalloc: error: {e}"),
-        LogFormat::Json => eprintln!(
-            "{}",
-            serde_json::json!({
+        LogFormat::Json => {
+            let mut line = serde_json::json!({
                 "ts": now_rfc3339(),
                 "level": "ERROR",
                 "module": "podalloc",
                 "msg": e.to_string(),
                 "exit_code": e.code as i32,
-            })
-        ),
+            });
+            if let Some((app, ns)) = podalloc::commands::log_context() {
+                line["app"] = app.as_str().into();
+                line["namespace"] = ns.as_str().into();
+            }
+            eprintln!("{line}")
+        }
     }
 }
 

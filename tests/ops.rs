@@ -370,6 +370,14 @@ fn json_logs_carry_app_namespace_and_counts_as_fields() {
         assert!(!t["msg"].as_str().unwrap().contains("running="), "{t}");
     }
     assert_eq!(ticks.last().unwrap()["running"], 2);
+    // The final error line of a failing command carries them too.
+    let err = w.run_exits(&args("--log-format json run --target 3 --timeout 1ms"), 5);
+    let last: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(last["exit_code"], 5, "{last}");
+    assert_eq!(
+        (&last["app"], &last["namespace"]),
+        (&"fields".into(), &"default".into())
+    );
 }
 
 #[test]

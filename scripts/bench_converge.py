@@ -56,7 +56,7 @@ LATENCY = 5.0  # s, the start-up latency of both scenarios
 JITTER = {"fixed": 0.0, "jitter": 0.5}
 TICK = 1.0  # s, podalloc's default batch delay
 
-TICK_RE = re.compile(r"^\[(\S+) +INFO +\S+\] tick (\d+): target=(\d+) running=(\d+) "
+TICK_RE = re.compile(r"^\[(\S+) +INFO +[^\]]*\] tick (\d+): target=(\d+) running=(\d+) "
                      r"pending=(\d+) unacknowledged=(\d+) created=(\d+) deleted=(\d+)")
 
 
@@ -131,7 +131,9 @@ def one_run(a, work, scenario, policy, t_start_barrier):
 def extrapolate(a, ticks, stats, t0):
     """The seed policy's time to `target` and requests, from its steady rate in the second
     half of the window (after the unschedulable period): it makes a batch of 5 every
-    start-up latency + a tick, so its rate is constant while nothing else changes."""
+    start-up latency + a tick, so its rate is constant while nothing else changes. Requests:
+    list pages, creates, deletes of failed pods, and the other requests per create (Events,
+    state) at the window's rate."""
     t_end = ticks[-1]["t"] - t0
     run_end = ticks[-1]["running"]
     mid_t = max(t_end / 2, a.hold_until + LATENCY + 10)
@@ -153,13 +155,18 @@ def extrapolate(a, ticks, stats, t0):
     pages *= n_ticks / steps
     fails = remaining * a.failure_rate / (1 - a.failure_rate)
     creates_more = remaining + fails
+    # Requests besides lists, creates and deletes (the Events podalloc records, its state
+    # ConfigMap), per create, as measured in the window.
+    other = stats["requests"] - stats["lists"] - stats["creates"] - stats["deletes"]
+    per_create = max(0, other) / max(1, stats["creates"])
     return {
         "extrapolated": True,
         "window": t_end,
         "rate_per_s": rate,
         "time": t_end + t_more,
         "requests_measured": stats["requests"],
-        "requests": int(round(stats["requests"] + pages + creates_more + fails)),
+        "requests": int(round(stats["requests"] + pages + creates_more * (1 + per_create)
+                              + fails)),
         "ticks_est": int(round(ticks[-1]["tick"] + n_ticks)),
     }
 

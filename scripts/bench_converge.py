@@ -2,41 +2,38 @@
 """Benchmark 2, convergence: `podalloc run --target N --until-converged` from 0 executors
 on a fresh `podalloc sim` per run, for each allocation policy, in two scenarios:
 
-- fixed:  every pod starts 5 s after it is scheduled (the simulator's start-up latency),
-          2 % of them fail instead of starting (the simulator's failure rate);
-- jitter: start-up uniform in [2.5 s, 7.5 s] (mean 5 s), 2 % failures.
+- fixed:  every pod starts 5 s after it is scheduled (`--startup-latency 5s`), 2 % of them
+          fail instead of starting (`--failure-rate 0.02`);
+- jitter: start-up uniform in [2.5 s, 7.5 s] (`--startup-jitter 0.5`), 2 % failures.
 
-In both, 10 % of the pods created during the first 30 s of the run cannot be scheduled
-until t = 30 s, when "a node is added", and then start 5 s later (t = 35 s).
+In both, 10 % of the pods reaching the scheduler during the first 30 s are held Pending
+with `PodScheduled=False`, reason `Unschedulable` ("0/3 nodes are available: 3
+Insufficient cpu.") until t = 30 s, when "a node is added", and then start after their
+start-up latency (`--unschedulable-fraction 0.1 --unschedulable-until 30s`). All of it is
+the simulator's own kubelet and scheduler, deterministic from `--seed`; the 30 s count from
+the simulator's start, a moment before `podalloc run` starts (the offset is recorded).
 
-The simulator has no per-pod start-up jitter and no "some pods unschedulable" mode, so a
-helper thread per simulator plays that part of the kubelet/scheduler through the
-simulator's side door, which the API request counts do not include: it polls
-`GET /sim/stats` for newly created executor ids every 50 ms and pins pods with
-`POST /sim/pods/{ns}/{name}/phase` (Pending to hold one, Running or Failed to start or fail
-it). A held pod is Pending without a node, but shows no `PodScheduled=False/Unschedulable`
-condition (the simulator sets that only with zero nodes), so the adaptive policy sees
-it as "not yet scheduled", not as "unschedulable".
+Each run also gets its physical floor: the moment the last pod could be Running and seen,
+that is the release of the unschedulable pods (relative to the start of `podalloc run`)
+plus the longest start-up latency plus one tick (1 s).
 
 All runs of a benchmark go concurrently (each policy against its own simulator): a run is
 mostly asleep between 1 s ticks, and this keeps the whole benchmark within minutes. The
-seed policy (batches of 5, nothing new while anything is pending) needs about 20 minutes
-for 1,000 executors, so it runs for a fixed window and its time and request count are
-extrapolated from its steady rate after the unschedulable period (stated as such).
+seed policy (Spark 3.0's: batches of 5, nothing new while anything is pending) needs about
+20 minutes for 1,000 executors, so it runs for a fixed window and its time and request
+count are extrapolated from its steady rate after the unschedulable period (stated as such).
 """
 
 import argparse
 import json
 import math
 import os
-import random
 import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zlib
 from datetime import datetime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -50,66 +47,17 @@ POLICIES = {
     "max-pending": ["--max-pending", "200"],
     "adaptive": ["--batch-size", "auto"],
     "adaptive+max-pending": ["--batch-size", "auto", "--max-pending", "200"],
+    "slow-start": ["--batch-size", "slow-start"],
+    "slow-start+max-pending": ["--batch-size", "slow-start", "--max-batch", "200",
+                               "--max-pending", "200"],
 }
 
-TICK_RE = re.compile(r"^\[(\S+) +INFO +\S+\] tick (\d+): target=(\d+) running=(\d+) "
+LATENCY = 5.0  # s, the start-up latency of both scenarios
+JITTER = {"fixed": 0.0, "jitter": 0.5}
+TICK = 1.0  # s, podalloc's default batch delay
+
+TICK_RE = re.compile(r"^\[(\S+) +INFO +[^\]]*\] tick (\d+): target=(\d+) running=(\d+) "
                      r"pending=(\d+) unacknowledged=(\d+) created=(\d+) deleted=(\d+)")
-
-
-class Helper(threading.Thread):
-    """The emulated part of the scheduler/kubelet (see the module doc)."""
-
-    def __init__(self, sim, t0, jitter, hold_until, release_at, unsched_frac, fail_rate,
-                 seed):
-        super().__init__(daemon=True)
-        self.sim, self.t0, self.jitter = sim, t0, jitter
-        self.hold_until, self.release_at = hold_until, release_at
-        self.unsched_frac, self.fail_rate = unsched_frac, fail_rate
-        self.rng = random.Random(seed)
-        self.stop_flag = threading.Event()
-        self.seen = 0
-        self.due = []  # (t, name, body)
-        self.held = 0
-        self.samples = []  # (t, requests)
-        self.errors = 0
-
-    def post_phase(self, conn, name, body):
-        st, _ = self.sim.request("POST", f"/sim/pods/{NS}/{name}/phase",
-                                 json.dumps(body).encode(), conn=conn)
-        if st not in (200, 404):  # 404: podalloc deleted it meanwhile
-            self.errors += 1
-
-    def run(self):
-        conn = self.sim.conn()
-        while not self.stop_flag.is_set():
-            now = time.time() - self.t0
-            st, body = self.sim.request("GET", "/sim/stats", conn=conn)
-            if st == 200:
-                s = json.loads(body)
-                self.samples.append((now, s["requests"]))
-                ids = s["executor_ids_created"].get(APP, [])
-                for i in ids[self.seen:]:
-                    name = f"{APP}-exec-{i}"
-                    r = random.Random(i * 7919 + 17)
-                    if now < self.hold_until and r.random() < self.unsched_frac:
-                        self.held += 1
-                        self.post_phase(conn, name, {"phase": "Pending"})
-                        self.due.append((self.release_at, name, {"phase": "Running"}))
-                    elif self.jitter:
-                        d = self.rng.uniform(2.5, 7.5)
-                        body = ({"phase": "Failed", "exitCode": 1, "reason": "Error"}
-                                if self.rng.random() < self.fail_rate else {"phase": "Running"})
-                        self.due.append((now + d, name, body))
-                self.seen = len(ids)
-            keep = []
-            for t, name, body in self.due:
-                if t <= now:
-                    self.post_phase(conn, name, body)
-                else:
-                    keep.append((t, name, body))
-            self.due = keep
-            self.stop_flag.wait(0.05)
-        conn.close()
 
 
 def parse_ticks(log_path):
@@ -130,15 +78,15 @@ def parse_ticks(log_path):
 def one_run(a, work, scenario, policy, t_start_barrier):
     name = f"{scenario}-{policy}"
     d = os.path.join(work, name)
-    sim_args = ["--seed", "7"]
-    if scenario == "fixed":
-        sim_args += ["--startup-latency", "5s", "--failure-rate", str(a.failure_rate)]
-    else:
-        # Upper end of the jitter: the helper starts (or fails) each pod before this.
-        sim_args += ["--startup-latency", "7500ms", "--failure-rate", "0"]
+    sim_args = ["--seed", "7", "--startup-latency", f"{LATENCY:g}s",
+                "--startup-jitter", str(JITTER[scenario]),
+                "--failure-rate", str(a.failure_rate),
+                "--unschedulable-fraction", str(a.unschedulable),
+                "--unschedulable-until", f"{a.hold_until:g}s"]
+    t_start_barrier.wait()
+    t_launch = time.time()
     sim = bench_sim.Sim(a.podalloc, os.path.join(d, "sim"), sim_args)
     try:
-        t_start_barrier.wait()
         cmd = [a.podalloc, "--kubeconfig", sim.kubeconfig, "--app-id", APP,
                "--image", "busybox", "--state-file", os.path.join(d, "state.json"),
                "--log-level", "info", *POLICIES[policy],
@@ -149,17 +97,17 @@ def one_run(a, work, scenario, policy, t_start_barrier):
             cmd += ["--timeout", f"{a.max_time}s"]
         log_path = os.path.join(d, "podalloc.log")
         t0 = time.time()
-        helper = Helper(sim, t0, scenario == "jitter", a.hold_until, a.release_at,
-                        a.unschedulable, a.failure_rate, seed=zlib.crc32(name.encode()))
-        helper.start()
         with open(log_path, "wb") as log:
             r = bench_sim.measure(cmd, stderr=log, timeout=a.max_time + 60)
-        helper.stop_flag.set()
-        helper.join()
         stats = sim.stats()
     finally:
         sim.stop()
     ticks = parse_ticks(log_path)
+    # The simulator's clock starts between t_launch and t0: the release is at most this
+    # much earlier than hold_until after the start of `podalloc run`.
+    sim_offset = t0 - t_launch
+    release = max(0.0, a.hold_until - sim_offset) if a.unschedulable > 0 else 0.2
+    floor = release + LATENCY * (1 + JITTER[scenario]) + TICK
     out = {
         "scenario": scenario, "policy": policy, "args": POLICIES[policy], "rc": r["rc"],
         "wall": r["wall"], "cpu": r["cpu"], "rss_mib": r["rss_mib"],
@@ -168,24 +116,27 @@ def one_run(a, work, scenario, policy, t_start_barrier):
         "max_live": stats["max_live_pods_by_app"].get(APP, 0),
         "overshoot": max(0, stats["max_live_pods_by_app"].get(APP, 0) - a.target),
         "peak_pending": max((t["pending"] + t["unack"] for t in ticks), default=0),
-        "held": helper.held, "helper_errors": helper.errors,
+        "sim_offset": sim_offset, "floor": floor,
         "converged": r["rc"] == 0, "extrapolated": False,
         "running_end": ticks[-1]["running"] if ticks else 0,
         "log": log_path,
     }
     out["time"] = r["wall"]
     if policy == "seed" and r["rc"] != 0 and ticks:
-        out.update(extrapolate(a, ticks, helper.samples, stats, t0))
+        out.update(extrapolate(a, ticks, stats, t0))
+    out["x_floor"] = out["time"] / floor
     return out
 
 
-def extrapolate(a, ticks, samples, stats, t0):
+def extrapolate(a, ticks, stats, t0):
     """The seed policy's time to `target` and requests, from its steady rate in the second
     half of the window (after the unschedulable period): it makes a batch of 5 every
-    start-up latency + a tick, so its rate is constant while nothing else changes."""
+    start-up latency + a tick, so its rate is constant while nothing else changes. Requests:
+    list pages, creates, deletes of failed pods, and the other requests per create (Events,
+    state) at the window's rate."""
     t_end = ticks[-1]["t"] - t0
     run_end = ticks[-1]["running"]
-    mid_t = max(t_end / 2, a.release_at + 10)
+    mid_t = max(t_end / 2, a.hold_until + LATENCY + 10)
     mid = next((t for t in ticks if t["t"] - t0 >= mid_t), ticks[0])
     dt = (ticks[-1]["t"] - mid["t"])
     rate = (run_end - mid["running"]) / dt if dt > 0 else 0.0
@@ -204,13 +155,18 @@ def extrapolate(a, ticks, samples, stats, t0):
     pages *= n_ticks / steps
     fails = remaining * a.failure_rate / (1 - a.failure_rate)
     creates_more = remaining + fails
+    # Requests besides lists, creates and deletes (the Events podalloc records, its state
+    # ConfigMap), per create, as measured in the window.
+    other = stats["requests"] - stats["lists"] - stats["creates"] - stats["deletes"]
+    per_create = max(0, other) / max(1, stats["creates"])
     return {
         "extrapolated": True,
         "window": t_end,
         "rate_per_s": rate,
         "time": t_end + t_more,
         "requests_measured": stats["requests"],
-        "requests": int(round(stats["requests"] + pages + creates_more + fails)),
+        "requests": int(round(stats["requests"] + pages + creates_more * (1 + per_create)
+                              + fails)),
         "ticks_est": int(round(ticks[-1]["tick"] + n_ticks)),
     }
 
@@ -229,9 +185,8 @@ def main():
                     help="--timeout for the other policies")
     ap.add_argument("--unschedulable", type=float, default=0.10)
     ap.add_argument("--hold-until", type=float, default=30.0,
-                    help="pods created before this (s) may be unschedulable")
-    ap.add_argument("--release-at", type=float, default=35.0,
-                    help="when held pods start (node added at --hold-until, + start-up)")
+                    help="pods reaching the scheduler before this (s) may be unschedulable "
+                         "until then")
     ap.add_argument("--failure-rate", type=float, default=0.02)
     a = ap.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="podalloc-bench-converge-")
@@ -258,16 +213,19 @@ def main():
         sys.exit("bench_converge: " + "; ".join(errors))
     res = {"target": a.target, "seed_window": a.seed_window,
            "unschedulable": a.unschedulable, "hold_until": a.hold_until,
-           "release_at": a.release_at, "failure_rate": a.failure_rate,
+           "release_at": a.hold_until + LATENCY, "failure_rate": a.failure_rate,
            "policies": POLICIES, "runs": results}
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
+    seed_req = {r["scenario"]: r["requests"] for r in results if r["policy"] == "seed"}
     for r in results:
-        print(f"[converge] {r['scenario']:6} {r['policy']:21} time {r['time']:7.1f}s"
-              f"{' (extrapolated)' if r['extrapolated'] else ''} requests {r['requests']:5} "
-              f"peak pending {r['peak_pending']:4} overshoot {r['overshoot']} "
-              f"held {r['held']} rc {r['rc']}", file=sys.stderr)
-
+        ok = (r["x_floor"] <= 1.3 and r["overshoot"] == 0 and r["converged"]
+              and r["requests"] <= seed_req.get(r["scenario"], float("inf")))
+        print(f"[converge] {r['scenario']:6} {r['policy']:22} time {r['time']:7.1f}s"
+              f"{' (extrapolated)' if r['extrapolated'] else ''} floor {r['floor']:5.1f}s "
+              f"({r['x_floor']:5.2f}x) requests {r['requests']:5} "
+              f"peak pending {r['peak_pending']:4} overshoot {r['overshoot']} rc {r['rc']}"
+              f" target {'met' if ok else 'not met'}", file=sys.stderr)
 
 if __name__ == "__main__":
     main()

@@ -218,7 +218,7 @@ def converge_section(cv):
         ticks = f"≈ {r.get('ticks_est', r['ticks'])}" if r["extrapolated"] else r["ticks"]
         out.append(f"| {r['scenario']} | {r['policy']} | `{flags}` | {t_txt} | {sp_txt} "
                    f"| {req_txt} | {rq_txt} | {ticks} | {r['peak_pending']} | {r['overshoot']} "
-                   f"| {r['held']} |")
+                   f"| {r.get('held', '—')} |")
     out.append("")
     out.append("| target | policy | fixed | jitter | verdict |")
     out.append("|---|---|---|---|:--:|")

@@ -36,6 +36,19 @@ pub struct SimArgs {
     /// Time from scheduled to Running.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub startup_latency: Duration,
+    /// Spread (0–1) of the start-up latency: each pod's is uniform in
+    /// [latency × (1 − J), latency × (1 + J)], deterministic from --seed.
+    #[arg(long, default_value_t = 0.0, value_name = "J", value_parser = parse_unit)]
+    pub startup_jitter: f64,
+    /// Share (0–1) of the pods reaching the scheduler before --unschedulable-until that
+    /// stay Pending, PodScheduled=False/Unschedulable ("0/N nodes are available: N
+    /// Insufficient cpu."), until then; deterministic from --seed.
+    #[arg(long, default_value_t = 0.0, value_name = "P", value_parser = parse_unit)]
+    pub unschedulable_fraction: f64,
+    /// Time after the simulator's start when the unschedulable pods are scheduled (a node
+    /// is added).
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub unschedulable_until: Duration,
     /// Probability (0–1) that a starting pod fails instead.
     #[arg(long, default_value_t = 0.0, value_name = "P")]
     pub failure_rate: f64,
@@ -104,8 +117,19 @@ impl SimArgs {
             latency: self.latency,
             namespaces: Some(self.namespaces.clone()),
             missing_images: self.missing_images.clone(),
+            startup_jitter: self.startup_jitter,
+            unschedulable_fraction: self.unschedulable_fraction,
+            unschedulable_until: self.unschedulable_until,
             ..SimOptions::default()
         }
+    }
+}
+
+/// Parses a number in [0, 1].
+fn parse_unit(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number between 0 and 1")),
     }
 }
 

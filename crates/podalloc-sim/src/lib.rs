@@ -172,6 +172,20 @@ pub struct SimOptions {
     /// every valid namespace name exists. `podalloc sim` passes `default,kube-system`
     /// unless told otherwise (`--namespaces`).
     pub namespaces: Option<Vec<String>>,
+    /// Spread of the start-up latency: each pod starts `startup_latency × (1 + j × u)`
+    /// after it is scheduled, `u` uniform in `[-1, 1]` and drawn from `seed` and the pod's
+    /// creation number (deterministic). In `[0, 1]`; default 0 (every pod takes exactly
+    /// `startup_latency`).
+    pub startup_jitter: f64,
+    /// Probability in `[0, 1]` that a pod reaching the scheduler before
+    /// `unschedulable_until` (measured from the server's start) finds no room: it stays
+    /// Pending with `PodScheduled=False`, reason `Unschedulable`, message `0/N nodes are
+    /// available: N Insufficient cpu.`, until then ("a node is added"), when it is
+    /// scheduled and starts after the start-up latency. Drawn from `seed` and the pod's
+    /// creation number. Default 0.
+    pub unschedulable_fraction: f64,
+    /// See `unschedulable_fraction`; default zero.
+    pub unschedulable_until: Duration,
 }
 
 impl Default for SimOptions {
@@ -198,6 +212,9 @@ impl Default for SimOptions {
             latency: Duration::ZERO,
             missing_images: Vec::new(),
             users: Vec::new(),
+            startup_jitter: 0.0,
+            unschedulable_fraction: 0.0,
+            unschedulable_until: Duration::ZERO,
             namespaces: None,
         }
     }
@@ -480,6 +497,9 @@ fn new_store(opts: &SimOptions) -> Store {
         max_page: opts.max_page,
         continue_ttl: opts.continue_ttl,
         pod_quota: opts.pod_quota,
+        startup_jitter: opts.startup_jitter,
+        unschedulable_fraction: opts.unschedulable_fraction,
+        unschedulable_until: opts.unschedulable_until,
     };
     let mut store = Store::new(cfg, util::WallClock::new());
     store.set_missing_images(opts.missing_images.clone());

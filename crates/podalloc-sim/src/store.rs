@@ -26,6 +26,10 @@ const REMOVAL_DELAY: Duration = Duration::from_millis(100);
 /// Most list snapshots kept for continue tokens; the oldest go first (their tokens then
 /// get 410 Expired, as after an etcd compaction).
 const MAX_SNAPSHOTS: usize = 64;
+/// Mixed into the seed for the start-up jitter and the unschedulable draws, so that they
+/// are independent of the failure draws.
+const JITTER_STREAM: u64 = 0x6A09_E667_F3BC_C908;
+const HOLD_STREAM: u64 = 0xBB67_AE85_84CA_A73B;
 
 /// The knobs of the simulation (see `SimOptions` for their meaning).
 #[derive(Clone, Debug)]
@@ -40,6 +44,12 @@ pub(crate) struct StoreConfig {
     pub continue_ttl: Duration,
     /// The `pods` hard limit of the `sim-quota` ResourceQuota in every namespace.
     pub pod_quota: Option<u64>,
+    /// Spread of the start-up latency, in `[0, 1]`.
+    pub startup_jitter: f64,
+    /// Share of the pods reaching the scheduler before `unschedulable_until` (after the
+    /// clock's start) held Unschedulable until then.
+    pub unschedulable_fraction: f64,
+    pub unschedulable_until: Duration,
 }
 
 /// One stored version of a pod: its JSON (without `kind`/`apiVersion`, like items of a
@@ -478,7 +488,8 @@ impl Store {
 
     fn on_schedule(&mut self, key: &str, due: Instant) {
         let Some(e) = self.pods.get(key) else { return };
-        if e.stage != Stage::Unscheduled || e.pinned || e.deletion.is_some() {
+        let retry = e.stage == Stage::Unschedulable && self.cfg.nodes > 0;
+        if (e.stage != Stage::Unscheduled && !retry) || e.pinned || e.deletion.is_some() {
             return;
         }
         let preset = e.pod.fields.node_name.clone();
@@ -492,6 +503,20 @@ impl Store {
                 pod::mark_unschedulable(v, &t, msg);
                 e.stage = Stage::Unschedulable;
             });
+            return;
+        } else if let Some(until) = self.held_until(seq, due).filter(|_| !retry) {
+            let n = self.cfg.nodes;
+            let msg = format!("0/{n} nodes are available: {n} Insufficient cpu.");
+            self.rewrite(key, |v, e| {
+                pod::mark_unschedulable(v, &t, &msg);
+                e.stage = Stage::Unschedulable;
+            });
+            let uid = self
+                .pods
+                .get(key)
+                .map(|e| e.uid.clone())
+                .unwrap_or_default();
+            self.push(until, EvKind::Schedule, key, &uid);
             return;
         } else {
             node_name((seq as usize - 1) % self.cfg.nodes)
@@ -507,7 +532,26 @@ impl Store {
             .get(key)
             .map(|e| e.uid.clone())
             .unwrap_or_default();
-        self.push(due + self.cfg.startup_latency, EvKind::Start, key, &uid);
+        self.push(due + self.startup_latency(seq), EvKind::Start, key, &uid);
+    }
+
+    /// When the pod with creation number `seq`, reaching the scheduler at `due`, can be
+    /// scheduled if it is one of the pods held Unschedulable (`None`: it is not).
+    fn held_until(&self, seq: u64, due: Instant) -> Option<Instant> {
+        let until = self.clock.start() + self.cfg.unschedulable_until;
+        let frac = self.cfg.unschedulable_fraction;
+        let held = frac > 0.0 && due < until && unit_draw(self.cfg.seed ^ HOLD_STREAM, seq) < frac;
+        held.then_some(until)
+    }
+
+    /// The start-up latency of the pod with creation number `seq` (with the jitter).
+    fn startup_latency(&self, seq: u64) -> Duration {
+        let j = self.cfg.startup_jitter.clamp(0.0, 1.0);
+        if j == 0.0 {
+            return self.cfg.startup_latency;
+        }
+        let u = 2.0 * unit_draw(self.cfg.seed ^ JITTER_STREAM, seq) - 1.0;
+        self.cfg.startup_latency.mul_f64(1.0 + j * u)
     }
 
     fn on_start(&mut self, key: &str, due: Instant) {
@@ -1679,6 +1723,9 @@ mod tests {
             max_page: None,
             continue_ttl: Duration::from_secs(300),
             pod_quota: None,
+            startup_jitter: 0.0,
+            unschedulable_fraction: 0.0,
+            unschedulable_until: Duration::ZERO,
         }
     }
 
@@ -2003,6 +2050,93 @@ mod tests {
         assert_eq!(p["status"]["phase"], "Pending");
         assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
         assert!(p["spec"].get("nodeName").is_none());
+    }
+
+    #[test]
+    fn startup_jitter_spreads_start_up_deterministically() {
+        let store = |seed, j| {
+            let c = StoreConfig {
+                seed,
+                startup_jitter: j,
+                ..cfg()
+            };
+            Store::new(c, WallClock::new())
+        };
+        let lat = |s: &Store| (1..=200).map(|n| s.startup_latency(n)).collect::<Vec<_>>();
+        let a = lat(&store(7, 0.5));
+        assert_eq!(a, lat(&store(7, 0.5)));
+        assert_ne!(a, lat(&store(8, 0.5)));
+        assert!(
+            a.iter().all(|d| (500 * MS..=1500 * MS).contains(d)),
+            "{a:?}"
+        );
+        let (lo, hi) = (a.iter().min().unwrap(), a.iter().max().unwrap());
+        assert!(*lo < 600 * MS && *hi > 1400 * MS, "{lo:?} {hi:?}");
+        let mean = a.iter().sum::<Duration>() / 200;
+        assert!(mean > 930 * MS && mean < 1070 * MS, "{mean:?}");
+        assert!(lat(&store(7, 0.0)).iter().all(|d| *d == 1000 * MS));
+        // The kubelet uses it: a pod is Running exactly its own latency after scheduling.
+        let mut s = store(7, 0.5);
+        let t0 = Instant::now();
+        create(&mut s, "p", "Never", t0);
+        let d = s.startup_latency(1);
+        let at = |s: &mut Store, t| view(s, "p", t).unwrap()["status"]["phase"].clone();
+        assert_eq!(at(&mut s, t0 + 200 * MS + d - MS), "Pending");
+        assert_eq!(at(&mut s, t0 + 200 * MS + d), "Running");
+    }
+
+    #[test]
+    fn a_share_of_early_pods_is_unschedulable_until_a_node_is_added() {
+        let clock = WallClock::new();
+        let c = StoreConfig {
+            unschedulable_fraction: 0.3,
+            unschedulable_until: Duration::from_secs(10),
+            ..cfg()
+        };
+        let mut s = Store::new(c, clock);
+        let t0 = clock.start();
+        for i in 0..60 {
+            create(&mut s, &format!("p{i}"), "Never", t0);
+        }
+        let mut held = Vec::new();
+        for i in 0..60 {
+            let p = view(&mut s, &format!("p{i}"), t0 + Duration::from_secs(5)).unwrap();
+            if p["status"]["phase"] == "Pending" {
+                let c = &p["status"]["conditions"][0];
+                assert_eq!(
+                    (&c["type"], &c["status"]),
+                    (&json!("PodScheduled"), &json!("False"))
+                );
+                assert_eq!(c["reason"], "Unschedulable");
+                assert_eq!(c["message"], "0/3 nodes are available: 3 Insufficient cpu.");
+                assert!(p["spec"].get("nodeName").is_none());
+                held.push(i);
+            } else {
+                assert_eq!(p["status"]["phase"], "Running");
+            }
+        }
+        assert!((8..=30).contains(&held.len()), "{held:?}");
+        let release = t0 + Duration::from_secs(10);
+        for &i in &held {
+            let p = view(&mut s, &format!("p{i}"), release).unwrap();
+            assert_eq!(p["status"]["phase"], "Pending");
+            assert!(
+                p["spec"]["nodeName"].is_string(),
+                "scheduled at the release"
+            );
+        }
+        for &i in &held {
+            let p = view(&mut s, &format!("p{i}"), release + 1000 * MS).unwrap();
+            assert_eq!(p["status"]["phase"], "Running");
+        }
+        // Pods reaching the scheduler after the release are never held.
+        for i in 0..30 {
+            create(&mut s, &format!("q{i}"), "Never", release);
+        }
+        for i in 0..30 {
+            let p = view(&mut s, &format!("q{i}"), release + 1200 * MS).unwrap();
+            assert_eq!(p["status"]["phase"], "Running");
+        }
     }
 
     #[test]

@@ -109,6 +109,11 @@ impl WallClock {
         }
     }
 
+    /// The instant the clock was made (the server's start).
+    pub(crate) fn start(&self) -> Instant {
+        self.base_instant
+    }
+
     /// The wall-clock time of `at`.
     pub(crate) fn system(&self, at: Instant) -> SystemTime {
         if at >= self.base_instant {

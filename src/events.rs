@@ -352,6 +352,7 @@ fn delete_words(r: DeleteReason) -> &'static str {
         DeleteReason::Removed => "removed on request",
         DeleteReason::Stuck => "stuck: not started within the start-up grace",
         DeleteReason::DriverEnded => "the driver pod has ended",
+        DeleteReason::Late => "created after its own delete (a late create)",
     }
 }
 

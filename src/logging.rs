@@ -28,13 +28,14 @@ pub fn init(level: &str, format: LogFormat) {
                 };
                 let mut fields = TextFields(String::new());
                 let _ = record.key_values().visit(&mut fields);
+                let msg = record.args().to_string();
                 writeln!(
                     buf,
                     "[{} {:<5} {}{ctx}] {}{}",
                     now_rfc3339(),
                     record.level(),
                     record.target(),
-                    record.args(),
+                    podalloc::kube::scrub(&msg),
                     fields.0
                 )
             });
@@ -45,7 +46,7 @@ pub fn init(level: &str, format: LogFormat) {
                     "ts": now_rfc3339(),
                     "level": record.level().to_string(),
                     "module": record.target(),
-                    "msg": record.args().to_string(),
+                    "msg": podalloc::kube::scrub(&record.args().to_string()),
                 });
                 if let Some((app, ns)) = podalloc::commands::log_context() {
                     line["app"] = app.as_str().into();
@@ -115,13 +116,13 @@ pub fn finish() {
 /// object with the log lines' fields plus `exit_code`.
 pub fn print_error(format: LogFormat, e: &Error) {
     match format {
-        LogFormat::Text => eprintln!("podalloc: error: {e}"),
+        LogFormat::Text => eprintln!("podalloc: error: {}", podalloc::kube::scrub(&e.to_string())),
         LogFormat::Json => {
             let mut line = serde_json::json!({
                 "ts": now_rfc3339(),
                 "level": "ERROR",
                 "module": "podalloc",
-                "msg": e.to_string(),
+                "msg": podalloc::kube::scrub(&e.to_string()),
                 "exit_code": e.code as i32,
             });
             if let Some((app, ns)) = podalloc::commands::log_context() {

@@ -75,6 +75,9 @@ pub enum DeleteReason {
     Removed,
     /// The driver pod has finished or is being deleted.
     DriverEnded,
+    /// Deleted by an earlier step, but it appeared afterwards, live: a create that reached
+    /// the API server after its delete found nothing.
+    Late,
     /// Stuck in start-up longer than the grace (ErrImagePull, CrashLoopBackOff, …).
     Stuck,
 }
@@ -88,6 +91,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::Succeeded => "succeeded",
             DeleteReason::Removed => "removed",
             DeleteReason::DriverEnded => "driver-ended",
+            DeleteReason::Late => "late",
             DeleteReason::Stuck => "stuck",
         })
     }

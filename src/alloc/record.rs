@@ -48,6 +48,13 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
     state
         .unacknowledged
         .retain(|u| !out.dropped.contains(&u.executor_id));
+    // A planned delete that did not happen (refused: the pod turned running, or changed) is
+    // not "deleted": only what the calls did stays in Spark's `deletedExecutorIds`.
+    let skipped: Vec<u64> = (plan.delete.iter())
+        .map(|d| d.executor_id)
+        .filter(|id| !out.deleted_ids.contains(id))
+        .collect();
+    state.deleted.retain(|id| !skipped.contains(id));
     for u in &mut state.unacknowledged {
         if out.ambiguous.contains(&u.executor_id) {
             u.retry = true;

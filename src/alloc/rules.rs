@@ -201,6 +201,15 @@ impl<'a> Step<'a> {
             if self.removed.contains(&p.id) {
                 continue;
             }
+            // Deleted by an earlier step, yet live and not terminating: a create that reached
+            // the API server after its delete (the delete found nothing). It goes again.
+            let live = matches!(p.state, ExecutorState::Running | ExecutorState::Pending);
+            let gone_before = self.prev.deleted.contains(&p.id)
+                || (self.prev.deleted_unseen.iter()).any(|u| u.executor_id == p.id);
+            if live && gone_before {
+                self.delete.push(Delete::seen(p, DeleteReason::Late));
+                continue;
+            }
             match p.state {
                 ExecutorState::Running => c.running.push(p),
                 ExecutorState::Pending => c.pending.push(p),
@@ -498,6 +507,7 @@ impl<'a> Step<'a> {
                 })
                 .collect(),
             deleted: deleted.into_iter().collect(),
+            deleted_unseen: self.deleted_unseen(),
             create_backoff: self.prev.create_backoff.clone(),
             counters: self.prev.counters.clone(),
             failures: guard.failures,
@@ -522,6 +532,29 @@ impl<'a> Step<'a> {
             driver_ended: None,
             blocked: b.blocked,
         }
+    }
+
+    /// The requests deleted unseen, still within their creation timeout (see
+    /// [`AllocatorState::deleted_unseen`]): the earlier ones not yet shown, and this step's.
+    fn deleted_unseen(&self) -> Vec<Unacknowledged> {
+        let timeout = self.cfg.creation_timeout();
+        let snap = self.snap;
+        let earlier = (self.prev.deleted_unseen.iter())
+            .filter(|u| self.now_ms.saturating_sub(u.created_ms) <= timeout)
+            .filter(|u| !snap.executors.contains_key(&u.executor_id));
+        let now = (self.delete.iter())
+            .filter(|d| d.uid.is_none() && d.reason != DeleteReason::TimedOut)
+            .filter_map(|d| {
+                let id = d.executor_id;
+                self.prev
+                    .unacknowledged
+                    .iter()
+                    .find(|u| u.executor_id == id)
+            });
+        earlier
+            .chain(now)
+            .map(|u| Unacknowledged { retry: false, ..*u })
+            .collect()
     }
 
     /// Running executors above the target stay (Spark's rule) unless `--scale-down-running`:

@@ -40,6 +40,12 @@ pub struct AllocatorState {
     /// informational, pruned as the pods disappear.
     #[serde(default)]
     pub deleted: Vec<u64>,
+    /// Requests deleted before any snapshot showed them (excess, removed), with the time of
+    /// the request, kept until the creation timeout has passed since it: a create that
+    /// reaches the API server after its own delete (which found nothing) is deleted when it
+    /// shows up (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_unseen: Vec<Unacknowledged>,
     /// Creation back-off after a quota rejection (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,

@@ -1089,6 +1089,15 @@ impl KubeClient {
     /// same) and logs a warning. An exec plugin is run when its credential is due for renewal
     /// or when `force` (see [`KubeClient::exec_token`]).
     fn bearer(&self, force: bool) -> Result<Option<String>, KubeError> {
+        let token = self.bearer_uncounted(force)?;
+        if let Some(t) = &token {
+            super::secret::remember_token(t);
+        }
+        Ok(token)
+    }
+
+    /// [`KubeClient::bearer`] before the token is remembered for scrubbing.
+    fn bearer_uncounted(&self, force: bool) -> Result<Option<String>, KubeError> {
         match &self.credential {
             Credential::None => Ok(None),
             Credential::Token { token, .. } => Ok(Some(token.expose().clone())),

@@ -51,4 +51,4 @@ pub use exec::{
     ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,
     EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
 };
-pub use secret::{KeyData, PemData, Secret};
+pub use secret::{remember_token, scrub, KeyData, PemData, Secret};

@@ -56,6 +56,35 @@ pub struct KeyData {
     pub pem: Secret<Vec<u8>>,
 }
 
+/// Bearer tokens this process has sent, so that text quoted from a server (an error body
+/// that echoes the `Authorization` header, a proxy's debug page) never shows one: the logger
+/// and the final error line pass every message through [`scrub`].
+static SENT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Remembers `token` as a secret to scrub from output (tokens shorter than 8 characters are
+/// left: they would blank ordinary words). Cheap when already known.
+pub fn remember_token(token: &str) {
+    if token.len() < 8 {
+        return;
+    }
+    let mut sent = SENT.lock().unwrap_or_else(|e| e.into_inner());
+    if !sent.iter().any(|t| t == token) {
+        sent.push(token.to_string());
+    }
+}
+
+/// `text` with every token [`remember_token`] was given replaced by `[redacted]`.
+pub fn scrub(text: &str) -> std::borrow::Cow<'_, str> {
+    let sent = SENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for t in sent.iter() {
+        if out.contains(t.as_str()) {
+            out = std::borrow::Cow::Owned(out.replace(t.as_str(), "[redacted]"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +108,17 @@ mod tests {
             format!("{pem:?}"),
             "PemData { source: \"/ca.pem\", bytes: 4 }"
         );
+    }
+
+    #[test]
+    fn remembered_tokens_are_scrubbed_from_text() {
+        remember_token("scrub-me-0123456789");
+        remember_token("short");
+        let quoted = "401: <html>Authorization=Bearer scrub-me-0123456789</html> short";
+        assert_eq!(
+            scrub(quoted),
+            "401: <html>Authorization=Bearer [redacted]</html> short"
+        );
+        assert_eq!(scrub("nothing here"), "nothing here");
     }
 }

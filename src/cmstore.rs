@@ -255,4 +255,17 @@ impl StateStore for ConfigMapStore<'_> {
     fn claim(&mut self) -> Result<(), StoreError> {
         self.load().map(|_| ())
     }
+
+    fn release(&mut self) -> Result<(), StoreError> {
+        if !matches!(self.mode, Mode::Loop(_)) {
+            return Ok(());
+        }
+        let state = self.load()?;
+        // Saved without the holder record (the replace drops the annotation).
+        self.mode = Mode::Once;
+        match state {
+            Some(st) => self.save(&st),
+            None => Ok(()),
+        }
+    }
 }

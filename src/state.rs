@@ -80,6 +80,12 @@ pub trait StateStore {
     fn claim(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
+    /// Gives up a `run` loop's ownership when it stops cleanly (ConfigMap store: the holder
+    /// record is removed, so the next loop may start at once; the file store's lock goes with
+    /// the process). Errors: as [`StateStore::save`].
+    fn release(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl StateStore for LockedStore {
@@ -545,6 +551,9 @@ impl StateStore for Bound<'_> {
     }
     fn claim(&mut self) -> Result<(), StoreError> {
         self.inner.claim()
+    }
+    fn release(&mut self) -> Result<(), StoreError> {
+        self.inner.release()
     }
 }
 

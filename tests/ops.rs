@@ -482,3 +482,17 @@ fn a_stale_configmap_holder_is_taken_over_and_a_fresh_one_is_respected() {
         }
     }
 }
+
+/// A `run` loop on the ConfigMap store that stops cleanly gives up its holder record, so a
+/// loop started right after is not refused (restarting a loop is how its target changes).
+#[test]
+fn a_cleanly_stopped_loop_releases_the_configmap_holder() {
+    let w = SimWorld::new().app("handover").start();
+    let first =
+        "--state-store configmap:handover-state run --target 1 --until-converged --timeout 30s";
+    w.run_exits(&args(first), 0);
+    let second =
+        "--state-store configmap:handover-state run --target 2 --until-converged --timeout 30s";
+    w.run_exits(&args(second), 0);
+    assert_eq!(w.live().len(), 2);
+}

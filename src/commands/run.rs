@@ -251,7 +251,7 @@ fn run_ticks(
                 "converged after {ticks} tick(s) in {:.1}s",
                 started.elapsed().as_secs_f64()
             );
-            return Ok(());
+            return stop(store.as_mut(), Ok(()));
         }
         // The plan says when time alone changes something (a creation deadline, the end of a
         // back-off): come back then if that is sooner than the interval.
@@ -264,17 +264,27 @@ fn run_ticks(
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
-                return Ok(());
+                return stop(store.as_mut(), Ok(()));
             }
             Wake::Deadline if a.until_converged => {
-                return Err(Error::timeout(format!(
+                let e = Error::timeout(format!(
                     "not converged after {} ({ticks} ticks); raise --timeout or check `podalloc status`",
                     humantime::format_duration(a.timeout.unwrap_or_default())
-                )))
+                ));
+                return stop(store.as_mut(), Err(e));
             }
-            Wake::Deadline => return Ok(()),
+            Wake::Deadline => return stop(store.as_mut(), Ok(())),
         }
     }
+}
+
+/// Ends the loop cleanly with `res`, giving up its ownership of the app first (the
+/// ConfigMap store's holder record, so that a loop started right after is not refused).
+fn stop(store: &mut dyn StateStore, res: Result<()>) -> Result<()> {
+    if let Err(e) = store.release() {
+        warn!("could not give up the app's holder record: {e}");
+    }
+    res
 }
 
 /// What one tick of the loop found.

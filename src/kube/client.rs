@@ -1069,12 +1069,18 @@ impl KubeClient {
         lock(&self.stats).clone()
     }
 
-    fn pods_url(&self) -> String {
+    /// The URL of a namespaced collection in the client's namespace:
+    /// `BASE/GROUP_VERSION_PATH/namespaces/NS/PLURAL` (e.g. `api/v1`, `pods`).
+    fn collection_url(&self, group_version: &str, plural: &str) -> String {
         format!(
-            "{}/api/v1/namespaces/{}/pods",
+            "{}/{group_version}/namespaces/{}/{plural}",
             self.base,
             encode_component(&self.namespace)
         )
+    }
+
+    fn pods_url(&self) -> String {
+        self.collection_url("api/v1", "pods")
     }
 
     fn pod_url(&self, name: &str, verb: &str) -> Result<String, KubeError> {
@@ -1792,11 +1798,7 @@ impl KubeClient {
     }
 
     fn configmaps_url(&self) -> String {
-        format!(
-            "{}/api/v1/namespaces/{}/configmaps",
-            self.base,
-            encode_component(&self.namespace)
-        )
+        self.collection_url("api/v1", "configmaps")
     }
 
     /// Reads ConfigMap `name` (`GET .../configmaps/NAME`): `Ok(None)` on 404.
@@ -1941,11 +1943,7 @@ impl KubeClient {
     }
 
     fn leases_url(&self) -> String {
-        format!(
-            "{}/apis/coordination.k8s.io/v1/namespaces/{}/leases",
-            self.base,
-            encode_component(&self.namespace)
-        )
+        self.collection_url("apis/coordination.k8s.io/v1", "leases")
     }
 
     /// Reads Lease `name` (`GET /apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME`):
@@ -2006,11 +2004,7 @@ impl KubeClient {
     }
 
     fn events_url(&self) -> String {
-        format!(
-            "{}/api/v1/namespaces/{}/events",
-            self.base,
-            encode_component(&self.namespace)
-        )
+        self.collection_url("api/v1", "events")
     }
 
     /// Creates a core/v1 Event (`POST .../events`); 409 AlreadyExists when the name is

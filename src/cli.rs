@@ -279,9 +279,11 @@ pub struct ConnArgs {
     #[arg(long, global = true, env = "PODALLOC_CONNECT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     pub connect_timeout: Duration,
     /// Largest list page, in bytes after gzip decoding; a larger page fails the list (use a
-    /// smaller --page-size). Bounds memory against huge pages and gzip bombs.
-    #[arg(long, global = true, env = "PODALLOC_MAX_PAGE_BYTES", value_name = "BYTES", default_value_t = crate::kube::DEFAULT_LIST_BODY_LIMIT, value_parser = clap::value_parser!(u64).range(1024..))]
-    pub max_page_bytes: u64,
+    /// smaller --page-size). Default: 4 GiB where a page is decoded while it arrives
+    /// (reconcile, run: memory stays flat whatever the page's size, and the cap bounds how
+    /// long a gzip bomb is read), 64 MiB where a page is held whole (apps)
+    #[arg(long, global = true, env = "PODALLOC_MAX_PAGE_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_page_bytes: Option<u64>,
 }
 
 impl ConnArgs {
@@ -295,7 +297,9 @@ impl ConnArgs {
                 per_read: d.timeouts.per_read.min(self.request_timeout),
                 global: self.request_timeout,
             },
-            list_body_limit: self.max_page_bytes,
+            list_body_limit: (self.max_page_bytes).unwrap_or(crate::kube::DEFAULT_LIST_BODY_LIMIT),
+            streamed_list_body_limit: (self.max_page_bytes)
+                .unwrap_or(crate::kube::DEFAULT_STREAMED_LIST_BODY_LIMIT),
             ..d
         }
     }

@@ -133,6 +133,11 @@ struct SnapshotSink<'a> {
 impl PageSink for SnapshotSink<'_> {
     type Error = KubeError;
 
+    /// Pages are decoded as they arrive (`Snapshot::add_page_reader`).
+    fn bounded_memory(&self) -> bool {
+        true
+    }
+
     fn restart(&mut self) {
         self.snap = Snapshot::default();
     }

@@ -46,6 +46,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod json;
 mod stream;
 
 /// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
@@ -339,9 +340,10 @@ impl Snapshot {
         app_id: &str,
         executor_container: Option<&str>,
     ) -> Result<(), SnapshotError> {
-        let pod: RawPod<'_> = serde_json::from_slice(bytes).map_err(|e| {
+        let pod: RawPod<'_> = json::from_slice(bytes).map_err(|e| {
             SnapshotError::Malformed(format!(
-                "not a Pod: {e}; the body begins: {}",
+                "not a Pod: {}; the body begins: {}",
+                e.with_line(bytes),
                 excerpt(bytes)
             ))
         })?;
@@ -542,7 +544,7 @@ fn decode_page(bytes: &[u8], source: ListSource) -> Result<PodListPage<'_>, Stri
             false => "expected a JSON object".to_string(),
         });
     }
-    let page: PodListPage<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let page: PodListPage<'_> = json::from_slice(bytes).map_err(|e| e.with_line(bytes))?;
     check_kind(
         page.kind.as_deref(),
         matches!(page.items, Some(Some(_))),

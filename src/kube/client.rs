@@ -62,8 +62,17 @@ impl Default for Timeouts {
     }
 }
 
-/// The default cap of one list page's body after gzip decoding (`--max-page-bytes`): 64 MiB.
+/// The default cap of one list page's body after gzip decoding (`--max-page-bytes`) for a
+/// sink that holds the page whole: 64 MiB.
 pub const DEFAULT_LIST_BODY_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The default cap of one list page's body after gzip decoding for a sink that decodes it
+/// while it arrives ([`PageSink::bounded_memory`]): 4 GiB. Memory does not grow with the
+/// page there, so this only bounds how long a gzip bomb of valid-looking JSON can be read; a
+/// server that ignores `limit` (kube-apiserver does for a `resourceVersion=0` list served
+/// from its watch cache) may send every pod of a namespace in one response, about 5.5 KB
+/// per executor pod: 275 MB at 50,000 pods.
+pub const DEFAULT_STREAMED_LIST_BODY_LIMIT: u64 = 4 * 1024 * 1024 * 1024;
 
 /// The retry policy inside one call (a per-tick budget is the caller's business).
 ///
@@ -115,10 +124,14 @@ pub struct ClientOptions {
     pub timeouts: Timeouts,
     /// Retries inside one call.
     pub retry: RetryPolicy,
-    /// Largest list page body, in bytes after gzip decoding (so a gzip bomb stops here).
-    /// Default [`DEFAULT_LIST_BODY_LIMIT`] (64 MiB). A page over the cap is a
-    /// [`KubeError::Decode`] naming the cap and suggesting a smaller `--page-size`.
+    /// Largest list page body, in bytes after gzip decoding (so a gzip bomb stops here), for
+    /// a sink that holds the page whole. Default [`DEFAULT_LIST_BODY_LIMIT`] (64 MiB). A page
+    /// over the cap is a [`KubeError::Decode`] naming the cap and suggesting a smaller
+    /// `--page-size`.
     pub list_body_limit: u64,
+    /// The same for a sink that decodes the page while it arrives
+    /// ([`PageSink::bounded_memory`]). Default [`DEFAULT_STREAMED_LIST_BODY_LIMIT`] (4 GiB).
+    pub streamed_list_body_limit: u64,
     /// Largest body of other successful calls (one pod), in bytes. Default 16 MiB.
     pub body_limit: u64,
     /// How old a token read from a file may get before it is read again. Default 60 s
@@ -136,6 +149,7 @@ impl Default for ClientOptions {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             list_body_limit: DEFAULT_LIST_BODY_LIMIT,
+            streamed_list_body_limit: DEFAULT_STREAMED_LIST_BODY_LIMIT,
             body_limit: 16 * 1024 * 1024,
             token_refresh: Duration::from_secs(60),
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
@@ -198,6 +212,14 @@ pub trait PageSink {
     /// What [`PageSink::page`] fails with; it ends the list and is returned as a
     /// [`KubeError`].
     type Error: Into<KubeError>;
+
+    /// Whether [`PageSink::page_reader`] holds a bounded amount of memory whatever the size
+    /// of the page (it decodes the bytes as they arrive). Then a page is capped at
+    /// [`ClientOptions::streamed_list_body_limit`] instead of
+    /// [`ClientOptions::list_body_limit`]. Default: `false`.
+    fn bounded_memory(&self) -> bool {
+        false
+    }
 
     /// The list restarts from the first page, because the server expired the continue token
     /// (410 Gone, reason `Expired`). Drop what earlier pages gave.
@@ -268,9 +290,13 @@ fn read_ahead<R: Read + Send>(
     handle: &mut dyn FnMut(&mut dyn Read),
 ) -> (u64, Option<std::io::Error>) {
     let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(READ_AHEAD_CHUNKS);
+    // Chunks the decoder is done with come back here to be filled again (no allocation and
+    // zeroing per chunk).
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|scope| {
         scope.spawn(move || loop {
-            let mut chunk = vec![0; READ_AHEAD_CHUNK];
+            let mut chunk = back_rx.try_recv().unwrap_or_default();
+            chunk.resize(READ_AHEAD_CHUNK, 0);
             let mut filled = 0;
             let result = loop {
                 match body.read(&mut chunk[filled..]) {
@@ -303,6 +329,7 @@ fn read_ahead<R: Read + Send>(
         });
         let mut chunks = Chunks {
             rx,
+            back: back_tx,
             chunk: Vec::new(),
             pos: 0,
         };
@@ -320,6 +347,8 @@ fn read_ahead<R: Read + Send>(
 /// The reading end of [`read_ahead`]: an empty chunk is the end of the body.
 struct Chunks {
     rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    /// Where a chunk read to its end goes back to the reading thread.
+    back: std::sync::mpsc::Sender<Vec<u8>>,
     chunk: Vec<u8>,
     pos: usize,
 }
@@ -330,7 +359,11 @@ impl Read for Chunks {
             match self.rx.recv() {
                 Ok(Ok(c)) if c.is_empty() => return Ok(0),
                 Ok(Ok(c)) => {
-                    self.chunk = c;
+                    let done = std::mem::replace(&mut self.chunk, c);
+                    if done.capacity() > 0 {
+                        // The reader may have finished already: then the chunk is dropped.
+                        let _ = self.back.send(done);
+                    }
                     self.pos = 0;
                 }
                 Ok(Err(e)) => return Err(e),
@@ -1644,6 +1677,10 @@ impl KubeClient {
         let base_query = list_query(label_selector, field_selector, limit);
         let mut stats = ListStats::default();
         let mut cont: Option<String> = None;
+        let cap = match sink.bounded_memory() {
+            true => self.options.streamed_list_body_limit,
+            false => self.options.list_body_limit,
+        };
         loop {
             // The body is decoded by the sink while it arrives; `outcome` is what the sink
             // made of the last attempt that was read to its end.
@@ -1655,11 +1692,11 @@ impl KubeClient {
                         url: self.list_url(&base_query, cont.as_deref()),
                         body: None,
                         verb,
-                        limit: self.options.list_body_limit,
+                        limit: cap,
                     },
                     Some(&mut |body: &mut dyn Read| outcome = Some(sink.page_reader(body))),
                 )
-                .map_err(|e| self.over_cap(e))?;
+                .map_err(|e| self.over_cap(e, cap))?;
             if resp.status == 410 && cont.is_some() {
                 if stats.restarts >= MAX_LIST_RESTARTS {
                     return Err(Self::api_error(verb, &resp));
@@ -1696,8 +1733,9 @@ impl KubeClient {
         }
     }
 
-    /// A list page over [`ClientOptions::list_body_limit`] says so, and what to do.
-    fn over_cap(&self, e: KubeError) -> KubeError {
+    /// A list page over the cap (`cap` bytes, see [`ClientOptions::list_body_limit`]) says
+    /// so, and what to do.
+    fn over_cap(&self, e: KubeError, cap: u64) -> KubeError {
         match e {
             KubeError::Decode { what, message } if message.starts_with("body larger than") => {
                 KubeError::Decode {
@@ -1706,8 +1744,8 @@ impl KubeClient {
                         "a page from {} is larger than the cap of {} bytes ({} MiB) after gzip \
                          decoding: use a smaller --page-size, or raise --max-page-bytes",
                         self.server,
-                        self.options.list_body_limit,
-                        self.options.list_body_limit / (1024 * 1024)
+                        cap,
+                        cap / (1024 * 1024)
                     ),
                 }
             }

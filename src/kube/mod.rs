@@ -39,7 +39,7 @@ mod testutil;
 pub use client::{
     encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,
     KubeClient, ListStats, PageSink, RetryPolicy, Timeouts, DEFAULT_LIST_BODY_LIMIT,
-    MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
+    DEFAULT_STREAMED_LIST_BODY_LIMIT, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };
 pub use config::{
     resolve, resolve_with, ClusterConfig, ConnectionFlags, Credential, ProxyUrl, TlsSettings,

@@ -1591,6 +1591,10 @@ struct StreamSink {
 impl PageSink for StreamSink {
     type Error = KubeError;
 
+    fn bounded_memory(&self) -> bool {
+        true
+    }
+
     fn restart(&mut self) {
         self.snap = crate::snapshot::Snapshot::default();
     }
@@ -1629,6 +1633,45 @@ fn executor_page(ids: &[u32], cont: Option<&str>) -> String {
         r#"{{"kind":"PodList","metadata":{{{meta}}},"items":[{}]}}"#,
         items.join(",")
     )
+}
+
+/// A page decoded while it arrives is capped at `streamed_list_body_limit`, not at the
+/// cap of pages held whole: a server that ignores `limit` and sends every pod at once is
+/// read, with memory flat.
+#[test]
+fn a_streaming_sink_gets_the_streamed_cap() {
+    let ids: Vec<u32> = (1..=400).collect();
+    let body = executor_page(&ids, None);
+    let len = body.len() as u64;
+    let server = FakeServer::http(move |_, _| Reply::json(200, &body));
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::None;
+    let options = |streamed| ClientOptions {
+        list_body_limit: len / 2,
+        streamed_list_body_limit: streamed,
+        ..fast_options()
+    };
+    let client = KubeClient::with_options(cfg.clone(), options(len)).unwrap();
+    let mut sink = StreamSink {
+        snap: Default::default(),
+        read_errors: 0,
+    };
+    client.list_pods(SELECTOR, None, None, &mut sink).unwrap();
+    assert_eq!(sink.snap.executors.len(), 400);
+    // The held-whole cap still applies to other sinks.
+    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    assert!(err.to_string().contains("larger than the cap"), "{err}");
+    // And the streamed cap to this one, named in the error.
+    let client = KubeClient::with_options(cfg, options(len - 1)).unwrap();
+    let err = client
+        .list_pods(SELECTOR, None, None, &mut sink)
+        .unwrap_err();
+    let cap = format!("cap of {} bytes", len - 1);
+    assert!(err.to_string().contains(&cap), "{err}");
+    assert_eq!(
+        ClientOptions::default().streamed_list_body_limit,
+        4 * 1024 * 1024 * 1024
+    );
 }
 
 /// Pages go to the sink as readers (gzip decoded on the way), counted in the stats; a body

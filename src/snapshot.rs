@@ -957,7 +957,17 @@ impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N,
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
                 let mut out = Picked::<N, K>::default();
-                let mut keys: Vec<Str<'de>> = Vec::new();
+                // The keys so far: the first few compared one by one, without allocating (a
+                // pod has a handful of labels); the rest sorted at the end.
+                let mut few: [Option<Str<'de>>; 12] = Default::default();
+                let mut more: Vec<Str<'de>> = Vec::new();
+                let duplicate = |key: &str| {
+                    de::Error::custom(format_args!(
+                        "duplicate key {:?} in a pod's labels or annotations",
+                        clip(key)
+                    ))
+                };
+                let mut n = 0;
                 while let Some(key) = m.next_key::<Str<'de>>()? {
                     match K::KEYS.iter().position(|k| *k == &*key) {
                         Some(i) => out.0[i] = m.next_value::<Option<Str<'de>>>()?,
@@ -965,20 +975,33 @@ impl<'de: 'a, 'a, const N: usize, K: Keys<N>> Deserialize<'de> for Picked<'a, N,
                             m.next_value::<IgnoredAny>()?;
                         }
                     }
-                    keys.push(key);
+                    if n < few.len() {
+                        if few_before(&few[..n], &key) {
+                            return Err(duplicate(&key));
+                        }
+                        few[n] = Some(key);
+                    } else {
+                        more.push(key);
+                    }
+                    n += 1;
                 }
-                keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                if let Some(w) = keys.windows(2).find(|w| w[0].0 == w[1].0) {
-                    return Err(de::Error::custom(format_args!(
-                        "duplicate key {:?} in a pod's labels or annotations",
-                        clip(&w[0])
-                    )));
+                if !more.is_empty() {
+                    more.extend(few.into_iter().flatten());
+                    more.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                    if let Some(w) = more.windows(2).find(|w| w[0].0 == w[1].0) {
+                        return Err(duplicate(&w[0]));
+                    }
                 }
                 Ok(out)
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
+}
+
+/// Whether `key` is among `seen`.
+fn few_before(seen: &[Option<Str<'_>>], key: &str) -> bool {
+    seen.iter().flatten().any(|k| &**k == key)
 }
 
 /// The three Spark labels.
@@ -1234,6 +1257,9 @@ mod tests {
             r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","spark-exec-id":"2"}"#,
             r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","x":"a","x":"b"}"#,
             r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","spark\u002dexec-id":"1"}"#,
+            // Past the first twelve keys, and a late key repeating an early one.
+            r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","a":"","b":"","c":"","d":"","e":"","f":"","g":"","h":"","i":"","j":"","k":"","j":""}"#,
+            r#"{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1","a":"","b":"","c":"","d":"","e":"","f":"","g":"","h":"","i":"","j":"","k":"","a":""}"#,
         ] {
             let body = list(&[pod("a-exec-1", labels, "Running", "")]);
             let e = Snapshot::from_pod_list(&body, "app-1").unwrap_err();
@@ -1242,6 +1268,18 @@ mod tests {
                 "{labels}: {e}"
             );
         }
+        let many: String = (0..20).map(|i| format!(r#","k{i}":"v""#)).collect();
+        let labels = format!(
+            r#"{{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"1"{many}}}"#
+        );
+        let body = list(&[pod("a-exec-1", &labels, "Running", "")]);
+        assert_eq!(
+            Snapshot::from_pod_list(&body, "app-1")
+                .unwrap()
+                .executors
+                .len(),
+            1
+        );
     }
 
     /// Spark's executor ids are positive longs: one pod labelled u64::MAX must not exhaust

@@ -281,10 +281,29 @@ impl Read for Watched<'_> {
 const READ_AHEAD_CHUNK: usize = 64 * 1024;
 const READ_AHEAD_CHUNKS: usize = 4;
 
+/// Runs `handle` on `body` in this thread. Returns the bytes handed to `handle` and the
+/// first read error. For a body that is not gzip-encoded: receiving it is then mostly
+/// copying, and a second thread ([`read_ahead`]) costs more in hand-offs than it saves
+/// (measured on the list benchmark: about 15 % more wall time at 10,000 pods).
+fn read_inline<R: Read>(
+    mut body: R,
+    handle: &mut dyn FnMut(&mut dyn Read),
+) -> (u64, Option<std::io::Error>) {
+    let mut watched = Watched {
+        inner: &mut body,
+        bytes: 0,
+        error: None,
+    };
+    handle(&mut watched);
+    (watched.bytes, watched.error)
+}
+
 /// Runs `handle` on `body` while a second thread reads it ahead (TLS, gzip) in chunks of
 /// [`READ_AHEAD_CHUNK`] bytes, at most [`READ_AHEAD_CHUNKS`] waiting: receiving the body and
 /// decoding it overlap, and memory stays bounded. Returns the bytes handed to `handle` and
-/// the first read error.
+/// the first read error. For a gzip-encoded body, whose inflating costs about as much as
+/// its decoding (measured: 20–30 % less wall time at 10,000–50,000 pods than reading it
+/// inline).
 fn read_ahead<R: Read + Send>(
     mut body: R,
     handle: &mut dyn FnMut(&mut dyn Read),
@@ -1376,8 +1395,14 @@ impl KubeClient {
         let status = resp.status().as_u16();
         let (retry_after, location, warnings) = response_headers(resp.headers());
         if let (true, Some(handle)) = (status < 300, on_body) {
+            let gzip = (resp.headers().get("content-encoding"))
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.to_ascii_lowercase().contains("gzip"));
             let reader = resp.body_mut().with_config().limit(req.limit).reader();
-            let (bytes, error) = read_ahead(reader, handle);
+            let (bytes, error) = match gzip {
+                true => read_ahead(reader, handle),
+                false => read_inline(reader, handle),
+            };
             if let Some(e) = error {
                 return Err(classify(req.verb, host, ureq::Error::from(e)));
             }

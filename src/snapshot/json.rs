@@ -151,8 +151,8 @@ pub(super) struct Reader<'de> {
     pos: usize,
     /// Nested arrays and objects still allowed (see [`RECURSION_LIMIT`]).
     depth_left: u8,
-    /// While skipping: the closing bracket of every open array and object.
-    closers: Vec<u8>,
+    /// While skipping: the open arrays and objects.
+    closers: Open,
 }
 
 impl<'de> Reader<'de> {
@@ -161,7 +161,7 @@ impl<'de> Reader<'de> {
             s,
             pos: 0,
             depth_left: RECURSION_LIMIT,
-            closers: Vec::new(),
+            closers: Open::default(),
         }
     }
 
@@ -559,6 +559,51 @@ fn skip_string(s: &[u8], mut i: usize) -> Result<usize, Error> {
     }
 }
 
+/// The kinds of the brackets open in a skip, innermost last: a bit each (1 for `{`), 64 to a
+/// word, so a skip allocates only past 64 levels.
+#[derive(Default)]
+struct Open {
+    top: u64,
+    spill: Vec<u64>,
+    depth: usize,
+}
+
+impl Open {
+    fn clear(&mut self) {
+        self.top = 0;
+        self.spill.clear();
+        self.depth = 0;
+    }
+
+    fn push(&mut self, brace: bool) {
+        if self.depth > 0 && self.depth % 64 == 0 {
+            self.spill.push(self.top);
+            self.top = 0;
+        }
+        self.top = (self.top << 1) | u64::from(brace);
+        self.depth += 1;
+    }
+
+    /// Closes the innermost bracket: whether it was of the kind `brace`; `false` when none
+    /// is open.
+    fn pop(&mut self, brace: bool) -> bool {
+        if self.depth == 0 {
+            return false;
+        }
+        let matched = (self.top & 1 == 1) == brace;
+        self.top >>= 1;
+        self.depth -= 1;
+        if self.depth > 0 && self.depth % 64 == 0 {
+            self.top = self.spill.pop().unwrap_or(0);
+        }
+        matched
+    }
+
+    fn is_empty(&self) -> bool {
+        self.depth == 0
+    }
+}
+
 /// The bytes of one 64-byte block that matter to a skip, one bit per byte (bit `k` is byte
 /// `k`).
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -675,7 +720,7 @@ fn prefix_xor(mut x: u64) -> u64 {
 /// simdjson's stage-one method over 64-byte blocks: the quote, backslash and bracket bytes
 /// as bit masks, escaped quotes dropped, string interiors found by a prefix xor of the
 /// quotes, then the brackets outside strings matched one by one.
-fn skip_blocks(s: &[u8], start: usize, closers: &mut Vec<u8>) -> Result<usize, Error> {
+fn skip_blocks(s: &[u8], start: usize, closers: &mut Open) -> Result<usize, Error> {
     let eof = || Error {
         msg: "EOF while parsing a value".to_string(),
         pos: Some(s.len()),
@@ -688,7 +733,7 @@ fn skip_blocks(s: &[u8], start: usize, closers: &mut Vec<u8>) -> Result<usize, E
     loop {
         let mut pad = [b' '; 64];
         let block: &[u8; 64] = match s.get(at..at + 64) {
-            Some(b) => b.try_into().unwrap_or(&pad),
+            Some(b) => b.try_into().map_err(|_| eof())?,
             None if at < s.len() => {
                 pad[..s.len() - at].copy_from_slice(&s[at..]);
                 &pad
@@ -705,10 +750,11 @@ fn skip_blocks(s: &[u8], start: usize, closers: &mut Vec<u8>) -> Result<usize, E
         while brackets != 0 {
             let k = brackets.trailing_zeros() as usize;
             brackets &= brackets - 1;
-            let b = block[k];
+            // `{` 0x7B and `}` 0x7D have bit 0x20 set, `[` 0x5B and `]` 0x5D do not.
+            let brace = block[k] & 0x20 != 0;
             if m.open & (1 << k) != 0 {
-                closers.push(if b == b'{' { b'}' } else { b']' });
-            } else if closers.pop() != Some(b) {
+                closers.push(brace);
+            } else if !closers.pop(brace) {
                 upto = (1u64 << k) - 1;
                 check_block(s, block, at, &m, esc, inside, upto)?;
                 return Err(Error::at("mismatched bracket", at + k));
@@ -1037,7 +1083,7 @@ mod tests {
         #[test]
         fn block_skip_agrees_with_bytes(mut body in jsonish(), open in prop::sample::select(b"{[".to_vec())) {
             body.insert(0, open);
-            let got = skip_blocks(&body, 0, &mut Vec::new()).map_err(|e| e.is_eof());
+            let got = skip_blocks(&body, 0, &mut Open::default()).map_err(|e| e.is_eof());
             prop_assert_eq!(got, skip_by_bytes(&body, 0));
         }
 

@@ -201,7 +201,7 @@ def converge_section(cv):
         "latency, plus one 1 s tick: the earliest moment the last pod can be seen Running (a run can "
         "end a little under it when its tick happens to fall just after the last start). "
         "Requests = every API request the simulator served (list pages, creates, deletes, "
-        "Events, state). Peak pending = the most pods pending or unacknowledged at a tick. "
+        "Events). Peak pending = the most pods pending or unacknowledged at a tick. "
         "Overshoot = most live executor pods − target (the simulator's "
         "`max_live_pods_by_app`). The seed policy (Spark 3.0's) runs for "
         f"{cv['seed_window']} s and is extrapolated (≈).\n")

@@ -13,6 +13,11 @@ start-up latency (`--unschedulable-fraction 0.1 --unschedulable-until 30s`). All
 the simulator's own kubelet and scheduler, deterministic from `--seed`; the 30 s count from
 the simulator's start, a moment before `podalloc run` starts (the offset is recorded).
 
+The policies: the seed's (Spark 3.0), `--max-pending 200`, adaptive batches, adaptive +
+max-pending, slow-start within a tick, slow-start + max-pending (batch and pending capped at
+200), and slow-start with the ReplicaSet controller's burst (`--max-batch 500`) and
+`--max-pending 1000`, so the whole target of 1,000 may be pending at once.
+
 Each run also gets its physical floor: the moment the last pod could be Running and seen,
 that is the release of the unschedulable pods (relative to the start of `podalloc run`)
 plus the longest start-up latency plus one tick (1 s).
@@ -34,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_sim  # noqa: E402
@@ -50,6 +55,10 @@ POLICIES = {
     "slow-start": ["--batch-size", "slow-start"],
     "slow-start+max-pending": ["--batch-size", "slow-start", "--max-batch", "200",
                                "--max-pending", "200"],
+    # The ReplicaSet controller's burst (at most 500 creates a sync) and room for the whole
+    # target pending at once: what the physical floor assumes (see docs/benchmarks.md).
+    "slow-start+burst": ["--batch-size", "slow-start", "--max-batch", "500",
+                         "--max-pending", "1000"],
 }
 
 LATENCY = 5.0  # s, the start-up latency of both scenarios
@@ -111,7 +120,7 @@ def one_run(a, work, scenario, policy, t_start_barrier):
     out = {
         "scenario": scenario, "policy": policy, "args": POLICIES[policy], "rc": r["rc"],
         "wall": r["wall"], "cpu": r["cpu"], "rss_mib": r["rss_mib"],
-        "ticks": len(ticks), "requests": stats["requests"], "lists": stats["lists"],
+        "ticks": ticks[-1]["tick"] if ticks else 0, "requests": stats["requests"], "lists": stats["lists"],
         "creates": stats["creates"], "deletes": stats["deletes"],
         "max_live": stats["max_live_pods_by_app"].get(APP, 0),
         "overshoot": max(0, stats["max_live_pods_by_app"].get(APP, 0) - a.target),
@@ -189,6 +198,7 @@ def main():
                          "until then")
     ap.add_argument("--failure-rate", type=float, default=0.02)
     a = ap.parse_args()
+    t_begin = time.time()
     work = a.workdir or tempfile.mkdtemp(prefix="podalloc-bench-converge-")
     os.makedirs(work, exist_ok=True)
     combos = [(s, p) for s in a.scenarios.split(",") for p in a.policies.split(",")]
@@ -211,7 +221,14 @@ def main():
         t.join()
     if errors:
         sys.exit("bench_converge: " + "; ".join(errors))
-    res = {"target": a.target, "seed_window": a.seed_window,
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    started = datetime.fromtimestamp(t_begin, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    res = {"started": started,
+           "seconds": time.time() - t_begin, "commit": commit,
+           "command": " ".join(["scripts/bench_converge.py", *sys.argv[1:]]),
+           "target": a.target, "seed_window": a.seed_window,
            "unschedulable": a.unschedulable, "hold_until": a.hold_until,
            "release_at": a.hold_until + LATENCY, "failure_rate": a.failure_rate,
            "policies": POLICIES, "runs": results}

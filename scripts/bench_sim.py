@@ -6,7 +6,6 @@ import base64
 import http.client
 import json
 import os
-import queue
 import ssl
 import subprocess
 import sys
@@ -82,33 +81,35 @@ class Sim:
         assert st == 200, body
         return json.loads(body)
 
-    def seed(self, ns, bodies, threads=4):
-        """POST every body to /sim/pods/{ns} over `threads` keep-alive connections."""
-        q = queue.Queue(maxsize=threads * 64)
-        errors = []
+    def seed(self, ns, bodies, max_bytes=2 << 20):
+        """Seeds pods (JSON bodies, bytes, without the fields the server sets) through the
+        simulator's bulk side door: `POST /sim/pods/{ns}` with a `PodList` of as many pods
+        as fit in `max_bytes` (the server takes at most 3 MiB a request, as kube-apiserver),
+        over one keep-alive connection. The simulator stores each item as it stores a pod
+        created through the API (uid, resourceVersion, creationTimestamp, and the kubelet
+        model's status for a given `status.phase`). Returns the number of pods seeded."""
+        head, tail = b'{"kind":"PodList","apiVersion":"v1","items":[', b"]}"
+        c = self.conn()
+        n, batch, size = 0, [], 0
 
-        def worker():
-            c = self.conn()
-            while True:
-                b = q.get()
-                if b is None:
-                    break
-                st, data = self.request("POST", f"/sim/pods/{ns}", b, conn=c)
-                if st != 201 and not errors:
-                    errors.append(f"{st} {data[:300]!r}")
-            c.close()
+        def flush():
+            st, data = self.request("POST", f"/sim/pods/{ns}",
+                                    head + b",".join(batch) + tail, conn=c)
+            if st != 201:
+                raise RuntimeError(f"seeding failed after {n} pods: {st} {data[:300]!r}")
 
-        ts = [threading.Thread(target=worker) for _ in range(threads)]
-        for t in ts:
-            t.start()
         for b in bodies:
-            q.put(b)
-        for _ in ts:
-            q.put(None)
-        for t in ts:
-            t.join()
-        if errors:
-            raise RuntimeError("seeding failed: " + errors[0])
+            if batch and size + len(b) + 1 > max_bytes - len(head) - len(tail):
+                flush()
+                n += len(batch)
+                batch, size = [], 0
+            batch.append(b)
+            size += len(b) + 1
+        if batch:
+            flush()
+            n += len(batch)
+        c.close()
+        return n
 
     def list_pages(self, ns, selector, limit):
         """The URLs (path+query) of every page of a list, following continue tokens, and the

@@ -427,7 +427,7 @@ impl<'a> Step<'a> {
         CreateBatch {
             backing_off: backing_off.is_some(),
             blocked: blocked.filter(|_| self.create.is_empty() && running < self.target),
-            adaptive: adaptive.map(|a| a.after(made, self.prev, &c.pending)),
+            adaptive: adaptive.map(|a| a.after(made, self.prev)),
         }
     }
 

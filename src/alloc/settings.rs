@@ -43,8 +43,9 @@ pub struct Policies {
     /// seen, sized min(target − known, batch size, max_pending − pending).
     pub max_pending: Option<u32>,
     /// Adaptive batches (`--batch-size auto`) up to this cap: the batch doubles after a batch
-    /// whose pods were all seen with none unschedulable, and halves after throttling
-    /// (429/5xx/quota, reported by the tick) or when pods are unschedulable.
+    /// whose pods were all seen with none newly unschedulable, and halves after throttling
+    /// (429/5xx/quota, reported by the tick) or when a pod turns Unschedulable (once per pod,
+    /// not on every tick it waits; see [`crate::alloc::AdaptiveState::unschedulable_seen`]).
     pub adaptive_max_batch: Option<u32>,
     /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
     /// executor failures within [`Policies::failure_window_ms`] stop all creation

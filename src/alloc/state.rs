@@ -111,6 +111,11 @@ pub struct AdaptiveState {
     /// halves the batch.
     #[serde(default)]
     pub throttled: bool,
+    /// The highest executor id seen Unschedulable so far (0: none). A pod that stays
+    /// Unschedulable over many ticks is one shrink signal, not one per tick: only a pod above
+    /// this id halves the batch, and pods at or below it no longer hold back growth.
+    #[serde(default)]
+    pub unschedulable_seen: u64,
 }
 
 /// Totals kept across ticks and processes (a cron run is one process per tick), exported by

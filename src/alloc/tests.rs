@@ -585,6 +585,134 @@ fn a_finished_or_deleted_driver_takes_every_executor_with_it() {
     }
 }
 
+// ---- adaptive batches and Unschedulable pods -------------------------------------------------
+
+/// A pending pod the scheduler could not place (`PodScheduled=False`, reason Unschedulable).
+fn unschedulable_pod(id: u64) -> ExecutorPod {
+    ExecutorPod {
+        unschedulable: true,
+        ..pod(id, ExecutorState::Pending)
+    }
+}
+
+/// Running pods `running`, and Unschedulable pods `held`.
+fn snap_held(running: impl IntoIterator<Item = u64>, held: &[u64]) -> Snapshot {
+    let mut s = snap(
+        &running
+            .into_iter()
+            .map(|i| (i, ExecutorState::Running))
+            .collect::<Vec<_>>(),
+    );
+    for &i in held {
+        s.executors.insert(i, unschedulable_pod(i));
+    }
+    s
+}
+
+/// Steps at `now` and records every create as done.
+fn tick(
+    snapshot: &Snapshot,
+    st: &AllocatorState,
+    set: &Settings,
+    now: u64,
+) -> (Plan, AllocatorState) {
+    let p = step(snapshot, st, set, &Request::default(), now).unwrap();
+    let out = Outcomes {
+        created: ids_c(&p),
+        ..Outcomes::default()
+    };
+    let next = record(&p, &out, set, now);
+    (p, next)
+}
+
+#[test]
+fn a_pod_that_stays_unschedulable_halves_the_adaptive_batch_once() {
+    let mut set = settings(8);
+    set.policies.adaptive_max_batch = Some(16);
+    set.policies.max_pending = Some(100);
+    let p = step(
+        &snap(&[]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(100),
+        0,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p), (1..=8).collect::<Vec<_>>());
+    let out = Outcomes {
+        created: ids_c(&p),
+        ..Outcomes::default()
+    };
+    let st = record(&p, &out, &set, 0);
+    // Pod 8 is Unschedulable: a new signal, the batch halves (8 → 4).
+    let (p, st) = tick(&snap_held(1..=7, &[8]), &st, &set, 1_000);
+    assert_eq!(ids_c(&p), vec![9, 10, 11, 12]);
+    assert_eq!(st.adaptive.as_ref().unwrap().unschedulable_seen, 8);
+    // Pod 8 still waits for a node; the new batch was all seen and scheduled: the batch
+    // grows again (4 → 8) instead of halving on every tick the same pod waits.
+    let (p, st) = tick(&snap_held((1..=7).chain(9..=12), &[8]), &st, &set, 2_000);
+    assert_eq!(p.create.len(), 8, "{:?}", st.adaptive);
+    assert_eq!(ids_c(&p), (13..=20).collect::<Vec<_>>());
+    // A pod of the new batch turns Unschedulable: a new signal, halve again (8 → 4).
+    let running = (1..=7).chain(9..=12).chain(13..=19);
+    let (p, st) = tick(&snap_held(running, &[8, 20]), &st, &set, 3_000);
+    assert_eq!(p.create.len(), 4);
+    assert_eq!(st.adaptive.as_ref().unwrap().unschedulable_seen, 20);
+    // The watermark persists through the state file.
+    let json = serde_json::to_string(&st).unwrap();
+    let back: AllocatorState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.adaptive, st.adaptive);
+    // A state written before the watermark existed reads as "none seen".
+    let old: AdaptiveState = serde_json::from_str(r#"{"batch":3}"#).unwrap();
+    assert_eq!(old.unschedulable_seen, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Adaptive batches with pods turning Unschedulable at random: the batch stays within
+    /// 1 ..= the cap, the watermark never falls, a step halves at most once, and it shrinks
+    /// only for a pod above the last watermark (or throttling).
+    #[test]
+    fn adaptive_batch_shrinks_only_on_new_unschedulable_pods(
+        cap in 1u32..40,
+        ticks in proptest::collection::vec((any::<u64>(), any::<bool>(), any::<bool>()), 1..40),
+    ) {
+        let mut set = settings(5);
+        set.policies.adaptive_max_batch = Some(cap);
+        set.policies.max_pending = Some(1_000);
+        let mut st = AllocatorState::new();
+        let mut held: Vec<u64> = vec![];
+        let mut running: Vec<u64> = vec![];
+        let mut last_created: Vec<u64> = vec![];
+        for (k, (bits, release, throttle)) in ticks.into_iter().enumerate() {
+            // Each pod of the last batch is held or runs, by one bit of `bits`.
+            for (j, id) in last_created.drain(..).enumerate() {
+                if bits >> (j % 64) & 1 == 1 { held.push(id) } else { running.push(id) }
+            }
+            if release {
+                running.append(&mut held);
+            }
+            let snapshot = snap_held(running.iter().copied(), &held);
+            let before = st.adaptive.clone();
+            let p = step(&snapshot, &st, &set, &Request::set(10_000), k as u64 * 1_000).unwrap();
+            let out = Outcomes { created: ids_c(&p), throttled: throttle, ..Outcomes::default() };
+            st = record(&p, &out, &set, k as u64 * 1_000);
+            last_created = ids_c(&p);
+            let a = st.adaptive.clone().unwrap();
+            prop_assert!((1..=cap).contains(&a.batch), "batch {} cap {}", a.batch, cap);
+            prop_assert!(p.create.len() as u32 <= cap);
+            if let Some(b) = before {
+                prop_assert!(a.unschedulable_seen >= b.unschedulable_seen);
+                prop_assert!(a.batch >= (b.batch / 2).max(1), "halved more than once");
+                let new_held = held.iter().any(|&i| i > b.unschedulable_seen);
+                if a.batch < b.batch {
+                    prop_assert!(b.throttled || new_held, "shrank without a new signal");
+                }
+            }
+        }
+    }
+}
+
 // ---- slow-start within a tick ---------------------------------------------------------------
 
 #[test]

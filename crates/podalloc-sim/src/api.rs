@@ -1183,12 +1183,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
             headers: Vec::new(),
             body: Body::Bytes(relock(&shared.log).render().into_bytes()),
         }),
-        ["pods", ns] if post && !ns.is_empty() => {
-            let v = pod::decode(&req.body)?;
-            let p = lock(shared).create(ns, v, CreateMode::Seed, false, now)?;
-            shared.kubelet.notify_all();
-            Ok(object(201, &p))
-        }
+        ["pods", ns] if post && !ns.is_empty() => seed(shared, ns, &req.body, now),
         ["pods", ns, name, "phase"] if post => {
             let o = phase_override(&req.body)?;
             let p = lock(shared).set_phase(ns, name, &o, now)?;
@@ -1204,6 +1199,53 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
         | ["cut"] => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::path_not_found()),
     }
+}
+
+/// `POST /sim/pods/{ns}`: seeds one pod (201 and the pod) or, for a `PodList` body, every
+/// item in order under one store lock (201 and a `PodList` of the stored pods), so a
+/// benchmark seeds thousands of pods in a few requests. Each item is decoded, defaulted,
+/// validated and stored exactly as a single seeded pod (uid, resourceVersion,
+/// creationTimestamp from the server; status from the kubelet model for a given
+/// `status.phase`); no quota is charged, as for a single seed. Like `kubectl create -f` on
+/// a list, the first item that fails stops the seeding: its error is returned with
+/// `items[i]: ` before the message, and the items before it stay created. The body limit
+/// is the apiserver's (3 MiB), so large seeds are sent in several lists.
+fn seed(shared: &Shared, ns: &str, body: &[u8], now: Instant) -> Result<Response, ApiError> {
+    let mut v = pod::parse_body(body)?;
+    if v.get("kind").and_then(Value::as_str) != Some("PodList") {
+        let p = lock(shared).create(ns, pod::decode_value(v)?, CreateMode::Seed, false, now)?;
+        shared.kubelet.notify_all();
+        return Ok(object(201, &p));
+    }
+    let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) else {
+        return Err(ApiError::bad_request(
+            "seed body: a PodList needs \"items\": a list of pods",
+        ));
+    };
+    let mut store = lock(shared);
+    let mut out = Vec::with_capacity(items.len());
+    let mut failed = None;
+    for (i, item) in items.into_iter().enumerate() {
+        match pod::decode_value(item)
+            .and_then(|p| store.create(ns, p, CreateMode::Seed, false, now))
+        {
+            Ok(p) => out.push(p),
+            Err(mut e) => {
+                e.message = format!("items[{i}]: {}", e.message);
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let rv = store.rv();
+    drop(store);
+    shared.kubelet.notify_all();
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut resp = pod_list(rv, None, None, out);
+    resp.status = 201;
+    Ok(resp)
 }
 
 /// `POST /sim/faults`: a JSON list of rule strings replaces the fault rules.

@@ -33,7 +33,8 @@
 //!
 //! Side doors for tests, never authenticated: `GET /sim/stats` (the [`SimStats`] as
 //! JSON), `POST /sim/pods/{ns}` (seed a pod; a `status.phase` in the body is kept and the
-//! kubelet leaves the pod in that phase), `POST /sim/pods/{ns}/{name}/phase` with
+//! kubelet leaves the pod in that phase; a `PodList` body seeds every item in one request,
+//! in order, stopping at the first that fails), `POST /sim/pods/{ns}/{name}/phase` with
 //! `{"phase":"Failed","exitCode":137,"reason":"OOMKilled","message":"..."}`,
 //! `GET|POST /sim/faults` (a JSON list of rule strings replaces the rules),
 //! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`

@@ -298,9 +298,18 @@ pub(crate) fn decode_object(
     body: &[u8],
     want: &str,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
+    object_of(parse_body(body)?, want)
+}
+
+/// A request body as JSON; 400 with the apiserver's message when it is not JSON.
+pub(crate) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
+    })
+}
+
+/// [`decode_object`] for a body already parsed as JSON.
+pub(crate) fn object_of(v: Value, want: &str) -> Result<serde_json::Map<String, Value>, ApiError> {
     let Value::Object(mut obj) = v else {
         return Err(ApiError::bad_request(format!(
             "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
@@ -328,7 +337,12 @@ pub(crate) fn decode_object(
 /// 400 for non-JSON, a non-object, a foreign kind or a mistyped field. `kind` and
 /// `apiVersion` are removed (stored objects carry them only on the wire).
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let obj = decode_object(body, "Pod")?;
+    decode_value(parse_body(body)?)
+}
+
+/// [`decode`] for a body already parsed as JSON (one item of a seeded `PodList`).
+pub(crate) fn decode_value(v: Value) -> Result<Value, ApiError> {
+    let obj = object_of(v, "Pod")?;
     let mut pod = Value::Object(obj);
     check_types(&pod)?;
     // Go decodes a JSON null map value as "".

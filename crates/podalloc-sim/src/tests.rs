@@ -660,6 +660,120 @@ fn sim_side_door_seeds_and_fails_pods() {
     );
 }
 
+/// The shape of a seeded pod (keys of metadata and status, phase, container state), for
+/// comparing pods seeded one way and the other.
+fn seeded_shape(p: &Value) -> (Vec<String>, Vec<String>, Value, Value) {
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    (
+        keys(&p["metadata"]),
+        keys(&p["status"]),
+        p["status"]["phase"].clone(),
+        p["status"]["containerStatuses"][0]["state"]
+            .as_object()
+            .map(|o| json!(o.keys().collect::<Vec<_>>()))
+            .unwrap_or_default(),
+    )
+}
+
+#[test]
+fn sim_side_door_seeds_a_pod_list_in_one_request() {
+    let server = SimServer::start(fast_opts()).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let running = |name: &str| {
+        json!({"metadata": {"name": name, "labels": {"spark-role": "executor"}},
+               "spec": {"containers": [{"name": "e", "image": "spark"}]},
+               "status": {"phase": "Running"}})
+    };
+    let single = c.call("POST", "/sim/pods/spark", Some(&running("one").to_string()));
+    assert_eq!(single.status, 201, "{}", single.body);
+
+    let mut items: Vec<Value> = (1..=300).map(|i| running(&format!("bulk-{i}"))).collect();
+    items.push(json!({"metadata": {"name": "fresh"},
+                      "spec": {"containers": [{"name": "e", "image": "spark"}]}}));
+    let list = json!({"apiVersion": "v1", "kind": "PodList", "items": items}).to_string();
+    let r = c.call("POST", "/sim/pods/spark", Some(&list));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["kind"], "PodList");
+    let got = r.body["items"].as_array().unwrap();
+    assert_eq!(got.len(), 301);
+    // Server-set fields as for a pod created through the API: distinct uids, increasing
+    // resourceVersions, a creationTimestamp; the list's resourceVersion is the last one.
+    let uids: BTreeSet<&str> = got
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uids.len(), 301);
+    let rvs: Vec<u64> = got
+        .iter()
+        .map(|p| {
+            p["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
+    assert_eq!(
+        r.body["metadata"]["resourceVersion"],
+        json!(rvs[300].to_string())
+    );
+    assert!(got[0]["metadata"]["creationTimestamp"].is_string());
+    // The kubelet model's status, the same shape as a pod seeded alone.
+    assert_eq!(seeded_shape(&got[0]), seeded_shape(&single.body));
+    assert_eq!(got[0]["status"]["phase"], "Running");
+    assert!(got[0]["status"]["podIP"].is_string());
+    assert_eq!(
+        got[0]["status"]["containerStatuses"][0]["ready"],
+        json!(true)
+    );
+    // A pod seeded without a phase is left to the scheduler and kubelet.
+    assert_eq!(got[300]["status"]["phase"], "Pending");
+    wait_for("the unpinned pod to start", || {
+        phase(&c, "fresh") == "Running"
+    });
+    // The API lists what was seeded, as stored; seeding is not counted as API requests.
+    let listed = c.get(&format!("{PODS}/bulk-7")).body;
+    assert_eq!(listed["metadata"]["uid"], got[6]["metadata"]["uid"]);
+    assert_eq!(listed["status"], got[6]["status"]);
+    let stats = c.get("/sim/stats").body;
+    assert_eq!(
+        (stats["creates"].as_u64(), stats["live_pods"].as_u64()),
+        (Some(0), Some(302))
+    );
+
+    // The first failing item stops the seeding and is named; the items before it stay.
+    let clash = json!({"kind": "PodList", "items": [running("after-1"), running("bulk-2"),
+                                                     running("after-3")]})
+    .to_string();
+    let r = c.call("POST", "/sim/pods/spark", Some(&clash));
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["reason"], "AlreadyExists");
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("items[1]: "),
+        "{}",
+        r.body
+    );
+    assert_eq!(c.get(&format!("{PODS}/after-1")).status, 200);
+    assert_eq!(c.get(&format!("{PODS}/after-3")).status, 404);
+    let bad = c.call(
+        "POST",
+        "/sim/pods/spark",
+        Some(r#"{"kind":"PodList","items":{}}"#),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let invalid = json!({"kind": "PodList", "items": [{"metadata": {"name": "no-spec"}}]});
+    let r = c.call("POST", "/sim/pods/spark", Some(&invalid.to_string()));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("items[0]: "));
+}
+
 #[test]
 fn large_lists_are_gzipped_and_stop_wait_work() {
     let server = SimServer::start(SimOptions {

@@ -404,6 +404,29 @@ impl<'de> Reader<'de> {
         Ok(())
     }
 
+    /// Moves to the next element of an array or member of an object (`close` is its `]` or
+    /// `}`): past the `,` unless it is the `first`, which is then cleared. `false` at the
+    /// closing bracket (not consumed).
+    fn next_item(&mut self, first: &mut bool, close: u8) -> Result<bool, Error> {
+        match self.peek() {
+            Some(b) if b == close => return Ok(false),
+            Some(b',') if !*first => {
+                self.pos += 1;
+                match self.peek() {
+                    Some(b) if b == close => return Err(self.err("trailing comma")),
+                    None => return Err(self.eof()),
+                    _ => {}
+                }
+            }
+            Some(_) if *first => {}
+            Some(_) if close == b']' => return Err(self.err("expected `,` or `]`")),
+            Some(_) => return Err(self.err("expected `,` or `}`")),
+            None => return Err(self.eof()),
+        }
+        *first = false;
+        Ok(true)
+    }
+
     /// After a visited array: its `]`.
     fn end_seq(&mut self) -> Result<(), Error> {
         match self.peek() {
@@ -434,6 +457,21 @@ impl<'de> Reader<'de> {
             Some(_) => Err(self.err("trailing characters")),
             None => Err(self.eof()),
         }
+    }
+
+    /// An array or object opening at `pos`: `visit` reads its items, `end` its closing
+    /// bracket; counted against the recursion limit.
+    fn nested<T>(
+        &mut self,
+        visit: impl FnOnce(&mut Self) -> Result<T, Error>,
+        end: fn(&mut Self) -> Result<(), Error>,
+    ) -> Result<T, Error> {
+        self.enter()?;
+        let value = visit(self);
+        self.depth_left += 1;
+        let value = value?;
+        end(self)?;
+        Ok(value)
     }
 
     /// Enters an array or object, counting against the recursion limit.
@@ -576,7 +614,7 @@ impl Open {
     }
 
     fn push(&mut self, brace: bool) {
-        if self.depth > 0 && self.depth % 64 == 0 {
+        if self.depth > 0 && self.depth.is_multiple_of(64) {
             self.spill.push(self.top);
             self.top = 0;
         }
@@ -593,7 +631,7 @@ impl Open {
         let matched = (self.top & 1 == 1) == brace;
         self.top >>= 1;
         self.depth -= 1;
-        if self.depth > 0 && self.depth % 64 == 0 {
+        if self.depth > 0 && self.depth.is_multiple_of(64) {
             self.top = self.spill.pop().unwrap_or(0);
         }
         matched
@@ -838,28 +876,8 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
                 Number::I(i) => v.visit_i64(i),
                 Number::F(f) => v.visit_f64(f),
             },
-            Some(b'[') => {
-                self.enter()?;
-                let value = v.visit_seq(Seq {
-                    r: &mut *self,
-                    first: true,
-                });
-                self.depth_left += 1;
-                let value = value?;
-                self.end_seq()?;
-                Ok(value)
-            }
-            Some(b'{') => {
-                self.enter()?;
-                let value = v.visit_map(Map {
-                    r: &mut *self,
-                    first: true,
-                });
-                self.depth_left += 1;
-                let value = value?;
-                self.end_map()?;
-                Ok(value)
-            }
+            Some(b'[') => self.nested(|r| v.visit_seq(Seq { r, first: true }), Reader::end_seq),
+            Some(b'{') => self.nested(|r| v.visit_map(Map { r, first: true }), Reader::end_map),
             Some(_) => Err(self.err("expected value")),
         }
     }
@@ -903,19 +921,9 @@ impl<'de> SeqAccess<'de> for Seq<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
-        match self.r.peek() {
-            Some(b']') => return Ok(None),
-            Some(b',') if !self.first => {
-                self.r.pos += 1;
-                if self.r.peek() == Some(b']') {
-                    return Err(self.r.err("trailing comma"));
-                }
-            }
-            Some(_) if self.first => {}
-            Some(_) => return Err(self.r.err("expected `,` or `]`")),
-            None => return Err(self.r.eof()),
+        if !self.r.next_item(&mut self.first, b']')? {
+            return Ok(None);
         }
-        self.first = false;
         seed.deserialize(&mut *self.r).map(Some)
     }
 }
@@ -933,21 +941,9 @@ impl<'de> MapAccess<'de> for Map<'_, 'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        match self.r.peek() {
-            Some(b'}') => return Ok(None),
-            Some(b',') if !self.first => {
-                self.r.pos += 1;
-                match self.r.peek() {
-                    Some(b'}') => return Err(self.r.err("trailing comma")),
-                    None => return Err(self.r.eof()),
-                    _ => {}
-                }
-            }
-            Some(_) if self.first => {}
-            Some(_) => return Err(self.r.err("expected `,` or `}`")),
-            None => return Err(self.r.eof()),
+        if !self.r.next_item(&mut self.first, b'}')? {
+            return Ok(None);
         }
-        self.first = false;
         if self.r.peek() != Some(b'"') {
             return Err(self.r.err("key must be a string"));
         }
@@ -961,7 +957,7 @@ impl<'de> MapAccess<'de> for Map<'_, 'de> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde::de::IgnoredAny;
@@ -1036,8 +1032,16 @@ mod tests {
         }
     }
 
+    /// `PROPTEST_CASES` when set (`scripts/fuzz.sh` sets it), else `default`.
+    pub(in crate::snapshot) fn cases(default: u32) -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(cases(2000)))]
 
         /// SSE2 finds the same bytes as the byte loop.
         #[test]

@@ -542,7 +542,9 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+            crate::snapshot::json::tests::cases(3000)
+        ))]
         /// Against serde_json on mutated pages: every page it decodes decodes here to the same
         /// snapshot, streamed or whole; a page refused here is refused there too, unless the
         /// only fault is the order of tokens inside a skipped value (see the `json` module).

@@ -358,7 +358,7 @@ pub struct AppArgs {
     /// The application id: the `spark-app-selector` label value of its executor pods.
     #[arg(long, global = true, env = "PODALLOC_APP_ID", value_name = "ID")]
     pub app_id: Option<String>,
-    /// State file (default: $XDG_STATE_HOME/podalloc/<namespace>/<app id>.json).
+    /// State file (default: `$XDG_STATE_HOME/podalloc/<namespace>/<app id>.json`).
     #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Where the state lives: `file` (--state-file, the default) or `configmap:NAME` (a
@@ -652,7 +652,7 @@ pub struct LeaderElectArgs {
     /// leases get/create/update in the namespace.
     #[arg(long, env = "PODALLOC_LEADER_ELECT", value_parser = clap::builder::BoolishValueParser::new())]
     pub leader_elect: bool,
-    /// The Lease's name [default: podalloc-<app id>].
+    /// The Lease's name (default: `podalloc-<app id>`).
     #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
     pub leader_elect_resource_name: Option<String>,
     /// How long standbys wait after the Lease last changed before taking it over [default: 15s].
@@ -692,7 +692,7 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', env = "PODALLOC_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// The leader-election Lease whose holder to show [default: podalloc-<app id>].
+    /// The leader-election Lease whose holder to show (default: `podalloc-<app id>`).
     #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
     pub leader_elect_resource_name: Option<String>,
 }

@@ -15,7 +15,10 @@
 //! concerned (`involvedObject` with its uid, which `kubectl describe` matches on); without
 //! a driver, the events that concern no single pod (`AllocationBlocked`, `CrashLoopHalt`)
 //! are only logged. They are core/v1 Events (`POST /api/v1/namespaces/NS/events`) with
-//! `source.component` and `reportingComponent` `podalloc`.
+//! `source.component` and `reportingComponent` `podalloc`. Naming the pod costs no request:
+//! the driver's uid is the one the tick read for its ownerReferences, an executor's comes
+//! from the list, and a pod created this tick has the uid the create's response (the Pod as
+//! stored) carried; only a created pod whose answer had no uid is read (`GET`) for it.
 //!
 //! The [`Recorder`] correlates them as client-go's event recorder does
 //! (`k8s.io/client-go/tools/record`, `EventCorrelator`):
@@ -39,7 +42,7 @@
 use crate::alloc::{Blocked, DeleteReason, Outcomes, Plan};
 use crate::error::Error;
 use crate::kube::{KubeClient, KubeError};
-use crate::reconcile::App;
+use crate::podspec::Owner;
 use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use log::{debug, warn};
 use serde_json::{json, Value};
@@ -151,8 +154,6 @@ pub(crate) struct Recorder {
     similar: BTreeMap<String, Similar>,
     /// Event key → the Event posted for it.
     posted: BTreeMap<String, Posted>,
-    /// The driver pod's reference, once read (`Some(None)`: looked up, not usable).
-    driver: Option<Option<ObjectRef>>,
     /// A failure to post was already logged as a warning.
     warned: bool,
     /// Events posted (created or patched), for tests and logs.
@@ -457,54 +458,60 @@ fn tick_events(
     evs
 }
 
-/// The driver pod's reference, read once per process.
-fn driver_ref(rec: &mut Recorder, client: &KubeClient, app: &App) -> Option<ObjectRef> {
-    let name = app.driver_pod.as_deref()?;
-    if rec.driver.is_none() {
-        let found = match client.get_pod(name) {
-            Ok(Some(pod)) => pod["metadata"]["uid"]
-                .as_str()
-                .map(|uid| ObjectRef::pod(client.namespace(), name, uid)),
-            Ok(None) => None,
-            Err(e) => {
-                debug!("events: cannot read the driver pod {name}: {e}");
-                return None;
-            }
-        };
-        rec.driver = Some(found);
-    }
-    rec.driver.clone().flatten()
+/// Where an executor pod's uid comes from for its events.
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// Known without a call: from the snapshot, the plan's delete, or the answer to this
+    /// tick's create.
+    Known(ObjectRef),
+    /// Only the name is known (a pod created this tick whose create answer carried no uid):
+    /// read the pod for it.
+    Read(String),
 }
 
-/// An executor pod's reference: its uid from the snapshot, else (a pod created this tick)
-/// read from the API.
+/// Executor `id`'s reference, from what the tick already knows (pure): its uid from the
+/// snapshot, from a planned delete, or from `created` (executor id → the uid the create's
+/// response carried, see [`Done::uids`]); else the pod's name to read. `None`: the tick
+/// never named that pod.
+fn lookup(
+    ns: &str,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    created: &BTreeMap<u64, String>,
+    id: u64,
+) -> Option<Lookup> {
+    if let Some(p) = snapshot.executors.get(&id).filter(|p| !p.uid.is_empty()) {
+        return Some(Lookup::Known(ObjectRef::pod(ns, &p.name, &p.uid)));
+    }
+    let create = plan.create.iter().find(|c| c.executor_id == id);
+    let delete = plan.delete.iter().find(|d| d.executor_id == id);
+    let name = (create.map(|c| &c.pod_name)).or_else(|| delete.map(|d| &d.pod_name))?;
+    let uid = (delete.and_then(|d| d.uid.as_ref())).or_else(|| created.get(&id));
+    Some(match uid {
+        Some(uid) => Lookup::Known(ObjectRef::pod(ns, name, uid)),
+        None => Lookup::Read(name.clone()),
+    })
+}
+
+/// An executor pod's reference ([`lookup`]); a pod whose uid the tick does not know is read
+/// from the API (one GET).
 fn executor_ref(
     client: &KubeClient,
     snapshot: &Snapshot,
     plan: &Plan,
+    created: &BTreeMap<u64, String>,
     id: u64,
 ) -> Option<ObjectRef> {
     let ns = client.namespace();
-    if let Some(p) = snapshot.executors.get(&id).filter(|p| !p.uid.is_empty()) {
-        return Some(ObjectRef::pod(ns, &p.name, &p.uid));
+    match lookup(ns, snapshot, plan, created, id)? {
+        Lookup::Known(r) => Some(r),
+        Lookup::Read(name) => {
+            let uid = client.get_pod(&name).ok()??["metadata"]["uid"]
+                .as_str()?
+                .to_string();
+            Some(ObjectRef::pod(ns, &name, &uid))
+        }
     }
-    let name = (plan.create.iter().find(|c| c.executor_id == id))
-        .map(|c| c.pod_name.clone())
-        .or_else(|| {
-            (plan.delete.iter().find(|d| d.executor_id == id)).map(|d| d.pod_name.clone())
-        })?;
-    let uid = plan
-        .delete
-        .iter()
-        .find(|d| d.executor_id == id)
-        .and_then(|d| d.uid.clone());
-    let uid = match uid {
-        Some(u) => u,
-        None => client.get_pod(&name).ok()??["metadata"]["uid"]
-            .as_str()?
-            .to_string(),
-    };
-    Some(ObjectRef::pod(ns, &name, &uid))
 }
 
 /// Posts one Warning Event with `reason` and `message` on pod `name` (uid `uid`) in `ns` at
@@ -534,32 +541,48 @@ pub(crate) fn warn_on_pod(
     rec.post(client, ev, now_ms);
 }
 
+/// What a tick's calls did, as its events need it.
+pub(crate) struct Done<'a> {
+    /// The outcomes (created ids, deleted ids, …).
+    pub out: &'a Outcomes,
+    /// Executor id → `metadata.uid` of a pod created this tick, as the create's response
+    /// (the Pod as stored) or the read that recognised our own pod after a 409 carried it.
+    /// A created id missing here is read from the API for its events.
+    pub uids: &'a BTreeMap<u64, String>,
+    /// The tick's first error, if any.
+    pub error: Option<&'a Error>,
+    /// The driver pod as the tick read it (`--driver-pod`; `None`: no driver, or it is
+    /// gone): the tick's events go on it. Each tick passes its own, so that one process
+    /// managing many apps (`podalloc apps`) posts each app's events on that app's driver.
+    pub driver: Option<&'a Owner>,
+}
+
 /// Posts the events of one tick (see the module docs): called once after the tick's calls
-/// were made and its state saved. `deleted` lists the executor ids whose pods were
-/// deleted. Does nothing with `--no-events`; never fails.
+/// were made and its state saved. Without a driver pod, an event about a pod created this
+/// tick names it with the uid in `done.uids`; only a pod missing there is read (GET) for
+/// it. Does nothing with `--no-events`; never fails.
 pub(crate) fn record_tick(
     client: &KubeClient,
-    app: &App,
     snapshot: &Snapshot,
     plan: &Plan,
-    out: &Outcomes,
-    error: Option<&Error>,
+    done: &Done<'_>,
     now_ms: u64,
 ) {
     if !enabled() {
         return;
     }
-    let evs = tick_events(snapshot, plan, out, error, &out.deleted_ids);
+    let out = done.out;
+    let evs = tick_events(snapshot, plan, out, done.error, &out.deleted_ids);
     if evs.is_empty() {
         return;
     }
     let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
     let rec = guard.get_or_insert_with(Recorder::default);
-    let driver = driver_ref(rec, client, app);
+    let driver = (done.driver).map(|o| ObjectRef::pod(client.namespace(), &o.name, &o.uid));
     for (id, kind, reason, message) in evs {
         let involved = match (&driver, id) {
             (Some(d), _) => d.clone(),
-            (None, Some(id)) => match executor_ref(client, snapshot, plan, id) {
+            (None, Some(id)) => match executor_ref(client, snapshot, plan, done.uids, id) {
                 Some(r) => r,
                 None => continue,
             },
@@ -770,6 +793,42 @@ mod tests {
         );
         assert_eq!(evs[2].0, None, "about the app: the driver pod, or nowhere");
         assert!(evs[2].3.contains("dominant: OOMKilled"));
+    }
+
+    #[test]
+    fn a_pod_created_this_tick_is_named_with_the_uid_its_create_returned() {
+        let mut p = plan();
+        p.create.push(crate::alloc::Create {
+            executor_id: 5,
+            pod_name: "app-exec-5".into(),
+            retry: false,
+        });
+        let snap = Snapshot::default();
+        let uids = BTreeMap::from([(5, "uid-5".to_string())]);
+        assert_eq!(
+            lookup("ns", &snap, &p, &uids, 5),
+            Some(Lookup::Known(ObjectRef::pod("ns", "app-exec-5", "uid-5"))),
+            "no read of the pod: the create's answer carried its uid"
+        );
+        // A create answered without a uid: only then is the pod read for it.
+        assert_eq!(
+            lookup("ns", &snap, &p, &BTreeMap::new(), 5),
+            Some(Lookup::Read("app-exec-5".into()))
+        );
+        assert_eq!(lookup("ns", &snap, &p, &uids, 6), None);
+    }
+
+    #[test]
+    fn a_listed_pod_is_named_with_its_listed_uid() {
+        let mut snap = Snapshot::default();
+        let listed = pod(3, ExecutorState::Running, None);
+        let (name, uid) = (listed.name.clone(), listed.uid.clone());
+        assert!(!uid.is_empty());
+        snap.executors.insert(3, listed);
+        assert_eq!(
+            lookup("ns", &snap, &plan(), &BTreeMap::new(), 3),
+            Some(Lookup::Known(ObjectRef::pod("ns", &name, &uid)))
+        );
     }
 
     #[test]

@@ -340,7 +340,11 @@ fn tick_inner(
     crash_point("before-write-ahead");
     store.save(&plan.state).map_err(store_error)?;
     crash_point("after-write-ahead");
-    let Applied { mut out, mut error } = apply(client, app, &plan, owner.as_ref(), errors_before);
+    let Applied {
+        mut out,
+        mut error,
+        uids,
+    } = apply(client, app, &plan, owner.as_ref(), errors_before);
     if let (Some(why), Some(name)) = (&plan.driver_ended, &app.driver_pod) {
         error.get_or_insert(Error::driver_ended(format!(
             "driver pod {name:?} {why}: its {} executor pod(s) deleted, none will be created; \
@@ -357,7 +361,13 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
-    crate::events::record_tick(client, app, &snapshot, &plan, &out, error.as_ref(), now_ms);
+    let done = crate::events::Done {
+        out: &out,
+        uids: &uids,
+        error: error.as_ref(),
+        driver: owner.as_ref(),
+    };
+    crate::events::record_tick(client, &snapshot, &plan, &done, now_ms);
     Ok(TickReport {
         requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
@@ -408,11 +418,17 @@ fn log_outcomes(plan: &Plan, out: &Outcomes, state: &AllocatorState) {
     }
 }
 
-/// What [`apply`] did: the outcomes for [`alloc::record`], and the tick's first error.
+/// What [`apply`] did: the outcomes for [`alloc::record`], the tick's first error, and the
+/// uids of the pods it created.
 #[derive(Default)]
 struct Applied {
     out: Outcomes,
     error: Option<Error>,
+    /// Executor id → `metadata.uid` of the pod created this tick, from the create's response
+    /// (or, after a 409 AlreadyExists for our own pod, from the GET that recognised it), so
+    /// that the tick's Events name the pod without reading it again. An id created without
+    /// a uid in hand is absent.
+    uids: BTreeMap<u64, String>,
 }
 
 impl Applied {
@@ -503,8 +519,11 @@ impl Applied {
         rest: &[alloc::Create],
     ) -> Option<Error> {
         match outcome {
-            CreateOutcome::Created => {
+            CreateOutcome::Created(uid) => {
                 self.out.created.push(c.executor_id);
+                if let Some(uid) = uid {
+                    self.uids.insert(c.executor_id, uid);
+                }
                 None
             }
             CreateOutcome::NotOurs => {
@@ -623,7 +642,9 @@ fn still_ours(
 }
 
 enum CreateOutcome {
-    Created,
+    /// Created (201, or 409 for our own pod), with the pod's `metadata.uid` when the answer
+    /// carried one.
+    Created(Option<String>),
     Quota(Error),
     NotOurs,
     Rejected(Error),
@@ -632,11 +653,11 @@ enum CreateOutcome {
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
     match client.create_pod_validated(pod, FieldValidation::Strict) {
-        Ok((_, warnings)) => {
+        Ok((created, warnings)) => {
             for w in warnings {
                 warn!("creating pod {name}: the API server warns: {w}");
             }
-            CreateOutcome::Created
+            CreateOutcome::Created(pod_uid(&created))
         }
         Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
@@ -644,7 +665,7 @@ fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) 
             match client.get_pod(name) {
                 Ok(Some(existing)) if is_our_pod(&existing, &app.app_id, id) => {
                     info!("pod {name} already exists and is ours: counted as created");
-                    CreateOutcome::Created
+                    CreateOutcome::Created(pod_uid(&existing))
                 }
                 Ok(_) => {
                     warn!(
@@ -665,6 +686,13 @@ fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) 
         }
         Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
     }
+}
+
+/// A pod's non-empty `metadata.uid`, if it has one.
+fn pod_uid(pod: &Value) -> Option<String> {
+    (pod["metadata"]["uid"].as_str())
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
 }
 
 fn is_our_pod(pod: &Value, app_id: &str, id: u64) -> bool {

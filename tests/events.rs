@@ -601,3 +601,113 @@ fn a_crash_loop_halt_is_posted_on_the_driver() {
     assert_eq!(halt[0]["type"], "Warning");
     assert!(!with_reason(&evs, "ExecutorFailed").is_empty(), "{evs:#?}");
 }
+
+/// The simulator's request log (`GET /sim/log`) as (method, path, status) triples.
+fn requests(w: &World) -> Vec<(String, String, Value)> {
+    (w.sim.request_log().lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            (s("method"), s("path"), r["status"].clone())
+        })
+        .collect()
+}
+
+/// The GETs of single executor pods (`GET .../pods/NAME`) in the request log.
+fn pod_reads(w: &World) -> Vec<String> {
+    let prefix = format!("/api/v1/namespaces/default/pods/{APP}-exec-");
+    (requests(w).into_iter())
+        .filter(|(m, p, _)| m == "GET" && p.starts_with(&prefix))
+        .map(|(_, p, _)| p)
+        .collect()
+}
+
+/// Each SuccessfulCreate of executors 1..=n is on its pod, with the pod's uid.
+fn assert_created_events(w: &World, n: u64) {
+    for id in 1..=n {
+        let name = format!("{APP}-exec-{id}");
+        let (code, pod) = w.api(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods/{name}"),
+            None,
+        );
+        assert_eq!(code, 200, "{pod}");
+        let evs = events_on(w, &name);
+        let created = with_reason(&evs, "SuccessfulCreate");
+        assert_eq!(created.len(), 1, "{evs:#?}");
+        assert_eq!(created[0]["involvedObject"]["uid"], pod["metadata"]["uid"]);
+    }
+}
+
+#[test]
+fn the_uid_of_a_created_pod_comes_from_the_create_not_a_get() {
+    let w = world(|_| {});
+    w.ok(&["reconcile", "--target", "5"]);
+    let log = requests(&w);
+    let reads = pod_reads(&w);
+    assert!(
+        reads.is_empty(),
+        "no GET per created pod: {reads:?}\n{log:#?}"
+    );
+    let count = |m: &str, p: &str| log.iter().filter(|r| r.0 == m && r.1.ends_with(p)).count();
+    assert_eq!(count("POST", "/pods"), 5, "{log:#?}");
+    assert_eq!(count("POST", "/events"), 5, "{log:#?}");
+    // One list, five creates, five Events: nothing else.
+    assert_eq!(w.sim.stats().requests, 11, "{log:#?}");
+    assert_created_events(&w, 5);
+}
+
+#[test]
+fn a_create_answered_409_for_our_pod_reads_it_once() {
+    // The first create happens but its answer is lost; the client's retry (or the next
+    // tick) meets 409 AlreadyExists and reads the pod to see that it is ours. That read
+    // gives the uid for the Event: no second one.
+    let w = world(|o| o.faults = crate::util::rules(&["create:lost-response@1"]));
+    let _ = w.run(&["reconcile", "--target", "1"]);
+    w.ok(&["reconcile"]);
+    let log = requests(&w);
+    let reads = pod_reads(&w);
+    assert_eq!(w.sim.stats().create_conflicts, 1, "{log:#?}");
+    assert_eq!(reads.len(), 1, "{log:#?}");
+    assert_created_events(&w, 1);
+}
+
+#[test]
+fn one_process_for_many_apps_posts_each_apps_events_on_its_own_driver() {
+    let w = SimWorld::quick(APP).start();
+    let mut uids = Vec::new();
+    for (i, n) in [(0, 2), (1, 3)] {
+        let driver = json!({"metadata": {"name": format!("drv-{i}"),
+            "labels": {"spark-role": "driver", "spark-app-selector": format!("app-{i}")},
+            "annotations": {"podalloc.io/executors": n.to_string()}},
+            "spec": {"containers": [{"name": "d", "image": "spark"}]},
+            "status": {"phase": "Running"}});
+        let (code, pod) = w.api("POST", "/sim/pods/default", Some(&driver));
+        assert_eq!(code, 201, "{pod}");
+        uids.push(pod["metadata"]["uid"].as_str().unwrap().to_string());
+    }
+    let mut c = crate::util::podalloc();
+    c.args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args(["--batch-delay", "100ms", "apps", "--state-dir"])
+        .arg(w.path("states"))
+        .args(args(
+            "--discover spark-role=driver --image spark:3.5 --until-converged --timeout 20s",
+        ));
+    crate::util::exits(&mut c, 0);
+    for (i, n) in [(0, 2), (1, 3)] {
+        let evs = events_on(&w, &format!("drv-{i}"));
+        let created = with_reason(&evs, "SuccessfulCreate");
+        assert_eq!(created.len(), n, "drv-{i}: {evs:#?}");
+        for e in created {
+            assert_eq!(e["involvedObject"]["uid"], uids[i].as_str());
+            let msg = e["message"].as_str().unwrap();
+            assert!(msg.contains(&format!("app-{i}-exec-")), "{msg}");
+        }
+    }
+    // No executor pod was read for its Event's uid.
+    let log = requests(&w);
+    let reads = (log.iter()).filter(|r| r.0 == "GET" && r.1.contains("/pods/app-"));
+    assert_eq!(reads.count(), 0, "{log:#?}");
+}

@@ -323,7 +323,7 @@ fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
 impl Snapshot {
     /// [`Snapshot::add_page_from`] for a body read from `reader` while it arrives: each pod
     /// is decoded as soon as it is complete and its bytes are dropped, so memory stays at one
-    /// buffer of [`START_BUFFER`] (more only for a single pod larger than that) plus the
+    /// buffer of `START_BUFFER` (256 KiB; more only for a single pod larger than that) plus the
     /// snapshot, however large the page. Returns the page's `metadata.continue` as
     /// [`Snapshot::add_page`] does; a page that fails adds nothing.
     ///

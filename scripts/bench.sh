@@ -2,7 +2,7 @@
 # podalloc benchmarks: tick cost against curl and kubectl, and convergence of the allocation
 # policies on the simulator. Writes the results into docs/benchmarks.md.
 #
-#   scripts/bench.sh            # the full run (about 12 minutes with the build, 2 CPUs)
+#   scripts/bench.sh            # the full run (about 5 minutes plus the release build, 2 CPUs)
 #   scripts/bench.sh --quick    # a smoke run (about 4 minutes): 10,000 pods, a 300-executor
 #                               # convergence; results go to target/bench/ only
 #   scripts/bench.sh --no-docs  # full run, leave docs/benchmarks.md alone

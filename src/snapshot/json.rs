@@ -15,11 +15,14 @@
 //! (`\"` `\\` `\/` `\b` `\f` `\n` `\r` `\t` `\uXXXX`; the text of a skipped string is not
 //! checked to be UTF-8, as serde_json does not); brackets balance and match (`[` with `]`,
 //! `{` with `}`); no byte outside a string is 0x80 or above. A scalar skipped on its own (a
-//! number, a literal) is parsed in full.
+//! number, a literal) is checked for its grammar; a number is not checked to fit an `f64`,
+//! as serde_json's skip does not check it either.
 //!
-//! **Not checked** inside a skipped array or object: the order of the tokens between the
-//! strings and brackets (commas, colons, the spelling of numbers and of `true`, `false`,
-//! `null`). So every body serde_json accepts decodes here to the same snapshot (a property
+//! **Not checked** inside a skipped array or object: the tokens between the strings and
+//! brackets (commas, colons, the spelling of numbers and of `true`, `false`, `null`, or any
+//! other ASCII byte there). A field whose mere presence decides something
+//! (`metadata.deletionTimestamp`, a container's `state.running`) is not skipped but read as
+//! [`Checked`], in full. So every body serde_json accepts decodes here to the same snapshot (a property
 //! test checks it on mutated pages), and a body whose only fault is such a token inside a
 //! field the snapshot does not read decodes here too. simdjson's On-Demand API makes the same
 //! trade (its documentation, `doc/basics.md`: an object or array is checked as it is read,
@@ -34,6 +37,91 @@ use std::fmt;
 
 /// serde_json's limit on nested arrays and objects in a decoded value.
 const RECURSION_LIMIT: u8 = 128;
+
+/// A value decoded only to learn that it is there, and checked in full as serde_json would
+/// check it (unlike `IgnoredAny`, which this reader skips by structure): for fields whose
+/// presence decides something, such as `metadata.deletionTimestamp`.
+pub(super) struct Checked;
+
+impl<'de> de::Deserialize<'de> for Checked {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Checked;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Checked, A::Error> {
+                while a.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Checked, A::Error> {
+                while a.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The most elements [`Capped`] takes.
+pub(super) const MAX_LIST: usize = 10_000;
+
+/// A list of at most [`MAX_LIST`] elements; more is an error. Memory for one pod then stays
+/// bounded by its JSON's size times a small factor, whatever a hostile server sends (a
+/// 3-byte `[]` decodes to a whole container status).
+pub(super) struct Capped<T>(pub(super) Vec<T>);
+
+impl<'a, T> IntoIterator for &'a Capped<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'de, T: de::Deserialize<'de>> de::Deserialize<'de> for Capped<T> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: de::Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Capped<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a list of at most {MAX_LIST}")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Capped<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = a.next_element()? {
+                    if out.len() == MAX_LIST {
+                        return Err(de::Error::custom(format_args!(
+                            "a list of more than {MAX_LIST} containers or conditions in one pod"
+                        )));
+                    }
+                    out.push(x);
+                }
+                Ok(Capped(out))
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
 
 /// A decode error: the message, the byte where it was found (`None` for an error raised by a
 /// visitor, placed by [`from_prefix`]) and whether the input ended early.
@@ -223,17 +311,16 @@ impl<'de> Reader<'de> {
         let mut out: Vec<u8> = Vec::with_capacity(end - start + 16);
         let mut at = start;
         loop {
-            let (i, _) = special(self.s, at).ok_or_else(|| self.eof())?;
-            out.extend_from_slice(&self.s[at..i]);
+            let (i, high) = special(self.s, at).ok_or_else(|| self.eof())?;
+            // Escapes are ASCII, so a character never spans one: each run between them is
+            // checked on its own, and an error names its byte in the input.
+            out.extend_from_slice(text(&self.s[at..i], !high, at)?.as_bytes());
             match self.s[i] {
                 b'"' => {
                     self.pos = i + 1;
-                    return String::from_utf8(out).map(Text::Owned).map_err(|e| {
-                        Error::at(
-                            "invalid unicode code point",
-                            start + e.utf8_error().valid_up_to(),
-                        )
-                    });
+                    return String::from_utf8(out)
+                        .map(Text::Owned)
+                        .map_err(|_| Error::at("invalid unicode code point", start));
                 }
                 b'\\' => at = self.unescape(i + 1, &mut out)?,
                 _ => {
@@ -311,6 +398,37 @@ impl<'de> Reader<'de> {
     /// an integer that fits `u64` (or `i64` when negative) as one, else an `f64`.
     fn number(&mut self) -> Result<Number, Error> {
         let start = self.pos;
+        let (neg, int_end, float) = self.number_grammar()?;
+        // The grammar checked makes this ASCII.
+        let text = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or("");
+        if !float {
+            let digits = &text[usize::from(neg)..int_end - start];
+            if let Ok(u) = digits.parse::<u64>() {
+                if neg && u == 0 {
+                    // As serde_json: `-0` keeps its sign as a float.
+                    return Ok(Number::F(-0.0));
+                }
+                if !neg {
+                    return Ok(Number::U(u));
+                }
+                if let Ok(i) = i64::try_from(u).map(|i| -i) {
+                    return Ok(Number::I(i));
+                }
+                if u == 1 << 63 {
+                    return Ok(Number::I(i64::MIN));
+                }
+            }
+        }
+        match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok(Number::F(f)),
+            _ => Err(Error::at("number out of range", start)),
+        }
+    }
+
+    /// Moves past a number's text, checking its grammar only (as serde_json skips one: a
+    /// number too large for an `f64` is fine when it is not read). Returns whether it is
+    /// negative, where its integer part ends and whether it has a fraction or exponent.
+    fn number_grammar(&mut self) -> Result<(bool, usize, bool), Error> {
         let neg = self.s.get(self.pos) == Some(&b'-');
         if neg {
             self.pos += 1;
@@ -336,30 +454,7 @@ impl<'de> Reader<'de> {
             self.at_least_one_digit()?;
             float = true;
         }
-        // The grammar checked above makes this ASCII.
-        let text = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or("");
-        if !float {
-            let digits = &text[usize::from(neg)..int_end - start];
-            if let Ok(u) = digits.parse::<u64>() {
-                if neg && u == 0 {
-                    // As serde_json: `-0` keeps its sign as a float.
-                    return Ok(Number::F(-0.0));
-                }
-                if !neg {
-                    return Ok(Number::U(u));
-                }
-                if let Ok(i) = i64::try_from(u).map(|i| -i) {
-                    return Ok(Number::I(i));
-                }
-                if u == 1 << 63 {
-                    return Ok(Number::I(i64::MIN));
-                }
-            }
-        }
-        match text.parse::<f64>() {
-            Ok(f) if f.is_finite() => Ok(Number::F(f)),
-            _ => Err(Error::at("number out of range", start)),
-        }
+        Ok((neg, int_end, float))
     }
 
     fn digits(&mut self) {
@@ -391,7 +486,7 @@ impl<'de> Reader<'de> {
             Some(b'n') => self.literal(b"null"),
             Some(b't') => self.literal(b"true"),
             Some(b'f') => self.literal(b"false"),
-            Some(b'-' | b'0'..=b'9') => self.number().map(drop),
+            Some(b'-' | b'0'..=b'9') => self.number_grammar().map(drop),
             Some(_) => Err(self.err("expected value")),
         }
     }
@@ -1095,6 +1190,9 @@ pub(super) mod tests {
         /// without complaint is no larger than the value serde_json skips.
         #[test]
         fn never_stricter_than_serde_json(body in jsonish()) {
+            if serde_json::from_slice::<IgnoredAny>(&body).is_ok() {
+                prop_assert!(from_slice::<IgnoredAny>(&body).is_ok());
+            }
             if let Ok(want) = serde_json::from_slice::<serde_json::Value>(&body) {
                 prop_assert_eq!(from_slice::<serde_json::Value>(&body).unwrap(), want);
                 prop_assert!(from_slice::<IgnoredAny>(&body).is_ok());

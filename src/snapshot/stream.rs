@@ -6,7 +6,8 @@
 //! is one buffer that grows only to hold the largest single value (one pod), whatever the
 //! page holds: a server that ignores `limit` (kube-apiserver does for a `resourceVersion=0`
 //! list served from its watch cache) may send 50,000 pods in one 275 MB body, and the decode
-//! still needs a few hundred KiB beyond the snapshot itself.
+//! still needs a few hundred KiB beyond the snapshot itself. (A hostile pod is bounded too:
+//! its JSON by `MAX_VALUE`, its decoded container and condition lists by 10,000 entries each.)
 //!
 //! Every value is still decoded by serde_json into the same structs as [`Snapshot::add_page`],
 //! which validates what it skips the same way, so a body decodes here exactly when it decodes
@@ -376,7 +377,7 @@ impl Snapshot {
     }
 
     /// Adds the pods of `part` (one page), or none of them when one's id is already here.
-    fn merge(&mut self, part: Snapshot) -> Result<(), SnapshotError> {
+    pub(super) fn merge(&mut self, part: Snapshot) -> Result<(), SnapshotError> {
         if let Some((id, pod)) = part
             .executors
             .iter()
@@ -513,11 +514,13 @@ mod tests {
                         }
                         _ => panic!("{ctx}"),
                     }
-                    // A failed page adds nothing here; add_page_from keeps the pods
-                    // before a duplicate.
+                    // A failed page adds nothing, whole or streamed.
                     match got {
                         Ok(_) => assert_eq!(whole, streamed, "{ctx}"),
-                        Err(_) => assert_eq!(streamed, Snapshot::default(), "{ctx}"),
+                        Err(_) => {
+                            assert_eq!(streamed, Snapshot::default(), "{ctx}");
+                            assert_eq!(whole, Snapshot::default(), "{ctx}");
+                        }
                     }
                 }
             }

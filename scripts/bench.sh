@@ -3,7 +3,7 @@
 # policies on the simulator. Writes the results into docs/benchmarks.md.
 #
 #   scripts/bench.sh            # the full run (about 5 minutes plus the release build, 2 CPUs)
-#   scripts/bench.sh --quick    # a smoke run (about 4 minutes): 10,000 pods, a 300-executor
+#   scripts/bench.sh --quick    # a smoke run (about 3 minutes): 10,000 pods, a 300-executor
 #                               # convergence; results go to target/bench/ only
 #   scripts/bench.sh --no-docs  # full run, leave docs/benchmarks.md alone
 #

@@ -46,6 +46,12 @@ use super::exec::ExecConfig;
 use super::secret::{KeyData, PemData, Secret};
 
 /// The error when no source gives a cluster.
+#[cfg(feature = "sim")]
+pub const NO_CLUSTER_MESSAGE: &str =
+    "no cluster configured: pass --server, --kubeconfig, set KUBECONFIG, or run in a pod \
+     (or --simulate for the built-in simulated cluster)";
+/// The error when no source gives a cluster.
+#[cfg(not(feature = "sim"))]
 pub const NO_CLUSTER_MESSAGE: &str =
     "no cluster configured: pass --server, --kubeconfig, set KUBECONFIG, or run in a pod";
 

@@ -301,6 +301,22 @@ fn status_says_why_not_converged_and_lists_the_ids() {
     );
 }
 
+/// Converged with running executors above a lowered target: `status` says so, and what
+/// deletes them (a fresh user's finding).
+#[test]
+fn status_says_when_running_executors_are_above_the_target() {
+    let w = SimWorld::quick("above").start();
+    w.converge(4);
+    w.ok(&["reconcile", "--target", "2"]);
+    let text = crate::util::stdout(&w.ok(&["status"]));
+    assert!(
+        text.contains(
+            "converged (2 running above the target of 2: running executors are not deleted"
+        ),
+        "{text}"
+    );
+}
+
 #[test]
 fn connection_errors_name_the_server_and_the_settings_and_tls_failures_are_permanent() {
     let w = SimWorld::new().app("conn").start();

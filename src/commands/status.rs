@@ -219,6 +219,15 @@ fn text(c: &StatusCounts) -> String {
     }
     if c.converged {
         out.push_str("converged");
+        if let Some(t) = c.target.filter(|t| c.running > *t) {
+            // As Spark's allocator: lowering the target deletes excess pending pods and
+            // requests, never running executors.
+            out.push_str(&format!(
+                " ({} running above the target of {t}: running executors are not deleted to \
+                 shrink; `remove ID…` deletes named ones)",
+                c.running - t
+            ));
+        }
     } else {
         out.push_str("not converged: ");
         out.push_str(&c.not_converged_because.join("; "));

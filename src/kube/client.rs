@@ -346,20 +346,14 @@ fn read_ahead<R: Read + Send>(
                 return;
             }
         });
-        let mut chunks = Chunks {
+        let chunks = Chunks {
             rx,
             back: back_tx,
             chunk: Vec::new(),
             pos: 0,
         };
-        let mut watched = Watched {
-            inner: &mut chunks,
-            bytes: 0,
-            error: None,
-        };
-        handle(&mut watched);
         // Dropping the receiver stops the reader at its next chunk.
-        (watched.bytes, watched.error)
+        read_inline(chunks, handle)
     })
 }
 

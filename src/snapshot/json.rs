@@ -670,18 +670,7 @@ fn skip_string(s: &[u8], mut i: usize) -> Result<usize, Error> {
         i = special(s, i).ok_or_else(eof)?.0;
         match s[i] {
             b'"' => return Ok(i + 1),
-            b'\\' => match s.get(i + 1) {
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                Some(b'u') => {
-                    let hex = s.get(i + 2..i + 6).ok_or_else(eof)?;
-                    if let Some(k) = hex.iter().position(|d| !d.is_ascii_hexdigit()) {
-                        return Err(Error::at("invalid escape", i + 2 + k));
-                    }
-                    i += 6;
-                }
-                Some(_) => return Err(Error::at("invalid escape", i + 1)),
-                None => return Err(eof()),
-            },
+            b'\\' => i = skip_escape(s, i + 1)?.ok_or_else(eof)?,
             _ => {
                 return Err(Error::at(
                     "control character (\\u0000-\\u001F) found while parsing a string",
@@ -689,6 +678,24 @@ fn skip_string(s: &[u8], mut i: usize) -> Result<usize, Error> {
                 ))
             }
         }
+    }
+}
+
+/// The escape whose letter is at `s[i]` (after a backslash) in a skipped string, checked as
+/// serde_json checks one it skips (`\u` needs four hex digits; surrogates are not paired
+/// up): the index after it, or `None` when the input ends inside it.
+fn skip_escape(s: &[u8], i: usize) -> Result<Option<usize>, Error> {
+    match s.get(i) {
+        None => Ok(None),
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(Some(i + 1)),
+        Some(b'u') => match s.get(i + 1..i + 5) {
+            None => Ok(None),
+            Some(hex) => match hex.iter().position(|d| !d.is_ascii_hexdigit()) {
+                Some(k) => Err(Error::at("invalid escape", i + 1 + k)),
+                None => Ok(Some(i + 5)),
+            },
+        },
+        Some(_) => Err(Error::at("invalid escape", i)),
     }
 }
 
@@ -889,14 +896,14 @@ fn skip_blocks(s: &[u8], start: usize, closers: &mut Open) -> Result<usize, Erro
                 closers.push(brace);
             } else if !closers.pop(brace) {
                 upto = (1u64 << k) - 1;
-                check_block(s, block, at, &m, esc, inside, upto)?;
+                check_block(s, at, &m, esc, inside, upto)?;
                 return Err(Error::at("mismatched bracket", at + k));
             } else if closers.is_empty() {
                 upto = u64::MAX >> (63 - k);
                 break;
             }
         }
-        check_block(s, block, at, &m, esc, inside, upto)?;
+        check_block(s, at, &m, esc, inside, upto)?;
         if upto != u64::MAX || closers.is_empty() {
             return Ok(at + 64 - upto.leading_zeros() as usize);
         }
@@ -904,12 +911,11 @@ fn skip_blocks(s: &[u8], start: usize, closers: &mut Open) -> Result<usize, Erro
     }
 }
 
-/// The faults a skip checks for in the bytes of `block` (at `s[at..]`) under `upto`: a control
+/// The faults a skip checks for in the 64-byte block at `s[at..]`, bits under `upto`: a control
 /// character in a string, a byte of 0x80 or more or a backslash outside strings, an escape
 /// that is not one of JSON's.
 fn check_block(
     s: &[u8],
-    block: &[u8; 64],
     at: usize,
     m: &Masks,
     esc: u64,
@@ -925,20 +931,8 @@ fn check_block(
         if first(bad).is_some_and(|b| b < k) {
             break;
         }
-        let ok = match block[k] {
-            // Past the end of the input (padding): the skip reports the EOF.
-            _ if at + k >= s.len() => true,
-            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => true,
-            b'u' => match s.get(at + k + 1..at + k + 5) {
-                Some(hex) => hex.iter().all(u8::is_ascii_hexdigit),
-                // The body ends inside the escape: the skip reports the EOF.
-                None => true,
-            },
-            _ => false,
-        };
-        if !ok {
-            return Err(Error::at("invalid escape", at + k));
-        }
+        // An escape cut by the end of the input is fine here: the skip reports the EOF.
+        skip_escape(s, at + k)?;
     }
     match first(bad) {
         None => Ok(()),

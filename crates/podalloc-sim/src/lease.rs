@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::configmap::OPTIMISTIC_LOCK;
 use super::pod::{json_kind, validate_meta};
 use super::status::ApiError;
-use super::store::Store;
+use super::store::{check_update_target, meta_str, Store};
 use super::validation::FieldError;
 
 /// The group/version of Leases.
@@ -174,10 +174,6 @@ pub(crate) fn object_json(stored: &Value) -> Vec<u8> {
     out
 }
 
-fn meta_str<'a>(v: &'a Value, k: &str) -> &'a str {
-    v["metadata"].get(k).and_then(Value::as_str).unwrap_or("")
-}
-
 impl Leases {
     /// The Lease `ns/name`, or 404.
     pub(crate) fn get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
@@ -260,18 +256,7 @@ impl Leases {
         if !v.get("metadata").is_some_and(Value::is_object) {
             v["metadata"] = json!({});
         }
-        let body_name = meta_str(&v, "name");
-        if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let body_ns = meta_str(&v, "namespace");
-        if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(format!(
-                "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
-            )));
-        }
+        check_update_target(&v, ns, name)?;
         let key = format!("{ns}/{name}");
         let Some(old) = self.items.get(&key) else {
             return Err(grouped(ApiError::not_found(RESOURCE, name)));

@@ -824,30 +824,12 @@ impl Store {
         self.refresh_live(key);
     }
 
-    /// Names a pod being created: its `metadata.name`, or one generated from
-    /// `generateName` that no pod of `ns` has. Returns the name and whether it was generated.
+    /// Names a pod being created (see [`assign_name`]) against the pods of `ns`.
     fn assign_name(&mut self, v: &mut Value, ns: &str) -> (String, bool) {
-        let name = v["metadata"]
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let prefix = v["metadata"]
-            .get("generateName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let generated = name.is_empty() && !prefix.is_empty();
-        let name = if generated {
-            let taken = &self.pods;
-            generate_name(&mut self.rng, &prefix, |c| {
-                taken.contains_key(&format!("{ns}/{c}"))
-            })
-        } else {
-            name
-        };
-        v["metadata"]["name"] = json!(name);
-        (name, generated)
+        let taken = &self.pods;
+        assign_name(&mut self.rng, v, |c| {
+            taken.contains_key(&format!("{ns}/{c}"))
+        })
     }
 
     /// The ResourceQuota admission of one more pod in `ns`: 403 "exceeded quota" (and a
@@ -1297,27 +1279,10 @@ impl Store {
             return Err(ApiError::namespace_not_found(ns));
         }
         let rv_set = prepare_create_metadata(&mut v, ns)?;
-        let meta = &v["metadata"];
-        let name = meta
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let prefix = meta
-            .get("generateName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let generated = name.is_empty() && !prefix.is_empty();
-        let name = if generated {
-            let taken = &self.configmaps;
-            generate_name(&mut self.rng, &prefix, |c| {
-                taken.contains_key(&format!("{ns}/{c}"))
-            })
-        } else {
-            name
-        };
-        v["metadata"]["name"] = json!(name);
+        let taken = &self.configmaps;
+        let (name, generated) = assign_name(&mut self.rng, &mut v, |c| {
+            taken.contains_key(&format!("{ns}/{c}"))
+        });
         let errs = configmap::validate(&v);
         if !errs.is_empty() {
             return Err(ApiError::invalid("ConfigMap", &name, &errs));
@@ -1397,30 +1362,12 @@ impl Store {
         if !v.get("metadata").is_some_and(Value::is_object) {
             v["metadata"] = json!({});
         }
-        let field = |v: &Value, k: &str| {
-            v["metadata"]
-                .get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let body_name = field(&v, "name");
-        if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let body_ns = field(&v, "namespace");
-        if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(format!(
-                "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
-            )));
-        }
+        check_update_target(&v, ns, name)?;
         let key = format!("{ns}/{name}");
         let Some(old) = self.configmaps.get(&key) else {
             return Err(ApiError::not_found("configmaps", name));
         };
-        let want_rv = field(&v, "resourceVersion");
+        let want_rv = meta_str(&v, "resourceVersion").to_string();
         if !want_rv.is_empty() && want_rv != old.rv {
             return Err(ApiError::conflict(
                 "configmaps",
@@ -1694,6 +1641,55 @@ pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
 
 /// The apiserver's `generateName`: the prefix cut to 58 characters plus 5 random
 /// alphanumerics, drawn again (up to 8 times) while `taken` says the name is in use.
+/// `metadata.K` of `v` as a string (`""` when absent or not a string).
+pub(crate) fn meta_str<'a>(v: &'a Value, k: &str) -> &'a str {
+    v["metadata"].get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A PUT's body names the object of its URL: its `metadata.name` is `name`, and its
+/// `metadata.namespace`, when set, is `ns` (kube-apiserver answers 400 BadRequest with these
+/// messages otherwise).
+pub(crate) fn check_update_target(v: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
+    let body_name = meta_str(v, "name");
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let body_ns = meta_str(v, "namespace");
+    if !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
+        )));
+    }
+    Ok(())
+}
+
+/// Names an object being created: its `metadata.name`, or, when that is empty, one generated
+/// from `metadata.generateName` that `taken` says is free (written into `v`). Returns the
+/// name and whether it was generated.
+fn assign_name(
+    rng: &mut SplitMix64,
+    v: &mut Value,
+    taken: impl Fn(&str) -> bool,
+) -> (String, bool) {
+    let field = |k: &str| {
+        v["metadata"]
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (name, prefix) = (field("name"), field("generateName"));
+    let generated = name.is_empty() && !prefix.is_empty();
+    let name = match generated {
+        true => generate_name(rng, &prefix, taken),
+        false => name,
+    };
+    v["metadata"]["name"] = json!(name);
+    (name, generated)
+}
+
 fn generate_name(rng: &mut SplitMix64, prefix: &str, taken: impl Fn(&str) -> bool) -> String {
     let base: String = prefix.chars().take(58).collect();
     let mut candidate = format!("{base}{}", random_suffix(rng, 5));

@@ -743,14 +743,16 @@ pub(crate) fn mark_unschedulable(pod: &mut Value, now: &str, message: &str) {
     );
 }
 
-/// Bound to `node` and acknowledged by its kubelet: containers are being created.
-pub(crate) fn mark_scheduled(pod: &mut Value, node: &str, host_ip: &str, now: &str) {
-    obj_mut(pod, "spec").insert("nodeName".into(), json!(node));
+/// The conditions of a scheduled pod whose containers are not all ready (the kubelet's
+/// `ContainersNotReady`, naming them); `sandbox`: its sandbox is up
+/// (`PodReadyToStartContainers`).
+fn set_not_ready_conditions(pod: &mut Value, sandbox: bool, now: &str) {
     let msg = not_ready_message(pod);
+    let sandbox = if sandbox { "True" } else { "False" };
     set_conditions(
         pod,
         &[
-            ("PodReadyToStartContainers", "False", None, None),
+            ("PodReadyToStartContainers", sandbox, None, None),
             ("Initialized", "True", None, None),
             (
                 "Ready",
@@ -768,6 +770,12 @@ pub(crate) fn mark_scheduled(pod: &mut Value, node: &str, host_ip: &str, now: &s
         ],
         now,
     );
+}
+
+/// Bound to `node` and acknowledged by its kubelet: containers are being created.
+pub(crate) fn mark_scheduled(pod: &mut Value, node: &str, host_ip: &str, now: &str) {
+    obj_mut(pod, "spec").insert("nodeName".into(), json!(node));
+    set_not_ready_conditions(pod, false, now);
     let statuses: Vec<Value> = containers(pod)
         .into_iter()
         .map(|(name, image)| {
@@ -822,28 +830,7 @@ pub(crate) fn mark_running(pod: &mut Value, uid: &str, pod_ip: &str, now: &str) 
 /// phase stays `Running`, the container is in `CrashLoopBackOff`.
 pub(crate) fn mark_crash_loop(pod: &mut Value, uid: &str, pod_ip: &str, now: &str) {
     set_pod_ip(pod, pod_ip);
-    let msg = not_ready_message(pod);
-    set_conditions(
-        pod,
-        &[
-            ("PodReadyToStartContainers", "True", None, None),
-            ("Initialized", "True", None, None),
-            (
-                "Ready",
-                "False",
-                Some("ContainersNotReady"),
-                Some(msg.clone()),
-            ),
-            (
-                "ContainersReady",
-                "False",
-                Some("ContainersNotReady"),
-                Some(msg),
-            ),
-            ("PodScheduled", "True", None, None),
-        ],
-        now,
-    );
+    set_not_ready_conditions(pod, true, now);
     let (name, ns) = (
         str_at(pod, &["metadata", "name"]).to_string(),
         str_at(pod, &["metadata", "namespace"]).to_string(),

@@ -187,11 +187,6 @@ impl<R: Read> Stream<R> {
     }
 }
 
-/// One value of type `T` from the start of `s`, and how many bytes it took.
-fn one<'a, T: serde::Deserialize<'a>>(s: &'a [u8]) -> Result<(T, usize), json::Error> {
-    json::from_prefix(s)
-}
-
 /// What the top level of a page held.
 #[derive(Default)]
 struct Page {
@@ -251,7 +246,7 @@ fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
             s.at()
         )));
     }
-    let key = s.value(|b| one::<Str<'_>>(b).map(|(k, n)| (k.into_owned(), n)))?;
+    let key = s.value(|b| json::from_prefix::<Str<'_>>(b).map(|(k, n)| (k.into_owned(), n)))?;
     s.expect(b":", "`:`")?;
     let duplicate = |name: &str| Fail::Bad(format!("duplicate field `{name}`"));
     match key.as_str() {
@@ -259,8 +254,9 @@ fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
             if page.kind.is_some() {
                 return Err(duplicate("kind"));
             }
-            let kind =
-                s.value(|b| one::<Option<Str<'_>>>(b).map(|(k, n)| (k.map(Str::into_owned), n)))?;
+            let kind = s.value(|b| {
+                json::from_prefix::<Option<Str<'_>>>(b).map(|(k, n)| (k.map(Str::into_owned), n))
+            })?;
             page.kind = Some(kind);
         }
         "metadata" => {
@@ -268,7 +264,7 @@ fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
                 return Err(duplicate("metadata"));
             }
             let cont = s.value(|b| {
-                one::<Option<ListMeta<'_>>>(b)
+                json::from_prefix::<Option<ListMeta<'_>>>(b)
                     .map(|(m, n)| (m.and_then(|m| m.cont).map(Str::into_owned), n))
             })?;
             page.cont = Some(cont);
@@ -280,7 +276,7 @@ fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
             items(s, page, app)?;
         }
         _ => {
-            s.value(|b| one::<IgnoredAny>(b))?;
+            s.value(|b| json::from_prefix::<IgnoredAny>(b))?;
         }
     }
     Ok(())
@@ -290,7 +286,7 @@ fn field<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
 fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<(), Fail> {
     if s.peek()? != Some(b'[') {
         let pods = s.value(|b| {
-            one::<Option<Vec<RawPod<'_>>>>(b).map(|(pods, n)| {
+            json::from_prefix::<Option<Vec<RawPod<'_>>>>(b).map(|(pods, n)| {
                 let array = pods.is_some();
                 for pod in pods.into_iter().flatten() {
                     page.pod(pod, app);
@@ -310,7 +306,7 @@ fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
     loop {
         // A pod borrows the buffer: it is added inside, before the buffer moves on.
         s.value(|b| {
-            one::<RawPod<'_>>(b).map(|(pod, n)| {
+            json::from_prefix::<RawPod<'_>>(b).map(|(pod, n)| {
                 page.pod(pod, app);
                 ((), n)
             })

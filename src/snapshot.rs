@@ -129,6 +129,26 @@ pub struct ExecutorPod {
     /// `metadata.creationTimestamp` (RFC 3339, set by the API server), ms since the Unix
     /// epoch; `None` when absent or unparsable. Spark 3.1+ ages pending pods by it.
     pub created_ms: Option<u64>,
+    /// The pod carries scheduling gates (`spec.schedulingGates` not empty, or
+    /// `PodScheduled=False` with reason `SchedulingGated`, KEP-3521): the scheduler does not
+    /// look at it until something (Kueue, …) removes them, so it is not waiting on the
+    /// scheduler and does not hold back the next batch (it still counts toward the target).
+    pub gated: bool,
+    /// Kubernetes ended the pod, not the executor (KEP-3329): the reason of its
+    /// `DisruptionTarget=True` condition (`PreemptionByScheduler`, `DeletionByTaintManager`,
+    /// `EvictionByEvictionAPI`, `DeletionByPodGC`, `TerminationByKubelet`), else — on a
+    /// cluster that does not set the condition — the kubelet's `status.reason` for a
+    /// node-pressure eviction (`Evicted`) or a graceful node shutdown (`Terminated`,
+    /// `Shutdown`). `None`: no disruption.
+    pub disruption: Option<String>,
+    /// `metadata.deletionTimestamp`, ms since the Unix epoch (`None` when absent or
+    /// unparsable). The API server sets it to the delete's time plus its grace period.
+    pub deletion_ms: Option<u64>,
+    /// `metadata.deletionGracePeriodSeconds`, in ms (`None` when absent or negative).
+    pub deletion_grace_ms: Option<u64>,
+    /// `status.phase` is Failed or Succeeded (whether or not the pod is being deleted):
+    /// such a pod holds no resources, so neither quota nor a Job counts it.
+    pub terminal_phase: bool,
 }
 
 impl ExecutorPod {
@@ -138,6 +158,29 @@ impl ExecutorPod {
         let w = self.waiting.as_deref()?;
         let reason = w.split(" (").next().unwrap_or(w);
         reasons.contains(&reason).then_some(w)
+    }
+
+    /// Whether a terminating pod still counts toward the target at `now_ms` under
+    /// `--count-terminating`, as a ResourceQuota charges it (kube-apiserver's `QuotaV1Pod`,
+    /// `pkg/quota/v1/evaluator/core/pods.go`, kubernetes/kubernetes#46542): not when its phase
+    /// is Failed or Succeeded, and not once `deletionTimestamp + deletionGracePeriodSeconds`
+    /// has passed (its node is lost and will never confirm the delete). `false` for a pod
+    /// that is not being deleted.
+    pub fn terminating_counts(&self, now_ms: u64) -> bool {
+        if self.state != ExecutorState::Deleted || self.terminal_phase {
+            return false;
+        }
+        match (self.deletion_ms, self.deletion_grace_ms) {
+            (Some(at), Some(grace)) => now_ms <= at.saturating_add(grace),
+            _ => true,
+        }
+    }
+
+    /// When the delete of a terminating pod was asked for, ms since the Unix epoch:
+    /// `deletionTimestamp − deletionGracePeriodSeconds` (the API server sets the timestamp
+    /// to the delete's time plus the grace). `None` when either is unknown.
+    pub fn deleted_at_ms(&self) -> Option<u64> {
+        Some(self.deletion_ms?.saturating_sub(self.deletion_grace_ms?))
     }
 }
 
@@ -160,6 +203,11 @@ impl ExecutorPod {
             deletion_cost: 0,
             restarts: 0,
             created_ms: None,
+            gated: false,
+            disruption: None,
+            deletion_ms: None,
+            deletion_grace_ms: None,
+            terminal_phase: false,
         }
     }
 }
@@ -430,11 +478,12 @@ impl Snapshot {
         let detail = status.detail();
         let reason = view.reason();
         let waiting = view.waiting(scheduled);
-        let unschedulable = status.conditions.iter().flatten().any(|c| {
-            c.kind.as_deref() == Some("PodScheduled")
-                && c.status.as_deref() == Some("False")
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
+        let unschedulable = status.scheduled_false_because("Unschedulable");
+        let gated = spec
+            .scheduling_gates
+            .as_ref()
+            .is_some_and(|g| !g.0.is_empty())
+            || status.scheduled_false_because("SchedulingGated");
         let restarts = status
             .container_statuses
             .iter()
@@ -467,6 +516,13 @@ impl Snapshot {
             deletion_cost,
             restarts,
             created_ms: meta.creation_timestamp.as_deref().and_then(rfc3339_ms),
+            gated,
+            disruption: status.disruption(),
+            deletion_ms: meta.deletion_timestamp.and_then(|s| s.0),
+            deletion_grace_ms: (meta.deletion_grace_period_seconds)
+                .and_then(|g| u64::try_from(g).ok())
+                .map(|g| g.saturating_mul(1000)),
+            terminal_phase: matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")),
         };
         if let Some(prev) = self.executors.get(&id) {
             return Err(SnapshotError::DuplicateId {
@@ -506,13 +562,17 @@ fn bad_id_warning(name: &str, value: Option<&str>) -> String {
     }
 }
 
-/// A pod's [`ExecutorState`]: `Deleted` when it is terminating, else by `status.phase`.
+/// A pod's [`ExecutorState`]: `Deleted` when it is terminating, else by `status.phase`. A
+/// pod without a phase (absent or empty) is Pending: the API server sets `Pending` on every
+/// create (the pod strategy's `PrepareForCreate`), so a pod without one was just created or
+/// written by something that is not the API server; reading it as Unknown would leave it
+/// uncounted and replace it (10 executors for a target of 5).
 fn classify(terminating: bool, phase: Option<&str>) -> ExecutorState {
     if terminating {
         return ExecutorState::Deleted;
     }
     match phase.unwrap_or("") {
-        "Pending" => ExecutorState::Pending,
+        "Pending" | "" => ExecutorState::Pending,
         "Running" => ExecutorState::Running,
         "Failed" => ExecutorState::Failed,
         "Succeeded" => ExecutorState::Succeeded,
@@ -690,7 +750,9 @@ struct RawMeta<'a> {
     #[serde(borrow, default)]
     resource_version: Option<Str<'a>>,
     #[serde(default)]
-    deletion_timestamp: Option<json::Checked>,
+    deletion_timestamp: Option<Stamp>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<i64>,
     #[serde(borrow, default)]
     creation_timestamp: Option<Str<'a>>,
     #[serde(borrow, default)]
@@ -708,6 +770,8 @@ struct RawSpec<'a> {
     containers: Option<json::Capped<RawContainer<'a>>>,
     #[serde(borrow, default)]
     init_containers: Option<json::Capped<RawContainer<'a>>>,
+    #[serde(default)]
+    scheduling_gates: Option<json::Capped<json::Checked>>,
 }
 
 #[derive(Deserialize)]
@@ -855,7 +919,36 @@ impl<'s, 'a> Containers<'s, 'a> {
     }
 }
 
+/// The kubelet's `status.reason` for a pod it ended itself on a cluster without the
+/// `DisruptionTarget` condition: node-pressure eviction (`Evicted`, the eviction manager)
+/// and graceful node shutdown (`Terminated`; `Shutdown` before Kubernetes 1.22).
+pub const KUBELET_DISRUPTION_REASONS: [&str; 3] = ["Evicted", "Terminated", "Shutdown"];
+
 impl RawStatus<'_> {
+    /// Whether the `PodScheduled` condition is `False` with `reason`.
+    fn scheduled_false_because(&self, reason: &str) -> bool {
+        self.conditions.iter().flatten().any(|c| {
+            c.kind.as_deref() == Some("PodScheduled")
+                && c.status.as_deref() == Some("False")
+                && c.reason.as_deref() == Some(reason)
+        })
+    }
+
+    /// See [`ExecutorPod::disruption`].
+    fn disruption(&self) -> Option<String> {
+        let condition = self.conditions.iter().flatten().find(|c| {
+            c.kind.as_deref() == Some("DisruptionTarget") && c.status.as_deref() == Some("True")
+        });
+        if let Some(c) = condition {
+            let r = c.reason.as_deref().filter(|r| !r.is_empty());
+            return Some(clip(r.unwrap_or("DisruptionTarget")).to_string());
+        }
+        let r = self.reason.as_deref()?;
+        KUBELET_DISRUPTION_REASONS
+            .contains(&r)
+            .then(|| r.to_string())
+    }
+
     /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
     fn detail(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
@@ -928,6 +1021,50 @@ struct RawTerminated<'a> {
     exit_code: Option<i64>,
     #[serde(borrow, default)]
     reason: Option<Str<'a>>,
+}
+
+/// A timestamp field (`metadata.deletionTimestamp`): any JSON value, checked in full as
+/// [`json::Checked`] is (its presence decides whether the pod is terminating); an RFC 3339
+/// string is kept as ms since the Unix epoch, anything else as `None`.
+struct Stamp(Option<u64>);
+
+impl<'de> Deserialize<'de> for Stamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Stamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Stamp, E> {
+                Ok(Stamp(rfc3339_ms(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_element::<json::Checked>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_entry::<json::Checked, json::Checked>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// The annotation ReplicaSet ranks scale-down by (`PodDeletionCost`, on since 1.22).

@@ -58,6 +58,10 @@ pub struct AllocatorState {
     /// Pods seen stuck in a [`crate::alloc::STUCK_REASONS`] state, since when (only with `startup_grace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<StuckRecord>,
+    /// Pods seen in phase Unknown, since when (`reason` is `Unknown`): lost, deleted and
+    /// replaced once Unknown longer than [`crate::alloc::Settings::unknown_timeout`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<StuckRecord>,
     /// Adaptive batch state (only with `--batch-size auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveState>,

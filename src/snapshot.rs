@@ -1733,4 +1733,104 @@ mod tests {
             Some("ContainerCreating (image spark:3.5)")
         );
     }
+
+    /// One executor pod with `meta` (extra metadata fields), `spec` and `status`.
+    fn with_meta(meta: &str, spec: &str, status: &str) -> Vec<u8> {
+        format!(
+            r#"{{"kind":"PodList","items":[{{"metadata":{{"name":"a-exec-1",{meta}"labels":{}}},
+               "spec":{spec},"status":{status}}}]}}"#,
+            ours("1")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_pod_without_a_phase_is_pending_not_unknown() {
+        for status in [r#"{}"#, r#"{"phase":""}"#, r#"{"phase":null}"#] {
+            let s = Snapshot::from_pod_list(&real(TWO, status), "app-1").unwrap();
+            assert_eq!(s.executors[&1].state, ExecutorState::Pending, "{status}");
+        }
+        let s = Snapshot::from_pod_list(&real(TWO, r#"{"phase":"Lost"}"#), "app-1").unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Unknown);
+    }
+
+    #[test]
+    fn scheduling_gates_and_the_scheduling_gated_reason_mark_a_gated_pod() {
+        let gates = r#"{"schedulingGates":[{"name":"kueue.x-k8s.io/admission"}],"containers":[]}"#;
+        let s = Snapshot::from_pod_list(&real(gates, r#"{"phase":"Pending"}"#), "app-1").unwrap();
+        assert!(s.executors[&1].gated);
+        let cond = r#"{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"SchedulingGated"}]}"#;
+        let s = Snapshot::from_pod_list(&real("{}", cond), "app-1").unwrap();
+        assert!(s.executors[&1].gated && !s.executors[&1].unschedulable);
+        let none = r#"{"schedulingGates":[],"containers":[]}"#;
+        let s = Snapshot::from_pod_list(&real(none, r#"{"phase":"Pending"}"#), "app-1").unwrap();
+        assert!(!s.executors[&1].gated);
+    }
+
+    #[test]
+    fn disruption_target_or_a_kubelet_eviction_reason_is_a_disruption() {
+        let failed = |extra: &str| {
+            format!(
+                r#"{{"phase":"Failed"{extra},"containerStatuses":[{}]}}"#,
+                cs(
+                    "spark-kubernetes-executor",
+                    "spark:3.5",
+                    r#"{"terminated":{"exitCode":137,"reason":"Error"}}"#
+                )
+            )
+        };
+        let cases = [
+            (
+                r#","conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]"#,
+                Some("PreemptionByScheduler"),
+            ),
+            (
+                r#","conditions":[{"type":"DisruptionTarget","status":"False","reason":"PreemptionByScheduler"}]"#,
+                None,
+            ),
+            (r#","reason":"Evicted""#, Some("Evicted")),
+            (r#","reason":"Terminated""#, Some("Terminated")),
+            (r#","reason":"DeadlineExceeded""#, None),
+            ("", None),
+        ];
+        for (extra, want) in cases {
+            let s = Snapshot::from_pod_list(&real(TWO, &failed(extra)), "app-1").unwrap();
+            assert_eq!(s.executors[&1].state, ExecutorState::Failed);
+            assert_eq!(s.executors[&1].disruption.as_deref(), want, "{extra}");
+        }
+    }
+
+    #[test]
+    fn a_terminating_pod_counts_as_quota_charges_it() {
+        let meta = r#""deletionTimestamp":"2026-01-01T01:00:00Z","deletionGracePeriodSeconds":30,"#;
+        let at = 1_767_229_200_000u64;
+        let s = Snapshot::from_pod_list(&with_meta(meta, TWO, r#"{"phase":"Running"}"#), "app-1")
+            .unwrap();
+        let p = &s.executors[&1];
+        assert_eq!(p.state, ExecutorState::Deleted);
+        assert_eq!(
+            (p.deletion_ms, p.deletion_grace_ms),
+            (Some(at), Some(30_000))
+        );
+        assert_eq!(p.deleted_at_ms(), Some(at - 30_000));
+        assert!(p.terminating_counts(at + 30_000));
+        assert!(
+            !p.terminating_counts(at + 30_001),
+            "past deletionTimestamp + grace"
+        );
+        let s = Snapshot::from_pod_list(&with_meta(meta, TWO, r#"{"phase":"Failed"}"#), "app-1")
+            .unwrap();
+        assert!(s.executors[&1].terminal_phase);
+        assert!(
+            !s.executors[&1].terminating_counts(at),
+            "a Failed pod never counts"
+        );
+        // Without a grace period (not sent by the API server) it counts until gone, as quota.
+        let odd = r#""deletionTimestamp":{"not":"a time"},"#;
+        let s = Snapshot::from_pod_list(&with_meta(odd, TWO, r#"{"phase":"Running"}"#), "app-1")
+            .unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Deleted);
+        assert!(s.executors[&1].terminating_counts(u64::MAX));
+        assert!(!ExecutorPod::example(2, ExecutorState::Running).terminating_counts(0));
+    }
 }

@@ -497,7 +497,8 @@ impl AppArgs {
     /// ([`AppArgs::settings`]), the driver pod and the list page size.
     ///
     /// Errors (exit 2): a bad app id, an unreadable or invalid template, or none when
-    /// `need_template` (commands that may create pods).
+    /// `need_template` (commands that may create pods), an `--executor-container` the
+    /// template does not have, a `--driver-pod` that is not a pod name.
     pub fn app(&self, simulate: bool, need_template: bool) -> crate::error::Result<App> {
         let app_id = self.app_id(simulate)?;
         let image = match (&self.image, &self.template, simulate) {
@@ -511,9 +512,17 @@ impl AppArgs {
             ));
         }
         let mut settings = self.settings(&app_id);
+        if let (Some(t), Some(name)) = (&template, &settings.executor_container) {
+            t.check_executor_container(name)
+                .map_err(crate::error::Error::usage)?;
+        }
         if settings.executor_container.is_none() {
             let first = template.as_ref().map(|t| t.first_container().to_string());
             settings.executor_container = first;
+        }
+        if let Some(d) = &self.driver_pod {
+            crate::podspec::validate_dns1123_subdomain("--driver-pod", d)
+                .map_err(crate::error::Error::usage)?;
         }
         Ok(App {
             settings,
@@ -834,8 +843,8 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Largest target accepted (executors).
-pub const MAX_TARGET: u32 = 1_000_000;
+/// Largest target accepted (executors): [`crate::alloc::MAX_TARGET`].
+pub const MAX_TARGET: u32 = crate::alloc::MAX_TARGET;
 /// Largest batch size accepted (pods per tick).
 pub const MAX_BATCH: u32 = 10_000;
 

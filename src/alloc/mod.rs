@@ -69,7 +69,7 @@ pub use record::{record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, DEFAULT_UNKNOWN_TIMEOUT_MS,
-    MIN_CREATION_TIMEOUT_MS, SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
+    MAX_TARGET, MIN_CREATION_TIMEOUT_MS, SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
     AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,

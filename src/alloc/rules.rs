@@ -52,7 +52,8 @@ pub(super) struct Census<'a> {
 
 impl<'a> Step<'a> {
     /// Starts a step: the target after the request's change, and the id counter at
-    /// max(persisted counter, highest id in the cluster), so ids survive a lost state.
+    /// max(persisted counter, every id the state names, highest id in the cluster), so ids
+    /// survive a lost state and an inconsistent one.
     pub(super) fn begin(
         snap: &'a Snapshot,
         prev: &'a AllocatorState,
@@ -66,7 +67,7 @@ impl<'a> Step<'a> {
             cfg,
             now_ms,
             target: req.target.apply(prev.target).ok_or(StepError::NoTarget)?,
-            last_id: prev.last_executor_id.max(snap.max_id()),
+            last_id: prev.highest_id().max(snap.max_id()),
             unack: prev
                 .unacknowledged
                 .iter()

@@ -1,6 +1,9 @@
 //! Allocation settings: Spark's allocation knobs and podalloc's opt-in policies. Durations
 //! are milliseconds.
 
+/// The largest target (executors) accepted anywhere: flags, apps files, state files.
+pub const MAX_TARGET: u32 = 1_000_000;
+
 /// Default batch size (Spark's `spark.kubernetes.allocation.batch.size`): pods per batch.
 pub const DEFAULT_BATCH_SIZE: u32 = 5;
 /// Default batch delay (Spark's `spark.kubernetes.allocation.batch.delay`): 1 s, in ms.

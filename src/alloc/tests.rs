@@ -981,3 +981,45 @@ fn every_permanent_startup_error_is_stuck_after_the_grace() {
         );
     }
 }
+
+#[test]
+fn an_inconsistent_state_never_hands_an_id_out_again() {
+    // A deleted id (or a failure record) above the counter: written by hand or another tool.
+    let st = AllocatorState {
+        last_executor_id: 5,
+        deleted: vec![7],
+        failures: vec![FailureRecord {
+            executor_id: 9,
+            at_ms: 0,
+            reason: "exit code 1".into(),
+        }],
+        ..AllocatorState::new()
+    };
+    assert_eq!(st.highest_id(), 9);
+    let p = step(&snap(&[]), &st, &settings(5), &Request::set(2), 0).unwrap();
+    assert_eq!(ids_c(&p), vec![10, 11]);
+}
+
+#[test]
+fn a_state_beyond_the_documented_limits_is_refused() {
+    let ok = AllocatorState {
+        target: Some(MAX_TARGET),
+        ..AllocatorState::new()
+    };
+    assert!(ok.validate().is_ok());
+    let big = AllocatorState {
+        target: Some(MAX_TARGET + 1),
+        ..AllocatorState::new()
+    };
+    assert!(big.validate().unwrap_err().contains("target 1000001"));
+    for bad in [0, crate::snapshot::MAX_EXECUTOR_ID + 1] {
+        let s = AllocatorState {
+            deleted: vec![bad],
+            ..AllocatorState::new()
+        };
+        assert!(
+            s.validate().unwrap_err().contains("deleted executor id"),
+            "{bad}"
+        );
+    }
+}

@@ -151,10 +151,11 @@ impl Apps {
     /// Reads the apps file. An app whose entry cannot be used (bad template, image, app id)
     /// is reported and left out; the others run. Errors (exit 2): the file itself.
     fn load_file(&mut self, cli: &Cli, conn: &mut Conn, file: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(file).map_err(|e| {
+        let max = crate::kube::MAX_INPUT_FILE_BYTES;
+        let text = crate::kube::read_regular_text(file, max).map_err(|e| {
             Error::usage(format!("cannot read the apps file {}: {e}", file.display()))
         })?;
-        let parsed = multi::parse_apps_file(&text)
+        let parsed = multi::parse_apps_file(&text, &conn.default_ns)
             .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
         let dir = file.parent().unwrap_or(Path::new("."));
         for entry in parsed.apps {
@@ -654,6 +655,11 @@ impl Discovery {
             args.batch_size = b;
         }
         let mut settings = args.settings(&app_id);
+        if let Some(name) = &settings.executor_container {
+            if let Err(msg) = template.check_executor_container(name) {
+                return self.warn_once(client, ns, &d, format!("driver pod {:?}: {msg}", d.name));
+            }
+        }
         if settings.executor_container.is_none() {
             // As `AppArgs::app`: the template's first container is the executor's.
             settings.executor_container = Some(template.first_container().to_string());

@@ -22,5 +22,6 @@ mod mtls;
 mod multi;
 mod ops;
 mod overlap;
+mod real_clusters;
 mod real_pods;
 mod reliability;

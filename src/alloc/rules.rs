@@ -46,6 +46,9 @@ pub(super) struct Census<'a> {
     stuck: Vec<StuckRecord>,
     /// Since when each pod in `unknown` has been Unknown.
     unknown_since: Vec<StuckRecord>,
+    /// Pods lost (deleted from phase Unknown) in this step: with `--count-terminating` they
+    /// count as the terminating pods they are about to be.
+    lost: u32,
     /// Pending pods deleted as excess in this step.
     excess_pending: u32,
 }
@@ -203,6 +206,7 @@ impl<'a> Step<'a> {
             summary: Summary::default(),
             stuck: Vec::new(),
             unknown_since: Vec::new(),
+            lost: 0,
             excess_pending: 0,
         };
         c.summary.unacknowledged = self.unack.len() as u32;
@@ -289,6 +293,7 @@ impl<'a> Step<'a> {
                     humantime::format_duration(std::time::Duration::from_millis(timeout))
                 ));
                 self.delete.push(Delete::seen(p, DeleteReason::Lost));
+                c.lost += 1;
                 continue;
             }
             c.unknown_since.push(StuckRecord {
@@ -512,8 +517,13 @@ impl<'a> Step<'a> {
         let ungated = c.pending.len() as u32 - gated;
         let unacknowledged = self.unack.len() as u32;
         let terminating = self.counted_terminating(c);
+        let lost = match self.cfg.policies.count_terminating {
+            true => c.lost,
+            false => 0,
+        };
         let counted = (running.saturating_add(terminating.len() as u32))
-            .saturating_add(c.unknown.len() as u32);
+            .saturating_add(c.unknown.len() as u32)
+            .saturating_add(lost);
         let waiting = |pending| Blocked::Waiting {
             pending,
             unacknowledged,

@@ -1023,3 +1023,26 @@ fn a_state_beyond_the_documented_limits_is_refused() {
         );
     }
 }
+
+#[test]
+fn with_count_terminating_a_lost_pod_is_not_replaced_in_the_step_that_deletes_it() {
+    let mut set = settings(5);
+    set.policies.count_terminating = true;
+    set.policies.unknown_timeout_ms = Some(1000);
+    let s = snap(&[(1, ExecutorState::Running), (2, ExecutorState::Unknown)]);
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(2), 0).unwrap();
+    let p = step(&s, &p.state, &set, &Request::default(), 1001).unwrap();
+    assert_eq!(p.delete[0].reason, DeleteReason::Lost);
+    assert!(
+        p.create.is_empty(),
+        "it is about to be a counted terminating pod"
+    );
+    set.policies.count_terminating = false;
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(2), 0).unwrap();
+    let p = step(&s, &p.state, &set, &Request::default(), 1001).unwrap();
+    assert_eq!(
+        ids_c(&p),
+        vec![3],
+        "without --count-terminating: replaced at once"
+    );
+}

@@ -706,6 +706,8 @@ impl SimServer {
             exit_code: None,
             reason: None,
             message: None,
+            disruption: None,
+            waiting: None,
         };
         relock(&self.shared.store)
             .set_phase(ns, name, &o, Instant::now())

@@ -32,7 +32,15 @@
 //!   (anything else, or OOMKilled), whatever the phase and the other containers say — podalloc
 //!   creates pods with `restartPolicy: Never`, so a terminated container never comes back,
 //!   while a sidecar that keeps running holds the pod in phase Running;
-//! - otherwise by `status.phase`: Pending, Running, Failed, Succeeded; anything else → Unknown.
+//! - otherwise by `status.phase`: Pending (also a pod without a phase: the API server sets
+//!   Pending on every create, so a pod without one was just created), Running, Failed,
+//!   Succeeded; anything else (`Unknown`) → Unknown.
+//!
+//! Besides the state, each pod records what the rules of real clusters need
+//! (`docs/semantics.md`, "Rules for real clusters"): whether it is scheduling-gated, whether
+//! Kubernetes ended it (`DisruptionTarget`, KEP-3329), and, while terminating, its
+//! `deletionTimestamp`, `deletionGracePeriodSeconds` and whether its phase is terminal (how a
+//! ResourceQuota decides whether it still charges it).
 //!
 //! The executor container is the one named by `--executor-container`, else the pod's first
 //! container in `spec.containers` (for pods podalloc creates: the template's first container).
@@ -75,7 +83,8 @@ pub enum ListSource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutorState {
-    /// `status.phase` Pending: accepted, not yet running (unscheduled, pulling, starting).
+    /// `status.phase` Pending, or no phase: accepted, not yet running (unscheduled, gated,
+    /// pulling, starting).
     Pending,
     /// `status.phase` Running.
     Running,
@@ -83,9 +92,11 @@ pub enum ExecutorState {
     Failed,
     /// `status.phase` Succeeded: does not count toward the target; deleted and replaced.
     Succeeded,
-    /// `metadata.deletionTimestamp` is set: going away; not counted, never deleted again.
+    /// `metadata.deletionTimestamp` is set: going away; never deleted again, not counted
+    /// (unless `--count-terminating`: then as a ResourceQuota charges it).
     Deleted,
-    /// Any other phase (`Unknown`, missing): not counted, left alone.
+    /// Phase `Unknown` (or any phase Kubernetes does not define): its node stopped
+    /// reporting. Counts toward the target until `--unknown-timeout`, then deleted as lost.
     Unknown,
 }
 

@@ -495,13 +495,7 @@ impl Snapshot {
             .as_ref()
             .is_some_and(|g| !g.0.is_empty())
             || status.scheduled_false_because("SchedulingGated");
-        let restarts = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
-            .max()
-            .unwrap_or(0);
+        let restarts = status.restarts();
         let deletion_cost = meta
             .annotations
             .and_then(|a| {
@@ -936,6 +930,14 @@ impl<'s, 'a> Containers<'s, 'a> {
 pub const KUBELET_DISRUPTION_REASONS: [&str; 3] = ["Evicted", "Terminated", "Shutdown"];
 
 impl RawStatus<'_> {
+    /// The largest container `restartCount` (0 when none).
+    fn restarts(&self) -> u32 {
+        (self.container_statuses.iter().flatten())
+            .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether the `PodScheduled` condition is `False` with `reason`.
     fn scheduled_false_because(&self, reason: &str) -> bool {
         self.conditions.iter().flatten().any(|c| {

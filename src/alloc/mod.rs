@@ -41,8 +41,8 @@
 //!    excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
 //!    pending when the call is made ([`Delete::if_pending`]).
 //! 10. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
-//!    unreadable 2xx after the retries) and still unseen is sent again under the same id and
-//!    name ([`Create::retry`]); 409 for our own pod counts as created.
+//!     unreadable 2xx after the retries) and still unseen is sent again under the same id and
+//!     name ([`Create::retry`]); 409 for our own pod counts as created.
 //! 11. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
 //!     observed in the snapshot; scheduling-gated pods do not hold a batch back), and
 //!     running < target, min(target − counted, batch size) executors are created with fresh

@@ -121,7 +121,7 @@ pub(crate) fn apply(old: &Value, patch: &Value, name: &str) -> Result<Value, Api
         // The apiserver: scheduling gates can only be removed (KEP-3521).
         errs.push(FieldError::forbidden(
             "spec.schedulingGates",
-            &format!(
+            format!(
                 "only deletion is allowed, but found new scheduling gate '{}'",
                 added["name"].as_str().unwrap_or_default()
             ),

@@ -4,6 +4,9 @@
 
 mod util;
 
+mod both;
+mod real;
+
 mod cmstore;
 mod conformance;
 mod crash;

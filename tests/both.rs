@@ -63,8 +63,14 @@ pub struct Env {
 const SIM_TOKEN: &str = "both-sim-token-0123456789";
 
 impl Env {
-    /// A simulator of its own, pods living as `pods`.
+    /// A simulator of its own, pods living as `pods`, in namespace `default`.
     pub fn sim(app: &str, pods: &Pods) -> Env {
+        Env::sim_in(app, pods, "default")
+    }
+
+    /// [`Env::sim`] in namespace `ns`, the only one besides `default` and `kube-system` that
+    /// exists on that simulator (a create elsewhere is 404, as on a real cluster).
+    pub fn sim_in(app: &str, pods: &Pods, ns: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         let opts = SimOptions {
@@ -75,6 +81,7 @@ impl Env {
             stop_latency: Duration::from_millis(pods.stop_ms),
             failure_rate: pods.failure_rate,
             missing_images: pods.missing_images.clone(),
+            namespaces: Some(vec!["default".into(), "kube-system".into(), ns.into()]),
             ..SimOptions::default()
         };
         let sim = SimServer::start(opts).unwrap();
@@ -82,7 +89,7 @@ impl Env {
         let ca_pem = sim.ca_pem().unwrap().to_string();
         Env {
             server: Server::Sim(Box::new(sim)),
-            ns: "default".into(),
+            ns: ns.into(),
             app: app.into(),
             dir,
             ca,
@@ -117,11 +124,6 @@ impl Env {
             url: cp.url.clone(),
             ca_pem: cp.ca_pem.clone(),
         })
-    }
-
-    /// Whether this is the real control plane.
-    pub fn is_real(&self) -> bool {
-        matches!(self.server, Server::Real(_))
     }
 
     /// The control plane (real server only).
@@ -711,7 +713,7 @@ both!(
         let mut a = candidate(e, "a", 3);
         e.wait_for("a leads", |e| holder(e).as_deref() == Some("pod-a"));
         e.wait_for("a converges", |e| e.live().len() == 3);
-        let mut b = candidate(e, "b", 3);
+        let b = candidate(e, "b", 3);
         std::thread::sleep(Duration::from_millis(1500));
         assert_eq!(holder(e).as_deref(), Some("pod-a"));
         // SIGKILL: no release; b takes over once the Lease has not changed for its duration.

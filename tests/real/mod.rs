@@ -205,19 +205,6 @@ impl ControlPlane {
         self.kubectl_stdin(&["apply", "-f", "-"], &binding, "namespace set-up");
         ns
     }
-
-    /// A call to the API as the admin: the status and the body as JSON (`Null` when it is
-    /// not JSON).
-    pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        call(
-            &self.url,
-            &self.ca_pem,
-            &self.admin_token,
-            method,
-            path,
-            body,
-        )
-    }
 }
 
 /// One API call with `token` (GET, DELETE, or POST/PUT/PATCH of a JSON body; PATCH is a

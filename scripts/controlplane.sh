@@ -9,7 +9,13 @@
 #   scripts/controlplane.sh env            print the cache directory and the binaries' paths
 #   scripts/controlplane.sh stop DIR       stop what `start DIR` started
 #   scripts/controlplane.sh test [ARGS]    build, then run the real-server suite
-#                                          (cargo test ... on_real, ARGS passed to cargo test)
+#                                          (the tests named on_real, apiserver:: and differential::;
+#                                          ARGS go to the test binary)
+#   scripts/controlplane.sh gomod VERSION  rewrite tools/controlplane/*/go.mod for Kubernetes
+#                                          VERSION (e.g. v1.37.2): every staging module that
+#                                          tag's own go.mod replaces with ./staging/... gets
+#                                          a replace to its published v0.X.Y, and etcd is
+#                                          pinned at the version that go.mod requires
 #
 # The cache is $PODALLOC_CONTROLPLANE_CACHE or ~/.cache/podalloc/controlplane, one folder per
 # version pair (for example v1.37.2-etcd-v3.7.0/bin/{kube-apiserver,etcd}); nothing built is
@@ -228,8 +234,37 @@ stop() {
   done
 }
 
+# The wrapper modules for Kubernetes $1, derived from that tag's own go.mod (not by hand).
+gomod() {
+  need_go
+  local kv=$1 sv gomod ev m
+  sv="v0.${kv#v1.}"
+  gomod=$(go mod download -json "k8s.io/kubernetes@$kv" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -n "$gomod" ] || { echo "controlplane: k8s.io/kubernetes@$kv is not served" >&2; exit 1; }
+  (
+    cd "$tools/kube-apiserver"
+    printf 'module podalloc.invalid/controlplane/kube-apiserver\n\ngo 1.26.0\n' >go.mod
+    rm -f go.sum
+    go mod edit -require="k8s.io/kubernetes@$kv"
+    for m in $(sed -n 's#^\t\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod"); do
+      go mod edit -replace="$m=$m@$sv"
+    done
+    go mod tidy
+  )
+  ev=$(sed -n 's#^\tgo.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$gomod" | head -n 1)
+  (
+    cd "$tools/etcd"
+    printf 'module podalloc.invalid/controlplane/etcd\n\ngo 1.26.0\n' >go.mod
+    rm -f go.sum
+    go mod edit -require="go.etcd.io/etcd/server/v3@$ev"
+    go mod tidy
+  )
+  echo "controlplane: tools/controlplane now builds kube-apiserver $kv and etcd $ev"
+}
+
 case "${1:-}" in
   build) build ;;
+  gomod) [ -n "${2:-}" ] || { echo "usage: $0 gomod VERSION" >&2; exit 2; }; gomod "$2" ;;
   start) [ -n "${2:-}" ] || { echo "usage: $0 start DIR" >&2; exit 2; }; start "$2" ;;
   stop) [ -n "${2:-}" ] || { echo "usage: $0 stop DIR" >&2; exit 2; }; stop "$2" ;;
   env)
@@ -242,10 +277,10 @@ case "${1:-}" in
     shift
     build
     cd "$root"
-    PODALLOC_REAL_SERVER=required cargo test --locked --test integration on_real "$@"
+    PODALLOC_REAL_SERVER=required cargo test --locked --test integration -- on_real apiserver:: differential:: "$@"
     ;;
   *)
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

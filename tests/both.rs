@@ -630,6 +630,24 @@ both!(
             msgs.contains(&format!("Created executor pod: {}", e.exec(1))),
             "{msgs}"
         );
+        // On the real server the same objects are served as events.k8s.io/v1 too, which
+        // converts them (the simulator serves only core/v1).
+        if e.control_plane().is_some() {
+            let path = format!("/apis/events.k8s.io/v1/namespaces/{}/events", e.ns);
+            let (code, list) = e.admin("GET", &path, None);
+            assert_eq!(code, 200, "{list}");
+            let ev = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|ev| ev["reason"] == "SuccessfulCreate")
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(ev["regarding"]["name"], "drv", "{ev}");
+            let note = ev["note"].as_str().unwrap_or("");
+            assert!(note.starts_with("Created executor pod: "), "{ev}");
+            assert_eq!(ev["deprecatedSource"]["component"], "podalloc", "{ev}");
+        }
     }
 );
 
@@ -795,5 +813,47 @@ both!(
         }
         assert_eq!(by_app.get("app-0"), Some(&2), "{by_app:?}");
         assert_eq!(by_app.get("app-1"), Some(&3), "{by_app:?}");
+    }
+);
+
+both!(
+    a_pod_whose_volume_never_mounts_is_stuck_in_container_creating,
+    "nomount",
+    Pods::default(),
+    |e| {
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nspec:\n  volumes:\n  - name: creds\n    secret:\n      secretName: spark-creds\n  containers:\n  - name: executor\n    image: img\n    volumeMounts:\n    - name: creds\n      mountPath: /creds\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = [
+            "--template",
+            t,
+            "--startup-grace",
+            "1s",
+            "--max-failures",
+            "10",
+        ];
+        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
+        run(&["reconcile", "--target", "1"]);
+        e.wait_for("the pod to wait in ContainerCreating", |e| {
+            e.pod(&e.exec(1)).is_some_and(|p| {
+                p["spec"]["nodeName"].is_string()
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "ContainerCreating"
+            })
+        });
+        run(&["reconcile"]);
+        std::thread::sleep(Duration::from_millis(1200));
+        run(&["reconcile"]);
+        e.wait_for("the stuck pod deleted", |e| {
+            e.pod(&e.exec(1))
+                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+        });
+        let st = e.state();
+        let reason = st["failures"][0]["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("ContainerCreating"), "{st}");
     }
 );

@@ -249,3 +249,38 @@ fn an_expired_continue_token_is_410_expired() {
         "{msg}"
     );
 }
+
+/// Every file of `deploy/` is a Kubernetes manifest that kube-apiserver accepts as it is
+/// (`kubectl apply --dry-run=server -f deploy/`: schema, defaulting, admission and RBAC
+/// validation, nothing stored); the admin host's files live in `deploy/host/`.
+#[test]
+fn every_deploy_recipe_passes_server_side_dry_run() {
+    let Some(e) = Env::real("dry-run", "dry-run", &Pods::default()) else {
+        return;
+    };
+    let cp = e.control_plane().unwrap();
+    // The recipes name their namespace, `batch`.
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: batch\n";
+    cp.kubectl_stdin(&["apply", "-f", "-"], ns, "namespace batch");
+    let dir = crate::util::root().join("deploy");
+    let out = cp
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{se}{so}");
+    for kind in [
+        "cronjob.batch/",
+        "deployment.apps/",
+        "role.rbac.authorization.k8s.io/",
+        "configmap/",
+    ] {
+        assert!(so.contains(kind), "no {kind} in: {so}");
+    }
+    assert!(so.lines().all(|l| l.ends_with("(server dry run)")), "{so}");
+}

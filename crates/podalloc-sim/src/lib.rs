@@ -55,6 +55,7 @@ mod args;
 mod configmap;
 mod containers;
 mod discovery;
+pub mod emulator;
 mod events;
 mod faults;
 mod http;

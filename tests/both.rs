@@ -857,3 +857,50 @@ both!(
         assert!(reason.contains("ContainerCreating"), "{st}");
     }
 );
+
+both!(
+    scheduling_gated_pods_do_not_block_the_next_batch,
+    "gated",
+    Pods::default(),
+    |e| {
+        // Kueue's admission (kueue#4106): pods carry a scheduling gate until the group is
+        // admitted. No scheduler binds them (the real server refuses a binding of a gated
+        // pod); podalloc counts them but does not wait on them before the next batch.
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nspec:\n  schedulingGates:\n  - name: kueue.x-k8s.io/admission\n  containers:\n  - name: executor\n    image: img\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = ["--template", t, "--batch-size", "2"];
+        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
+        run(&["reconcile", "--target", "4"]);
+        run(&["reconcile"]);
+        assert_eq!(
+            e.pods().len(),
+            4,
+            "the gated first batch did not block the second"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let log = run(&["reconcile"]);
+        assert!(log.contains("waiting for 4 scheduling-gated pods"), "{log}");
+        assert_eq!(e.pods().len(), 4, "gated pods count: no overshoot");
+        assert!(
+            e.pods().iter().all(|p| p["spec"]["nodeName"].is_null()),
+            "a gated pod is never bound"
+        );
+        // The group is admitted: the gates are removed (the only change the API allows).
+        for i in 1..=4 {
+            let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(i));
+            let (code, out) = e.admin(
+                "PATCH",
+                &path,
+                Some(&json!({"spec": {"schedulingGates": null}})),
+            );
+            assert_eq!(code, 200, "{out}");
+        }
+        e.converge(4, &flags);
+        assert_eq!(e.live(), vec![1, 2, 3, 4]);
+    }
+);

@@ -904,3 +904,44 @@ both!(
         assert_eq!(e.live(), vec![1, 2, 3, 4]);
     }
 );
+
+both!(
+    count_terminating_never_counts_a_stopped_pod_kept_by_a_finalizer,
+    "fin",
+    Pods::default(),
+    |e| {
+        // kubernetes/kubernetes#117015: a terminating pod whose containers have stopped
+        // (phase Failed) holds nothing, whatever keeps the object (here a finalizer no one
+        // removes): --count-terminating counts it as quota does, so not at all, and it is
+        // replaced. On the simulator (no finalizers) it is simply gone.
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  finalizers:\n  - podalloc.test/hold\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: executor\n    image: img\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = ["--template", t, "--count-terminating"];
+        e.converge(2, &flags);
+        let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(1));
+        let (code, out) = e.admin("DELETE", &path, None);
+        assert_eq!(code, 200, "{out}");
+        e.wait_for("the deleted pod's containers to stop", |e| {
+            e.pod(&e.exec(1)).is_none_or(|p| {
+                p["status"]["phase"] == "Failed" || p["status"]["phase"] == "Succeeded"
+            })
+        });
+        e.converge(2, &flags);
+        assert_eq!(e.live(), vec![2, 3]);
+        let kept = e.pod(&e.exec(1));
+        if e.control_plane().is_some() {
+            assert!(kept.is_some(), "the real server keeps it for its finalizer");
+        }
+        if let Some(p) = kept {
+            assert!(!p["metadata"]["deletionTimestamp"].is_null(), "{p}");
+            let patch = json!({"metadata": {"finalizers": null}});
+            let (code, out) = e.admin("PATCH", &path, Some(&patch));
+            assert_eq!(code, 200, "{out}");
+        }
+    }
+);

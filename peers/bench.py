@@ -158,8 +158,11 @@ def main():
     ap.add_argument("--podalloc", default=str(compare.HERE.parent / "target/release/podalloc"))
     ap.add_argument("--max-time", type=float, default=180.0)
     ap.add_argument("--tail", type=float, default=15.0)
+    ap.add_argument("--target", type=int, default=TARGET, help="executors (default 300)")
     ap.add_argument("--out")
     a = ap.parse_args()
+    global TARGET
+    TARGET = a.target
     work = Path(tempfile.mkdtemp(prefix="spark-peer-bench-"))
     sides = [Side("spark", "spark", [], a, work)]
     if a.jar_dir_4:

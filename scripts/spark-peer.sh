@@ -40,6 +40,9 @@ if [ -z "$pod" ]; then
   else cargo build --release --quiet; pod=target/release/podalloc; fi
 fi
 
+# The comparison's own logic first (no Java, no simulator; a second).
+(cd peers && python3 -m unittest -q test_compare.py)
+
 status=0
 for line in ${SPARK_PEER_LINES:-3.5 4.0}; do
   out="$cache/$line"

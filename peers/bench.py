@@ -16,6 +16,7 @@ Python 3 standard library only.
 import argparse
 import collections
 import json
+import os
 import signal
 import subprocess
 import tempfile
@@ -51,46 +52,60 @@ class Side:
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.result = {"allocator": name, "flags": " ".join(flags) or "(defaults)"}
+        self.ready = threading.Event()  # a Spark side's JVM is up
+        self.go = threading.Event()  # every JVM is up: start the simulators
 
     def run(self):
         try:
             self._run()
         except Exception as e:
             self.result["error"] = repr(e)
+        finally:
+            self.ready.set()
 
     def _run(self):
         a = self.args
+        polls = 0
+        max_time, tail = a.max_time, a.tail
+        sc = {"name": "bench", "batch_size": 5, "batch_delay_ms": 1000, "poll_ms": 1000,
+              "duration_ms": int((max_time + tail) * 1000), "policy": "spark-3.x",
+              "podalloc_flags": self.flags}
+        go = self.dir / "go"
+        if self.kind == "spark":
+            # The JVM starts first and waits (--wait-for) until every simulator is up.
+            scen = self.dir / "scenario.json"
+            flag = self.dir / "target-zero"
+            sc["events"] = [{"at_ms": 0, "target": TARGET}]
+            sc["target_file"] = str(flag)
+            scen.write_text(json.dumps(sc))
+            out = self.dir / "spark-decisions.jsonl"
+            cp = (Path(a.jar_dir) / "classpath.txt").read_text().strip()
+            jar = Path(a.jar_dir) / "spark-peer.jar"
+            err = open(self.dir / "spark.stderr", "w")
+            proc = subprocess.Popen(
+                ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{jar}:{cp}",
+                 "podalloc.peer.SparkPeer", "--kubeconfig", str(self.dir / "kubeconfig"), "--scenario", str(scen),
+                 "--out", str(out), "--namespace", NS, "--app-id", APP, "--driver-pod", compare.DRIVER,
+                 "--wait-for", str(go)],
+                stdout=err, stderr=subprocess.STDOUT,
+                env={**os.environ, "SPARK_USER": "peer", "SPARK_LOCAL_IP": "127.0.0.1"})
+            while not Path(str(go) + ".ready").exists():
+                if proc.poll() is not None:
+                    raise RuntimeError((self.dir / "spark.stderr").read_text()[-2000:])
+                time.sleep(0.02)
+            self.ready.set()
+        self.go.wait(600)
         sim = Sim(a.podalloc, SEED, SIM_FLAGS, self.dir)
         try:
             sim.seed_driver()
-            polls = 0
-            max_time, tail = a.max_time, a.tail
-            sc = {"name": "bench", "batch_size": 5, "batch_delay_ms": 1000, "poll_ms": 1000,
-                  "duration_ms": int((max_time + tail) * 1000), "policy": "spark-3.x",
-                  "podalloc_flags": self.flags}
             if self.kind == "spark":
-                scen = self.dir / "scenario.json"
-                flag = self.dir / "target-zero"
-                sc["events"] = [{"at_ms": 0, "target": TARGET}]
-                sc["target_file"] = str(flag)
-                scen.write_text(json.dumps(sc))
-                out = self.dir / "spark-decisions.jsonl"
-                cp = (Path(a.jar_dir) / "classpath.txt").read_text().strip()
-                jar = Path(a.jar_dir) / "spark-peer.jar"
-                err = open(self.dir / "spark.stderr", "w")
-                proc = subprocess.Popen(
-                    ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{jar}:{cp}",
-                     "podalloc.peer.SparkPeer", "--kubeconfig", str(sim.kubeconfig), "--scenario", str(scen),
-                     "--out", str(out), "--namespace", NS, "--app-id", APP, "--driver-pod", compare.DRIVER],
-                    stdout=err, stderr=subprocess.STDOUT,
-                    env={**__import__("os").environ, "SPARK_USER": "peer", "SPARK_LOCAL_IP": "127.0.0.1"})
+                go.write_text("go\n")
                 while not (out.exists() and out.read_text().startswith("{")):
                     if proc.poll() is not None:
                         raise RuntimeError((self.dir / "spark.stderr").read_text()[-2000:])
                     time.sleep(0.01)
                 set_zero = lambda: flag.write_text("0")
             else:
-                state = self.dir / "state.json"
                 cmd = lambda n: compare.podalloc_cmd(a, sc, sim, self.dir, n)
                 log = open(self.dir / "podalloc.log", "w")
                 proc = subprocess.Popen(cmd(TARGET), stdout=log, stderr=log)
@@ -152,6 +167,7 @@ class Side:
 
 
 def main():
+    global TARGET
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jar-dir", required=True, help="the Spark 3.5 harness build dir")
     ap.add_argument("--jar-dir-4", help="also the Spark 4.0 harness, from this build dir")
@@ -161,7 +177,6 @@ def main():
     ap.add_argument("--target", type=int, default=TARGET, help="executors (default 300)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    global TARGET
     TARGET = a.target
     work = Path(tempfile.mkdtemp(prefix="spark-peer-bench-"))
     sides = [Side("spark", "spark", [], a, work)]
@@ -178,7 +193,11 @@ def main():
     start = time.time()
     for t in threads:
         t.start()
-        time.sleep(0.5)
+    for s in sides:
+        if s.kind == "spark":
+            s.ready.wait(600)
+    for s in sides:
+        s.go.set()
     for t in threads:
         t.join()
     report = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)), "sim_flags": SIM_FLAGS,

@@ -69,7 +69,7 @@ import scala.runtime.BoxedUnit;
  * "status"}}. Fault events of the scenario are driven from outside (peers/compare.py).
  *
  * <p>Usage: {@code SparkPeer --kubeconfig F --scenario S.json --out decisions.jsonl
- * [--namespace NS] [--app-id APP] [--driver-pod NAME]}
+ * [--namespace NS] [--app-id APP] [--driver-pod NAME] [--wait-for GO_FILE]}
  */
 public final class SparkPeer {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -130,6 +130,24 @@ public final class SparkPeer {
     ExecutorPodsSnapshot.setShouldCheckAllContainers(false);
     ExecutorPodsSnapshot.setSparkContainerName("spark-kubernetes-executor");
 
+    if (a.containsKey("wait-for")) {
+      // Load the classes and build what needs no server first, then wait for the go file:
+      // a benchmark starts its simulators once every JVM is up, so the simulators' clocks
+      // (their Unschedulable windows) start with the allocators, not before the JVM's start.
+      ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+      for (Class<?> c :
+          new Class<?>[] {
+            ExecutorPodsAllocator.class, ExecutorPodsSnapshotsStoreImpl.class,
+            ExecutorPodsPollingSnapshotSource.class, ExecutorPodsLifecycleManager.class,
+            KubernetesExecutorBuilder.class, KubernetesClientBuilder.class
+          }) {
+        Class.forName(c.getName(), true, SparkPeer.class.getClassLoader());
+      }
+      mock(KubernetesClusterSchedulerBackend.class);
+      Path go = Path.of(a.get("wait-for"));
+      Files.writeString(Path.of(go + ".ready"), "ready\n");
+      while (!Files.exists(go)) Thread.sleep(20);
+    }
     Config cfg = Config.fromKubeconfig(Files.readString(Path.of(req(a, "kubeconfig"))));
     cfg.setNamespace(ns);
     cfg.setRequestTimeout(10000);

@@ -40,7 +40,7 @@
 //! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`
 //! (`{"user": NAME, "seconds": S}`: a partition between that user and the API, see
 //! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
-//! the authenticated user, without headers).
+//! the authenticated user and a pod create's `metadata.name`, without headers).
 //!
 //! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
 //! election, with the apiserver's optimistic concurrency.

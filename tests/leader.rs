@@ -473,3 +473,195 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     assert_eq!(last["user"], "system:serviceaccount:default:podalloc");
     assert_eq!(last["verb"], "lease-get");
 }
+
+/// The Lease's path under the simulator's API.
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-ha";
+
+/// How many times a candidate's acting requests (`writes_only`: its pod and state writes;
+/// else also its ticks' pod lists) resume after another candidate's began: the number of
+/// overlapping (interleaved) terms. 0 when terms are disjoint.
+fn overlaps(lines: &[Value], writes_only: bool) -> usize {
+    let mut runs: Vec<String> = Vec::new();
+    for l in lines.iter().filter(|l| acting(l, writes_only)) {
+        let user = l["user"].as_str().unwrap_or("?").to_string();
+        if runs.last() != Some(&user) {
+            runs.push(user);
+        }
+    }
+    let mut distinct = runs.clone();
+    distinct.sort();
+    distinct.dedup();
+    runs.len() - distinct.len()
+}
+
+/// Two candidates; `edit` changes the Lease under them (as `kubectl` would) while pods keep
+/// failing, so whoever thinks it leads writes. Then: no overlapping writes, someone leads
+/// and acts again, `expect_holder` (if given) holds it, no overshoot. Returns how long after
+/// the edit the Lease was held again by a candidate that then acted.
+fn lease_edit_keeps_one_actor(what: &str, edit: impl Fn(&World), expect_holder: Option<&str>) {
+    let w = world();
+    let a = candidate(&w, "a");
+    until(20, "a leads", || holder(&w).as_deref() == Some("pod-a"));
+    until(20, "a converges", || w.live().len() as u64 == TARGET);
+    let b = candidate(&w, "b");
+    std::thread::sleep(Duration::from_millis(1200));
+    // Failures from 1 s before the edit to 5 s after it, one every 250 ms: whoever thinks it
+    // leads has deletes and creates to make when the Lease changes.
+    let mut edited = Instant::now();
+    for i in 0..24 {
+        if i == 4 {
+            edited = Instant::now();
+            edit(&w);
+        }
+        if let Some(&id) = w.live().iter().min() {
+            let _ = w.api(
+                "POST",
+                &format!("/sim/pods/default/{APP}-exec-{id}/phase"),
+                Some(&json!({"phase": "Failed", "exitCode": 1, "reason": "Error"})),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let held = until(30, "a candidate leads again", || {
+        matches!(holder(&w).as_deref(), Some("pod-a" | "pod-b"))
+    });
+    until(30, "the app converges again", || w.live().len() as u64 == TARGET);
+    let recovered = edited.elapsed();
+    if let Some(h) = expect_holder {
+        assert_eq!(holder(&w).as_deref(), Some(h), "{what}");
+    }
+    for p in [&a, &b] {
+        signal(p, libc::SIGTERM);
+    }
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(out));
+    }
+    let lines = log(&w);
+    let t = terms(&lines, true);
+    let n = overlaps(&lines, true);
+    let ticks = overlaps(&lines, false);
+    let (last_old, first_new) = pause_after_edit(&lines);
+    eprintln!(
+        "leader: {what}: overlapping writes between identities: {n}, overlapping ticks: {ticks}; after the edit the \
+         leader's last write at +{last_old} ms, the next term's first at +{first_new} ms \
+         (lease held again {:.1}s, converged {:.1}s after it); terms {t:?}",
+        held.as_secs_f64() + 5.0,
+        recovered.as_secs_f64()
+    );
+    assert_eq!(n, 0, "{what}: {t:?}");
+    assert_eq!(ticks, 0, "{what}: {:?}", terms(&lines, false));
+    assert_disjoint(&t);
+    assert_disjoint(&terms(&lines, false));
+    assert_no_overshoot(&w);
+}
+
+/// Around the test's own Lease edit: how long after it (ms) the last write before the
+/// longest pause in writes came, and the first after that pause (both 0 when the writes
+/// did not pause for a second: the leader went on).
+fn pause_after_edit(lines: &[Value]) -> (u64, u64) {
+    let edit = lines
+        .iter()
+        .find(|l| {
+            l["path"].as_str().is_some_and(|p| p.contains("/leases/"))
+                && matches!(l["method"].as_str(), Some("PUT" | "DELETE"))
+                && !l["user"].as_str().is_some_and(|u| u.starts_with("user-"))
+        })
+        .and_then(|l| l["ms"].as_u64())
+        .expect("the edit is in the request log");
+    let writes: Vec<u64> = (lines.iter())
+        .filter(|l| acting(l, true))
+        .filter_map(|l| l["ms"].as_u64())
+        .filter(|&ms| ms >= edit)
+        .collect();
+    let Some((a, b)) = std::iter::once(edit)
+        .chain(writes)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|p| (p[0], p[1]))
+        .max_by_key(|(a, b)| b - a)
+        .filter(|(a, b)| b - a >= 1000)
+    else {
+        return (0, 0);
+    };
+    (a - edit, b - edit)
+}
+
+/// A Lease PUT by hand: the current Lease with `spec` fields replaced (`null` removes).
+fn put_lease(w: &World, spec: Value) {
+    let (code, mut l) = w.api("GET", LEASE_PATH, None);
+    assert_eq!(code, 200, "{l}");
+    for (k, v) in spec.as_object().unwrap() {
+        if v.is_null() {
+            l["spec"].as_object_mut().unwrap().remove(k);
+        } else {
+            l["spec"][k] = v.clone();
+        }
+    }
+    let (code, body) = w.api("PUT", LEASE_PATH, Some(&l));
+    assert_eq!(code, 200, "{body}");
+}
+
+#[test]
+fn a_deleted_lease_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "kubectl delete lease",
+        |w| {
+            let (code, body) = w.api("DELETE", LEASE_PATH, None);
+            assert_eq!(code, 200, "{body}");
+        },
+        None,
+    );
+}
+
+#[test]
+fn a_holder_edited_to_the_standby_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder edited to the standby",
+        |w| put_lease(w, json!({"holderIdentity": "pod-b"})),
+        None,
+    );
+}
+
+#[test]
+fn a_holder_emptied_or_renamed_by_hand_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder emptied by hand",
+        |w| put_lease(w, json!({"holderIdentity": ""})),
+        None,
+    );
+    lease_edit_keeps_one_actor(
+        "holder renamed to a stranger",
+        |w| put_lease(w, json!({"holderIdentity": "someone-else"})),
+        None,
+    );
+}
+
+#[test]
+fn a_renew_time_moved_by_hand_keeps_the_leader() {
+    lease_edit_keeps_one_actor(
+        "renewTime set in the future",
+        |w| put_lease(w, json!({"renewTime": "2099-01-01T00:00:00.000000Z"})),
+        Some("pod-a"),
+    );
+    lease_edit_keeps_one_actor(
+        "renewTime set in the past",
+        |w| put_lease(w, json!({"renewTime": "2001-01-01T00:00:00.000000Z"})),
+        Some("pod-a"),
+    );
+}
+
+#[test]
+fn a_lease_stripped_of_its_fields_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder, duration and times removed",
+        |w| {
+            put_lease(
+                w,
+                json!({"holderIdentity": null, "leaseDurationSeconds": null,
+                       "renewTime": null, "acquireTime": null}),
+            )
+        },
+        None,
+    );
+}

@@ -530,7 +530,14 @@ impl Elector {
 /// a DNS-1123 subdomain does not allow replaced by `-`, at most 253 characters, ending in
 /// an alphanumeric.
 pub(crate) fn default_lease_name(app_id: &str) -> String {
-    let mut name: String = format!("podalloc-{app_id}")
+    dns_subdomain(&format!("podalloc-{app_id}"))
+}
+
+/// `s` made a DNS-1123 subdomain: lower-cased, every character a subdomain does not allow
+/// replaced by `-`, at most 253 characters, ending in an alphanumeric (an object name for a
+/// Lease or a ConfigMap; `s` must start with an alphanumeric for it to be valid).
+pub(crate) fn dns_subdomain(s: &str) -> String {
+    let mut name: String = s
         .chars()
         .map(|c| {
             let c = c.to_ascii_lowercase();

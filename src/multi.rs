@@ -46,6 +46,10 @@ pub struct AppsArgs {
     /// Give up after this long (exit 5 with --until-converged if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+    /// Leader election, as `run --leader-elect`: one Lease (default `podalloc-apps`) for
+    /// every app of the process; only its holder makes passes.
+    #[command(flatten)]
+    pub leader: crate::cli::LeaderElectArgs,
 }
 
 /// Annotation on a driver pod: the executor target, a whole number (`"20"`).

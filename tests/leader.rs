@@ -665,3 +665,136 @@ fn a_lease_stripped_of_its_fields_never_gives_two_leaders() {
         None,
     );
 }
+
+/// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
+/// (`podalloc-state-<app id>`) that every replica reads.
+fn apps_candidate(w: &World, who: &str) -> Child {
+    let mut c = crate::util::podalloc();
+    c.args(["--server", &w.sim.url(), "--token", &format!("token-{who}-0123456789")])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args([
+            "--batch-delay",
+            "200ms",
+            "--image",
+            "spark:3.5",
+            "--state-store",
+            "configmap:podalloc-state",
+            "apps",
+            "--discover",
+            "spark-role=driver",
+            "--interval",
+            "200ms",
+            "--leader-elect",
+            "--leader-elect-lease-duration",
+            "3s",
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ])
+        .env("POD_NAME", format!("pod-{who}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+const DRIVERS: usize = 20;
+
+/// Live (Pending or Running, not terminating) executors per app.
+fn live_by_app(w: &World) -> std::collections::BTreeMap<String, u64> {
+    let (code, list) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/pods?labelSelector=spark-role%3Dexecutor",
+        None,
+    );
+    assert_eq!(code, 200, "{list}");
+    let mut out = std::collections::BTreeMap::new();
+    for p in list["items"].as_array().unwrap() {
+        let phase = p["status"]["phase"].as_str().unwrap_or("");
+        if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
+            let app = p["metadata"]["labels"]["spark-app-selector"].as_str().unwrap();
+            *out.entry(app.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn apps_lease_holder(w: &World) -> Option<String> {
+    let (code, v) = w.api(
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-apps",
+        None,
+    );
+    (code == 200).then(|| v["spec"]["holderIdentity"].as_str().unwrap_or("").to_string())
+}
+
+#[test]
+fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_on_sigkill() {
+    let w = world();
+    let want: std::collections::BTreeMap<String, u64> =
+        (0..DRIVERS).map(|i| (format!("app-{i}"), (i % 4 + 1) as u64)).collect();
+    for i in 0..DRIVERS {
+        let (s, b) = w.api(
+            "POST",
+            "/sim/pods/default",
+            Some(&json!({"metadata": {"name": format!("drv-{i}"),
+                "labels": {"spark-role": "driver", "spark-app-selector": format!("app-{i}")},
+                "annotations": {"podalloc.io/executors": want[&format!("app-{i}")].to_string()}},
+                "spec": {"containers": [{"name": "d", "image": "spark"}]},
+                "status": {"phase": "Running"}})),
+        );
+        assert!(s == 200 || s == 201, "{b}");
+    }
+    let mut procs = vec![("a", apps_candidate(&w, "a")), ("b", apps_candidate(&w, "b"))];
+    until(60, "every app at its target", || live_by_app(&w) == want);
+    let leader = apps_lease_holder(&w).expect("a Lease");
+    let li = procs.iter().position(|p| format!("pod-{}", p.0) == leader).unwrap();
+    let (dead, mut killed) = procs.remove(li);
+    let (alive, survivor) = procs.remove(0);
+    // Failures keep the leader writing when it is killed.
+    for id in 1..=3 {
+        let _ = w.api(
+            "POST",
+            &format!("/sim/pods/default/app-3-exec-{id}/phase"),
+            Some(&json!({"phase": "Failed", "exitCode": 1, "reason": "Error"})),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    signal(&killed, libc::SIGKILL);
+    let t = Instant::now();
+    until(20, "the survivor takes the Lease", || {
+        apps_lease_holder(&w).as_deref() == Some(&format!("pod-{alive}"))
+    });
+    let took = t.elapsed();
+    let _ = killed.wait();
+    until(60, "every app at its target again", || live_by_app(&w) == want);
+    signal(&survivor, libc::SIGTERM);
+    let out = survivor.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("pod-{alive} became the leader")), "{err}");
+    let lines = log(&w);
+    let t_all = terms(&lines, false);
+    let (n, n_writes) = (overlaps(&lines, false), overlaps(&lines, true));
+    let s = w.sim.stats();
+    eprintln!(
+        "leader: apps --leader-elect, {DRIVERS} apps: {dead} led, SIGKILL, {alive} held the lease {:.2}s later; overlapping ticks {n}, writes {n_writes}; {} creates, duplicate ids {}; terms {t_all:?}",
+        took.as_secs_f64(),
+        s.creates,
+        s.duplicate_executor_ids
+    );
+    assert!(took < Duration::from_millis(3000 + 1100 + 1500), "{took:?}");
+    assert_eq!((n, n_writes), (0, 0), "{t_all:?}");
+    assert_disjoint(&t_all);
+    assert_eq!(t_all.len(), 2, "{t_all:?}");
+    assert_eq!(s.duplicate_executor_ids, 0);
+    // The simulator counts every live pod with the app's label: the driver is one of them.
+    for (app, max) in &s.max_live_pods_by_app {
+        if let Some(target) = want.get(app) {
+            assert!(*max <= target + 1, "{app}: {max} live pods for a target of {target} and the driver");
+        }
+    }
+    assert!(s.max_live_pods_by_app.len() >= DRIVERS);
+}

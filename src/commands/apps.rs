@@ -17,6 +17,7 @@ use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
+use crate::leader::LeaderElection;
 use crate::reconcile::{self, App};
 use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{self, Bound, Holder, LockedStore, StateStore, StoreError};
@@ -26,6 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often a `--leader-elect` standby asks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
 
 /// One managed app.
 struct Managed {
@@ -54,6 +58,9 @@ struct Conn {
     default_ns: String,
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
+    /// `--leader-elect`: the election; every client gets its write fence. Dropped (the
+    /// Lease released) before the simulator.
+    leader: Option<LeaderElection>,
     _sim: Option<SimGuard>,
 }
 
@@ -74,7 +81,14 @@ impl Conn {
             tick_budget: super::env::tick_budget(cli),
             default_ns: cfg.namespace.clone(),
             clients: BTreeMap::new(),
-            state_dir: StateDir(state_dir),
+            state_dir: StateDir {
+                dir: state_dir,
+                configmap: match &cli.app.state_store {
+                    StateStoreKind::ConfigMap(prefix) => Some(prefix.clone()),
+                    StateStoreKind::File => None,
+                },
+            },
+            leader: None,
             _sim: sim,
         };
         let client =
@@ -91,6 +105,9 @@ impl Conn {
             let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
             let client = KubeClient::with_options(cfg, self.options.clone())
                 .map_err(reconcile::kube_error)?;
+            if let Some(le) = &self.leader {
+                le.fence(&client);
+            }
             self.clients.insert(ns.to_string(), client);
         }
         Ok(&self.clients[ns])
@@ -103,10 +120,6 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         (cli.app.app_id.is_some(), "--app-id"),
         (cli.app.state_file.is_some(), "--state-file"),
         (cli.app.driver_pod.is_some(), "--driver-pod"),
-        (
-            matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
-            "--state-store configmap:NAME",
-        ),
     ] {
         if given {
             return Err(Error::usage(format!(
@@ -118,6 +131,7 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         warn!("apps: --metrics-file is not written (metrics are per app in `run` only)");
     }
     let mut conn = Conn::new(cli, a)?;
+    conn.leader = super::elect::start_on(&conn.clients[&conn.default_ns], &a.leader, "apps")?;
     let mut apps = Apps::default();
     match (&a.file, &a.discover) {
         (Some(file), _) => apps.load_file(cli, &mut conn, file)?,
@@ -181,22 +195,28 @@ impl Apps {
         let deadline = a.timeout.map(|t| started + t);
         let mut passes = 0u64;
         loop {
-            passes += 1;
-            self.pass(conn, passes);
-            // With --discover, "all converged" needs at least one app found.
-            let done = self.managed.iter().all(|m| m.converged)
-                && (self.discover.is_none() || !self.managed.is_empty());
-            if a.once || (a.until_converged && done) {
-                if a.until_converged {
-                    info!(
-                        "{} app(s) converged after {passes} pass(es) in {:.1}s",
-                        self.managed.len(),
-                        started.elapsed().as_secs_f64()
-                    );
+            // --leader-elect: a standby makes no pass (no list, no write) and looks again
+            // soon.
+            let standby = conn.leader.as_ref().is_some_and(|le| !le.is_leader());
+            if !standby {
+                passes += 1;
+                self.pass(conn, passes);
+                // With --discover, "all converged" needs at least one app found.
+                let done = self.managed.iter().all(|m| m.converged)
+                    && (self.discover.is_none() || !self.managed.is_empty());
+                if a.once || (a.until_converged && done) {
+                    if a.until_converged {
+                        info!(
+                            "{} app(s) converged after {passes} pass(es) in {:.1}s",
+                            self.managed.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    return self.outcome();
                 }
-                return self.outcome();
             }
-            match wait(Instant::now() + interval, deadline, &flag) {
+            let next = if standby { interval.min(STANDBY_POLL) } else { interval };
+            match wait(Instant::now() + next, deadline, &flag) {
                 Wake::Pass => {}
                 Wake::Signal => {
                     info!("signal received: stopping after {passes} pass(es); states saved");
@@ -494,10 +514,10 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Mana
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
         Some(Ok(StateStoreKind::ConfigMap(n))) => Store::ConfigMap(n),
-        _ => Store::File(match e.state_file {
-            Some(p) => dir.join(p),
-            None => conn.state_dir.path(&ns, &app.app_id),
-        }),
+        _ => match e.state_file {
+            Some(p) => Store::File(dir.join(p)),
+            None => conn.state_dir.store(&ns, &app.app_id),
+        },
     };
     Ok(Managed {
         ns,
@@ -569,7 +589,7 @@ impl Discovery {
     /// driver is gone (dropped from `managed`; their executors are deleted by the caller).
     fn refresh(&mut self, conn: &mut Conn, managed: &mut Vec<Managed>) -> Vec<(String, String)> {
         let ns = conn.default_ns.clone();
-        let dir = StateDir(conn.state_dir.0.clone());
+        let dir = conn.state_dir.clone();
         let Ok(client) = conn.client(&ns) else {
             return Vec::new();
         };
@@ -686,7 +706,7 @@ impl Discovery {
                 );
                 managed.push(Managed {
                     ns: ns.to_string(),
-                    store: Store::File(dir.path(ns, &app_id)),
+                    store: dir.store(ns, &app_id),
                     app,
                     target: Some(wanted.target),
                     driver_uid: Some(d.uid.clone()),
@@ -758,15 +778,27 @@ impl Discovery {
 }
 
 /// Where apps keep their state: DIR/<namespace>/<app id>.json, or by default where
-/// `--state-file` defaults to.
-struct StateDir(Option<PathBuf>);
+/// `--state-file` defaults to; with `--state-store configmap:PREFIX`, ConfigMaps.
+#[derive(Clone)]
+struct StateDir {
+    /// `--state-dir`.
+    dir: Option<PathBuf>,
+    /// `--state-store configmap:PREFIX`: every app's state in the ConfigMap
+    /// `PREFIX-<app id>` of its namespace instead (what replicas under `--leader-elect`
+    /// share).
+    configmap: Option<String>,
+}
 
 impl StateDir {
-    fn path(&self, ns: &str, app_id: &str) -> PathBuf {
-        match &self.0 {
+    /// Where app `app_id` of `ns` keeps its state when its entry does not say.
+    fn store(&self, ns: &str, app_id: &str) -> Store {
+        if let Some(prefix) = &self.configmap {
+            return Store::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
+        }
+        Store::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
             None => state::default_path(ns, app_id),
-        }
+        })
     }
 }
 

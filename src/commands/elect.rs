@@ -38,13 +38,24 @@ pub(super) fn timing(a: &LeaderElectArgs) -> Result<Timing> {
 /// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix). Errors:
 /// exit 2 for bad flags, exit 1 when the election cannot start.
 pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElection>> {
+    start_on(&env.client, a, &env.app.app_id)
+}
+
+/// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:
+/// the app id; `apps`: `apps`, so one Lease covers every app of the process). Errors as
+/// [`start`].
+pub(super) fn start_on(
+    client: &crate::kube::KubeClient,
+    a: &LeaderElectArgs,
+    id: &str,
+) -> Result<Option<LeaderElection>> {
     if !a.leader_elect {
         return Ok(None);
     }
     let timing = timing(a)?;
-    let name = lease_name(a.leader_elect_resource_name.as_deref(), &env.app.app_id)?;
+    let name = lease_name(a.leader_elect_resource_name.as_deref(), id)?;
     let identity = leader::default_identity();
-    LeaderElection::start(&env.client, &name, &identity, timing)
+    LeaderElection::start(client, &name, &identity, timing)
         .map(Some)
         .map_err(crate::reconcile::kube_error)
 }

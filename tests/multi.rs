@@ -384,8 +384,9 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter().find(|d| d["kind"] == k).unwrap()
 }
 
-/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete
-/// and configmaps get, its arguments parse, and one pass of them against the simulator
+/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete,
+/// configmaps get/create/update, events create/get/patch and leases get/create/update, it
+/// runs two replicas named by POD_NAME, its arguments parse, and one pass of them against the simulator
 /// manages the annotated drivers, a driver's own template ConfigMap included.
 #[test]
 fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
@@ -408,10 +409,17 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
     assert_eq!(
         rules,
         vec![
-            ("configmaps".into(), s(&["get"])),
+            ("configmaps".into(), s(&["create", "get", "update"])),
+            ("events".into(), s(&["create", "get", "patch"])),
+            ("leases".into(), s(&["create", "get", "update"])),
             ("pods".into(), s(&["create", "delete", "get", "list"])),
         ]
     );
+    let dep = of_kind(&d, "Deployment");
+    assert_eq!(dep["spec"]["replicas"], 2, "highly available");
+    let env = &dep["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "POD_NAME");
+    assert_eq!(env["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
     let spec = &of_kind(&d, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(
         spec["serviceAccountName"],
@@ -463,9 +471,12 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
         );
         assert!(s == 200 || s == 201, "{b}");
     }
+    // The recipe's --leader-elect with short durations: a first Lease is taken a lease
+    // duration after it was first seen missing.
     let out = podalloc()
         .args(&args)
-        .arg("--once")
+        .args(["--once", "--leader-elect-lease-duration", "2s"])
+        .args(["--leader-elect-renew-deadline", "1s", "--leader-elect-retry-period", "200ms"])
         .env("PODALLOC_SERVER", w.sim.url())
         .env("PODALLOC_TOKEN", &w.token)
         .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)

@@ -33,6 +33,18 @@ pub use status::StatusCounts;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
+    let res = run_command(&cli);
+    // Events are posted by their own thread: give the last ones a moment (at most one
+    // event deadline), never longer.
+    let left = crate::events::flush(crate::events::EVENT_DEADLINE);
+    if left > 0 {
+        log::debug!("{left} event(s) not posted before exit");
+    }
+    res
+}
+
+fn run_command(cli: &Cli) -> Result<()> {
+    let cli = cli;
     match &cli.command {
         Command::Reconcile(a) => reconcile::reconcile(&cli, a),
         Command::Run(a) => run::run_loop(&cli, a, false),

@@ -324,6 +324,11 @@ pub(crate) struct Elector {
     observed_at: Duration,
     /// When our last confirmed acquire or renew started.
     renewed_at: Option<Duration>,
+    /// Claim mode ([`Elector::claiming`]): a Lease missing at our very first read is
+    /// created at once.
+    claim: bool,
+    /// When we first read the Lease.
+    first_seen_at: Option<Duration>,
 }
 
 impl Elector {
@@ -336,7 +341,30 @@ impl Elector {
             seen: false,
             observed_at: Duration::ZERO,
             renewed_at: None,
+            claim: false,
+            first_seen_at: None,
         }
+    }
+
+    /// Claim mode, for a process that is meant to run alone (`apps` without
+    /// `--leader-elect`, whose claim makes a second process refuse): a Lease missing at our
+    /// very first read is created at once instead of a lease duration later. Only a
+    /// `kubectl delete lease` under a running process, just before this one starts, is then
+    /// not covered; with `--leader-elect` it is.
+    pub(crate) fn claiming(mut self) -> Elector {
+        self.claim = true;
+        self
+    }
+
+    /// The holder, when the Lease names another identity and has changed since our first
+    /// read: someone else holds it and renews it (a live process).
+    pub(crate) fn renewed_by_other(&self) -> Option<&str> {
+        let o = self.observed.as_ref()?;
+        let first = self.first_seen_at?;
+        let other = !o.unreadable
+            && !o.record.holder_identity.is_empty()
+            && o.record.holder_identity != self.identity;
+        (other && self.observed_at > first).then_some(o.record.holder_identity.as_str())
     }
 
     /// This candidate's identity.
@@ -401,6 +429,7 @@ impl Elector {
     /// and stops us at once when the read shows the Lease is no longer ours.
     fn record_read(&mut self, lease: Option<Observed>, now: Duration) -> bool {
         let was_leader = self.is_leader(now);
+        self.first_seen_at.get_or_insert(now);
         let changed = !self.seen
             || match (&self.observed, &lease) {
                 (None, None) => false,
@@ -428,10 +457,12 @@ impl Elector {
         now: Duration,
         wall_ms: u64,
     ) -> Option<Write> {
+        let first = !self.seen;
         let renewing = self.record_read(lease, now);
         let mut record = self.our_record(wall_ms);
         let released = self.observed.as_ref().is_some_and(Observed::released);
-        if !renewing && !released {
+        let claim = self.claim && first && self.observed.is_none();
+        if !renewing && !released && !claim {
             let until = self.observed_at.saturating_add(self.hold_time(now));
             if until > now {
                 return None;
@@ -654,7 +685,7 @@ pub(crate) struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Starts electing on Lease `name` in `client`'s namespace as `identity`. The Lease calls
+    /// Starts electing on Lease `name` in `client`'s namespace with the core `elector` (its identity and timing; [`Elector::claiming`] for a claim). The Lease calls
     /// use their own client with timeouts of one renew deadline and no retries (an attempt
     /// is retried at the next retry period), as kube-controller-manager gives its election
     /// client a timeout of the renew deadline. Installs the write fence on `client`, so that
@@ -664,9 +695,10 @@ impl LeaderElection {
     pub(crate) fn start(
         client: &KubeClient,
         name: &str,
-        identity: &str,
-        timing: Timing,
+        elector: Elector,
     ) -> Result<LeaderElection, KubeError> {
+        let timing = elector.timing;
+        let identity = elector.identity().to_string();
         let mut options = crate::kube::ClientOptions::default();
         options.timeouts.connect = timing.renew_deadline;
         options.timeouts.per_read = timing.renew_deadline;
@@ -674,7 +706,7 @@ impl LeaderElection {
         options.retry = crate::kube::RetryPolicy::none();
         let lease_client = client.derive(options)?;
         let shared = Arc::new(Shared {
-            elector: Mutex::new(Elector::new(identity, timing)),
+            elector: Mutex::new(elector),
             origin: Instant::now(),
             stop: AtomicBool::new(false),
             reported: Mutex::new(Reported::default()),
@@ -712,6 +744,18 @@ impl LeaderElection {
     /// Whether this process leads now (logs and counts a change).
     pub(crate) fn is_leader(&self) -> bool {
         self.shared.leading()
+    }
+
+    /// The Lease's holder as last read (`None`: none read, or missing).
+    pub(crate) fn holder(&self) -> Option<String> {
+        lock(&self.shared.elector).holder().map(str::to_string)
+    }
+
+    /// [`Elector::renewed_by_other`]: another live holder.
+    pub(crate) fn renewed_by_other(&self) -> Option<String> {
+        lock(&self.shared.elector)
+            .renewed_by_other()
+            .map(str::to_string)
     }
 
     /// Stops the thread; it releases the Lease if we hold it.

@@ -549,3 +549,47 @@ fn apps_short_help_lists_the_defaults_not_the_one_app_flags() {
         assert!(!text.contains(hidden), "{hidden}: {text}");
     }
 }
+
+/// Two `apps` processes on one namespace with file stores (each its own state directory,
+/// as two pods with emptyDirs): the second finds the apps Lease held and renewed and
+/// refuses with exit 3 and one clear line; the first keeps every app at its target with no
+/// id reused. (Before, both acted: 4 of 10 apps over target, 7 ids reused.)
+#[test]
+fn a_second_apps_process_on_the_namespace_refuses_instead_of_managing_twice() {
+    let w = world();
+    let mut text = String::from("apps:\n");
+    for i in 0..10 {
+        text.push_str(&format!("- app-id: app-{i}\n  image: spark:3.5\n  target: 3\n"));
+    }
+    write(&w.path("apps.yaml"), &text);
+    let file = w.path("apps.yaml");
+    let mut first = apps_cmd(&w, &["--file", file.to_str().unwrap()])
+        .env("POD_NAME", "first")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let want: BTreeMap<String, usize> = (0..10).map(|i| (format!("app-{i}"), 3)).collect();
+    wait("every app at 3", || live_by_app(&w) == want);
+    let mut second = podalloc();
+    second
+        .args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args(["--batch-delay", "100ms", "apps", "--state-dir"])
+        .arg(w.path("other-states"))
+        .args(["--file", file.to_str().unwrap()])
+        .env("POD_NAME", "second");
+    let t = Instant::now();
+    let err = exits(&mut second, 3);
+    eprintln!("multi: a second apps process refused after {:.1}s", t.elapsed().as_secs_f64());
+    assert!(err.contains("another podalloc apps (first) holds the apps Lease"), "{err}");
+    assert!(err.contains("this process did nothing"), "{err}");
+    assert_eq!(live_by_app(&w), want);
+    let s = w.sim.stats();
+    assert_eq!(s.duplicate_executor_ids, 0);
+    for (app, max) in &s.max_live_pods_by_app {
+        assert!(*max <= 3, "{app}: {max}");
+    }
+    stop(&mut first);
+}

@@ -83,10 +83,7 @@ impl Conn {
             clients: BTreeMap::new(),
             state_dir: StateDir {
                 dir: state_dir,
-                configmap: match &cli.app.state_store {
-                    StateStoreKind::ConfigMap(prefix) => Some(prefix.clone()),
-                    StateStoreKind::File => None,
-                },
+                configmap: a.state_configmaps.clone(),
             },
             leader: None,
             _sim: sim,
@@ -117,6 +114,10 @@ impl Conn {
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     for (given, flag) in [
+        (
+            matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
+            "--state-store configmap:NAME",
+        ),
         (cli.app.app_id.is_some(), "--app-id"),
         (cli.app.state_file.is_some(), "--state-file"),
         (cli.app.driver_pod.is_some(), "--driver-pod"),
@@ -131,7 +132,13 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         warn!("apps: --metrics-file is not written (metrics are per app in `run` only)");
     }
     let mut conn = Conn::new(cli, a)?;
-    conn.leader = super::elect::start_on(&conn.clients[&conn.default_ns], &a.leader, "apps")?;
+    // One Lease for the process's apps: --leader-elect stands by while another holds it;
+    // without it, the same Lease is a claim, and a second process refuses.
+    let client = &conn.clients[&conn.default_ns];
+    conn.leader = match super::elect::start_on(client, &a.leader, "apps")? {
+        Some(le) => Some(le),
+        None => Some(super::elect::claim_on(client, &a.leader, "apps")?),
+    };
     let mut apps = Apps::default();
     match (&a.file, &a.discover) {
         (Some(file), _) => apps.load_file(cli, &mut conn, file)?,
@@ -194,10 +201,14 @@ impl Apps {
         let started = Instant::now();
         let deadline = a.timeout.map(|t| started + t);
         let mut passes = 0u64;
+        let mut waiting = false;
         loop {
             // --leader-elect: a standby makes no pass (no list, no write) and looks again
             // soon.
             let standby = conn.leader.as_ref().is_some_and(|le| !le.is_leader());
+            if standby && !a.leader.leader_elect {
+                claim_held(conn, &mut waiting)?;
+            }
             if !standby {
                 passes += 1;
                 self.pass(conn, passes);
@@ -778,12 +789,12 @@ impl Discovery {
 }
 
 /// Where apps keep their state: DIR/<namespace>/<app id>.json, or by default where
-/// `--state-file` defaults to; with `--state-store configmap:PREFIX`, ConfigMaps.
+/// `--state-file` defaults to; with `--state-configmaps PREFIX`, ConfigMaps.
 #[derive(Clone)]
 struct StateDir {
     /// `--state-dir`.
     dir: Option<PathBuf>,
-    /// `--state-store configmap:PREFIX`: every app's state in the ConfigMap
+    /// `--state-configmaps PREFIX`: every app's state in the ConfigMap
     /// `PREFIX-<app id>` of its namespace instead (what replicas under `--leader-elect`
     /// share).
     configmap: Option<String>,
@@ -800,6 +811,32 @@ impl StateDir {
             None => state::default_path(ns, app_id),
         })
     }
+}
+
+/// `apps` without `--leader-elect` that does not hold its claim (the Lease): exit 3 when
+/// another process holds it and renews it (two such processes would manage the same apps
+/// twice); else, once, a line saying that it waits for a stale holder (a killed process)
+/// to expire. Errors (exit 3): held by a live process.
+fn claim_held(conn: &Conn, waiting: &mut bool) -> Result<()> {
+    let Some(le) = &conn.leader else {
+        return Ok(());
+    };
+    if let Some(h) = le.renewed_by_other() {
+        return Err(Error::locked(format!(
+            "another podalloc apps ({h}) holds the apps Lease of namespace {} and renews it: \
+             this process did nothing (give every replica --leader-elect to run standbys)",
+            conn.default_ns
+        )));
+    }
+    if let Some(h) = le.holder().filter(|h| !h.is_empty() && !*waiting) {
+        *waiting = true;
+        info!(
+            "the apps Lease of namespace {} names {h}: waiting for it to go stale (one lease \
+             duration without a renewal) before acting",
+            conn.default_ns
+        );
+    }
+    Ok(())
 }
 
 /// Sleeps until `next`, waking every 50 ms for a signal and the deadline.

@@ -185,6 +185,21 @@ impl Backoff {
 }
 
 impl AllocatorState {
+    /// The state as a process that did not write it must read it (a successor after a
+    /// kill -9 or a leader handover): the outcome of every unacknowledged create is unknown
+    /// to it, since the writer may have stopped anywhere between its write-ahead save and
+    /// its calls. So each is marked [`Unacknowledged::retry`]: the step sends those still
+    /// unseen again by name (rule `retry_ambiguous`, where 409 for our own pod counts as
+    /// created) instead of waiting for the creation timeout, as Kubernetes' controllers
+    /// settle an unknown create by name. Pods already listed are acknowledged first, so
+    /// nothing is created twice and nothing counts twice toward the target.
+    pub fn inherited(mut self) -> AllocatorState {
+        for u in &mut self.unacknowledged {
+            u.retry = true;
+        }
+        self
+    }
+
     /// A fresh state: no target, no ids handed out.
     pub fn new() -> AllocatorState {
         AllocatorState {

@@ -401,10 +401,9 @@ impl Elector {
     /// land unanswered yields to the others instead of keeping its Lease alive).
     fn hold_time(&self, now: Duration) -> Duration {
         let own = self.timing.lease_duration;
-        let field = self
-            .observed
-            .as_ref()
-            .map_or(Duration::ZERO, |o| Duration::from_secs(o.record.lease_duration_seconds));
+        let field = self.observed.as_ref().map_or(Duration::ZERO, |o| {
+            Duration::from_secs(o.record.lease_duration_seconds)
+        });
         let base = own.max(field);
         if self.holds() && self.renewed_at.is_some() && !self.is_leader(now) {
             base.saturating_add(own)
@@ -433,7 +432,9 @@ impl Elector {
         let changed = !self.seen
             || match (&self.observed, &lease) {
                 (None, None) => false,
-                (Some(o), Some(l)) => o.resource_version != l.resource_version || o.record != l.record,
+                (Some(o), Some(l)) => {
+                    o.resource_version != l.resource_version || o.record != l.record
+                }
                 _ => true,
             };
         if changed {
@@ -830,7 +831,8 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
     // counts from no earlier than the change itself.
     let write = lock(&s.elector).observe(lease, s.now(), wall_ms());
     s.leading();
-    if std::mem::replace(&mut lock(&s.reported).unreadable, unreadable) != unreadable && unreadable {
+    if std::mem::replace(&mut lock(&s.reported).unreadable, unreadable) != unreadable && unreadable
+    {
         warn!("leader election: lease {name} has a field that does not read as the API types it; treated as held by someone unknown");
     }
     let Some(write) = write else {
@@ -885,7 +887,9 @@ fn release(s: &Shared, client: &KubeClient, name: &str) {
                             info!("leader election: lease {name} no longer names {me}; nothing to release");
                         }
                     }
-                    Err(e) => warn!("leader election: could not read lease {name} to release it: {e}"),
+                    Err(e) => {
+                        warn!("leader election: could not read lease {name} to release it: {e}")
+                    }
                 }
             }
             Err(e) => warn!("leader election: could not release lease {name}: {e}"),
@@ -937,7 +941,11 @@ mod tests {
     /// the create. Before that, nothing is written.
     fn first_create(e: &mut Elector, at: Duration, wall: u64) -> Write {
         assert_eq!(e.observe(None, at - 3 * S, wall), None, "a first 404 waits");
-        assert_eq!(e.observe(None, at - S / 10, wall), None, "until a lease duration");
+        assert_eq!(
+            e.observe(None, at - S / 10, wall),
+            None,
+            "until a lease duration"
+        );
         e.observe(None, at, wall).expect("then creates")
     }
 
@@ -1009,7 +1017,10 @@ mod tests {
         // A fenced leader does not keep its Lease alive: it leaves it alone for a lease
         // duration more than the others would (6 s since it last wrote at 10 s)...
         assert_eq!(e.observe(Some(applied(&w, "1")), 13 * S, 0), None);
-        assert_eq!(e.observe(Some(applied(&w, "1")), 15_900 * S / 1000, 0), None);
+        assert_eq!(
+            e.observe(Some(applied(&w, "1")), 15_900 * S / 1000, 0),
+            None
+        );
         // ...then a renewal that succeeds makes it the leader again.
         let w = e.observe(Some(applied(&w, "1")), 16 * S, 0).unwrap();
         e.written(applied(&w, "2"), 16 * S);
@@ -1124,7 +1135,10 @@ mod tests {
         assert_eq!(b.observe(None, 4_500 * S / 1000, 0), None);
         assert_eq!(b.observe(None, 7_400 * S / 1000, 0), None);
         // a's fence (renewed at 3 s) ended at 5 s; b creates at 7.5 s.
-        assert!(matches!(b.observe(None, 7_500 * S / 1000, 0), Some(Write::Create(_))));
+        assert!(matches!(
+            b.observe(None, 7_500 * S / 1000, 0),
+            Some(Write::Create(_))
+        ));
         let mut a2 = a.clone();
         a2.vanished();
         assert!(!a2.is_leader(4 * S), "a 404 on a renewal stops at once too");
@@ -1139,11 +1153,25 @@ mod tests {
             let mut edited = held.clone();
             edited.record.holder_identity = edited_to.into();
             edited.resource_version = "2".into();
-            assert_eq!(b.observe(Some(edited.clone()), 4_100 * S / 1000, 0), None, "{edited_to:?}");
-            assert!(!b.is_leader(4_100 * S / 1000), "named by hand is not leading");
+            assert_eq!(
+                b.observe(Some(edited.clone()), 4_100 * S / 1000, 0),
+                None,
+                "{edited_to:?}"
+            );
+            assert!(
+                !b.is_leader(4_100 * S / 1000),
+                "named by hand is not leading"
+            );
             assert_eq!(a.observe(Some(edited.clone()), 4_200 * S / 1000, 0), None);
-            assert!(!a.is_leader(4_200 * S / 1000), "{edited_to:?}: a stopped at once");
-            assert_eq!(b.observe(Some(edited.clone()), 7 * S, 0), None, "{edited_to:?}");
+            assert!(
+                !a.is_leader(4_200 * S / 1000),
+                "{edited_to:?}: a stopped at once"
+            );
+            assert_eq!(
+                b.observe(Some(edited.clone()), 7 * S, 0),
+                None,
+                "{edited_to:?}"
+            );
             let w = b.observe(Some(edited), 7_100 * S / 1000, 0).unwrap();
             let (record, rv) = update_of(&w);
             assert_eq!((record.holder_identity.as_str(), rv.as_str()), ("b", "2"));
@@ -1162,7 +1190,11 @@ mod tests {
             assert!(a.is_leader(4 * S), "still ours");
             let mut b = Elector::new("b", timing());
             assert_eq!(b.observe(Some(edited.clone()), 4 * S, 0), None);
-            assert_eq!(b.observe(Some(edited), 6_900 * S / 1000, 0), None, "{renew}");
+            assert_eq!(
+                b.observe(Some(edited), 6_900 * S / 1000, 0),
+                None,
+                "{renew}"
+            );
         }
     }
 
@@ -1180,13 +1212,23 @@ mod tests {
             assert!(o.record.lease_duration_seconds <= INT32_MAX);
             let mut b = Elector::new("b", timing());
             assert_eq!(b.observe(Some(o.clone()), 10 * S, 0), None, "{v}");
-            assert_eq!(b.observe(Some(o.clone()), 12_900 * S / 1000, 0), None, "{v}");
-            assert!(b.observe(Some(o), 13 * S, 0).is_some(), "{v}: our own duration");
+            assert_eq!(
+                b.observe(Some(o.clone()), 12_900 * S / 1000, 0),
+                None,
+                "{v}"
+            );
+            assert!(
+                b.observe(Some(o), 13 * S, 0).is_some(),
+                "{v}: our own duration"
+            );
         }
         // The largest valid duration does not overflow either.
         let v = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": i32::MAX}});
         let mut b = Elector::new("b", timing());
-        assert_eq!(b.observe(Some(Observed::from_lease(&v)), Duration::MAX / 2, 0), None);
+        assert_eq!(
+            b.observe(Some(Observed::from_lease(&v)), Duration::MAX / 2, 0),
+            None
+        );
     }
 
     #[test]
@@ -1206,7 +1248,10 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"][RELEASED_BY], "a");
         assert!(Observed::from_lease(&v).released());
         let unmarked = w.to_lease("l", None);
-        assert!(!Observed::from_lease(&unmarked).released(), "emptied by hand");
+        assert!(
+            !Observed::from_lease(&unmarked).released(),
+            "emptied by hand"
+        );
     }
 
     #[test]

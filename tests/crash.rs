@@ -191,7 +191,15 @@ fn a_successor_resends_the_creates_a_killed_run_had_saved_but_not_sent() {
     for policy in ["spark-3.0", "spark-3.x"] {
         let w = SimWorld::new().app(APP).start();
         let out = w
-            .cmd(&["--policy", policy, "--batch-size", "5", "reconcile", "--target", "5"])
+            .cmd(&[
+                "--policy",
+                policy,
+                "--batch-size",
+                "5",
+                "reconcile",
+                "--target",
+                "5",
+            ])
             .env("PODALLOC_CRASH_AT", "after-write-ahead:1")
             .output()
             .unwrap();
@@ -199,7 +207,15 @@ fn a_successor_resends_the_creates_a_killed_run_had_saved_but_not_sent() {
         assert_eq!(w.live().len(), 0, "killed before any create");
         let t = std::time::Instant::now();
         let out = w
-            .cmd(&["--policy", policy, "--batch-size", "5", "run", "--target", "5"])
+            .cmd(&[
+                "--policy",
+                policy,
+                "--batch-size",
+                "5",
+                "run",
+                "--target",
+                "5",
+            ])
             .args(["--until-converged", "--timeout", "30s"])
             .output()
             .unwrap();

@@ -717,7 +717,9 @@ fn one_process_for_many_apps_posts_each_apps_events_on_its_own_driver() {
 /// before), and exits at most one event deadline (2 s) after it is done.
 #[test]
 fn hanging_event_creates_never_hold_the_tick() {
-    let w = SimWorld::quick(APP).faults(&["ev-create:delay:60000@always"]).start();
+    let w = SimWorld::quick(APP)
+        .faults(&["ev-create:delay:60000@always"])
+        .start();
     seed_driver(&w);
     let t = std::time::Instant::now();
     let out = w.run(&[
@@ -733,7 +735,10 @@ fn hanging_event_creates_never_hold_the_tick() {
         "40s",
     ]);
     let took = t.elapsed();
-    eprintln!("events: converged to 8 with Event creates hanging in {:.1}s", took.as_secs_f64());
+    eprintln!(
+        "events: converged to 8 with Event creates hanging in {:.1}s",
+        took.as_secs_f64()
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(w.live().len(), 8);
     assert!(took < Duration::from_secs(20), "{took:?}");

@@ -525,7 +525,9 @@ fn lease_edit_keeps_one_actor(what: &str, edit: impl Fn(&World), expect_holder: 
     let held = until(30, "a candidate leads again", || {
         matches!(holder(&w).as_deref(), Some("pod-a" | "pod-b"))
     });
-    until(30, "the app converges again", || w.live().len() as u64 == TARGET);
+    until(30, "the app converges again", || {
+        w.live().len() as u64 == TARGET
+    });
     let recovered = edited.elapsed();
     if let Some(h) = expect_holder {
         assert_eq!(holder(&w).as_deref(), Some(h), "{what}");
@@ -670,34 +672,39 @@ fn a_lease_stripped_of_its_fields_never_gives_two_leaders() {
 /// (`podalloc-state-<app id>`) that every replica reads.
 fn apps_candidate(w: &World, who: &str) -> Child {
     let mut c = crate::util::podalloc();
-    c.args(["--server", &w.sim.url(), "--token", &format!("token-{who}-0123456789")])
-        .arg("--certificate-authority")
-        .arg(&w.ca)
-        .args([
-            "--batch-delay",
-            "200ms",
-            "--image",
-            "spark:3.5",
-            "apps",
-            "--discover",
-            "spark-role=driver",
-            "--state-configmaps",
-            "podalloc-state",
-            "--interval",
-            "200ms",
-            "--leader-elect",
-            "--leader-elect-lease-duration",
-            "3s",
-            "--leader-elect-renew-deadline",
-            "2s",
-            "--leader-elect-retry-period",
-            "500ms",
-        ])
-        .env("POD_NAME", format!("pod-{who}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    c.args([
+        "--server",
+        &w.sim.url(),
+        "--token",
+        &format!("token-{who}-0123456789"),
+    ])
+    .arg("--certificate-authority")
+    .arg(&w.ca)
+    .args([
+        "--batch-delay",
+        "200ms",
+        "--image",
+        "spark:3.5",
+        "apps",
+        "--discover",
+        "spark-role=driver",
+        "--state-configmaps",
+        "podalloc-state",
+        "--interval",
+        "200ms",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ])
+    .env("POD_NAME", format!("pod-{who}"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
 }
 
 const DRIVERS: usize = 20;
@@ -714,7 +721,9 @@ fn live_by_app(w: &World) -> std::collections::BTreeMap<String, u64> {
     for p in list["items"].as_array().unwrap() {
         let phase = p["status"]["phase"].as_str().unwrap_or("");
         if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
-            let app = p["metadata"]["labels"]["spark-app-selector"].as_str().unwrap();
+            let app = p["metadata"]["labels"]["spark-app-selector"]
+                .as_str()
+                .unwrap();
             *out.entry(app.to_string()).or_insert(0) += 1;
         }
     }
@@ -727,14 +736,20 @@ fn apps_lease_holder(w: &World) -> Option<String> {
         "/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-apps",
         None,
     );
-    (code == 200).then(|| v["spec"]["holderIdentity"].as_str().unwrap_or("").to_string())
+    (code == 200).then(|| {
+        v["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    })
 }
 
 #[test]
 fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_on_sigkill() {
     let w = world();
-    let want: std::collections::BTreeMap<String, u64> =
-        (0..DRIVERS).map(|i| (format!("app-{i}"), (i % 4 + 1) as u64)).collect();
+    let want: std::collections::BTreeMap<String, u64> = (0..DRIVERS)
+        .map(|i| (format!("app-{i}"), (i % 4 + 1) as u64))
+        .collect();
     for i in 0..DRIVERS {
         let (s, b) = w.api(
             "POST",
@@ -747,10 +762,16 @@ fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_o
         );
         assert!(s == 200 || s == 201, "{b}");
     }
-    let mut procs = vec![("a", apps_candidate(&w, "a")), ("b", apps_candidate(&w, "b"))];
+    let mut procs = vec![
+        ("a", apps_candidate(&w, "a")),
+        ("b", apps_candidate(&w, "b")),
+    ];
     until(60, "every app at its target", || live_by_app(&w) == want);
     let leader = apps_lease_holder(&w).expect("a Lease");
-    let li = procs.iter().position(|p| format!("pod-{}", p.0) == leader).unwrap();
+    let li = procs
+        .iter()
+        .position(|p| format!("pod-{}", p.0) == leader)
+        .unwrap();
     let (dead, mut killed) = procs.remove(li);
     let (alive, survivor) = procs.remove(0);
     // Failures keep the leader writing when it is killed.
@@ -769,12 +790,17 @@ fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_o
     });
     let took = t.elapsed();
     let _ = killed.wait();
-    until(60, "every app at its target again", || live_by_app(&w) == want);
+    until(60, "every app at its target again", || {
+        live_by_app(&w) == want
+    });
     signal(&survivor, libc::SIGTERM);
     let out = survivor.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains(&format!("pod-{alive} became the leader")), "{err}");
+    assert!(
+        err.contains(&format!("pod-{alive} became the leader")),
+        "{err}"
+    );
     let lines = log(&w);
     let t_all = terms(&lines, false);
     let (n, n_writes) = (overlaps(&lines, false), overlaps(&lines, true));
@@ -793,7 +819,10 @@ fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_o
     // The simulator counts every live pod with the app's label: the driver is one of them.
     for (app, max) in &s.max_live_pods_by_app {
         if let Some(target) = want.get(app) {
-            assert!(*max <= target + 1, "{app}: {max} live pods for a target of {target} and the driver");
+            assert!(
+                *max <= target + 1,
+                "{app}: {max} live pods for a target of {target} and the driver"
+            );
         }
     }
     assert!(s.max_live_pods_by_app.len() >= DRIVERS);

@@ -476,7 +476,12 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
     let out = podalloc()
         .args(&args)
         .args(["--once", "--leader-elect-lease-duration", "2s"])
-        .args(["--leader-elect-renew-deadline", "1s", "--leader-elect-retry-period", "200ms"])
+        .args([
+            "--leader-elect-renew-deadline",
+            "1s",
+            "--leader-elect-retry-period",
+            "200ms",
+        ])
         .env("PODALLOC_SERVER", w.sim.url())
         .env("PODALLOC_TOKEN", &w.token)
         .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
@@ -559,7 +564,9 @@ fn a_second_apps_process_on_the_namespace_refuses_instead_of_managing_twice() {
     let w = world();
     let mut text = String::from("apps:\n");
     for i in 0..10 {
-        text.push_str(&format!("- app-id: app-{i}\n  image: spark:3.5\n  target: 3\n"));
+        text.push_str(&format!(
+            "- app-id: app-{i}\n  image: spark:3.5\n  target: 3\n"
+        ));
     }
     write(&w.path("apps.yaml"), &text);
     let file = w.path("apps.yaml");
@@ -582,8 +589,14 @@ fn a_second_apps_process_on_the_namespace_refuses_instead_of_managing_twice() {
         .env("POD_NAME", "second");
     let t = Instant::now();
     let err = exits(&mut second, 3);
-    eprintln!("multi: a second apps process refused after {:.1}s", t.elapsed().as_secs_f64());
-    assert!(err.contains("another podalloc apps (first) holds the apps Lease"), "{err}");
+    eprintln!(
+        "multi: a second apps process refused after {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        err.contains("another podalloc apps (first) holds the apps Lease"),
+        "{err}"
+    );
     assert!(err.contains("this process did nothing"), "{err}");
     assert_eq!(live_by_app(&w), want);
     let s = w.sim.stats();

@@ -16,8 +16,8 @@ use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
-use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::leader::LeaderElection;
+use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::reconcile::{self, App};
 use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::state::{self, Bound, Holder, LockedStore, StateStore, StoreError};
@@ -226,7 +226,11 @@ impl Apps {
                     return self.outcome();
                 }
             }
-            let next = if standby { interval.min(STANDBY_POLL) } else { interval };
+            let next = if standby {
+                interval.min(STANDBY_POLL)
+            } else {
+                interval
+            };
             match wait(Instant::now() + next, deadline, &flag) {
                 Wake::Pass => {}
                 Wake::Signal => {

@@ -44,15 +44,14 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn run_command(cli: &Cli) -> Result<()> {
-    let cli = cli;
     match &cli.command {
-        Command::Reconcile(a) => reconcile::reconcile(&cli, a),
-        Command::Run(a) => run::run_loop(&cli, a, false),
-        Command::Apps(a) => apps::apps(&cli, a),
-        Command::Status(a) => status::status(&cli, a),
-        Command::Scale(a) => change::scale(&cli, a),
-        Command::Add(a) => change::add(&cli, a),
-        Command::Remove(a) => change::remove(&cli, a),
+        Command::Reconcile(a) => reconcile::reconcile(cli, a),
+        Command::Run(a) => run::run_loop(cli, a, false),
+        Command::Apps(a) => apps::apps(cli, a),
+        Command::Status(a) => status::status(cli, a),
+        Command::Scale(a) => change::scale(cli, a),
+        Command::Add(a) => change::add(cli, a),
+        Command::Remove(a) => change::remove(cli, a),
         Command::Plan(a) => plan::plan(&cli.app, a),
         Command::Sim(a) => sim::sim(a),
         Command::Completions(a) => man::completions(a),

@@ -57,11 +57,21 @@ const MICRO_LAYOUT: &str = "2006-01-02T15:04:05.000000Z07:00";
 /// `parsing time "S" as "LAYOUT": ` (`cannot parse "REST" as "ELEMENT"`, `month out of
 /// range`, …), or after `parsing time "S"` for `extra text`.
 fn parse_micro_time(s: &str) -> Result<(), String> {
-    let digits = |r: &str, n: usize| r.len() >= n && r.as_bytes()[..n].iter().all(u8::is_ascii_digit);
+    let digits =
+        |r: &str, n: usize| r.len() >= n && r.as_bytes()[..n].iter().all(u8::is_ascii_digit);
     let num = |r: &str, n: usize| r[..n].parse::<u32>().unwrap_or(0);
     let elems: [(&str, usize, u32); 11] = [
-        ("2006", 4, 0), ("-", 0, 0), ("01", 2, 12), ("-", 0, 0), ("02", 2, 31), ("T", 0, 0),
-        ("15", 2, 23), (":", 0, 0), ("04", 2, 59), (":", 0, 0), ("05", 2, 59),
+        ("2006", 4, 0),
+        ("-", 0, 0),
+        ("01", 2, 12),
+        ("-", 0, 0),
+        ("02", 2, 31),
+        ("T", 0, 0),
+        ("15", 2, 23),
+        (":", 0, 0),
+        ("04", 2, 59),
+        (":", 0, 0),
+        ("05", 2, 59),
     ];
     let mut rest = s;
     for (elem, n, max) in elems {
@@ -87,7 +97,9 @@ fn parse_micro_time(s: &str) -> Result<(), String> {
     }
     let frac_ok = rest.starts_with('.') && digits(&rest[1..], 6);
     if !frac_ok {
-        return Err(format!("as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \".000000\""));
+        return Err(format!(
+            "as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \".000000\""
+        ));
     }
     rest = &rest[7..];
     let zone_len = if rest.starts_with('Z') {
@@ -100,7 +112,9 @@ fn parse_micro_time(s: &str) -> Result<(), String> {
     {
         6
     } else {
-        return Err(format!("as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \"Z07:00\""));
+        return Err(format!(
+            "as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \"Z07:00\""
+        ));
     };
     match &rest[zone_len..] {
         "" => Ok(()),
@@ -158,9 +172,7 @@ fn check_spec(spec: Option<&Value>) -> Result<(), ApiError> {
                 return Err(decode_error(other, &field, "string"))
             }
             ("leaseDurationSeconds" | "leaseTransitions", n) => {
-                let ok = n
-                    .as_i64()
-                    .is_some_and(|n| i32::try_from(n).is_ok());
+                let ok = n.as_i64().is_some_and(|n| i32::try_from(n).is_ok());
                 if !ok {
                     return Err(decode_error(n, &field, "int32"));
                 }
@@ -321,8 +333,11 @@ impl Leases {
         if want_rv.is_empty() {
             // Leases do not allow unconditional updates (`AllowUnconditionalUpdate` is
             // false in the Lease strategy).
-            let mut e =
-                FieldError::invalid("metadata.resourceVersion", "", "must be specified for an update");
+            let mut e = FieldError::invalid(
+                "metadata.resourceVersion",
+                "",
+                "must be specified for an update",
+            );
             e.value = "0x0".into();
             return Err(ApiError::invalid("Lease.coordination.k8s.io", name, &[e]));
         }
@@ -382,10 +397,19 @@ mod tests {
         assert_eq!(e.message, "Lease in version \"v1\" cannot be handled as a Lease: json: cannot unmarshal string into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32");
         for (t, why) in [
             ("2026-01-01T00:00:00Z", r#"cannot parse "Z" as ".000000""#),
-            ("2026-01-01T00:00:00.123Z", r#"cannot parse ".123Z" as ".000000""#),
-            ("2026-01-01T00:00:00.1234567Z", r#"cannot parse "7Z" as "Z07:00""#),
+            (
+                "2026-01-01T00:00:00.123Z",
+                r#"cannot parse ".123Z" as ".000000""#,
+            ),
+            (
+                "2026-01-01T00:00:00.1234567Z",
+                r#"cannot parse "7Z" as "Z07:00""#,
+            ),
             ("2026-13-01T00:00:00.000000Z", "month out of range"),
-            ("2026-01-01 00:00:00.000000Z", r#"cannot parse " 00:00:00.000000Z" as "T""#),
+            (
+                "2026-01-01 00:00:00.000000Z",
+                r#"cannot parse " 00:00:00.000000Z" as "T""#,
+            ),
             ("2026-01-01T00:00:00.000000Zx", r#"extra text: "x""#),
         ] {
             let body = format!(r#"{{"spec":{{"renewTime":"{t}"}}}}"#);
@@ -393,7 +417,10 @@ mod tests {
             assert_eq!(e.code, 400, "{t}");
             assert!(e.message.contains(why), "{t}: {}", e.message);
         }
-        for t in ["2026-01-01T00:00:00.123456Z", "2026-01-01T00:00:00.123456+02:00"] {
+        for t in [
+            "2026-01-01T00:00:00.123456Z",
+            "2026-01-01T00:00:00.123456+02:00",
+        ] {
             let body = format!(r#"{{"spec":{{"renewTime":"{t}"}}}}"#);
             assert!(decode(body.as_bytes()).is_ok(), "{t}");
         }

@@ -614,8 +614,12 @@ struct Queue {
     pending: std::sync::atomic::AtomicUsize,
     dropped: std::sync::atomic::AtomicU64,
     /// Event clients by server and namespace (made once: [`EVENT_DEADLINE`], no retry).
-    clients: Mutex<BTreeMap<String, std::sync::Arc<KubeClient>>>,
+    clients: Mutex<BTreeMap<String, (std::time::Instant, std::sync::Arc<KubeClient>)>>,
 }
+
+/// How long an Event client is used before it is made again (it carries the credential
+/// of the moment it was made: an exec plugin's token is not refreshed by it).
+const CLIENT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 static QUEUE: Queue = Queue {
     tx: Mutex::new(None),
@@ -625,22 +629,26 @@ static QUEUE: Queue = Queue {
 };
 
 /// The Event client for `client`'s server and namespace: its own short deadline
-/// ([`EVENT_DEADLINE`]) and no retries. `None` when it cannot be made (logged once).
+/// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec plugin
+/// is not run again for Events), made again after [`CLIENT_TTL`]. `None` when it cannot be
+/// made (logged at debug level).
 fn event_client(client: &KubeClient) -> Option<std::sync::Arc<KubeClient>> {
     let key = format!("{}|{}", client.server(), client.namespace());
     let mut clients = QUEUE.clients.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = clients.get(&key) {
-        return Some(std::sync::Arc::clone(c));
+    if let Some((made, c)) = clients.get(&key) {
+        if made.elapsed() < CLIENT_TTL {
+            return Some(std::sync::Arc::clone(c));
+        }
     }
     let mut options = crate::kube::ClientOptions::default();
     options.timeouts.connect = EVENT_DEADLINE;
     options.timeouts.per_read = EVENT_DEADLINE;
     options.timeouts.global = EVENT_DEADLINE;
     options.retry = crate::kube::RetryPolicy::none();
-    match client.derive(options) {
+    match client.derive_with_current_credential(options) {
         Ok(c) => {
             let c = std::sync::Arc::new(c);
-            clients.insert(key, std::sync::Arc::clone(&c));
+            clients.insert(key, (std::time::Instant::now(), std::sync::Arc::clone(&c)));
             Some(c)
         }
         Err(e) => {

@@ -637,6 +637,8 @@ struct Reported {
     transitions: u64,
     /// The last Lease read was unreadable (warned once per such spell).
     unreadable: bool,
+    /// The last Lease call was refused with 403 (RBAC).
+    forbidden: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -752,6 +754,11 @@ impl LeaderElection {
         lock(&self.shared.elector).holder().map(str::to_string)
     }
 
+    /// Whether the last Lease call was refused with 403 Forbidden (RBAC lacks leases).
+    pub(crate) fn forbidden(&self) -> bool {
+        lock(&self.shared.reported).forbidden
+    }
+
     /// [`Elector::renewed_by_other`]: another live holder.
     pub(crate) fn renewed_by_other(&self) -> Option<String> {
         lock(&self.shared.elector)
@@ -824,7 +831,7 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
     }
     let lease = match client.get_lease(name) {
         Ok(l) => l.map(|v| Observed::from_lease(&v)),
-        Err(e) => return report(&e),
+        Err(e) => return report(s, &e),
     };
     let unreadable = lease.as_ref().is_some_and(|l| l.unreadable);
     // The observation is dated when the read answered, so the wait for a changed Lease
@@ -848,12 +855,14 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
         Err(e) if e.status_code() == Some(409) => {
             debug!("leader election: another candidate wrote lease {name} first: {e}")
         }
-        Err(e) => report(&e),
+        Err(e) => report(s, &e),
     }
 }
 
-/// Logs a failed Lease call; a 403 says which permission is missing.
-fn report(e: &KubeError) {
+/// Logs a failed Lease call; a 403 says which permission is missing (and is remembered:
+/// [`LeaderElection::forbidden`]).
+fn report(s: &Shared, e: &KubeError) {
+    lock(&s.reported).forbidden = e.status_code() == Some(403);
     if e.status_code() == Some(403) {
         warn!(
             "leader election: {e} (grant the service account leases get/create/update in API \

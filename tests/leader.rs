@@ -827,3 +827,37 @@ fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_o
     }
     assert!(s.max_live_pods_by_app.len() >= DRIVERS);
 }
+
+/// The simulator's Leases as the apiserver has them: an update without
+/// `metadata.resourceVersion` is 422 (Leases allow no unconditional update), and a
+/// `renewTime` must be a `MicroTime` with six fractional digits (400 otherwise).
+#[test]
+fn the_simulator_refuses_unconditional_lease_updates_and_loose_times() {
+    let w = SimWorld::new().start();
+    let url = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let lease = |renew: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+               "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": renew}})
+    };
+    let (code, st) = w.api("POST", url, Some(&lease("2026-01-01T00:00:00Z")));
+    assert_eq!(code, 400, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"cannot parse "Z" as ".000000""#),
+        "{st}"
+    );
+    let (code, st) = w.api("POST", url, Some(&lease("2026-01-01T00:00:00.000000Z")));
+    assert_eq!(code, 201, "{st}");
+    let (code, st) = w.api(
+        "PUT",
+        &format!("{url}/l"),
+        Some(&lease("2026-01-01T00:00:01.000000Z")),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        st["message"],
+        "Lease.coordination.k8s.io \"l\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+}

@@ -820,11 +820,19 @@ impl StateDir {
 /// `apps` without `--leader-elect` that does not hold its claim (the Lease): exit 3 when
 /// another process holds it and renews it (two such processes would manage the same apps
 /// twice); else, once, a line saying that it waits for a stale holder (a killed process)
-/// to expire. Errors (exit 3): held by a live process.
+/// to expire. Errors: exit 3, held by a live process; exit 4, leases forbidden by RBAC.
 fn claim_held(conn: &Conn, waiting: &mut bool) -> Result<()> {
     let Some(le) = &conn.leader else {
         return Ok(());
     };
+    if le.forbidden() {
+        return Err(Error::refused(format!(
+            "apps: the apps Lease of namespace {} cannot be read or written (403): grant \
+             leases get/create/update in API group coordination.k8s.io; it is the claim that \
+             keeps a second apps process from managing the same apps",
+            conn.default_ns
+        )));
+    }
     if let Some(h) = le.renewed_by_other() {
         return Err(Error::locked(format!(
             "another podalloc apps ({h}) holds the apps Lease of namespace {} and renews it: \

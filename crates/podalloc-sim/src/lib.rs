@@ -55,6 +55,7 @@ mod args;
 mod configmap;
 mod containers;
 mod discovery;
+pub mod emulator;
 mod events;
 mod faults;
 mod http;
@@ -706,6 +707,8 @@ impl SimServer {
             exit_code: None,
             reason: None,
             message: None,
+            disruption: None,
+            waiting: None,
         };
         relock(&self.shared.store)
             .set_phase(ns, name, &o, Instant::now())

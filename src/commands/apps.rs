@@ -132,13 +132,6 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         warn!("apps: --metrics-file is not written (metrics are per app in `run` only)");
     }
     let mut conn = Conn::new(cli, a)?;
-    // One Lease for the process's apps: --leader-elect stands by while another holds it;
-    // without it, the same Lease is a claim, and a second process refuses.
-    let client = &conn.clients[&conn.default_ns];
-    conn.leader = match super::elect::start_on(client, &a.leader, "apps")? {
-        Some(le) => Some(le),
-        None => Some(super::elect::claim_on(client, &a.leader, "apps")?),
-    };
     let mut apps = Apps::default();
     match (&a.file, &a.discover) {
         (Some(file), _) => apps.load_file(cli, &mut conn, file)?,
@@ -148,6 +141,18 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
                 "apps: give --file FILE or --discover SELECTOR",
             ))
         }
+    }
+    // One Lease for the process's apps, taken once the apps are known to be usable:
+    // --leader-elect stands by while another holds it; without it, the same Lease is a
+    // claim, and a second process refuses.
+    let client = &conn.clients[&conn.default_ns];
+    conn.leader = match super::elect::start_on(client, &a.leader, "apps")? {
+        Some(le) => Some(le),
+        None => Some(super::elect::claim_on(client, &a.leader, "apps")?),
+    };
+    // The clients the apps file made already get the fence too (later ones as made).
+    if let Some(le) = &conn.leader {
+        conn.clients.values().for_each(|c| le.fence(c));
     }
     apps.run(&mut conn, a, cli.app.batch_delay)
 }

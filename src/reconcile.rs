@@ -285,6 +285,27 @@ pub fn tick_listed(
     res
 }
 
+/// The state this process last saved, per server, namespace and app.
+static SAVED_HERE: std::sync::Mutex<BTreeMap<String, AllocatorState>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Whether `state` (just loaded) is the one this process last saved for `key`: if not, it
+/// was written by another process (or this process never saved it), and its unacknowledged
+/// creates are [`AllocatorState::inherited`].
+fn written_here(key: &str, state: &AllocatorState) -> bool {
+    let saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    state.unacknowledged.is_empty()
+        || saved.get(key).is_some_and(|s| {
+            s.unacknowledged == state.unacknowledged && s.last_executor_id == state.last_executor_id
+        })
+}
+
+/// Remembers the state this process saved for `key`.
+fn saved_here(key: &str, state: &AllocatorState) {
+    let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    saved.insert(key.to_string(), state.clone());
+}
+
 /// API error responses since `before`, by HTTP code.
 fn errors_since(client: &KubeClient, before: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
     let now = client.stats().errors_by_code;
@@ -309,6 +330,12 @@ fn tick_inner(
 ) -> Result<TickReport> {
     let state = store.load().map_err(store_error)?;
     let state = state.unwrap_or_else(AllocatorState::new);
+    let key = format!("{}|{}|{}", client.server(), client.namespace(), app.app_id);
+    let state = if written_here(&key, &state) {
+        state
+    } else {
+        state.inherited()
+    };
     let mut snapshot = match listed {
         Some(s) => s,
         None => list_snapshot(client, app)?,
@@ -339,6 +366,7 @@ fn tick_inner(
     // Write-ahead: the ids about to be created are recorded before any call is made.
     crash_point("before-write-ahead");
     store.save(&plan.state).map_err(store_error)?;
+    saved_here(&key, &plan.state);
     crash_point("after-write-ahead");
     let Applied {
         mut out,
@@ -358,6 +386,7 @@ fn tick_inner(
     if state != plan.state {
         crash_point("before-final-save");
         store.save(&state).map_err(store_error)?;
+        saved_here(&key, &state);
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);

@@ -181,6 +181,13 @@ impl Env {
         self.exits(args, 0)
     }
 
+    /// Writes the pod template `yaml` into the directory; returns its path for `--template`.
+    pub fn template(&self, yaml: &str) -> String {
+        let path = self.dir.path().join("tpl.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        path.to_str().unwrap().to_string()
+    }
+
     /// The state file, parsed.
     pub fn state(&self) -> Value {
         let bytes = std::fs::read(self.dir.path().join("state.json")).unwrap();
@@ -583,13 +590,9 @@ both!(
     "strict",
     Pods::default(),
     |e| {
-        let tpl = e.dir.path().join("tpl.yaml");
-        std::fs::write(
-            &tpl,
+        let t = &e.template(
             "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: executor\n    image: img\n    resources:\n      requets:\n        cpu: 1\n",
-        )
-        .unwrap();
-        let t = tpl.to_str().unwrap();
+        );
         let err = e.exits(&["--template", t, "reconcile", "--target", "1"], 4);
         assert!(
             err.contains(
@@ -821,13 +824,9 @@ both!(
     "nomount",
     Pods::default(),
     |e| {
-        let tpl = e.dir.path().join("tpl.yaml");
-        std::fs::write(
-            &tpl,
+        let t = &e.template(
             "apiVersion: v1\nkind: Pod\nspec:\n  volumes:\n  - name: creds\n    secret:\n      secretName: spark-creds\n  containers:\n  - name: executor\n    image: img\n    volumeMounts:\n    - name: creds\n      mountPath: /creds\n",
-        )
-        .unwrap();
-        let t = tpl.to_str().unwrap();
+        );
         let flags = [
             "--template",
             t,
@@ -866,13 +865,9 @@ both!(
         // Kueue's admission (kueue#4106): pods carry a scheduling gate until the group is
         // admitted. No scheduler binds them (the real server refuses a binding of a gated
         // pod); podalloc counts them but does not wait on them before the next batch.
-        let tpl = e.dir.path().join("tpl.yaml");
-        std::fs::write(
-            &tpl,
+        let t = &e.template(
             "apiVersion: v1\nkind: Pod\nspec:\n  schedulingGates:\n  - name: kueue.x-k8s.io/admission\n  containers:\n  - name: executor\n    image: img\n",
-        )
-        .unwrap();
-        let t = tpl.to_str().unwrap();
+        );
         let flags = ["--template", t, "--batch-size", "2"];
         let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
         run(&["reconcile", "--target", "4"]);
@@ -914,13 +909,9 @@ both!(
         // (phase Failed) holds nothing, whatever keeps the object (here a finalizer no one
         // removes): --count-terminating counts it as quota does, so not at all, and it is
         // replaced. On the simulator (no finalizers) it is simply gone.
-        let tpl = e.dir.path().join("tpl.yaml");
-        std::fs::write(
-            &tpl,
+        let t = &e.template(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  finalizers:\n  - podalloc.test/hold\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: executor\n    image: img\n",
-        )
-        .unwrap();
-        let t = tpl.to_str().unwrap();
+        );
         let flags = ["--template", t, "--count-terminating"];
         e.converge(2, &flags);
         let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(1));

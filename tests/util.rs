@@ -67,23 +67,9 @@ pub fn rules(r: &[&str]) -> Vec<FaultRule> {
 }
 
 /// A blocking HTTPS client that trusts the CA in `ca_pem` and returns error statuses as
-/// responses (no proxy).
+/// responses (no proxy): the kubelet emulator's.
 pub fn agent(ca_pem: &[u8]) -> ureq::Agent {
-    let certs: Vec<_> = ureq::tls::parse_pem(ca_pem)
-        .filter_map(|i| match i {
-            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-            _ => None,
-        })
-        .collect();
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-        .build();
-    ureq::Agent::config_builder()
-        .tls_config(tls)
-        .http_status_as_error(false)
-        .proxy(None)
-        .build()
-        .new_agent()
+    podalloc_sim::emulator::agent(&String::from_utf8_lossy(ca_pem), None)
 }
 
 /// How to start a simulator, and which podalloc flags [`World::cmd`] passes. Starts from

@@ -149,7 +149,10 @@ enum Action {
     Finish(String, Value),
 }
 
-fn agent(ca_pem: &str, timeout: Option<Duration>) -> ureq::Agent {
+/// A blocking HTTPS client that trusts the CA in `ca_pem` (PEM), returns error statuses as
+/// responses, uses no proxy, and gives each call at most `timeout` (`None`: no limit, for a
+/// watch).
+pub fn agent(ca_pem: &str, timeout: Option<Duration>) -> ureq::Agent {
     let certs: Vec<_> = ureq::tls::parse_pem(ca_pem.as_bytes())
         .filter_map(|i| match i {
             Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),

@@ -623,12 +623,25 @@ pub enum DryRunOutput {
 /// `run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Set the target (total expected executors); without it the state's target holds.
+    /// The target (total expected executors) when the store has none yet: a seed. The
+    /// target a running loop follows lives in the store (the state file; with a ConfigMap
+    /// store its `podalloc.io/executors` annotation), changed by `scale`, `add`, `remove` or
+    /// `kubectl annotate` while the loop runs, so a restart or a rollout never changes it.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
-    /// Time between ticks [default: --batch-delay].
+    /// Set the store's target to --target even when it has one (overrides a target set by
+    /// `scale`, `add` or an annotation).
+    #[arg(long, env = "PODALLOC_FORCE_TARGET", requires = "target", value_parser = clap::builder::BoolishValueParser::new())]
+    pub force_target: bool,
+    /// Time between ticks while something is in flight (creates not yet seen, pending pods,
+    /// a batch to make, a back-off, queued requests) [default: --batch-delay].
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
+    /// Time between ticks at rest (converged, nothing queued), as Spark's
+    /// `spark.kubernetes.executor.apiPollingInterval`. A steering request (file store), a
+    /// signal or a deadline of the plan wakes the loop sooner.
+    #[arg(long, env = "PODALLOC_IDLE_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub idle_interval: Duration,
     /// Exit 0 once running = target with nothing pending or unacknowledged.
     #[arg(long, env = "PODALLOC_UNTIL_CONVERGED", value_parser = clap::builder::BoolishValueParser::new())]
     pub until_converged: bool,

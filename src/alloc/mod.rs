@@ -54,11 +54,13 @@ mod record;
 mod rules;
 mod settings;
 mod state;
+mod steer;
 
 pub use plan::{
     Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
 };
-pub use record::{record, requeue_after_ms, Outcomes};
+pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
+pub use steer::{take_requests, SteerOp, Steering};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,

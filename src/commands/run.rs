@@ -9,7 +9,7 @@
 //! server does.
 
 use super::env::{connect, Env};
-use crate::alloc::Request;
+use crate::alloc::{Request, TargetChange};
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::error::{Error, ExitCode, Result};
 use crate::reconcile::TickReport;
@@ -216,10 +216,22 @@ fn run_ticks(
     // ConfigMap's holder record is renewed by every tick's save. Under --leader-elect the
     // Lease says which replica acts, so no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
-    let holding = (!a.leader.leader_elect).then_some(interval);
+    // The holder record's heartbeat follows the slowest tick (the idle interval).
+    let holding = (!a.leader.leader_elect).then_some(interval.max(a.idle_interval));
     let mut store = env.open_store(command, holding).map_err(store_error)?;
     let shutdown = Shutdown::install(deadline)?;
-    let change = Request::target(a.target);
+    // --target seeds the store's target (or, with --force-target, sets it) on the first
+    // tick; later ticks follow the store: steering requests, the target annotation.
+    let change = Request::target(None);
+    if first.is_none() {
+        first = a.target.map(|n| Request {
+            target: match a.force_target {
+                true => TargetChange::Set(n),
+                false => TargetChange::Seed(n),
+            },
+            remove: Vec::new(),
+        });
+    }
     // --leader-elect: released when this function returns (dropped), after the last tick.
     let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;
@@ -253,14 +265,10 @@ fn run_ticks(
             );
             return stop(store.as_mut(), Ok(()));
         }
-        // The plan says when time alone changes something (a creation deadline, the end of a
-        // back-off): come back then if that is sooner than the interval.
-        let next = match (acting, done.and_then(|d| d.requeue)) {
-            (false, _) => interval.min(STANDBY_POLL),
-            (true, Some(due)) => due.min(interval),
-            (true, None) => interval,
-        };
-        match wait(Instant::now() + next, deadline, &shutdown) {
+        let next = next_tick(acting, done.as_ref(), interval, a.idle_interval);
+        let mark = store.queue_marker();
+        let woken = || store.queue_marker() != mark;
+        match wait(Instant::now() + next, deadline, &shutdown, &woken) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
@@ -278,6 +286,24 @@ fn run_ticks(
     }
 }
 
+/// How long the loop waits before its next tick: a standby looks again soon; after a failed
+/// tick, the fast interval; else what the plan says ([`crate::alloc::next_tick_ms`]: the fast
+/// interval while something is in flight, the idle interval at rest, never past the plan's
+/// own deadline).
+fn next_tick(acting: bool, done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duration {
+    let ms = |d: Duration| d.as_millis() as u64;
+    match (acting, done) {
+        (false, _) => fast.min(STANDBY_POLL),
+        (true, None) => fast,
+        (true, Some(d)) => Duration::from_millis(crate::alloc::next_tick_ms(
+            d.requeue.map(ms),
+            d.busy,
+            ms(fast),
+            ms(idle),
+        )),
+    }
+}
+
 /// Ends the loop cleanly with `res`, giving up its ownership of the app first (the
 /// ConfigMap store's holder record, so that a loop started right after is not refused).
 fn stop(store: &mut dyn StateStore, res: Result<()>) -> Result<()> {
@@ -291,6 +317,8 @@ fn stop(store: &mut dyn StateStore, res: Result<()>) -> Result<()> {
 struct TickDone {
     /// The app has converged.
     converged: bool,
+    /// Something is in flight: not converged, a failed call, or requests still queued.
+    busy: bool,
     /// When the plan wants the next tick at the latest ([`TickReport::requeue_after_ms`]).
     requeue: Option<Duration>,
 }
@@ -318,6 +346,7 @@ fn tick_once(
     log.log(ticks, &report);
     progress.show(&report);
     let done = TickDone {
+        busy: !report.converged() || report.pending_requests > 0,
         converged: report.converged(),
         requeue: report.requeue_after_ms.map(Duration::from_millis),
     };
@@ -370,9 +399,15 @@ impl TickLog {
     }
 }
 
-/// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that
-/// order, and once before sleeping at all).
-fn wait(next: Instant, deadline: Option<Instant>, shutdown: &Shutdown) -> Wake {
+/// Sleeps until `next`, waking every 50 ms to check for a signal, the deadline and `woken`
+/// (a steering request queued: the file store's queue directory changed, a `stat`), in that
+/// order, and once before sleeping at all.
+fn wait(
+    next: Instant,
+    deadline: Option<Instant>,
+    shutdown: &Shutdown,
+    woken: &dyn Fn() -> bool,
+) -> Wake {
     loop {
         if shutdown.requested() {
             return Wake::Signal;
@@ -381,7 +416,7 @@ fn wait(next: Instant, deadline: Option<Instant>, shutdown: &Shutdown) -> Wake {
         if deadline.is_some_and(|d| now >= d) {
             return Wake::Deadline;
         }
-        if now >= next {
+        if now >= next || woken() {
             return Wake::Tick;
         }
         std::thread::sleep((next - now).min(Duration::from_millis(50)));

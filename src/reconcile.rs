@@ -335,10 +335,12 @@ fn tick_inner(
         store.save(&plan.state).map_err(store_error)?;
     }
     crash_point("after-write-ahead");
-    let ids: Vec<String> = taken.iter().map(|r| r.id.clone()).collect();
+    // The requests the saved state lists as applied leave the queue (also those of an
+    // earlier tick that died before removing them).
+    let ids = &plan.state.applied_requests;
     let gone = match ids.is_empty() {
         true => Vec::new(),
-        false => store.consumed(&ids),
+        false => store.consumed(ids),
     };
     let Applied {
         mut out,

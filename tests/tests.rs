@@ -24,3 +24,4 @@ mod ops;
 mod overlap;
 mod real_pods;
 mod reliability;
+mod steer;

@@ -12,10 +12,10 @@
 //! target out of range, is refused at once (exit 2) and never queued.
 
 use super::env::{connect, finish, now_ms, Env};
-use crate::alloc::{self, Request, SteerOp, TargetChange};
+use crate::alloc::{self, Request, SteerOp};
 use crate::cli::{AddArgs, Cli, RemoveArgs, RunArgs, ScaleArgs};
 use crate::error::{Error, Result};
-use crate::state::{store_error, StoreError};
+use crate::state::{store_error, StateStore, StoreError};
 use log::info;
 use std::time::{Duration, Instant};
 
@@ -25,11 +25,14 @@ const DEFAULT_LOG_EVERY: Duration = Duration::from_secs(300);
 /// How often `--wait` looks again at a handed-over request and the app.
 const WAIT_POLL: Duration = Duration::from_millis(200);
 
-/// The run loop behind `--wait` with no owner.
-fn wait_args(target: Option<u32>, timeout: Option<Duration>) -> RunArgs {
+/// How many ticks a one-shot command with no owner makes at most to apply its request.
+const MAX_ONE_SHOT_TICKS: u32 = 8;
+
+/// The run loop behind `--wait` with no owner: it applies the queued request first.
+fn wait_args(timeout: Option<Duration>) -> RunArgs {
     RunArgs {
-        target,
-        force_target: target.is_some(),
+        target: None,
+        force_target: false,
         interval: None,
         idle_interval: Duration::from_secs(30),
         until_converged: true,
@@ -42,100 +45,93 @@ fn wait_args(target: Option<u32>, timeout: Option<Duration>) -> RunArgs {
 /// `scale N`: sets the target; with `--wait`, then waits until converged.
 pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
     let op = SteerOp::Scale { target: a.target };
-    let env = connect(cli, true)?;
-    if let Some(done) = hand_over(&env, "scale", &op, a.wait.then_some(a.timeout))? {
-        return done;
-    }
-    if a.wait {
-        drop(env);
-        return super::run::run_loop(cli, &wait_args(Some(a.target), a.timeout), true);
-    }
-    one_tick(&env, "scale", &Request::set(a.target))
+    steer(cli, "scale", &op, a.wait.then_some(a.timeout), true)
 }
 
 /// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then waits until
 /// converged on the new target, as `scale --wait`.
 pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
     let op = SteerOp::Add { count: a.count };
-    let env = connect(cli, true)?;
-    if let Some(done) = hand_over(&env, "add", &op, a.wait.then_some(a.timeout))? {
-        return done;
-    }
-    let change = Request {
-        target: TargetChange::Add(a.count),
-        remove: vec![],
-    };
-    if !a.wait {
-        return one_tick(&env, "add", &change);
-    }
-    drop(env);
-    super::run::run_loop_from(cli, &wait_args(None, a.timeout), true, Some(change))
+    steer(cli, "add", &op, a.wait.then_some(a.timeout), true)
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's
 /// deleteExecutors). Needs no template: it never creates replacements.
 pub(super) fn remove(cli: &Cli, a: &RemoveArgs) -> Result<()> {
     let op = SteerOp::Remove { ids: a.ids.clone() };
-    let env = connect(cli, false)?;
-    if let Some(done) = hand_over(&env, "remove", &op, None)? {
-        return done;
-    }
-    let change = Request {
-        target: TargetChange::Keep,
-        remove: a.ids.clone(),
-    };
-    one_tick(&env, "remove", &change)
+    steer(cli, "remove", &op, None, false)
 }
 
-/// Locks the state and runs one tick with `change`.
-fn one_tick(env: &Env, command: &str, change: &Request) -> Result<()> {
-    let mut store = env.open_store(command, None).map_err(store_error)?;
-    finish(env.tick(store.as_mut(), change)?)
-}
-
-/// Checks `op`, then, when a loop owns the app, hands it over: queues it in the store and,
-/// with `wait` (`Some(--timeout)`), waits until it is applied and the app has converged.
-/// Returns `None` when no one owns the app (the caller acts itself), else the command's
-/// result. Errors: exit 2 for an unknown executor id (nothing queued), the store's.
-fn hand_over(
-    env: &Env,
+/// Checks `op` (exit 2, nothing queued, for an unknown executor id), queues it in the store
+/// as a steering request, then: with an owner, says who will apply it and, with `wait`
+/// (`Some(--timeout)`), waits until it is applied and the app has converged; with no owner,
+/// applies it itself (ticks until its request is applied; `--wait`: until converged). Queued
+/// either way, so requests are applied in the order they were made, exactly once.
+fn steer(
+    cli: &Cli,
     command: &str,
     op: &SteerOp,
     wait: Option<Option<Duration>>,
-) -> Result<Option<Result<()>>> {
-    check(env, op)?;
-    let Some(owner) = owner(env, command)? else {
-        return Ok(None);
-    };
+    need_template: bool,
+) -> Result<()> {
+    let env = connect(cli, need_template)?;
+    check(&env, op)?;
     let req = crate::steer::request(op.clone(), command);
+    let owner = match env.open_store(command, None) {
+        Ok(mut store) => match env.lease_leader() {
+            Some(leader) => Some(leader),
+            None => {
+                env.submit(&req)?;
+                if wait.is_none() {
+                    return apply_now(&env, store.as_mut(), &req.id);
+                }
+                None
+            }
+        },
+        Err(e) => Some(owner_of(e)?),
+    };
+    let Some(owner) = owner else {
+        return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
+    };
     env.submit(&req)?;
     info!(
         "`{op}` handed to the loop that owns the app, {owner}, as request {}: it applies it \
          at its next tick (`podalloc status` lists it until then)",
         req.id
     );
-    let Some(timeout) = wait else {
-        return Ok(Some(Ok(())));
-    };
-    let deadline = timeout.map(|t| Instant::now() + t);
-    Ok(Some(wait_applied(env, &req.id, deadline)))
+    match wait {
+        None => Ok(()),
+        Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
+    }
 }
 
-/// Who owns the app, if anyone: the holder of the file lock, a fresh ConfigMap holder
-/// record, or the holder of a live leader-election Lease. Errors: the store's other errors.
-fn owner(env: &Env, command: &str) -> Result<Option<String>> {
-    match env.open_store(command, None) {
-        Ok(_) => Ok(env.lease_leader()),
-        Err(StoreError::Locked(_, holder)) => Ok(Some(match holder {
-            Some(h) => h.to_string(),
-            None => "the holder of the state's lock".to_string(),
-        })),
-        Err(StoreError::Owned(msg)) => Ok(Some(msg
+/// With no owner: ticks under the lock until request `id` is applied (one tick, unless
+/// older queued requests need one of their own first). Errors: the tick's.
+fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
+    for _ in 0..MAX_ONE_SHOT_TICKS {
+        let report = env.tick(store, &Request::default())?;
+        let applied = report.applied.iter().any(|r| r.id == id);
+        if applied || report.error.is_some() || report.pending_requests == 0 {
+            return finish(report);
+        }
+    }
+    Err(Error::runtime(format!(
+        "request {id} is still queued after {MAX_ONE_SHOT_TICKS} ticks; the next tick applies it"
+    )))
+}
+
+/// Who owns the app, from the error of opening its store for a one-shot command: the holder
+/// of the file lock, or of a fresh ConfigMap holder record. Errors: any other store error.
+fn owner_of(e: StoreError) -> Result<String> {
+    match e {
+        StoreError::Locked(_, Some(h)) => Ok(h.to_string()),
+        StoreError::Locked(_, None) => Ok("the holder of the state's lock".to_string()),
+        StoreError::Owned(msg) => Ok(msg
             .split_once(": ")
             .and_then(|(_, rest)| rest.split(" (renewed").next())
             .unwrap_or(&msg)
-            .to_string())),
-        Err(e) => Err(store_error(e)),
+            .to_string()),
+        e => Err(store_error(e)),
     }
 }
 

@@ -161,17 +161,13 @@ impl Progress {
 
 /// `run`, and `scale --wait` (`progress`: the live progress line).
 pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
-    run_loop_from(cli, a, progress, None)
+    run_loop_in(connect(cli, true)?, cli, a, progress)
 }
 
-/// [`run_loop`] whose first tick makes the request `first` instead (`add --wait`: raise the
-/// target once, then tick until converged).
-pub(super) fn run_loop_from(
-    cli: &Cli,
-    a: &RunArgs,
-    progress: bool,
-    first: Option<Request>,
-) -> Result<()> {
+/// [`run_loop`] in an environment already connected (`scale --wait` with no owner: the
+/// loop applies the request the command queued, then ticks until converged).
+pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+    let first = None;
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -185,7 +181,7 @@ pub(super) fn run_loop_from(
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(cli, a, &progress, first);
+    let res = run_ticks(env, cli, a, &progress, first);
     progress.done();
     res
 }
@@ -201,12 +197,12 @@ enum Wake {
 }
 
 fn run_ticks(
+    mut env: Env,
     cli: &Cli,
     a: &RunArgs,
     progress: &Progress,
     mut first: Option<Request>,
 ) -> Result<()> {
-    let mut env = connect(cli, true)?;
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
@@ -241,6 +237,8 @@ fn run_ticks(
         every: a.log_every,
     };
     loop {
+        // Read before the tick lists the queue: a request queued from then on wakes the wait.
+        let mark = store.queue_marker();
         // Leader election hook: a standby skips the tick and looks again soon.
         let acting = super::elect::may_act(leader.as_ref(), cli, &env);
         let mut done = None;
@@ -266,7 +264,6 @@ fn run_ticks(
             return stop(store.as_mut(), Ok(()));
         }
         let next = next_tick(acting, done.as_ref(), interval, a.idle_interval);
-        let mark = store.queue_marker();
         let woken = || store.queue_marker() != mark;
         match wait(Instant::now() + next, deadline, &shutdown, &woken) {
             Wake::Tick => {}

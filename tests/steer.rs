@@ -401,6 +401,8 @@ fn replica(w: &World, who: &str) -> Bg {
         "4",
         "--interval",
         "100ms",
+        "--idle-interval",
+        "1s",
         "--leader-elect",
         "--leader-elect-lease-duration",
         "3s",
@@ -435,6 +437,8 @@ fn a_rollout_never_changes_the_annotated_target() {
     wait_until(&w, 20, "4 running", |w| settled(w, 4));
     assert_eq!(cm_target(&w), (Some(4), Some("4".into())));
     annotate(&w, "roll-state", "podalloc.io/executors", "6");
+    // The ConfigMap store has no cheap wake: the leader sees the annotation at its next
+    // idle tick.
     wait_until(&w, 20, "6 running", |w| settled(w, 6));
     let creates = w.sim.stats().creates;
     // Each replica restarted in turn, with its --target 4 unchanged.

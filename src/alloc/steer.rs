@@ -65,8 +65,9 @@ pub struct Steering {
 /// the step's request after `base` (the caller's own: `run --target`'s seed, a one-shot
 /// command's change). Returns the request and how many of `pending` it takes: the longest
 /// prefix whose combined effect is exactly that of applying them one by one. A target change
-/// after a removal, or after a seed, waits for the next step (a step changes the target
-/// before it removes, and a seed's outcome depends on the state). Pure.
+/// after a removal, or an add after a seed, waits for the next step (a step changes the target
+/// before it removes, and an add after a seed depends on whether the state had a target).
+/// Pure.
 pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
     let mut acc = base.clone();
     let mut taken = 0;
@@ -92,8 +93,8 @@ pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
 fn compose(first: TargetChange, op: &SteerOp) -> Option<TargetChange> {
     use TargetChange::*;
     match (first, op) {
-        (Seed(_), _) => None,
         (_, SteerOp::Scale { target }) => Some(Set(*target)),
+        (Seed(_), _) => None,
         (Keep, SteerOp::Add { count }) => Some(Add(*count)),
         (Set(n), SteerOp::Add { count }) => Some(Set(n.saturating_add(*count))),
         (Add(a), SteerOp::Add { count }) => Some(Add(a.saturating_add(*count))),
@@ -140,6 +141,9 @@ mod tests {
             remove: vec![],
         };
         assert_eq!(take_requests(&seed, &q).1, 0);
+        // A scale after a seed is a scale, whatever the state holds.
+        let (r, n) = take_requests(&seed, &q[2..]);
+        assert_eq!((r.target, n), (TargetChange::Set(8), 2));
         let wire = serde_json::to_string(&q[4]).unwrap();
         assert_eq!(
             wire,

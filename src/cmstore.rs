@@ -193,7 +193,10 @@ impl<'a> ConfigMapStore<'a> {
     }
 
     fn corrupt(&self, why: String) -> StoreError {
-        StoreError::Corrupt(std::path::PathBuf::from(format!("configmap:{}", self.name)), why)
+        StoreError::Corrupt(
+            std::path::PathBuf::from(format!("configmap:{}", self.name)),
+            why,
+        )
     }
 
     fn not_ours(&self) -> StoreError {
@@ -217,7 +220,14 @@ impl ConfigMapStore<'_> {
     /// last, whose other annotations and keys are kept; `None`: a new one): our labels, the
     /// nonce, the holder record of a loop (removed otherwise), the target annotation, and the
     /// requests of `base` that `applied` does not list.
-    fn object(&self, base: Option<&Value>, text: &str, target: Option<u32>, applied: &[String], write_id: &str) -> Value {
+    fn object(
+        &self,
+        base: Option<&Value>,
+        text: &str,
+        target: Option<u32>,
+        applied: &[String],
+        write_id: &str,
+    ) -> Value {
         let mut cm = base.cloned().unwrap_or_else(|| json!({"metadata": {}}));
         cm["apiVersion"] = json!("v1");
         cm["kind"] = json!("ConfigMap");
@@ -235,7 +245,10 @@ impl ConfigMapStore<'_> {
         ann.insert(WRITE_ID_KEY.into(), json!(write_id));
         match &self.mode {
             Mode::Loop(h) => {
-                ann.insert(HOLDER_KEY.into(), json!(serde_json::to_string(h).expect("holder")));
+                ann.insert(
+                    HOLDER_KEY.into(),
+                    json!(serde_json::to_string(h).expect("holder")),
+                );
             }
             _ => {
                 ann.remove(HOLDER_KEY);
@@ -256,7 +269,10 @@ impl ConfigMapStore<'_> {
         data.insert(DATA_KEY.into(), json!(text));
         match left.is_empty() {
             true => data.remove(REQUESTS_KEY),
-            false => data.insert(REQUESTS_KEY.into(), json!(serde_json::to_string(&left).expect("requests"))),
+            false => data.insert(
+                REQUESTS_KEY.into(),
+                json!(serde_json::to_string(&left).expect("requests")),
+            ),
         };
         cm
     }
@@ -283,7 +299,10 @@ impl ConfigMapStore<'_> {
         let due = h
             .renewed_ms
             .is_none_or(|r| crate::commands::now_ms().saturating_sub(r) >= half_ms);
-        let text = self.loaded.as_ref().and_then(|cm| cm["data"][DATA_KEY].as_str());
+        let text = self
+            .loaded
+            .as_ref()
+            .and_then(|cm| cm["data"][DATA_KEY].as_str());
         let Some(state) = text.and_then(|t| parse(t.as_bytes()).ok()).filter(|_| due) else {
             return Ok(());
         };
@@ -305,7 +324,12 @@ fn queue_of(cm: &Value) -> Result<Vec<Steering>, String> {
 /// up to [`crate::cli::MAX_TARGET`] is ignored with a warning.
 fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Option<Steering> {
     let text = cm["metadata"]["annotations"][TARGET_KEY].as_str()?;
-    let Some(n) = text.trim().parse::<u32>().ok().filter(|&n| n <= crate::cli::MAX_TARGET) else {
+    let Some(n) = text
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n <= crate::cli::MAX_TARGET)
+    else {
         log::warn!("{what}: annotation {TARGET_KEY}={text:?} is not a target (a whole number up to {}): ignored", crate::cli::MAX_TARGET);
         return None;
     };
@@ -325,7 +349,12 @@ fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Opti
 /// does not exist), with `resourceVersion`, again after each 409 (at most [`RETRIES`]
 /// times). Errors: [`StoreError::Corrupt`] for a ConfigMap podalloc did not create or an
 /// unreadable queue, [`StoreError::Conflict`] after the retries, [`StoreError::Backend`].
-pub(crate) fn submit(client: &KubeClient, name: &str, app_id: &str, req: &Steering) -> Result<(), StoreError> {
+pub(crate) fn submit(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    req: &Steering,
+) -> Result<(), StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     for _ in 0..RETRIES {
         let cm = client.get_configmap(name).map_err(|e| store.backend(e))?;
@@ -351,7 +380,11 @@ pub(crate) fn submit(client: &KubeClient, name: &str, app_id: &str, req: &Steeri
 
 /// The steering requests queued in ConfigMap `name` and the state's applied ids, for
 /// `status` and `--wait`. Errors: as [`submit`].
-pub(crate) fn queued(client: &KubeClient, name: &str, app_id: &str) -> Result<Vec<Steering>, StoreError> {
+pub(crate) fn queued(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<Vec<Steering>, StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     match client.get_configmap(name).map_err(|e| store.backend(e))? {
         None => Ok(Vec::new()),
@@ -378,7 +411,10 @@ impl StateStore for ConfigMapStore<'_> {
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         let cm = match std::mem::take(&mut self.fresh) {
             true => self.loaded.clone(),
-            false => self.client.get_configmap(&self.name).map_err(|e| self.backend(e))?,
+            false => self
+                .client
+                .get_configmap(&self.name)
+                .map_err(|e| self.backend(e))?,
         };
         let Some(cm) = cm else {
             self.resource_version = None;

@@ -326,7 +326,10 @@ fn tick_inner(
     plan.state.applied_requests = applied_after(&state, &queue, &taken);
     log_plan(&state, &snapshot, &plan);
     for r in &taken {
-        info!("applying steering request {} ({}) from {}", r.id, r.op, r.by);
+        info!(
+            "applying steering request {} ({}) from {}",
+            r.id, r.op, r.by
+        );
     }
     // Write-ahead: the ids about to be created, and the requests applied, are recorded
     // before any call is made. A tick that changes nothing writes nothing.

@@ -149,16 +149,16 @@ impl FileQueue {
     pub fn remove(&self, ids: &[String]) -> Vec<String> {
         let gone: Vec<String> = ids
             .iter()
-            .filter(|id| {
-                match fs::remove_file(self.dir.join(format!("{id}{SUFFIX}"))) {
+            .filter(
+                |id| match fs::remove_file(self.dir.join(format!("{id}{SUFFIX}"))) {
                     Ok(()) => true,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                     Err(e) => {
                         log::warn!("cannot remove the applied request {id}: {e}");
                         false
                     }
-                }
-            })
+                },
+            )
             .cloned()
             .collect();
         if !gone.is_empty() {

@@ -236,7 +236,11 @@ fn killed_loops_apply_every_request_exactly_once() {
         if round % 3 != 2 {
             cmd.env("PODALLOC_CRASH_AT", format!("{point}:{nth}"));
         }
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(rng.below(200)));
         for _ in 0..=rng.below(2) {
             submit_random(&w, &mut rng, &mut target, &mut removed);
@@ -265,7 +269,11 @@ fn killed_loops_apply_every_request_exactly_once() {
     assert!(queue.is_empty(), "{queue:?}");
     let s = w.sim.stats();
     assert_eq!(s.duplicate_executor_ids, 0);
-    assert!(w.max_live() <= max_target, "{} > {max_target}", w.max_live());
+    assert!(
+        w.max_live() <= max_target,
+        "{} > {max_target}",
+        w.max_live()
+    );
     assert!(kills >= 50, "only {kills} kills");
     eprintln!("steering crash test: {kills} kills, {requests} requests, target {target}");
 }
@@ -362,16 +370,28 @@ fn a_converged_tick_writes_nothing_lease_renewals_aside() {
                 "{name}: {n} × {k} at rest: {by:?}"
             );
         }
-        assert!(by.get("get configmaps").copied().unwrap_or(0) <= ticks, "{by:?}");
+        assert!(
+            by.get("get configmaps").copied().unwrap_or(0) <= ticks,
+            "{by:?}"
+        );
     }
     // The file store: the state file is not rewritten at rest.
     let w = world("rest-file");
     let run = spawn_run(&w, &["--target", "2", "--idle-interval", "100ms"]);
     wait_until(&w, 15, "2 running", |w| settled(w, 2));
     std::thread::sleep(Duration::from_millis(1000));
-    let m = std::fs::metadata(w.state_file()).unwrap().modified().unwrap();
+    let m = std::fs::metadata(w.state_file())
+        .unwrap()
+        .modified()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
-    assert_eq!(std::fs::metadata(w.state_file()).unwrap().modified().unwrap(), m);
+    assert_eq!(
+        std::fs::metadata(w.state_file())
+            .unwrap()
+            .modified()
+            .unwrap(),
+        m
+    );
     stop(run);
 }
 
@@ -393,33 +413,39 @@ fn annotate(w: &World, name: &str, key: &str, value: &str) {
 }
 
 fn replica(w: &World, who: &str) -> Bg {
-    Bg(Some(w.cmd(&[
-        "--state-store",
-        "configmap:roll-state",
-        "run",
-        "--target",
-        "4",
-        "--interval",
-        "100ms",
-        "--idle-interval",
-        "1s",
-        "--leader-elect",
-        "--leader-elect-lease-duration",
-        "3s",
-        "--leader-elect-renew-deadline",
-        "2s",
-        "--leader-elect-retry-period",
-        "500ms",
-    ])
-    .env("POD_NAME", format!("roll-{who}"))
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap()))
+    Bg(Some(
+        w.cmd(&[
+            "--state-store",
+            "configmap:roll-state",
+            "run",
+            "--target",
+            "4",
+            "--interval",
+            "100ms",
+            "--idle-interval",
+            "1s",
+            "--leader-elect",
+            "--leader-elect-lease-duration",
+            "3s",
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ])
+        .env("POD_NAME", format!("roll-{who}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    ))
 }
 
 fn cm_target(w: &World) -> (Option<u64>, Option<String>) {
-    let (_, cm) = w.api("GET", "/api/v1/namespaces/default/configmaps/roll-state", None);
+    let (_, cm) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/roll-state",
+        None,
+    );
     let st: Option<Value> = cm["data"]["state.json"]
         .as_str()
         .and_then(|t| serde_json::from_str(t).ok());
@@ -488,7 +514,9 @@ fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in
     w.sim
         .set_pod_phase("default", &format!("idle-app-exec-{victim}"), "Failed")
         .unwrap();
-    let ms = ms_until(&w, Duration::from_secs(10), |w| w.sim.stats().creates > creates);
+    let ms = ms_until(&w, Duration::from_secs(10), |w| {
+        w.sim.stats().creates > creates
+    });
     eprintln!("at rest: the failed executor was replaced after {ms} ms");
     assert!(ms <= 2000 + 100 + 900, "replaced after {ms} ms at rest");
     wait_until(&w, 10, "3 running again", |w| settled(w, 3));
@@ -503,7 +531,9 @@ fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in
     w.sim
         .set_pod_phase("default", &format!("idle-app-exec-{victim}"), "Failed")
         .unwrap();
-    let ms = ms_until(&w, Duration::from_secs(10), |w| w.sim.stats().deletes > deletes);
+    let ms = ms_until(&w, Duration::from_secs(10), |w| {
+        w.sim.stats().deletes > deletes
+    });
     eprintln!("in flight: the failed executor was deleted after {ms} ms");
     assert!(ms <= 100 + 900, "noticed after {ms} ms in flight");
     stop(run);

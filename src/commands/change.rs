@@ -143,7 +143,8 @@ fn check(env: &Env, op: &SteerOp) -> Result<()> {
         return Ok(());
     };
     let state = env.read_state()?;
-    let snap = crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
+    let snap =
+        crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
     let last = state.last_executor_id.max(snap.max_id());
     let unknown: Vec<String> = (ids.iter())
         .filter(|&&id| id > last)
@@ -158,7 +159,11 @@ fn check(env: &Env, op: &SteerOp) -> Result<()> {
          nothing removed, nothing queued",
         unknown.join(", "),
         env.app.app_id,
-        if live.is_empty() { "none".to_string() } else { live.join(" ") }
+        if live.is_empty() {
+            "none".to_string()
+        } else {
+            live.join(" ")
+        }
     )))
 }
 
@@ -182,7 +187,13 @@ fn wait_applied(env: &Env, id: &str, deadline: Option<Instant>) -> Result<()> {
         let state = env.read_state()?;
         let snap =
             crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
-        let plan = alloc::step(&snap, &state, &env.app.settings, &Request::default(), now_ms());
+        let plan = alloc::step(
+            &snap,
+            &state,
+            &env.app.settings,
+            &Request::default(),
+            now_ms(),
+        );
         if let Some(p) = plan.ok().filter(|p| p.summary.converged) {
             info!(
                 "converged: running {} of target {}",

@@ -199,7 +199,10 @@ impl Env {
         }
         .map_err(store_error)?;
         let applied = self.read_state()?.applied_requests;
-        Ok(queue.into_iter().filter(|r| !applied.contains(&r.id)).collect())
+        Ok(queue
+            .into_iter()
+            .filter(|r| !applied.contains(&r.id))
+            .collect())
     }
 
     /// The holder of the app's leader-election Lease (`podalloc-<app id>`) when one holds it

@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(take_requests(&seed, &q).1, 0);
         // A scale after a seed is a scale, whatever the state holds.
         let (r, n) = take_requests(&seed, &q[2..]);
-        assert_eq!((r.target, n), (TargetChange::Set(8), 2));
+        assert_eq!((r.target, n), (TargetChange::Set(8), 4));
         let wire = serde_json::to_string(&q[4]).unwrap();
         assert_eq!(
             wire,

@@ -1,5 +1,6 @@
-//! `podalloc run` (and `scale --wait`): tick every interval until stopped, converged or timed
-//! out.
+//! `podalloc run` (and `scale --wait`): tick until stopped, converged or timed out: every
+//! `--interval` while something is in flight, every `--idle-interval` at rest, sooner when
+//! the plan's own deadline or a steering request queued in the file store comes first.
 //!
 //! After a failed tick, [`after_error`] decides whether the loop retries at the next tick or
 //! stops with the error, as kube-runtime's controller asks its `error_policy`. SIGINT and
@@ -167,7 +168,6 @@ pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
 /// [`run_loop`] in an environment already connected (`scale --wait` with no owner: the
 /// loop applies the request the command queued, then ticks until converged).
 pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
-    let first = None;
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -181,7 +181,7 @@ pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> R
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(env, cli, a, &progress, first);
+    let res = run_ticks(env, cli, a, &progress);
     progress.done();
     res
 }
@@ -196,21 +196,15 @@ enum Wake {
     Deadline,
 }
 
-fn run_ticks(
-    mut env: Env,
-    cli: &Cli,
-    a: &RunArgs,
-    progress: &Progress,
-    mut first: Option<Request>,
-) -> Result<()> {
+fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
     env.run_deadline = deadline;
     let env = env;
     // The loop owns the app for its whole life: the file lock is held until it ends, the
-    // ConfigMap's holder record is renewed by every tick's save. Under --leader-elect the
-    // Lease says which replica acts, so no holder record is written.
+    // ConfigMap's holder record is renewed by a write every half of its staleness. Under
+    // --leader-elect the Lease says which replica acts, so no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
     // The holder record's heartbeat follows the slowest tick (the idle interval).
     let holding = (!a.leader.leader_elect).then_some(interval.max(a.idle_interval));
@@ -219,15 +213,13 @@ fn run_ticks(
     // --target seeds the store's target (or, with --force-target, sets it) on the first
     // tick; later ticks follow the store: steering requests, the target annotation.
     let change = Request::target(None);
-    if first.is_none() {
-        first = a.target.map(|n| Request {
-            target: match a.force_target {
-                true => TargetChange::Set(n),
-                false => TargetChange::Seed(n),
-            },
-            remove: Vec::new(),
-        });
-    }
+    let mut first = a.target.map(|n| Request {
+        target: match a.force_target {
+            true => TargetChange::Set(n),
+            false => TargetChange::Seed(n),
+        },
+        remove: Vec::new(),
+    });
     // --leader-elect: released when this function returns (dropped), after the last tick.
     let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;

@@ -17,6 +17,9 @@
 //!   checked with `fstat` after opening, so a link swapped in meanwhile is not followed and a
 //!   FIFO never blocks. (Saving renames a temporary file over the path, which replaces a link
 //!   rather than writing through it.)
+//! - Steering requests for the lock's holder queue in `<state file>.requests/`
+//!   ([`crate::steer::FileQueue`]): written without the lock, removed by the holder only
+//!   after the save that lists them in `applied_requests`.
 //! - A save interrupted by SIGKILL can leave its temporary file (`.podalloc-state-XXXXXX.tmp`,
 //!   six random letters or digits) in the state directory. Taking the lock removes such files
 //!   of ours (that name pattern, regular files owned by this user) older than a minute; a save

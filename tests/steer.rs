@@ -538,3 +538,59 @@ fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in
     assert!(ms <= 100 + 900, "noticed after {ms} ms in flight");
     stop(run);
 }
+
+#[test]
+fn a_loop_on_the_configmap_store_is_steered_through_its_configmap() {
+    let w = cm_world("steer-cm");
+    let store = ["--state-store", "configmap:steer-cm-state"];
+    let mut full = store.to_vec();
+    full.extend([
+        "run",
+        "--target",
+        "2",
+        "--interval",
+        "100ms",
+        "--idle-interval",
+        "500ms",
+    ]);
+    let run = Bg(Some(
+        w.cmd(&full)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_until(&w, 15, "2 running", |w| settled(w, 2));
+    let with = |args: &[&str]| {
+        let mut a = store.to_vec();
+        a.extend_from_slice(args);
+        w.run(&a)
+    };
+    let out = with(&["add", "2", "--wait", "--timeout", "30s"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("handed to the loop") && e.contains("podalloc run"),
+        "{e}"
+    );
+    assert!(settled(&w, 4), "{:?}", w.executors());
+    let victim = running(&w)[0];
+    let out = with(&["remove", &victim.to_string()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    wait_until(&w, 10, "3 running", |w| {
+        settled(w, 3) && !w.live().contains(&victim)
+    });
+    let out = with(&["remove", "77"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let (_, cm) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/steer-cm-state",
+        None,
+    );
+    assert!(cm["data"].get("requests.json").is_none(), "{cm}");
+    assert_eq!(
+        cm["metadata"]["annotations"]["podalloc.io/executors"], "3",
+        "{cm}"
+    );
+    stop(run);
+}

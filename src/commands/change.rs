@@ -77,7 +77,11 @@ fn steer(
     let env = connect(cli, need_template)?;
     check(&env, op)?;
     let req = crate::steer::request(op.clone(), command);
-    let owner = match env.open_store(command, None) {
+    // The ConfigMap store reads its holder record at the first load: claim does it now.
+    let owner = match env
+        .open_store(command, None)
+        .and_then(|mut s| s.claim().map(|()| s))
+    {
         Ok(mut store) => match env.lease_leader() {
             Some(leader) => Some(leader),
             None => {

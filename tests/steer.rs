@@ -183,8 +183,15 @@ fn status_lists_the_requests_a_stopped_loop_has_not_applied() {
     stop(run);
 }
 
-/// One request of the crash test and what it does to the expected target.
-fn submit_random(w: &World, rng: &mut Rng, target: &mut u64, removed: &mut Vec<u64>) {
+/// One request of the crash test (with the store flags `store`) and what it does to the
+/// expected target.
+fn submit_random(
+    w: &World,
+    store: &[&str],
+    rng: &mut Rng,
+    target: &mut u64,
+    removed: &mut Vec<u64>,
+) {
     let live: Vec<u64> = (running(w).into_iter())
         .filter(|id| !removed.contains(id))
         .collect();
@@ -201,9 +208,10 @@ fn submit_random(w: &World, rng: &mut Rng, target: &mut u64, removed: &mut Vec<u
     } else {
         (vec!["add".into(), "1".into()], *target + 1)
     };
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = w.cmd(&args).args(["--log-level", "warn"]).output().unwrap();
-    assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    let mut full = store.to_vec();
+    full.extend(args.iter().map(String::as_str));
+    let out = w.cmd(&full).args(["--log-level", "warn"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{full:?}: {}", stderr(&out));
     *target = next;
 }
 
@@ -220,19 +228,45 @@ fn reap(mut child: Child) -> bool {
     }
 }
 
-#[test]
-fn killed_loops_apply_every_request_exactly_once() {
-    let w = world("steer-crash");
-    let mut rng = Rng(0x57ee7);
-    let (mut target, mut max_target) = (3u64, 3u64);
-    let out = w.run(&["reconcile", "--target", "3"]);
+/// What a crash run did: SIGKILLs, requests made, the target they add up to, the highest
+/// target on the way.
+struct CrashRun {
+    kills: u32,
+    requests: u32,
+    target: u64,
+    max_target: u64,
+}
+
+/// `rounds` rounds of: a `run` loop (store flags `store`) started with a random crash point
+/// (or, every third round, killed from outside at a random moment), one or two random
+/// requests handed to it (or applied by the command itself while no loop runs), the loop
+/// reaped. Then an uninterrupted `run --until-converged`. Checks no overshoot on the way.
+fn crash_rounds(
+    w: &World,
+    store: &[&str],
+    loop_flags: &[&str],
+    rounds: u32,
+    seed: u64,
+) -> CrashRun {
+    let mut rng = Rng(seed);
+    let mut r = CrashRun {
+        kills: 0,
+        requests: 0,
+        target: 3,
+        max_target: 3,
+    };
+    let mut first = store.to_vec();
+    first.extend(["reconcile", "--target", "3"]);
+    let out = w.run(&first);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut removed = Vec::new();
-    let (mut kills, mut requests) = (0, 0);
-    for round in 0..60 {
+    let mut run = store.to_vec();
+    run.extend(["run", "--interval", "50ms", "--creation-timeout", "2s"]);
+    run.extend_from_slice(loop_flags);
+    for round in 0..rounds {
         let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
         let nth = rng.below(4) + 1;
-        let mut cmd = w.cmd(&["run", "--interval", "50ms", "--creation-timeout", "2s"]);
+        let mut cmd = w.cmd(&run);
         if round % 3 != 2 {
             cmd.env("PODALLOC_CRASH_AT", format!("{point}:{nth}"));
         }
@@ -241,41 +275,94 @@ fn killed_loops_apply_every_request_exactly_once() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.below(200)));
+        // Under leader election, the killed leader's Lease expires first.
+        let settle = if loop_flags.is_empty() { 0 } else { 1200 };
+        std::thread::sleep(Duration::from_millis(settle + rng.below(200)));
         for _ in 0..=rng.below(2) {
-            submit_random(&w, &mut rng, &mut target, &mut removed);
-            max_target = max_target.max(target);
-            requests += 1;
+            submit_random(w, store, &mut rng, &mut r.target, &mut removed);
+            r.max_target = r.max_target.max(r.target);
+            r.requests += 1;
         }
         std::thread::sleep(Duration::from_millis(rng.below(300)));
         if reap(child) {
-            kills += 1;
+            r.kills += 1;
         }
         assert!(
-            w.live().len() as u64 <= max_target,
-            "round {round}: {:?} live, target at most {max_target}",
-            w.live()
+            w.live().len() as u64 <= r.max_target,
+            "round {round}: {:?} live, target at most {}",
+            w.live(),
+            r.max_target
         );
     }
     // Uninterrupted, the loop applies what is left and converges on the requests' target.
-    let out = w.run(&["run", "--until-converged", "--timeout", "60s"]);
+    let mut last = store.to_vec();
+    last.extend(["run", "--until-converged", "--timeout", "60s"]);
+    last.extend_from_slice(loop_flags);
+    let out = w.run(&last);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(w.state()["target"], target, "after {requests} requests");
-    assert_eq!(w.live().len() as u64, target);
+    assert_eq!(
+        w.live().len() as u64,
+        r.target,
+        "after {} requests",
+        r.requests
+    );
+    assert_eq!(w.sim.stats().duplicate_executor_ids, 0);
+    assert!(
+        w.max_live() <= r.max_target,
+        "{} > {}",
+        w.max_live(),
+        r.max_target
+    );
+    eprintln!(
+        "steering crash test {store:?}: {} kills, {} requests, target {}",
+        r.kills, r.requests, r.target
+    );
+    r
+}
+
+#[test]
+fn killed_loops_apply_every_request_exactly_once() {
+    let w = world("steer-crash");
+    let r = crash_rounds(&w, &[], &[], 60, 0x57ee7);
+    assert_eq!(
+        w.state()["target"],
+        r.target,
+        "after {} requests",
+        r.requests
+    );
     let queue: Vec<_> = std::fs::read_dir(w.path("state.json.requests"))
         .unwrap()
         .flatten()
         .collect();
     assert!(queue.is_empty(), "{queue:?}");
-    let s = w.sim.stats();
-    assert_eq!(s.duplicate_executor_ids, 0);
-    assert!(
-        w.max_live() <= max_target,
-        "{} > {max_target}",
-        w.max_live()
+    assert!(r.kills >= 50, "only {} kills", r.kills);
+}
+
+#[test]
+fn killed_loops_on_the_configmap_store_apply_every_request_exactly_once() {
+    let w = cm_world("steer-crash-cm");
+    // Leader election (a killed loop's Lease expires in 1 s; a killed holder record would
+    // keep others out for its 90 s staleness).
+    let elect = [
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "1s",
+        "--leader-elect-renew-deadline",
+        "800ms",
+        "--leader-elect-retry-period",
+        "300ms",
+    ];
+    let store = ["--state-store", "configmap:crash-cm"];
+    let r = crash_rounds(&w, &store, &elect, 30, 0xc0ffee);
+    let (_, cm) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/crash-cm",
+        None,
     );
-    assert!(kills >= 50, "only {kills} kills");
-    eprintln!("steering crash test: {kills} kills, {requests} requests, target {target}");
+    let st: Value = serde_json::from_str(cm["data"]["state.json"].as_str().unwrap()).unwrap();
+    assert_eq!(st["target"], r.target, "after {} requests", r.requests);
+    assert!(cm["data"].get("requests.json").is_none(), "{cm}");
+    assert!(r.kills >= 25, "only {} kills", r.kills);
 }
 
 /// The simulator's requests from `since` (a `seq`) on, by `verb resource`, and the last seq.

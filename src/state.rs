@@ -119,7 +119,9 @@ impl StateStore for LockedStore {
         LockedStore::save(self, state)
     }
     fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
-        self.queue().list()
+        let queue = self.queue();
+        queue.remove_stale_temps();
+        queue.list()
     }
     fn consumed(&mut self, ids: &[String]) -> Vec<String> {
         self.queue().remove(ids)

@@ -23,6 +23,8 @@ use std::time::SystemTime;
 
 /// The suffix of a request file.
 const SUFFIX: &str = ".json";
+/// The name prefix of a request's temporary file before its rename.
+const TEMP_PREFIX: &str = ".podalloc-request-";
 
 /// A fresh request id: the wall clock in ns since the Unix epoch (20 digits), the pid and six
 /// random hex digits, e.g. `01764625123456789012-4242-a1b2c3`. Unique across
@@ -95,7 +97,7 @@ impl FileQueue {
         let mut json = serde_json::to_vec(req).expect("request serializes");
         json.push(b'\n');
         let mut tmp = tempfile::Builder::new()
-            .prefix(".podalloc-request-")
+            .prefix(TEMP_PREFIX)
             .suffix(".tmp")
             .tempfile_in(&self.dir)
             .map_err(io)?;
@@ -137,6 +139,28 @@ impl FileQueue {
             }
         }
         Ok(out)
+    }
+
+    /// Best effort, for the holder of the state's lock: removes temporary files of
+    /// submissions killed before their rename (`.podalloc-request-*.tmp`) older than a
+    /// minute (a submission takes milliseconds, so such a file belongs to no running one).
+    pub fn remove_stale_temps(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let ours = name.starts_with(TEMP_PREFIX) && name.ends_with(".tmp");
+            let old = (e.metadata().ok())
+                .filter(|m| m.file_type().is_file())
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= std::time::Duration::from_secs(60));
+            if ours && old {
+                let _ = fs::remove_file(e.path());
+            }
+        }
     }
 
     /// Whether request `id` is still queued.

@@ -566,12 +566,13 @@ pub enum Command {
     Apps(crate::multi::AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),
-    /// Set the target to N executors and run one tick.
+    /// Set the target to N executors: one tick, or handed to the loop that owns the app.
     Scale(ScaleArgs),
-    /// Raise the target by N executors and run one tick (Spark's addExecutors).
+    /// Raise the target by N executors (Spark's addExecutors): one tick, or handed to the
+    /// loop that owns the app.
     Add(AddArgs),
-    /// Delete these executors now, whatever their state, and lower the target by as many
-    /// (Spark's deleteExecutors).
+    /// Delete these executors whatever their state and lower the target by as many (Spark's
+    /// deleteExecutors): one tick, or handed to the loop that owns the app.
     Remove(RemoveArgs),
     /// Run the allocation step once, offline, on a recorded PodList; print the plan JSON.
     Plan(PlanArgs),
@@ -716,7 +717,9 @@ pub struct ScaleArgs {
     /// The new target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: u32,
-    /// Keep ticking (every --batch-delay) until converged; a live progress line on a terminal.
+    /// Wait until converged: with no loop owning the app, keep ticking (every --batch-delay),
+    /// a live progress line on a terminal; with one, until it has applied the request and
+    /// the app has converged.
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up after this long (exit 5).
@@ -730,8 +733,7 @@ pub struct AddArgs {
     /// How many executors to add to the target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub count: u32,
-    /// Keep ticking (every --batch-delay) until converged, as `scale --wait`; a live
-    /// progress line on a terminal.
+    /// Wait until converged, as `scale --wait`.
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up after this long (exit 5).

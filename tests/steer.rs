@@ -679,5 +679,23 @@ fn a_loop_on_the_configmap_store_is_steered_through_its_configmap() {
         cm["metadata"]["annotations"]["podalloc.io/executors"], "3",
         "{cm}"
     );
-    stop(run);
+    // Stopped cleanly, the loop gives up its holder record (a killed one would keep others
+    // out until it is stale).
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let mut run = run;
+    let _ = run.0.as_mut().unwrap().wait();
+    // No loop: the commands apply their requests themselves, through the same queue.
+    let out = with(&["add", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("handed to"), "{}", stderr(&out));
+    assert_eq!(w.live().len(), 4, "{:?}", w.executors());
+    let out = with(&["scale", "5", "--wait", "--timeout", "30s"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(settled(&w, 5), "{:?}", w.executors());
+    let (_, cm) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/steer-cm-state",
+        None,
+    );
+    assert!(cm["data"].get("requests.json").is_none(), "{cm}");
 }

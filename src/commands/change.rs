@@ -77,6 +77,15 @@ fn steer(
     let env = connect(cli, need_template)?;
     check(&env, op)?;
     let req = crate::steer::request(op.clone(), command);
+    // Queued before the owner is looked for, so a tick that follows sees it.
+    env.submit(&req)?;
+    let queued = |mut e: Error| {
+        e.message = format!(
+            "{} (request {} stays queued: the next tick applies it)",
+            e.message, req.id
+        );
+        e
+    };
     // The ConfigMap store reads its holder record at the first load: claim does it now.
     let owner = match env
         .open_store(command, None)
@@ -84,20 +93,14 @@ fn steer(
     {
         Ok(mut store) => match env.lease_leader() {
             Some(leader) => Some(leader),
-            None => {
-                env.submit(&req)?;
-                if wait.is_none() {
-                    return apply_now(&env, store.as_mut(), &req.id);
-                }
-                None
-            }
+            None if wait.is_none() => return apply_now(&env, store.as_mut(), &req.id),
+            None => None,
         },
-        Err(e) => Some(owner_of(e)?),
+        Err(e) => Some(owner_of(e).map_err(queued)?),
     };
     let Some(owner) = owner else {
         return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
     };
-    env.submit(&req)?;
     info!(
         "`{op}` handed to the loop that owns the app, {owner}, as request {}: it applies it \
          at its next tick (`podalloc status` lists it until then)",
@@ -113,7 +116,13 @@ fn steer(
 /// older queued requests need one of their own first). Errors: the tick's.
 fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
     for _ in 0..MAX_ONE_SHOT_TICKS {
-        let report = env.tick(store, &Request::default())?;
+        let report = env.tick(store, &Request::default()).map_err(|mut e| {
+            e.message = format!(
+                "{} (request {id} stays queued: the next tick applies it)",
+                e.message
+            );
+            e
+        })?;
         let applied = report.applied.iter().any(|r| r.id == id);
         if applied || report.error.is_some() || report.pending_requests == 0 {
             return finish(report);

@@ -430,9 +430,10 @@ pub struct AppArgs {
     /// The crash-loop guard's window.
     #[arg(long, global = true, env = "PODALLOC_FAILURE_WINDOW", value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub failure_window: Duration,
-    /// A pod waiting in ErrImagePull, ImagePullBackOff, InvalidImageName,
-    /// CreateContainerConfigError or CrashLoopBackOff longer than this is a failure: deleted
-    /// once and counted by the guard (unschedulable alone is not).
+    /// A pod waiting on a permanent start-up error (ErrImagePull, ImagePullBackOff,
+    /// ErrImageNeverPull, CreateContainerConfigError, CreateContainerError, CrashLoopBackOff,
+    /// … the full list is in docs/semantics.md) longer than this is a failure: deleted once
+    /// and counted by the guard (unschedulable alone is not).
     #[arg(long, global = true, env = "PODALLOC_STARTUP_GRACE", value_name = "DURATION", value_parser = parse_duration)]
     pub startup_grace: Option<Duration>,
     /// Also delete running executors above the target (off, as Spark): lowest
@@ -446,11 +447,16 @@ pub struct AppArgs {
     /// [default: max(5 × batch delay, 60s)].
     #[arg(long, global = true, env = "PODALLOC_CREATION_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub creation_timeout: Option<Duration>,
-    /// Pods being deleted keep counting toward the target until they are gone (off, as
-    /// Spark): under a pod-count ResourceQuota, never more executor pods than the target
-    /// during replacements.
+    /// Pods being deleted keep counting toward the target as a ResourceQuota charges them
+    /// (off, as Spark): until deletionTimestamp + deletionGracePeriodSeconds has passed (a
+    /// pod on a lost node stops counting then), never once Failed or Succeeded.
     #[arg(long, global = true, env = "PODALLOC_COUNT_TERMINATING", value_parser = clap::builder::BoolishValueParser::new())]
     pub count_terminating: bool,
+    /// How long a pod may stay in phase Unknown (its node stopped reporting) before it is
+    /// lost: deleted and replaced; until then it counts toward the target, as ReplicaSet
+    /// counts it.
+    #[arg(long, global = true, env = "PODALLOC_UNKNOWN_TIMEOUT", value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub unknown_timeout: Duration,
     /// Keep Failed/Succeeded executor pods (for debugging) instead of deleting them; they
     /// are still replaced.
     #[arg(long, global = true, env = "PODALLOC_KEEP_TERMINATED", value_parser = clap::builder::BoolishValueParser::new())]
@@ -491,7 +497,8 @@ impl AppArgs {
     /// ([`AppArgs::settings`]), the driver pod and the list page size.
     ///
     /// Errors (exit 2): a bad app id, an unreadable or invalid template, or none when
-    /// `need_template` (commands that may create pods).
+    /// `need_template` (commands that may create pods), an `--executor-container` the
+    /// template does not have, a `--driver-pod` that is not a pod name.
     pub fn app(&self, simulate: bool, need_template: bool) -> crate::error::Result<App> {
         let app_id = self.app_id(simulate)?;
         let image = match (&self.image, &self.template, simulate) {
@@ -505,9 +512,17 @@ impl AppArgs {
             ));
         }
         let mut settings = self.settings(&app_id);
+        if let (Some(t), Some(name)) = (&template, &settings.executor_container) {
+            t.check_executor_container(name)
+                .map_err(crate::error::Error::usage)?;
+        }
         if settings.executor_container.is_none() {
             let first = template.as_ref().map(|t| t.first_container().to_string());
             settings.executor_container = first;
+        }
+        if let Some(d) = &self.driver_pod {
+            crate::podspec::validate_dns1123_subdomain("--driver-pod", d)
+                .map_err(crate::error::Error::usage)?;
         }
         Ok(App {
             settings,
@@ -537,6 +552,7 @@ impl AppArgs {
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
                 scale_down_running: self.scale_down_running,
                 count_terminating: self.count_terminating,
+                unknown_timeout_ms: Some(self.unknown_timeout.as_millis() as u64),
                 executor_idle_timeout_ms: (self.executor_idle_timeout)
                     .map(|d| d.as_millis() as u64)
                     .or(spark3x.then_some(crate::alloc::DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS)),
@@ -842,8 +858,8 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Largest target accepted (executors).
-pub const MAX_TARGET: u32 = 1_000_000;
+/// Largest target accepted (executors): [`crate::alloc::MAX_TARGET`].
+pub const MAX_TARGET: u32 = crate::alloc::MAX_TARGET;
 /// Largest batch size accepted (pods per tick).
 pub const MAX_BATCH: u32 = 10_000;
 

@@ -354,15 +354,26 @@ fn delete_words(r: DeleteReason) -> &'static str {
         DeleteReason::Stuck => "stuck: not started within the start-up grace",
         DeleteReason::DriverEnded => "the driver pod has ended",
         DeleteReason::Late => "created after its own delete (a late create)",
+        DeleteReason::Disrupted => "disrupted: ended by Kubernetes, not a failure",
+        DeleteReason::Lost => "lost: in phase Unknown longer than --unknown-timeout",
     }
 }
 
 /// The event type and message of a blocked plan (stable across ticks: no time left).
 fn blocked_event(b: &Blocked) -> (&'static str, String) {
     match b {
-        Blocked::Waiting { .. } | Blocked::MaxPending { .. } | Blocked::DriverPending => {
-            ("Normal", format!("{b}"))
-        }
+        Blocked::Waiting { .. }
+        | Blocked::MaxPending { .. }
+        | Blocked::DriverPending
+        | Blocked::Gated { .. } => ("Normal", format!("{b}")),
+        Blocked::Terminating { pods, .. } => (
+            "Normal",
+            format!("waiting for {pods} terminating pods to go (--count-terminating)"),
+        ),
+        Blocked::Unknown { pods, .. } => (
+            "Warning",
+            format!("waiting for {pods} pods in phase Unknown (node not reporting)"),
+        ),
         Blocked::Backoff { message, .. } => (
             "Warning",
             format!("no executor created: backing off after a quota rejection ({message})"),
@@ -410,7 +421,13 @@ fn tick_events(
 ) -> Vec<(Option<u64>, &'static str, &'static str, String)> {
     let mut evs = Vec::new();
     for p in snapshot.executors.values() {
-        if let Some(why) = failure(p) {
+        if let (ExecutorState::Failed, Some(d)) = (p.state, &p.disruption) {
+            let msg = format!(
+                "Executor {} (pod {}) was disrupted by Kubernetes: {d}",
+                p.id, p.name
+            );
+            evs.push((Some(p.id), "Normal", "ExecutorDisrupted", msg));
+        } else if let Some(why) = failure(p) {
             let verb = match p.state {
                 ExecutorState::Failed => "failed",
                 _ => "cannot start",

@@ -100,15 +100,35 @@ pub(crate) struct AppsFile {
     pub apps: Vec<AppEntry>,
 }
 
-/// Parses an apps file (YAML or JSON). Errors: the parser's first line, or two entries
-/// with the same namespace and app id.
-pub(crate) fn parse_apps_file(text: &str) -> Result<AppsFile, String> {
+/// Parses an apps file (YAML or JSON); an entry without `namespace:` is in `default_ns`.
+/// Errors (one line): the parser's first line; a `namespace:` that is not a namespace name
+/// (a DNS-1123 label, as the API server validates it: `../../tmp/evil` is refused before it
+/// becomes a state path or a URL); a `driver-pod:` that is not a pod name; a `target:` above
+/// [`crate::cli::MAX_TARGET`] (the limit `--target` has); or two entries
+/// for the same app however spelt (no `namespace:` and `namespace: <default_ns>` are the
+/// same app, and one process must never manage an app twice: each copy would see its own
+/// share of the list and create a batch every pass).
+pub(crate) fn parse_apps_file(text: &str, default_ns: &str) -> Result<AppsFile, String> {
     let f: AppsFile = serde_saphyr::from_str(text)
         .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
     let mut seen = std::collections::BTreeSet::new();
     for a in &f.apps {
-        if !seen.insert((a.namespace.clone(), a.app_id.clone())) {
-            return Err(format!("app {:?} is listed twice", a.app_id));
+        let app = format!("app {:?}", a.app_id.chars().take(80).collect::<String>());
+        if let Some(ns) = &a.namespace {
+            crate::podspec::validate_dns1123_label(&format!("{app}: namespace"), ns)?;
+        }
+        if let Some(d) = &a.driver_pod {
+            crate::podspec::validate_dns1123_subdomain(&format!("{app}: driver-pod"), d)?;
+        }
+        if let Some(t) = a.target.filter(|&t| t > crate::cli::MAX_TARGET) {
+            return Err(format!(
+                "{app}: target {t} is too large: at most {}",
+                crate::cli::MAX_TARGET
+            ));
+        }
+        let ns = a.namespace.as_deref().unwrap_or(default_ns);
+        if !seen.insert((ns.to_string(), a.app_id.clone())) {
+            return Err(format!("{app} is listed twice in namespace {ns:?}"));
         }
     }
     Ok(f)
@@ -190,7 +210,7 @@ impl Driver {
         };
         let template = match self.annotations.get(ANNOTATION_TEMPLATE) {
             None => None,
-            Some(v) if crate::podspec::validate_label_value("x", v).is_ok() && !v.is_empty() => {
+            Some(v) if crate::podspec::validate_dns1123_subdomain("x", v).is_ok() => {
                 Some(v.clone())
             }
             Some(v) => return Err(bad(ANNOTATION_TEMPLATE, v, "a ConfigMap name")),
@@ -358,6 +378,7 @@ mod tests {
         let f = parse_apps_file(
             "apps:\n- app-id: a\n  image: spark:3.5\n  target: 3\n  batch-size: 2\n\
              - app-id: b\n  namespace: team-b\n  template: exec.yaml\n  batch-size: auto\n",
+            "default",
         )
         .unwrap();
         assert_eq!(f.apps.len(), 2);
@@ -367,9 +388,41 @@ mod tests {
             Ok(BatchSize::Auto)
         );
         assert_eq!(batch_size_of(&json!(2)), Ok(BatchSize::Fixed(2)));
-        assert!(parse_apps_file("apps:\n- app-id: a\n  targett: 3\n").is_err());
-        assert!(parse_apps_file("apps:\n- app-id: a\n- app-id: a\n")
-            .unwrap_err()
-            .contains("twice"));
+        assert!(parse_apps_file("apps:\n- app-id: a\n  targett: 3\n", "default").is_err());
+        assert!(
+            parse_apps_file("apps:\n- app-id: a\n- app-id: a\n", "default")
+                .unwrap_err()
+                .contains("twice")
+        );
+    }
+
+    #[test]
+    fn one_app_spelt_twice_is_refused_and_every_name_is_validated() {
+        // No namespace and the default namespace named are the same app.
+        let twice = "apps:\n- app-id: a\n- app-id: a\n  namespace: default\n";
+        let e = parse_apps_file(twice, "default").unwrap_err();
+        assert!(
+            e.contains("\"a\" is listed twice in namespace \"default\""),
+            "{e}"
+        );
+        assert!(
+            parse_apps_file(twice, "other").is_ok(),
+            "two namespaces, two apps"
+        );
+        for (entry, what) in [
+            (
+                "  namespace: ../../tmp/evil\n",
+                "namespace \"../../tmp/evil\" is not a valid name",
+            ),
+            ("  namespace: Team\n", "DNS-1123 label"),
+            ("  namespace: ''\n", "namespace \"\""),
+            ("  driver-pod: ../driver\n", "driver-pod \"../driver\""),
+            ("  target: 1000001\n", "at most 1000000"),
+        ] {
+            let e =
+                parse_apps_file(&format!("apps:\n- app-id: a\n{entry}"), "default").unwrap_err();
+            assert!(e.contains(what) && !e.contains('\n'), "{entry}: {e}");
+        }
+        assert!(parse_apps_file("apps:\n- app-id: a\n  target: 1000000\n", "d").is_ok());
     }
 }

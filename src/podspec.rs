@@ -20,6 +20,47 @@ use std::fmt;
 /// Longest Kubernetes label value and DNS-1123 label (characters).
 pub const MAX_LABEL_LEN: usize = 63;
 
+/// Checks that `v` is a DNS-1123 label, as the API server checks a namespace name
+/// (`IsDNS1123Label` in `k8s.io/apimachinery/pkg/util/validation`): 1 to 63 characters of
+/// `[a-z0-9-]`, alphanumeric at both ends. So a name read from a file (`namespace:` in an
+/// apps file) can never leave its directory (`../x`) or its URL path. The error is one line
+/// naming `what` and the value (its first 80 characters, escaped).
+pub fn validate_dns1123_label(what: &str, v: &str) -> Result<(), String> {
+    check_dns1123(what, v, MAX_LABEL_LEN, false)
+}
+
+/// Checks that `v` is a DNS-1123 subdomain, as the API server checks a pod or ConfigMap name
+/// (`IsDNS1123Subdomain`): 1 to 253 characters of `[a-z0-9.-]`, each dot-separated part
+/// alphanumeric at both ends. Errors as [`validate_dns1123_label`].
+pub fn validate_dns1123_subdomain(what: &str, v: &str) -> Result<(), String> {
+    check_dns1123(what, v, 253, true)
+}
+
+fn check_dns1123(what: &str, v: &str, max: usize, dots: bool) -> Result<(), String> {
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    let ok = v.len() <= max
+        && match dots {
+            true => v.split('.').all(label_ok),
+            false => label_ok(v),
+        };
+    if ok {
+        return Ok(());
+    }
+    let shown: String = v.chars().take(80).collect();
+    let rule = match dots {
+        true => "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253",
+        false => "a DNS-1123 label: lower-case letters, digits and '-', at most 63",
+    };
+    Err(format!("{what} {shown:?} is not a valid name ({rule})"))
+}
+
 /// Checks that `v` can be a label value: ≤ 63 characters of `[A-Za-z0-9._-]`, alphanumeric at
 /// both ends, not empty. The error is one line naming the value and the rule.
 pub fn validate_label_value(what: &str, v: &str) -> Result<(), String> {
@@ -180,6 +221,31 @@ impl PodTemplate {
                 }]}
             }),
         })
+    }
+
+    /// The names of the template's containers (`spec.containers`), in order.
+    pub fn container_names(&self) -> Vec<&str> {
+        (self.pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+    }
+
+    /// Checks that `name` (`--executor-container`) is one of the template's containers.
+    /// Errors: one line naming it and the containers the template has.
+    pub fn check_executor_container(&self, name: &str) -> Result<(), String> {
+        let names = self.container_names();
+        if names.contains(&name) {
+            return Ok(());
+        }
+        let shown: String = name.chars().take(80).collect();
+        Err(format!(
+            "--executor-container {shown:?} is not a container of the executor pod template \
+             (it has: {})",
+            names.join(", ")
+        ))
     }
 
     /// The name of the template's first container: the executor container unless
@@ -351,6 +417,33 @@ fn set_env(container: &mut Map<String, Value>, name: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_from_files_are_validated_as_the_api_server_does() {
+        for ok in ["default", "team-b", "a1", &"x".repeat(63)] {
+            assert!(validate_dns1123_label("namespace", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "../../tmp/evil",
+            "Team",
+            "-a",
+            "a-",
+            "a.b",
+            "a/b",
+            &"x".repeat(64),
+        ] {
+            let e = validate_dns1123_label("namespace", bad).unwrap_err();
+            assert!(
+                e.contains("not a valid name") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+        assert!(validate_dns1123_subdomain("pod", "driver-1.team").is_ok());
+        for bad in ["", "a..b", ".a", "a/b", "A", &"x".repeat(254)] {
+            assert!(validate_dns1123_subdomain("pod", bad).is_err(), "{bad}");
+        }
+    }
 
     fn is_dns1123_label(s: &str) -> bool {
         let b = s.as_bytes();

@@ -32,7 +32,15 @@
 //!   (anything else, or OOMKilled), whatever the phase and the other containers say — podalloc
 //!   creates pods with `restartPolicy: Never`, so a terminated container never comes back,
 //!   while a sidecar that keeps running holds the pod in phase Running;
-//! - otherwise by `status.phase`: Pending, Running, Failed, Succeeded; anything else → Unknown.
+//! - otherwise by `status.phase`: Pending (also a pod without a phase: the API server sets
+//!   Pending on every create, so a pod without one was just created), Running, Failed,
+//!   Succeeded; anything else (`Unknown`) → Unknown.
+//!
+//! Besides the state, each pod records what the rules of real clusters need
+//! (`docs/semantics.md`, "Rules for real clusters"): whether it is scheduling-gated, whether
+//! Kubernetes ended it (`DisruptionTarget`, KEP-3329), and, while terminating, its
+//! `deletionTimestamp`, `deletionGracePeriodSeconds` and whether its phase is terminal (how a
+//! ResourceQuota decides whether it still charges it).
 //!
 //! The executor container is the one named by `--executor-container`, else the pod's first
 //! container in `spec.containers` (for pods podalloc creates: the template's first container).
@@ -75,7 +83,8 @@ pub enum ListSource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutorState {
-    /// `status.phase` Pending: accepted, not yet running (unscheduled, pulling, starting).
+    /// `status.phase` Pending, or no phase: accepted, not yet running (unscheduled, gated,
+    /// pulling, starting).
     Pending,
     /// `status.phase` Running.
     Running,
@@ -83,9 +92,11 @@ pub enum ExecutorState {
     Failed,
     /// `status.phase` Succeeded: does not count toward the target; deleted and replaced.
     Succeeded,
-    /// `metadata.deletionTimestamp` is set: going away; not counted, never deleted again.
+    /// `metadata.deletionTimestamp` is set: going away; never deleted again, not counted
+    /// (unless `--count-terminating`: then as a ResourceQuota charges it).
     Deleted,
-    /// Any other phase (`Unknown`, missing): not counted, left alone.
+    /// Phase `Unknown` (or any phase Kubernetes does not define): its node stopped
+    /// reporting. Counts toward the target until `--unknown-timeout`, then deleted as lost.
     Unknown,
 }
 
@@ -129,6 +140,26 @@ pub struct ExecutorPod {
     /// `metadata.creationTimestamp` (RFC 3339, set by the API server), ms since the Unix
     /// epoch; `None` when absent or unparsable. Spark 3.1+ ages pending pods by it.
     pub created_ms: Option<u64>,
+    /// The pod carries scheduling gates (`spec.schedulingGates` not empty, or
+    /// `PodScheduled=False` with reason `SchedulingGated`, KEP-3521): the scheduler does not
+    /// look at it until something (Kueue, …) removes them, so it is not waiting on the
+    /// scheduler and does not hold back the next batch (it still counts toward the target).
+    pub gated: bool,
+    /// Kubernetes ended the pod, not the executor (KEP-3329): the reason of its
+    /// `DisruptionTarget=True` condition (`PreemptionByScheduler`, `DeletionByTaintManager`,
+    /// `EvictionByEvictionAPI`, `DeletionByPodGC`, `TerminationByKubelet`), else — on a
+    /// cluster that does not set the condition — the kubelet's `status.reason` for a
+    /// node-pressure eviction (`Evicted`) or a graceful node shutdown (`Terminated`,
+    /// `Shutdown`). `None`: no disruption.
+    pub disruption: Option<String>,
+    /// `metadata.deletionTimestamp`, ms since the Unix epoch (`None` when absent or
+    /// unparsable). The API server sets it to the delete's time plus its grace period.
+    pub deletion_ms: Option<u64>,
+    /// `metadata.deletionGracePeriodSeconds`, in ms (`None` when absent or negative).
+    pub deletion_grace_ms: Option<u64>,
+    /// `status.phase` is Failed or Succeeded (whether or not the pod is being deleted):
+    /// such a pod holds no resources, so neither quota nor a Job counts it.
+    pub terminal_phase: bool,
 }
 
 impl ExecutorPod {
@@ -138,6 +169,29 @@ impl ExecutorPod {
         let w = self.waiting.as_deref()?;
         let reason = w.split(" (").next().unwrap_or(w);
         reasons.contains(&reason).then_some(w)
+    }
+
+    /// Whether a terminating pod still counts toward the target at `now_ms` under
+    /// `--count-terminating`, as a ResourceQuota charges it (kube-apiserver's `QuotaV1Pod`,
+    /// `pkg/quota/v1/evaluator/core/pods.go`, kubernetes/kubernetes#46542): not when its phase
+    /// is Failed or Succeeded, and not once `deletionTimestamp + deletionGracePeriodSeconds`
+    /// has passed (its node is lost and will never confirm the delete). `false` for a pod
+    /// that is not being deleted.
+    pub fn terminating_counts(&self, now_ms: u64) -> bool {
+        if self.state != ExecutorState::Deleted || self.terminal_phase {
+            return false;
+        }
+        match (self.deletion_ms, self.deletion_grace_ms) {
+            (Some(at), Some(grace)) => now_ms <= at.saturating_add(grace),
+            _ => true,
+        }
+    }
+
+    /// When the delete of a terminating pod was asked for, ms since the Unix epoch:
+    /// `deletionTimestamp − deletionGracePeriodSeconds` (the API server sets the timestamp
+    /// to the delete's time plus the grace). `None` when either is unknown.
+    pub fn deleted_at_ms(&self) -> Option<u64> {
+        Some(self.deletion_ms?.saturating_sub(self.deletion_grace_ms?))
     }
 }
 
@@ -160,6 +214,11 @@ impl ExecutorPod {
             deletion_cost: 0,
             restarts: 0,
             created_ms: None,
+            gated: false,
+            disruption: None,
+            deletion_ms: None,
+            deletion_grace_ms: None,
+            terminal_phase: false,
         }
     }
 }
@@ -430,18 +489,13 @@ impl Snapshot {
         let detail = status.detail();
         let reason = view.reason();
         let waiting = view.waiting(scheduled);
-        let unschedulable = status.conditions.iter().flatten().any(|c| {
-            c.kind.as_deref() == Some("PodScheduled")
-                && c.status.as_deref() == Some("False")
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
-        let restarts = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
-            .max()
-            .unwrap_or(0);
+        let unschedulable = status.scheduled_false_because("Unschedulable");
+        let gated = spec
+            .scheduling_gates
+            .as_ref()
+            .is_some_and(|g| !g.0.is_empty())
+            || status.scheduled_false_because("SchedulingGated");
+        let restarts = status.restarts();
         let deletion_cost = meta
             .annotations
             .and_then(|a| {
@@ -467,6 +521,13 @@ impl Snapshot {
             deletion_cost,
             restarts,
             created_ms: meta.creation_timestamp.as_deref().and_then(rfc3339_ms),
+            gated,
+            disruption: status.disruption(),
+            deletion_ms: meta.deletion_timestamp.and_then(|s| s.0),
+            deletion_grace_ms: (meta.deletion_grace_period_seconds)
+                .and_then(|g| u64::try_from(g).ok())
+                .map(|g| g.saturating_mul(1000)),
+            terminal_phase: matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")),
         };
         if let Some(prev) = self.executors.get(&id) {
             return Err(SnapshotError::DuplicateId {
@@ -506,13 +567,17 @@ fn bad_id_warning(name: &str, value: Option<&str>) -> String {
     }
 }
 
-/// A pod's [`ExecutorState`]: `Deleted` when it is terminating, else by `status.phase`.
+/// A pod's [`ExecutorState`]: `Deleted` when it is terminating, else by `status.phase`. A
+/// pod without a phase (absent or empty) is Pending: the API server sets `Pending` on every
+/// create (the pod strategy's `PrepareForCreate`), so a pod without one was just created or
+/// written by something that is not the API server; reading it as Unknown would leave it
+/// uncounted and replace it (10 executors for a target of 5).
 fn classify(terminating: bool, phase: Option<&str>) -> ExecutorState {
     if terminating {
         return ExecutorState::Deleted;
     }
     match phase.unwrap_or("") {
-        "Pending" => ExecutorState::Pending,
+        "Pending" | "" => ExecutorState::Pending,
         "Running" => ExecutorState::Running,
         "Failed" => ExecutorState::Failed,
         "Succeeded" => ExecutorState::Succeeded,
@@ -690,7 +755,9 @@ struct RawMeta<'a> {
     #[serde(borrow, default)]
     resource_version: Option<Str<'a>>,
     #[serde(default)]
-    deletion_timestamp: Option<json::Checked>,
+    deletion_timestamp: Option<Stamp>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<i64>,
     #[serde(borrow, default)]
     creation_timestamp: Option<Str<'a>>,
     #[serde(borrow, default)]
@@ -708,6 +775,8 @@ struct RawSpec<'a> {
     containers: Option<json::Capped<RawContainer<'a>>>,
     #[serde(borrow, default)]
     init_containers: Option<json::Capped<RawContainer<'a>>>,
+    #[serde(default)]
+    scheduling_gates: Option<json::Capped<json::Checked>>,
 }
 
 #[derive(Deserialize)]
@@ -855,7 +924,44 @@ impl<'s, 'a> Containers<'s, 'a> {
     }
 }
 
+/// The kubelet's `status.reason` for a pod it ended itself on a cluster without the
+/// `DisruptionTarget` condition: node-pressure eviction (`Evicted`, the eviction manager)
+/// and graceful node shutdown (`Terminated`; `Shutdown` before Kubernetes 1.22).
+pub const KUBELET_DISRUPTION_REASONS: [&str; 3] = ["Evicted", "Terminated", "Shutdown"];
+
 impl RawStatus<'_> {
+    /// The largest container `restartCount` (0 when none).
+    fn restarts(&self) -> u32 {
+        (self.container_statuses.iter().flatten())
+            .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the `PodScheduled` condition is `False` with `reason`.
+    fn scheduled_false_because(&self, reason: &str) -> bool {
+        self.conditions.iter().flatten().any(|c| {
+            c.kind.as_deref() == Some("PodScheduled")
+                && c.status.as_deref() == Some("False")
+                && c.reason.as_deref() == Some(reason)
+        })
+    }
+
+    /// See [`ExecutorPod::disruption`].
+    fn disruption(&self) -> Option<String> {
+        let condition = self.conditions.iter().flatten().find(|c| {
+            c.kind.as_deref() == Some("DisruptionTarget") && c.status.as_deref() == Some("True")
+        });
+        if let Some(c) = condition {
+            let r = c.reason.as_deref().filter(|r| !r.is_empty());
+            return Some(clip(r.unwrap_or("DisruptionTarget")).to_string());
+        }
+        let r = self.reason.as_deref()?;
+        KUBELET_DISRUPTION_REASONS
+            .contains(&r)
+            .then(|| r.to_string())
+    }
+
     /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
     fn detail(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
@@ -928,6 +1034,50 @@ struct RawTerminated<'a> {
     exit_code: Option<i64>,
     #[serde(borrow, default)]
     reason: Option<Str<'a>>,
+}
+
+/// A timestamp field (`metadata.deletionTimestamp`): any JSON value, checked in full as
+/// [`json::Checked`] is (its presence decides whether the pod is terminating); an RFC 3339
+/// string is kept as ms since the Unix epoch, anything else as `None`.
+struct Stamp(Option<u64>);
+
+impl<'de> Deserialize<'de> for Stamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Stamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Stamp, E> {
+                Ok(Stamp(rfc3339_ms(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_element::<json::Checked>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_entry::<json::Checked, json::Checked>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// The annotation ReplicaSet ranks scale-down by (`PodDeletionCost`, on since 1.22).
@@ -1595,5 +1745,105 @@ mod tests {
             s.executors[&1].waiting.as_deref(),
             Some("ContainerCreating (image spark:3.5)")
         );
+    }
+
+    /// One executor pod with `meta` (extra metadata fields), `spec` and `status`.
+    fn with_meta(meta: &str, spec: &str, status: &str) -> Vec<u8> {
+        format!(
+            r#"{{"kind":"PodList","items":[{{"metadata":{{"name":"a-exec-1",{meta}"labels":{}}},
+               "spec":{spec},"status":{status}}}]}}"#,
+            ours("1")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_pod_without_a_phase_is_pending_not_unknown() {
+        for status in [r#"{}"#, r#"{"phase":""}"#, r#"{"phase":null}"#] {
+            let s = Snapshot::from_pod_list(&real(TWO, status), "app-1").unwrap();
+            assert_eq!(s.executors[&1].state, ExecutorState::Pending, "{status}");
+        }
+        let s = Snapshot::from_pod_list(&real(TWO, r#"{"phase":"Lost"}"#), "app-1").unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Unknown);
+    }
+
+    #[test]
+    fn scheduling_gates_and_the_scheduling_gated_reason_mark_a_gated_pod() {
+        let gates = r#"{"schedulingGates":[{"name":"kueue.x-k8s.io/admission"}],"containers":[]}"#;
+        let s = Snapshot::from_pod_list(&real(gates, r#"{"phase":"Pending"}"#), "app-1").unwrap();
+        assert!(s.executors[&1].gated);
+        let cond = r#"{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"SchedulingGated"}]}"#;
+        let s = Snapshot::from_pod_list(&real("{}", cond), "app-1").unwrap();
+        assert!(s.executors[&1].gated && !s.executors[&1].unschedulable);
+        let none = r#"{"schedulingGates":[],"containers":[]}"#;
+        let s = Snapshot::from_pod_list(&real(none, r#"{"phase":"Pending"}"#), "app-1").unwrap();
+        assert!(!s.executors[&1].gated);
+    }
+
+    #[test]
+    fn disruption_target_or_a_kubelet_eviction_reason_is_a_disruption() {
+        let failed = |extra: &str| {
+            format!(
+                r#"{{"phase":"Failed"{extra},"containerStatuses":[{}]}}"#,
+                cs(
+                    "spark-kubernetes-executor",
+                    "spark:3.5",
+                    r#"{"terminated":{"exitCode":137,"reason":"Error"}}"#
+                )
+            )
+        };
+        let cases = [
+            (
+                r#","conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]"#,
+                Some("PreemptionByScheduler"),
+            ),
+            (
+                r#","conditions":[{"type":"DisruptionTarget","status":"False","reason":"PreemptionByScheduler"}]"#,
+                None,
+            ),
+            (r#","reason":"Evicted""#, Some("Evicted")),
+            (r#","reason":"Terminated""#, Some("Terminated")),
+            (r#","reason":"DeadlineExceeded""#, None),
+            ("", None),
+        ];
+        for (extra, want) in cases {
+            let s = Snapshot::from_pod_list(&real(TWO, &failed(extra)), "app-1").unwrap();
+            assert_eq!(s.executors[&1].state, ExecutorState::Failed);
+            assert_eq!(s.executors[&1].disruption.as_deref(), want, "{extra}");
+        }
+    }
+
+    #[test]
+    fn a_terminating_pod_counts_as_quota_charges_it() {
+        let meta = r#""deletionTimestamp":"2026-01-01T01:00:00Z","deletionGracePeriodSeconds":30,"#;
+        let at = 1_767_229_200_000u64;
+        let s = Snapshot::from_pod_list(&with_meta(meta, TWO, r#"{"phase":"Running"}"#), "app-1")
+            .unwrap();
+        let p = &s.executors[&1];
+        assert_eq!(p.state, ExecutorState::Deleted);
+        assert_eq!(
+            (p.deletion_ms, p.deletion_grace_ms),
+            (Some(at), Some(30_000))
+        );
+        assert_eq!(p.deleted_at_ms(), Some(at - 30_000));
+        assert!(p.terminating_counts(at + 30_000));
+        assert!(
+            !p.terminating_counts(at + 30_001),
+            "past deletionTimestamp + grace"
+        );
+        let s = Snapshot::from_pod_list(&with_meta(meta, TWO, r#"{"phase":"Failed"}"#), "app-1")
+            .unwrap();
+        assert!(s.executors[&1].terminal_phase);
+        assert!(
+            !s.executors[&1].terminating_counts(at),
+            "a Failed pod never counts"
+        );
+        // Without a grace period (not sent by the API server) it counts until gone, as quota.
+        let odd = r#""deletionTimestamp":{"not":"a time"},"#;
+        let s = Snapshot::from_pod_list(&with_meta(odd, TWO, r#"{"phase":"Running"}"#), "app-1")
+            .unwrap();
+        assert_eq!(s.executors[&1].state, ExecutorState::Deleted);
+        assert!(s.executors[&1].terminating_counts(u64::MAX));
+        assert!(!ExecutorPod::example(2, ExecutorState::Running).terminating_counts(0));
     }
 }

@@ -21,7 +21,8 @@ pub(crate) fn load_template(
             .map(Some)
             .map_err(|e| Error::usage(e.0)),
         (Some(path), image) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+            let max = crate::kube::MAX_INPUT_FILE_BYTES;
+            let text = crate::kube::read_regular_text(path, max).map_err(|e| {
                 Error::usage(format!(
                     "cannot read the pod template {}: {e}",
                     path.display()

@@ -209,7 +209,7 @@ fn executor_template_configmap_holds_a_valid_template() {
 #[test]
 fn admin_host_config_file_keys_are_flags() {
     use clap::CommandFactory;
-    let p = root().join("deploy/spark-etl.yaml");
+    let p = root().join("deploy/host/spark-etl.yaml");
     podalloc::config_file::load(&podalloc::cli::Cli::command(), &p).unwrap();
 }
 

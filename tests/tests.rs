@@ -4,10 +4,15 @@
 
 mod util;
 
+mod both;
+mod real;
+
+mod apiserver;
 mod cmstore;
 mod conformance;
 mod crash;
 mod deploy;
+mod differential;
 mod e2e;
 mod events;
 mod faults;
@@ -22,6 +27,7 @@ mod mtls;
 mod multi;
 mod ops;
 mod overlap;
+mod real_clusters;
 mod real_pods;
 mod reliability;
 mod steer;

@@ -26,24 +26,31 @@
 //! 5. **census** — the snapshot's executors sorted into running and pending (removed ones no
 //!    longer count); failed and succeeded executors do not count and their pods are deleted
 //!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
-//! 6. **delete_stuck** (opt-in `--startup-grace`) — pods waiting in ErrImagePull,
+//!    A Failed pod that Kubernetes ended (`DisruptionTarget=True`, KEP-3329: preemption,
+//!    eviction, node shutdown) is deleted and replaced as `disrupted`, never a failure.
+//! 6. **delete_lost** — a pod in phase Unknown counts toward the target (as ReplicaSet's
+//!    `IsPodActive`) until Unknown longer than `--unknown-timeout` (5 min): then it is lost,
+//!    deleted once (reason `lost`) and replaced.
+//! 7. **delete_stuck** (opt-in `--startup-grace`) — pods waiting in ErrImagePull,
 //!    CrashLoopBackOff, … longer than the grace are failures, deleted once.
-//! 7. **crash_loop_guard** (opt-in `--max-failures`, `guard.rs`) — too many failures in the
+//! 8. **crash_loop_guard** (opt-in `--max-failures`, `guard.rs`) — too many failures in the
 //!    window halt creation ([`Plan::halt`]).
-//! 8. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
+//! 9. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
 //!    excess is deleted: unacknowledged first (newest first), then pending (unscheduled first,
 //!    lower pod-deletion-cost first, then newest). Running executors are never deleted for
 //!    excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
 //!    pending when the call is made ([`Delete::if_pending`]).
-//! 9. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
-//!    unreadable 2xx after the retries) and still unseen is sent again under the same id and
-//!    name ([`Create::retry`]); 409 for our own pod counts as created.
-//! 10. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
-//!     observed in the snapshot), and running < target, min(target − running, batch size)
-//!     executors are created with fresh ids; `--max-pending` (Spark 3.1+'s maxPendingPods) lets
+//! 10. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
+//!     unreadable 2xx after the retries) and still unseen is sent again under the same id and
+//!     name ([`Create::retry`]); 409 for our own pod counts as created.
+//! 11. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
+//!     observed in the snapshot; scheduling-gated pods do not hold a batch back), and
+//!     running < target, min(target − counted, batch size) executors are created with fresh
+//!     ids (counted: running, Unknown, gated, and with `--count-terminating` terminating pods
+//!     as quota charges them); `--max-pending` (Spark 3.1+'s maxPendingPods) lets
 //!     pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
 //!     back-off or a crash-loop halt stops creation.
-//! 11. **finish** — the counts, "converged" (the one definition every command uses:
+//! 12. **finish** — the counts, "converged" (the one definition every command uses:
 //!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
 //!     the state to persist if every call succeeds.
 
@@ -62,8 +69,8 @@ pub use plan::{
 pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
-    DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, MIN_CREATION_TIMEOUT_MS,
-    SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
+    DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, DEFAULT_UNKNOWN_TIMEOUT_MS,
+    MAX_TARGET, MIN_CREATION_TIMEOUT_MS, SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
     AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,
@@ -94,6 +101,7 @@ pub fn step(
     s.time_out_unseen();
     s.remove_requested(&request.remove);
     let mut pods = s.census();
+    s.delete_lost(&mut pods);
     s.delete_stuck(&mut pods);
     let guard = s.crash_loop_guard();
     s.delete_excess(&mut pods);

@@ -85,6 +85,11 @@ pub enum DeleteReason {
     Late,
     /// Stuck in start-up longer than the grace (ErrImagePull, CrashLoopBackOff, …).
     Stuck,
+    /// Ended by Kubernetes, not by the executor (`DisruptionTarget=True`, KEP-3329): replaced,
+    /// not a failure.
+    Disrupted,
+    /// In phase Unknown longer than `--unknown-timeout`: its node is presumed lost.
+    Lost,
 }
 
 impl fmt::Display for DeleteReason {
@@ -98,6 +103,8 @@ impl fmt::Display for DeleteReason {
             DeleteReason::DriverEnded => "driver-ended",
             DeleteReason::Late => "late",
             DeleteReason::Stuck => "stuck",
+            DeleteReason::Disrupted => "disrupted",
+            DeleteReason::Lost => "lost",
         })
     }
 }
@@ -264,6 +271,28 @@ pub enum Blocked {
     CrashLoop,
     /// No executor id is left for this app id.
     IdsExhausted,
+    /// Every slot below the target is taken by scheduling-gated pods (`spec.schedulingGates`,
+    /// e.g. Kueue waiting to admit the group): they count, and wait for their gates to go.
+    Gated {
+        /// Scheduling-gated pods.
+        pods: u32,
+    },
+    /// With `--count-terminating`: terminating pods still counted (as quota charges them,
+    /// until `deletionTimestamp + deletionGracePeriodSeconds`) hold the app short.
+    Terminating {
+        /// Terminating pods that count.
+        pods: u32,
+        /// How long ago the oldest one's delete was asked for, ms (`None`: unknown).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        oldest_ms: Option<u64>,
+    },
+    /// Pods in phase Unknown (node not reporting) hold the slots until they are lost.
+    Unknown {
+        /// Pods in phase Unknown.
+        pods: u32,
+        /// Time until the first is lost (deleted and replaced), ms.
+        lost_in_ms: u64,
+    },
 }
 
 impl fmt::Display for Blocked {
@@ -290,8 +319,27 @@ impl fmt::Display for Blocked {
             Blocked::CrashLoop => f.write_str("halted by the crash-loop guard"),
             Blocked::DriverPending => f.write_str("the driver pod is still pending"),
             Blocked::IdsExhausted => f.write_str("executor ids are exhausted for this app id"),
+            Blocked::Gated { pods } => write!(f, "waiting for {pods} scheduling-gated pods"),
+            Blocked::Terminating { pods, oldest_ms } => {
+                write!(f, "waiting for {pods} terminating pods to go (--count-terminating)")?;
+                match oldest_ms {
+                    Some(ms) => write!(f, "; the oldest was deleted {} ago", dur(*ms)),
+                    None => Ok(()),
+                }
+            }
+            Blocked::Unknown { pods, lost_in_ms } => write!(
+                f,
+                "waiting for {pods} pods in phase Unknown (node not reporting); the first is \
+                 lost and replaced in {}",
+                dur(*lost_in_ms)
+            ),
         }
     }
+}
+
+/// A duration for messages, to the second (`1m 5s`).
+fn dur(ms: u64) -> humantime::FormattedDuration {
+    humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000)))
 }
 
 /// Why no plan could be made.

@@ -112,7 +112,7 @@ pub fn next_tick_ms(requeue_after_ms: Option<u64>, busy: bool, fast_ms: u64, idl
 
 /// When time alone next changes what a step decides, ms from `now_ms` (`None`: nothing waits
 /// on time): the earliest of an unacknowledged request's creation deadline, the end of the
-/// creation back-off, a stuck pod's start-up grace and, while the crash-loop guard halts
+/// creation back-off, a stuck pod's start-up grace, an Unknown pod's timeout and, while the crash-loop guard halts
 /// creation, the oldest failure leaving the window (kube-runtime's `Action::requeue`). Read
 /// from the state a step or [`record`] leaves, so a back-off set by this tick's calls counts.
 pub fn requeue_after_ms(state: &AllocatorState, settings: &Settings, now_ms: u64) -> Option<u64> {
@@ -122,6 +122,9 @@ pub fn requeue_after_ms(state: &AllocatorState, settings: &Settings, now_ms: u64
     let backoff = state.create_backoff.iter().map(|b| b.until_ms);
     let stuck = (state.stuck.iter())
         .filter_map(|r| Some(r.since_ms.saturating_add(pol.startup_grace_ms?) + 1));
+    let lost = (state.unknown.iter())
+        .map(|r| r.since_ms.saturating_add(settings.unknown_timeout()) + 1)
+        .min();
     let halted = pol
         .max_failures
         .is_some_and(|max| state.failures.len() as u64 > max as u64);
@@ -129,8 +132,12 @@ pub fn requeue_after_ms(state: &AllocatorState, settings: &Settings, now_ms: u64
         .filter(|_| halted)
         .map(|f| f.at_ms.saturating_add(pol.failure_window_ms) + 1)
         .min();
-    (deadlines.chain(backoff).chain(stuck).chain(halt_ends))
-        .filter(|&t| t > now_ms)
-        .min()
-        .map(|t| t - now_ms)
+    (deadlines
+        .chain(backoff)
+        .chain(stuck)
+        .chain(lost)
+        .chain(halt_ends))
+    .filter(|&t| t > now_ms)
+    .min()
+    .map(|t| t - now_ms)
 }

@@ -38,15 +38,25 @@ pub(super) struct Step<'a> {
 pub(super) struct Census<'a> {
     running: Vec<&'a ExecutorPod>,
     pending: Vec<&'a ExecutorPod>,
+    /// Pods in phase Unknown not yet lost: they count toward the target.
+    unknown: Vec<&'a ExecutorPod>,
+    /// Terminating pods (`deletionTimestamp` set), whether they count or not.
+    terminating: Vec<&'a ExecutorPod>,
     summary: Summary,
     stuck: Vec<StuckRecord>,
+    /// Since when each pod in `unknown` has been Unknown.
+    unknown_since: Vec<StuckRecord>,
+    /// Pods lost (deleted from phase Unknown) in this step: with `--count-terminating` they
+    /// count as the terminating pods they are about to be.
+    lost: u32,
     /// Pending pods deleted as excess in this step.
     excess_pending: u32,
 }
 
 impl<'a> Step<'a> {
     /// Starts a step: the target after the request's change, and the id counter at
-    /// max(persisted counter, highest id in the cluster), so ids survive a lost state.
+    /// max(persisted counter, every id the state names, highest id in the cluster), so ids
+    /// survive a lost state and an inconsistent one.
     pub(super) fn begin(
         snap: &'a Snapshot,
         prev: &'a AllocatorState,
@@ -60,7 +70,7 @@ impl<'a> Step<'a> {
             cfg,
             now_ms,
             target: req.target.apply(prev.target).ok_or(StepError::NoTarget)?,
-            last_id: prev.last_executor_id.max(snap.max_id()),
+            last_id: prev.highest_id().max(snap.max_id()),
             unack: prev
                 .unacknowledged
                 .iter()
@@ -191,8 +201,12 @@ impl<'a> Step<'a> {
         let mut c = Census {
             running: Vec::new(),
             pending: Vec::new(),
+            unknown: Vec::new(),
+            terminating: Vec::new(),
             summary: Summary::default(),
             stuck: Vec::new(),
+            unknown_since: Vec::new(),
+            lost: 0,
             excess_pending: 0,
         };
         c.summary.unacknowledged = self.unack.len() as u32;
@@ -213,6 +227,10 @@ impl<'a> Step<'a> {
             match p.state {
                 ExecutorState::Running => c.running.push(p),
                 ExecutorState::Pending => c.pending.push(p),
+                ExecutorState::Failed if p.disruption.is_some() => {
+                    c.summary.failed += 1;
+                    self.disrupted(p);
+                }
                 ExecutorState::Failed => {
                     c.summary.failed += 1;
                     let reason = p.reason.clone().unwrap_or_else(|| "failed".into());
@@ -223,11 +241,69 @@ impl<'a> Step<'a> {
                     c.summary.succeeded += 1;
                     self.delete_terminated(p, DeleteReason::Succeeded);
                 }
-                ExecutorState::Deleted => c.summary.deleting += 1,
-                ExecutorState::Unknown => c.summary.unknown += 1,
+                ExecutorState::Deleted => {
+                    c.summary.deleting += 1;
+                    c.terminating.push(p);
+                }
+                ExecutorState::Unknown => {
+                    c.summary.unknown += 1;
+                    c.unknown.push(p);
+                }
             }
         }
         c
+    }
+
+    /// Disruptions are not crashes (KEP-3329's `DisruptionTarget`, as a Job's
+    /// `podFailurePolicy` `Ignore` rule treats them): a pod Kubernetes ended (preemption,
+    /// eviction, taint eviction, node shutdown, pod GC) is deleted and replaced like a failed
+    /// one (reason `disrupted`), but never counted by the crash-loop guard; a warning names
+    /// the disruption.
+    fn disrupted(&mut self, p: &ExecutorPod) {
+        let why = p.disruption.as_deref().unwrap_or("DisruptionTarget");
+        self.warnings.push(format!(
+            "executor {} (pod {}) was ended by Kubernetes, not by the executor ({why}): \
+             replaced, not counted as a failure",
+            p.id, p.name
+        ));
+        self.delete_terminated(p, DeleteReason::Disrupted);
+    }
+
+    /// Phase Unknown (the node stopped reporting): the pod counts toward the target, as the
+    /// ReplicaSet controller's `IsPodActive` counts it, until it has been Unknown longer than
+    /// `--unknown-timeout` (default 5 min, the default `tolerationSeconds` for
+    /// `node.kubernetes.io/unreachable`). Then it is lost: deleted once (reason `lost`), no
+    /// longer counted (with `--count-terminating` it counts as a terminating pod until its
+    /// deletion deadline passes), replaced, and not a failure for the crash-loop guard.
+    pub(super) fn delete_lost(&mut self, c: &mut Census<'a>) {
+        let timeout = self.cfg.unknown_timeout();
+        let since: BTreeMap<u64, u64> = (self.prev.unknown.iter())
+            .map(|r| (r.executor_id, r.since_ms))
+            .collect();
+        let now = self.now_ms;
+        let mut kept = Vec::new();
+        for p in std::mem::take(&mut c.unknown) {
+            let since_ms = since.get(&p.id).copied().unwrap_or(now);
+            if now.saturating_sub(since_ms) > timeout {
+                self.warnings.push(format!(
+                    "executor {} (pod {}) has been in phase Unknown for more than {}: lost, \
+                     deleted and replaced",
+                    p.id,
+                    p.name,
+                    humantime::format_duration(std::time::Duration::from_millis(timeout))
+                ));
+                self.delete.push(Delete::seen(p, DeleteReason::Lost));
+                c.lost += 1;
+                continue;
+            }
+            c.unknown_since.push(StuckRecord {
+                executor_id: p.id,
+                since_ms,
+                reason: "Unknown".into(),
+            });
+            kept.push(p);
+        }
+        c.unknown = kept;
     }
 
     fn delete_terminated(&mut self, p: &ExecutorPod, reason: DeleteReason) {
@@ -432,45 +508,84 @@ impl<'a> Step<'a> {
     }
 
     /// How many executors may be created (before the batch size), and what makes the rule
-    /// wait, if anything. With `--count-terminating`, pods being deleted still count.
+    /// wait, if anything. Pods in phase Unknown (not yet lost) and scheduling-gated pods count
+    /// toward the target but never hold back a batch; with `--count-terminating`, terminating
+    /// pods count as a ResourceQuota charges them ([`ExecutorPod::terminating_counts`]).
     fn room(&self, c: &Census<'a>, running: u32) -> (u32, Option<Blocked>) {
+        let gated = c.pending.iter().filter(|p| p.gated).count() as u32;
         let pending = c.pending.len() as u32 - c.excess_pending;
+        let ungated = c.pending.len() as u32 - gated;
         let unacknowledged = self.unack.len() as u32;
-        let terminating = match self.cfg.policies.count_terminating {
-            true => c.summary.deleting,
+        let terminating = self.counted_terminating(c);
+        let lost = match self.cfg.policies.count_terminating {
+            true => c.lost,
             false => 0,
         };
-        let counted = running.saturating_add(terminating);
-        match self.cfg.policies.max_pending {
-            None if unacknowledged > 0 || !c.pending.is_empty() => (
-                0,
-                Some(Blocked::Waiting {
-                    pending: c.pending.len() as u32,
-                    unacknowledged,
-                }),
+        let counted = (running.saturating_add(terminating.len() as u32))
+            .saturating_add(c.unknown.len() as u32)
+            .saturating_add(lost);
+        let waiting = |pending| Blocked::Waiting {
+            pending,
+            unacknowledged,
+        };
+        let (room, blocked) = match self.cfg.policies.max_pending {
+            None if unacknowledged > 0 || ungated > 0 => (0, Some(waiting(ungated))),
+            None => (
+                self.target.saturating_sub(counted.saturating_add(gated)),
+                None,
             ),
-            None => (self.target.saturating_sub(counted), None),
-            Some(_) if unacknowledged > 0 => (
-                0,
-                Some(Blocked::Waiting {
-                    pending,
-                    unacknowledged,
-                }),
-            ),
+            Some(_) if unacknowledged > 0 => (0, Some(waiting(pending))),
             Some(max) => {
                 let missing = self.target.saturating_sub(counted.saturating_add(pending));
-                let slots = max.saturating_sub(pending);
+                let slots = max.saturating_sub(pending.saturating_sub(gated));
                 let blocked = match (missing, slots) {
-                    (0, _) if pending > 0 => Some(Blocked::Waiting {
-                        pending,
-                        unacknowledged,
-                    }),
+                    (0, _) if pending > gated => Some(waiting(pending)),
                     (1.., 0) => Some(Blocked::MaxPending { pending, cap: max }),
                     _ => None,
                 };
                 (missing.min(slots), blocked)
             }
+        };
+        let held = (room == 0 && blocked.is_none()).then(|| self.held_by(c, gated, &terminating));
+        (room, blocked.or(held.flatten()))
+    }
+
+    /// The terminating pods that still count toward the target (only with
+    /// `--count-terminating`).
+    fn counted_terminating(&self, c: &Census<'a>) -> Vec<&'a ExecutorPod> {
+        match self.cfg.policies.count_terminating {
+            true => (c.terminating.iter().copied())
+                .filter(|p| p.terminating_counts(self.now_ms))
+                .collect(),
+            false => Vec::new(),
         }
+    }
+
+    /// What holds the app below its target when every slot is taken by pods that are not
+    /// running: scheduling-gated pods, then counted terminating pods, then Unknown ones.
+    fn held_by(
+        &self,
+        c: &Census<'a>,
+        gated: u32,
+        terminating: &[&'a ExecutorPod],
+    ) -> Option<Blocked> {
+        if gated > 0 {
+            return Some(Blocked::Gated { pods: gated });
+        }
+        if !terminating.is_empty() {
+            let oldest_ms = (terminating.iter())
+                .filter_map(|p| p.deleted_at_ms())
+                .map(|t| self.now_ms.saturating_sub(t))
+                .max();
+            let pods = terminating.len() as u32;
+            return Some(Blocked::Terminating { pods, oldest_ms });
+        }
+        let since = c.unknown_since.iter().map(|r| r.since_ms).min()?;
+        Some(Blocked::Unknown {
+            pods: c.unknown.len() as u32,
+            lost_in_ms: (since.saturating_add(self.cfg.unknown_timeout()) + 1)
+                .saturating_sub(self.now_ms),
+        })
     }
 
     /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
@@ -512,6 +627,7 @@ impl<'a> Step<'a> {
             counters: self.prev.counters.clone(),
             failures: guard.failures,
             stuck: c.stuck,
+            unknown: c.unknown_since,
             adaptive: b.adaptive,
             owner: self.prev.owner.clone(),
             applied_requests: self.prev.applied_requests.clone(),

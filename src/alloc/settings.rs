@@ -1,6 +1,9 @@
 //! Allocation settings: Spark's allocation knobs and podalloc's opt-in policies. Durations
 //! are milliseconds.
 
+/// The largest target (executors) accepted anywhere: flags, apps files, state files.
+pub const MAX_TARGET: u32 = 1_000_000;
+
 /// Default batch size (Spark's `spark.kubernetes.allocation.batch.size`): pods per batch.
 pub const DEFAULT_BATCH_SIZE: u32 = 5;
 /// Default batch delay (Spark's `spark.kubernetes.allocation.batch.delay`): 1 s, in ms.
@@ -53,11 +56,11 @@ pub struct Policies {
     pub max_failures: Option<u32>,
     /// The crash-loop guard's window, ms (default 10 minutes).
     pub failure_window_ms: u64,
-    /// A pod waiting (in an init container or a container) in ErrImagePull,
-    /// ImagePullBackOff, InvalidImageName, CreateContainerConfigError or CrashLoopBackOff, or
-    /// scheduled and still in ContainerCreating or PodInitializing, longer than this (ms)
-    /// counts as a failure: deleted once (reason `stuck`) and counted by the guard.
-    /// Unschedulable alone is not a failure.
+    /// A pod waiting (in an init container or a container) in one of [`STUCK_REASONS`] (the
+    /// kubelet's permanent start-up errors, CrashLoopBackOff, or — once scheduled —
+    /// ContainerCreating or PodInitializing) longer than this (ms) counts as a failure:
+    /// deleted once (reason `stuck`) and counted by the guard. Unschedulable alone is not a
+    /// failure.
     pub startup_grace_ms: Option<u64>,
     /// Also delete running executors above the target (off by default, as Spark), lowest
     /// pod-deletion-cost first, then most restarts, then newest.
@@ -71,6 +74,12 @@ pub struct Policies {
     /// they are gone (off by default, as Spark), so a namespace under a pod-count
     /// ResourceQuota never holds more executor pods than the target during replacements.
     pub count_terminating: bool,
+    /// How long a pod may stay in phase Unknown (its node stopped reporting) before it is
+    /// lost: deleted (reason `lost`) and replaced, ms (`--unknown-timeout`). Until then it
+    /// counts toward the target, as the ReplicaSet controller counts it (`IsPodActive`:
+    /// only Succeeded, Failed and terminating pods are inactive). `None`:
+    /// [`DEFAULT_UNKNOWN_TIMEOUT_MS`].
+    pub unknown_timeout_ms: Option<u64>,
     /// Slow-start within a tick (`--batch-size slow-start`), as Kubernetes' ReplicaSet
     /// controller creates its pods: the batch is sent in groups of 1, 2, 4, … back to back,
     /// stopping at the first error, throttling or quota signal ([`crate::alloc::Plan::create_groups`]);
@@ -81,15 +90,39 @@ pub struct Policies {
 /// Default crash-loop guard window: 10 minutes, in ms.
 pub const DEFAULT_FAILURE_WINDOW_MS: u64 = 600_000;
 
+/// Default [`Policies::unknown_timeout_ms`]: 5 minutes, the `tolerationSeconds` the
+/// `DefaultTolerationSeconds` admission plugin gives every pod for the
+/// `node.kubernetes.io/unreachable` and `not-ready` taints (after it, a real cluster's taint
+/// manager evicts the pod too).
+pub const DEFAULT_UNKNOWN_TIMEOUT_MS: u64 = 300_000;
+
 /// Waiting reasons that mean a pod will not start by itself (see [`Policies::startup_grace_ms`]),
-/// in an init container or a container: image and configuration errors, and a scheduled pod
-/// still setting up (a volume that never mounts, a missing secret) after the grace.
+/// in an init container or a container: every waiting reason the kubelet sets for a start-up
+/// error that retrying does not fix (`pkg/kubelet/images/types.go`,
+/// `pkg/kubelet/container/sync_result.go`, `pkg/kubelet/kuberuntime/kuberuntime_container.go`;
+/// `docs/semantics.md` lists every waiting reason and why it is or is not here), and a
+/// scheduled pod still setting up (a volume that never mounts, a sandbox that never starts)
+/// after the grace.
 pub const STUCK_REASONS: &[&str] = &[
+    // images (pkg/kubelet/images/types.go)
     "ErrImagePull",
     "ImagePullBackOff",
     "InvalidImageName",
+    "ErrImageNeverPull",
+    "ImageInspectError",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+    // containers (kuberuntime_container.go, sync_result.go)
     "CreateContainerConfigError",
+    "CreateContainerError",
+    "PreCreateHookError",
+    "PreStartHookError",
+    "PostStartHookError",
+    "RunContainerError",
+    "RunInitContainerError",
+    "VerifyNonRootError",
     "CrashLoopBackOff",
+    // still setting up once scheduled (kubelet_pods.go)
     "ContainerCreating",
     "PodInitializing",
 ];
@@ -110,6 +143,11 @@ impl Settings {
                 ..Policies::default()
             },
         }
+    }
+
+    /// The Unknown-phase timeout in effect, ms (see [`Policies::unknown_timeout_ms`]).
+    pub fn unknown_timeout(&self) -> u64 {
+        (self.policies.unknown_timeout_ms).unwrap_or(DEFAULT_UNKNOWN_TIMEOUT_MS)
     }
 
     /// The creation timeout in effect, ms: the configured one, else

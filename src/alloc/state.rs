@@ -58,6 +58,10 @@ pub struct AllocatorState {
     /// Pods seen stuck in a [`crate::alloc::STUCK_REASONS`] state, since when (only with `startup_grace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<StuckRecord>,
+    /// Pods seen in phase Unknown, since when (`reason` is `Unknown`): lost, deleted and
+    /// replaced once Unknown longer than [`crate::alloc::Settings::unknown_timeout`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<StuckRecord>,
     /// Adaptive batch state (only with `--batch-size auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveState>,
@@ -200,8 +204,47 @@ impl AllocatorState {
         }
     }
 
-    /// Checks a loaded state: known version, ids consistent. Errors: one line naming the field.
+    /// The highest executor id the state names anywhere (the counter, requests, deleted ids,
+    /// failure, stuck and Unknown records): new ids start above it, so an inconsistent state
+    /// (a deleted id above the counter, written by hand or by another tool) never hands an
+    /// id out again.
+    pub fn highest_id(&self) -> u64 {
+        let requests = (self.unacknowledged.iter()).chain(self.deleted_unseen.iter());
+        let records = (self.stuck.iter()).chain(self.unknown.iter());
+        (requests.map(|u| u.executor_id))
+            .chain(self.deleted.iter().copied())
+            .chain(self.failures.iter().map(|f| f.executor_id))
+            .chain(records.map(|r| r.executor_id))
+            .fold(self.last_executor_id, u64::max)
+    }
+
+    /// Checks a loaded state: known version, ids consistent, the documented limits (a target
+    /// of at most [`crate::alloc::MAX_TARGET`]; every executor id, the counter included, in
+    /// `1 ..= MAX_EXECUTOR_ID`, Spark's positive longs). Errors: one line naming the field.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(t) = self.target.filter(|&t| t > super::MAX_TARGET) {
+            return Err(format!(
+                "target {t} is above the largest target {}",
+                super::MAX_TARGET
+            ));
+        }
+        let max = crate::snapshot::MAX_EXECUTOR_ID;
+        let ids = (self.deleted.iter().map(|&id| ("deleted", id)))
+            .chain(
+                self.deleted_unseen
+                    .iter()
+                    .map(|u| ("deleted_unseen", u.executor_id)),
+            )
+            .chain(self.failures.iter().map(|f| ("failures", f.executor_id)))
+            .chain(self.stuck.iter().map(|r| ("stuck", r.executor_id)))
+            .chain(self.unknown.iter().map(|r| ("unknown", r.executor_id)));
+        for (field, id) in ids {
+            if !(1..=max).contains(&id) {
+                return Err(format!(
+                    "{field} executor id {id} is outside 1..={max} (Spark's ids are positive longs)"
+                ));
+            }
+        }
         if self.version != STATE_VERSION {
             return Err(format!(
                 "state version {} is not supported by this podalloc (it reads version {STATE_VERSION}); \

@@ -221,6 +221,8 @@ enum Event {
     Quota,
     /// The next creates' outcome is unknown; `true`: they happened.
     Ambiguous(bool),
+    /// A running pod's node stops reporting: the pod turns Unknown.
+    NodeLost(u8),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -234,6 +236,7 @@ fn event() -> impl Strategy<Value = Event> {
         Just(Event::LoseState),
         Just(Event::Quota),
         any::<bool>().prop_map(Event::Ambiguous),
+        any::<u8>().prop_map(Event::NodeLost),
     ]
 }
 
@@ -266,6 +269,11 @@ proptest! {
                 Event::Fail(k) => {
                     if let Some((_, s)) = cluster.iter_mut().nth(k as usize % 8) {
                         if *s == ExecutorState::Running { *s = ExecutorState::Failed; }
+                    }
+                }
+                Event::NodeLost(k) => {
+                    if let Some((_, s)) = cluster.iter_mut().nth(k as usize % 8) {
+                        if *s == ExecutorState::Running { *s = ExecutorState::Unknown; }
                     }
                 }
                 Event::LoseCreates => lose_next_creates = true,
@@ -310,6 +318,12 @@ proptest! {
             let fresh = plan.create.iter().filter(|c| !c.retry).count() as u32;
             if fresh > 0 {
                 prop_assert!(running + plan.create.len() as u32 <= new_target);
+                // Unknown pods not yet lost count too (as ReplicaSet counts them).
+                let unknown = snapshot.executors.values()
+                    .filter(|p| p.state == ExecutorState::Unknown && !removing.contains(&p.id))
+                    .filter(|p| !plan.delete.iter().any(|d| d.executor_id == p.id))
+                    .count() as u32;
+                prop_assert!(running + unknown + plan.create.len() as u32 <= new_target);
                 // Nothing pending (removed pods are going away and do not block).
                 let pending = snapshot.executors.values()
                     .filter(|p| p.state == ExecutorState::Pending && !removing.contains(&p.id))
@@ -757,4 +771,278 @@ fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
     assert_eq!(p2.create_groups, vec![1, 2, 4, 3]);
     // Without slow-start there are no groups.
     assert!(planned(3).create_groups.is_empty());
+}
+
+// ---- real clusters: disruptions, gates, terminating and Unknown pods (issue 3/6) ---------
+
+fn failed_by(id: u64, disruption: Option<&str>) -> ExecutorPod {
+    ExecutorPod {
+        disruption: disruption.map(str::to_string),
+        reason: Some("exit code 1".into()),
+        ..pod(id, ExecutorState::Failed)
+    }
+}
+
+fn of(pods: Vec<ExecutorPod>) -> Snapshot {
+    Snapshot {
+        executors: pods.into_iter().map(|p| (p.id, p)).collect(),
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn disruptions_are_replaced_but_never_trip_the_crash_loop_guard() {
+    let mut set = settings(5);
+    set.policies.max_failures = Some(3);
+    let evicted = [
+        "EvictionByEvictionAPI",
+        "PreemptionByScheduler",
+        "Evicted",
+        "TerminationByKubelet",
+    ];
+    let s = of((1..=4)
+        .map(|i| failed_by(i, Some(evicted[i as usize - 1])))
+        .collect());
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(4), 0).unwrap();
+    assert_eq!(p.halt, None);
+    assert_eq!(ids_c(&p), vec![5, 6, 7, 8]);
+    assert!(p.delete.iter().all(|d| d.reason == DeleteReason::Disrupted));
+    assert!(p.state.failures.is_empty());
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("PreemptionByScheduler")),
+        "{:?}",
+        p.warnings
+    );
+    // Four real failures (exit 1) still halt.
+    let s = of((5..=8).map(|i| failed_by(i, None)).collect());
+    let p = step(&s, &p.state, &set, &Request::default(), 1000).unwrap();
+    assert!(p.halt.is_some());
+    assert!(p.create.is_empty());
+}
+
+#[test]
+fn scheduling_gated_pods_count_but_do_not_hold_the_next_batch() {
+    let gated = |id| ExecutorPod {
+        gated: true,
+        ..pod(id, ExecutorState::Pending)
+    };
+    let mut pods = vec![pod(1, ExecutorState::Running), gated(2)];
+    let p = step(
+        &of(pods.clone()),
+        &AllocatorState::new(),
+        &settings(5),
+        &Request::set(4),
+        0,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p), vec![3, 4], "room = 4 - running 1 - gated 1");
+    pods.extend([gated(3), gated(4)]);
+    let p = step(
+        &of(pods.clone()),
+        &p.state,
+        &settings(5),
+        &Request::default(),
+        1,
+    )
+    .unwrap();
+    assert!(p.create.is_empty());
+    assert_eq!(p.blocked, Some(Blocked::Gated { pods: 3 }));
+    assert_eq!(
+        p.blocked.unwrap().to_string(),
+        "waiting for 3 scheduling-gated pods"
+    );
+    // With --max-pending, gated pods take no pending slot.
+    let mut set = settings(5);
+    set.policies.max_pending = Some(1);
+    let p = step(
+        &of(pods[..2].to_vec()),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(3),
+        0,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p), vec![3]);
+}
+
+#[test]
+fn unknown_pods_count_until_lost_then_are_deleted_and_replaced() {
+    let set = settings(5);
+    let s = snap(&[(1, ExecutorState::Running), (2, ExecutorState::Unknown)]);
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(2), 1000).unwrap();
+    assert!(p.create.is_empty() && p.delete.is_empty());
+    assert_eq!(
+        p.blocked,
+        Some(Blocked::Unknown {
+            pods: 1,
+            lost_in_ms: DEFAULT_UNKNOWN_TIMEOUT_MS + 1
+        })
+    );
+    assert_eq!(p.requeue_after_ms, Some(DEFAULT_UNKNOWN_TIMEOUT_MS + 1));
+    assert_eq!(p.state.unknown[0].since_ms, 1000);
+    // Exactly at the timeout it still counts; strictly after it, it is lost.
+    let at = 1000 + DEFAULT_UNKNOWN_TIMEOUT_MS;
+    let p2 = step(&s, &p.state, &set, &Request::default(), at).unwrap();
+    assert!(p2.delete.is_empty());
+    let p3 = step(&s, &p2.state, &set, &Request::default(), at + 1).unwrap();
+    assert_eq!(ids_d(&p3), vec![2]);
+    assert_eq!(p3.delete[0].reason, DeleteReason::Lost);
+    assert_eq!(ids_c(&p3), vec![3]);
+    assert!(p3.state.unknown.is_empty() && p3.state.failures.is_empty());
+    // A pod that leaves Unknown forgets its clock.
+    let back = snap(&[(1, ExecutorState::Running), (2, ExecutorState::Running)]);
+    let p4 = step(&back, &p2.state, &set, &Request::default(), at + 1).unwrap();
+    assert!(p4.delete.is_empty() && p4.state.unknown.is_empty());
+}
+
+#[test]
+fn count_terminating_counts_as_quota_charges_and_says_what_holds_the_app() {
+    let mut set = settings(5);
+    set.policies.count_terminating = true;
+    let at = 100_000;
+    let terminating = |id, terminal_phase| ExecutorPod {
+        deletion_ms: Some(at),
+        deletion_grace_ms: Some(30_000),
+        terminal_phase,
+        ..pod(id, ExecutorState::Deleted)
+    };
+    let s = of(vec![
+        pod(1, ExecutorState::Running),
+        terminating(2, false),
+        terminating(3, true),
+    ]);
+    let p = step(
+        &s,
+        &AllocatorState::new(),
+        &set,
+        &Request::set(3),
+        at + 5_000,
+    )
+    .unwrap();
+    assert_eq!(
+        ids_c(&p),
+        vec![4],
+        "the Failed terminating pod does not count"
+    );
+    let s = of(vec![
+        pod(1, ExecutorState::Running),
+        pod(4, ExecutorState::Running),
+        terminating(2, false),
+    ]);
+    let p = step(&s, &p.state, &set, &Request::default(), at + 5_000).unwrap();
+    assert!(p.create.is_empty());
+    let b = p.blocked.clone().unwrap();
+    assert_eq!(
+        b,
+        Blocked::Terminating {
+            pods: 1,
+            oldest_ms: Some(35_000)
+        }
+    );
+    assert!(
+        b.to_string().contains("1 terminating pods") && b.to_string().contains("35s"),
+        "{b}"
+    );
+    // Past deletionTimestamp + grace (the node is lost), it stops counting: replaced.
+    let p = step(&s, &p.state, &set, &Request::default(), at + 30_001).unwrap();
+    assert_eq!(ids_c(&p), vec![5]);
+}
+
+#[test]
+fn every_permanent_startup_error_is_stuck_after_the_grace() {
+    for r in [
+        "ErrImageNeverPull",
+        "CreateContainerError",
+        "ImageInspectError",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+        "PreCreateHookError",
+        "PreStartHookError",
+    ] {
+        assert!(STUCK_REASONS.contains(&r), "{r}");
+        let mut set = settings(5);
+        set.policies.startup_grace_ms = Some(10_000);
+        let waiting = ExecutorPod {
+            waiting: Some(format!("{r} (image spark:3.5)")),
+            scheduled: true,
+            ..pod(1, ExecutorState::Pending)
+        };
+        let s = of(vec![waiting]);
+        let p = step(&s, &AllocatorState::new(), &set, &Request::set(1), 0).unwrap();
+        assert!(p.delete.is_empty(), "{r}");
+        let p = step(&s, &p.state, &set, &Request::default(), 10_001).unwrap();
+        assert_eq!(p.delete[0].reason, DeleteReason::Stuck, "{r}");
+        assert_eq!(
+            ids_c(&p),
+            vec![2],
+            "{r}: replaced, not blocking every later batch"
+        );
+    }
+}
+
+#[test]
+fn an_inconsistent_state_never_hands_an_id_out_again() {
+    // A deleted id (or a failure record) above the counter: written by hand or another tool.
+    let st = AllocatorState {
+        last_executor_id: 5,
+        deleted: vec![7],
+        failures: vec![FailureRecord {
+            executor_id: 9,
+            at_ms: 0,
+            reason: "exit code 1".into(),
+        }],
+        ..AllocatorState::new()
+    };
+    assert_eq!(st.highest_id(), 9);
+    let p = step(&snap(&[]), &st, &settings(5), &Request::set(2), 0).unwrap();
+    assert_eq!(ids_c(&p), vec![10, 11]);
+}
+
+#[test]
+fn a_state_beyond_the_documented_limits_is_refused() {
+    let ok = AllocatorState {
+        target: Some(MAX_TARGET),
+        ..AllocatorState::new()
+    };
+    assert!(ok.validate().is_ok());
+    let big = AllocatorState {
+        target: Some(MAX_TARGET + 1),
+        ..AllocatorState::new()
+    };
+    assert!(big.validate().unwrap_err().contains("target 1000001"));
+    for bad in [0, crate::snapshot::MAX_EXECUTOR_ID + 1] {
+        let s = AllocatorState {
+            deleted: vec![bad],
+            ..AllocatorState::new()
+        };
+        assert!(
+            s.validate().unwrap_err().contains("deleted executor id"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn with_count_terminating_a_lost_pod_is_not_replaced_in_the_step_that_deletes_it() {
+    let mut set = settings(5);
+    set.policies.count_terminating = true;
+    set.policies.unknown_timeout_ms = Some(1000);
+    let s = snap(&[(1, ExecutorState::Running), (2, ExecutorState::Unknown)]);
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(2), 0).unwrap();
+    let p = step(&s, &p.state, &set, &Request::default(), 1001).unwrap();
+    assert_eq!(p.delete[0].reason, DeleteReason::Lost);
+    assert!(
+        p.create.is_empty(),
+        "it is about to be a counted terminating pod"
+    );
+    set.policies.count_terminating = false;
+    let p = step(&s, &AllocatorState::new(), &set, &Request::set(2), 0).unwrap();
+    let p = step(&s, &p.state, &set, &Request::default(), 1001).unwrap();
+    assert_eq!(
+        ids_c(&p),
+        vec![3],
+        "without --count-terminating: replaced at once"
+    );
 }

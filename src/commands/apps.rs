@@ -151,10 +151,11 @@ impl Apps {
     /// Reads the apps file. An app whose entry cannot be used (bad template, image, app id)
     /// is reported and left out; the others run. Errors (exit 2): the file itself.
     fn load_file(&mut self, cli: &Cli, conn: &mut Conn, file: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(file).map_err(|e| {
+        let max = crate::kube::MAX_INPUT_FILE_BYTES;
+        let text = crate::kube::read_regular_text(file, max).map_err(|e| {
             Error::usage(format!("cannot read the apps file {}: {e}", file.display()))
         })?;
-        let parsed = multi::parse_apps_file(&text)
+        let parsed = multi::parse_apps_file(&text, &conn.default_ns)
             .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
         let dir = file.parent().unwrap_or(Path::new("."));
         for entry in parsed.apps {
@@ -649,21 +650,9 @@ impl Discovery {
             Ok(t) => t,
             Err(msg) => return self.warn_once(client, ns, &d, msg),
         };
-        let mut args = self.args.clone();
-        if let Some(b) = wanted.batch_size {
-            args.batch_size = b;
-        }
-        let mut settings = args.settings(&app_id);
-        if settings.executor_container.is_none() {
-            // As `AppArgs::app`: the template's first container is the executor's.
-            settings.executor_container = Some(template.first_container().to_string());
-        }
-        let app = App {
-            settings,
-            app_id: app_id.clone(),
-            template: Some(template),
-            driver_pod: Some(d.name.clone()),
-            page_size: args.page_size,
+        let app = match discovered_app(&self.args, &app_id, &wanted, template, &d.name) {
+            Ok(app) => app,
+            Err(msg) => return self.warn_once(client, ns, &d, msg),
         };
         match existing {
             Some(i) => {
@@ -755,6 +744,38 @@ impl Discovery {
             .insert(name.to_string(), (Instant::now(), t.clone()));
         Ok(t)
     }
+}
+
+/// The app of driver pod `driver` as its annotations (`wanted`) and the global flags
+/// (`args`) make it. Errors: an `--executor-container` the template does not have, naming
+/// the driver.
+fn discovered_app(
+    args: &AppArgs,
+    app_id: &str,
+    wanted: &multi::Wanted,
+    template: crate::podspec::PodTemplate,
+    driver: &str,
+) -> std::result::Result<App, String> {
+    let mut args = args.clone();
+    if let Some(b) = wanted.batch_size {
+        args.batch_size = b;
+    }
+    let mut settings = args.settings(app_id);
+    if let Some(name) = &settings.executor_container {
+        (template.check_executor_container(name))
+            .map_err(|msg| format!("driver pod {driver:?}: {msg}"))?;
+    }
+    if settings.executor_container.is_none() {
+        // As `AppArgs::app`: the template's first container is the executor's.
+        settings.executor_container = Some(template.first_container().to_string());
+    }
+    Ok(App {
+        settings,
+        app_id: app_id.to_string(),
+        template: Some(template),
+        driver_pod: Some(driver.to_string()),
+        page_size: args.page_size,
+    })
 }
 
 /// Where apps keep their state: DIR/<namespace>/<app id>.json, or by default where

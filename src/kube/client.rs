@@ -642,7 +642,8 @@ fn is_header_safe(token: &str) -> bool {
 }
 
 fn read_token_file(path: &Path, source: &str) -> Result<Secret<String>, KubeError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let max = crate::kube::MAX_INPUT_FILE_BYTES;
+    let text = crate::kube::read_regular_text(path, max).map_err(|e| {
         KubeError::Config(format!(
             "cannot read token file {} ({source}): {e}",
             path.display()

@@ -30,6 +30,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod files;
 mod secret;
 #[cfg(test)]
 mod tests;
@@ -51,4 +52,5 @@ pub use exec::{
     ExecCredential, InteractiveMode, DEFAULT_EXEC_TIMEOUT, EXEC_API_V1, EXEC_API_V1BETA1,
     EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
 };
+pub use files::{read_regular_file, read_regular_text, MAX_INPUT_FILE_BYTES};
 pub use secret::{remember_token, scrub, KeyData, PemData, Secret};

@@ -1330,6 +1330,8 @@ fn phase_override(body: &[u8]) -> Result<PhaseOverride, ApiError> {
         exit_code: v.get("exitCode").and_then(Value::as_i64),
         reason: text("reason"),
         message: text("message"),
+        disruption: text("disruption"),
+        waiting: text("waiting"),
     })
 }
 

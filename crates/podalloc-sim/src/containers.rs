@@ -211,6 +211,27 @@ pub(crate) fn start(pod: &mut Value, uid: &str, now: &str, missing: &[String]) -
 }
 
 /// The kubelet's image pull back-off: every `ErrImagePull` becomes `ImagePullBackOff`.
+/// Every container of the pod waits with `reason` (and `message`), as the kubelet reports a
+/// start-up error it keeps retrying (`ErrImageNeverPull`, `CreateContainerError`, …).
+pub(crate) fn mark_waiting(pod: &mut Value, reason: &str, message: Option<&str>) {
+    let specs = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let statuses: Vec<Value> = specs
+        .iter()
+        .map(|c| {
+            let mut waiting = json!({"reason": reason});
+            if let Some(m) = message {
+                waiting["message"] = json!(m);
+            }
+            json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": false,
+                   "restartCount": 0, "started": false, "state": {"waiting": waiting}})
+        })
+        .collect();
+    pod["status"]["containerStatuses"] = Value::Array(statuses);
+}
+
 pub(crate) fn back_off(pod: &mut Value) {
     for key in ["initContainerStatuses", "containerStatuses"] {
         let Some(list) = pod["status"][key].as_array_mut() else {

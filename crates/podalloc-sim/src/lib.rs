@@ -40,7 +40,7 @@
 //! `GET|POST /sim/quota` (`{"pods": N}` or `{"pods": null}`), `POST /sim/cut`
 //! (`{"user": NAME, "seconds": S}`: a partition between that user and the API, see
 //! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
-//! the authenticated user, without headers).
+//! the authenticated user and a pod create's `metadata.name`, without headers).
 //!
 //! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
 //! election, with the apiserver's optimistic concurrency.
@@ -55,6 +55,7 @@ mod args;
 mod configmap;
 mod containers;
 mod discovery;
+pub mod emulator;
 mod events;
 mod faults;
 mod http;
@@ -706,6 +707,8 @@ impl SimServer {
             exit_code: None,
             reason: None,
             message: None,
+            disruption: None,
+            waiting: None,
         };
         relock(&self.shared.store)
             .set_phase(ns, name, &o, Instant::now())

@@ -103,7 +103,30 @@ pub(crate) fn apply(old: &Value, patch: &Value, name: &str) -> Result<Value, Api
             )));
         }
     }
-    if new["spec"] != old["spec"] {
+    let gates = |v: &Value| -> Vec<Value> {
+        v["spec"]["schedulingGates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (old_gates, new_gates) = (gates(old), gates(&new));
+    let mut same = new["spec"].clone();
+    if let Some(o) = same.as_object_mut() {
+        match old["spec"].get("schedulingGates") {
+            Some(g) => o.insert("schedulingGates".into(), g.clone()),
+            None => o.remove("schedulingGates"),
+        };
+    }
+    if let Some(added) = new_gates.iter().find(|g| !old_gates.contains(g)) {
+        // The apiserver: scheduling gates can only be removed (KEP-3521).
+        errs.push(FieldError::forbidden(
+            "spec.schedulingGates",
+            format!(
+                "only deletion is allowed, but found new scheduling gate '{}'",
+                added["name"].as_str().unwrap_or_default()
+            ),
+        ));
+    } else if same != old["spec"] {
         errs.push(FieldError::forbidden(
             "spec",
             "pod updates may not change fields other than `spec.containers[*].image`,\
@@ -153,5 +176,33 @@ mod tests {
         assert_eq!(apply(&old, &stale, "p").unwrap_err().code, 409);
         assert!(check_patch_type("application/merge-patch+json; charset=utf-8").is_ok());
         assert_eq!(check_patch_type("application/json").unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn scheduling_gates_may_only_be_removed() {
+        let old = json!({"metadata": {"name": "p"},
+            "spec": {"containers": [], "schedulingGates": [{"name": "a"}, {"name": "b"}]}});
+        let fewer = json!({"spec": {"schedulingGates": [{"name": "b"}]}});
+        assert_eq!(
+            apply(&old, &fewer, "p").unwrap()["spec"]["schedulingGates"],
+            json!([{"name": "b"}])
+        );
+        let none = apply(&old, &json!({"spec": {"schedulingGates": null}}), "p").unwrap();
+        assert!(none["spec"].get("schedulingGates").is_none());
+        let added = json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "c"}]}});
+        let e = apply(&old, &added, "p").unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("only deletion is allowed, but found new scheduling gate 'c'"),
+            "{}",
+            e.message
+        );
+        let both = json!({"spec": {"schedulingGates": null, "nodeName": "n"}});
+        assert_eq!(
+            apply(&old, &both, "p").unwrap_err().code,
+            422,
+            "other spec changes still refused"
+        );
     }
 }

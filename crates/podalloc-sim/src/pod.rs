@@ -959,6 +959,57 @@ pub(crate) fn mark_terminated(pod: &mut Value, uid: &str, term: &Termination, no
     status.insert("containerStatuses".into(), Value::Array(statuses));
 }
 
+/// Kubernetes ended the pod (KEP-3329): the `DisruptionTarget=True` condition with `reason`
+/// (`PreemptionByScheduler`, `DeletionByTaintManager`, `EvictionByEvictionAPI`,
+/// `DeletionByPodGC`, `TerminationByKubelet`); the kubelet also sets `status.reason`
+/// `Evicted` for its own evictions.
+pub(crate) fn mark_disrupted(pod: &mut Value, reason: &str, now: &str) {
+    let message = match reason {
+        "PreemptionByScheduler" => "Preempted in order to admit critical pod",
+        "DeletionByTaintManager" => "Taint manager: deleting due to NoExecute taint",
+        "EvictionByEvictionAPI" => "Eviction API: evicting",
+        "DeletionByPodGC" => "PodGC: node no longer exists",
+        _ => "The node was low on resource: memory.",
+    };
+    set_conditions(
+        pod,
+        &[(
+            "DisruptionTarget",
+            "True",
+            Some(reason),
+            Some(message.to_string()),
+        )],
+        now,
+    );
+    if reason == "TerminationByKubelet" {
+        obj_mut(pod, "status").insert("reason".into(), json!("Evicted"));
+    }
+}
+
+/// The scheduler's answer to a pod with scheduling gates (KEP-3521, Kubernetes 1.27+): it
+/// does not look at the pod, which waits with `PodScheduled=False`, reason
+/// `SchedulingGated`, until every gate is removed.
+pub(crate) fn mark_gated(pod: &mut Value, now: &str) {
+    let msg = "Scheduling is blocked due to non-empty scheduling gates";
+    set_conditions(
+        pod,
+        &[(
+            "PodScheduled",
+            "False",
+            Some("SchedulingGated"),
+            Some(msg.to_string()),
+        )],
+        now,
+    );
+}
+
+/// Whether the pod has scheduling gates (`spec.schedulingGates` not empty).
+pub(crate) fn is_gated(pod: &Value) -> bool {
+    pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|g| !g.is_empty())
+}
+
 /// The node stopped reporting: phase `Unknown`, readiness unknown.
 pub(crate) fn mark_unknown(pod: &mut Value, now: &str) {
     set_conditions(

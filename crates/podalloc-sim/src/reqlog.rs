@@ -1,7 +1,9 @@
 //! The last requests the simulator answered (`GET /sim/log`): one JSON object per line
 //! with the method, the path, the query (values of secret-looking parameters redacted),
-//! the verb, the authenticated user, the status sent (null when the connection was dropped) and the injected
-//! fault. Headers are never recorded, so neither is the Authorization header.
+//! the verb, the authenticated user, the status sent (null when the connection was dropped), the injected
+//! fault and, for a pod create, the `metadata.name` its body asked for (so a client's creates
+//! can be told apart from the log alone). Headers are never recorded, so neither is the
+//! Authorization header.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -29,6 +31,22 @@ struct Line<'a> {
     user: Option<&'a str>,
     status: Option<u16>,
     fault: Option<String>,
+    /// A pod create's `metadata.name` (absent for other requests and generateName creates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+}
+
+/// The `metadata.name` a create's body asks for, if it is a JSON object that has one.
+fn created_name(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Obj {
+        metadata: Option<Meta>,
+    }
+    serde_json::from_slice::<Obj>(body).ok()?.metadata?.name
 }
 
 /// A ring of rendered log lines.
@@ -95,6 +113,11 @@ impl RequestLog {
             user,
             status,
             fault,
+            name: if verb == Some("create") {
+                created_name(&req.body)
+            } else {
+                None
+            },
         };
         if self.lines.len() == CAPACITY {
             self.lines.pop_front();

@@ -259,6 +259,12 @@ pub(crate) struct PhaseOverride {
     pub exit_code: Option<i64>,
     pub reason: Option<String>,
     pub message: Option<String>,
+    /// With phase Failed: the reason of a `DisruptionTarget=True` condition, as the
+    /// controller or kubelet that ended the pod adds it (KEP-3329), e.g. `EvictionByEvictionAPI`.
+    pub disruption: Option<String>,
+    /// With phase Pending: every container waits with this reason (the kubelet's start-up
+    /// errors, e.g. `ErrImageNeverPull`), the pod scheduled.
+    pub waiting: Option<String>,
 }
 
 /// A decoded continue token: the list snapshot's resource version (-1: the latest) and
@@ -495,6 +501,12 @@ impl Store {
         let preset = e.pod.fields.node_name.clone();
         let seq = e.seq;
         let t = self.clock.rfc3339(due);
+        let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
+        if preset.is_empty() && pod::is_gated(&v) {
+            // Not looked at until its gates are removed (`patch` schedules it then).
+            self.rewrite(key, |v, _| pod::mark_gated(v, &t));
+            return;
+        }
         let node = if !preset.is_empty() {
             preset
         } else if self.cfg.nodes == 0 {
@@ -978,8 +990,23 @@ impl Store {
         let old: Value = serde_json::from_str(&e.pod.json)
             .map_err(|e| ApiError::internal_error(&e.to_string()))?;
         let new = crate::patch::apply(&old, patch, name)?;
-        self.rewrite(&key, |v, _| *v = new)
-            .ok_or_else(|| ApiError::pod_not_found(name))
+        let ungated = pod::is_gated(&old) && !pod::is_gated(&new);
+        let out =
+            (self.rewrite(&key, |v, _| *v = new)).ok_or_else(|| ApiError::pod_not_found(name))?;
+        if let Some(e) = self
+            .pods
+            .get(&key)
+            .filter(|e| ungated && e.stage == Stage::Unscheduled)
+        {
+            let uid = e.uid.clone();
+            self.push(
+                now + self.cfg.schedule_latency,
+                EvKind::Schedule,
+                &key,
+                &uid,
+            );
+        }
+        Ok(out)
     }
 
     /// Deletes a pod as the apiserver's pod strategy does (see the module docs of
@@ -1150,6 +1177,9 @@ impl Store {
             match o.phase {
                 Phase::Pending => {
                     v["status"]["phase"] = json!("Pending");
+                    if let Some(w) = &o.waiting {
+                        containers::mark_waiting(v, w, o.message.as_deref());
+                    }
                 }
                 Phase::Running => {
                     pod::mark_running(v, &uid, &pod_ip(seq), &t);
@@ -1169,6 +1199,9 @@ impl Store {
                         force_reason: true,
                     };
                     pod::mark_terminated(v, &uid, &term, &t);
+                    if let Some(d) = &o.disruption {
+                        pod::mark_disrupted(v, d, &t);
+                    }
                     e.stage = Stage::Stopped;
                 }
                 Phase::Unknown => pod::mark_unknown(v, &t),

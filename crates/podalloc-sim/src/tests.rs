@@ -1538,6 +1538,32 @@ fn request_log_keeps_the_last_requests_without_secrets() {
 }
 
 #[test]
+fn request_log_names_the_pod_a_create_asked_for() {
+    let server = SimServer::start(fast_opts()).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    let created = c.call("POST", PODS, Some(&pod("app-exec-7", json!({"a": "b"}))));
+    assert_eq!(created.status, 201, "{}", created.body);
+    let again = c.call("POST", PODS, Some(&pod("app-exec-7", json!({"a": "b"}))));
+    assert_eq!(again.status, 409);
+    c.get(PODS);
+    let lines: Vec<Value> = server
+        .request_log()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        (lines[0]["verb"].as_str(), lines[0]["name"].as_str()),
+        (Some("create"), Some("app-exec-7"))
+    );
+    assert_eq!(
+        lines[1]["name"], "app-exec-7",
+        "a refused create is named too"
+    );
+    assert_eq!(lines[2].get("name"), None, "only creates carry a name");
+}
+
+#[test]
 fn mutual_tls_with_generated_client_certificates() {
     let server = SimServer::start(SimOptions {
         require_client_cert: true,

@@ -294,7 +294,8 @@ fn redact_quoted(msg: &str) -> String {
 }
 
 fn load_file(path: &Path) -> Result<RawKubeconfig, KubeError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let max = crate::kube::MAX_INPUT_FILE_BYTES;
+    let text = crate::kube::read_regular_text(path, max).map_err(|e| {
         KubeError::Config(format!("cannot read kubeconfig {}: {e}", path.display()))
     })?;
     parse_kubeconfig(&text, path)

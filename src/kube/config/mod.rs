@@ -317,7 +317,7 @@ struct Partial {
 
 /// Reads a PEM file named by the configuration; `what` names the setting for the message.
 fn read_pem_file(path: &Path, what: &str) -> Result<Vec<u8>, KubeError> {
-    std::fs::read(path)
+    crate::kube::read_regular_file(path, crate::kube::MAX_INPUT_FILE_BYTES)
         .map_err(|e| KubeError::Config(format!("cannot read {what} {}: {e}", path.display())))
 }
 

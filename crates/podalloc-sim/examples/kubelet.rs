@@ -1,0 +1,78 @@
+//! The kubelet emulator (`podalloc_sim::emulator`) as a program: binds and runs the pods of
+//! the given namespaces on a real kube-apiserver with the simulator's kubelet model, until
+//! SIGTERM or Ctrl-C. For benchmarks on `scripts/controlplane.sh start` and for trying
+//! podalloc against a real API server by hand.
+//!
+//! ```text
+//! cargo run --release -p podalloc-sim --example kubelet -- \
+//!     --server https://127.0.0.1:PORT --ca ca.crt --token-file admin.token \
+//!     --namespace bench [--namespace other] [--startup-ms 300] [--schedule-ms 50]
+//! ```
+//!
+//! The token must be an admin's: the emulator creates a Node, binds pods and writes their
+//! status. Prints `emulating NAMESPACES on SERVER` once it follows the pods.
+
+use podalloc_sim::emulator::{EmulatorOptions, KubeletEmulator};
+use std::time::Duration;
+
+fn value(args: &[String], flag: &str) -> Vec<String> {
+    args.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| w[1].clone())
+        .collect()
+}
+
+fn one(args: &[String], flag: &str) -> Option<String> {
+    value(args, flag).pop()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: kubelet --server URL --ca FILE --token-file FILE --namespace NS... \
+                 [--schedule-ms N] [--startup-ms N] [--stop-ms N]";
+    let (Some(server), Some(ca), Some(token)) = (
+        one(&args, "--server"),
+        one(&args, "--ca"),
+        one(&args, "--token-file"),
+    ) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let read = |p: &str| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| {
+            eprintln!("kubelet: {p}: {e}");
+            std::process::exit(2)
+        })
+    };
+    let ms = |flag: &str, default: u64| {
+        one(&args, flag)
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{flag}: a whole number of ms"))
+            })
+            .map_or(Duration::from_millis(default), Duration::from_millis)
+    };
+    let opts = EmulatorOptions {
+        schedule_latency: ms("--schedule-ms", 50),
+        startup_latency: ms("--startup-ms", 300),
+        stop_latency: ms("--stop-ms", 100),
+        ..EmulatorOptions::default()
+    };
+    let emu =
+        KubeletEmulator::start(&server, &read(&ca), read(&token).trim()).unwrap_or_else(|e| {
+            eprintln!("kubelet: {e}");
+            std::process::exit(1)
+        });
+    let namespaces = value(&args, "--namespace");
+    for ns in &namespaces {
+        emu.manage(ns, opts.clone());
+    }
+    println!("emulating {} on {server}", namespaces.join(","));
+    // SIGTERM and SIGINT end the process (their default action); nothing is left to undo.
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+        if let Some(e) = emu.watch_error() {
+            eprintln!("kubelet: watch: {e}");
+        }
+    }
+}

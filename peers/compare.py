@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""Spark's own ExecutorPodsAllocator beside podalloc, decision by decision (issue 6/6).
+
+For each scenario (peers/scenarios/*.json), on a fresh `podalloc sim` each, with the same
+seed and flags:
+  - the Spark side runs peers/spark's harness (Spark's real allocator, snapshot store,
+    polling source and lifecycle manager) against one simulator;
+  - the podalloc side runs `podalloc run` with the scenario's policy against another
+    (restarted with the new --target at each target change; the state file carries over).
+The scenario's faults (an executor that fails, a pod deleted by hand, a pod that never
+starts) are applied to both simulators at the same times after each side's start, through
+the simulator's side doors and its API. Each side's decisions are read from its simulator's
+request log (`GET /sim/log`: pod creates with their names, deletes by name, delete-collection
+with the executor ids of its label selector) and compared:
+  - creates: the same executor ids in the same order;
+  - deletes: the same executor ids in the same order;
+  - counts per tick: the creates (and deletes) grouped by allocator tick, the same sizes in
+    the same order; how far Spark's decisions lag podalloc's is printed, not compared (Spark
+    sees a pod at its next poll, then acts at its allocator's next tick; podalloc lists and
+    acts in one tick).
+A difference a scenario does not list under "explained" (with its explanation, also in
+docs/semantics.md) fails the run (exit 1).
+
+Usage: peers/compare.py --jar-dir DIR [--podalloc target/release/podalloc] [--only NAME...]
+       [--out DIR] [--bench FILE.json]   (the 0 -> 300 -> 0 performance anchor)
+Python 3 standard library only.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NS = "default"
+APP = "peer-app"
+DRIVER = APP + "-driver"
+TOKEN = "peer-token"
+# A query parameter on the requests this script makes (faults), which the API ignores.
+FAULT_MARK = "peerFault=1"
+EXEC_NAME = re.compile(r"-exec-([0-9]+)$")
+IDS_IN = re.compile(r"spark-exec-id in \(([0-9, ]*)\)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sim:
+    """One `podalloc sim` process, its side doors and its request log."""
+
+    def __init__(self, podalloc, seed, flags, workdir):
+        self.dir = workdir
+        self.port = free_port()
+        self.kubeconfig = workdir / "kubeconfig"
+        self.ca = workdir / "ca.pem"
+        cmd = [podalloc, "sim", "--write-kubeconfig", str(self.kubeconfig),
+               "--ca-out", str(self.ca), "--token", TOKEN,
+               "--listen", f"127.0.0.1:{self.port}", "--seed", str(seed)] + list(flags)
+        self.log_file = open(workdir / "sim.log", "w")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self.log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not (self.kubeconfig.exists() and self.ca.exists()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"podalloc sim did not start: {(workdir / 'sim.log').read_text()}")
+            time.sleep(0.02)
+        time.sleep(0.05)
+        self.ctx = ssl.create_default_context(cafile=str(self.ca))
+        self.base = f"https://127.0.0.1:{self.port}"
+        self.lines = {}
+        self.lock = threading.Lock()
+        self.stop_poll = threading.Event()
+        self.poller = threading.Thread(target=self._poll_log, daemon=True)
+        self.poller.start()
+
+    def call(self, method, path, body=None, auth=False):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", "Bearer " + TOKEN)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def _poll_log(self):
+        # The log keeps the last 1000 requests: read it often enough to miss none.
+        while not self.stop_poll.is_set():
+            self.fetch_log()
+            self.stop_poll.wait(0.2)
+
+    def fetch_log(self):
+        try:
+            _, body = self.call("GET", "/sim/log")
+        except OSError:
+            return
+        with self.lock:
+            for line in body.decode().splitlines():
+                if line.strip():
+                    entry = json.loads(line)
+                    self.lines[entry["seq"]] = entry
+
+    def log(self):
+        self.fetch_log()
+        with self.lock:
+            seqs = sorted(self.lines)
+            if seqs and seqs[-1] - seqs[0] + 1 != len(seqs):
+                raise RuntimeError("the simulator's request log lost lines (poll more often)")
+            return [self.lines[s] for s in seqs]
+
+    def stats(self):
+        return json.loads(self.call("GET", "/sim/stats")[1])
+
+    def seed_driver(self):
+        pod = {"metadata": {"name": DRIVER, "labels": {"spark-app-selector": APP, "spark-role": "driver"}},
+               "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:peer"}]},
+               "status": {"phase": "Running"}}
+        status, body = self.call("POST", f"/sim/pods/{NS}", pod)
+        if status != 201:
+            raise RuntimeError(f"seeding the driver pod: {status} {body[:300]}")
+
+    def close(self):
+        self.stop_poll.set()
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log_file.close()
+
+
+def pod_name(i):
+    return f"{APP}-exec-{i}"
+
+
+def patch_labels(sim, name, labels):
+    req = urllib.request.Request(f"{sim.base}/api/v1/namespaces/{NS}/pods/{name}?{FAULT_MARK}",
+                                 data=json.dumps({"metadata": {"labels": labels}}).encode(), method="PATCH")
+    req.add_header("Content-Type", "application/merge-patch+json")
+    req.add_header("Authorization", "Bearer " + TOKEN)
+    try:
+        with urllib.request.urlopen(req, context=sim.ctx, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def phase_of(sim, name):
+    s, body = sim.call("GET", f"/api/v1/namespaces/{NS}/pods/{name}?{FAULT_MARK}", auth=True)
+    return json.loads(body).get("status", {}).get("phase") if s == 200 else None
+
+
+def drive_faults(sim, events, t0, stop):
+    """Applies the scenario's faults at their times after t0 (time.monotonic())."""
+    timers = []
+    for ev in events:
+        if "target" in ev:
+            continue
+        at = t0 + ev.get("at_ms", 0) / 1000.0
+
+        def act(ev=ev, at=at):
+            while time.monotonic() < at and not stop.is_set():
+                time.sleep(min(0.01, max(0.0, at - time.monotonic())))
+            if "when_running_ms" in ev:
+                # Relative to the pod's start, not the allocator's: the same fault on both
+                # sides however long each took to create the pod.
+                target = ev.get("fail", ev.get("succeed", ev.get("delete")))
+                while not stop.is_set() and phase_of(sim, pod_name(target)) != "Running":
+                    time.sleep(0.05)
+                stop.wait(ev["when_running_ms"] / 1000.0)
+                if stop.is_set():
+                    return
+            if "fail" in ev:
+                sim.call("POST", f"/sim/pods/{NS}/{pod_name(ev['fail'])}/phase",
+                         {"phase": "Failed", "exitCode": ev.get("exit_code", 1), "reason": "Error"})
+            elif "succeed" in ev:
+                sim.call("POST", f"/sim/pods/{NS}/{pod_name(ev['succeed'])}/phase", {"phase": "Succeeded"})
+            elif "delete" in ev:
+                # By hand, as `kubectl delete pod` does (default grace period).
+                # The marker parameter keeps it out of the decisions.
+                sim.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod_name(ev['delete'])}?{FAULT_MARK}",
+                         auth=True)
+            elif "hide" in ev:
+                # Never reported: relabelled (spark-role) as soon as it exists, so no list
+                # of the app's executors shows it.
+                pending = set(ev["hide"])
+                while pending and not stop.is_set():
+                    for i in sorted(pending):
+                        s, _ = patch_labels(sim, pod_name(i), {"spark-role": "hidden"})
+                        if s == 200:
+                            pending.discard(i)
+                    time.sleep(0.005)
+            elif "hold" in ev:
+                # Never starts: pinned Pending (unscheduled) as soon as the pod exists.
+                pending = set(ev["hold"])
+                while pending and not stop.is_set():
+                    for i in sorted(pending):
+                        s, _ = sim.call("POST", f"/sim/pods/{NS}/{pod_name(i)}/phase", {"phase": "Pending"})
+                        if s == 200:
+                            pending.discard(i)
+                    time.sleep(0.02)
+
+        t = threading.Thread(target=act, daemon=True)
+        t.start()
+        timers.append(t)
+    return timers
+
+
+def mark_t0(sim):
+    """A request this script marks, whose log time is the side's start in the server's clock."""
+    sim.call("GET", f"/api/v1/namespaces/{NS}/pods/{DRIVER}?{FAULT_MARK}&t0=1", auth=True)
+
+
+def t0_of(log):
+    for e in log:
+        if e.get("query", {}).get("t0") == "1":
+            return e["ms"]
+    raise RuntimeError("the start marker is not in the request log")
+
+
+def decisions(log, t0_ms):
+    """The pod creates and deletes of a request log: [(ms after t0, op, [ids], status)]."""
+    out = []
+    prefix = f"/api/v1/namespaces/{NS}/pods"
+    for e in log:
+        if not e["path"].startswith(prefix) or e.get("user") is None or "peerFault" in e.get("query", {}):
+            continue
+        verb = e.get("verb")
+        ms = e["ms"] - t0_ms
+        if verb == "create":
+            m = EXEC_NAME.search(e.get("name") or "")
+            if m:
+                out.append((ms, "create", [int(m.group(1))], e["status"]))
+        elif verb == "delete":
+            m = EXEC_NAME.search(e["path"])
+            if m:
+                out.append((ms, "delete", [int(m.group(1))], e["status"], "by name"))
+        elif verb == "deletecollection":
+            sel = e.get("query", {}).get("labelSelector", "")
+            m = IDS_IN.search(sel)
+            ids = sorted(int(x) for x in m.group(1).split(",") if x.strip()) if m else []
+            tag = "delete" if m else "delete-all"
+            field = e.get("query", {}).get("fieldSelector", "")
+            out.append((ms, tag, ids, e["status"], "collection" + (f" {field}" if field else "")))
+    return out
+
+
+def run_spark(args, sc, sim, workdir, t_start, started):
+    scen = workdir / "scenario.json"
+    scen.write_text(json.dumps(sc))
+    out = workdir / "spark-decisions.jsonl"
+    cp = (Path(args.jar_dir) / "classpath.txt").read_text().strip()
+    jar = Path(args.jar_dir) / "spark-peer.jar"
+    cmd = ["java", "-Xss4m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           "-cp", f"{jar}:{cp}", "podalloc.peer.SparkPeer",
+           "--kubeconfig", str(sim.kubeconfig), "--scenario", str(scen), "--out", str(out),
+           "--namespace", NS, "--app-id", APP, "--driver-pod", DRIVER]
+    env = dict(os.environ, SPARK_USER="peer", SPARK_LOCAL_IP="127.0.0.1")
+    for k in list(env):
+        if k.startswith("KUBERNETES_"):
+            del env[k]
+    err = open(workdir / "spark.stderr", "w")
+    proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 120
+    while True:
+        if out.exists() and out.read_text().startswith("{"):
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the Spark harness did not start:\n{(workdir / 'spark.stderr').read_text()[-3000:]}")
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    mark_t0(sim)
+    started.set()
+    first = json.loads(out.read_text().splitlines()[0])
+    stop = threading.Event()
+    drive_faults(sim, sc.get("events", []), t0 - first["ms"] / 1000.0, stop)
+    try:
+        proc.wait(sc.get("duration_ms", 20000) / 1000.0 + 60)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    err.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the Spark harness exited {proc.returncode}:\n{(workdir / 'spark.stderr').read_text()[-3000:]}")
+    version = first.get("spark", "?")
+    return (t0 - first["ms"] / 1000.0 - t_start) * 1000.0, version
+
+
+def state_dir(workdir):
+    """Where the podalloc side keeps its state file: in memory (/dev/shm) where there is one.
+    Each tick saves the state twice with fsync (file and directory); on a disk busy with
+    other work that took up to 2.6 s a tick, which Spark, keeping its state in memory, never
+    pays (docs/semantics.md D7)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        d = shm / ("podalloc-peer-" + str(abs(hash(str(workdir)))))
+        d.mkdir(exist_ok=True)
+        return d
+    return workdir
+
+
+def podalloc_cmd(args, sc, sim, workdir, target):
+    ms = lambda v: f"{int(v)}ms"
+    cmd = [args.podalloc, "--kubeconfig", str(sim.kubeconfig), "--app-id", APP, "-n", NS,
+           "--image", sc.get("image", "spark:peer"), "--driver-pod", DRIVER,
+           "--policy", sc.get("policy", "spark-3.x"),
+           "--batch-delay", ms(sc.get("batch_delay_ms", 1000)),
+           "--state-file", str(state_dir(workdir) / "state.json"), "--no-events", "--log-format", "json"]
+    if "--batch-size" not in sc.get("podalloc_flags", []):
+        cmd += ["--batch-size", str(sc.get("batch_size", 5))]
+    if "executor_idle_timeout_ms" in sc:
+        cmd += ["--executor-idle-timeout", ms(sc["executor_idle_timeout_ms"])]
+    if "creation_timeout_ms" in sc:
+        cmd += ["--creation-timeout", ms(max(sc["creation_timeout_ms"], 5 * sc.get("batch_delay_ms", 1000)))]
+    if "max_pending" in sc:
+        cmd += ["--max-pending", str(sc["max_pending"])]
+    cmd += list(sc.get("podalloc_flags", []))
+    cmd += ["run", "--target", str(target)]
+    return cmd
+
+
+def run_podalloc(args, sc, sim, workdir, t_start):
+    targets = sorted((e for e in sc.get("events", []) if "target" in e), key=lambda e: e.get("at_ms", 0))
+    if not targets or targets[0].get("at_ms", 0) != 0:
+        targets.insert(0, {"at_ms": 0, "target": 0})
+    log = open(workdir / "podalloc.log", "w")
+    t0 = time.monotonic()
+    mark_t0(sim)
+    stop = threading.Event()
+    drive_faults(sim, sc.get("events", []), t0, stop)
+    try:
+        for i, ev in enumerate(targets):
+            at = t0 + ev.get("at_ms", 0) / 1000.0
+            end = t0 + (targets[i + 1]["at_ms"] if i + 1 < len(targets) else sc.get("duration_ms", 20000)) / 1000.0
+            time.sleep(max(0.0, at - time.monotonic()))
+            proc = subprocess.Popen(podalloc_cmd(args, sc, sim, workdir, ev["target"]), stdout=log, stderr=log)
+            time.sleep(max(0.0, end - time.monotonic()))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(30)
+            if rc not in (0, -signal.SIGTERM):
+                raise RuntimeError(f"podalloc run exited {rc}: {(workdir / 'podalloc.log').read_text()[-2000:]}")
+    finally:
+        stop.set()
+        log.close()
+        sd = state_dir(workdir)
+        if sd != workdir:
+            for f in sd.iterdir():
+                if f.name == "state.json":
+                    (workdir / "state.json").write_bytes(f.read_bytes())
+                f.unlink()
+            sd.rmdir()
+    return (t0 - t_start) * 1000.0
+
+
+def batches(ds, op, window_ms):
+    """The ids of `op` decisions grouped by tick: a gap of half a batch delay ends a group."""
+    out, last = [], None
+    for d in ds:
+        if d[1] != op:
+            continue
+        if last is None or d[0] - last > window_ms / 2:
+            out.append([])
+        out[-1].extend(d[2])
+        last = d[0]
+    return out
+
+
+def lag_ms(spark, pa):
+    """The largest delay of a Spark decision behind podalloc's same decision (informative)."""
+    at = {}
+    for d in pa:
+        for i in d[2]:
+            at.setdefault((d[1], i), d[0])
+    lags = [d[0] - at[(d[1], i)] for d in spark for i in d[2] if (d[1], i) in at]
+    return int(max(lags)) if lags else 0
+
+
+def cumulative(ds, window_ms, end_ms):
+    n = int(end_ms // window_ms) + 2
+    c = [0] * n
+    for d in ds:
+        k = max(0, int(d[0] // window_ms))
+        if k < n:
+            c[k] += len(d[2])
+    for k in range(1, n):
+        c[k] += c[k - 1]
+    return c
+
+
+def within_windows(a, b, w):
+    for k in range(len(a)):
+        lo = b[max(0, k - w)]
+        hi = b[min(len(b) - 1, k + w)]
+        if not lo <= a[k] <= hi:
+            return False, k
+    return True, None
+
+
+def compare(sc, spark, pa):
+    """Differences between the two decision lists, as {kind: description}."""
+    diffs = {}
+    window = sc.get("batch_delay_ms", 1000)
+    end = sc.get("duration_ms", 20000)
+    for op in ("create", "delete"):
+        s = [i for d in spark if d[1] == op for i in d[2]]
+        p = [i for d in pa if d[1] == op for i in d[2]]
+        if s != p:
+            diffs[op + "s"] = f"spark {s} / podalloc {p}"
+        # Counts per tick: the decisions of one allocator tick go out back to back (Spark's
+        # one after another, ~20 ms apart; podalloc's within a few ms), a tick apart from the
+        # next. Absolute times are not compared: Spark learns of a pod through two timers,
+        # the poll and then its allocator's tick, so it acts up to poll + batch delay after
+        # podalloc's list-then-decide tick, and the lag adds up over dependent steps (D6).
+        bs, bp = batches(spark, op, window), batches(pa, op, window)
+        if [len(b) for b in bs] != [len(b) for b in bp]:
+            diffs[op + "-batches"] = f"spark {bs} / podalloc {bp}"
+    # The interleaving of creates and deletes (each list alone being the same).
+    if "creates" not in diffs and "deletes" not in diffs:
+        s = [(d[1], i) for d in spark for i in d[2]]
+        p = [(d[1], i) for d in pa for i in d[2]]
+        if s != p:
+            diffs["order"] = f"spark {s} / podalloc {p}"
+    # How the deletes are sent: one delete-collection (by label, maybe only Pending) or by name.
+    s = [d[4] for d in spark if d[1] == "delete"]
+    p = [d[4] for d in pa if d[1] == "delete"]
+    if s != p:
+        diffs["delete-requests"] = f"spark {s} / podalloc {p}"
+    extra = [d for d in spark if d[1] == "delete-all"]
+    if extra:
+        diffs["delete-all"] = f"spark deletes by label without ids: {extra}"
+    return diffs
+
+
+def run_side(args, sc, side, d, started, result):
+    """One side on its own fresh simulator; `started` is set once its allocator runs."""
+    try:
+        sim = Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d)
+        try:
+            sim.seed_driver()
+            if side == "spark":
+                t0_ms, version = run_spark(args, sc, sim, d, sim.started, started)
+                result["version"] = version
+            else:
+                started.wait(180)
+                t0_ms = run_podalloc(args, sc, sim, d, sim.started)
+            log = sim.log()
+            stats = sim.stats()
+        finally:
+            sim.close()
+        (d / "requests.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+        (d / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+        ds = decisions(log, t0_of(log))
+        (d / "decisions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ds))
+        result["decisions"], result["stats"] = ds, stats
+    except Exception as e:  # reported by run_scenario
+        result["error"] = e
+    finally:
+        started.set()
+
+
+def run_scenario(args, path, outdir):
+    """Runs both sides at once, each on its own simulator: the podalloc side starts when the
+    Spark harness has started its allocator (after the JVM's start-up), so the two runs
+    overlap and neither waits for the other's CPU-heavy start."""
+    sc = json.loads(path.read_text())
+    name = sc["name"]
+    work = outdir / name
+    results = {"spark": {}, "podalloc": {}}
+    started = threading.Event()
+    threads = []
+    for side in ("spark", "podalloc"):
+        d = work / side
+        d.mkdir(parents=True, exist_ok=True)
+        t = threading.Thread(target=run_side, args=(args, sc, side, d, started, results[side]))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    for side in ("spark", "podalloc"):
+        if "error" in results[side]:
+            raise RuntimeError(f"{side} side: {results[side]['error']}")
+    diffs = compare(sc, results["spark"]["decisions"], results["podalloc"]["decisions"])
+    explained = sc.get("explained", {})
+    unexplained = {k: v for k, v in diffs.items() if k not in explained}
+    return {"name": name, "spark_version": results["spark"].get("version", "?"), "diffs": diffs,
+            "unexplained": unexplained,
+            "explained_not_seen": sorted(k for k in explained if k not in diffs),
+            "spark": (results["spark"]["decisions"], results["spark"]["stats"]),
+            "podalloc": (results["podalloc"]["decisions"], results["podalloc"]["stats"])}
+
+
+def recompare(path, outdir):
+    sc = json.loads(path.read_text())
+    load = lambda side: [tuple(json.loads(l)) for l in
+                         (outdir / sc["name"] / side / "decisions.jsonl").read_text().splitlines()]
+    spark, pa = load("spark"), load("podalloc")
+    diffs = compare(sc, spark, pa)
+    explained = sc.get("explained", {})
+    return {"name": sc["name"], "spark_version": "(recompared)", "diffs": diffs,
+            "unexplained": {k: v for k, v in diffs.items() if k not in explained},
+            "explained_not_seen": sorted(k for k in explained if k not in diffs),
+            "spark": (spark, {}), "podalloc": (pa, {})}
+
+
+def fmt(ds):
+    return " ".join(f"{d[1][0]}{','.join(map(str, d[2]))}@{int(d[0])}" for d in ds) or "-"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jar-dir", required=True, help="the harness build dir (spark-peer.jar, classpath.txt)")
+    ap.add_argument("--podalloc", default=str(HERE.parent / "target/release/podalloc"))
+    ap.add_argument("--scenarios", default=str(HERE / "scenarios"))
+    ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
+    ap.add_argument("--out", help="keep each run's logs here (default: a temporary dir)")
+    ap.add_argument("--verbose", action="store_true", help="print both decision lists")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="scenarios run at once (each on its own two simulators; default 2)")
+    ap.add_argument("--recompare", metavar="DIR",
+                    help="compare the decisions an earlier --out DIR kept, without running anything")
+    a = ap.parse_args()
+    outdir = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="spark-peer-"))
+    files = sorted(Path(a.scenarios).glob("*.json"))
+    if a.only:
+        files = [f for f in files if any(f.stem.startswith(o) for o in a.only)]
+    def one(f):
+        t = time.monotonic()
+        try:
+            r = recompare(f, Path(a.recompare)) if a.recompare else run_scenario(a, f, outdir)
+        except Exception as e:  # a harness failure is a failure, never a skip
+            return f, None, e, time.monotonic() - t
+        return f, r, None, time.monotonic() - t
+
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        for f, r, err, took in pool.map(one, files):
+            if err is not None:
+                print(f"FAIL {f.stem}: {err}", flush=True)
+                failed += 1
+                continue
+            status = "ok" if not r["unexplained"] else "FAIL"
+            failed += bool(r["unexplained"])
+            lag = lag_ms(r["spark"][0], r["podalloc"][0])
+            print(f"{status:4} {r['name']} (Spark {r['spark_version']}, {took:.0f}s; Spark's decisions at most {lag} ms behind)")
+            for k, v in r["diffs"].items():
+                tag = "explained" if k not in r["unexplained"] else "UNEXPLAINED"
+                print(f"     {tag} {k}: {v}")
+            for k in r["explained_not_seen"]:
+                print(f"     (explained difference {k} not seen this run)")
+            if a.verbose or r["unexplained"]:
+                print(f"     spark:    {fmt(r['spark'][0])}")
+                print(f"     podalloc: {fmt(r['podalloc'][0])}")
+            sys.stdout.flush()
+    print(f"logs in {outdir}")
+    print(f"spark-peer: {len(files) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+package podalloc.peer;
+
+import static org.mockito.Mockito.mock;
+import static org.mockito.Mockito.when;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.fabric8.kubernetes.client.Config;
+import io.fabric8.kubernetes.client.KubernetesClient;
+import io.fabric8.kubernetes.client.KubernetesClientBuilder;
+import io.fabric8.kubernetes.client.http.AsyncBody;
+import io.fabric8.kubernetes.client.http.BasicBuilder;
+import io.fabric8.kubernetes.client.http.HttpRequest;
+import io.fabric8.kubernetes.client.http.HttpResponse;
+import io.fabric8.kubernetes.client.http.Interceptor;
+import java.io.PrintStream;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.apache.spark.SecurityManager;
+import org.apache.spark.SecurityManager$;
+import org.apache.spark.SparkConf;
+import org.apache.spark.resource.ResourceProfile;
+import org.apache.spark.resource.ResourceProfile$;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodState;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsAllocator;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsLifecycleManager;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsPollingSnapshotSource;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshot;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshotsStoreImpl;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsWatchSnapshotSource;
+import org.apache.spark.scheduler.cluster.k8s.KubernetesClusterSchedulerBackend;
+import org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBuilder;
+import org.apache.spark.scheduler.cluster.k8s.PodRunning;
+import org.apache.spark.util.SystemClock;
+import scala.collection.JavaConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * Spark's own Kubernetes executor allocator ({@code ExecutorPodsAllocator}), outside a driver.
+ *
+ * <p>Built as Spark's {@code KubernetesClusterManager} and {@code ExecutorPodsAllocatorSuite}
+ * build it: a {@link SparkConf}, the real {@link KubernetesExecutorBuilder}, a fabric8 client
+ * from a kubeconfig, the real {@link ExecutorPodsSnapshotsStoreImpl} fed by the polling
+ * snapshot source (and the watch source when the scenario says the server has watch), Spark's
+ * {@link ExecutorPodsLifecycleManager} (which deletes failed and succeeded executor pods, as
+ * in a driver), and a stand-in scheduler backend that reports as registered every executor
+ * whose pod is Running in the latest snapshot.
+ *
+ * <p>It plays the scenario's target changes ({@code {"at_ms": T, "target": N}}) against the
+ * allocator and writes every request the allocator (and the lifecycle manager) makes that
+ * changes the cluster, as JSON lines: {@code {"ms", "op": "create"|"delete", "ids", "name",
+ * "status"}}. Fault events of the scenario are driven from outside (peers/compare.py).
+ *
+ * <p>Usage: {@code SparkPeer --kubeconfig F --scenario S.json --out decisions.jsonl
+ * [--namespace NS] [--app-id APP] [--driver-pod NAME] [--wait-for GO_FILE]}
+ */
+public final class SparkPeer {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final Pattern EXEC_ID_IN = Pattern.compile("spark-exec-id in \\(([0-9, ]*)\\)");
+  private static final Pattern EXEC_NAME = Pattern.compile("-exec-([0-9]+)$");
+
+  private static long t0;
+  private static PrintStream out;
+
+  private SparkPeer() {}
+
+  public static void main(String[] argv) throws Exception {
+    Map<String, String> a = parseArgs(argv);
+    JsonNode sc = JSON.readTree(Files.readString(Path.of(req(a, "scenario"))));
+    String ns = a.getOrDefault("namespace", text(sc, "namespace", "default"));
+    String app = a.getOrDefault("app-id", text(sc, "app_id", "peer-app"));
+    String driver = a.getOrDefault("driver-pod", text(sc, "driver_pod", app + "-driver"));
+    out = new PrintStream(Files.newOutputStream(Path.of(req(a, "out"))), true, "UTF-8");
+
+    long batchDelay = sc.path("batch_delay_ms").asLong(1000);
+    SparkConf conf =
+        new SparkConf(false)
+            .set("spark.app.id", app)
+            .set("spark.app.name", app)
+            .set("spark.master", "k8s://https://127.0.0.1")
+            .set("spark.kubernetes.namespace", ns)
+            .set("spark.kubernetes.container.image", text(sc, "image", "spark:peer"))
+            .set("spark.kubernetes.executor.podNamePrefix", app)
+            .set("spark.kubernetes.driver.pod.name", driver)
+            // PVC reuse lists PersistentVolumeClaims, which the simulator does not serve.
+            .set("spark.kubernetes.driver.reusePersistentVolumeClaim", "false")
+            .set("spark.kubernetes.driver.ownPersistentVolumeClaim", "false")
+            .set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.port", "7078")
+            .set("spark.executor.cores", "1")
+            .set("spark.executor.memory", "256m")
+            .set("spark.kubernetes.executor.request.cores", "100m")
+            .set("spark.kubernetes.executor.disableConfigMap", "true")
+            .set("spark.kubernetes.allocation.batch.size", sc.path("batch_size").asText("5"))
+            .set("spark.kubernetes.allocation.batch.delay", batchDelay + "ms")
+            .set(
+                "spark.kubernetes.executor.apiPollingInterval",
+                sc.path("poll_ms").asLong(batchDelay) + "ms")
+            .set(
+                "spark.kubernetes.executor.enableApiWatcher",
+                String.valueOf(sc.path("watch").asBoolean(false)))
+            .set("spark.kubernetes.executor.deleteOnTermination", "true")
+            // The 3.5 allocator (4.0: the lifecycle manager) exits the JVM past this.
+            .set("spark.executor.maxNumFailures", "1000000");
+    setMs(conf, sc, "executor_idle_timeout_ms", "spark.dynamicAllocation.executorIdleTimeout");
+    setMs(conf, sc, "creation_timeout_ms", "spark.kubernetes.allocation.executor.timeout");
+    if (sc.has("max_pending")) {
+      conf.set("spark.kubernetes.allocation.maxPendingPods", sc.get("max_pending").asText());
+    }
+    if (sc.has("spark_conf")) {
+      sc.get("spark_conf").fields().forEachRemaining(e -> conf.set(e.getKey(), e.getValue().asText()));
+    }
+    ExecutorPodsSnapshot.setShouldCheckAllContainers(false);
+    ExecutorPodsSnapshot.setSparkContainerName("spark-kubernetes-executor");
+
+    if (a.containsKey("wait-for")) {
+      // Load the classes and build what needs no server first, then wait for the go file:
+      // a benchmark starts its simulators once every JVM is up, so the simulators' clocks
+      // (their Unschedulable windows) start with the allocators, not before the JVM's start.
+      ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+      for (Class<?> c :
+          new Class<?>[] {
+            ExecutorPodsAllocator.class, ExecutorPodsSnapshotsStoreImpl.class,
+            ExecutorPodsPollingSnapshotSource.class, ExecutorPodsLifecycleManager.class,
+            KubernetesExecutorBuilder.class, KubernetesClientBuilder.class
+          }) {
+        Class.forName(c.getName(), true, SparkPeer.class.getClassLoader());
+      }
+      mock(KubernetesClusterSchedulerBackend.class);
+      Path go = Path.of(a.get("wait-for"));
+      Files.writeString(Path.of(go + ".ready"), "ready\n");
+      while (!Files.exists(go)) Thread.sleep(20);
+    }
+    Config cfg = Config.fromKubeconfig(Files.readString(Path.of(req(a, "kubeconfig"))));
+    cfg.setNamespace(ns);
+    cfg.setRequestTimeout(10000);
+    cfg.setConnectionTimeout(10000);
+    cfg.setRequestRetryBackoffLimit(3);
+    KubernetesClient client =
+        new KubernetesClientBuilder()
+            .withConfig(cfg)
+            .withHttpClientBuilderConsumer(b -> b.addOrReplaceInterceptor("peer", new Recorder()))
+            .build();
+
+    ScheduledExecutorService subscribers = Executors.newScheduledThreadPool(2, daemon("snapshots"));
+    ExecutorPodsSnapshotsStoreImpl store =
+        new ExecutorPodsSnapshotsStoreImpl(subscribers, new SystemClock(), conf);
+
+    // The stand-in backend: executors whose pod is Running in the latest snapshot are
+    // "registered" (a real driver learns of them when the executor JVM connects).
+    Set<String> registered = ConcurrentHashMap.newKeySet();
+    // Raw Function1: its argument is scala.collection.Seq in Scala 2.12 (Spark 3.5) and
+    // scala.collection.immutable.Seq in 2.13 (Spark 4.0).
+    @SuppressWarnings({"rawtypes", "unchecked"})
+    scala.Function1 onSnapshots =
+        new AbstractFunction1<Object, BoxedUnit>() {
+          @Override
+          public BoxedUnit apply(Object arg) {
+            @SuppressWarnings("unchecked")
+            scala.collection.Seq<ExecutorPodsSnapshot> snaps =
+                (scala.collection.Seq<ExecutorPodsSnapshot>) arg;
+            if (snaps.nonEmpty()) {
+              Set<String> running = new TreeSet<>();
+              Map<Object, ExecutorPodState> pods =
+                  JavaConverters.mapAsJavaMap(snaps.last().executorPods());
+              pods.forEach(
+                  (id, st) -> {
+                    if (st instanceof PodRunning) running.add(id.toString());
+                  });
+              registered.retainAll(running);
+              registered.addAll(running);
+            }
+            return BoxedUnit.UNIT;
+          }
+        };
+    store.addSubscriber(batchDelay, onSnapshots);
+    KubernetesClusterSchedulerBackend backend = mock(KubernetesClusterSchedulerBackend.class);
+    when(backend.getExecutorIds())
+        .thenAnswer(inv -> JavaConverters.asScalaBuffer(new ArrayList<>(registered)).toList());
+    when(backend.getExecutorsWithRegistrationTs())
+        .thenAnswer(inv -> scala.collection.immutable.Map$.MODULE$.empty());
+
+    ResourceProfile rp = ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+    SecurityManager sec =
+        new SecurityManager(
+            conf,
+            SecurityManager$.MODULE$.$lessinit$greater$default$2(),
+            SecurityManager$.MODULE$.$lessinit$greater$default$3());
+    ExecutorPodsAllocator alloc =
+        new ExecutorPodsAllocator(
+            conf, sec, new KubernetesExecutorBuilder(), client, store, new SystemClock());
+    ExecutorPodsLifecycleManager lifecycle = lifecycleManager(conf, client, store);
+    ExecutorPodsPollingSnapshotSource polling =
+        new ExecutorPodsPollingSnapshotSource(
+            conf, client, store, Executors.newSingleThreadScheduledExecutor(daemon("polling")));
+    ExecutorPodsWatchSnapshotSource watch =
+        sc.path("watch").asBoolean(false) ? new ExecutorPodsWatchSnapshotSource(store, client, conf) : null;
+
+    List<JsonNode> targets = new ArrayList<>();
+    sc.path("events").forEach(e -> { if (e.has("target")) targets.add(e); });
+    targets.sort((x, y) -> Long.compare(x.path("at_ms").asLong(), y.path("at_ms").asLong()));
+    long duration = sc.path("duration_ms").asLong(20000);
+
+    // The driver's order (KubernetesClusterSchedulerBackend.start): the lifecycle manager,
+    // the allocator, the initial target, then the watch and polling sources.
+    t0 = System.currentTimeMillis();
+    event("start", Map.of("spark", org.apache.spark.package$.MODULE$.SPARK_VERSION()));
+    lifecycle.start(backend);
+    alloc.start(app, backend);
+    int i = 0;
+    if (!targets.isEmpty() && targets.get(0).path("at_ms").asLong() == 0) {
+      setTarget(alloc, rp, targets.get(0).get("target").asInt());
+      i = 1;
+    } else {
+      setTarget(alloc, rp, 0);
+    }
+    if (watch != null) watch.start(app);
+    polling.start(app);
+    if (sc.has("target_file")) watchTargetFile(Path.of(sc.get("target_file").asText()), alloc, rp);
+    for (; i < targets.size(); i++) {
+      sleepUntil(targets.get(i).path("at_ms").asLong());
+      setTarget(alloc, rp, targets.get(i).get("target").asInt());
+    }
+    sleepUntil(duration);
+    event("end", Map.of());
+    polling.stop();
+    if (watch != null) watch.stop();
+    store.stop();
+    client.close();
+    out.close();
+    System.exit(0);
+  }
+
+  /** (conf, client, store) in Spark 3.5; 4.0 adds a Clock. */
+  private static ExecutorPodsLifecycleManager lifecycleManager(
+      SparkConf conf, KubernetesClient client, ExecutorPodsSnapshotsStoreImpl store)
+      throws ReflectiveOperationException {
+    for (java.lang.reflect.Constructor<?> c : ExecutorPodsLifecycleManager.class.getConstructors()) {
+      Object[] args =
+          c.getParameterCount() == 3
+              ? new Object[] {conf, client, store}
+              : new Object[] {conf, client, store, new SystemClock()};
+      if (c.getParameterCount() == 3 || c.getParameterCount() == 4) {
+        return (ExecutorPodsLifecycleManager) c.newInstance(args);
+      }
+    }
+    throw new IllegalStateException("no known ExecutorPodsLifecycleManager constructor");
+  }
+
+  /** A target written to this file (a number) is set when the file appears or changes. */
+  private static void watchTargetFile(Path f, ExecutorPodsAllocator alloc, ResourceProfile rp) {
+    Thread t =
+        new Thread(
+            () -> {
+              String last = null;
+              while (true) {
+                try {
+                  if (Files.exists(f)) {
+                    String v = Files.readString(f).trim();
+                    if (!v.isEmpty() && !v.equals(last)) {
+                      last = v;
+                      setTarget(alloc, rp, Integer.parseInt(v));
+                    }
+                  }
+                  Thread.sleep(50);
+                } catch (Exception e) {
+                  return;
+                }
+              }
+            },
+            "peer-target-file");
+    t.setDaemon(true);
+    t.start();
+  }
+
+  private static void setTarget(ExecutorPodsAllocator alloc, ResourceProfile rp, int n) {
+    event("target", Map.of("target", n));
+    alloc.setTotalExpectedExecutors(new scala.collection.immutable.Map.Map1<>(rp, (Object) n));
+  }
+
+  /** Logs the requests that change the cluster, with the executor ids they name. */
+  static final class Recorder implements Interceptor {
+    @Override
+    public void after(
+        HttpRequest req,
+        HttpResponse<?> resp,
+        AsyncBody.Consumer<List<ByteBuffer>> consumer) {
+      String m = req.method();
+      if (!m.equals("POST") && !m.equals("DELETE")) return;
+      String path = req.uri().getPath();
+      if (!path.contains("/pods")) return;
+      Map<String, Object> f = new HashMap<>();
+      String query = req.uri().getQuery();
+      List<Long> ids = new ArrayList<>();
+      if (m.equals("POST")) {
+        try {
+          JsonNode pod = JSON.readTree(req.bodyString());
+          String name = pod.path("metadata").path("name").asText();
+          f.put("name", name);
+          ids.add(pod.path("metadata").path("labels").path("spark-exec-id").asLong());
+        } catch (Exception e) {
+          f.put("error", e.toString());
+        }
+        f.put("op", "create");
+      } else {
+        f.put("op", "delete");
+        Matcher byName = EXEC_NAME.matcher(path);
+        if (byName.find()) {
+          f.put("name", path.substring(path.lastIndexOf('/') + 1));
+          ids.add(Long.parseLong(byName.group(1)));
+        } else if (query != null) {
+          Matcher in = EXEC_ID_IN.matcher(query);
+          if (in.find()) {
+            for (String s : in.group(1).split(",")) {
+              if (!s.isBlank()) ids.add(Long.parseLong(s.trim()));
+            }
+          }
+          f.put("collection", true);
+        }
+        if (query != null) f.put("query", query);
+      }
+      f.put("ids", ids);
+      f.put("status", resp.code());
+      event(null, f);
+    }
+  }
+
+  private static synchronized void event(String op, Map<String, ?> fields) {
+    ObjectNode o = JSON.createObjectNode();
+    o.put("ms", System.currentTimeMillis() - t0);
+    if (op != null) o.put("op", op);
+    fields.forEach((k, v) -> o.set(k, JSON.valueToTree(v)));
+    out.println(o.toString());
+  }
+
+  private static void sleepUntil(long atMs) throws InterruptedException {
+    long left = t0 + atMs - System.currentTimeMillis();
+    if (left > 0) Thread.sleep(left);
+  }
+
+  private static void setMs(SparkConf conf, JsonNode sc, String field, String key) {
+    if (sc.has(field)) conf.set(key, sc.get(field).asLong() + "ms");
+  }
+
+  private static String text(JsonNode n, String field, String dflt) {
+    return n.has(field) ? n.get(field).asText() : dflt;
+  }
+
+  private static ThreadFactory daemon(String name) {
+    AtomicInteger n = new AtomicInteger();
+    return r -> {
+      Thread t = new Thread(r, "peer-" + name + "-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    };
+  }
+
+  private static String req(Map<String, String> a, String k) {
+    String v = a.get(k);
+    if (v == null) {
+      System.err.println("spark-peer: --" + k + " is required");
+      System.err.println(
+          "usage: SparkPeer --kubeconfig F --scenario S.json --out decisions.jsonl"
+              + " [--namespace NS] [--app-id APP] [--driver-pod NAME]");
+      System.exit(2);
+    }
+    return v;
+  }
+
+  private static Map<String, String> parseArgs(String[] argv) {
+    Map<String, String> a = new HashMap<>();
+    for (int i = 0; i + 1 < argv.length; i += 2) {
+      if (!argv[i].startsWith("--")) throw new IllegalArgumentException("bad argument " + argv[i]);
+      a.put(argv[i].substring(2), argv[i + 1]);
+    }
+    return a;
+  }
+
+  static String utf8(byte[] b) {
+    return new String(b, StandardCharsets.UTF_8);
+  }
+}

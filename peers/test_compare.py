@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Unit tests of peers/compare.py's reading of request logs and its comparison (no Java,
+no simulator): python3 -m unittest peers/test_compare.py"""
+
+import unittest
+
+import compare
+
+P = f"/api/v1/namespaces/{compare.NS}/pods"
+U = "system:serviceaccount:default:podalloc"
+
+
+def line(seq, ms, method, path, verb, query=None, name=None, status=200):
+    e = {"seq": seq, "ms": ms, "method": method, "path": path, "verb": verb, "user": U, "status": status}
+    if query:
+        e["query"] = query
+    if name:
+        e["name"] = name
+    return e
+
+
+class Decisions(unittest.TestCase):
+    def test_creates_deletes_and_collections(self):
+        log = [
+            line(1, 100, "GET", f"{P}/peer-app-driver", "get", {"peerFault": "1", "t0": "1"}),
+            line(2, 110, "POST", P, "create", name="peer-app-exec-1", status=201),
+            line(3, 120, "GET", P, "list"),
+            line(4, 130, "DELETE", P, "deletecollection",
+                 {"labelSelector": "spark-app-selector=peer-app,spark-role=executor,spark-exec-id in (4,3)",
+                  "fieldSelector": "status.phase=Pending"}),
+            line(5, 140, "DELETE", f"{P}/peer-app-exec-2", "delete"),
+            line(6, 150, "DELETE", f"{P}/peer-app-exec-3", "delete", {"peerFault": "1"}),
+            line(7, 160, "DELETE", f"{P}/peer-app-driver", "delete"),
+        ]
+        t0 = compare.t0_of(log)
+        ds = compare.decisions(log, t0)
+        self.assertEqual(ds, [
+            (10, "create", [1], 201),
+            (30, "delete", [3, 4], 200, "collection status.phase=Pending"),
+            (40, "delete", [2], 200, "by name"),
+        ], "the script's own requests (peerFault) and the driver are not decisions")
+
+
+class Compare(unittest.TestCase):
+    SC = {"batch_delay_ms": 1000}
+
+    def test_same_decisions_no_difference(self):
+        spark = [(200, "create", [1], 201), (220, "create", [2], 201), (1300, "create", [3], 201)]
+        pa = [(5, "create", [1], 201), (5, "create", [2], 201), (1010, "create", [3], 201)]
+        self.assertEqual(compare.compare(self.SC, spark, pa), {})
+
+    def test_ids_batches_order_and_delete_shape(self):
+        spark = [(0, "create", [1], 201), (20, "create", [2], 201), (1500, "create", [3], 201),
+                 (2000, "delete", [1], 200, "by name")]
+        pa = [(0, "create", [1], 201), (1000, "create", [2], 201), (1000, "delete", [1], 200, "by name"),
+              (1001, "create", [3], 201)]
+        d = compare.compare(self.SC, spark, pa)
+        self.assertIn("create-batches", d)
+        self.assertIn("order", d)
+        self.assertNotIn("creates", d)
+        pa2 = [(0, "create", [1], 201), (0, "create", [2], 201), (1000, "create", [4], 201)]
+        self.assertIn("creates", compare.compare(self.SC, spark[:3], pa2))
+        coll = [(0, "delete", [1, 2], 200, "collection status.phase=Pending")]
+        named = [(0, "delete", [1], 200, "by name"), (1, "delete", [2], 200, "by name")]
+        self.assertEqual(list(compare.compare(self.SC, coll, named)), ["delete-requests"])
+
+    def test_batches_split_on_half_a_batch_delay(self):
+        ds = [(0, "create", [1]), (300, "create", [2]), (900, "create", [3]), (950, "delete", [1])]
+        self.assertEqual(compare.batches(ds, "create", 1000), [[1, 2], [3]])
+
+    def test_lag(self):
+        self.assertEqual(compare.lag_ms([(1500, "create", [1])], [(200, "create", [1])]), 1300)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Spark's own ExecutorPodsAllocator beside podalloc, decision by decision (peers/).
+#
+# Builds the harness in peers/spark with Maven (dependencies from Maven Central) into a cache
+# outside the work tree, reused while peers/spark is unchanged:
+#   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/m2          Maven's local repository
+#   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/<version>/  the harness jar + classpath
+# then runs peers/compare.py for each Spark line in SPARK_PEER_LINES (default "3.5 4.0") and
+# exits non-zero on a difference no scenario explains (see docs/semantics.md).
+#
+# Without java or mvn it prints one line saying it was skipped and exits 0 -- except under
+# CI (CI=true), where it installs them with apt-get if it can and fails otherwise.
+# Environment: PODALLOC (the binary; default target/release/podalloc, else target/debug,
+# else built), SPARK_PEER_LINES, SPARK_PEER_ONLY (scenario name prefixes), SPARK_PEER_OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; }
+if ! need; then
+  if [ "${CI:-}" != "true" ]; then
+    echo "spark-peer: skipped (java or mvn not found); install a JDK 17 and Maven, then run scripts/spark-peer.sh"
+    exit 0
+  fi
+  echo "spark-peer: java or mvn missing under CI: installing openjdk-17-jdk-headless and maven" >&2
+  if ! { command -v apt-get >/dev/null && apt-get update -qq && \
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; } || ! need; then
+    echo "spark-peer: FAILED: java and mvn are required under CI and could not be installed" >&2
+    exit 1
+  fi
+fi
+
+cache="${PODALLOC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podalloc}/spark-peer"
+mkdir -p "$cache/m2"
+stamp_src=$( (cat peers/spark/pom.xml; find peers/spark/src -type f | sort | xargs cat) | sha256sum | cut -c1-16)
+
+pod="${PODALLOC:-}"
+if [ -z "$pod" ]; then
+  if [ -x target/release/podalloc ]; then pod=target/release/podalloc
+  elif [ -x target/debug/podalloc ]; then pod=target/debug/podalloc
+  else cargo build --release --quiet; pod=target/release/podalloc; fi
+fi
+
+# The comparison's own logic first (no Java, no simulator; a second).
+(cd peers && python3 -m unittest -q test_compare.py)
+
+status=0
+for line in ${SPARK_PEER_LINES:-3.5 4.0}; do
+  out="$cache/$line"
+  if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp_src" ] && [ -f "$out/build/spark-peer.jar" ]; then
+    echo "spark-peer: Spark $line harness: cached ($out)"
+  else
+    start=$(date +%s)
+    rm -rf "$out"; mkdir -p "$out"
+    if ! mvn -B -q -f peers/spark/pom.xml -Dmaven.repo.local="$cache/m2" -P"spark-$line" \
+         -Dpeer.build.dir="$out/build" package >"$out/mvn.log" 2>&1; then
+      echo "spark-peer: FAILED: the Spark $line harness did not build:"; tail -40 "$out/mvn.log"
+      exit 1
+    fi
+    echo "$stamp_src" > "$out/stamp"
+    echo "spark-peer: Spark $line harness built in $(( $(date +%s) - start ))s"
+  fi
+  args=(--jar-dir "$out/build" --podalloc "$pod")
+  [ -n "${SPARK_PEER_ONLY:-}" ] && args+=(--only $SPARK_PEER_ONLY)
+  [ -n "${SPARK_PEER_OUT:-}" ] && args+=(--out "$SPARK_PEER_OUT/$line")
+  python3 peers/compare.py "${args[@]}" || status=1
+done
+exit $status

@@ -1,0 +1,286 @@
+//! What only a real kube-apiserver can show: RBAC as `kubectl auth can-i` reports it for the
+//! recipe's Role, API Priority and Fairness answering 429 to a user whose FlowSchema leaves
+//! it no seats, and a `continue` token that expires once etcd compacts its revision (410).
+//! Each test needs the real control plane (`tests/real/`) and says so in one line without it.
+
+use crate::both::{Env, Pods};
+use crate::real;
+use crate::util::stderr;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Every verb `deploy/rbac.yaml` grants, and some it does not, as `kubectl auth can-i --as
+/// podalloc` reports them in the test's namespace.
+#[test]
+fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
+    let Some(e) = Env::real("can-i", "can-i", &Pods::default()) else {
+        return;
+    };
+    let cp = e.control_plane().unwrap();
+    let can = |verb: &str, resource: &str| -> bool {
+        let out = cp
+            .kubectl()
+            .args([
+                "auth", "can-i", verb, resource, "-n", &e.ns, "--as", "podalloc",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for (verbs, resource) in [
+        (&["get", "list", "create", "delete"][..], "pods"),
+        (&["create", "patch", "get"][..], "events"),
+        (&["get", "create", "update"][..], "configmaps"),
+        (
+            &["get", "create", "update"][..],
+            "leases.coordination.k8s.io",
+        ),
+    ] {
+        for v in verbs {
+            assert!(can(v, resource), "podalloc cannot {v} {resource}");
+        }
+    }
+    for (v, resource) in [
+        ("watch", "pods"),
+        ("patch", "pods"),
+        ("delete", "configmaps"),
+        ("get", "secrets"),
+        ("list", "nodes"),
+    ] {
+        assert!(
+            !can(v, resource),
+            "podalloc can {v} {resource}, beyond the recipe"
+        );
+    }
+    // And nothing outside its namespace.
+    let out = cp
+        .kubectl()
+        .args([
+            "auth", "can-i", "list", "pods", "-n", "default", "--as", "podalloc",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
+}
+
+const APF: &str = "apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: podalloc-throttled
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 0
+    borrowingLimitPercent: 0
+    lendablePercent: 0
+    limitResponse:
+      type: Reject
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: podalloc-throttled
+spec:
+  priorityLevelConfiguration:
+    name: podalloc-throttled
+  matchingPrecedence: 500
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: User
+      user:
+        name: podalloc-throttled
+    resourceRules:
+    - verbs: ['*']
+      apiGroups: ['*']
+      resources: ['*']
+      namespaces: ['*']
+";
+
+/// The apiserver's count of requests API Priority and Fairness rejected for the
+/// `podalloc-throttled` FlowSchema.
+fn rejected(e: &Env) -> u64 {
+    let cp = e.control_plane().unwrap();
+    let out = cp
+        .kubectl()
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_flowcontrol_rejected_requests_total{")
+                && l.contains("flow_schema=\"podalloc-throttled\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A FlowSchema whose priority level has no seats: API Priority and Fairness still runs a
+/// request when none of its level is executing (so a lone client is never starved), and
+/// rejects the others at once with 429 `Too many requests` and `Retry-After`. Two other
+/// clients of the same user keep a request in flight (a list at a resourceVersion the server
+/// has not reached blocks for 3 s, then answers 504 `Too large resource version`), so every
+/// call of podalloc's meets a 429: it backs off and retries each (its log names them) until
+/// its tick's time is spent, fails the tick (exit 1: retried next tick), and acts once the
+/// others stop.
+#[test]
+fn a_429_from_api_priority_and_fairness_is_retried() {
+    let Some(e) = Env::real("apf", "apf", &Pods::default()) else {
+        return;
+    };
+    let cp = e.control_plane().unwrap();
+    cp.kubectl_stdin(&["apply", "-f", "-"], APF, "the FlowSchema");
+    let pods = format!("/api/v1/namespaces/{}/pods", e.ns);
+    let throttled =
+        |path: &str| real::call(&cp.url, &cp.ca_pem, &cp.throttled_token, "GET", path, None).0;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let blocking = format!("{pods}?resourceVersion=999999999&resourceVersionMatch=NotOlderThan");
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, pods) = (stop.clone(), blocking.clone());
+            let (url, ca, token) = (
+                cp.url.clone(),
+                cp.ca_pem.clone(),
+                cp.throttled_token.clone(),
+            );
+            std::thread::spawn(move || {
+                let end = Instant::now() + Duration::from_secs(120);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < end {
+                    real::call(&url, &ca, &token, "GET", &pods, None);
+                }
+            })
+        })
+        .collect();
+    let end = Instant::now() + Duration::from_secs(30);
+    while (0..20).all(|_| throttled(&pods) != 429) {
+        assert!(Instant::now() < end, "the FlowSchema never took effect");
+    }
+    let before = rejected(&e);
+    let out = e
+        .cmd_with_token(&cp.throttled_token, &["reconcile", "--target", "1"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    assert!(err.contains(": 429 TooManyRequests; retry "), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(e.live().is_empty());
+    assert!(
+        rejected(&e) > before,
+        "no request of podalloc-throttled was rejected"
+    );
+    // Alone again, podalloc's requests run.
+    let out = e
+        .cmd_with_token(
+            &cp.throttled_token,
+            &[
+                "run",
+                "--target",
+                "1",
+                "--until-converged",
+                "--timeout",
+                "60s",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(e.live(), vec![1]);
+    cp.kubectl()
+        .args(["delete", "flowschema", "podalloc-throttled", "--wait=false"])
+        .output()
+        .unwrap();
+}
+
+/// A `continue` token outlives its revision only until etcd compacts it: then 410 `Expired`,
+/// the code, reason and message the simulator gives when its list snapshot has expired.
+#[test]
+fn an_expired_continue_token_is_410_expired() {
+    let Some(e) = Env::real("expired-continue", "cont", &Pods::default()) else {
+        return;
+    };
+    for i in 1..=3 {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("cont-{i}")},
+            "spec": {"containers": [{"name": "c", "image": "img"}]}});
+        let (code, b) = e.admin(
+            "POST",
+            &format!("/api/v1/namespaces/{}/pods", e.ns),
+            Some(&pod),
+        );
+        assert_eq!(code, 201, "{b}");
+    }
+    let (code, page) = e.as_podalloc(
+        "GET",
+        &format!("/api/v1/namespaces/{}/pods?limit=1", e.ns),
+        None,
+    );
+    assert_eq!(code, 200, "{page}");
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    // Writes move the revision on; compaction (every 5 s here) then drops the token's.
+    let end = Instant::now() + Duration::from_secs(60);
+    let next = format!("/api/v1/namespaces/{}/pods?limit=1&continue={token}", e.ns);
+    let body = loop {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"generateName": "tick-"}, "data": {}});
+        e.admin(
+            "POST",
+            &format!("/api/v1/namespaces/{}/configmaps", e.ns),
+            Some(&cm),
+        );
+        let (code, body) = e.as_podalloc("GET", &next, None);
+        if code == 410 {
+            break body;
+        }
+        assert_eq!(code, 200, "{body}");
+        assert!(Instant::now() < end, "the continue token never expired");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(body["reason"], "Expired", "{body}");
+    assert_eq!(body["code"], 410, "{body}");
+    // The simulator's expired token says the same (crates/podalloc-sim, `api.rs`).
+    let msg = body["message"].as_str().unwrap_or("");
+    assert!(
+        msg.starts_with("The provided continue parameter is too old"),
+        "{msg}"
+    );
+}
+
+/// Every file of `deploy/` is a Kubernetes manifest that kube-apiserver accepts as it is
+/// (`kubectl apply --dry-run=server -f deploy/`: schema, defaulting, admission and RBAC
+/// validation, nothing stored); the admin host's files live in `deploy/host/`.
+#[test]
+fn every_deploy_recipe_passes_server_side_dry_run() {
+    let Some(e) = Env::real("dry-run", "dry-run", &Pods::default()) else {
+        return;
+    };
+    let cp = e.control_plane().unwrap();
+    // The recipes name their namespace, `batch`.
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: batch\n";
+    cp.kubectl_stdin(&["apply", "-f", "-"], ns, "namespace batch");
+    let dir = crate::util::root().join("deploy");
+    let out = cp
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{se}{so}");
+    for kind in [
+        "cronjob.batch/",
+        "deployment.apps/",
+        "role.rbac.authorization.k8s.io/",
+        "configmap/",
+    ] {
+        assert!(so.contains(kind), "no {kind} in: {so}");
+    }
+    assert!(so.lines().all(|l| l.ends_with("(server dry run)")), "{so}");
+}

@@ -1,0 +1,947 @@
+//! One end-to-end suite, two servers: each test here runs twice, as `NAME::on_sim` against
+//! the built-in simulator and as `NAME::on_real` against a real kube-apiserver + etcd with the
+//! kubelet emulator (`tests/real/`), with the same test code. The harness ([`Env`]) picks the
+//! server; a test sees only what both have: the API, the podalloc binary, and the counters of
+//! what the cluster lived through ([`podalloc_sim::SimStats`]: live pods and their maximum per
+//! app, executor ids created twice, kept by the simulator itself or by the emulator's watch).
+//!
+//! On the real server podalloc runs as the user `podalloc`, which holds exactly the Role of
+//! `deploy/rbac.yaml` in the test's namespace: a verb our RBAC lacks fails here with 403.
+
+use crate::real::{self, ControlPlane};
+use crate::util::{podalloc, stderr, stdout};
+use podalloc_sim::emulator::EmulatorOptions;
+use podalloc_sim::{SimOptions, SimServer, SimStats};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// How pods live, on either server.
+#[derive(Clone, Debug)]
+pub struct Pods {
+    pub schedule_ms: u64,
+    pub startup_ms: u64,
+    pub stop_ms: u64,
+    pub failure_rate: f64,
+    pub missing_images: Vec<String>,
+}
+
+impl Default for Pods {
+    fn default() -> Self {
+        Pods {
+            schedule_ms: 50,
+            startup_ms: 300,
+            stop_ms: 100,
+            failure_rate: 0.0,
+            missing_images: Vec::new(),
+        }
+    }
+}
+
+enum Server {
+    Sim(Box<SimServer>),
+    Real(&'static ControlPlane),
+}
+
+/// One test's cluster (a simulator of its own, or a namespace of its own on the real
+/// control plane), a temporary directory, and podalloc's command line for it.
+pub struct Env {
+    server: Server,
+    /// The test's namespace (`default` on the simulator).
+    pub ns: String,
+    /// The app id.
+    pub app: String,
+    pub dir: tempfile::TempDir,
+    ca: PathBuf,
+    token: String,
+    admin_token: String,
+    url: String,
+    ca_pem: String,
+}
+
+const SIM_TOKEN: &str = "both-sim-token-0123456789";
+
+impl Env {
+    /// A simulator of its own, pods living as `pods`, in namespace `default`.
+    pub fn sim(app: &str, pods: &Pods) -> Env {
+        Env::sim_in(app, pods, "default")
+    }
+
+    /// [`Env::sim`] in namespace `ns`, the only one besides `default` and `kube-system` that
+    /// exists on that simulator (a create elsewhere is 404, as on a real cluster).
+    pub fn sim_in(app: &str, pods: &Pods, ns: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.crt");
+        let opts = SimOptions {
+            ca_out: Some(ca.clone()),
+            token: Some(SIM_TOKEN.into()),
+            schedule_latency: Duration::from_millis(pods.schedule_ms),
+            startup_latency: Duration::from_millis(pods.startup_ms),
+            stop_latency: Duration::from_millis(pods.stop_ms),
+            failure_rate: pods.failure_rate,
+            missing_images: pods.missing_images.clone(),
+            namespaces: Some(vec!["default".into(), "kube-system".into(), ns.into()]),
+            ..SimOptions::default()
+        };
+        let sim = SimServer::start(opts).unwrap();
+        let url = sim.url();
+        let ca_pem = sim.ca_pem().unwrap().to_string();
+        Env {
+            server: Server::Sim(Box::new(sim)),
+            ns: ns.into(),
+            app: app.into(),
+            dir,
+            ca,
+            token: SIM_TOKEN.into(),
+            admin_token: SIM_TOKEN.into(),
+            url,
+            ca_pem,
+        }
+    }
+
+    /// A namespace of its own on the real control plane; `None` (after one line) when it is
+    /// not built here and not required.
+    pub fn real(test: &str, app: &str, pods: &Pods) -> Option<Env> {
+        let cp = real::control_plane()?;
+        let opts = EmulatorOptions {
+            schedule_latency: Duration::from_millis(pods.schedule_ms),
+            startup_latency: Duration::from_millis(pods.startup_ms),
+            stop_latency: Duration::from_millis(pods.stop_ms),
+            failure_rate: pods.failure_rate,
+            missing_images: pods.missing_images.clone(),
+            ..EmulatorOptions::default()
+        };
+        let ns = cp.namespace(test, opts);
+        Some(Env {
+            server: Server::Real(cp),
+            ns,
+            app: app.into(),
+            dir: tempfile::tempdir().unwrap(),
+            ca: cp.ca_file.clone(),
+            token: cp.podalloc_token.clone(),
+            admin_token: cp.admin_token.clone(),
+            url: cp.url.clone(),
+            ca_pem: cp.ca_pem.clone(),
+        })
+    }
+
+    /// The control plane (real server only).
+    pub fn control_plane(&self) -> Option<&'static ControlPlane> {
+        match self.server {
+            Server::Real(cp) => Some(cp),
+            Server::Sim(_) => None,
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// podalloc connected as the `podalloc` user (`--server`, `--token`,
+    /// `--certificate-authority`, `-n`), with `--app-id`, `--image img` (unless `args` has
+    /// `--image` or `--template`), `--batch-delay 200ms` and a `--state-file` in the directory, then `args`.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_with_token(&self.token, args)
+    }
+
+    /// [`Env::cmd`] with another bearer token.
+    pub fn cmd_with_token(&self, token: &str, args: &[&str]) -> Command {
+        let mut c = podalloc();
+        c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);
+        if !args.contains(&"--image") && !args.contains(&"--template") {
+            c.args(["--image", "img"]);
+        }
+        c.arg("--state-file")
+            .arg(self.dir.path().join("state.json"))
+            .args(["--server", &self.url, "--token", token])
+            .arg("--certificate-authority")
+            .arg(&self.ca)
+            .args(["-n", &self.ns])
+            .args(args);
+        c
+    }
+
+    /// Runs [`Env::cmd`] to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Runs [`Env::cmd`]; it must exit `want`. Returns its standard error.
+    pub fn exits(&self, args: &[&str], want: i32) -> String {
+        let out = self.run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(want), "podalloc {args:?}: {err}");
+        err
+    }
+
+    /// Runs [`Env::cmd`]; it must succeed. Returns its standard error.
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.exits(args, 0)
+    }
+
+    /// The state file, parsed.
+    pub fn state(&self) -> Value {
+        let bytes = std::fs::read(self.dir.path().join("state.json")).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// `run --target N --until-converged --timeout 60s`, which must succeed; then exactly N
+    /// live executors, never more than N at once, no executor id created twice.
+    pub fn converge(&self, target: u32, extra: &[&str]) -> String {
+        let t = target.to_string();
+        let mut a = extra.to_vec();
+        a.extend([
+            "run",
+            "--target",
+            &t,
+            "--until-converged",
+            "--timeout",
+            "60s",
+        ]);
+        let err = self.ok(&a);
+        self.wait_for("the live executors to settle", |e| {
+            e.live().len() == target as usize
+        });
+        let s = self.stats();
+        assert_eq!(s.duplicate_executor_ids, 0, "{s:?}");
+        assert!(self.max_live() <= u64::from(target), "{s:?}");
+        err
+    }
+
+    /// What the cluster lived through (see the module doc).
+    pub fn stats(&self) -> SimStats {
+        match &self.server {
+            Server::Sim(s) => s.stats(),
+            Server::Real(cp) => cp.emulator.stats(&self.ns),
+        }
+    }
+
+    /// The most of the app's pods ever live at once.
+    pub fn max_live(&self) -> u64 {
+        let s = self.stats();
+        s.max_live_pods_by_app.get(&self.app).copied().unwrap_or(0)
+    }
+
+    /// A call to the API as the admin (the simulator's token on the simulator).
+    pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        real::call(
+            &self.url,
+            &self.ca_pem,
+            &self.admin_token,
+            method,
+            path,
+            body,
+        )
+    }
+
+    /// A call to the API as the `podalloc` user.
+    pub fn as_podalloc(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        real::call(&self.url, &self.ca_pem, &self.token, method, path, body)
+    }
+
+    /// The app's executor pods as the API lists them.
+    pub fn pods(&self) -> Vec<Value> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods?labelSelector=spark-app-selector%3D{}",
+            self.ns, self.app
+        );
+        let (code, list) = self.admin("GET", &path, None);
+        assert_eq!(code, 200, "{list}");
+        list["items"].as_array().unwrap().clone()
+    }
+
+    /// The pod named `name`, if it exists.
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let (code, p) = self.admin(
+            "GET",
+            &format!("/api/v1/namespaces/{}/pods/{name}", self.ns),
+            None,
+        );
+        (code == 200).then_some(p)
+    }
+
+    /// The ids of the executors that are Pending or Running and not being deleted, sorted.
+    pub fn live(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = (self.pods().iter())
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running")))
+            .filter_map(|p| {
+                p["metadata"]["labels"]["spark-exec-id"]
+                    .as_str()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The pod name of executor `id`.
+    pub fn exec(&self, id: u64) -> String {
+        format!("{}-exec-{id}", self.app)
+    }
+
+    /// Ends every container of pod `name` in `phase` with `exit_code` and `reason`, and the
+    /// kubelet leaves it so (the simulator's side door, or the emulator through the status
+    /// subresource).
+    pub fn set_phase(&self, name: &str, phase: &str, exit_code: i64, reason: &str) {
+        match &self.server {
+            Server::Sim(_) => {
+                let body = json!({"phase": phase, "exitCode": exit_code, "reason": reason});
+                let (code, b) = self.admin(
+                    "POST",
+                    &format!("/sim/pods/{}/{name}/phase", self.ns),
+                    Some(&body),
+                );
+                assert_eq!(code, 200, "{b}");
+            }
+            Server::Real(cp) => cp
+                .emulator
+                .set_pod_phase(&self.ns, name, phase, exit_code, reason)
+                .unwrap(),
+        }
+    }
+
+    /// Creates a Running driver pod named `name` (seeded on the simulator; created and run
+    /// by the emulator on the real server) and returns its uid.
+    pub fn driver(&self, name: &str) -> String {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"spark-role": "driver"}},
+            "spec": {"containers": [{"name": "driver", "image": "spark"}]}});
+        self.create_pod(&pod);
+        let p = self.pod(name).unwrap();
+        p["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    /// Creates `pod` (a Pod object) and waits until it runs (a seeded Running pod on the
+    /// simulator; created through the API and run by the emulator on the real server).
+    pub fn create_pod(&self, pod: &Value) {
+        let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        match &self.server {
+            Server::Sim(_) => {
+                let mut seeded = pod.clone();
+                seeded["status"] = json!({"phase": "Running"});
+                let (code, b) =
+                    self.admin("POST", &format!("/sim/pods/{}", self.ns), Some(&seeded));
+                assert!(code == 200 || code == 201, "{code} {b}");
+            }
+            Server::Real(_) => {
+                let (code, b) = self.admin(
+                    "POST",
+                    &format!("/api/v1/namespaces/{}/pods", self.ns),
+                    Some(pod),
+                );
+                assert_eq!(code, 201, "{b}");
+                self.wait_for("the pod to run", |e| {
+                    e.pod(&name)
+                        .is_some_and(|p| p["status"]["phase"] == "Running")
+                });
+            }
+        }
+    }
+
+    /// Polls `f` every 50 ms for up to 30 s; panics naming `what` and the live executors.
+    pub fn wait_for(&self, what: &str, mut f: impl FnMut(&Env) -> bool) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < end {
+            if f(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}: live {:?}", self.live());
+    }
+}
+
+/// Defines test `NAME` twice, `NAME::on_sim` and `NAME::on_real`, with the same body: `|env|
+/// body` gets an [`Env`] with app `APP` and pods living as `PODS`.
+macro_rules! both {
+    ($name:ident, $app:expr, $pods:expr, |$env:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            fn body($env: &Env) $body
+            #[test]
+            fn on_sim() {
+                body(&Env::sim($app, &$pods));
+            }
+            #[test]
+            fn on_real() {
+                if let Some(e) = Env::real(stringify!($name), $app, &$pods) {
+                    body(&e);
+                }
+            }
+        }
+    };
+}
+
+both!(converge_from_zero, "conv", Pods::default(), |e| {
+    let log = e.converge(7, &[]);
+    assert!(
+        log.contains("target=7 running=7 pending=0 unacknowledged=0"),
+        "{log}"
+    );
+    assert_eq!(e.live(), (1..=7).collect::<Vec<_>>());
+    let st = e.state();
+    assert_eq!(st["target"], 7);
+    assert_eq!(st["last_executor_id"], 7);
+    // Converged: another tick creates and deletes nothing.
+    e.ok(&["reconcile"]);
+    assert_eq!(e.stats().creates_by_app.get("conv").copied(), Some(7));
+});
+
+both!(
+    scale_up_then_down_deletes_pending_excess_only,
+    "scale",
+    Pods {
+        startup_ms: 60_000,
+        ..Pods::default()
+    },
+    |e| {
+        e.ok(&["reconcile", "--target", "4"]);
+        e.wait_for("4 pending pods", |e| e.live().len() == 4);
+        e.ok(&["scale", "1"]);
+        for _ in 0..10 {
+            if e.live().len() == 1 {
+                break;
+            }
+            e.ok(&["reconcile"]);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        e.wait_for("the pending excess deleted", |e| e.live().len() == 1);
+        assert_eq!(e.state()["target"], 1);
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);
+
+both!(
+    running_executors_are_not_deleted_to_shrink,
+    "shrink",
+    Pods::default(),
+    |e| {
+        e.converge(3, &[]);
+        e.ok(&["scale", "1"]);
+        assert_eq!(e.live(), vec![1, 2, 3]);
+    }
+);
+
+both!(
+    remove_deletes_named_executors_and_lowers_the_target,
+    "rm",
+    Pods::default(),
+    |e| {
+        e.converge(4, &[]);
+        e.ok(&["remove", "2", "3"]);
+        assert_eq!(e.state()["target"], 2);
+        e.wait_for("removed pods gone", |e| e.live() == vec![1, 4]);
+        // Ids are never reused: scaling up again continues above 4.
+        e.ok(&[
+            "run",
+            "--target",
+            "3",
+            "--until-converged",
+            "--timeout",
+            "60s",
+        ]);
+        e.wait_for("a fifth executor", |e| e.live() == vec![1, 4, 5]);
+    }
+);
+
+both!(
+    a_failed_executor_is_deleted_and_replaced,
+    "fail",
+    Pods::default(),
+    |e| {
+        e.converge(3, &[]);
+        e.set_phase(&e.exec(2), "Failed", 137, "OOMKilled");
+        e.ok(&["run", "--until-converged", "--timeout", "60s"]);
+        e.wait_for("the replacement", |e| e.live() == vec![1, 3, 4]);
+        e.wait_for("the failed pod deleted", |e| e.pod(&e.exec(2)).is_none());
+        let st = e.state();
+        assert!(st["failures"].to_string().contains("OOMKilled"), "{st}");
+    }
+);
+
+both!(
+    a_create_never_seen_times_out_and_is_replaced,
+    "ctimeout",
+    Pods::default(),
+    |e| {
+        e.ok(&["reconcile", "--target", "1"]);
+        // Gone before podalloc ever lists it: unacknowledged until the creation timeout.
+        let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(1));
+        let (code, b) = e.admin("DELETE", &path, Some(&json!({"gracePeriodSeconds": 0})));
+        assert_eq!(code, 200, "{b}");
+        e.wait_for("executor 1 gone", |e| e.pod(&e.exec(1)).is_none());
+        e.ok(&[
+            "--creation-timeout",
+            "2s",
+            "run",
+            "--until-converged",
+            "--timeout",
+            "60s",
+        ]);
+        e.wait_for("the replacement", |e| e.live() == vec![2]);
+        let ids = e.stats().executor_ids_created.get("ctimeout").cloned();
+        assert_eq!(ids, Some(vec![1, 2]));
+    }
+);
+
+both!(
+    the_crash_loop_guard_halts_creation,
+    "crash",
+    Pods {
+        failure_rate: 1.0,
+        ..Pods::default()
+    },
+    |e| {
+        let err = e.exits(
+            &[
+                "--max-failures",
+                "3",
+                "run",
+                "--target",
+                "2",
+                "--timeout",
+                "60s",
+            ],
+            6,
+        );
+        assert!(err.contains("crash loop"), "{err}");
+        let created = e.stats().creates_by_app.get("crash").copied().unwrap_or(0);
+        assert!((3..=5).contains(&created), "{created} creates");
+    }
+);
+
+const BAD_IMAGE: &str = "registry.example/spark:typo";
+
+both!(
+    a_pod_stuck_in_image_pull_is_deleted_after_the_grace,
+    "stuck",
+    Pods {
+        missing_images: vec![BAD_IMAGE.into()],
+        ..Pods::default()
+    },
+    |e| {
+        let flags = [
+            "--image",
+            BAD_IMAGE,
+            "--startup-grace",
+            "1s",
+            "--max-failures",
+            "10",
+        ];
+        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
+        run(&["reconcile", "--target", "1"]);
+        e.wait_for("the image pull to fail", |e| {
+            e.pod(&e.exec(1)).is_some_and(|p| {
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                    == "ImagePullBackOff"
+            })
+        });
+        run(&["reconcile"]);
+        std::thread::sleep(Duration::from_millis(1200));
+        run(&["reconcile"]);
+        e.wait_for("the stuck pod deleted", |e| {
+            e.pod(&e.exec(1))
+                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+        });
+        let st = e.state();
+        assert!(
+            st["failures"][0]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("ImagePullBackOff"),
+            "{st}"
+        );
+        assert_eq!(st["last_executor_id"], 2, "and replaced: {st}");
+    }
+);
+
+both!(
+    executors_are_owned_by_the_driver_and_go_with_it,
+    "drv-app",
+    Pods::default(),
+    |e| {
+        let uid = e.driver("drv");
+        e.converge(2, &["--driver-pod", "drv"]);
+        let p = e.pod(&e.exec(1)).unwrap();
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+        assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(p["spec"]["restartPolicy"], "Never");
+        e.set_phase("drv", "Succeeded", 0, "Completed");
+        let err = e.exits(&["--driver-pod", "drv", "run", "--timeout", "60s"], 7);
+        assert!(err.contains("\"drv\" has finished (Succeeded)"), "{err}");
+        e.wait_for("the executors deleted", |e| e.live().is_empty());
+    }
+);
+
+both!(
+    a_misspelt_template_field_is_refused_by_strict_validation,
+    "strict",
+    Pods::default(),
+    |e| {
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: executor\n    image: img\n    resources:\n      requets:\n        cpu: 1\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let err = e.exits(&["--template", t, "reconcile", "--target", "1"], 4);
+        assert!(
+            err.contains(
+                r#"strict decoding error: unknown field "spec.containers[0].resources.requets""#
+            ),
+            "{err}"
+        );
+        assert!(e.live().is_empty());
+    }
+);
+
+both!(
+    events_are_posted_and_accepted,
+    "evts",
+    Pods::default(),
+    |e| {
+        e.driver("drv");
+        e.converge(2, &["--driver-pod", "drv"]);
+        let (code, list) = e.admin("GET", &format!("/api/v1/namespaces/{}/events", e.ns), None);
+        assert_eq!(code, 200, "{list}");
+        let items = list["items"].as_array().unwrap();
+        let created: Vec<&Value> = items
+            .iter()
+            .filter(|ev| ev["reason"] == "SuccessfulCreate")
+            .collect();
+        assert!(!created.is_empty(), "{list}");
+        for ev in &created {
+            assert_eq!(ev["involvedObject"]["name"], "drv", "{ev}");
+            assert_eq!(ev["involvedObject"]["kind"], "Pod", "{ev}");
+            assert_eq!(ev["type"], "Normal", "{ev}");
+        }
+        let msgs: String = created
+            .iter()
+            .filter_map(|ev| ev["message"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            msgs.contains(&format!("Created executor pod: {}", e.exec(1))),
+            "{msgs}"
+        );
+        // On the real server the same objects are served as events.k8s.io/v1 too, which
+        // converts them (the simulator serves only core/v1).
+        if e.control_plane().is_some() {
+            let path = format!("/apis/events.k8s.io/v1/namespaces/{}/events", e.ns);
+            let (code, list) = e.admin("GET", &path, None);
+            assert_eq!(code, 200, "{list}");
+            let ev = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|ev| ev["reason"] == "SuccessfulCreate")
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(ev["regarding"]["name"], "drv", "{ev}");
+            let note = ev["note"].as_str().unwrap_or("");
+            assert!(note.starts_with("Created executor pod: "), "{ev}");
+            assert_eq!(ev["deprecatedSource"]["component"], "podalloc", "{ev}");
+        }
+    }
+);
+
+both!(
+    the_configmap_store_survives_concurrent_ticks,
+    "cmstore",
+    Pods::default(),
+    |e| {
+        let flags = ["--state-store", "configmap:podalloc-cmstore"];
+        let spawn = || {
+            e.cmd(&[&flags[..], &["reconcile", "--target", "4"]].concat())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        for o in [&a, &b] {
+            // Either tick acts; the one that loses the race on resourceVersion says so
+            // (exit 3) or retries on the newer ConfigMap (exit 0).
+            assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(o));
+        }
+        e.ok(&[
+            &flags[..],
+            &["run", "--until-converged", "--timeout", "60s"],
+        ]
+        .concat());
+        e.wait_for("4 executors", |e| e.live().len() == 4);
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+        assert!(e.max_live() <= 4);
+        let (code, cm) = e.admin(
+            "GET",
+            &format!("/api/v1/namespaces/{}/configmaps/podalloc-cmstore", e.ns),
+            None,
+        );
+        assert_eq!(code, 200, "{cm}");
+        let _ = stdout(&a);
+    }
+);
+
+/// `run --leader-elect` as `who` (`POD_NAME=pod-WHO`), on the ConfigMap store, with a 3 s
+/// Lease.
+fn candidate(e: &Env, who: &str, target: u32) -> std::process::Child {
+    let t = target.to_string();
+    e.cmd(&[
+        "--state-store",
+        "configmap:ha-state",
+        "run",
+        "--target",
+        &t,
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ])
+    .env("POD_NAME", format!("pod-{who}"))
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// The holder of the app's Lease (`podalloc-APP`).
+fn holder(e: &Env) -> Option<String> {
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/podalloc-{}",
+        e.ns, e.app
+    );
+    let (code, lease) = e.admin("GET", &path, None);
+    (code == 200).then(|| lease["spec"]["holderIdentity"].as_str().map(str::to_string))?
+}
+
+both!(
+    two_leader_elect_replicas_hand_over_on_a_lease,
+    "ha",
+    Pods::default(),
+    |e| {
+        let mut a = candidate(e, "a", 3);
+        e.wait_for("a leads", |e| holder(e).as_deref() == Some("pod-a"));
+        e.wait_for("a converges", |e| e.live().len() == 3);
+        let b = candidate(e, "b", 3);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(holder(e).as_deref(), Some("pod-a"));
+        // SIGKILL: no release; b takes over once the Lease has not changed for its duration.
+        a.kill().unwrap();
+        let killed = Instant::now();
+        e.wait_for("b leads", |e| holder(e).as_deref() == Some("pod-b"));
+        let took = killed.elapsed();
+        eprintln!("both: SIGKILL handover took {:.2}s", took.as_secs_f64());
+        assert!(
+            took < Duration::from_millis(3000 + 500 * 2 + 1500),
+            "{took:?}"
+        );
+        let _ = a.wait();
+        e.set_phase(&e.exec(2), "Failed", 1, "Error");
+        e.wait_for("b replaces executor 2", |e| {
+            let live = e.live();
+            live.len() == 3 && !live.contains(&2)
+        });
+        unsafe { libc::kill(b.id() as i32, libc::SIGTERM) };
+        let out = b.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains("released lease"), "{}", stderr(&out));
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+        assert!(e.max_live() <= 3, "{:?}", e.stats());
+    }
+);
+
+both!(
+    apps_discovers_annotated_drivers,
+    "apps-any",
+    Pods::default(),
+    |e| {
+        for (i, n) in [(0, "2"), (1, "3")] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("drv-{i}"),
+                "labels": {"spark-role": "driver", "spark-app-selector": format!("app-{i}")},
+                "annotations": {"podalloc.io/executors": n}},
+            "spec": {"containers": [{"name": "driver", "image": "spark"}]}});
+            e.create_pod(&pod);
+        }
+        let mut c = podalloc();
+        c.args(["--server", e.url(), "--token", &e.token])
+            .arg("--certificate-authority")
+            .arg(&e.ca)
+            .args([
+                "-n",
+                &e.ns,
+                "--batch-delay",
+                "200ms",
+                "--image",
+                "spark:3.5",
+            ])
+            .args([
+                "apps",
+                "--discover",
+                "spark-role=driver",
+                "--until-converged",
+                "--timeout",
+                "60s",
+            ])
+            .arg("--state-dir")
+            .arg(e.dir.path().join("states"));
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let path = format!(
+            "/api/v1/namespaces/{}/pods?labelSelector=spark-role%3Dexecutor",
+            e.ns
+        );
+        let (_, list) = e.admin("GET", &path, None);
+        let mut by_app = std::collections::BTreeMap::new();
+        for p in list["items"].as_array().unwrap() {
+            if p["metadata"]["deletionTimestamp"].is_null() {
+                let app = p["metadata"]["labels"]["spark-app-selector"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                *by_app.entry(app).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(by_app.get("app-0"), Some(&2), "{by_app:?}");
+        assert_eq!(by_app.get("app-1"), Some(&3), "{by_app:?}");
+    }
+);
+
+both!(
+    a_pod_whose_volume_never_mounts_is_stuck_in_container_creating,
+    "nomount",
+    Pods::default(),
+    |e| {
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nspec:\n  volumes:\n  - name: creds\n    secret:\n      secretName: spark-creds\n  containers:\n  - name: executor\n    image: img\n    volumeMounts:\n    - name: creds\n      mountPath: /creds\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = [
+            "--template",
+            t,
+            "--startup-grace",
+            "1s",
+            "--max-failures",
+            "10",
+        ];
+        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
+        run(&["reconcile", "--target", "1"]);
+        e.wait_for("the pod to wait in ContainerCreating", |e| {
+            e.pod(&e.exec(1)).is_some_and(|p| {
+                p["spec"]["nodeName"].is_string()
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "ContainerCreating"
+            })
+        });
+        run(&["reconcile"]);
+        std::thread::sleep(Duration::from_millis(1200));
+        run(&["reconcile"]);
+        e.wait_for("the stuck pod deleted", |e| {
+            e.pod(&e.exec(1))
+                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+        });
+        let st = e.state();
+        let reason = st["failures"][0]["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("ContainerCreating"), "{st}");
+    }
+);
+
+both!(
+    scheduling_gated_pods_do_not_block_the_next_batch,
+    "gated",
+    Pods::default(),
+    |e| {
+        // Kueue's admission (kueue#4106): pods carry a scheduling gate until the group is
+        // admitted. No scheduler binds them (the real server refuses a binding of a gated
+        // pod); podalloc counts them but does not wait on them before the next batch.
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nspec:\n  schedulingGates:\n  - name: kueue.x-k8s.io/admission\n  containers:\n  - name: executor\n    image: img\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = ["--template", t, "--batch-size", "2"];
+        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
+        run(&["reconcile", "--target", "4"]);
+        run(&["reconcile"]);
+        assert_eq!(
+            e.pods().len(),
+            4,
+            "the gated first batch did not block the second"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let log = run(&["reconcile"]);
+        assert!(log.contains("waiting for 4 scheduling-gated pods"), "{log}");
+        assert_eq!(e.pods().len(), 4, "gated pods count: no overshoot");
+        assert!(
+            e.pods().iter().all(|p| p["spec"]["nodeName"].is_null()),
+            "a gated pod is never bound"
+        );
+        // The group is admitted: the gates are removed (the only change the API allows).
+        for i in 1..=4 {
+            let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(i));
+            let (code, out) = e.admin(
+                "PATCH",
+                &path,
+                Some(&json!({"spec": {"schedulingGates": null}})),
+            );
+            assert_eq!(code, 200, "{out}");
+        }
+        e.converge(4, &flags);
+        assert_eq!(e.live(), vec![1, 2, 3, 4]);
+    }
+);
+
+both!(
+    count_terminating_never_counts_a_stopped_pod_kept_by_a_finalizer,
+    "fin",
+    Pods::default(),
+    |e| {
+        // kubernetes/kubernetes#117015: a terminating pod whose containers have stopped
+        // (phase Failed) holds nothing, whatever keeps the object (here a finalizer no one
+        // removes): --count-terminating counts it as quota does, so not at all, and it is
+        // replaced. On the simulator (no finalizers) it is simply gone.
+        let tpl = e.dir.path().join("tpl.yaml");
+        std::fs::write(
+            &tpl,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  finalizers:\n  - podalloc.test/hold\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: executor\n    image: img\n",
+        )
+        .unwrap();
+        let t = tpl.to_str().unwrap();
+        let flags = ["--template", t, "--count-terminating"];
+        e.converge(2, &flags);
+        let path = format!("/api/v1/namespaces/{}/pods/{}", e.ns, e.exec(1));
+        let (code, out) = e.admin("DELETE", &path, None);
+        assert_eq!(code, 200, "{out}");
+        e.wait_for("the deleted pod's containers to stop", |e| {
+            e.pod(&e.exec(1)).is_none_or(|p| {
+                p["status"]["phase"] == "Failed" || p["status"]["phase"] == "Succeeded"
+            })
+        });
+        e.converge(2, &flags);
+        assert_eq!(e.live(), vec![2, 3]);
+        let kept = e.pod(&e.exec(1));
+        if e.control_plane().is_some() {
+            assert!(kept.is_some(), "the real server keeps it for its finalizer");
+        }
+        if let Some(p) = kept {
+            assert!(!p["metadata"]["deletionTimestamp"].is_null(), "{p}");
+            let patch = json!({"metadata": {"finalizers": null}});
+            let (code, out) = e.admin("PATCH", &path, Some(&patch));
+            assert_eq!(code, 200, "{out}");
+        }
+    }
+);

@@ -1,0 +1,194 @@
+//! Differential fidelity: the requests podalloc makes, good and bad, sent in the same order to
+//! the simulator and to a real kube-apiserver, comparing the status code and every field
+//! podalloc reads from the answer (`Status` reason, code and details; list metadata; the
+//! defaulted fields of a created pod; ConfigMap and Lease concurrency). A difference is a bug
+//! in the simulator, unless [`DELIBERATE`] lists it with the reason it is kept.
+//!
+//! Without a built control plane the test says so in one line (see `tests/real/`).
+
+use crate::both::{Env, Pods};
+use serde_json::{json, Value};
+
+/// One request: `{ns}` in the path and body is the test's namespace; `fields` are the JSON
+/// pointers of the answer to compare (beside the status code).
+struct Case {
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+    body: Option<Value>,
+    fields: &'static [&'static str],
+    /// Sent as the admin: authorization comes before admission, so a request the `podalloc`
+    /// user may not make at all would only compare two 403s.
+    admin: bool,
+}
+
+/// Differences kept on purpose: (case, pointer, why).
+const DELIBERATE: &[(&str, &str, &str)] = &[];
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"spark-app-selector": "diff", "spark-role": "executor", "spark-exec-id": "1"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "executor", "image": "img"}]}})
+}
+
+const STATUS: &[&str] = &[
+    "/kind",
+    "/status",
+    "/reason",
+    "/code",
+    "/details/name",
+    "/details/kind",
+    "/details/group",
+];
+
+fn cases() -> Vec<Case> {
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "diff-lease"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                 "acquireTime": "2026-12-01T10:00:00.000000Z", "renewTime": "2026-12-01T10:00:00.000000Z",
+                 "leaseTransitions": 0}});
+    let mut bad_time = lease.clone();
+    bad_time["metadata"]["name"] = json!("diff-lease-2");
+    bad_time["spec"]["renewTime"] = json!("2026-12-01T10:00:00Z");
+    let mut invalid = pod("Bad_Name");
+    invalid["metadata"]["name"] = json!("Bad_Name");
+    let mut strict = pod("diff-strict");
+    strict["spec"]["containers"][0]["resources"] = json!({"requets": {"cpu": "1"}});
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm"},
+        "data": {"state": "{}"}});
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "diff-ev.1"},
+        "involvedObject": {"kind": "Pod", "namespace": "{ns}", "name": "diff-1", "apiVersion": "v1"},
+        "reason": "SuccessfulCreate", "message": "Created executor pod: diff-1", "type": "Normal",
+        "source": {"component": "podalloc"}, "count": 1,
+        "firstTimestamp": "2026-12-01T10:00:00Z", "lastTimestamp": "2026-12-01T10:00:00Z"});
+    let mut bad_event = event.clone();
+    bad_event["metadata"]["name"] = json!("diff-ev.2");
+    bad_event["involvedObject"]["namespace"] = json!("elsewhere");
+    let list_meta: &[&str] = &["/kind", "/apiVersion", "/items"];
+    let created: &[&str] = &[
+        "/kind",
+        "/apiVersion",
+        "/metadata/name",
+        "/metadata/namespace",
+        "/status/phase",
+        "/status/qosClass",
+        "/spec/restartPolicy",
+        "/spec/terminationGracePeriodSeconds",
+        "/spec/dnsPolicy",
+        "/spec/schedulerName",
+        "/spec/priority",
+        "/spec/enableServiceLinks",
+        "/spec/preemptionPolicy",
+        "/spec/tolerations",
+        "/spec/securityContext",
+        "/spec/containers/0/imagePullPolicy",
+        "/spec/containers/0/terminationMessagePath",
+        "/spec/containers/0/terminationMessagePolicy",
+        "/spec/containers/0/resources",
+    ];
+    vec![
+        Case { name: "list empty", method: "GET", path: "/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3Ddiff,spark-role%3Dexecutor", body: None, fields: list_meta, admin: false },
+        Case { name: "list bad selector", method: "GET", path: "/api/v1/namespaces/{ns}/pods?labelSelector=a%3D%3Db%3Dc", body: None, fields: STATUS, admin: false },
+        Case { name: "list bad field selector", method: "GET", path: "/api/v1/namespaces/{ns}/pods?fieldSelector=spec.nope%3Dx", body: None, fields: STATUS, admin: false },
+        Case { name: "create", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(pod("diff-1")), fields: created, admin: false },
+        Case { name: "create again", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(pod("diff-1")), fields: STATUS, admin: false },
+        Case { name: "create strict unknown field", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(strict), fields: &["/kind", "/reason", "/code", "/message"], admin: false },
+        Case { name: "create invalid name", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(invalid), fields: &["/kind", "/reason", "/code", "/details/name", "/details/kind", "/details/causes/0/field", "/details/causes/0/reason"], admin: false },
+        Case { name: "create in a missing namespace", method: "POST", path: "/api/v1/namespaces/no-such-ns/pods", body: Some(pod("diff-9")), fields: STATUS, admin: true },
+        Case { name: "create 2", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(pod("diff-2")), fields: &["/metadata/name"], admin: false },
+        Case { name: "create 3", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(pod("diff-3")), fields: &["/metadata/name"], admin: false },
+        Case { name: "list page 1", method: "GET", path: "/api/v1/namespaces/{ns}/pods?limit=1", body: None, fields: &["/kind", "/items/0/metadata/name", "/metadata/remainingItemCount"], admin: false },
+        Case { name: "list garbage continue", method: "GET", path: "/api/v1/namespaces/{ns}/pods?limit=1&continue=garbage", body: None, fields: STATUS, admin: false },
+        Case { name: "list continue with resourceVersion", method: "GET", path: "/api/v1/namespaces/{ns}/pods?limit=1&continue=garbage&resourceVersion=5", body: None, fields: &["/kind", "/reason", "/code"], admin: false },
+        Case { name: "get missing", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-404", body: None, fields: STATUS, admin: false },
+        Case { name: "delete wrong uid", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods/diff-2", body: Some(json!({"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})), fields: &["/kind", "/reason", "/code", "/details/name", "/details/kind"], admin: false },
+        Case { name: "delete unbound", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: Some(json!({"gracePeriodSeconds": 30})), fields: &["/kind", "/metadata/name"], admin: false },
+        Case { name: "get deleted", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: None, fields: STATUS, admin: false },
+        Case { name: "delete missing", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: None, fields: STATUS, admin: false },
+        Case { name: "configmap create", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: &["/kind", "/metadata/name", "/data"], admin: false },
+        Case { name: "configmap create again", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: STATUS, admin: false },
+        Case { name: "configmap stale update", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm", "resourceVersion": "1"}, "data": {"state": "{\"x\":1}"}})), fields: STATUS, admin: false },
+        Case { name: "configmap update without resourceVersion", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm"}, "data": {"state": "{\"x\":2}"}})), fields: &["/kind", "/data"], admin: false },
+        Case { name: "configmap update of another name", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}, "data": {}})), fields: &["/kind", "/reason", "/code"], admin: false },
+        Case { name: "configmap get missing", method: "GET", path: "/api/v1/namespaces/{ns}/configmaps/diff-none", body: None, fields: STATUS, admin: false },
+        Case { name: "lease create", method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", body: Some(lease.clone()), fields: &["/kind", "/apiVersion", "/spec/holderIdentity", "/spec/renewTime", "/spec/leaseDurationSeconds"], admin: false },
+        Case { name: "lease update without resourceVersion", method: "PUT", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/diff-lease", body: Some(lease.clone()), fields: &["/kind", "/reason", "/code", "/details/causes/0/field"], admin: false },
+        Case { name: "lease stale update", method: "PUT", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/diff-lease", body: Some({ let mut l = lease.clone(); l["metadata"]["resourceVersion"] = json!("1"); l }), fields: STATUS, admin: false },
+        Case { name: "lease renewTime without microseconds", method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", body: Some(bad_time), fields: &["/kind", "/reason", "/code"], admin: false },
+        Case { name: "lease get missing", method: "GET", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/nope", body: None, fields: STATUS, admin: false },
+        Case { name: "event create", method: "POST", path: "/api/v1/namespaces/{ns}/events", body: Some(event), fields: &["/kind", "/reason", "/count", "/involvedObject/name"], admin: false },
+        Case { name: "event in another namespace", method: "POST", path: "/api/v1/namespaces/{ns}/events", body: Some(bad_event), fields: &["/kind", "/reason", "/code", "/details/kind"], admin: false },
+        Case { name: "event patch", method: "PATCH", path: "/api/v1/namespaces/{ns}/events/diff-ev.1", body: Some(json!({"count": 2, "lastTimestamp": "2026-12-01T10:01:00Z"})), fields: &["/kind", "/count", "/lastTimestamp"], admin: false },
+    ]
+}
+
+fn fill(v: &Value, ns: &str) -> Value {
+    serde_json::from_str(&v.to_string().replace("{ns}", ns)).unwrap()
+}
+
+/// Sends every case to `env` (the `podalloc` user on the real server), in order.
+fn answers(env: &Env) -> Vec<(u16, Value)> {
+    cases()
+        .iter()
+        .map(|c| {
+            let path = c.path.replace("{ns}", &env.ns);
+            let body = c.body.as_ref().map(|b| fill(b, &env.ns));
+            if c.admin {
+                env.admin(c.method, &path, body.as_ref())
+            } else {
+                env.as_podalloc(c.method, &path, body.as_ref())
+            }
+        })
+        .collect()
+}
+
+/// A value with the namespace (which differs between the two servers) taken out.
+fn norm(v: Option<&Value>, ns: &str) -> Value {
+    let v = v.cloned().unwrap_or(Value::Null);
+    serde_json::from_str(&v.to_string().replace(ns, "{ns}")).unwrap()
+}
+
+#[test]
+fn the_simulator_answers_as_kube_apiserver_does() {
+    let Some(real) = Env::real("differential", "diff", &Pods::default()) else {
+        return;
+    };
+    // Only the API: no kubelet touches these pods on either side.
+    let sim = Env::sim_in(
+        "diff",
+        &Pods {
+            schedule_ms: 3_600_000,
+            ..Pods::default()
+        },
+        "diff-sim",
+    );
+    let (s, r) = (answers(&sim), answers(&real));
+    let mut diffs = Vec::new();
+    for (i, c) in cases().iter().enumerate() {
+        if s[i].0 != r[i].0 {
+            diffs.push(format!(
+                "{}: status {} on the simulator, {} on kube-apiserver ({})",
+                c.name, s[i].0, r[i].0, r[i].1
+            ));
+        }
+        for f in c.fields {
+            let (a, b) = (
+                norm(s[i].1.pointer(f), &sim.ns),
+                norm(r[i].1.pointer(f), &real.ns),
+            );
+            if a != b && !DELIBERATE.iter().any(|(n, p, _)| *n == c.name && p == f) {
+                diffs.push(format!(
+                    "{}: {f} is {a} on the simulator, {b} on kube-apiserver",
+                    c.name
+                ));
+            }
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}

@@ -547,15 +547,13 @@ pub(crate) fn warn_on_pod(
     if !enabled() {
         return;
     }
-    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
-    let rec = guard.get_or_insert_with(Recorder::default);
     let ev = EventSpec {
         involved: ObjectRef::pod(ns, name, uid),
         kind: "Warning",
         reason,
         message: message.to_string(),
     };
-    rec.post(client, ev, now_ms);
+    enqueue(client, ev, now_ms);
 }
 
 /// What a tick's calls did, as its events need it.
@@ -593,8 +591,6 @@ pub(crate) fn record_tick(
     if evs.is_empty() {
         return;
     }
-    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
-    let rec = guard.get_or_insert_with(Recorder::default);
     let driver = (done.driver).map(|o| ObjectRef::pod(client.namespace(), &o.name, &o.uid));
     for (id, kind, reason, message) in evs {
         let involved = match (&driver, id) {
@@ -611,7 +607,124 @@ pub(crate) fn record_tick(
             reason,
             message,
         };
-        rec.post(client, ev, now_ms);
+        enqueue(client, ev, now_ms);
+    }
+}
+
+/// The deadline of one Event request (connect, each read, the whole call), with no retry:
+/// an Event is best effort and never waits like a pod call.
+pub(crate) const EVENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How many events may wait for the poster thread; one more is dropped with a log line.
+pub(crate) const QUEUE_CAPACITY: usize = 256;
+
+/// One event for the poster thread: the client of its namespace, the event, its time.
+struct Job {
+    client: std::sync::Arc<KubeClient>,
+    ev: EventSpec,
+    now_ms: u64,
+}
+
+/// The queue the poster thread drains, the events not yet posted, the count dropped.
+struct Queue {
+    tx: Mutex<Option<std::sync::mpsc::SyncSender<Job>>>,
+    pending: std::sync::atomic::AtomicUsize,
+    dropped: std::sync::atomic::AtomicU64,
+    /// Event clients by server and namespace (made once: [`EVENT_DEADLINE`], no retry).
+    clients: Mutex<BTreeMap<String, (std::time::Instant, std::sync::Arc<KubeClient>)>>,
+}
+
+/// How long an Event client is used before it is made again (it carries the credential
+/// of the moment it was made: an exec plugin's token is not refreshed by it).
+const CLIENT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+static QUEUE: Queue = Queue {
+    tx: Mutex::new(None),
+    pending: std::sync::atomic::AtomicUsize::new(0),
+    dropped: std::sync::atomic::AtomicU64::new(0),
+    clients: Mutex::new(BTreeMap::new()),
+};
+
+/// The Event client for `client`'s server and namespace: its own short deadline
+/// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec plugin
+/// is not run again for Events), made again after [`CLIENT_TTL`]. `None` when it cannot be
+/// made (logged at debug level).
+fn event_client(client: &KubeClient) -> Option<std::sync::Arc<KubeClient>> {
+    let key = format!("{}|{}", client.server(), client.namespace());
+    let mut clients = QUEUE.clients.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((made, c)) = clients.get(&key) {
+        if made.elapsed() < CLIENT_TTL {
+            return Some(std::sync::Arc::clone(c));
+        }
+    }
+    let mut options = crate::kube::ClientOptions::default();
+    options.timeouts.connect = EVENT_DEADLINE;
+    options.timeouts.per_read = EVENT_DEADLINE;
+    options.timeouts.global = EVENT_DEADLINE;
+    options.retry = crate::kube::RetryPolicy::none();
+    match client.derive_with_current_credential(options) {
+        Ok(c) => {
+            let c = std::sync::Arc::new(c);
+            clients.insert(key, (std::time::Instant::now(), std::sync::Arc::clone(&c)));
+            Some(c)
+        }
+        Err(e) => {
+            debug!("cannot make the events client: {e}");
+            None
+        }
+    }
+}
+
+/// Hands an event to the poster thread (started at first use), never blocking the tick:
+/// when [`QUEUE_CAPACITY`] events already wait, this one is dropped with a log line (a
+/// warning the first time, then debug).
+fn enqueue(client: &KubeClient, ev: EventSpec, now_ms: u64) {
+    let Some(client) = event_client(client) else {
+        return;
+    };
+    let mut tx = QUEUE.tx.lock().unwrap_or_else(|e| e.into_inner());
+    if tx.is_none() {
+        let (sender, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUE_CAPACITY);
+        let started = std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || {
+                for job in rx {
+                    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
+                    let rec = guard.get_or_insert_with(Recorder::default);
+                    rec.post(job.client.as_ref(), job.ev, job.now_ms);
+                    QUEUE.pending.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        if let Err(e) = started {
+            warn!("cannot start the events thread: {e}; events are not posted");
+            return;
+        }
+        *tx = Some(sender);
+    }
+    let job = Job { client, ev, now_ms };
+    QUEUE.pending.fetch_add(1, Ordering::SeqCst);
+    let full = tx.as_ref().is_some_and(|t| t.try_send(job).is_err());
+    if full {
+        QUEUE.pending.fetch_sub(1, Ordering::SeqCst);
+        if QUEUE.dropped.fetch_add(1, Ordering::SeqCst) == 0 {
+            warn!("{QUEUE_CAPACITY} events are waiting to be posted (the API server is slow to take them): dropping new ones; events are best effort");
+        } else {
+            debug!("event dropped: {QUEUE_CAPACITY} events are waiting");
+        }
+    }
+}
+
+/// Waits until the queued events are posted, at most `limit` (a command calls it once before
+/// it exits, so that a one-shot `reconcile`'s events are not lost). Returns how many were
+/// left unposted.
+pub(crate) fn flush(limit: std::time::Duration) -> usize {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let left = QUEUE.pending.load(Ordering::SeqCst);
+        if left == 0 || std::time::Instant::now() >= end {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

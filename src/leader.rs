@@ -54,6 +54,10 @@ pub(crate) const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// See [`DEFAULT_LEASE_DURATION`].
 pub(crate) const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
+/// The longest duration a leader-election flag may give (one day): the clock arithmetic
+/// on them can never overflow.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
 /// The three durations of leader election.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Timing {
@@ -85,6 +89,16 @@ impl Timing {
     /// Checks the durations as client-go's `NewLeaderElector` does. Errors: a message naming
     /// the flags.
     pub(crate) fn validate(&self) -> Result<(), String> {
+        if [self.lease_duration, self.renew_deadline, self.retry_period]
+            .iter()
+            .any(|d| *d > MAX_DURATION)
+        {
+            return Err(format!(
+                "--leader-elect-lease-duration, --leader-elect-renew-deadline and \
+                 --leader-elect-retry-period must be at most {}",
+                humantime::format_duration(MAX_DURATION)
+            ));
+        }
         let lease = Duration::from_secs(self.lease_seconds());
         if lease.is_zero() {
             return Err("--leader-elect-lease-duration must be at least 1s".into());
@@ -121,7 +135,8 @@ impl Timing {
 pub(crate) struct LeaseRecord {
     /// `spec.holderIdentity`; empty: nobody holds it.
     pub holder_identity: String,
-    /// `spec.leaseDurationSeconds`.
+    /// `spec.leaseDurationSeconds` in seconds; 0 when absent or out of the API's range
+    /// (1 ..= 2³¹−1, an `int32` greater than zero).
     pub lease_duration_seconds: u64,
     /// `spec.acquireTime`.
     pub acquire_time: String,
@@ -131,6 +146,15 @@ pub(crate) struct LeaseRecord {
     pub lease_transitions: u64,
 }
 
+/// The annotation a release writes (`ReleaseOnCancel`), naming the identity that gave the
+/// Lease up. Only a Lease with an empty holder *and* this mark counts as released: a holder
+/// emptied by hand (`kubectl edit`) is not a release, since the leader it names may still
+/// be acting.
+pub(crate) const RELEASED_BY: &str = "podalloc.io/released-by";
+
+/// The largest `int32`, the API's bound on `leaseDurationSeconds` and `leaseTransitions`.
+const INT32_MAX: u64 = i32::MAX as u64;
+
 /// A Lease as read: its record and `metadata.resourceVersion`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Observed {
@@ -138,27 +162,70 @@ pub(crate) struct Observed {
     pub record: LeaseRecord,
     /// `metadata.resourceVersion`, sent back with the next update.
     pub resource_version: String,
+    /// Some spec field did not read as the API types it (`holderIdentity` not a string, a
+    /// duration or count not an `int32` in range). Such a Lease is never ours and never
+    /// released: it is held by someone unknown, for our own lease duration.
+    pub unreadable: bool,
+    /// The [`RELEASED_BY`] annotation, when present.
+    pub released_by: Option<String>,
 }
 
 impl Observed {
-    /// Reads a Lease object (missing fields are empty or 0).
+    /// Reads a Lease object. Missing fields are empty or 0; every number is bounded to the
+    /// API's `int32` range (anything else, such as 2⁶⁴−1 or −1, is 0 and marks the Lease
+    /// [`Observed::unreadable`]), so no duration read from the API can overflow.
     pub(crate) fn from_lease(v: &Value) -> Observed {
         let spec = &v["spec"];
-        let s = |k: &str| spec[k].as_str().unwrap_or("").to_string();
-        let n = |k: &str| spec[k].as_u64().unwrap_or(0);
-        Observed {
-            record: LeaseRecord {
-                holder_identity: s("holderIdentity"),
-                lease_duration_seconds: n("leaseDurationSeconds"),
-                acquire_time: s("acquireTime"),
-                renew_time: s("renewTime"),
-                lease_transitions: n("leaseTransitions"),
+        let mut unreadable = false;
+        let mut s = |k: &str| match &spec[k] {
+            Value::Null => String::new(),
+            Value::String(s) => s.clone(),
+            _ => {
+                unreadable = true;
+                String::new()
+            }
+        };
+        let (holder, acquire, renew) = (s("holderIdentity"), s("acquireTime"), s("renewTime"));
+        let mut n = |k: &str, min: u64| match &spec[k] {
+            Value::Null => 0,
+            x => match x.as_u64().filter(|n| (min..=INT32_MAX).contains(n)) {
+                Some(n) => n,
+                None => {
+                    unreadable = true;
+                    0
+                }
             },
+        };
+        let record = LeaseRecord {
+            holder_identity: holder,
+            lease_duration_seconds: n("leaseDurationSeconds", 1),
+            acquire_time: acquire,
+            renew_time: renew,
+            lease_transitions: n("leaseTransitions", 0),
+        };
+        let released_by = v["metadata"]["annotations"][RELEASED_BY]
+            .as_str()
+            .map(str::to_string);
+        Observed {
+            record,
             resource_version: v["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or("")
                 .to_string(),
+            unreadable,
+            released_by,
         }
+    }
+
+    /// Whether this Lease was given up by its holder ([`RELEASED_BY`], empty holder, every
+    /// field readable).
+    fn released(&self) -> bool {
+        !self.unreadable && self.record.holder_identity.is_empty() && self.released_by.is_some()
+    }
+
+    /// Whether this Lease names `identity` as its holder (and reads).
+    fn names(&self, identity: &str) -> bool {
+        !self.unreadable && self.record.holder_identity == identity
     }
 }
 
@@ -206,22 +273,62 @@ pub(crate) enum Write {
     },
 }
 
+impl Write {
+    /// The Lease object to send for Lease `name`; `released_by` adds the [`RELEASED_BY`]
+    /// mark (only [`Elector::release`]'s write has it).
+    pub(crate) fn to_lease(&self, name: &str, released_by: Option<&str>) -> Value {
+        let mut v = match self {
+            Write::Create(r) => r.to_lease(name, None),
+            Write::Update {
+                record,
+                resource_version,
+            } => record.to_lease(name, Some(resource_version)),
+        };
+        if let Some(who) = released_by {
+            v["metadata"]["annotations"] = json!({ RELEASED_BY: who });
+        }
+        v
+    }
+}
+
 /// `MicroTime` of a wall-clock time in ms since the Unix epoch: `2024-05-01T10:00:00.123000Z`.
 pub(crate) fn micro_time(wall_ms: u64) -> String {
-    humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_millis(wall_ms)).to_string()
+    let t = UNIX_EPOCH
+        .checked_add(Duration::from_millis(wall_ms))
+        .unwrap_or(UNIX_EPOCH);
+    humantime::format_rfc3339_micros(t).to_string()
 }
 
 /// The pure election state of one candidate.
+///
+/// The safety rule, stronger than client-go's: no two identities ever act at overlapping
+/// times, whatever is done to the Lease object (deleted, holder edited, `renewTime` moved,
+/// a field made unreadable). A leader acts only while the Lease names it *and* its last
+/// confirmed acquire or renew started less than the renew deadline ago; it stops at once
+/// when a read shows the Lease gone or naming someone else. Every other Lease state
+/// (missing, held by another, named us without our confirmed write, emptied by hand,
+/// unreadable) is taken over only once it has not changed, by our own clock, for our lease
+/// duration or its `leaseDurationSeconds`, whichever is longer. The old leader's last renew
+/// started before we first saw that state, so its renew deadline (shorter than the lease
+/// duration) ended before we act. Only a release ([`RELEASED_BY`]) is taken at once: its
+/// writer stopped acting before it wrote it.
 #[derive(Clone, Debug)]
 pub(crate) struct Elector {
     identity: String,
     timing: Timing,
-    /// The last Lease read or written.
+    /// The last Lease read or written; `None`: none read yet, or the last read was a 404.
     observed: Option<Observed>,
-    /// When (our monotonic clock) the record last changed as we saw it.
+    /// Whether any read was made (a first 404 is then a change, as a first Lease is).
+    seen: bool,
+    /// When (our monotonic clock) what we read last changed, a 404 included.
     observed_at: Duration,
-    /// When our last successful acquire or renew started.
+    /// When our last confirmed acquire or renew started.
     renewed_at: Option<Duration>,
+    /// Claim mode ([`Elector::claiming`]): a Lease missing at our very first read is
+    /// created at once.
+    claim: bool,
+    /// When we first read the Lease.
+    first_seen_at: Option<Duration>,
 }
 
 impl Elector {
@@ -231,9 +338,33 @@ impl Elector {
             identity: identity.to_string(),
             timing,
             observed: None,
+            seen: false,
             observed_at: Duration::ZERO,
             renewed_at: None,
+            claim: false,
+            first_seen_at: None,
         }
+    }
+
+    /// Claim mode, for a process that is meant to run alone (`apps` without
+    /// `--leader-elect`, whose claim makes a second process refuse): a Lease missing at our
+    /// very first read is created at once instead of a lease duration later. Only a
+    /// `kubectl delete lease` under a running process, just before this one starts, is then
+    /// not covered; with `--leader-elect` it is.
+    pub(crate) fn claiming(mut self) -> Elector {
+        self.claim = true;
+        self
+    }
+
+    /// The holder, when the Lease names another identity and has changed since our first
+    /// read: someone else holds it and renews it (a live process).
+    pub(crate) fn renewed_by_other(&self) -> Option<&str> {
+        let o = self.observed.as_ref()?;
+        let first = self.first_seen_at?;
+        let other = !o.unreadable
+            && !o.record.holder_identity.is_empty()
+            && o.record.holder_identity != self.identity;
+        (other && self.observed_at > first).then_some(o.record.holder_identity.as_str())
     }
 
     /// This candidate's identity.
@@ -250,80 +381,131 @@ impl Elector {
 
     /// Whether the last Lease seen names us.
     fn holds(&self) -> bool {
-        self.holder() == Some(self.identity.as_str())
+        self.observed
+            .as_ref()
+            .is_some_and(|o| o.names(&self.identity))
     }
 
-    /// Whether we lead at `now`: the Lease names us and our last successful acquire or renew
+    /// Whether we lead at `now`: the Lease names us and our last confirmed acquire or renew
     /// started less than the renew deadline ago (the fence).
     pub(crate) fn is_leader(&self, now: Duration) -> bool {
         self.holds()
             && self
                 .renewed_at
-                .is_some_and(|t| now < t + self.timing.renew_deadline)
+                .is_some_and(|t| now < t.saturating_add(self.timing.renew_deadline))
+    }
+
+    /// How long the Lease as last seen must stay unchanged before we may take it over: the
+    /// longer of our lease duration and its own (bounded) `leaseDurationSeconds`; one lease
+    /// duration more when it names us but our fence has lapsed (a leader whose renewals
+    /// land unanswered yields to the others instead of keeping its Lease alive).
+    fn hold_time(&self, now: Duration) -> Duration {
+        let own = self.timing.lease_duration;
+        let field = self.observed.as_ref().map_or(Duration::ZERO, |o| {
+            Duration::from_secs(o.record.lease_duration_seconds)
+        });
+        let base = own.max(field);
+        if self.holds() && self.renewed_at.is_some() && !self.is_leader(now) {
+            base.saturating_add(own)
+        } else {
+            base
+        }
+    }
+
+    /// The record we write as holder, stamped `wall_ms`.
+    fn our_record(&self, wall_ms: u64) -> LeaseRecord {
+        let stamp = micro_time(wall_ms);
+        LeaseRecord {
+            holder_identity: self.identity.clone(),
+            lease_duration_seconds: self.timing.lease_seconds(),
+            acquire_time: stamp.clone(),
+            renew_time: stamp,
+            lease_transitions: 0,
+        }
+    }
+
+    /// Records a read: `lease` (`None`: 404) at `now`. Returns whether we led just before,
+    /// and stops us at once when the read shows the Lease is no longer ours.
+    fn record_read(&mut self, lease: Option<Observed>, now: Duration) -> bool {
+        let was_leader = self.is_leader(now);
+        self.first_seen_at.get_or_insert(now);
+        let changed = !self.seen
+            || match (&self.observed, &lease) {
+                (None, None) => false,
+                (Some(o), Some(l)) => {
+                    o.resource_version != l.resource_version || o.record != l.record
+                }
+                _ => true,
+            };
+        if changed {
+            self.observed_at = now;
+        }
+        self.seen = true;
+        self.observed = lease;
+        if !self.holds() {
+            self.renewed_at = None;
+        }
+        was_leader && self.holds()
     }
 
     /// client-go's `tryAcquireOrRenew` after its GET: `lease` is what was read (`None`:
-    /// 404). Returns the write to make, or `None` when another holder's Lease is still
-    /// valid. `now` is when the attempt started; `wall_ms` stamps the record.
+    /// 404). Returns the write to make, or `None` while the Lease must be left alone
+    /// (see [`Elector`] for the rule). `now` is when the read answered; `wall_ms` stamps
+    /// the record.
     pub(crate) fn observe(
         &mut self,
         lease: Option<Observed>,
         now: Duration,
         wall_ms: u64,
     ) -> Option<Write> {
-        let stamp = micro_time(wall_ms);
-        let mut record = LeaseRecord {
-            holder_identity: self.identity.clone(),
-            lease_duration_seconds: self.timing.lease_seconds(),
-            acquire_time: stamp.clone(),
-            renew_time: stamp,
-            lease_transitions: 0,
-        };
-        let Some(lease) = lease else {
+        let first = !self.seen;
+        let renewing = self.record_read(lease, now);
+        let mut record = self.our_record(wall_ms);
+        let released = self.observed.as_ref().is_some_and(Observed::released);
+        let claim = self.claim && first && self.observed.is_none();
+        if !renewing && !released && !claim {
+            let until = self.observed_at.saturating_add(self.hold_time(now));
+            if until > now {
+                return None;
+            }
+        }
+        let Some(old) = self.observed.as_ref() else {
             return Some(Write::Create(record));
         };
-        let changed = self.observed.as_ref().map(|o| &o.record) != Some(&lease.record);
-        if changed {
-            self.observed_at = now;
-        }
-        let old = lease.record.clone();
-        let resource_version = lease.resource_version.clone();
-        self.observed = Some(lease);
-        let valid_until = self.observed_at + Duration::from_secs(old.lease_duration_seconds);
-        if !old.holder_identity.is_empty() && valid_until > now && !self.holds() {
-            return None;
-        }
-        if self.holds() {
-            record.acquire_time = old.acquire_time;
-            record.lease_transitions = old.lease_transitions;
+        if renewing {
+            record.acquire_time = old.record.acquire_time.clone();
+            record.lease_transitions = old.record.lease_transitions;
+        } else if self.holds() {
+            record.lease_transitions = old.record.lease_transitions;
         } else {
-            record.lease_transitions = old.lease_transitions + 1;
+            record.lease_transitions = (old.record.lease_transitions + 1).min(INT32_MAX);
         }
         Some(Write::Update {
             record,
-            resource_version,
+            resource_version: old.resource_version.clone(),
         })
     }
 
-    /// client-go's fast path: a leader whose last seen Lease is still valid updates it
+    /// A write of ours answered 404: the Lease is gone, so we stop at once (the next read
+    /// confirms it).
+    pub(crate) fn vanished(&mut self) {
+        self.renewed_at = None;
+    }
+
+    /// client-go's fast path: a leader (fence valid) updates the Lease it last wrote
     /// directly with the version it last wrote, without reading it first (`None`: take the
     /// slow path, [`Elector::observe`] after a GET). A 409 then means someone else wrote the
     /// Lease; the caller falls back to the slow path.
     pub(crate) fn fast_renew(&self, now: Duration, wall_ms: u64) -> Option<Write> {
-        let o = self.observed.as_ref().filter(|_| self.holds())?;
-        let valid_until = self.observed_at + Duration::from_secs(o.record.lease_duration_seconds);
-        if valid_until <= now {
+        if !self.is_leader(now) {
             return None;
         }
-        let stamp = micro_time(wall_ms);
+        let o = self.observed.as_ref()?;
+        let mut record = self.our_record(wall_ms);
+        record.acquire_time = o.record.acquire_time.clone();
+        record.lease_transitions = o.record.lease_transitions;
         Some(Write::Update {
-            record: LeaseRecord {
-                holder_identity: self.identity.clone(),
-                lease_duration_seconds: self.timing.lease_seconds(),
-                acquire_time: o.record.acquire_time.clone(),
-                renew_time: stamp,
-                lease_transitions: o.record.lease_transitions,
-            },
+            record,
             resource_version: o.resource_version.clone(),
         })
     }
@@ -333,6 +515,7 @@ impl Elector {
     pub(crate) fn written(&mut self, lease: Observed, started: Duration) {
         self.observed_at = started;
         self.observed = Some(lease);
+        self.seen = true;
         if self.holds() {
             self.renewed_at = Some(started);
         } else {
@@ -340,10 +523,12 @@ impl Elector {
         }
     }
 
-    /// `ReleaseOnCancel`: the update that gives the Lease up (empty holder, one second),
-    /// or `None` when the Lease we last saw does not name us.
+    /// `ReleaseOnCancel`: the update that gives the Lease up (empty holder, one second, sent
+    /// with the [`RELEASED_BY`] mark by the shell), or `None` when the Lease we last saw
+    /// does not name us or we never held it in this process.
     pub(crate) fn release(&self, wall_ms: u64) -> Option<Write> {
         let o = self.observed.as_ref().filter(|_| self.holds())?;
+        self.renewed_at?;
         let stamp = micro_time(wall_ms);
         Some(Write::Update {
             record: LeaseRecord {
@@ -356,13 +541,35 @@ impl Elector {
             resource_version: o.resource_version.clone(),
         })
     }
+
+    /// A release answered 409 (someone wrote the Lease in between): `lease` is the Lease
+    /// read again. Returns the release to send once more when it still names us, else
+    /// `None` (it is no longer ours to give up). Never retried blindly.
+    pub(crate) fn release_after_conflict(
+        &mut self,
+        lease: Option<Observed>,
+        wall_ms: u64,
+    ) -> Option<Write> {
+        self.observed = lease;
+        if !self.holds() {
+            self.renewed_at = None;
+        }
+        self.release(wall_ms)
+    }
 }
 
 /// The default Lease name for an app: `podalloc-<app id>`, lower-cased, with every character
 /// a DNS-1123 subdomain does not allow replaced by `-`, at most 253 characters, ending in
 /// an alphanumeric.
 pub(crate) fn default_lease_name(app_id: &str) -> String {
-    let mut name: String = format!("podalloc-{app_id}")
+    dns_subdomain(&format!("podalloc-{app_id}"))
+}
+
+/// `s` made a DNS-1123 subdomain: lower-cased, every character a subdomain does not allow
+/// replaced by `-`, at most 253 characters, ending in an alphanumeric (an object name for a
+/// Lease or a ConfigMap; `s` must start with an alphanumeric for it to be valid).
+pub(crate) fn dns_subdomain(s: &str) -> String {
+    let mut name: String = s
         .chars()
         .map(|c| {
             let c = c.to_ascii_lowercase();
@@ -428,6 +635,10 @@ struct Shared {
 struct Reported {
     leading: bool,
     transitions: u64,
+    /// The last Lease read was unreadable (warned once per such spell).
+    unreadable: bool,
+    /// The last Lease call was refused with 403 (RBAC).
+    forbidden: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -439,14 +650,16 @@ impl Shared {
         self.origin.elapsed()
     }
 
-    /// Whether we lead now; logs and counts a change since the last report.
+    /// Whether we lead now (never once stopping); logs and counts a change since the last
+    /// report.
     fn leading(&self) -> bool {
+        let stopping = self.stop.load(Ordering::SeqCst);
         let (leading, holder, me) = {
             let e = lock(&self.elector);
-            let leading = e.is_leader(self.now());
+            let leading = !stopping && e.is_leader(self.now());
             (
                 leading,
-                e.holder().unwrap_or("").to_string(),
+                e.holder().map(str::to_string),
                 e.identity().to_string(),
             )
         };
@@ -454,12 +667,12 @@ impl Shared {
         if r.leading != leading {
             r.leading = leading;
             r.transitions += 1;
-            if leading {
-                info!("leader election: {me} became the leader");
-            } else if holder == me {
-                warn!("leader election: {me} could not renew the lease within the renew deadline; stopped acting");
-            } else {
-                info!("leader election: {me} stopped leading (holder now {holder:?})");
+            match holder {
+                _ if leading => info!("leader election: {me} became the leader"),
+                _ if stopping => info!("leader election: {me} stopped leading (shutting down)"),
+                Some(h) if h == me => warn!("leader election: {me} could not renew the lease within the renew deadline; stopped acting"),
+                None => warn!("leader election: {me} stopped acting at once: the lease was deleted"),
+                Some(h) => warn!("leader election: {me} stopped acting at once: the lease now names {h:?}"),
             }
             crate::metrics::set_leader(leading, r.transitions);
         }
@@ -475,7 +688,7 @@ pub(crate) struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Starts electing on Lease `name` in `client`'s namespace as `identity`. The Lease calls
+    /// Starts electing on Lease `name` in `client`'s namespace with the core `elector` (its identity and timing; [`Elector::claiming`] for a claim). The Lease calls
     /// use their own client with timeouts of one renew deadline and no retries (an attempt
     /// is retried at the next retry period), as kube-controller-manager gives its election
     /// client a timeout of the renew deadline. Installs the write fence on `client`, so that
@@ -485,9 +698,10 @@ impl LeaderElection {
     pub(crate) fn start(
         client: &KubeClient,
         name: &str,
-        identity: &str,
-        timing: Timing,
+        elector: Elector,
     ) -> Result<LeaderElection, KubeError> {
+        let timing = elector.timing;
+        let identity = elector.identity().to_string();
         let mut options = crate::kube::ClientOptions::default();
         options.timeouts.connect = timing.renew_deadline;
         options.timeouts.per_read = timing.renew_deadline;
@@ -495,14 +709,12 @@ impl LeaderElection {
         options.retry = crate::kube::RetryPolicy::none();
         let lease_client = client.derive(options)?;
         let shared = Arc::new(Shared {
-            elector: Mutex::new(Elector::new(identity, timing)),
+            elector: Mutex::new(elector),
             origin: Instant::now(),
             stop: AtomicBool::new(false),
             reported: Mutex::new(Reported::default()),
         });
         crate::metrics::set_leader(false, 0);
-        let fence = Arc::clone(&shared);
-        client.set_write_fence(Arc::new(move || fence.leading()));
         let s = Arc::clone(&shared);
         let lease_name = name.to_string();
         let thread = std::thread::Builder::new()
@@ -516,15 +728,42 @@ impl LeaderElection {
             humantime::format_duration(timing.renew_deadline),
             humantime::format_duration(timing.retry_period)
         );
-        Ok(LeaderElection {
+        let le = LeaderElection {
             shared,
             thread: Some(thread),
-        })
+        };
+        le.fence(client);
+        Ok(le)
+    }
+
+    /// Installs the write fence on `client` (every client that writes pods or state must
+    /// have it: `apps` has one per namespace): its pod and state writes stop when
+    /// leadership does, also in the middle of a tick.
+    pub(crate) fn fence(&self, client: &KubeClient) {
+        let fence = Arc::clone(&self.shared);
+        client.set_write_fence(Arc::new(move || fence.leading()));
     }
 
     /// Whether this process leads now (logs and counts a change).
     pub(crate) fn is_leader(&self) -> bool {
         self.shared.leading()
+    }
+
+    /// The Lease's holder as last read (`None`: none read, or missing).
+    pub(crate) fn holder(&self) -> Option<String> {
+        lock(&self.shared.elector).holder().map(str::to_string)
+    }
+
+    /// Whether the last Lease call was refused with 403 Forbidden (RBAC lacks leases).
+    pub(crate) fn forbidden(&self) -> bool {
+        lock(&self.shared.reported).forbidden
+    }
+
+    /// [`Elector::renewed_by_other`]: another live holder.
+    pub(crate) fn renewed_by_other(&self) -> Option<String> {
+        lock(&self.shared.elector)
+            .renewed_by_other()
+            .map(str::to_string)
     }
 
     /// Stops the thread; it releases the Lease if we hold it.
@@ -574,49 +813,56 @@ fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
 }
 
 /// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,
-/// ask the core, write.
+/// ask the core, write. A 404 on the fast path stops us at once; a 409 is settled by the
+/// read that follows.
 fn attempt(s: &Shared, client: &KubeClient, name: &str) {
     let started = s.now();
     let fast = lock(&s.elector).fast_renew(started, wall_ms());
-    if let Some(Write::Update {
-        record,
-        resource_version,
-    }) = fast
-    {
-        match client.update_lease(name, &record.to_lease(name, Some(&resource_version))) {
+    if let Some(w) = fast {
+        match client.update_lease(name, &w.to_lease(name, None)) {
             Ok(v) => return lock(&s.elector).written(Observed::from_lease(&v), started),
             Err(e) => {
+                if e.status_code() == Some(404) {
+                    lock(&s.elector).vanished();
+                }
                 debug!("leader election: renewing {name} optimistically failed ({e}); reading it")
             }
         }
     }
     let lease = match client.get_lease(name) {
         Ok(l) => l.map(|v| Observed::from_lease(&v)),
-        Err(e) => return report(&e),
+        Err(e) => return report(s, &e),
     };
-    let write = lock(&s.elector).observe(lease, started, wall_ms());
+    let unreadable = lease.as_ref().is_some_and(|l| l.unreadable);
+    // The observation is dated when the read answered, so the wait for a changed Lease
+    // counts from no earlier than the change itself.
+    let write = lock(&s.elector).observe(lease, s.now(), wall_ms());
+    s.leading();
+    if std::mem::replace(&mut lock(&s.reported).unreadable, unreadable) != unreadable && unreadable
+    {
+        warn!("leader election: lease {name} has a field that does not read as the API types it; treated as held by someone unknown");
+    }
     let Some(write) = write else {
-        debug!("leader election: lease {name} is held by another candidate");
+        debug!("leader election: lease {name} is held by another candidate or changed lately");
         return;
     };
     let res = match &write {
-        Write::Create(r) => client.create_lease(&r.to_lease(name, None)),
-        Write::Update {
-            record,
-            resource_version,
-        } => client.update_lease(name, &record.to_lease(name, Some(resource_version))),
+        Write::Create(_) => client.create_lease(&write.to_lease(name, None)),
+        Write::Update { .. } => client.update_lease(name, &write.to_lease(name, None)),
     };
     match res {
         Ok(v) => lock(&s.elector).written(Observed::from_lease(&v), started),
         Err(e) if e.status_code() == Some(409) => {
             debug!("leader election: another candidate wrote lease {name} first: {e}")
         }
-        Err(e) => report(&e),
+        Err(e) => report(s, &e),
     }
 }
 
-/// Logs a failed Lease call; a 403 says which permission is missing.
-fn report(e: &KubeError) {
+/// Logs a failed Lease call; a 403 says which permission is missing (and is remembered:
+/// [`LeaderElection::forbidden`]).
+fn report(s: &Shared, e: &KubeError) {
+    lock(&s.reported).forbidden = e.status_code() == Some(403);
     if e.status_code() == Some(403) {
         warn!(
             "leader election: {e} (grant the service account leases get/create/update in API \
@@ -627,22 +873,36 @@ fn report(e: &KubeError) {
     }
 }
 
-/// `ReleaseOnCancel`: gives the Lease up if we hold it.
+/// `ReleaseOnCancel`: gives the Lease up if we hold it. A 409 (someone wrote it in
+/// between) is not retried blindly: the Lease is read again and released only if it still
+/// names us (client-go#1417).
 fn release(s: &Shared, client: &KubeClient, name: &str) {
-    let write = lock(&s.elector).release(wall_ms());
-    let Some(Write::Update {
-        record,
-        resource_version,
-    }) = write
-    else {
-        return;
-    };
-    match client.update_lease(name, &record.to_lease(name, Some(&resource_version))) {
-        Ok(v) => {
-            lock(&s.elector).written(Observed::from_lease(&v), s.now());
-            info!("leader election: released lease {name}");
+    let me = lock(&s.elector).identity().to_string();
+    let mut write = lock(&s.elector).release(wall_ms());
+    for _ in 0..2 {
+        let Some(w) = write.take() else { break };
+        match client.update_lease(name, &w.to_lease(name, Some(&me))) {
+            Ok(v) => {
+                lock(&s.elector).written(Observed::from_lease(&v), s.now());
+                info!("leader election: released lease {name}");
+            }
+            Err(e) if e.status_code() == Some(409) => {
+                info!("leader election: lease {name} was written by someone else before the release; reading it again");
+                match client.get_lease(name) {
+                    Ok(l) => {
+                        let l = l.map(|v| Observed::from_lease(&v));
+                        write = lock(&s.elector).release_after_conflict(l, wall_ms());
+                        if write.is_none() {
+                            info!("leader election: lease {name} no longer names {me}; nothing to release");
+                        }
+                    }
+                    Err(e) => {
+                        warn!("leader election: could not read lease {name} to release it: {e}")
+                    }
+                }
+            }
+            Err(e) => warn!("leader election: could not release lease {name}: {e}"),
         }
-        Err(e) => warn!("leader election: could not release lease {name}: {e}"),
     }
     s.leading();
 }
@@ -682,7 +942,20 @@ mod tests {
                 lease_transitions: transitions,
             },
             resource_version: rv.into(),
+            ..Observed::default()
         }
+    }
+
+    /// A missing Lease seen first a lease duration (3 s) before `at`, then again at `at`:
+    /// the create. Before that, nothing is written.
+    fn first_create(e: &mut Elector, at: Duration, wall: u64) -> Write {
+        assert_eq!(e.observe(None, at - 3 * S, wall), None, "a first 404 waits");
+        assert_eq!(
+            e.observe(None, at - S / 10, wall),
+            None,
+            "until a lease duration"
+        );
+        e.observe(None, at, wall).expect("then creates")
     }
 
     fn applied(w: &Write, rv: &str) -> Observed {
@@ -692,6 +965,7 @@ mod tests {
         Observed {
             record,
             resource_version: rv.into(),
+            ..Observed::default()
         }
     }
 
@@ -724,18 +998,15 @@ mod tests {
     fn a_missing_lease_is_created_and_then_renewed_keeping_the_acquire_time() {
         let mut e = Elector::new("a", timing());
         assert!(!e.is_leader(Duration::ZERO));
-        let w = e.observe(None, Duration::ZERO, 1_000).unwrap();
+        let w = first_create(&mut e, 3 * S, 1_000);
         let Write::Create(r) = &w else { panic!() };
         assert_eq!(r.holder_identity, "a");
         assert_eq!(r.lease_duration_seconds, 3);
         assert_eq!(r.renew_time, "1970-01-01T00:00:01.000000Z");
-        assert!(
-            !e.is_leader(Duration::ZERO),
-            "not before the write succeeded"
-        );
-        e.written(applied(&w, "1"), Duration::ZERO);
-        assert!(e.is_leader(S));
-        let w = e.observe(Some(applied(&w, "1")), S, 2_000).unwrap();
+        assert!(!e.is_leader(3 * S), "not before the write succeeded");
+        e.written(applied(&w, "1"), 3 * S);
+        assert!(e.is_leader(4 * S));
+        let w = e.observe(Some(applied(&w, "1")), 4 * S, 2_000).unwrap();
         let (record, resource_version) = update_of(&w);
         assert_eq!(resource_version, "1");
         assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
@@ -746,16 +1017,23 @@ mod tests {
     #[test]
     fn the_leader_stops_acting_at_the_renew_deadline_before_the_lease_expires() {
         let mut e = Elector::new("a", timing());
-        let w = e.observe(None, 10 * S, 0).unwrap();
+        let w = first_create(&mut e, 10 * S, 0);
         e.written(applied(&w, "1"), 10 * S);
         assert!(e.is_leader(10 * S + 1999 * S / 1000));
         // Renewals failed since: no longer leading at start + renew deadline (2 s), while
         // the others may take over only at their observation + 3 s.
         assert!(!e.is_leader(12 * S));
-        // A renewal that succeeds later makes it the leader again.
-        let w = e.observe(Some(applied(&w, "1")), 13 * S, 0).unwrap();
-        e.written(applied(&w, "2"), 13 * S);
-        assert!(e.is_leader(14 * S));
+        // A fenced leader does not keep its Lease alive: it leaves it alone for a lease
+        // duration more than the others would (6 s since it last wrote at 10 s)...
+        assert_eq!(e.observe(Some(applied(&w, "1")), 13 * S, 0), None);
+        assert_eq!(
+            e.observe(Some(applied(&w, "1")), 15_900 * S / 1000, 0),
+            None
+        );
+        // ...then a renewal that succeeds makes it the leader again.
+        let w = e.observe(Some(applied(&w, "1")), 16 * S, 0).unwrap();
+        e.written(applied(&w, "2"), 16 * S);
+        assert!(e.is_leader(17 * S));
     }
 
     #[test]
@@ -792,17 +1070,19 @@ mod tests {
     fn a_released_lease_is_taken_at_once_and_release_needs_the_lease() {
         let mut a = Elector::new("a", timing());
         assert_eq!(a.release(0), None, "never held");
-        let w = a.observe(None, Duration::ZERO, 0).unwrap();
-        a.written(applied(&w, "1"), Duration::ZERO);
+        let w = first_create(&mut a, 3 * S, 0);
+        a.written(applied(&w, "1"), 3 * S);
         let rel = a.release(5_000).unwrap();
         let (record, resource_version) = update_of(&rel);
         assert_eq!(record.holder_identity, "");
         assert_eq!(record.lease_duration_seconds, 1);
         assert_eq!(resource_version, "1");
-        a.written(applied(&rel, "2"), S);
-        assert!(!a.is_leader(S));
+        a.written(applied(&rel, "2"), 4 * S);
+        assert!(!a.is_leader(4 * S));
         let mut b = Elector::new("b", timing());
-        let w = b.observe(Some(applied(&rel, "2")), S, 0).unwrap();
+        let mut released = applied(&rel, "2");
+        released.released_by = Some("a".into());
+        let w = b.observe(Some(released), 4 * S, 0).unwrap();
         assert!(matches!(w, Write::Update { ref record, .. } if record.holder_identity == "b"));
     }
 
@@ -810,12 +1090,12 @@ mod tests {
     fn the_leader_renews_without_reading_while_its_lease_is_valid() {
         let mut a = Elector::new("a", timing());
         assert_eq!(a.fast_renew(Duration::ZERO, 0), None, "not the holder");
-        let w = a.observe(None, Duration::ZERO, 1_000).unwrap();
-        a.written(applied(&w, "1"), Duration::ZERO);
+        let w = first_create(&mut a, 3 * S, 1_000);
+        a.written(applied(&w, "1"), 3 * S);
         let Some(Write::Update {
             record,
             resource_version,
-        }) = a.fast_renew(S, 2_000)
+        }) = a.fast_renew(4 * S, 2_000)
         else {
             panic!()
         };
@@ -824,7 +1104,9 @@ mod tests {
         assert_eq!(record.acquire_time, "1970-01-01T00:00:01.000000Z");
         assert_eq!(record.renew_time, "1970-01-01T00:00:02.000000Z");
         // Past the lease duration since it was last written: read it first.
-        assert_eq!(a.fast_renew(3 * S, 0), None);
+        assert_eq!(a.fast_renew(6 * S, 0), None);
+        // Past the renew deadline (the fence) already: read it first.
+        assert_eq!(a.fast_renew(5 * S, 0), None);
         let mut b = Elector::new("b", timing());
         b.observe(Some(lease("a", "1", "t", 0)), S, 0);
         assert_eq!(b.fast_renew(S, 0), None, "a follower always reads");
@@ -833,12 +1115,152 @@ mod tests {
     #[test]
     fn a_lost_race_leaves_the_candidate_a_follower() {
         let mut b = Elector::new("b", timing());
-        let w = b.observe(None, Duration::ZERO, 0);
-        assert!(matches!(w, Some(Write::Create(_))));
+        let w = first_create(&mut b, 3 * S, 0);
+        assert!(matches!(w, Write::Create(_)));
         // The create got 409: nothing written. The next read shows a's fresh lease.
-        assert_eq!(b.observe(Some(lease("a", "1", "t", 0)), S, 0), None);
-        assert!(!b.is_leader(S));
+        assert_eq!(b.observe(Some(lease("a", "1", "t", 0)), 4 * S, 0), None);
+        assert!(!b.is_leader(4 * S));
         assert_eq!(b.holder(), Some("a"));
+    }
+
+    /// A leader `a` holding version "1", created at 3 s.
+    fn leader_a() -> (Elector, Observed) {
+        let mut a = Elector::new("a", timing());
+        let w = first_create(&mut a, 3 * S, 0);
+        let held = applied(&w, "1");
+        a.written(held.clone(), 3 * S);
+        assert!(a.is_leader(3 * S));
+        (a, held)
+    }
+
+    #[test]
+    fn a_deleted_lease_stops_the_leader_at_once_and_is_recreated_only_after_a_lease_duration() {
+        let (mut a, held) = leader_a();
+        let mut b = Elector::new("b", timing());
+        assert_eq!(b.observe(Some(held), 4 * S, 0), None);
+        // `kubectl delete lease`: both see the 404 at 4.5 s.
+        assert_eq!(a.observe(None, 4_500 * S / 1000, 0), None);
+        assert!(!a.is_leader(4_500 * S / 1000), "stopped at once");
+        assert_eq!(b.observe(None, 4_500 * S / 1000, 0), None);
+        assert_eq!(b.observe(None, 7_400 * S / 1000, 0), None);
+        // a's fence (renewed at 3 s) ended at 5 s; b creates at 7.5 s.
+        assert!(matches!(
+            b.observe(None, 7_500 * S / 1000, 0),
+            Some(Write::Create(_))
+        ));
+        let mut a2 = a.clone();
+        a2.vanished();
+        assert!(!a2.is_leader(4 * S), "a 404 on a renewal stops at once too");
+    }
+
+    #[test]
+    fn a_holder_edited_by_hand_stops_the_leader_and_is_not_taken_at_once() {
+        for edited_to in ["b", "", "x"] {
+            let (mut a, held) = leader_a();
+            let mut b = Elector::new("b", timing());
+            assert_eq!(b.observe(Some(held.clone()), 4 * S, 0), None);
+            let mut edited = held.clone();
+            edited.record.holder_identity = edited_to.into();
+            edited.resource_version = "2".into();
+            assert_eq!(
+                b.observe(Some(edited.clone()), 4_100 * S / 1000, 0),
+                None,
+                "{edited_to:?}"
+            );
+            assert!(
+                !b.is_leader(4_100 * S / 1000),
+                "named by hand is not leading"
+            );
+            assert_eq!(a.observe(Some(edited.clone()), 4_200 * S / 1000, 0), None);
+            assert!(
+                !a.is_leader(4_200 * S / 1000),
+                "{edited_to:?}: a stopped at once"
+            );
+            assert_eq!(
+                b.observe(Some(edited.clone()), 7 * S, 0),
+                None,
+                "{edited_to:?}"
+            );
+            let w = b.observe(Some(edited), 7_100 * S / 1000, 0).unwrap();
+            let (record, rv) = update_of(&w);
+            assert_eq!((record.holder_identity.as_str(), rv.as_str()), ("b", "2"));
+        }
+    }
+
+    #[test]
+    fn a_renew_time_moved_by_hand_keeps_the_leader_and_resets_the_standbys_wait() {
+        for renew in ["2099-01-01T00:00:00.000000Z", "1999-01-01T00:00:00.000000Z"] {
+            let (mut a, held) = leader_a();
+            let mut edited = held.clone();
+            edited.record.renew_time = renew.into();
+            edited.resource_version = "2".into();
+            let w = a.observe(Some(edited.clone()), 4 * S, 0).unwrap();
+            assert_eq!(update_of(&w).0.holder_identity, "a");
+            assert!(a.is_leader(4 * S), "still ours");
+            let mut b = Elector::new("b", timing());
+            assert_eq!(b.observe(Some(edited.clone()), 4 * S, 0), None);
+            assert_eq!(
+                b.observe(Some(edited), 6_900 * S / 1000, 0),
+                None,
+                "{renew}"
+            );
+        }
+    }
+
+    #[test]
+    fn unreadable_and_out_of_range_fields_are_bounded_and_never_released() {
+        for spec in [
+            json!({"holderIdentity": "a", "leaseDurationSeconds": u64::MAX}),
+            json!({"holderIdentity": "a", "leaseDurationSeconds": -1}),
+            json!({"holderIdentity": 7, "leaseDurationSeconds": 3}),
+            json!({"holderIdentity": "", "leaseDurationSeconds": 1e300}),
+        ] {
+            let v = json!({"metadata": {"resourceVersion": "5"}, "spec": spec});
+            let o = Observed::from_lease(&v);
+            assert!(o.unreadable, "{v}");
+            assert!(o.record.lease_duration_seconds <= INT32_MAX);
+            let mut b = Elector::new("b", timing());
+            assert_eq!(b.observe(Some(o.clone()), 10 * S, 0), None, "{v}");
+            assert_eq!(
+                b.observe(Some(o.clone()), 12_900 * S / 1000, 0),
+                None,
+                "{v}"
+            );
+            assert!(
+                b.observe(Some(o), 13 * S, 0).is_some(),
+                "{v}: our own duration"
+            );
+        }
+        // The largest valid duration does not overflow either.
+        let v = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": i32::MAX}});
+        let mut b = Elector::new("b", timing());
+        assert_eq!(
+            b.observe(Some(Observed::from_lease(&v)), Duration::MAX / 2, 0),
+            None
+        );
+    }
+
+    #[test]
+    fn a_release_that_meets_a_conflict_reads_again_and_gives_up_only_its_own_lease() {
+        let (mut a, held) = leader_a();
+        let mut renewed = held.clone();
+        renewed.record.renew_time = "x".into();
+        renewed.resource_version = "2".into();
+        let w = a.release_after_conflict(Some(renewed), 0).unwrap();
+        assert_eq!(update_of(&w).1, "2");
+        let mut taken = held;
+        taken.record.holder_identity = "b".into();
+        taken.resource_version = "3".into();
+        assert_eq!(a.release_after_conflict(Some(taken), 0), None);
+        assert_eq!(a.release_after_conflict(None, 0), None);
+        let v = w.to_lease("l", Some("a"));
+        assert_eq!(v["metadata"]["annotations"][RELEASED_BY], "a");
+        assert!(Observed::from_lease(&v).released());
+        let unmarked = w.to_lease("l", None);
+        assert!(
+            !Observed::from_lease(&unmarked).released(),
+            "emptied by hand"
+        );
     }
 
     #[test]

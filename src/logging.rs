@@ -162,7 +162,8 @@ struct Seen {
 /// retry counts and delays differ during an outage) is held back and counted; the next one
 /// after the minute is logged with `(… N more times in the last minute)`, and [`finish`]
 /// reports what is still held. Warnings of target `podalloc::security` (TLS verification
-/// off) are never collapsed: they are meant to be seen every tick.
+/// off) are never collapsed: they are meant to be seen every tick; nor are the lines of
+/// leader election (`podalloc::leader`): each change of leadership is shown.
 struct Capped {
     inner: env_logger::Logger,
     seen: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
@@ -205,6 +206,10 @@ impl Capped {
 
     /// For a warning: `None` to hold it back, else how many were held back before it.
     fn admit(&self, r: &log::Record<'_>) -> Option<u32> {
+        // Leadership changes are never collapsed: each one matters.
+        if r.target() == "podalloc::leader" {
+            return Some(0);
+        }
         let collapsed = match r.level() {
             log::Level::Warn => r.target() != "podalloc::security",
             // The tick lines have their own rule (`run --log-every`).

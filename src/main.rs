@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     logging::init(&cli.log_level, cli.log_format);
+    die_with_any_thread();
     let format = cli.log_format;
     let res = podalloc::commands::run(cli);
     logging::finish();
@@ -32,6 +33,29 @@ fn main() -> ExitCode {
             exit_code(&e)
         }
     }
+}
+
+/// Any panic, in any thread (the leader-election thread, the watchdog, the Events
+/// thread), ends the whole process at once with one line and exit 1 (a runtime error), so
+/// that Kubernetes restarts it: a process that lives on without its election thread would
+/// never lead and never release, and exit 0 on SIGTERM.
+fn die_with_any_thread() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".to_string());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("podalloc: internal error in thread {name}: {what}{at}; exiting (exit 1)");
+        std::process::exit(1);
+    }));
 }
 
 /// The process exit code of an error.

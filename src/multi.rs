@@ -33,6 +33,10 @@ pub struct AppsArgs {
     /// --state-file's default].
     #[arg(long, env = "PODALLOC_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Keep each app's state in the ConfigMap PREFIX-<app id> of its namespace instead of
+    /// a file (what replicas under --leader-elect share), unless its apps-file entry says.
+    #[arg(long, env = "PODALLOC_STATE_CONFIGMAPS", value_name = "PREFIX", conflicts_with = "state_dir", value_parser = parse_prefix)]
+    pub state_configmaps: Option<String>,
     /// Time between passes over the apps [default: --batch-delay].
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub interval: Option<std::time::Duration>,
@@ -46,6 +50,23 @@ pub struct AppsArgs {
     /// Give up after this long (exit 5 with --until-converged if not converged).
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+    /// Leader election, as `run --leader-elect`: one Lease (default `podalloc-apps`) for
+    /// every app of the process; only its holder makes passes.
+    #[command(flatten)]
+    pub leader: crate::cli::LeaderElectArgs,
+}
+
+/// `--state-configmaps PREFIX`: a DNS-1123 subdomain of at most 200 characters (the app id
+/// is added). Errors: a message naming the rule.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.len() <= 200 && crate::leader::valid_lease_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid ConfigMap name prefix (lower-case letters, digits, '-' and \
+             '.', at most 200, alphanumeric at both ends)"
+        ))
+    }
 }
 
 /// Annotation on a driver pod: the executor target, a whole number (`"20"`).

@@ -289,6 +289,27 @@ pub fn tick_listed(
     res
 }
 
+/// The state this process last saved, per server, namespace and app.
+static SAVED_HERE: std::sync::Mutex<BTreeMap<String, AllocatorState>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Whether `state` (just loaded) is the one this process last saved for `key`: if not, it
+/// was written by another process (or this process never saved it), and its unacknowledged
+/// creates are [`AllocatorState::inherited`].
+fn written_here(key: &str, state: &AllocatorState) -> bool {
+    let saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    state.unacknowledged.is_empty()
+        || saved.get(key).is_some_and(|s| {
+            s.unacknowledged == state.unacknowledged && s.last_executor_id == state.last_executor_id
+        })
+}
+
+/// Remembers the state this process saved for `key`.
+fn saved_here(key: &str, state: &AllocatorState) {
+    let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    saved.insert(key.to_string(), state.clone());
+}
+
 /// API error responses since `before`, by HTTP code.
 fn errors_since(client: &KubeClient, before: &BTreeMap<u16, u64>) -> BTreeMap<u16, u64> {
     let now = client.stats().errors_by_code;
@@ -311,8 +332,14 @@ fn tick_inner(
     now_ms: u64,
     errors_before: &BTreeMap<u16, u64>,
 ) -> Result<TickReport> {
-    let state = store.load().map_err(store_error)?;
-    let state = state.unwrap_or_else(AllocatorState::new);
+    let loaded = store.load().map_err(store_error)?;
+    let loaded = loaded.unwrap_or_else(AllocatorState::new);
+    let key = format!("{}|{}|{}", client.server(), client.namespace(), app.app_id);
+    let state = if written_here(&key, &loaded) {
+        loaded.clone()
+    } else {
+        loaded.clone().inherited()
+    };
     let queue = store.requests().map_err(store_error)?;
     let (request, taken) = queued_requests(&state, &queue, request);
     let mut snapshot = match listed {
@@ -334,8 +361,10 @@ fn tick_inner(
     // Write-ahead: the ids about to be created, and the requests applied, are recorded
     // before any call is made. A tick that changes nothing writes nothing.
     crash_point("before-write-ahead");
-    if plan.state != state {
+    // Compared with what the store holds (not the inherited reading of it).
+    if plan.state != loaded {
         store.save(&plan.state).map_err(store_error)?;
+        saved_here(&key, &plan.state);
     }
     crash_point("after-write-ahead");
     // The requests the saved state lists as applied leave the queue (also those of an
@@ -364,6 +393,7 @@ fn tick_inner(
     if changed_beyond_clock(&state, &plan.state) {
         crash_point("before-final-save");
         store.save(&state).map_err(store_error)?;
+        saved_here(&key, &state);
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);

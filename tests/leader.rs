@@ -476,3 +476,391 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     assert_eq!(last["user"], "system:serviceaccount:default:podalloc");
     assert_eq!(last["verb"], "lease-get");
 }
+
+/// The Lease's path under the simulator's API.
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-ha";
+
+/// How many times a candidate's acting requests (`writes_only`: its pod and state writes;
+/// else also its ticks' pod lists) resume after another candidate's began: the number of
+/// overlapping (interleaved) terms. 0 when terms are disjoint.
+fn overlaps(lines: &[Value], writes_only: bool) -> usize {
+    let mut runs: Vec<String> = Vec::new();
+    for l in lines.iter().filter(|l| acting(l, writes_only)) {
+        let user = l["user"].as_str().unwrap_or("?").to_string();
+        if runs.last() != Some(&user) {
+            runs.push(user);
+        }
+    }
+    let mut distinct = runs.clone();
+    distinct.sort();
+    distinct.dedup();
+    runs.len() - distinct.len()
+}
+
+/// Two candidates; `edit` changes the Lease under them (as `kubectl` would) while pods keep
+/// failing, so whoever thinks it leads writes. Then: no overlapping writes, someone leads
+/// and acts again, `expect_holder` (if given) holds it, no overshoot. Returns how long after
+/// the edit the Lease was held again by a candidate that then acted.
+fn lease_edit_keeps_one_actor(what: &str, edit: impl Fn(&World), expect_holder: Option<&str>) {
+    let w = world();
+    let a = candidate(&w, "a");
+    until(20, "a leads", || holder(&w).as_deref() == Some("pod-a"));
+    until(20, "a converges", || w.live().len() as u64 == TARGET);
+    let b = candidate(&w, "b");
+    std::thread::sleep(Duration::from_millis(1200));
+    // Failures from 1 s before the edit to 5 s after it, one every 250 ms: whoever thinks it
+    // leads has deletes and creates to make when the Lease changes.
+    let mut edited = Instant::now();
+    for i in 0..24 {
+        if i == 4 {
+            edited = Instant::now();
+            edit(&w);
+        }
+        if let Some(&id) = w.live().iter().min() {
+            let _ = w.api(
+                "POST",
+                &format!("/sim/pods/default/{APP}-exec-{id}/phase"),
+                Some(&json!({"phase": "Failed", "exitCode": 1, "reason": "Error"})),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let held = until(30, "a candidate leads again", || {
+        matches!(holder(&w).as_deref(), Some("pod-a" | "pod-b"))
+    });
+    until(30, "the app converges again", || {
+        w.live().len() as u64 == TARGET
+    });
+    let recovered = edited.elapsed();
+    if let Some(h) = expect_holder {
+        assert_eq!(holder(&w).as_deref(), Some(h), "{what}");
+    }
+    for p in [&a, &b] {
+        signal(p, libc::SIGTERM);
+    }
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(out));
+    }
+    let lines = log(&w);
+    let t = terms(&lines, true);
+    let n = overlaps(&lines, true);
+    let ticks = overlaps(&lines, false);
+    let (last_old, first_new) = pause_after_edit(&lines);
+    eprintln!(
+        "leader: {what}: overlapping writes between identities: {n}, overlapping ticks: {ticks}; after the edit the \
+         leader's last write at +{last_old} ms, the next term's first at +{first_new} ms \
+         (lease held again {:.1}s, converged {:.1}s after it); terms {t:?}",
+        held.as_secs_f64() + 5.0,
+        recovered.as_secs_f64()
+    );
+    assert_eq!(n, 0, "{what}: {t:?}");
+    assert_eq!(ticks, 0, "{what}: {:?}", terms(&lines, false));
+    assert_disjoint(&t);
+    assert_disjoint(&terms(&lines, false));
+    assert_no_overshoot(&w);
+}
+
+/// Around the test's own Lease edit: how long after it (ms) the last write before the
+/// longest pause in writes came, and the first after that pause (both 0 when the writes
+/// did not pause for a second: the leader went on).
+fn pause_after_edit(lines: &[Value]) -> (u64, u64) {
+    let edit = lines
+        .iter()
+        .find(|l| {
+            l["path"].as_str().is_some_and(|p| p.contains("/leases/"))
+                && matches!(l["method"].as_str(), Some("PUT" | "DELETE"))
+                && !l["user"].as_str().is_some_and(|u| u.starts_with("user-"))
+        })
+        .and_then(|l| l["ms"].as_u64())
+        .expect("the edit is in the request log");
+    let writes: Vec<u64> = (lines.iter())
+        .filter(|l| acting(l, true))
+        .filter_map(|l| l["ms"].as_u64())
+        .filter(|&ms| ms >= edit)
+        .collect();
+    let Some((a, b)) = std::iter::once(edit)
+        .chain(writes)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|p| (p[0], p[1]))
+        .max_by_key(|(a, b)| b - a)
+        .filter(|(a, b)| b - a >= 1000)
+    else {
+        return (0, 0);
+    };
+    (a - edit, b - edit)
+}
+
+/// A Lease PUT by hand: the current Lease with `spec` fields replaced (`null` removes).
+fn put_lease(w: &World, spec: Value) {
+    let (code, mut l) = w.api("GET", LEASE_PATH, None);
+    assert_eq!(code, 200, "{l}");
+    for (k, v) in spec.as_object().unwrap() {
+        if v.is_null() {
+            l["spec"].as_object_mut().unwrap().remove(k);
+        } else {
+            l["spec"][k] = v.clone();
+        }
+    }
+    let (code, body) = w.api("PUT", LEASE_PATH, Some(&l));
+    assert_eq!(code, 200, "{body}");
+}
+
+#[test]
+fn a_deleted_lease_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "kubectl delete lease",
+        |w| {
+            let (code, body) = w.api("DELETE", LEASE_PATH, None);
+            assert_eq!(code, 200, "{body}");
+        },
+        None,
+    );
+}
+
+#[test]
+fn a_holder_edited_to_the_standby_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder edited to the standby",
+        |w| put_lease(w, json!({"holderIdentity": "pod-b"})),
+        None,
+    );
+}
+
+#[test]
+fn a_holder_emptied_or_renamed_by_hand_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder emptied by hand",
+        |w| put_lease(w, json!({"holderIdentity": ""})),
+        None,
+    );
+    lease_edit_keeps_one_actor(
+        "holder renamed to a stranger",
+        |w| put_lease(w, json!({"holderIdentity": "someone-else"})),
+        None,
+    );
+}
+
+#[test]
+fn a_renew_time_moved_by_hand_keeps_the_leader() {
+    lease_edit_keeps_one_actor(
+        "renewTime set in the future",
+        |w| put_lease(w, json!({"renewTime": "2099-01-01T00:00:00.000000Z"})),
+        Some("pod-a"),
+    );
+    lease_edit_keeps_one_actor(
+        "renewTime set in the past",
+        |w| put_lease(w, json!({"renewTime": "2001-01-01T00:00:00.000000Z"})),
+        Some("pod-a"),
+    );
+}
+
+#[test]
+fn a_lease_stripped_of_its_fields_never_gives_two_leaders() {
+    lease_edit_keeps_one_actor(
+        "holder, duration and times removed",
+        |w| {
+            put_lease(
+                w,
+                json!({"holderIdentity": null, "leaseDurationSeconds": null,
+                       "renewTime": null, "acquireTime": null}),
+            )
+        },
+        None,
+    );
+}
+
+/// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
+/// (`podalloc-state-<app id>`) that every replica reads.
+fn apps_candidate(w: &World, who: &str) -> Child {
+    let mut c = crate::util::podalloc();
+    c.args([
+        "--server",
+        &w.sim.url(),
+        "--token",
+        &format!("token-{who}-0123456789"),
+    ])
+    .arg("--certificate-authority")
+    .arg(&w.ca)
+    .args([
+        "--batch-delay",
+        "200ms",
+        "--image",
+        "spark:3.5",
+        "apps",
+        "--discover",
+        "spark-role=driver",
+        "--state-configmaps",
+        "podalloc-state",
+        "--interval",
+        "200ms",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ])
+    .env("POD_NAME", format!("pod-{who}"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+const DRIVERS: usize = 20;
+
+/// Live (Pending or Running, not terminating) executors per app.
+fn live_by_app(w: &World) -> std::collections::BTreeMap<String, u64> {
+    let (code, list) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/pods?labelSelector=spark-role%3Dexecutor",
+        None,
+    );
+    assert_eq!(code, 200, "{list}");
+    let mut out = std::collections::BTreeMap::new();
+    for p in list["items"].as_array().unwrap() {
+        let phase = p["status"]["phase"].as_str().unwrap_or("");
+        if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
+            let app = p["metadata"]["labels"]["spark-app-selector"]
+                .as_str()
+                .unwrap();
+            *out.entry(app.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn apps_lease_holder(w: &World) -> Option<String> {
+    let (code, v) = w.api(
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-apps",
+        None,
+    );
+    (code == 200).then(|| {
+        v["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    })
+}
+
+#[test]
+fn two_apps_replicas_on_twenty_discovered_apps_act_one_at_a_time_and_hand_over_on_sigkill() {
+    let w = world();
+    let want: std::collections::BTreeMap<String, u64> = (0..DRIVERS)
+        .map(|i| (format!("app-{i}"), (i % 4 + 1) as u64))
+        .collect();
+    for i in 0..DRIVERS {
+        let (s, b) = w.api(
+            "POST",
+            "/sim/pods/default",
+            Some(&json!({"metadata": {"name": format!("drv-{i}"),
+                "labels": {"spark-role": "driver", "spark-app-selector": format!("app-{i}")},
+                "annotations": {"podalloc.io/executors": want[&format!("app-{i}")].to_string()}},
+                "spec": {"containers": [{"name": "d", "image": "spark"}]},
+                "status": {"phase": "Running"}})),
+        );
+        assert!(s == 200 || s == 201, "{b}");
+    }
+    let mut procs = vec![
+        ("a", apps_candidate(&w, "a")),
+        ("b", apps_candidate(&w, "b")),
+    ];
+    until(60, "every app at its target", || live_by_app(&w) == want);
+    let leader = apps_lease_holder(&w).expect("a Lease");
+    let li = procs
+        .iter()
+        .position(|p| format!("pod-{}", p.0) == leader)
+        .unwrap();
+    let (dead, mut killed) = procs.remove(li);
+    let (alive, survivor) = procs.remove(0);
+    // Failures keep the leader writing when it is killed.
+    for id in 1..=3 {
+        let _ = w.api(
+            "POST",
+            &format!("/sim/pods/default/app-3-exec-{id}/phase"),
+            Some(&json!({"phase": "Failed", "exitCode": 1, "reason": "Error"})),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    signal(&killed, libc::SIGKILL);
+    let t = Instant::now();
+    until(20, "the survivor takes the Lease", || {
+        apps_lease_holder(&w).as_deref() == Some(&format!("pod-{alive}"))
+    });
+    let took = t.elapsed();
+    let _ = killed.wait();
+    until(60, "every app at its target again", || {
+        live_by_app(&w) == want
+    });
+    signal(&survivor, libc::SIGTERM);
+    let out = survivor.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("pod-{alive} became the leader")),
+        "{err}"
+    );
+    let lines = log(&w);
+    let t_all = terms(&lines, false);
+    let (n, n_writes) = (overlaps(&lines, false), overlaps(&lines, true));
+    let s = w.sim.stats();
+    eprintln!(
+        "leader: apps --leader-elect, {DRIVERS} apps: {dead} led, SIGKILL, {alive} held the lease {:.2}s later; overlapping ticks {n}, writes {n_writes}; {} creates, duplicate ids {}; terms {t_all:?}",
+        took.as_secs_f64(),
+        s.creates,
+        s.duplicate_executor_ids
+    );
+    assert!(took < Duration::from_millis(3000 + 1100 + 1500), "{took:?}");
+    assert_eq!((n, n_writes), (0, 0), "{t_all:?}");
+    assert_disjoint(&t_all);
+    assert_eq!(t_all.len(), 2, "{t_all:?}");
+    assert_eq!(s.duplicate_executor_ids, 0);
+    // The simulator counts every live pod with the app's label: the driver is one of them.
+    for (app, max) in &s.max_live_pods_by_app {
+        if let Some(target) = want.get(app) {
+            assert!(
+                *max <= target + 1,
+                "{app}: {max} live pods for a target of {target} and the driver"
+            );
+        }
+    }
+    assert!(s.max_live_pods_by_app.len() >= DRIVERS);
+}
+
+/// The simulator's Leases as the apiserver has them: an update without
+/// `metadata.resourceVersion` is 422 (Leases allow no unconditional update), and a
+/// `renewTime` must be a `MicroTime` with six fractional digits (400 otherwise).
+#[test]
+fn the_simulator_refuses_unconditional_lease_updates_and_loose_times() {
+    let w = SimWorld::new().start();
+    let url = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let lease = |renew: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+               "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": renew}})
+    };
+    let (code, st) = w.api("POST", url, Some(&lease("2026-01-01T00:00:00Z")));
+    assert_eq!(code, 400, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"cannot parse "Z" as ".000000""#),
+        "{st}"
+    );
+    let (code, st) = w.api("POST", url, Some(&lease("2026-01-01T00:00:00.000000Z")));
+    assert_eq!(code, 201, "{st}");
+    let (code, st) = w.api(
+        "PUT",
+        &format!("{url}/l"),
+        Some(&lease("2026-01-01T00:00:01.000000Z")),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(
+        st["message"],
+        "Lease.coordination.k8s.io \"l\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+}

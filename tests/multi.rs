@@ -384,8 +384,9 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter().find(|d| d["kind"] == k).unwrap()
 }
 
-/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete
-/// and configmaps get, its arguments parse, and one pass of them against the simulator
+/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete,
+/// configmaps get/create/update, events create/get/patch and leases get/create/update, it
+/// runs two replicas named by POD_NAME, its arguments parse, and one pass of them against the simulator
 /// manages the annotated drivers, a driver's own template ConfigMap included.
 #[test]
 fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
@@ -408,10 +409,17 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
     assert_eq!(
         rules,
         vec![
-            ("configmaps".into(), s(&["get"])),
+            ("configmaps".into(), s(&["create", "get", "update"])),
+            ("events".into(), s(&["create", "get", "patch"])),
+            ("leases".into(), s(&["create", "get", "update"])),
             ("pods".into(), s(&["create", "delete", "get", "list"])),
         ]
     );
+    let dep = of_kind(&d, "Deployment");
+    assert_eq!(dep["spec"]["replicas"], 2, "highly available");
+    let env = &dep["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "POD_NAME");
+    assert_eq!(env["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
     let spec = &of_kind(&d, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(
         spec["serviceAccountName"],
@@ -463,9 +471,17 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
         );
         assert!(s == 200 || s == 201, "{b}");
     }
+    // The recipe's --leader-elect with short durations: a first Lease is taken a lease
+    // duration after it was first seen missing.
     let out = podalloc()
         .args(&args)
-        .arg("--once")
+        .args(["--once", "--leader-elect-lease-duration", "2s"])
+        .args([
+            "--leader-elect-renew-deadline",
+            "1s",
+            "--leader-elect-retry-period",
+            "200ms",
+        ])
         .env("PODALLOC_SERVER", w.sim.url())
         .env("PODALLOC_TOKEN", &w.token)
         .env("PODALLOC_CERTIFICATE_AUTHORITY", &w.ca)
@@ -537,4 +553,56 @@ fn apps_short_help_lists_the_defaults_not_the_one_app_flags() {
     ] {
         assert!(!text.contains(hidden), "{hidden}: {text}");
     }
+}
+
+/// Two `apps` processes on one namespace with file stores (each its own state directory,
+/// as two pods with emptyDirs): the second finds the apps Lease held and renewed and
+/// refuses with exit 3 and one clear line; the first keeps every app at its target with no
+/// id reused. (Before, both acted: 4 of 10 apps over target, 7 ids reused.)
+#[test]
+fn a_second_apps_process_on_the_namespace_refuses_instead_of_managing_twice() {
+    let w = world();
+    let mut text = String::from("apps:\n");
+    for i in 0..10 {
+        text.push_str(&format!(
+            "- app-id: app-{i}\n  image: spark:3.5\n  target: 3\n"
+        ));
+    }
+    write(&w.path("apps.yaml"), &text);
+    let file = w.path("apps.yaml");
+    let mut first = apps_cmd(&w, &["--file", file.to_str().unwrap()])
+        .env("POD_NAME", "first")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let want: BTreeMap<String, usize> = (0..10).map(|i| (format!("app-{i}"), 3)).collect();
+    wait("every app at 3", || live_by_app(&w) == want);
+    let mut second = podalloc();
+    second
+        .args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args(["--batch-delay", "100ms", "apps", "--state-dir"])
+        .arg(w.path("other-states"))
+        .args(["--file", file.to_str().unwrap()])
+        .env("POD_NAME", "second");
+    let t = Instant::now();
+    let err = exits(&mut second, 3);
+    eprintln!(
+        "multi: a second apps process refused after {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        err.contains("another podalloc apps (first) holds the apps Lease"),
+        "{err}"
+    );
+    assert!(err.contains("this process did nothing"), "{err}");
+    assert_eq!(live_by_app(&w), want);
+    let s = w.sim.stats();
+    assert_eq!(s.duplicate_executor_ids, 0);
+    for (app, max) in &s.max_live_pods_by_app {
+        assert!(*max <= 3, "{app}: {max}");
+    }
+    stop(&mut first);
 }

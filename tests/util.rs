@@ -369,9 +369,9 @@ impl World {
         assert!(s.max_live_pods_by_app.get(&self.app).copied().unwrap_or(0) <= target as u64);
     }
 
-    /// A call to the simulator as a test client (with the token): GET, DELETE, POST of a
-    /// JSON body, or PATCH with a JSON merge patch. Returns the status and the body as JSON
-    /// (`Null` when it is not JSON).
+    /// A call to the simulator as a test client (with the token): GET, DELETE, POST or PUT
+    /// of a JSON body, or PATCH with a JSON merge patch. Returns the status and the body as
+    /// JSON (`Null` when it is not JSON).
     pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let agent = agent(self.sim.ca_pem().unwrap().as_bytes());
         let url = format!("{}{}", self.sim.url(), path);
@@ -381,6 +381,11 @@ impl World {
             ("DELETE", _) => agent.delete(&url).header("Authorization", &auth).call(),
             ("POST", Some(b)) => agent
                 .post(&url)
+                .header("Authorization", &auth)
+                .content_type("application/json")
+                .send(b.to_string()),
+            ("PUT", Some(b)) => agent
+                .put(&url)
                 .header("Authorization", &auth)
                 .content_type("application/json")
                 .send(b.to_string()),

@@ -62,6 +62,11 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
             u.retry = false;
         }
     }
+    // Which creates were answered, for a successor (`AllocatorState::inherited`).
+    state.answered = (state.unacknowledged.iter())
+        .map(|u| u.executor_id)
+        .filter(|id| out.created.contains(id) || plan.state.answered.contains(id))
+        .collect();
     state.create_backoff = match (&out.quota, out.created.is_empty()) {
         (Some(reason), _) => Some(Backoff::after_rejection(
             plan.state.create_backoff.as_ref(),

@@ -621,6 +621,10 @@ impl<'a> Step<'a> {
                     retry: self.retry.contains(&executor_id),
                 })
                 .collect(),
+            answered: (self.prev.answered.iter())
+                .filter(|id| self.unack.contains_key(id) && !self.retry.contains(id))
+                .copied()
+                .collect(),
             deleted: deleted.into_iter().collect(),
             deleted_unseen: self.deleted_unseen(),
             create_backoff: self.prev.create_backoff.clone(),

@@ -36,6 +36,11 @@ pub struct AllocatorState {
     /// Created by us, not yet seen; ordered by id.
     #[serde(default)]
     pub unacknowledged: Vec<Unacknowledged>,
+    /// The unacknowledged ids whose create the API server answered (201, or 409 for our own
+    /// pod), as recorded after the calls; a successor ([`AllocatorState::inherited`]) does
+    /// not send those again. Absent: none (or a write-ahead save, before any answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered: Vec<u64>,
     /// Ids we deleted that the last snapshot still showed (Spark's `deletedExecutorIds`);
     /// informational, pruned as the pods disappear.
     #[serde(default)]
@@ -196,6 +201,25 @@ impl Backoff {
 }
 
 impl AllocatorState {
+    /// The state as a process that did not write it must read it (a successor after a
+    /// kill -9 or a leader handover): the outcome of every unacknowledged create is unknown
+    /// to it, since the writer may have stopped anywhere between its write-ahead save and
+    /// its calls. So each not [`AllocatorState::answered`] is marked
+    /// [`Unacknowledged::retry`]: the step sends those still unseen again by name (rule
+    /// `retry_ambiguous`, where 409 for our own pod counts as created) instead of waiting
+    /// for the creation timeout, as Kubernetes' controllers settle an unknown create by
+    /// name. Pods already listed are acknowledged first, so nothing is created twice and
+    /// nothing counts twice toward the target; an answered create that was never seen (the
+    /// pod deleted before any list) still times out and is replaced under a new id.
+    pub fn inherited(mut self) -> AllocatorState {
+        for u in &mut self.unacknowledged {
+            if !self.answered.contains(&u.executor_id) {
+                u.retry = true;
+            }
+        }
+        self
+    }
+
     /// A fresh state: no target, no ids handed out.
     pub fn new() -> AllocatorState {
         AllocatorState {

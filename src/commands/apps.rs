@@ -16,6 +16,7 @@ use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
+use crate::leader::LeaderElection;
 use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::reconcile::{self, App};
 use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
@@ -26,6 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often a `--leader-elect` standby asks whether it leads now.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
 
 /// One managed app.
 struct Managed {
@@ -54,6 +58,9 @@ struct Conn {
     default_ns: String,
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
+    /// `--leader-elect`: the election; every client gets its write fence. Dropped (the
+    /// Lease released) before the simulator.
+    leader: Option<LeaderElection>,
     _sim: Option<SimGuard>,
 }
 
@@ -74,7 +81,11 @@ impl Conn {
             tick_budget: super::env::tick_budget(cli),
             default_ns: cfg.namespace.clone(),
             clients: BTreeMap::new(),
-            state_dir: StateDir(state_dir),
+            state_dir: StateDir {
+                dir: state_dir,
+                configmap: a.state_configmaps.clone(),
+            },
+            leader: None,
             _sim: sim,
         };
         let client =
@@ -91,6 +102,9 @@ impl Conn {
             let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
             let client = KubeClient::with_options(cfg, self.options.clone())
                 .map_err(reconcile::kube_error)?;
+            if let Some(le) = &self.leader {
+                le.fence(&client);
+            }
             self.clients.insert(ns.to_string(), client);
         }
         Ok(&self.clients[ns])
@@ -100,13 +114,13 @@ impl Conn {
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     for (given, flag) in [
-        (cli.app.app_id.is_some(), "--app-id"),
-        (cli.app.state_file.is_some(), "--state-file"),
-        (cli.app.driver_pod.is_some(), "--driver-pod"),
         (
             matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
             "--state-store configmap:NAME",
         ),
+        (cli.app.app_id.is_some(), "--app-id"),
+        (cli.app.state_file.is_some(), "--state-file"),
+        (cli.app.driver_pod.is_some(), "--driver-pod"),
     ] {
         if given {
             return Err(Error::usage(format!(
@@ -127,6 +141,18 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
                 "apps: give --file FILE or --discover SELECTOR",
             ))
         }
+    }
+    // One Lease for the process's apps, taken once the apps are known to be usable:
+    // --leader-elect stands by while another holds it; without it, the same Lease is a
+    // claim, and a second process refuses.
+    let client = &conn.clients[&conn.default_ns];
+    conn.leader = match super::elect::start_on(client, &a.leader, "apps")? {
+        Some(le) => Some(le),
+        None => Some(super::elect::claim_on(client, &a.leader, "apps")?),
+    };
+    // The clients the apps file made already get the fence too (later ones as made).
+    if let Some(le) = &conn.leader {
+        conn.clients.values().for_each(|c| le.fence(c));
     }
     apps.run(&mut conn, a, cli.app.batch_delay)
 }
@@ -181,23 +207,37 @@ impl Apps {
         let started = Instant::now();
         let deadline = a.timeout.map(|t| started + t);
         let mut passes = 0u64;
+        let mut waiting = false;
         loop {
-            passes += 1;
-            self.pass(conn, passes);
-            // With --discover, "all converged" needs at least one app found.
-            let done = self.managed.iter().all(|m| m.converged)
-                && (self.discover.is_none() || !self.managed.is_empty());
-            if a.once || (a.until_converged && done) {
-                if a.until_converged {
-                    info!(
-                        "{} app(s) converged after {passes} pass(es) in {:.1}s",
-                        self.managed.len(),
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                return self.outcome();
+            // --leader-elect: a standby makes no pass (no list, no write) and looks again
+            // soon.
+            let standby = conn.leader.as_ref().is_some_and(|le| !le.is_leader());
+            if standby && !a.leader.leader_elect {
+                claim_held(conn, &mut waiting)?;
             }
-            match wait(Instant::now() + interval, deadline, &flag) {
+            if !standby {
+                passes += 1;
+                self.pass(conn, passes);
+                // With --discover, "all converged" needs at least one app found.
+                let done = self.managed.iter().all(|m| m.converged)
+                    && (self.discover.is_none() || !self.managed.is_empty());
+                if a.once || (a.until_converged && done) {
+                    if a.until_converged {
+                        info!(
+                            "{} app(s) converged after {passes} pass(es) in {:.1}s",
+                            self.managed.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    return self.outcome();
+                }
+            }
+            let next = if standby {
+                interval.min(STANDBY_POLL)
+            } else {
+                interval
+            };
+            match wait(Instant::now() + next, deadline, &flag) {
                 Wake::Pass => {}
                 Wake::Signal => {
                     info!("signal received: stopping after {passes} pass(es); states saved");
@@ -495,10 +535,10 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Mana
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
         Some(Ok(StateStoreKind::ConfigMap(n))) => Store::ConfigMap(n),
-        _ => Store::File(match e.state_file {
-            Some(p) => dir.join(p),
-            None => conn.state_dir.path(&ns, &app.app_id),
-        }),
+        _ => match e.state_file {
+            Some(p) => Store::File(dir.join(p)),
+            None => conn.state_dir.store(&ns, &app.app_id),
+        },
     };
     Ok(Managed {
         ns,
@@ -570,7 +610,7 @@ impl Discovery {
     /// driver is gone (dropped from `managed`; their executors are deleted by the caller).
     fn refresh(&mut self, conn: &mut Conn, managed: &mut Vec<Managed>) -> Vec<(String, String)> {
         let ns = conn.default_ns.clone();
-        let dir = StateDir(conn.state_dir.0.clone());
+        let dir = conn.state_dir.clone();
         let Ok(client) = conn.client(&ns) else {
             return Vec::new();
         };
@@ -675,7 +715,7 @@ impl Discovery {
                 );
                 managed.push(Managed {
                     ns: ns.to_string(),
-                    store: Store::File(dir.path(ns, &app_id)),
+                    store: dir.store(ns, &app_id),
                     app,
                     target: Some(wanted.target),
                     driver_uid: Some(d.uid.clone()),
@@ -779,16 +819,62 @@ fn discovered_app(
 }
 
 /// Where apps keep their state: DIR/<namespace>/<app id>.json, or by default where
-/// `--state-file` defaults to.
-struct StateDir(Option<PathBuf>);
+/// `--state-file` defaults to; with `--state-configmaps PREFIX`, ConfigMaps.
+#[derive(Clone)]
+struct StateDir {
+    /// `--state-dir`.
+    dir: Option<PathBuf>,
+    /// `--state-configmaps PREFIX`: every app's state in the ConfigMap
+    /// `PREFIX-<app id>` of its namespace instead (what replicas under `--leader-elect`
+    /// share).
+    configmap: Option<String>,
+}
 
 impl StateDir {
-    fn path(&self, ns: &str, app_id: &str) -> PathBuf {
-        match &self.0 {
+    /// Where app `app_id` of `ns` keeps its state when its entry does not say.
+    fn store(&self, ns: &str, app_id: &str) -> Store {
+        if let Some(prefix) = &self.configmap {
+            return Store::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
+        }
+        Store::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
             None => state::default_path(ns, app_id),
-        }
+        })
     }
+}
+
+/// `apps` without `--leader-elect` that does not hold its claim (the Lease): exit 3 when
+/// another process holds it and renews it (two such processes would manage the same apps
+/// twice); else, once, a line saying that it waits for a stale holder (a killed process)
+/// to expire. Errors: exit 3, held by a live process; exit 4, leases forbidden by RBAC.
+fn claim_held(conn: &Conn, waiting: &mut bool) -> Result<()> {
+    let Some(le) = &conn.leader else {
+        return Ok(());
+    };
+    if le.forbidden() {
+        return Err(Error::refused(format!(
+            "apps: the apps Lease of namespace {} cannot be read or written (403): grant \
+             leases get/create/update in API group coordination.k8s.io; it is the claim that \
+             keeps a second apps process from managing the same apps",
+            conn.default_ns
+        )));
+    }
+    if let Some(h) = le.renewed_by_other() {
+        return Err(Error::locked(format!(
+            "another podalloc apps ({h}) holds the apps Lease of namespace {} and renews it: \
+             this process did nothing (give every replica --leader-elect to run standbys)",
+            conn.default_ns
+        )));
+    }
+    if let Some(h) = le.holder().filter(|h| !h.is_empty() && !*waiting) {
+        *waiting = true;
+        info!(
+            "the apps Lease of namespace {} names {h}: waiting for it to go stale (one lease \
+             duration without a renewal) before acting",
+            conn.default_ns
+        );
+    }
+    Ok(())
 }
 
 /// Sleeps until `next`, waking every 50 ms for a signal and the deadline.

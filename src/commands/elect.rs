@@ -38,15 +38,47 @@ pub(super) fn timing(a: &LeaderElectArgs) -> Result<Timing> {
 /// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix). Errors:
 /// exit 2 for bad flags, exit 1 when the election cannot start.
 pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElection>> {
+    start_on(&env.client, a, &env.app.app_id)
+}
+
+/// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:
+/// the app id; `apps`: `apps`, so one Lease covers every app of the process). Errors as
+/// [`start`].
+pub(super) fn start_on(
+    client: &crate::kube::KubeClient,
+    a: &LeaderElectArgs,
+    id: &str,
+) -> Result<Option<LeaderElection>> {
     if !a.leader_elect {
         return Ok(None);
     }
+    start_elector(client, a, id, false).map(Some)
+}
+
+/// The claim of `apps` without `--leader-elect`: the same election on the same Lease in
+/// claim mode ([`leader::Elector::claiming`]), so that a second process finds it held and
+/// refuses instead of managing the same apps. Errors as [`start`].
+pub(super) fn claim_on(
+    client: &crate::kube::KubeClient,
+    a: &LeaderElectArgs,
+    id: &str,
+) -> Result<LeaderElection> {
+    start_elector(client, a, id, true)
+}
+
+fn start_elector(
+    client: &crate::kube::KubeClient,
+    a: &LeaderElectArgs,
+    id: &str,
+    claim: bool,
+) -> Result<LeaderElection> {
     let timing = timing(a)?;
-    let name = lease_name(a.leader_elect_resource_name.as_deref(), &env.app.app_id)?;
-    let identity = leader::default_identity();
-    LeaderElection::start(&env.client, &name, &identity, timing)
-        .map(Some)
-        .map_err(crate::reconcile::kube_error)
+    let name = lease_name(a.leader_elect_resource_name.as_deref(), id)?;
+    let mut elector = leader::Elector::new(&leader::default_identity(), timing);
+    if claim {
+        elector = elector.claiming();
+    }
+    LeaderElection::start(client, &name, elector).map_err(crate::reconcile::kube_error)
 }
 
 /// The run loop's hook: whether this process may tick now (always without

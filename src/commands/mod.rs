@@ -33,14 +33,25 @@ pub use status::StatusCounts;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
+    let res = run_command(&cli);
+    // Events are posted by their own thread: give the last ones a moment (at most one
+    // event deadline), never longer.
+    let left = crate::events::flush(crate::events::EVENT_DEADLINE);
+    if left > 0 {
+        log::debug!("{left} event(s) not posted before exit");
+    }
+    res
+}
+
+fn run_command(cli: &Cli) -> Result<()> {
     match &cli.command {
-        Command::Reconcile(a) => reconcile::reconcile(&cli, a),
-        Command::Run(a) => run::run_loop(&cli, a, false),
-        Command::Apps(a) => apps::apps(&cli, a),
-        Command::Status(a) => status::status(&cli, a),
-        Command::Scale(a) => change::scale(&cli, a),
-        Command::Add(a) => change::add(&cli, a),
-        Command::Remove(a) => change::remove(&cli, a),
+        Command::Reconcile(a) => reconcile::reconcile(cli, a),
+        Command::Run(a) => run::run_loop(cli, a, false),
+        Command::Apps(a) => apps::apps(cli, a),
+        Command::Status(a) => status::status(cli, a),
+        Command::Scale(a) => change::scale(cli, a),
+        Command::Add(a) => change::add(cli, a),
+        Command::Remove(a) => change::remove(cli, a),
         Command::Plan(a) => plan::plan(&cli.app, a),
         Command::Sim(a) => sim::sim(a),
         Command::Completions(a) => man::completions(a),

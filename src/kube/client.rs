@@ -2000,6 +2000,28 @@ impl KubeClient {
         KubeClient::with_options(self.cfg.clone(), options)
     }
 
+    /// [`KubeClient::derive`] for side calls (Events) that must not run an exec plugin of
+    /// their own: with an exec plugin that has returned a token (and no client
+    /// certificate), the new client uses that token as a fixed bearer token; a later 401
+    /// is the caller's to settle by deriving again. Otherwise as `derive`. Errors as
+    /// [`KubeClient::with_options`].
+    pub fn derive_with_current_credential(
+        &self,
+        options: ClientOptions,
+    ) -> Result<KubeClient, KubeError> {
+        let mut cfg = self.cfg.clone();
+        if let Credential::Exec(exec) = &self.cfg.credential {
+            let cache = lock(&self.exec);
+            if let (true, Some(token), None) = (cache.fetched, &cache.token, &cache.cert) {
+                cfg.credential = Credential::Token {
+                    token: token.clone(),
+                    source: format!("{} (the token it returned last)", exec.describe()),
+                };
+            }
+        }
+        KubeClient::with_options(cfg, options)
+    }
+
     fn leases_url(&self) -> String {
         self.collection_url("apis/coordination.k8s.io/v1", "leases")
     }

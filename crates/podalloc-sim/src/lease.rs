@@ -49,10 +49,77 @@ fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
     ))
 }
 
-/// Whether `s` reads as a `MicroTime` (RFC 3339).
-fn is_time(s: &str) -> bool {
-    humantime::parse_rfc3339_weak(s.trim_end_matches('Z')).is_ok()
-        || humantime::parse_rfc3339(s).is_ok()
+/// Go's layout for `MicroTime` (`metav1.RFC3339Micro`).
+const MICRO_LAYOUT: &str = "2006-01-02T15:04:05.000000Z07:00";
+
+/// Parses `s` as `MicroTime.UnmarshalJSON` does (`time.Parse(RFC3339Micro, s)`): exactly six
+/// fractional digits, `Z` or a `±hh:mm` offset, fields in range. Errors: Go's message after
+/// `parsing time "S" as "LAYOUT": ` (`cannot parse "REST" as "ELEMENT"`, `month out of
+/// range`, …), or after `parsing time "S"` for `extra text`.
+fn parse_micro_time(s: &str) -> Result<(), String> {
+    let digits =
+        |r: &str, n: usize| r.len() >= n && r.as_bytes()[..n].iter().all(u8::is_ascii_digit);
+    let num = |r: &str, n: usize| r[..n].parse::<u32>().unwrap_or(0);
+    let elems: [(&str, usize, u32); 11] = [
+        ("2006", 4, 0),
+        ("-", 0, 0),
+        ("01", 2, 12),
+        ("-", 0, 0),
+        ("02", 2, 31),
+        ("T", 0, 0),
+        ("15", 2, 23),
+        (":", 0, 0),
+        ("04", 2, 59),
+        (":", 0, 0),
+        ("05", 2, 59),
+    ];
+    let mut rest = s;
+    for (elem, n, max) in elems {
+        let bad = || format!("as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \"{elem}\"");
+        if n == 0 {
+            rest = rest.strip_prefix(elem).ok_or_else(bad)?;
+            continue;
+        }
+        if !digits(rest, n) {
+            return Err(bad());
+        }
+        let v = num(rest, n);
+        let min = u32::from(elem == "01" || elem == "02");
+        if n == 2 && (v < min || v > max) {
+            let what = match elem {
+                "01" => "month",
+                "02" => "day",
+                _ => "value",
+            };
+            return Err(format!("as \"{MICRO_LAYOUT}\": {what} out of range"));
+        }
+        rest = &rest[n..];
+    }
+    let frac_ok = rest.starts_with('.') && digits(&rest[1..], 6);
+    if !frac_ok {
+        return Err(format!(
+            "as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \".000000\""
+        ));
+    }
+    rest = &rest[7..];
+    let zone_len = if rest.starts_with('Z') {
+        1
+    } else if rest.len() >= 6
+        && (rest.starts_with('+') || rest.starts_with('-'))
+        && digits(&rest[1..], 2)
+        && rest.as_bytes()[3] == b':'
+        && digits(&rest[4..], 2)
+    {
+        6
+    } else {
+        return Err(format!(
+            "as \"{MICRO_LAYOUT}\": cannot parse \"{rest}\" as \"Z07:00\""
+        ));
+    };
+    match &rest[zone_len..] {
+        "" => Ok(()),
+        extra => Err(format!(": extra text: \"{extra}\"")),
+    }
 }
 
 /// Decodes a create or update body, as the apiserver's decoder would: 400 for non-JSON, a
@@ -105,18 +172,18 @@ fn check_spec(spec: Option<&Value>) -> Result<(), ApiError> {
                 return Err(decode_error(other, &field, "string"))
             }
             ("leaseDurationSeconds" | "leaseTransitions", n) => {
-                let ok = n
-                    .as_i64()
-                    .is_some_and(|n| i32::try_from(n).is_ok());
+                let ok = n.as_i64().is_some_and(|n| i32::try_from(n).is_ok());
                 if !ok {
                     return Err(decode_error(n, &field, "int32"));
                 }
             }
-            ("acquireTime" | "renewTime", Value::String(s)) if is_time(s) => {}
             ("acquireTime" | "renewTime", Value::String(s)) => {
-                return Err(ApiError::bad_request(format!(
-                    "Lease in version \"v1\" cannot be handled as a Lease: parsing time \"{s}\" as \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \"{s}\" as \"2006\""
-                )))
+                if let Err(why) = parse_micro_time(s) {
+                    return Err(ApiError::bad_request(format!(
+                        "Lease in version \"v1\" cannot be handled as a Lease: parsing time \"{s}\" {}",
+                        why.trim_start_matches(' ')
+                    )));
+                }
             }
             ("acquireTime" | "renewTime", other) => {
                 return Err(decode_error(other, &field, "v1.MicroTime"))
@@ -263,7 +330,18 @@ impl Leases {
         };
         let want_rv = meta_str(&v, "resourceVersion");
         let old_rv = meta_str(old, "resourceVersion").to_string();
-        if !want_rv.is_empty() && want_rv != old_rv {
+        if want_rv.is_empty() {
+            // Leases do not allow unconditional updates (`AllowUnconditionalUpdate` is
+            // false in the Lease strategy).
+            let mut e = FieldError::invalid(
+                "metadata.resourceVersion",
+                "",
+                "must be specified for an update",
+            );
+            e.value = "0x0".into();
+            return Err(ApiError::invalid("Lease.coordination.k8s.io", name, &[e]));
+        }
+        if want_rv != old_rv {
             return Err(grouped(ApiError::conflict(RESOURCE, name, OPTIMISTIC_LOCK)));
         }
         let meta = &mut v["metadata"];
@@ -317,6 +395,35 @@ mod tests {
         );
         let e = decode(br#"{"spec":{"leaseDurationSeconds":"15"}}"#).unwrap_err();
         assert_eq!(e.message, "Lease in version \"v1\" cannot be handled as a Lease: json: cannot unmarshal string into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32");
+        for (t, why) in [
+            ("2026-01-01T00:00:00Z", r#"cannot parse "Z" as ".000000""#),
+            (
+                "2026-01-01T00:00:00.123Z",
+                r#"cannot parse ".123Z" as ".000000""#,
+            ),
+            (
+                "2026-01-01T00:00:00.1234567Z",
+                r#"cannot parse "7Z" as "Z07:00""#,
+            ),
+            ("2026-13-01T00:00:00.000000Z", "month out of range"),
+            (
+                "2026-01-01 00:00:00.000000Z",
+                r#"cannot parse " 00:00:00.000000Z" as "T""#,
+            ),
+            ("2026-01-01T00:00:00.000000Zx", r#"extra text: "x""#),
+        ] {
+            let body = format!(r#"{{"spec":{{"renewTime":"{t}"}}}}"#);
+            let e = decode(body.as_bytes()).unwrap_err();
+            assert_eq!(e.code, 400, "{t}");
+            assert!(e.message.contains(why), "{t}: {}", e.message);
+        }
+        for t in [
+            "2026-01-01T00:00:00.123456Z",
+            "2026-01-01T00:00:00.123456+02:00",
+        ] {
+            let body = format!(r#"{{"spec":{{"renewTime":"{t}"}}}}"#);
+            assert!(decode(body.as_bytes()).is_ok(), "{t}");
+        }
         let e = decode(br#"{"spec":{"renewTime":"yesterday"}}"#).unwrap_err();
         assert!(
             e.message.contains("parsing time \"yesterday\""),

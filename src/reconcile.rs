@@ -352,12 +352,7 @@ fn tick_inner(
         .map_err(|e| Error::usage(e.to_string()))?;
     plan.state.applied_requests = applied_after(&state, &queue, &taken);
     log_plan(&state, &snapshot, &plan);
-    for r in &taken {
-        info!(
-            "applying steering request {} ({}) from {}",
-            r.id, r.op, r.by
-        );
-    }
+    log_taken(&taken);
     // Write-ahead: the ids about to be created, and the requests applied, are recorded
     // before any call is made. A tick that changes nothing writes nothing.
     crash_point("before-write-ahead");
@@ -433,6 +428,16 @@ fn queued_requests(
         .collect();
     let (request, n) = alloc::take_requests(request, &fresh);
     (request, fresh.into_iter().take(n).collect())
+}
+
+/// Logs the steering requests a tick applies, one line each.
+fn log_taken(taken: &[Steering]) {
+    for r in taken {
+        info!(
+            "applying steering request {} ({}) from {}",
+            r.id, r.op, r.by
+        );
+    }
 }
 
 /// The ids the saved state lists as applied: those of `state` whose records are still

@@ -582,12 +582,13 @@ pub enum Command {
     Apps(crate::multi::AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),
-    /// Set the target to N executors and run one tick.
+    /// Set the target to N executors: one tick, or handed to the loop that owns the app.
     Scale(ScaleArgs),
-    /// Raise the target by N executors and run one tick (Spark's addExecutors).
+    /// Raise the target by N executors (Spark's addExecutors): one tick, or handed to the
+    /// loop that owns the app.
     Add(AddArgs),
-    /// Delete these executors now, whatever their state, and lower the target by as many
-    /// (Spark's deleteExecutors).
+    /// Delete these executors whatever their state and lower the target by as many (Spark's
+    /// deleteExecutors): one tick, or handed to the loop that owns the app.
     Remove(RemoveArgs),
     /// Run the allocation step once, offline, on a recorded PodList; print the plan JSON.
     Plan(PlanArgs),
@@ -639,12 +640,25 @@ pub enum DryRunOutput {
 /// `run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Set the target (total expected executors); without it the state's target holds.
+    /// The target (total expected executors) when the store has none yet: a seed. The
+    /// target a running loop follows lives in the store (the state file; with a ConfigMap
+    /// store its `podalloc.io/executors` annotation), changed by `scale`, `add`, `remove` or
+    /// `kubectl annotate` while the loop runs, so a restart or a rollout never changes it.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
-    /// Time between ticks [default: --batch-delay].
+    /// Set the store's target to --target even when it has one (overrides a target set by
+    /// `scale`, `add` or an annotation).
+    #[arg(long, env = "PODALLOC_FORCE_TARGET", requires = "target", value_parser = clap::builder::BoolishValueParser::new())]
+    pub force_target: bool,
+    /// Time between ticks while something is in flight (creates not yet seen, pending pods,
+    /// a batch to make, a back-off, queued requests) [default: --batch-delay].
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
+    /// Time between ticks at rest (converged, nothing queued), as Spark's
+    /// `spark.kubernetes.executor.apiPollingInterval`. A steering request (file store), a
+    /// signal or a deadline of the plan wakes the loop sooner.
+    #[arg(long, env = "PODALLOC_IDLE_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub idle_interval: Duration,
     /// Exit 0 once running = target with nothing pending or unacknowledged.
     #[arg(long, env = "PODALLOC_UNTIL_CONVERGED", value_parser = clap::builder::BoolishValueParser::new())]
     pub until_converged: bool,
@@ -719,7 +733,9 @@ pub struct ScaleArgs {
     /// The new target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: u32,
-    /// Keep ticking (every --batch-delay) until converged; a live progress line on a terminal.
+    /// Wait until converged: with no loop owning the app, keep ticking (every --batch-delay),
+    /// a live progress line on a terminal; with one, until it has applied the request and
+    /// the app has converged.
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up after this long (exit 5).
@@ -733,8 +749,7 @@ pub struct AddArgs {
     /// How many executors to add to the target.
     #[arg(value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub count: u32,
-    /// Keep ticking (every --batch-delay) until converged, as `scale --wait`; a live
-    /// progress line on a terminal.
+    /// Wait until converged, as `scale --wait`.
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up after this long (exit 5).

@@ -21,8 +21,22 @@
 //! Each save carries a fresh nonce (annotation [`WRITE_ID_KEY`]); after a 409 the store
 //! re-reads the ConfigMap and, when it holds exactly the state and nonce just sent, counts
 //! the save as done instead of reporting a rival.
+//!
+//! Steering ([`crate::steer`]): the ConfigMap also holds the requests handed to its owner
+//! (data key [`REQUESTS_KEY`], a JSON array of [`Steering`], appended by [`submit`] with
+//! `resourceVersion`, retried on 409) and the target a running controller follows
+//! (annotation [`TARGET_KEY`], `kubectl annotate`-able: a value other than the state's target
+//! is a `scale` request of its own). A save keeps every annotation and key it does not own,
+//! writes the target annotation, and drops the requests the saved state has applied in the
+//! same write that records their effect: so each request is applied exactly once. A save
+//! answered 409 because a request was appended meanwhile (the state and the target
+//! annotation unchanged) is made again on the new version, keeping the new request.
+//!
+//! At rest a tick writes nothing: a `run` loop's holder record is renewed by a write only
+//! when half its `stale_after_s` has passed since the last one (its heartbeat), and the
+//! loop's claim and the tick share one GET.
 
-use crate::alloc::AllocatorState;
+use crate::alloc::{AllocatorState, SteerOp, Steering};
 use crate::kube::{KubeClient, KubeError};
 use crate::state::{parse, Holder, StateStore, StoreError};
 use serde_json::{json, Value};
@@ -36,6 +50,13 @@ pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub(crate) const HOLDER_KEY: &str = "podalloc.io/holder";
 /// The annotation holding the nonce of the last save (see the module doc).
 pub(crate) const WRITE_ID_KEY: &str = "podalloc.io/write-id";
+/// The data key holding the queued steering requests (a JSON array of [`Steering`]).
+pub(crate) const REQUESTS_KEY: &str = "requests.json";
+/// The annotation holding the target a running controller follows (a whole number).
+pub(crate) const TARGET_KEY: &str = "podalloc.io/executors";
+/// How many times a save or a submission is made again after a 409 caused by a request
+/// appended meanwhile.
+const RETRIES: u32 = 8;
 
 /// How a store treats the holder record.
 enum Mode {
@@ -56,6 +77,12 @@ pub(crate) struct ConfigMapStore<'a> {
     app_id: String,
     mode: Mode,
     writes: u64,
+    /// The ConfigMap as last read or written: the base of the next save (annotations and
+    /// keys podalloc does not own are kept) and the source of [`StateStore::requests`].
+    loaded: Option<Value>,
+    /// `loaded` was read by this tick's [`StateStore::claim`]: the tick's load uses it
+    /// instead of a second GET.
+    fresh: bool,
 }
 
 impl<'a> ConfigMapStore<'a> {
@@ -68,6 +95,8 @@ impl<'a> ConfigMapStore<'a> {
             app_id: app_id.to_string(),
             mode: Mode::Once,
             writes: 0,
+            loaded: None,
+            fresh: false,
         }
     }
 
@@ -163,6 +192,21 @@ impl<'a> ConfigMapStore<'a> {
         StoreError::Backend(format!("{}: {e}", self.what()))
     }
 
+    fn corrupt(&self, why: String) -> StoreError {
+        StoreError::Corrupt(
+            std::path::PathBuf::from(format!("configmap:{}", self.name)),
+            why,
+        )
+    }
+
+    fn not_ours(&self) -> StoreError {
+        self.corrupt(format!(
+            "{} exists and was not created by podalloc (no label {MANAGED_BY}=podalloc); \
+             choose another name for --state-store",
+            self.what()
+        ))
+    }
+
     fn conflict(&self) -> StoreError {
         StoreError::Conflict(format!(
             "another podalloc instance updated {} first; this tick did nothing",
@@ -171,89 +215,281 @@ impl<'a> ConfigMapStore<'a> {
     }
 }
 
+impl ConfigMapStore<'_> {
+    /// The ConfigMap `save` sends for `text` (the state JSON) on `base` (the object read
+    /// last, whose other annotations and keys are kept; `None`: a new one): our labels, the
+    /// nonce, the holder record of a loop (removed otherwise), the target annotation, and the
+    /// requests of `base` that `applied` does not list.
+    fn object(
+        &self,
+        base: Option<&Value>,
+        text: &str,
+        target: Option<u32>,
+        applied: &[String],
+        write_id: &str,
+    ) -> Value {
+        let mut cm = base.cloned().unwrap_or_else(|| json!({"metadata": {}}));
+        cm["apiVersion"] = json!("v1");
+        cm["kind"] = json!("ConfigMap");
+        let meta = &mut cm["metadata"];
+        meta["name"] = json!(self.name);
+        if !meta["labels"].is_object() {
+            meta["labels"] = json!({});
+        }
+        meta["labels"][MANAGED_BY] = json!("podalloc");
+        meta["labels"]["spark-app-selector"] = json!(self.app_id);
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        let ann = meta["annotations"].as_object_mut().expect("an object");
+        ann.insert(WRITE_ID_KEY.into(), json!(write_id));
+        match &self.mode {
+            Mode::Loop(h) => {
+                ann.insert(
+                    HOLDER_KEY.into(),
+                    json!(serde_json::to_string(h).expect("holder")),
+                );
+            }
+            _ => {
+                ann.remove(HOLDER_KEY);
+            }
+        }
+        if let Some(t) = target {
+            ann.insert(TARGET_KEY.into(), json!(t.to_string()));
+        }
+        if !cm["data"].is_object() {
+            cm["data"] = json!({});
+        }
+        let left: Vec<Steering> = queue_of(&cm)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| !applied.contains(&r.id))
+            .collect();
+        let data = cm["data"].as_object_mut().expect("an object");
+        data.insert(DATA_KEY.into(), json!(text));
+        match left.is_empty() {
+            true => data.remove(REQUESTS_KEY),
+            false => data.insert(
+                REQUESTS_KEY.into(),
+                json!(serde_json::to_string(&left).expect("requests")),
+            ),
+        };
+        cm
+    }
+
+    /// After a 409 that is not our own write: re-reads the ConfigMap and returns it when only
+    /// the request queue changed since `base` (same state, same target annotation, no new
+    /// owner), so the save can be made again on it; `None`: a rival wrote.
+    fn only_requests_changed(&self, base: Option<&Value>) -> Option<Value> {
+        let base = base?;
+        let cm = self.client.get_configmap(&self.name).ok()??;
+        let same = |k: &str| cm["data"][k] == base["data"][k];
+        let ann = |v: &Value| v["metadata"]["annotations"][TARGET_KEY].clone();
+        let ours = self.check_holder(&cm).is_ok();
+        (same(DATA_KEY) && ann(&cm) == ann(base) && ours).then_some(cm)
+    }
+
+    /// Renews a loop's holder record with a write when half its `stale_after_s` has passed
+    /// since the last one (or none was written yet). Errors: as `save`.
+    fn renew_if_due(&mut self) -> Result<(), StoreError> {
+        let Mode::Loop(h) = &self.mode else {
+            return Ok(());
+        };
+        let half_ms = h.stale_after_s.unwrap_or(30) * 1000 / 2;
+        let due = h
+            .renewed_ms
+            .is_none_or(|r| crate::commands::now_ms().saturating_sub(r) >= half_ms);
+        let text = self
+            .loaded
+            .as_ref()
+            .and_then(|cm| cm["data"][DATA_KEY].as_str());
+        let Some(state) = text.and_then(|t| parse(t.as_bytes()).ok()).filter(|_| due) else {
+            return Ok(());
+        };
+        self.save(&state)
+    }
+}
+
+/// The steering requests queued in ConfigMap `cm` (none when the key is absent).
+/// Errors: the key does not hold a JSON array of requests.
+fn queue_of(cm: &Value) -> Result<Vec<Steering>, String> {
+    match cm["data"][REQUESTS_KEY].as_str() {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| format!("key {REQUESTS_KEY}: {e}")),
+    }
+}
+
+/// The target annotation of `cm` as a `scale` request when it differs from `state_target`
+/// (`kubectl annotate … podalloc.io/executors=N`); an annotation that is not a whole number
+/// up to [`crate::cli::MAX_TARGET`] is ignored with a warning.
+fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Option<Steering> {
+    let text = cm["metadata"]["annotations"][TARGET_KEY].as_str()?;
+    let Some(n) = text
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n <= crate::cli::MAX_TARGET)
+    else {
+        log::warn!("{what}: annotation {TARGET_KEY}={text:?} is not a target (a whole number up to {}): ignored", crate::cli::MAX_TARGET);
+        return None;
+    };
+    if Some(n) == state_target {
+        return None;
+    }
+    let rv = cm["metadata"]["resourceVersion"].as_str().unwrap_or("");
+    Some(Steering {
+        id: format!("annotation-{n}-rv{rv}"),
+        op: SteerOp::Scale { target: n },
+        submitted_ms: 0,
+        by: format!("the {TARGET_KEY} annotation"),
+    })
+}
+
+/// Appends `req` to the request queue of ConfigMap `name` (creating the ConfigMap when it
+/// does not exist), with `resourceVersion`, again after each 409 (at most [`RETRIES`]
+/// times). Errors: [`StoreError::Corrupt`] for a ConfigMap podalloc did not create or an
+/// unreadable queue, [`StoreError::Conflict`] after the retries, [`StoreError::Backend`].
+pub(crate) fn submit(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    req: &Steering,
+) -> Result<(), StoreError> {
+    let store = ConfigMapStore::new(client, name, app_id).read_only();
+    for _ in 0..RETRIES {
+        let cm = client.get_configmap(name).map_err(|e| store.backend(e))?;
+        let mut cm = cm.unwrap_or_else(|| queue_only(store.object(None, "", None, &[], "")));
+        if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
+            return Err(store.not_ours());
+        }
+        let mut queue = queue_of(&cm).map_err(|why| store.corrupt(why))?;
+        queue.push(req.clone());
+        cm["data"][REQUESTS_KEY] = json!(serde_json::to_string(&queue).expect("requests"));
+        let res = match cm["metadata"]["resourceVersion"].is_string() {
+            true => client.replace_configmap(name, &cm),
+            false => client.create_configmap(&cm),
+        };
+        match res {
+            Ok(_) => return Ok(()),
+            Err(e) if e.status_code() == Some(409) => continue,
+            Err(e) => return Err(store.backend(e)),
+        }
+    }
+    Err(store.conflict())
+}
+
+/// The steering requests queued in ConfigMap `name` and the state's applied ids, for
+/// `status` and `--wait`. Errors: as [`submit`].
+pub(crate) fn queued(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<Vec<Steering>, StoreError> {
+    let store = ConfigMapStore::new(client, name, app_id).read_only();
+    match client.get_configmap(name).map_err(|e| store.backend(e))? {
+        None => Ok(Vec::new()),
+        Some(cm) => queue_of(&cm).map_err(|why| store.corrupt(why)),
+    }
+}
+
+/// `cm` without the state key and the nonce: a new ConfigMap holding only a request queue.
+fn queue_only(mut cm: Value) -> Value {
+    if let Some(d) = cm["data"].as_object_mut() {
+        d.remove(DATA_KEY);
+    }
+    if let Some(a) = cm["metadata"]["annotations"].as_object_mut() {
+        a.remove(WRITE_ID_KEY);
+    }
+    cm
+}
+
 impl StateStore for ConfigMapStore<'_> {
     fn describe(&self) -> String {
         self.what()
     }
 
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
-        let Some(cm) = self
-            .client
-            .get_configmap(&self.name)
-            .map_err(|e| self.backend(e))?
-        else {
+        let cm = match std::mem::take(&mut self.fresh) {
+            true => self.loaded.clone(),
+            false => self
+                .client
+                .get_configmap(&self.name)
+                .map_err(|e| self.backend(e))?,
+        };
+        let Some(cm) = cm else {
             self.resource_version = None;
+            self.loaded = None;
             return Ok(None);
         };
         // Never take over a ConfigMap that podalloc did not create: saving replaces it whole.
-        let cm_path = || std::path::PathBuf::from(format!("configmap:{}", self.name));
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
-            return Err(StoreError::Corrupt(
-                cm_path(),
-                format!(
-                    "{} exists and was not created by podalloc (no label {MANAGED_BY}=podalloc); \
-                     choose another name for --state-store",
-                    self.what()
-                ),
-            ));
+            return Err(self.not_ours());
         }
         self.check_holder(&cm)?;
         self.resource_version = cm["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
-        match cm["data"][DATA_KEY].as_str() {
+        let text = cm["data"][DATA_KEY].as_str().map(str::to_string);
+        self.loaded = Some(cm);
+        match text {
             None => Ok(None),
             Some(text) => parse(text.as_bytes())
                 .map(Some)
-                .map_err(|why| StoreError::Corrupt(cm_path(), format!("key {DATA_KEY}: {why}"))),
+                .map_err(|why| self.corrupt(format!("key {DATA_KEY}: {why}"))),
         }
     }
 
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
-        let text = serde_json::to_string_pretty(state).expect("state serializes");
+        // The requests this state applied leave the queue in this same write.
+        let applied = state.applied_requests.clone();
+        let mut st = state.clone();
+        st.applied_requests.clear();
+        let text = serde_json::to_string_pretty(&st).expect("state serializes");
         let write_id = self.next_write_id();
-        let mut annotations = json!({ WRITE_ID_KEY: write_id });
         if let Mode::Loop(h) = &mut self.mode {
             h.renewed_ms = Some(crate::commands::now_ms());
-            annotations[HOLDER_KEY] = Value::String(serde_json::to_string(h).expect("holder"));
         }
-        let mut cm = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": self.name,
-                "labels": {MANAGED_BY: "podalloc", "spark-app-selector": self.app_id},
-                "annotations": annotations,
-            },
-            "data": {DATA_KEY: text},
-        });
-        let res = match &self.resource_version {
-            Some(rv) => {
-                cm["metadata"]["resourceVersion"] = Value::String(rv.clone());
-                self.client.replace_configmap(&self.name, &cm)
-            }
-            None => self.client.create_configmap(&cm),
-        };
-        match res {
-            Ok(saved) => {
-                self.resource_version = saved["metadata"]["resourceVersion"]
-                    .as_str()
-                    .map(str::to_string);
-                Ok(())
-            }
-            Err(e) if e.status_code() == Some(409) => {
-                if self.own_write_landed(&text, &write_id) {
-                    Ok(())
-                } else {
-                    Err(self.conflict())
+        let mut base = self.loaded.clone();
+        for _ in 0..RETRIES {
+            let mut cm = self.object(base.as_ref(), &text, st.target, &applied, &write_id);
+            let res = match &self.resource_version {
+                Some(rv) => {
+                    cm["metadata"]["resourceVersion"] = Value::String(rv.clone());
+                    self.client.replace_configmap(&self.name, &cm)
                 }
+                None => self.client.create_configmap(&cm),
+            };
+            match res {
+                Ok(saved) => {
+                    self.resource_version = saved["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                    self.loaded = Some(saved);
+                    return Ok(());
+                }
+                Err(e) if e.status_code() == Some(409) => {
+                    if self.own_write_landed(&text, &write_id) {
+                        return Ok(());
+                    }
+                    let Some(now) = self.only_requests_changed(base.as_ref()) else {
+                        return Err(self.conflict());
+                    };
+                    self.resource_version = now["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                    base = Some(now);
+                }
+                Err(e) => return Err(self.backend(e)),
             }
-            Err(e) => Err(self.backend(e)),
         }
+        Err(self.conflict())
     }
 
     fn claim(&mut self) -> Result<(), StoreError> {
-        self.load().map(|_| ())
+        self.load()?;
+        self.renew_if_due()?;
+        self.fresh = true;
+        Ok(())
     }
 
     fn release(&mut self) -> Result<(), StoreError> {
@@ -261,11 +497,25 @@ impl StateStore for ConfigMapStore<'_> {
             return Ok(());
         }
         let state = self.load()?;
-        // Saved without the holder record (the replace drops the annotation).
+        // Saved without the holder record (the save removes it outside a loop).
         self.mode = Mode::Once;
         match state {
             Some(st) => self.save(&st),
             None => Ok(()),
         }
+    }
+
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        let Some(cm) = &self.loaded else {
+            return Ok(Vec::new());
+        };
+        let mut queue = queue_of(cm).map_err(|why| self.corrupt(why))?;
+        let target = (cm["data"][DATA_KEY].as_str())
+            .and_then(|t| parse(t.as_bytes()).ok())
+            .and_then(|st| st.target);
+        if let Some(r) = annotation_request(cm, target, &self.what()) {
+            queue.insert(0, r);
+        }
+        Ok(queue)
     }
 }

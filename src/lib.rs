@@ -42,4 +42,5 @@ pub mod reconcile;
 pub use podalloc_sim as sim;
 pub mod snapshot;
 pub mod state;
+pub mod steer;
 pub(crate) mod template;

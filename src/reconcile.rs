@@ -6,7 +6,7 @@
 //! so a crash between a create and the save can never lead to an id being reused or a pod
 //! created twice: the next tick either sees the pod or times the id out.
 
-use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Summary};
+use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Steering, Summary};
 use crate::error::{Error, Result};
 use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
 use crate::podspec::{Owner, PodTemplate};
@@ -59,6 +59,10 @@ pub struct TickReport {
     /// When the next tick is due at the latest, ms from the tick's start, from the saved state
     /// ([`alloc::requeue_after_ms`]); `None`: nothing waits on time.
     pub requeue_after_ms: Option<u64>,
+    /// The steering requests this tick applied, in order.
+    pub applied: Vec<Steering>,
+    /// Steering requests still queued after this tick (they wait for the next one).
+    pub pending_requests: u32,
 }
 
 impl TickReport {
@@ -328,46 +332,43 @@ fn tick_inner(
     now_ms: u64,
     errors_before: &BTreeMap<u16, u64>,
 ) -> Result<TickReport> {
-    let state = store.load().map_err(store_error)?;
-    let state = state.unwrap_or_else(AllocatorState::new);
+    let loaded = store.load().map_err(store_error)?;
+    let loaded = loaded.unwrap_or_else(AllocatorState::new);
     let key = format!("{}|{}|{}", client.server(), client.namespace(), app.app_id);
-    let state = if written_here(&key, &state) {
-        state
+    let state = if written_here(&key, &loaded) {
+        loaded.clone()
     } else {
-        state.inherited()
+        loaded.clone().inherited()
     };
+    let queue = store.requests().map_err(store_error)?;
+    let (request, taken) = queued_requests(&state, &queue, request);
     let mut snapshot = match listed {
         Some(s) => s,
         None => list_snapshot(client, app)?,
     };
-    let owner = match &app.driver_pod {
-        Some(name) => {
-            // A driver that is gone after this app had executors has ended (deleted, and
-            // garbage-collected with its pod); one never seen is a mistake in the flags.
-            let ran = state.last_executor_id > 0 || !snapshot.executors.is_empty();
-            match read_driver_if_any(client, name)? {
-                Some((owner, driver)) => {
-                    snapshot.driver = Some(driver);
-                    Some(owner)
-                }
-                None if ran => {
-                    snapshot.driver = Some(DriverState::Gone);
-                    None
-                }
-                None => return Err(no_driver(client, name)),
-            }
-        }
-        None => None,
-    };
+    let owner = driver_owner(client, app, &state, &mut snapshot)?;
     crash_point("after-list");
-    let plan = alloc::step(&snapshot, &state, &app.settings, request, now_ms)
+    let mut plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
+    plan.state.applied_requests = applied_after(&state, &queue, &taken);
     log_plan(&state, &snapshot, &plan);
-    // Write-ahead: the ids about to be created are recorded before any call is made.
+    log_taken(&taken);
+    // Write-ahead: the ids about to be created, and the requests applied, are recorded
+    // before any call is made. A tick that changes nothing writes nothing.
     crash_point("before-write-ahead");
-    store.save(&plan.state).map_err(store_error)?;
-    saved_here(&key, &plan.state);
+    // Compared with what the store holds (not the inherited reading of it).
+    if plan.state != loaded {
+        store.save(&plan.state).map_err(store_error)?;
+        saved_here(&key, &plan.state);
+    }
     crash_point("after-write-ahead");
+    // The requests the saved state lists as applied leave the queue (also those of an
+    // earlier tick that died before removing them).
+    let ids = &plan.state.applied_requests;
+    let gone = match ids.is_empty() {
+        true => Vec::new(),
+        false => store.consumed(ids),
+    };
     let Applied {
         mut out,
         mut error,
@@ -382,8 +383,9 @@ fn tick_inner(
     }
     out.api_errors = errors_since(client, errors_before);
     out.throttled = throttled(&out.api_errors);
-    let state = alloc::record(&plan, &out, &app.settings, now_ms);
-    if state != plan.state {
+    let mut state = alloc::record(&plan, &out, &app.settings, now_ms);
+    state.applied_requests.retain(|id| !gone.contains(id));
+    if changed_beyond_clock(&state, &plan.state) {
         crash_point("before-final-save");
         store.save(&state).map_err(store_error)?;
         saved_here(&key, &state);
@@ -397,6 +399,9 @@ fn tick_inner(
         driver: owner.as_ref(),
     };
     crate::events::record_tick(client, &snapshot, &plan, &done, now_ms);
+    let pending_requests = (queue.iter())
+        .filter(|r| !plan.state.applied_requests.contains(&r.id))
+        .count() as u32;
     Ok(TickReport {
         requeue_after_ms: alloc::requeue_after_ms(&state, &app.settings, now_ms),
         unacknowledged: state.unacknowledged.len() as u32,
@@ -405,7 +410,80 @@ fn tick_inner(
         deleted: out.deleted,
         error,
         state,
+        applied: taken,
+        pending_requests,
     })
+}
+
+/// The step's request: `request` (the caller's own) followed by the queued steering
+/// requests not yet applied that one step can take ([`alloc::take_requests`]), and those.
+fn queued_requests(
+    state: &AllocatorState,
+    queue: &[Steering],
+    request: &Request,
+) -> (Request, Vec<Steering>) {
+    let fresh: Vec<Steering> = (queue.iter())
+        .filter(|r| !state.applied_requests.contains(&r.id))
+        .cloned()
+        .collect();
+    let (request, n) = alloc::take_requests(request, &fresh);
+    (request, fresh.into_iter().take(n).collect())
+}
+
+/// Logs the steering requests a tick applies, one line each.
+fn log_taken(taken: &[Steering]) {
+    for r in taken {
+        info!(
+            "applying steering request {} ({}) from {}",
+            r.id, r.op, r.by
+        );
+    }
+}
+
+/// The ids the saved state lists as applied: those of `state` whose records are still
+/// queued (a record once gone never comes back: ids are unique), plus `taken`.
+fn applied_after(state: &AllocatorState, queue: &[Steering], taken: &[Steering]) -> Vec<String> {
+    let mut ids: Vec<String> = (state.applied_requests.iter())
+        .filter(|id| queue.iter().any(|r| &r.id == *id))
+        .cloned()
+        .collect();
+    ids.extend(taken.iter().map(|r| r.id.clone()));
+    ids
+}
+
+/// Whether `after` differs from `before` in more than the time of the last success, which
+/// changes every tick and is folded into the next write that happens anyway (a converged
+/// tick writes nothing; `last_success_ms` in the store is that of the last tick that wrote).
+fn changed_beyond_clock(after: &AllocatorState, before: &AllocatorState) -> bool {
+    let mut a = after.clone();
+    a.counters.last_success_ms = before.counters.last_success_ms;
+    a != *before
+}
+
+/// With `--driver-pod`: reads the driver into `snapshot.driver` and returns it as the owner
+/// of new executors. A driver that is gone after this app had executors has ended (deleted,
+/// and garbage-collected with its pod); one never seen is a mistake in the flags (exit 2).
+fn driver_owner(
+    client: &KubeClient,
+    app: &App,
+    state: &AllocatorState,
+    snapshot: &mut Snapshot,
+) -> Result<Option<Owner>> {
+    let Some(name) = &app.driver_pod else {
+        return Ok(None);
+    };
+    let ran = state.last_executor_id > 0 || !snapshot.executors.is_empty();
+    match read_driver_if_any(client, name)? {
+        Some((owner, driver)) => {
+            snapshot.driver = Some(driver);
+            Ok(Some(owner))
+        }
+        None if ran => {
+            snapshot.driver = Some(DriverState::Gone);
+            Ok(None)
+        }
+        None => Err(no_driver(client, name)),
+    }
 }
 
 /// Logs a target change and the step's own warnings (the snapshot's were logged at listing).

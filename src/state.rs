@@ -17,12 +17,15 @@
 //!   checked with `fstat` after opening, so a link swapped in meanwhile is not followed and a
 //!   FIFO never blocks. (Saving renames a temporary file over the path, which replaces a link
 //!   rather than writing through it.)
+//! - Steering requests for the lock's holder queue in `<state file>.requests/`
+//!   ([`crate::steer::FileQueue`]): written without the lock, removed by the holder only
+//!   after the save that lists them in `applied_requests`.
 //! - A save interrupted by SIGKILL can leave its temporary file (`.podalloc-state-XXXXXX.tmp`,
 //!   six random letters or digits) in the state directory. Taking the lock removes such files
 //!   of ours (that name pattern, regular files owned by this user) older than a minute; a save
 //!   takes milliseconds, so a file that old belongs to no running save.
 
-use crate::alloc::{AllocatorState, StateOwner};
+use crate::alloc::{AllocatorState, StateOwner, Steering};
 use crate::snapshot::MAX_EXECUTOR_ID;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -86,6 +89,23 @@ pub trait StateStore {
     fn release(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
+    /// The steering requests queued for the owner ([`crate::steer`]), oldest first, those
+    /// already applied included (the tick leaves out the ids the state lists in
+    /// `applied_requests`). Read after [`StateStore::load`]. Errors: as `load`.
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// After a save that records requests `ids` as applied: removes them from the queue
+    /// (file store: their files; the ConfigMap store's save already dropped them). Returns
+    /// the ids now gone from the queue, which the state then stops listing.
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        ids.to_vec()
+    }
+    /// A change marker of the queue that costs no API call (file store: the queue
+    /// directory's mtime), polled by an idle loop to wake at once; `None`: none is cheap.
+    fn queue_marker(&self) -> Option<std::time::SystemTime> {
+        None
+    }
 }
 
 impl StateStore for LockedStore {
@@ -98,6 +118,27 @@ impl StateStore for LockedStore {
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
         LockedStore::save(self, state)
     }
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        let queue = self.queue();
+        queue.remove_stale_temps();
+        queue.list()
+    }
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        self.queue().remove(ids)
+    }
+    fn queue_marker(&self) -> Option<std::time::SystemTime> {
+        self.queue().marker()
+    }
+}
+
+/// Reads a small regular file (at most 64 KiB) without following a link. Errors: one line.
+pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, String> {
+    let file = open_regular(path, OpenOptions::new().read(true)).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(64 * 1024)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 impl fmt::Display for StoreError {
@@ -392,6 +433,11 @@ impl LockedStore {
         &self.path
     }
 
+    /// The steering request queue beside the state file ([`crate::steer::FileQueue`]).
+    pub fn queue(&self) -> crate::steer::FileQueue {
+        crate::steer::FileQueue::beside(&self.path)
+    }
+
     /// Loads the state under the lock (see [`load`]).
     pub fn load(&self) -> Result<Option<AllocatorState>, StoreError> {
         load(&self.path)
@@ -554,6 +600,15 @@ impl StateStore for Bound<'_> {
     }
     fn release(&mut self) -> Result<(), StoreError> {
         self.inner.release()
+    }
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        self.inner.requests()
+    }
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        self.inner.consumed(ids)
+    }
+    fn queue_marker(&self) -> Option<std::time::SystemTime> {
+        self.inner.queue_marker()
     }
 }
 

@@ -194,7 +194,8 @@ impl Env {
         serde_json::from_slice(&bytes).unwrap()
     }
 
-    /// `run --target N --until-converged --timeout 60s`, which must succeed; then exactly N
+    /// `run --target N --force-target --until-converged --timeout 60s`, which must succeed
+    /// (`--force-target`: the target becomes N even when the state has one); then exactly N
     /// live executors, never more than N at once, no executor id created twice.
     pub fn converge(&self, target: u32, extra: &[&str]) -> String {
         let t = target.to_string();
@@ -203,6 +204,7 @@ impl Env {
             "run",
             "--target",
             &t,
+            "--force-target",
             "--until-converged",
             "--timeout",
             "60s",
@@ -448,6 +450,7 @@ both!(
             "run",
             "--target",
             "3",
+            "--force-target",
             "--until-converged",
             "--timeout",
             "60s",
@@ -701,6 +704,9 @@ fn candidate(e: &Env, who: &str, target: u32) -> std::process::Child {
         "run",
         "--target",
         &t,
+        // At rest too, a tick every batch delay: the test times a replacement.
+        "--idle-interval",
+        "200ms",
         "--leader-elect",
         "--leader-elect-lease-duration",
         "3s",

@@ -129,7 +129,13 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
             &w,
             target,
             batch,
-            &["run", "--until-converged", "--timeout", "40s"],
+            &[
+                "run",
+                "--force-target",
+                "--until-converged",
+                "--timeout",
+                "40s",
+            ],
         )
         .output()
         .unwrap();

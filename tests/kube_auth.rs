@@ -219,7 +219,10 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
     // Valid for about 3 s: the second tick, 4 s later, runs the plugin again.
     std::fs::remove_file(w.kube().join("runs")).unwrap();
     let kc = w.kubeconfig(&[("TTL", "3")], "");
-    let out = w.run_with(&kc, &args("run --target 2 --interval 4s --timeout 5s"));
+    let out = w.run_with(
+        &kc,
+        &args("run --target 2 --interval 4s --idle-interval 4s --timeout 5s"),
+    );
     assert_ok(&out);
     w.assert_no_token(&out);
     let log = stderr(&out);

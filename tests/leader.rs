@@ -44,6 +44,9 @@ fn candidate(w: &World, who: &str) -> Child {
             "run",
             "--target",
             &TARGET.to_string(),
+            // At rest too, a tick every batch delay: the hand-over tests time replacements.
+            "--idle-interval",
+            "200ms",
             "--leader-elect",
             "--leader-elect-lease-duration",
             "3s",

@@ -359,7 +359,9 @@ fn run_logs_a_tick_line_only_when_something_changed_and_every_line_names_the_app
         assert!(line.contains(" app=quiet ns=default]"), "{line}");
     }
     // A heartbeat brings the unchanged line back.
-    let out = w.run(&args("run --interval 50ms --log-every 200ms --timeout 1s"));
+    let out = w.run(&args(
+        "run --interval 50ms --idle-interval 50ms --log-every 200ms --timeout 1s",
+    ));
     let err = stderr(&out);
     let ticks = err.lines().filter(|l| l.contains("] tick ")).count();
     assert!(ticks >= 3, "{ticks} tick lines: {err}");
@@ -500,7 +502,7 @@ fn a_stale_configmap_holder_is_taken_over_and_a_fresh_one_is_respected() {
 }
 
 /// A `run` loop on the ConfigMap store that stops cleanly gives up its holder record, so a
-/// loop started right after is not refused (restarting a loop is how its target changes).
+/// loop started right after is not refused (here with `--force-target`, a new target).
 #[test]
 fn a_cleanly_stopped_loop_releases_the_configmap_holder() {
     let w = SimWorld::new().app("handover").start();
@@ -508,7 +510,7 @@ fn a_cleanly_stopped_loop_releases_the_configmap_holder() {
         "--state-store configmap:handover-state run --target 1 --until-converged --timeout 30s";
     w.run_exits(&args(first), 0);
     let second =
-        "--state-store configmap:handover-state run --target 2 --until-converged --timeout 30s";
+        "--state-store configmap:handover-state run --target 2 --force-target --until-converged --timeout 30s";
     w.run_exits(&args(second), 0);
     assert_eq!(w.live().len(), 2);
 }

@@ -30,3 +30,4 @@ mod overlap;
 mod real_clusters;
 mod real_pods;
 mod reliability;
+mod steer;

@@ -330,13 +330,15 @@ impl World {
         out
     }
 
-    /// `run --target N --until-converged --timeout TIMEOUT`, which must succeed.
+    /// `run --target N --force-target --until-converged --timeout TIMEOUT`, which must
+    /// succeed (`--force-target`: the target becomes N even when the state has one).
     pub fn run_to(&self, target: u32, timeout: &str) -> Output {
         let t = target.to_string();
         self.ok(&[
             "run",
             "--target",
             &t,
+            "--force-target",
             "--until-converged",
             "--timeout",
             timeout,

@@ -61,11 +61,12 @@ mod record;
 mod rules;
 mod settings;
 mod state;
+mod steer;
 
 pub use plan::{
     Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
 };
-pub use record::{record, requeue_after_ms, Outcomes};
+pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
 pub use settings::{
     Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
     DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, DEFAULT_UNKNOWN_TIMEOUT_MS,
@@ -75,6 +76,7 @@ pub use state::{
     AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,
     Unacknowledged, MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
 };
+pub use steer::{take_requests, SteerOp, Steering};
 
 use crate::snapshot::Snapshot;
 use rules::Step;

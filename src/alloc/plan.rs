@@ -18,6 +18,10 @@ pub enum TargetChange {
     /// Raise the state's target by this count (0 when it has none), saturating: `podalloc add N`,
     /// Spark's `requestExecutors` (SPARK-9493's add-executors API).
     Add(u32),
+    /// Set the target to this count only when the state has none: `run --target N`, so that
+    /// a restarted or rolled-out loop never overrides the target kept in the store (the
+    /// target's one home; `--force-target` overrides with [`TargetChange::Set`]).
+    Seed(u32),
 }
 
 impl TargetChange {
@@ -27,6 +31,7 @@ impl TargetChange {
             TargetChange::Keep => current,
             TargetChange::Set(n) => Some(n),
             TargetChange::Add(n) => Some(current.unwrap_or(0).saturating_add(n)),
+            TargetChange::Seed(n) => Some(current.unwrap_or(n)),
         }
     }
 }

@@ -104,6 +104,17 @@ impl Counters {
     }
 }
 
+/// When the next tick of a loop is due, ms from now: while something is in flight (`busy`:
+/// not converged — unacknowledged creates, pending pods, a batch to make, a back-off — or
+/// steering requests waiting), the fast interval `fast_ms`, else the idle interval
+/// `idle_ms` (Spark's `spark.kubernetes.executor.apiPollingInterval`, 30 s by default); and
+/// never later than `requeue_after_ms` ([`requeue_after_ms`]: when time alone changes what
+/// the step decides). Pure.
+pub fn next_tick_ms(requeue_after_ms: Option<u64>, busy: bool, fast_ms: u64, idle_ms: u64) -> u64 {
+    let every = if busy { fast_ms } else { idle_ms.max(fast_ms) };
+    requeue_after_ms.map_or(every, |due| due.min(every))
+}
+
 /// When time alone next changes what a step decides, ms from `now_ms` (`None`: nothing waits
 /// on time): the earliest of an unacknowledged request's creation deadline, the end of the
 /// creation back-off, a stuck pod's start-up grace, an Unknown pod's timeout and, while the crash-loop guard halts

@@ -634,6 +634,7 @@ impl<'a> Step<'a> {
             unknown: c.unknown_since,
             adaptive: b.adaptive,
             owner: self.prev.owner.clone(),
+            applied_requests: self.prev.applied_requests.clone(),
         };
         let create_groups = match self.cfg.policies.slow_start {
             true => slow_start_groups(self.create.len() as u32),

@@ -76,6 +76,13 @@ pub struct AllocatorState {
     /// carried through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<StateOwner>,
+    /// Ids of steering requests ([`crate::alloc::Steering`]) this state already reflects
+    /// whose records may still be in the store's queue (absent: none). Saved in the same
+    /// atomic write as the target and removals they caused, so a request is applied exactly
+    /// once even when the process dies before its record is removed; pruned by the shell once
+    /// the record is gone. Not used by the step; carried through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_requests: Vec<String>,
 }
 
 /// Which cluster, namespace and app a state belongs to ([`AllocatorState::owner`]).

@@ -1,67 +1,222 @@
-//! `podalloc scale`, `add` and `remove`: change the target, then run one tick (`scale --wait`:
-//! the run loop until converged).
+//! `podalloc scale`, `add` and `remove`: change the app, whether or not a loop owns it.
+//!
+//! - No owner: the command acts itself, as a one-shot tick with the change (`--wait`: the run
+//!   loop until converged).
+//! - An owner (a `run` or `apps` loop holding the file lock or a fresh ConfigMap holder
+//!   record, or the holder of a live leader-election Lease): the change is handed to it as a
+//!   steering request queued in the store it reads ([`crate::steer`]), which it applies at
+//!   its next tick, in order, exactly once. The command says who will apply it; `--wait`
+//!   waits until the owner has applied it and the app has converged.
+//!
+//! Either way a request that names an executor id above every id this app ever had, or a
+//! target out of range, is refused at once (exit 2) and never queued.
 
-use super::env::{connect, finish};
-use crate::alloc::{Request, TargetChange};
+use super::env::{connect, finish, now_ms, Env};
+use crate::alloc::{self, Request, SteerOp};
 use crate::cli::{AddArgs, Cli, RemoveArgs, RunArgs, ScaleArgs};
-use crate::error::Result;
-use crate::state::store_error;
+use crate::error::{Error, Result};
+use crate::state::{store_error, StateStore, StoreError};
+use log::info;
+use std::time::{Duration, Instant};
 
 /// `--log-every` of the loop behind `--wait`.
-const DEFAULT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+const DEFAULT_LOG_EVERY: Duration = Duration::from_secs(300);
 
-/// `scale N`: sets the target; with `--wait`, ticks until converged.
-pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
-    if a.wait {
-        let args = RunArgs {
-            target: Some(a.target),
-            interval: None,
-            until_converged: true,
-            timeout: a.timeout,
-            leader: Default::default(),
-            log_every: DEFAULT_LOG_EVERY,
-        };
-        return super::run::run_loop(cli, &args, true);
-    }
-    let change = Request::set(a.target);
-    one_tick(cli, "scale", &change, true)
-}
+/// How often `--wait` looks again at a handed-over request and the app.
+const WAIT_POLL: Duration = Duration::from_millis(200);
 
-/// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then ticks until
-/// converged on the new target, as `scale --wait`.
-pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
-    let change = Request {
-        target: TargetChange::Add(a.count),
-        remove: vec![],
-    };
-    if !a.wait {
-        return one_tick(cli, "add", &change, true);
-    }
-    let args = RunArgs {
+/// How many ticks a one-shot command with no owner makes at most to apply its request.
+const MAX_ONE_SHOT_TICKS: u32 = 8;
+
+/// The run loop behind `--wait` with no owner: it applies the queued request first.
+fn wait_args(timeout: Option<Duration>) -> RunArgs {
+    RunArgs {
         target: None,
+        force_target: false,
         interval: None,
+        idle_interval: Duration::from_secs(30),
         until_converged: true,
-        timeout: a.timeout,
+        timeout,
         leader: Default::default(),
         log_every: DEFAULT_LOG_EVERY,
-    };
-    super::run::run_loop_from(cli, &args, true, Some(change))
+    }
+}
+
+/// `scale N`: sets the target; with `--wait`, then waits until converged.
+pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
+    let op = SteerOp::Scale { target: a.target };
+    steer(cli, "scale", &op, a.wait.then_some(a.timeout), true)
+}
+
+/// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then waits until
+/// converged on the new target, as `scale --wait`.
+pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
+    let op = SteerOp::Add { count: a.count };
+    steer(cli, "add", &op, a.wait.then_some(a.timeout), true)
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's
 /// deleteExecutors). Needs no template: it never creates replacements.
 pub(super) fn remove(cli: &Cli, a: &RemoveArgs) -> Result<()> {
-    let change = Request {
-        target: TargetChange::Keep,
-        remove: a.ids.clone(),
-    };
-    one_tick(cli, "remove", &change, false)
+    let op = SteerOp::Remove { ids: a.ids.clone() };
+    steer(cli, "remove", &op, None, false)
 }
 
-/// Connects, locks the state and runs one tick with `change`. `need_template`: the tick may
-/// create pods.
-fn one_tick(cli: &Cli, command: &str, change: &Request, need_template: bool) -> Result<()> {
+/// Checks `op` (exit 2, nothing queued, for an unknown executor id), queues it in the store
+/// as a steering request, then: with an owner, says who will apply it and, with `wait`
+/// (`Some(--timeout)`), waits until it is applied and the app has converged; with no owner,
+/// applies it itself (ticks until its request is applied; `--wait`: until converged). Queued
+/// either way, so requests are applied in the order they were made, exactly once.
+fn steer(
+    cli: &Cli,
+    command: &str,
+    op: &SteerOp,
+    wait: Option<Option<Duration>>,
+    need_template: bool,
+) -> Result<()> {
     let env = connect(cli, need_template)?;
-    let mut store = env.open_store(command, None).map_err(store_error)?;
-    finish(env.tick(store.as_mut(), change)?)
+    check(&env, op)?;
+    let req = crate::steer::request(op.clone(), command);
+    // Queued before the owner is looked for, so a tick that follows sees it.
+    env.submit(&req)?;
+    let queued = |mut e: Error| {
+        e.message = format!(
+            "{} (request {} stays queued: the next tick applies it)",
+            e.message, req.id
+        );
+        e
+    };
+    // The ConfigMap store reads its holder record at the first load: claim does it now.
+    let owner = match env
+        .open_store(command, None)
+        .and_then(|mut s| s.claim().map(|()| s))
+    {
+        Ok(mut store) => match env.lease_leader() {
+            Some(leader) => Some(leader),
+            None if wait.is_none() => return apply_now(&env, store.as_mut(), &req.id),
+            None => None,
+        },
+        Err(e) => Some(owner_of(e).map_err(queued)?),
+    };
+    let Some(owner) = owner else {
+        return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
+    };
+    info!(
+        "`{op}` handed to the loop that owns the app, {owner}, as request {}: it applies it \
+         at its next tick (`podalloc status` lists it until then)",
+        req.id
+    );
+    match wait {
+        None => Ok(()),
+        Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
+    }
+}
+
+/// With no owner: ticks under the lock until request `id` is applied (one tick, unless
+/// older queued requests need one of their own first). Errors: the tick's.
+fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
+    for _ in 0..MAX_ONE_SHOT_TICKS {
+        let report = env.tick(store, &Request::default()).map_err(|mut e| {
+            e.message = format!(
+                "{} (request {id} stays queued: the next tick applies it)",
+                e.message
+            );
+            e
+        })?;
+        let applied = report.applied.iter().any(|r| r.id == id);
+        if applied || report.error.is_some() || report.pending_requests == 0 {
+            return finish(report);
+        }
+    }
+    Err(Error::runtime(format!(
+        "request {id} is still queued after {MAX_ONE_SHOT_TICKS} ticks; the next tick applies it"
+    )))
+}
+
+/// Who owns the app, from the error of opening its store for a one-shot command: the holder
+/// of the file lock, or of a fresh ConfigMap holder record. Errors: any other store error.
+fn owner_of(e: StoreError) -> Result<String> {
+    match e {
+        StoreError::Locked(_, Some(h)) => Ok(h.to_string()),
+        StoreError::Locked(_, None) => Ok("the holder of the state's lock".to_string()),
+        StoreError::Owned(msg) => Ok(msg
+            .split_once(": ")
+            .and_then(|(_, rest)| rest.split(" (renewed").next())
+            .unwrap_or(&msg)
+            .to_string()),
+        e => Err(store_error(e)),
+    }
+}
+
+/// Refuses at once (exit 2) a removal naming an executor id above every id this app ever
+/// had (the state's counter and the cluster's highest id): such an executor never existed.
+/// Removing one that is already gone is a no-op, as Spark's `killExecutors` of a dead one.
+fn check(env: &Env, op: &SteerOp) -> Result<()> {
+    let SteerOp::Remove { ids } = op else {
+        return Ok(());
+    };
+    let state = env.read_state()?;
+    let snap =
+        crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
+    let last = state.last_executor_id.max(snap.max_id());
+    let unknown: Vec<String> = (ids.iter())
+        .filter(|&&id| id > last)
+        .map(u64::to_string)
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let live: Vec<String> = snap.executors.keys().map(u64::to_string).collect();
+    Err(Error::usage(format!(
+        "no executor {} in app {} (the highest id it ever had is {last}; executors now: {}): \
+         nothing removed, nothing queued",
+        unknown.join(", "),
+        env.app.app_id,
+        if live.is_empty() {
+            "none".to_string()
+        } else {
+            live.join(" ")
+        }
+    )))
+}
+
+/// Waits until request `id` has left the store's queue (the owner applied it), then until
+/// the app has converged (the step's own definition, on a fresh list and the saved state).
+/// Errors: exit 5 at `deadline`; the store's and the API's.
+fn wait_applied(env: &Env, id: &str, deadline: Option<Instant>) -> Result<()> {
+    let late = |what: &str| {
+        Err(Error::timeout(format!(
+            "--timeout passed {what}; `podalloc status` shows the app"
+        )))
+    };
+    while env.queued()?.iter().any(|r| r.id == id) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return late("before the owner applied the request (it stays queued)");
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+    info!("request {id} applied by the owner; waiting until the app has converged");
+    loop {
+        let state = env.read_state()?;
+        let snap =
+            crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
+        let plan = alloc::step(
+            &snap,
+            &state,
+            &env.app.settings,
+            &Request::default(),
+            now_ms(),
+        );
+        if let Some(p) = plan.ok().filter(|p| p.summary.converged) {
+            info!(
+                "converged: running {} of target {}",
+                p.summary.running, p.summary.target
+            );
+            return Ok(());
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return late("before the app converged (the request was applied)");
+        }
+        std::thread::sleep(WAIT_POLL.max(Duration::from_millis(500)));
+    }
 }

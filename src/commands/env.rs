@@ -4,7 +4,7 @@
 
 use super::sim::{start_simulator, SimGuard};
 use crate::alloc::Request;
-use crate::alloc::{AllocatorState, StateOwner};
+use crate::alloc::{AllocatorState, StateOwner, Steering};
 use crate::cli::{Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
 use crate::error::{Error, Result};
@@ -173,6 +173,56 @@ impl Env {
                 .map_err(store_error)?;
         }
         Ok(st.unwrap_or_else(AllocatorState::new))
+    }
+
+    /// Queues steering request `req` for the app's owner in its store (file store: a file
+    /// in the queue beside the state; ConfigMap store: the ConfigMap's request key).
+    /// Errors: the store's (exit 1 for I/O and the API, 2 for a store that is not ours).
+    pub(super) fn submit(&self, req: &Steering) -> Result<()> {
+        match &self.store_kind {
+            StateStoreKind::File => crate::steer::FileQueue::beside(&self.state_path).submit(req),
+            StateStoreKind::ConfigMap(name) => {
+                crate::cmstore::submit(&self.client, name, &self.app.app_id, req)
+            }
+        }
+        .map_err(store_error)
+    }
+
+    /// The steering requests queued in the store, oldest first, not yet applied (those the
+    /// state lists in `applied_requests` left out). Errors: as [`Env::read_state`].
+    pub(super) fn queued(&self) -> Result<Vec<Steering>> {
+        let queue = match &self.store_kind {
+            StateStoreKind::File => crate::steer::FileQueue::beside(&self.state_path).list(),
+            StateStoreKind::ConfigMap(name) => {
+                crate::cmstore::queued(&self.client, name, &self.app.app_id)
+            }
+        }
+        .map_err(store_error)?;
+        let applied = self.read_state()?.applied_requests;
+        Ok(queue
+            .into_iter()
+            .filter(|r| !applied.contains(&r.id))
+            .collect())
+    }
+
+    /// The holder of the app's leader-election Lease (`podalloc-<app id>`) when one holds it
+    /// and its `renewTime` + `leaseDurationSeconds` has not passed by our clock; `None`
+    /// otherwise, also when the Lease cannot be read (logged at debug: RBAC may not grant
+    /// leases).
+    pub(super) fn lease_leader(&self) -> Option<String> {
+        let name = crate::leader::default_lease_name(&self.app.app_id);
+        let lease = match self.client.get_lease(&name) {
+            Ok(l) => l?,
+            Err(e) => {
+                log::debug!("lease {name} not read: {e}");
+                return None;
+            }
+        };
+        let r = crate::leader::Observed::from_lease(&lease).record;
+        let renewed = humantime::parse_rfc3339_weak(&r.renew_time).ok()?;
+        let until = renewed + Duration::from_secs(r.lease_duration_seconds);
+        (!r.holder_identity.is_empty() && until > SystemTime::now())
+            .then(|| format!("the leader {} (lease {name})", r.holder_identity))
     }
 
     /// Adds the API server and the source of the connection settings to an error of an API

@@ -1,5 +1,6 @@
-//! `podalloc run` (and `scale --wait`): tick every interval until stopped, converged or timed
-//! out.
+//! `podalloc run` (and `scale --wait`): tick until stopped, converged or timed out: every
+//! `--interval` while something is in flight, every `--idle-interval` at rest, sooner when
+//! the plan's own deadline or a steering request queued in the file store comes first.
 //!
 //! After a failed tick, [`after_error`] decides whether the loop retries at the next tick or
 //! stops with the error, as kube-runtime's controller asks its `error_policy`. SIGINT and
@@ -9,7 +10,7 @@
 //! server does.
 
 use super::env::{connect, Env};
-use crate::alloc::Request;
+use crate::alloc::{Request, TargetChange};
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::error::{Error, ExitCode, Result};
 use crate::reconcile::TickReport;
@@ -161,17 +162,12 @@ impl Progress {
 
 /// `run`, and `scale --wait` (`progress`: the live progress line).
 pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
-    run_loop_from(cli, a, progress, None)
+    run_loop_in(connect(cli, true)?, cli, a, progress)
 }
 
-/// [`run_loop`] whose first tick makes the request `first` instead (`add --wait`: raise the
-/// target once, then tick until converged).
-pub(super) fn run_loop_from(
-    cli: &Cli,
-    a: &RunArgs,
-    progress: bool,
-    first: Option<Request>,
-) -> Result<()> {
+/// [`run_loop`] in an environment already connected (`scale --wait` with no owner: the
+/// loop applies the request the command queued, then ticks until converged).
+pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -185,7 +181,7 @@ pub(super) fn run_loop_from(
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(cli, a, &progress, first);
+    let res = run_ticks(env, cli, a, &progress);
     progress.done();
     res
 }
@@ -200,26 +196,30 @@ enum Wake {
     Deadline,
 }
 
-fn run_ticks(
-    cli: &Cli,
-    a: &RunArgs,
-    progress: &Progress,
-    mut first: Option<Request>,
-) -> Result<()> {
-    let mut env = connect(cli, true)?;
+fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let started = Instant::now();
     let deadline = a.timeout.map(|t| started + t);
     env.run_deadline = deadline;
     let env = env;
     // The loop owns the app for its whole life: the file lock is held until it ends, the
-    // ConfigMap's holder record is renewed by every tick's save. Under --leader-elect the
-    // Lease says which replica acts, so no holder record is written.
+    // ConfigMap's holder record is renewed by a write every half of its staleness. Under
+    // --leader-elect the Lease says which replica acts, so no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
-    let holding = (!a.leader.leader_elect).then_some(interval);
+    // The holder record's heartbeat follows the slowest tick (the idle interval).
+    let holding = (!a.leader.leader_elect).then_some(interval.max(a.idle_interval));
     let mut store = env.open_store(command, holding).map_err(store_error)?;
     let shutdown = Shutdown::install(deadline)?;
-    let change = Request::target(a.target);
+    // --target seeds the store's target (or, with --force-target, sets it) on the first
+    // tick; later ticks follow the store: steering requests, the target annotation.
+    let change = Request::target(None);
+    let mut first = a.target.map(|n| Request {
+        target: match a.force_target {
+            true => TargetChange::Set(n),
+            false => TargetChange::Seed(n),
+        },
+        remove: Vec::new(),
+    });
     // --leader-elect: released when this function returns (dropped), after the last tick.
     let leader = super::elect::start(&env, &a.leader)?;
     let mut ticks = 0u64;
@@ -229,6 +229,8 @@ fn run_ticks(
         every: a.log_every,
     };
     loop {
+        // Read before the tick lists the queue: a request queued from then on wakes the wait.
+        let mark = store.queue_marker();
         // Leader election hook: a standby skips the tick and looks again soon.
         let acting = super::elect::may_act(leader.as_ref(), cli, &env);
         let mut done = None;
@@ -253,14 +255,9 @@ fn run_ticks(
             );
             return stop(store.as_mut(), Ok(()));
         }
-        // The plan says when time alone changes something (a creation deadline, the end of a
-        // back-off): come back then if that is sooner than the interval.
-        let next = match (acting, done.and_then(|d| d.requeue)) {
-            (false, _) => interval.min(STANDBY_POLL),
-            (true, Some(due)) => due.min(interval),
-            (true, None) => interval,
-        };
-        match wait(Instant::now() + next, deadline, &shutdown) {
+        let next = next_tick(acting, done.as_ref(), interval, a.idle_interval);
+        let woken = || store.queue_marker() != mark;
+        match wait(Instant::now() + next, deadline, &shutdown, &woken) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {ticks} tick(s); state saved");
@@ -278,6 +275,24 @@ fn run_ticks(
     }
 }
 
+/// How long the loop waits before its next tick: a standby looks again soon; after a failed
+/// tick, the fast interval; else what the plan says ([`crate::alloc::next_tick_ms`]: the fast
+/// interval while something is in flight, the idle interval at rest, never past the plan's
+/// own deadline).
+fn next_tick(acting: bool, done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duration {
+    let ms = |d: Duration| d.as_millis() as u64;
+    match (acting, done) {
+        (false, _) => fast.min(STANDBY_POLL),
+        (true, None) => fast,
+        (true, Some(d)) => Duration::from_millis(crate::alloc::next_tick_ms(
+            d.requeue.map(ms),
+            d.busy,
+            ms(fast),
+            ms(idle),
+        )),
+    }
+}
+
 /// Ends the loop cleanly with `res`, giving up its ownership of the app first (the
 /// ConfigMap store's holder record, so that a loop started right after is not refused).
 fn stop(store: &mut dyn StateStore, res: Result<()>) -> Result<()> {
@@ -291,6 +306,8 @@ fn stop(store: &mut dyn StateStore, res: Result<()>) -> Result<()> {
 struct TickDone {
     /// The app has converged.
     converged: bool,
+    /// Something is in flight: not converged, a failed call, or requests still queued.
+    busy: bool,
     /// When the plan wants the next tick at the latest ([`TickReport::requeue_after_ms`]).
     requeue: Option<Duration>,
 }
@@ -318,6 +335,7 @@ fn tick_once(
     log.log(ticks, &report);
     progress.show(&report);
     let done = TickDone {
+        busy: !report.converged() || report.pending_requests > 0,
         converged: report.converged(),
         requeue: report.requeue_after_ms.map(Duration::from_millis),
     };
@@ -370,9 +388,15 @@ impl TickLog {
     }
 }
 
-/// Sleeps until `next`, waking every 50 ms to check for a signal and the deadline (in that
-/// order, and once before sleeping at all).
-fn wait(next: Instant, deadline: Option<Instant>, shutdown: &Shutdown) -> Wake {
+/// Sleeps until `next`, waking every 50 ms to check for a signal, the deadline and `woken`
+/// (a steering request queued: the file store's queue directory changed, a `stat`), in that
+/// order, and once before sleeping at all.
+fn wait(
+    next: Instant,
+    deadline: Option<Instant>,
+    shutdown: &Shutdown,
+    woken: &dyn Fn() -> bool,
+) -> Wake {
     loop {
         if shutdown.requested() {
             return Wake::Signal;
@@ -381,7 +405,7 @@ fn wait(next: Instant, deadline: Option<Instant>, shutdown: &Shutdown) -> Wake {
         if deadline.is_some_and(|d| now >= d) {
             return Wake::Deadline;
         }
-        if now >= next {
+        if now >= next || woken() {
             return Wake::Tick;
         }
         std::thread::sleep((next - now).min(Duration::from_millis(50)));

@@ -52,6 +52,10 @@ pub struct StatusCounts {
     pub counters: crate::alloc::Counters,
     /// The quota back-off in force, if any.
     pub create_backoff: Option<crate::alloc::Backoff>,
+    /// Steering requests (`scale`, `add`, `remove` handed to a running loop) queued and not
+    /// yet applied, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queued_requests: Vec<crate::alloc::Steering>,
     /// The leader-election Lease, when one exists (`run --leader-elect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
@@ -146,6 +150,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         counters: state.counters.clone(),
         create_backoff: state.create_backoff.clone(),
         leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
+        queued_requests: env.queued()?,
     };
     match a.output {
         Output::Json => super::print_out(&serde_json::to_string_pretty(&c).expect("serializes")),
@@ -215,6 +220,12 @@ fn text(c: &StatusCounts) -> String {
         out.push_str(&format!(
             "leader: {holder} (lease {}, renewed {}, {} transitions)\n",
             l.lease, l.renew_time, l.transitions
+        ));
+    }
+    for r in &c.queued_requests {
+        out.push_str(&format!(
+            "queued: {} (request {}, from {}), applied at the owner's next tick\n",
+            r.op, r.id, r.by
         ));
     }
     if c.converged {

@@ -1,0 +1,154 @@
+//! Steering requests: `scale`, `add` and `remove` handed to the loop that owns an app, queued
+//! in its store (a request file, a ConfigMap key) and applied by its next tick, in order,
+//! exactly once. This half is pure data and the rule that folds queued requests into one
+//! step's [`Request`]; the queues themselves live in the shell (`src/steer.rs`,
+//! `src/cmstore.rs`).
+
+use super::plan::{Request, TargetChange};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What a steering request asks (the seed's semantics, Spark's SPARK-9493 API).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum SteerOp {
+    /// `scale N`: set the target to N (`requestTotalExecutors`).
+    Scale {
+        /// The new target.
+        target: u32,
+    },
+    /// `add N`: raise the target by N (`requestExecutors`).
+    Add {
+        /// How many executors to add.
+        count: u32,
+    },
+    /// `remove ID…`: delete these executors, lowering the target by those that count
+    /// (`killExecutors` with `adjustTargetNumExecutors = true`).
+    Remove {
+        /// The executor ids.
+        ids: Vec<u64>,
+    },
+}
+
+impl fmt::Display for SteerOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SteerOp::Scale { target } => write!(f, "scale {target}"),
+            SteerOp::Add { count } => write!(f, "add {count}"),
+            SteerOp::Remove { ids } => {
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                write!(f, "remove {}", ids.join(" "))
+            }
+        }
+    }
+}
+
+/// One queued steering request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Steering {
+    /// Unique across all requests ever made for the app: the submission time in ns since the
+    /// Unix epoch (20 digits, so ids sort by submission), the submitter's pid and random
+    /// letters, e.g. `01764625123456789012-4242-a1b2c3`.
+    pub id: String,
+    /// What it asks.
+    #[serde(flatten)]
+    pub op: SteerOp,
+    /// When it was submitted, ms since the Unix epoch (for `status`).
+    #[serde(default)]
+    pub submitted_ms: u64,
+    /// Who submitted it: `podalloc scale` on host H, pid P (for `status` and logs).
+    #[serde(default)]
+    pub by: String,
+}
+
+/// Folds the queued requests `pending` (oldest first, already-applied ones left out) into
+/// the step's request after `base` (the caller's own: `run --target`'s seed, a one-shot
+/// command's change). Returns the request and how many of `pending` it takes: the longest
+/// prefix whose combined effect is exactly that of applying them one by one. A target change
+/// after a removal, or an add after a seed, waits for the next step (a step changes the target
+/// before it removes, and an add after a seed depends on whether the state had a target).
+/// Pure.
+pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
+    let mut acc = base.clone();
+    let mut taken = 0;
+    for r in pending {
+        match &r.op {
+            SteerOp::Remove { ids } => acc.remove.extend(ids.iter().copied()),
+            op => {
+                if !acc.remove.is_empty() {
+                    break;
+                }
+                let Some(t) = compose(acc.target, op) else {
+                    break;
+                };
+                acc.target = t;
+            }
+        }
+        taken += 1;
+    }
+    (acc, taken)
+}
+
+/// `first` then the target change of `op`, as one change; `None` when it cannot be one.
+fn compose(first: TargetChange, op: &SteerOp) -> Option<TargetChange> {
+    use TargetChange::*;
+    match (first, op) {
+        (_, SteerOp::Scale { target }) => Some(Set(*target)),
+        (Seed(_), _) => None,
+        (Keep, SteerOp::Add { count }) => Some(Add(*count)),
+        (Set(n), SteerOp::Add { count }) => Some(Set(n.saturating_add(*count))),
+        (Add(a), SteerOp::Add { count }) => Some(Add(a.saturating_add(*count))),
+        (_, SteerOp::Remove { .. }) => Some(first),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(id: &str, op: SteerOp) -> Steering {
+        Steering {
+            id: id.into(),
+            op,
+            submitted_ms: 0,
+            by: String::new(),
+        }
+    }
+
+    #[test]
+    fn requests_fold_in_order_and_stop_where_one_step_cannot_express_them() {
+        let keep = Request::target(None);
+        let q = [
+            req("1", SteerOp::Add { count: 2 }),
+            req("2", SteerOp::Add { count: 3 }),
+            req("3", SteerOp::Scale { target: 7 }),
+            req("4", SteerOp::Add { count: 1 }),
+            req("5", SteerOp::Remove { ids: vec![4] }),
+            req("6", SteerOp::Remove { ids: vec![9] }),
+            req("7", SteerOp::Add { count: 1 }),
+        ];
+        let (r, n) = take_requests(&keep, &q);
+        assert_eq!(n, 6);
+        assert_eq!(r.target, TargetChange::Set(8));
+        assert_eq!(r.remove, vec![4, 9]);
+        let (r, n) = take_requests(&keep, &q[6..]);
+        assert_eq!((r.target, n), (TargetChange::Add(1), 1));
+        // Adds compose with adds; a seed goes alone.
+        let (r, n) = take_requests(&Request::target(None), &q[..2]);
+        assert_eq!((r.target, n), (TargetChange::Add(5), 2));
+        let seed = Request {
+            target: TargetChange::Seed(4),
+            remove: vec![],
+        };
+        assert_eq!(take_requests(&seed, &q).1, 0);
+        // A scale after a seed is a scale, whatever the state holds.
+        let (r, n) = take_requests(&seed, &q[2..]);
+        assert_eq!((r.target, n), (TargetChange::Set(8), 4));
+        let wire = serde_json::to_string(&q[4]).unwrap();
+        assert_eq!(
+            wire,
+            r#"{"id":"5","op":"remove","ids":[4],"submitted_ms":0,"by":""}"#
+        );
+        assert_eq!(serde_json::from_str::<Steering>(&wire).unwrap(), q[4]);
+    }
+}

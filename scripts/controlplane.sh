@@ -62,7 +62,7 @@ build() {
   local minor=${kv#v1.}
   minor=${minor%%.*}
   if [ ! -x "$dir/bin/kube-apiserver" ]; then
-    echo "controlplane: building kube-apiserver $kv (a cold build takes about 10-20 minutes on 2 cores)"
+    echo "controlplane: building kube-apiserver $kv (a cold build takes about 5 minutes on 2 idle cores, module downloads included)"
     started=$(date +%s)
     # The flags of upstream's hack/lib/golang.sh: static, trimmed, the version in ldflags.
     (cd "$tools/kube-apiserver" && CGO_ENABLED=0 go build -trimpath -tags=selinux,notest,grpcnotrace \

@@ -333,7 +333,12 @@ def podalloc_cmd(args, sc, sim, workdir, target):
     if "max_pending" in sc:
         cmd += ["--max-pending", str(sc["max_pending"])]
     cmd += list(sc.get("podalloc_flags", []))
-    cmd += ["run", "--target", str(target)]
+    # Each target change restarts `run` (the state carries over): --force-target makes the
+    # new --target the store's (without it --target only seeds a store that has none), and
+    # the loop ticks every batch delay at rest too (--idle-interval), as the Spark side polls
+    # at a fixed pace whether or not anything is in flight.
+    cmd += ["run", "--target", str(target), "--force-target",
+            "--idle-interval", ms(sc.get("batch_delay_ms", 1000))]
     return cmd
 
 

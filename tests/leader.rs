@@ -9,7 +9,7 @@
 //! duration + retry period; a leader cut off from the API stops acting before its lease can
 //! expire; no overshoot and no duplicate executor id through any of it.
 
-use crate::util::{agent, stderr, SimWorld, World};
+use crate::util::{agent, stderr, SimWorld, World, FAST_LEADER_ELECT};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -47,14 +47,11 @@ fn candidate(w: &World, who: &str) -> Child {
             // At rest too, a tick every batch delay: the hand-over tests time replacements.
             "--idle-interval",
             "200ms",
-            "--leader-elect",
-            "--leader-elect-lease-duration",
-            "3s",
-            "--leader-elect-renew-deadline",
-            "2s",
-            "--leader-elect-retry-period",
-            "500ms",
-        ],
+        ]
+        .iter()
+        .chain(&FAST_LEADER_ELECT)
+        .copied()
+        .collect::<Vec<_>>(),
     )
     .env("POD_NAME", format!("pod-{who}"))
     .stdout(Stdio::null())
@@ -683,26 +680,25 @@ fn apps_candidate(w: &World, who: &str) -> Child {
     ])
     .arg("--certificate-authority")
     .arg(&w.ca)
-    .args([
-        "--batch-delay",
-        "200ms",
-        "--image",
-        "spark:3.5",
-        "apps",
-        "--discover",
-        "spark-role=driver",
-        "--state-configmaps",
-        "podalloc-state",
-        "--interval",
-        "200ms",
-        "--leader-elect",
-        "--leader-elect-lease-duration",
-        "3s",
-        "--leader-elect-renew-deadline",
-        "2s",
-        "--leader-elect-retry-period",
-        "500ms",
-    ])
+    .args(
+        [
+            "--batch-delay",
+            "200ms",
+            "--image",
+            "spark:3.5",
+            "apps",
+            "--discover",
+            "spark-role=driver",
+            "--state-configmaps",
+            "podalloc-state",
+            "--interval",
+            "200ms",
+        ]
+        .iter()
+        .chain(&FAST_LEADER_ELECT)
+        .copied()
+        .collect::<Vec<_>>(),
+    )
     .env("POD_NAME", format!("pod-{who}"))
     .stdout(Stdio::null())
     .stderr(Stdio::piped())

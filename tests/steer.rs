@@ -7,7 +7,7 @@
 //! every request was applied exactly once: the target is the sum of the requests, the pods
 //! match it, and no executor id was reused or pods ever exceeded the target.
 
-use crate::util::{agent, code, stderr, SimWorld, World};
+use crate::util::{agent, code, stderr, SimWorld, World, FAST_LEADER_ELECT};
 use podalloc::reconcile::CRASH_POINTS;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -431,15 +431,10 @@ fn a_converged_tick_writes_nothing_lease_renewals_aside() {
         ("holder", &[][..]),
         (
             "leader-elect",
-            &[
-                "--leader-elect",
-                "--leader-elect-lease-duration",
-                "3s",
-                "--leader-elect-renew-deadline",
-                "2s",
-                "--leader-elect-retry-period",
-                "500ms",
-            ][..],
+            &[].iter()
+                .chain(&FAST_LEADER_ELECT)
+                .copied()
+                .collect::<Vec<_>>()[..],
         ),
     ] {
         let w = cm_world(&format!("rest-{name}"));
@@ -501,24 +496,23 @@ fn annotate(w: &World, name: &str, key: &str, value: &str) {
 
 fn replica(w: &World, who: &str) -> Bg {
     Bg(Some(
-        w.cmd(&[
-            "--state-store",
-            "configmap:roll-state",
-            "run",
-            "--target",
-            "4",
-            "--interval",
-            "100ms",
-            "--idle-interval",
-            "1s",
-            "--leader-elect",
-            "--leader-elect-lease-duration",
-            "3s",
-            "--leader-elect-renew-deadline",
-            "2s",
-            "--leader-elect-retry-period",
-            "500ms",
-        ])
+        w.cmd(
+            &[
+                "--state-store",
+                "configmap:roll-state",
+                "run",
+                "--target",
+                "4",
+                "--interval",
+                "100ms",
+                "--idle-interval",
+                "1s",
+            ]
+            .iter()
+            .chain(&FAST_LEADER_ELECT)
+            .copied()
+            .collect::<Vec<_>>(),
+        )
         .env("POD_NAME", format!("roll-{who}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())

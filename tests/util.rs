@@ -58,6 +58,18 @@ pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// `--leader-elect` with a 3 s Lease, a 2 s renew deadline and a 500 ms retry period: the
+/// short timings every leader-election test runs with.
+pub const FAST_LEADER_ELECT: [&str; 7] = [
+    "--leader-elect",
+    "--leader-elect-lease-duration",
+    "3s",
+    "--leader-elect-renew-deadline",
+    "2s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
 /// The Spark image the end-to-end tests name.
 pub const SPARK_IMAGE: &str = "registry.example/spark:3.5.0";
 

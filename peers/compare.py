@@ -420,8 +420,26 @@ def within_windows(a, b, w):
     return True, None
 
 
+def without_resent_deletes(ds):
+    """The decisions less each delete of an id the same side had already asked to delete (D8:
+    Spark's lifecycle manager sends a delete again while the pod is still terminating in its
+    next snapshot; a second delete of a terminating pod changes nothing, so it is the same
+    decision)."""
+    seen, out = set(), []
+    for d in ds:
+        if d[1] == "delete":
+            ids = [i for i in d[2] if i not in seen]
+            seen.update(d[2])
+            if not ids:
+                continue
+            d = (d[0], d[1], ids, *d[3:])
+        out.append(d)
+    return out
+
+
 def compare(sc, spark, pa):
     """Differences between the two decision lists, as {kind: description}."""
+    spark, pa = without_resent_deletes(spark), without_resent_deletes(pa)
     diffs = {}
     window = sc.get("batch_delay_ms", 1000)
     end = sc.get("duration_ms", 20000)

@@ -64,6 +64,15 @@ class Compare(unittest.TestCase):
         named = [(0, "delete", [1], 200, "by name"), (1, "delete", [2], 200, "by name")]
         self.assertEqual(list(compare.compare(self.SC, coll, named)), ["delete-requests"])
 
+    def test_a_delete_sent_again_is_the_same_decision(self):
+        spark = [(0, "create", [2], 201), (4000, "delete", [2], 200, "by name"),
+                 (5000, "delete", [2], 200, "by name")]
+        pa = [(0, "create", [2], 201), (3000, "delete", [2], 200, "by name")]
+        self.assertEqual(compare.compare(self.SC, spark, pa), {})
+        # A delete of another id is still a difference.
+        spark[2] = (5000, "delete", [3], 200, "by name")
+        self.assertIn("deletes", compare.compare(self.SC, spark, pa))
+
     def test_batches_split_on_half_a_batch_delay(self):
         ds = [(0, "create", [1]), (300, "create", [2]), (900, "create", [3]), (950, "delete", [1])]
         self.assertEqual(compare.batches(ds, "create", 1000), [[1, 2], [3]])

@@ -527,6 +527,28 @@ both!(
 
 const BAD_IMAGE: &str = "registry.example/spark:typo";
 
+/// Creates one executor with `flags` (which give `--startup-grace 1s`), waits until it is
+/// bound and its container waits in `reason`, ticks within the grace and after it, waits
+/// until the pod is deleted as stuck, and returns the state.
+fn stuck_after_grace(e: &Env, flags: &[&str], reason: &str) -> Value {
+    let run = |extra: &[&str]| e.ok(&[flags, extra].concat());
+    run(&["reconcile", "--target", "1"]);
+    e.wait_for(&format!("the pod to wait in {reason}"), |e| {
+        e.pod(&e.exec(1)).is_some_and(|p| {
+            p["spec"]["nodeName"].is_string()
+                && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == reason
+        })
+    });
+    run(&["reconcile"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    run(&["reconcile"]);
+    e.wait_for("the stuck pod deleted", |e| {
+        e.pod(&e.exec(1))
+            .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+    });
+    e.state()
+}
+
 both!(
     a_pod_stuck_in_image_pull_is_deleted_after_the_grace,
     "stuck",
@@ -543,22 +565,7 @@ both!(
             "--max-failures",
             "10",
         ];
-        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
-        run(&["reconcile", "--target", "1"]);
-        e.wait_for("the image pull to fail", |e| {
-            e.pod(&e.exec(1)).is_some_and(|p| {
-                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-                    == "ImagePullBackOff"
-            })
-        });
-        run(&["reconcile"]);
-        std::thread::sleep(Duration::from_millis(1200));
-        run(&["reconcile"]);
-        e.wait_for("the stuck pod deleted", |e| {
-            e.pod(&e.exec(1))
-                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
-        });
-        let st = e.state();
+        let st = stuck_after_grace(e, &flags, "ImagePullBackOff");
         assert!(
             st["failures"][0]["reason"]
                 .as_str()
@@ -840,23 +847,7 @@ both!(
             "--max-failures",
             "10",
         ];
-        let run = |extra: &[&str]| e.ok(&[&flags[..], extra].concat());
-        run(&["reconcile", "--target", "1"]);
-        e.wait_for("the pod to wait in ContainerCreating", |e| {
-            e.pod(&e.exec(1)).is_some_and(|p| {
-                p["spec"]["nodeName"].is_string()
-                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-                        == "ContainerCreating"
-            })
-        });
-        run(&["reconcile"]);
-        std::thread::sleep(Duration::from_millis(1200));
-        run(&["reconcile"]);
-        e.wait_for("the stuck pod deleted", |e| {
-            e.pod(&e.exec(1))
-                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
-        });
-        let st = e.state();
+        let st = stuck_after_grace(e, &flags, "ContainerCreating");
         let reason = st["failures"][0]["reason"].as_str().unwrap_or("");
         assert!(reason.contains("ContainerCreating"), "{st}");
     }

@@ -70,11 +70,7 @@ def window(kubectl, pids, seconds):
     time.sleep(seconds)
     r1, c1 = requests(kubectl), cpu_seconds(pids)
     # The reads of /metrics itself are GETs of no resource: already left out.
-    return cpu_seconds_delta(c0, c1), diff(r1, r0)
-
-
-def cpu_seconds_delta(a, b):
-    return round(b - a, 3)
+    return round(c1 - c0, 3), diff(r1, r0)
 
 
 def live(kubectl, ns, app):

@@ -304,6 +304,13 @@ fn written_here(key: &str, state: &AllocatorState) -> bool {
         })
 }
 
+/// Forgets the state this process saved for `key`: its next load is
+/// [`AllocatorState::inherited`].
+fn forget_saved_here(key: &str) {
+    let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    saved.remove(key);
+}
+
 /// Remembers the state this process saved for `key`.
 fn saved_here(key: &str, state: &AllocatorState) {
     let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
@@ -362,6 +369,7 @@ fn tick_inner(
         saved_here(&key, &plan.state);
     }
     crash_point("after-write-ahead");
+    pause_point("after-write-ahead");
     // The requests the saved state lists as applied leave the queue (also those of an
     // earlier tick that died before removing them).
     let ids = &plan.state.applied_requests;
@@ -387,7 +395,14 @@ fn tick_inner(
     state.applied_requests.retain(|id| !gone.contains(id));
     if changed_beyond_clock(&state, &plan.state) {
         crash_point("before-final-save");
-        store.save(&state).map_err(store_error)?;
+        if let Err(e) = store.save(&state) {
+            // The store keeps the write-ahead state, whose unacknowledged creates this tick
+            // may or may not have made (a leader fenced mid-tick made none): this process
+            // reads it back as a successor would, so the next step settles them by name
+            // instead of waiting out the creation timeout.
+            forget_saved_here(&key);
+            return Err(store_error(e));
+        }
         saved_here(&key, &state);
     }
     crash_point("after-final-save");
@@ -839,6 +854,28 @@ fn crash_point(point: &str) {
     if let Some((p, n)) = spec {
         if p == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
             let _ = signal_hook::low_level::raise(signal_hook::consts::SIGKILL);
+        }
+    }
+}
+
+/// Pause points, for the leader-election tests (tests/leader.rs): with
+/// `PODALLOC_PAUSE_AT=POINT:N:MS` the process sleeps MS milliseconds the N-th time it reaches
+/// POINT (one of [`CRASH_POINTS`]), as a tick stalled by a slow machine would. Unset (always,
+/// outside tests), this does nothing.
+fn pause_point(point: &str) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    static SPEC: OnceLock<Option<(String, u32, u64)>> = OnceLock::new();
+    static SEEN: AtomicU32 = AtomicU32::new(0);
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("PODALLOC_PAUSE_AT").ok()?;
+        let mut it = v.splitn(3, ':');
+        let (p, n, ms) = (it.next()?, it.next()?, it.next()?);
+        Some((p.to_string(), n.parse().ok()?, ms.parse().ok()?))
+    });
+    if let Some((p, n, ms)) = spec {
+        if p == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
         }
     }
 }

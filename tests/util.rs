@@ -25,7 +25,8 @@ pub fn podalloc() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_podalloc"));
     c.env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
-        .env_remove("PODALLOC_CRASH_AT");
+        .env_remove("PODALLOC_CRASH_AT")
+        .env_remove("PODALLOC_PAUSE_AT");
     c
 }
 

@@ -10,37 +10,46 @@
 //!                                                         DELETE)
 //! ```
 //!
-//! - [`snapshot`]: PodList JSON → executor id → state (pure).
-//! - [`alloc`]: the allocation step (pure, deterministic; the only place policy lives).
-//! - [`podspec`]: template + executor id → the Pod to create (pure).
-//! - `template`: reads `--template`/`--image` into a checked pod template.
-//! - [`kube`]: the blocking HTTPS client and its configuration.
-//! - [`state`]: the persisted allocator state: atomic saves, an exclusive lock per tick.
-//! - [`reconcile`]: the tick.
-//! - `multi`: many apps in one process (`podalloc apps`): apps file, driver annotations,
-//!   one executor list per namespace split by app.
+//! The folders are the layers, each importing only from the layers below it
+//! (`commands → cli → controller → store → engine → kube / error / clock`):
+//! - [`engine`]: **pure** (no I/O, clock, log or thread; a unit test checks the folder):
+//!   the snapshot (PodList JSON → executor id → state), the allocation step and `record`
+//!   (the only place policy lives), the pod spec and the template's text.
+//! - [`kube`]: the blocking HTTPS client and its configuration; imports nothing else of
+//!   podalloc.
+//! - [`store`]: where the allocator state lives: the file store (atomic saves, an exclusive
+//!   lock), the ConfigMap store (optimistic concurrency, holder record), the file store's
+//!   steering queue.
+//! - [`controller`]: the shell that acts and decides nothing the engine decides: the tick,
+//!   leader election's thread, Events, metrics.
+//! - [`cli`]: the command line's definitions and the apps/config files it reads.
+//! - [`commands`]: one thin file per command.
 //! - [`sim`]: the simulated API server and kubelet (the `podalloc-sim` crate; feature `sim`).
+//!
+//! The library's face keeps the paths its users name: [`alloc`], [`snapshot`], [`podspec`]
+//! (in [`engine`]), [`state`] (the store's file half) and [`reconcile`] (the tick).
 #![warn(missing_docs)]
 // Items not part of the library's API are `pub(crate)`: the public modules are the ones the
 // binary, the integration tests and users of the core need.
 #![warn(unreachable_pub)]
 
-pub mod alloc;
 pub mod cli;
-pub(crate) mod cmstore;
+pub mod clock;
 pub mod commands;
-pub mod config_file;
+pub mod controller;
+pub mod engine;
 pub mod error;
-pub(crate) mod events;
 pub mod kube;
-pub(crate) mod leader;
-pub(crate) mod metrics;
 pub(crate) mod multi;
-pub mod podspec;
-pub mod reconcile;
+pub mod store;
 #[cfg(feature = "sim")]
 pub use podalloc_sim as sim;
-pub mod snapshot;
-pub mod state;
-pub mod steer;
-pub(crate) mod template;
+
+pub use cli::config_file;
+pub use controller::tick as reconcile;
+pub(crate) use controller::{events, leader, metrics};
+pub(crate) use engine::template;
+pub use engine::{alloc, podspec, snapshot};
+pub(crate) use store::configmap as cmstore;
+pub use store::file as state;
+pub use store::queue as steer;

@@ -13,15 +13,9 @@ use crate::reconcile::{self, App, TickReport};
 use crate::state::{self, store_error, Bound, Holder, LockedStore, StateStore, StoreError};
 use log::{info, warn};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
-/// Wall clock, ms since the Unix epoch (the only clock reading of a tick).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 /// A connected environment: client, app, state path, and the simulator when `--simulate`.
 pub(super) struct Env {

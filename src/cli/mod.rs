@@ -5,6 +5,8 @@
 //! validated ones: [`AppArgs::app`] (app id, pod template, allocation settings) and
 //! [`ConnArgs::connection_flags`] (what the kube client resolves).
 
+pub mod config_file;
+
 use crate::reconcile::App;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

@@ -136,7 +136,7 @@ impl<'a> ConfigMapStore<'a> {
             return Ok(());
         }
         let renewed = theirs.renewed_ms.unwrap_or(theirs.since_ms);
-        let age_s = crate::commands::now_ms().saturating_sub(renewed) / 1000;
+        let age_s = crate::clock::now_ms().saturating_sub(renewed) / 1000;
         let stale_after = theirs.stale_after_s.unwrap_or(30);
         if age_s > stale_after {
             log::warn!(
@@ -298,7 +298,7 @@ impl ConfigMapStore<'_> {
         let half_ms = h.stale_after_s.unwrap_or(30) * 1000 / 2;
         let due = h
             .renewed_ms
-            .is_none_or(|r| crate::commands::now_ms().saturating_sub(r) >= half_ms);
+            .is_none_or(|r| crate::clock::now_ms().saturating_sub(r) >= half_ms);
         let text = self
             .loaded
             .as_ref()
@@ -447,7 +447,7 @@ impl StateStore for ConfigMapStore<'_> {
         let text = serde_json::to_string_pretty(&st).expect("state serializes");
         let write_id = self.next_write_id();
         if let Mode::Loop(h) = &mut self.mode {
-            h.renewed_ms = Some(crate::commands::now_ms());
+            h.renewed_ms = Some(crate::clock::now_ms());
         }
         let mut base = self.loaded.clone();
         for _ in 0..RETRIES {

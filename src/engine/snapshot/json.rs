@@ -1122,7 +1122,7 @@ pub(super) mod tests {
     }
 
     /// `PROPTEST_CASES` when set (`scripts/fuzz.sh` sets it), else `default`.
-    pub(in crate::snapshot) fn cases(default: u32) -> u32 {
+    pub(in crate::engine::snapshot) fn cases(default: u32) -> u32 {
         std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|v| v.parse().ok())

@@ -1,0 +1,13 @@
+//! The shell that acts and decides nothing the engine decides.
+//!
+//! - [`tick`]: one reconcile: list → snapshot → step → write-ahead save → calls → `record`
+//!   → save, and the Events and log lines of it.
+//! - `leader`: leader election over a Lease (client-go's rules; the pure elector and its
+//!   thread), and the write fence it installs on a client.
+//! - `events`: Kubernetes Events for what a tick did.
+//! - `metrics`: the Prometheus text file.
+
+pub(crate) mod events;
+pub(crate) mod leader;
+pub(crate) mod metrics;
+pub mod tick;

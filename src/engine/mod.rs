@@ -1,0 +1,16 @@
+//! The pure engine: value in, value out. Nothing here does I/O, reads a clock, logs or starts
+//! a thread (`purity` below checks the folder's text for those names): time comes in as
+//! `now_ms`, pods as parsed values, and what to do goes out as a [`alloc::Plan`].
+//!
+//! - [`snapshot`]: a PodList (JSON, whole or streamed page by page) → executor id → state.
+//! - [`alloc`]: the allocation step, `record`, the persisted state's schema.
+//! - [`podspec`]: a checked pod template + executor id → the Pod to create.
+//! - `template`: a template's text → the checked template.
+
+pub mod alloc;
+pub mod podspec;
+pub mod snapshot;
+pub(crate) mod template;
+
+#[cfg(test)]
+mod purity;

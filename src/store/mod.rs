@@ -1,0 +1,13 @@
+//! Where the allocator state lives between ticks.
+//!
+//! - [`file`]: the [`file::StateStore`] trait, the state file (atomic saves, an exclusive
+//!   lock per owner, a holder record), and the binding of a state to its cluster, namespace
+//!   and app.
+//! - `configmap`: the ConfigMap store (`--state-store configmap:NAME`): optimistic
+//!   concurrency on `resourceVersion`, the holder record, the steering requests and the
+//!   target annotation.
+//! - [`queue`]: the file store's steering queue (a directory of request files).
+
+pub(crate) mod configmap;
+pub mod file;
+pub mod queue;

@@ -5,9 +5,13 @@
 //! - `leader`: leader election over a Lease (client-go's rules; the pure elector and its
 //!   thread), and the write fence it installs on a client.
 //! - `events`: Kubernetes Events for what a tick did.
-//! - `metrics`: the Prometheus text file.
+//! - `metrics`: the Prometheus text (the `--metrics-file` textfile and `/metrics`).
+//! - `serve`: the opt-in `/metrics`, `/healthz` and `/readyz` endpoints.
 
 pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub mod tick;
+// Wired into the runner once it lands (one loop for run and apps).
+#[allow(dead_code)]
+pub(crate) mod serve;

@@ -81,16 +81,69 @@ fn podalloc_args(pod_spec: &Value) -> Vec<String> {
 }
 
 #[test]
-fn cronjob_runs_one_tick_a_minute_without_overlap() {
+fn cronjob_runs_a_job_a_minute_that_ticks_until_converged_without_overlap() {
     let d = docs("cronjob.yaml");
     let cj = kind(&d, "CronJob");
     assert_eq!(cj["spec"]["concurrencyPolicy"], "Forbid");
     assert_eq!(cj["spec"]["schedule"], "* * * * *");
-    let spec = &cj["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    let job = &cj["spec"]["jobTemplate"]["spec"];
+    assert!(
+        job["activeDeadlineSeconds"].as_u64().unwrap() < 60,
+        "ends before the next"
+    );
+    let spec = &job["template"]["spec"];
     assert_eq!(spec["serviceAccountName"], "podalloc");
     let args = podalloc_args(spec);
-    assert!(args.iter().any(|a| a == "reconcile"));
+    for a in ["run", "--until-converged", "--force-target"] {
+        assert!(args.iter().any(|x| x == a), "{a} not in {args:?}");
+    }
     podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+/// The app and the state ConfigMap a recipe's podalloc manages (`--app-id`, `--state-store`).
+fn managed(args: &[String]) -> (String, String) {
+    let after = |flag: &str| {
+        let i = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{args:?}"));
+        args[i + 1].clone()
+    };
+    (after("--app-id"), after("--state-store"))
+}
+
+/// `kubectl apply -f deploy/` must never put two controllers on one app: the CronJob and the
+/// Deployment name different apps and different state ConfigMaps, and the `apps` recipe
+/// manages only drivers that ask for it by annotation, under its own ConfigMap prefix.
+#[test]
+fn no_two_recipes_manage_the_same_app() {
+    let cron = docs("cronjob.yaml");
+    let cron =
+        podalloc_args(&kind(&cron, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]);
+    let dep = docs("deployment.yaml");
+    let dep = podalloc_args(&kind(&dep, "Deployment")["spec"]["template"]["spec"]);
+    let (ca, cs) = managed(&cron);
+    let (da, ds) = managed(&dep);
+    assert_ne!(ca, da, "the CronJob and the Deployment manage one app");
+    assert_ne!(
+        cs, ds,
+        "the CronJob and the Deployment share a state ConfigMap"
+    );
+    let apps = docs("apps-deployment.yaml");
+    let apps = podalloc_args(&kind(&apps, "Deployment")["spec"]["template"]["spec"]);
+    let i = apps.iter().position(|a| a == "--state-configmaps").unwrap();
+    let prefix = &apps[i + 1];
+    for s in [&cs, &ds] {
+        assert!(
+            !s.trim_start_matches("configmap:")
+                .starts_with(prefix.as_str()),
+            "{s} ~ {prefix}"
+        );
+    }
+    assert!(
+        !apps.iter().any(|a| a == "--app-id"),
+        "apps discovers its apps: {apps:?}"
+    );
 }
 
 #[test]
@@ -222,7 +275,7 @@ fn run_recipe(args: &[String], w: &World, extra: &[&str]) -> std::process::Outpu
 }
 
 #[test]
-fn cronjob_command_reconciles_minute_after_minute() {
+fn one_cronjob_job_converges_the_app_and_the_next_changes_nothing() {
     let w = SimWorld::new()
         .token("recipe-token")
         .startup(std::time::Duration::from_millis(100))
@@ -230,18 +283,23 @@ fn cronjob_command_reconciles_minute_after_minute() {
     let d = docs("cronjob.yaml");
     let spec = &kind(&d, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     let args = podalloc_args(spec);
-    // Each run is one "minute" of the CronJob; the state lives in the ConfigMap.
-    for _ in 0..12 {
-        let out = run_recipe(&args, &w, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        if w.sim.stats().live_pods == 20 && w.sim.stats().creates == 20 {
-            break;
-        }
-    }
+    let deadline = kind(&d, "CronJob")["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+        .as_u64()
+        .unwrap();
+    // One job converges the app within its deadline (several ticks, a batch each)...
+    let t = std::time::Instant::now();
+    let out = run_recipe(&args, &w, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(t.elapsed().as_secs() < deadline, "took {:?}", t.elapsed());
     let s = w.sim.stats();
-    assert_eq!(s.creates, 20, "the CronJob's target");
-    assert_eq!(s.duplicate_executor_ids, 0);
+    assert_eq!(s.live_pods, 20, "the CronJob's target in one job");
+    assert!(s.creates >= 20);
+    // ...and the next minute's job finds it converged and changes nothing.
+    let out = run_recipe(&args, &w, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let again = w.sim.stats();
+    assert_eq!((again.creates, again.deletes), (s.creates, s.deletes));
+    assert_eq!(again.duplicate_executor_ids, 0);
     assert!(
         !w.state_file().exists(),
         "state is in the ConfigMap, not a file"

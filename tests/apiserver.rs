@@ -284,3 +284,199 @@ fn every_deploy_recipe_passes_server_side_dry_run() {
     }
     assert!(so.lines().all(|l| l.ends_with("(server dry run)")), "{so}");
 }
+
+/// A token for service account `sa` of `ns` from the TokenRequest API (`kubectl create
+/// token`), as the kubelet projects one into a pod.
+fn sa_token(cp: &real::ControlPlane, ns: &str, sa: &str) -> String {
+    let out = cp
+        .kubectl()
+        .args(["create", "token", sa, "-n", ns, "--duration", "1h"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "create token {sa}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A recipe's podalloc (its container's arguments, the template path pointing at the
+/// executor-template ConfigMap's content in `dir`) connected to the control plane as the
+/// holder of `token` in `ns`, as in its pod; `--log-level debug` logs every API answer.
+fn recipe_cmd(e: &Env, token: &str, args: &[String], pod: &str) -> std::process::Command {
+    let cp = e.control_plane().unwrap();
+    let tpl = e.dir.path().join("executor.yaml");
+    if !tpl.exists() {
+        // Written once: a replica already started may be reading it.
+        let d = crate::deploy::docs("executor-template.yaml");
+        std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
+    }
+    let args = args[1..].iter().map(|a| match a.as_str() {
+        "/etc/podalloc/executor.yaml" => tpl.display().to_string(),
+        _ => a.clone(),
+    });
+    let mut c = crate::util::podalloc();
+    c.args(args)
+        .args(["--log-level", "debug"])
+        .env("PODALLOC_SERVER", &cp.url)
+        .env("PODALLOC_TOKEN", token)
+        .env("PODALLOC_CERTIFICATE_AUTHORITY", &cp.ca_file)
+        .env("PODALLOC_NAMESPACE", &e.ns)
+        .env("POD_NAME", pod)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+/// The Running, not deleted executors of `app` in the test's namespace.
+fn running_executors(e: &Env, app: &str) -> usize {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods?labelSelector=spark-role%3Dexecutor%2Cspark-app-selector%3D{app}",
+        e.ns
+    );
+    let (code, list) = e.admin("GET", &path, None);
+    assert_eq!(code, 200, "{list}");
+    (list["items"].as_array().into_iter().flatten())
+        .filter(|p| {
+            p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
+        })
+        .count()
+}
+
+/// The processes of one recipe (`what`) exited 0 and were never refused by RBAC (every API
+/// answer is logged at debug level: none is a 403), and they did create.
+fn assert_no_403(what: &str, outs: &[std::process::Output]) {
+    let logs: Vec<String> = outs.iter().map(stderr).collect();
+    let said = || {
+        (logs.iter().enumerate())
+            .flat_map(|(i, l)| {
+                l.lines()
+                    .filter(|l| l.contains("-> ") || l.contains("leader"))
+                    .map(move |l| format!("[{i}] {l}"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (out, log) in outs.iter().zip(&logs) {
+        assert_eq!(out.status.code(), Some(0), "{what}: {log}");
+        assert!(
+            !log.contains("-> 403"),
+            "{what} was refused by RBAC: {}",
+            said()
+        );
+    }
+    assert!(
+        logs.iter().any(|l| l.contains("-> 201")),
+        "{what}: no create: {}",
+        said()
+    );
+}
+
+/// Waits up to 60 s for `n` Running executors of `app`; on timeout stops the processes and
+/// panics with what they logged.
+fn converged(
+    e: &Env,
+    procs: [std::process::Child; 2],
+    app: &str,
+    n: usize,
+) -> [std::process::Child; 2] {
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        if running_executors(e, app) == n {
+            return procs;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs: Vec<String> = terminate(procs.into()).iter().map(stderr).collect();
+    panic!(
+        "{app}: not {n} running executors within 60 s: {}",
+        logs.join("\n----\n")
+    );
+}
+
+/// The SIGTERM a kubelet sends at a pod's end, to each process; their outputs.
+fn terminate(procs: Vec<std::process::Child>) -> Vec<std::process::Output> {
+    for p in &procs {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(p.id() as i32, libc::SIGTERM) }, 0);
+    }
+    procs
+        .into_iter()
+        .map(|p| p.wait_with_output().unwrap())
+        .collect()
+}
+
+/// Each form of `deploy/` runs for real on kube-apiserver under exactly its own RBAC: the
+/// CronJob's job and the HA `run` Deployment as service account `podalloc`
+/// (`deploy/rbac.yaml`), the HA `apps` Deployment as `podalloc-apps` (its own Role), each
+/// with a token from the TokenRequest API, two replicas for the Deployments. Each converges
+/// its app; no API call anywhere is answered 403.
+#[test]
+fn every_recipe_runs_under_its_own_service_account_without_a_403() {
+    let Some(e) = Env::real("recipes", "recipes", &Pods::default()) else {
+        return;
+    };
+    let cp = e.control_plane().unwrap();
+    // deploy/rbac.yaml is applied in every test namespace; the apps recipe brings its own.
+    let text = std::fs::read_to_string(crate::util::root().join("deploy/apps-deployment.yaml"))
+        .unwrap()
+        .replace("namespace: batch", &format!("namespace: {}", e.ns));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let apps_rbac: Vec<_> = docs.iter().filter(|d| d["kind"] != "Deployment").collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": apps_rbac});
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &list.to_string(),
+        "the apps recipe's RBAC",
+    );
+    let (pod_sa, apps_sa) = (
+        sa_token(cp, &e.ns, "podalloc"),
+        sa_token(cp, &e.ns, "podalloc-apps"),
+    );
+    let spec = |file: &str, k: &str| {
+        let d = crate::deploy::docs(file);
+        let t = crate::deploy::kind(&d, k)["spec"].clone();
+        let t = if k == "CronJob" {
+            t["jobTemplate"]["spec"].clone()
+        } else {
+            t
+        };
+        crate::deploy::podalloc_args(&t["template"]["spec"])
+    };
+
+    // The CronJob: one job, to its end.
+    let cron = spec("cronjob.yaml", "CronJob");
+    let out = recipe_cmd(&e, &pod_sa, &cron, "podalloc-spark-nightly-1")
+        .output()
+        .unwrap();
+    assert_no_403("the CronJob's job", std::slice::from_ref(&out));
+    assert_eq!(
+        running_executors(&e, "spark-nightly"),
+        20,
+        "{}",
+        stderr(&out)
+    );
+
+    // The HA run Deployment: two replicas until its app converges.
+    let dep = spec("deployment.yaml", "Deployment");
+    let procs = ["a", "b"].map(|r| {
+        recipe_cmd(&e, &pod_sa, &dep, &format!("podalloc-spark-etl-{r}"))
+            .spawn()
+            .unwrap()
+    });
+    let procs = converged(&e, procs, "spark-etl", 20);
+    assert_no_403("the run Deployment", &terminate(procs.into()));
+
+    // The HA apps Deployment: two replicas, one annotated driver to discover.
+    let driver = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "spark-discovered-driver",
+            "labels": {"spark-role": "driver", "spark-app-selector": "spark-discovered"},
+            "annotations": {"podalloc.io/executors": "3"}},
+        "spec": {"containers": [{"name": "driver", "image": "registry.example/spark:3.5.0"}]}});
+    e.create_pod(&driver);
+    let apps = spec("apps-deployment.yaml", "Deployment");
+    let procs = ["a", "b"].map(|r| {
+        recipe_cmd(&e, &apps_sa, &apps, &format!("podalloc-apps-{r}"))
+            .spawn()
+            .unwrap()
+    });
+    let procs = converged(&e, procs, "spark-discovered", 3);
+    assert_no_403("the apps Deployment", &terminate(procs.into()));
+}

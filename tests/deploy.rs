@@ -6,13 +6,13 @@ use clap::Parser;
 use serde_json::Value;
 use std::process::Command;
 
-fn docs(file: &str) -> Vec<Value> {
+pub(crate) fn docs(file: &str) -> Vec<Value> {
     let p = root().join("deploy").join(file);
     let text = std::fs::read_to_string(&p).unwrap();
     serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+pub(crate) fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == k)
         .unwrap_or_else(|| panic!("no {k}"))
@@ -67,7 +67,7 @@ fn rbac_is_exactly_the_documented_minimum() {
     assert!(readme.contains(r#"verbs: ["create", "patch", "get"]"#));
 }
 
-fn podalloc_args(pod_spec: &Value) -> Vec<String> {
+pub(crate) fn podalloc_args(pod_spec: &Value) -> Vec<String> {
     let c = &pod_spec["containers"][0];
     let mut args = vec!["podalloc".to_string()];
     args.extend(

@@ -480,3 +480,179 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
     let procs = converged(&e, procs, "spark-discovered", 3);
     assert_no_403("the apps Deployment", &terminate(procs.into()));
 }
+
+/// Every page of `GET …/pods?limit=3` in `accept`'s encoding, added to one snapshot; the
+/// pages' content types.
+fn list_as(
+    cp: &real::ControlPlane,
+    ns: &str,
+    accept: &str,
+) -> (podalloc::snapshot::Snapshot, Vec<String>) {
+    let agent = crate::util::agent(cp.ca_pem.as_bytes());
+    let mut snap = podalloc::snapshot::Snapshot::default();
+    let (mut cont, mut types) = (None::<String>, Vec::new());
+    loop {
+        let mut url = format!("{}/api/v1/namespaces/{ns}/pods?limit=3", cp.url);
+        if let Some(c) = &cont {
+            url.push_str(&format!("&continue={c}"));
+        }
+        let mut resp = agent
+            .get(&url)
+            .header("Authorization", &format!("Bearer {}", cp.admin_token))
+            .header("Accept", accept)
+            .call()
+            .unwrap();
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        types.push(ctype);
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .unwrap();
+        cont = snap
+            .add_page(&body, "proto")
+            .unwrap_or_else(|e| panic!("{accept}: {e}"));
+        if cont.is_none() {
+            return (snap, types);
+        }
+    }
+}
+
+/// The Protobuf decoder is held to the JSON decoder on what kube-apiserver itself encodes:
+/// the same pods, every state the classification tells apart (running, OOMKilled, a negative
+/// exit code, evicted, disrupted, unschedulable, gated, waiting on an image, a native
+/// sidecar's init container, terminating with a grace period, a bad id, another app's pod),
+/// listed in pages of 3 both ways, give equal snapshots.
+#[test]
+fn protobuf_and_json_lists_of_the_same_pods_read_the_same() {
+    let Some(cp) = real::control_plane() else {
+        return;
+    };
+    let ns = format!("proto-{}", std::process::id());
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).to_string(),
+        "namespace",
+    );
+    let call = |method: &str, path: &str, body: Option<&serde_json::Value>| {
+        real::call(
+            &cp.url,
+            &cp.ca_pem,
+            &cp.admin_token,
+            method,
+            &format!("/api/v1/namespaces/{ns}/pods{path}"),
+            body,
+        )
+    };
+    let running = json!({"running": {"startedAt": "2026-01-01T00:00:05Z"}});
+    let term = |code: i64, reason: &str| json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": "2026-01-01T00:00:05Z", "finishedAt": "2026-01-01T00:01:00Z"}});
+    let waiting = json!({"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}});
+    let cases: Vec<(&str, &str, serde_json::Value, serde_json::Value)> = vec![
+        (
+            "1",
+            "Running",
+            running.clone(),
+            json!([{"type": "PodScheduled", "status": "True"}]),
+        ),
+        ("2", "Failed", term(137, "OOMKilled"), json!([])),
+        ("3", "Running", term(-1, "Error"), json!([])),
+        (
+            "4",
+            "Failed",
+            term(0, "Completed"),
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]),
+        ),
+        (
+            "5",
+            "Pending",
+            json!({}),
+            json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]),
+        ),
+        (
+            "6",
+            "Pending",
+            waiting,
+            json!([{"type": "PodScheduled", "status": "True"}]),
+        ),
+        ("7", "Running", running.clone(), json!([])),
+        ("0", "Running", running.clone(), json!([])),
+    ];
+    for (id, phase, state, conditions) in &cases {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("proto-exec-{id}"),
+                "labels": {"spark-app-selector": "proto", "spark-role": "executor", "spark-exec-id": id},
+                "annotations": {"controller.kubernetes.io/pod-deletion-cost": "-3"},
+                "finalizers": ["podalloc.test/hold"]},
+            "spec": {"containers": [{"name": "executor", "image": "img"}, {"name": "side", "image": "side"}],
+                "initContainers": [{"name": "proxy", "image": "proxy", "restartPolicy": "Always"}]}});
+        if *id == "5" {
+            pod["spec"]["schedulingGates"] = json!([{"name": "podalloc.test/gate"}]);
+        }
+        let (code, created) = call("POST", "", Some(&pod));
+        assert_eq!(code, 201, "{created}");
+        let mut st = created.clone();
+        st["status"] = json!({"phase": phase, "conditions": conditions,
+            "reason": if *id == "2" { "Evicted" } else { "" },
+            "containerStatuses": [
+                {"name": "executor", "image": "img", "imageID": "", "ready": false, "restartCount": 3, "state": state},
+                {"name": "side", "image": "side", "imageID": "", "ready": true, "restartCount": 0, "state": running}],
+            "initContainerStatuses": [{"name": "proxy", "image": "proxy", "imageID": "", "ready": true, "restartCount": 0, "state": running}]});
+        let (code, body) = call("PUT", &format!("/proto-exec-{id}/status"), Some(&st));
+        assert_eq!(code, 200, "{body}");
+    }
+    let other = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "other", "labels": {"spark-app-selector": "another", "spark-role": "executor", "spark-exec-id": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "img"}]}});
+    assert_eq!(call("POST", "", Some(&other)).0, 201);
+    let (code, body) = call("DELETE", "/proto-exec-7?gracePeriodSeconds=45", None);
+    assert_eq!(code, 200, "{body}");
+
+    let (json_snap, json_types) = list_as(cp, &ns, "application/json");
+    let (pb_snap, pb_types) = list_as(cp, &ns, "application/vnd.kubernetes.protobuf");
+    assert!(
+        json_types.iter().all(|t| t.starts_with("application/json")),
+        "{json_types:?}"
+    );
+    assert!(
+        pb_types
+            .iter()
+            .all(|t| t == "application/vnd.kubernetes.protobuf"),
+        "{pb_types:?}"
+    );
+    assert_eq!(pb_types.len(), 3, "9 pods in pages of 3");
+    assert_eq!(pb_snap, json_snap);
+    assert_eq!(pb_snap.executors.len(), 7, "{:?}", pb_snap.executors.keys());
+    assert_eq!((pb_snap.foreign, pb_snap.warnings.len()), (1, 1));
+    // The data flowed (equal snapshots could also be equally empty):
+    let e = &pb_snap.executors;
+    // Never bound to a node, so kube-apiserver deletes it with grace 0 whatever was asked
+    // (the pod strategy's CheckGracefulDelete); the finalizer holds it.
+    assert!(e[&7].deletion_ms.is_some() && e[&7].deletion_grace_ms == Some(0));
+    assert_eq!(e[&2].disruption.as_deref(), Some("Evicted"));
+    assert_eq!(e[&4].disruption.as_deref(), Some("PreemptionByScheduler"));
+    assert!(e[&5].gated && e[&5].unschedulable);
+    assert!(e[&6]
+        .waiting
+        .as_deref()
+        .is_some_and(|w| w.contains("ImagePullBackOff (image img)")));
+    assert_eq!(e[&3].reason.as_deref(), Some("exit code -1"));
+    assert_eq!((e[&1].restarts, e[&1].deletion_cost), (3, -3));
+    for pod in ["proto-exec-7"] {
+        let fin = json!({"metadata": {"finalizers": null}});
+        let _ = real::call(
+            &cp.url,
+            &cp.ca_pem,
+            &cp.admin_token,
+            "PATCH",
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}"),
+            Some(&fin),
+        );
+    }
+}

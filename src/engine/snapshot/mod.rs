@@ -6,8 +6,12 @@
 //! termination details); unknown fields are skipped without being built, so a 5 KB executor pod
 //! costs a scan, not an allocation per field.
 //!
+//! Both encodings the API server speaks are read: JSON, and Kubernetes' Protobuf (a body
+//! that begins `k8s\0`, `proto.rs`), into the same raw values, so a pod reads the same
+//! whichever way it came (held by a differential test on kube-apiserver's own encoding).
+//!
 //! What counts as a pod list (anything else is [`SnapshotError::Malformed`], quoting the
-//! body's first bytes): a JSON object whose `kind` is `PodList` — what the API server sends —
+//! body's first bytes): a Protobuf `PodList`, a JSON object whose `kind` is `PodList` — what the API server sends —
 //! or, for a file given offline ([`ListSource::Offline`], `plan --pods`), kubectl's `List`
 //! (`kubectl get pods -o json`). A `PodList`'s `items` may be `null` or missing (an empty
 //! list: Go's `nil` slice); a `List` must carry an `items` array. A body without `kind`
@@ -55,6 +59,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod json;
+mod proto;
 mod stream;
 
 /// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
@@ -520,7 +525,8 @@ impl Snapshot {
             unschedulable,
             deletion_cost,
             restarts,
-            created_ms: meta.creation_timestamp.as_deref().and_then(rfc3339_ms),
+            created_ms: (meta.creation_ms)
+                .or_else(|| meta.creation_timestamp.as_deref().and_then(rfc3339_ms)),
             gated,
             disruption: status.disruption(),
             deletion_ms: meta.deletion_timestamp.and_then(|s| s.0),
@@ -605,6 +611,9 @@ fn is_canonical_decimal(v: &str) -> bool {
 /// Decodes one page and checks that it is a pod list from `source` (see the module doc).
 /// Errors: why not, without the excerpt.
 fn decode_page(bytes: &[u8], source: ListSource) -> Result<PodListPage<'_>, String> {
+    if proto::is_protobuf(bytes) {
+        return proto::decode_page(bytes);
+    }
     // serde's derived struct decoding also accepts a JSON array; a PodList is an object.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(match bytes.is_empty() {
@@ -760,6 +769,10 @@ struct RawMeta<'a> {
     deletion_grace_period_seconds: Option<i64>,
     #[serde(borrow, default)]
     creation_timestamp: Option<Str<'a>>,
+    /// `creationTimestamp` already as ms since the Unix epoch (the Protobuf decoder's; JSON
+    /// gives the text above).
+    #[serde(skip)]
+    creation_ms: Option<u64>,
     #[serde(borrow, default)]
     labels: Option<OurLabels<'a>>,
     #[serde(borrow, default)]

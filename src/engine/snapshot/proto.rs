@@ -1,0 +1,709 @@
+//! Kubernetes' Protobuf encoding of a pod list (`Accept: application/vnd.kubernetes.protobuf`,
+//! what client-go's typed clients ask for built-in types), decoded into the same raw pod
+//! values the JSON decoder makes, so that both go through one classification
+//! (`Snapshot::add_pod`) and a pod reads the same whichever way it came.
+//!
+//! The wire format (kubernetes/apimachinery `pkg/runtime/serializer/protobuf/protobuf.go`):
+//! the 4 bytes `k8s\0`, then a `runtime.Unknown` message (field 1 `typeMeta` {1 apiVersion,
+//! 2 kind}, 2 `raw`, 3 `contentEncoding`, 4 `contentType`) whose `raw` is the `v1.PodList`
+//! message (1 `metadata` ListMeta {2 resourceVersion, 3 continue}, 2 `items` Pod). The field
+//! numbers below are those of `k8s.io/api/core/v1/generated.proto` and
+//! `k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto` (unchanged since Kubernetes 1.30;
+//! later versions only add fields, which are skipped).
+//!
+//! Only the fields the snapshot needs are read; every other field is skipped by its length
+//! without being decoded (`managedFields`, the pod spec's bulk). Strings are borrowed from the
+//! body. Proto2 writes non-pointer Go fields even when empty, where JSON leaves them out
+//! (`omitempty`): an empty string here reads as absent, and a zero-length `Time` as no time
+//! (apimachinery's `Time.ProtoTime`), so both encodings give the same values.
+//!
+//! Errors (a string saying what and where): the prefix or envelope missing, a kind other than
+//! `PodList`, a content encoding set, a truncated or overlong varint or length, wire types 3
+//! and 4 (groups), a known field with the wrong wire type, a string that is not UTF-8, a label
+//! or annotation key given twice, more than [`json::MAX_LIST`] containers or conditions in
+//! one pod.
+
+use super::json::{Capped, Checked, MAX_LIST};
+use super::{
+    ListMeta, OurAnnotations, OurLabels, Picked, PodListPage, RawCondition, RawContainer,
+    RawContainerState, RawContainerStatus, RawMeta, RawPod, RawReason, RawSpec, RawStatus,
+    RawTerminated, Stamp, Str,
+};
+use std::borrow::Cow;
+
+/// The first bytes of every Protobuf-encoded Kubernetes object.
+pub(super) const MAGIC: &[u8; 4] = b"k8s\0";
+
+/// One field's value: a varint, a length-delimited payload, or a fixed 32/64-bit one.
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+/// Calls `f` with each field of the message `buf` (its number and value), in wire order.
+fn each<'a>(
+    buf: &'a [u8],
+    mut f: impl FnMut(u64, Field<'a>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let key = varint(buf, &mut pos)?;
+        let (num, wire) = (key >> 3, key & 7);
+        let value = match wire {
+            0 => Field::Varint(varint(buf, &mut pos)?),
+            2 => {
+                let len = varint(buf, &mut pos)?;
+                let end = usize::try_from(len)
+                    .ok()
+                    .and_then(|l| pos.checked_add(l))
+                    .filter(|&e| e <= buf.len())
+                    .ok_or_else(|| format!("field {num}: length {len} runs past the message"))?;
+                let b = &buf[pos..end];
+                pos = end;
+                Field::Bytes(b)
+            }
+            1 | 5 => {
+                let n = if wire == 1 { 8 } else { 4 };
+                if buf.len() - pos < n {
+                    return Err(format!(
+                        "field {num}: a fixed-size value runs past the message"
+                    ));
+                }
+                pos += n;
+                Field::Fixed
+            }
+            w => {
+                return Err(format!(
+                    "field {num}: wire type {w} is not used by Kubernetes"
+                ))
+            }
+        };
+        f(num, value)?;
+    }
+    Ok(())
+}
+
+/// A base-128 varint at `*pos` (at most 10 bytes), advancing `pos`.
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let b = *buf
+            .get(*pos)
+            .ok_or_else(|| "a varint runs past the message".to_string())?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Ok(v);
+        }
+    }
+    Err("a varint longer than 10 bytes".to_string())
+}
+
+/// The payload of a length-delimited field `what`. Errors: another wire type.
+fn bytes<'a>(v: Field<'a>, what: &str) -> Result<&'a [u8], String> {
+    match v {
+        Field::Bytes(b) => Ok(b),
+        _ => Err(format!("{what} is not length-delimited")),
+    }
+}
+
+/// The varint field `what`. Errors: another wire type.
+fn number(v: Field<'_>, what: &str) -> Result<u64, String> {
+    match v {
+        Field::Varint(n) => Ok(n),
+        _ => Err(format!("{what} is not a varint")),
+    }
+}
+
+/// The string field `what`, borrowed; empty reads as absent (JSON's `omitempty`).
+fn string<'a>(v: Field<'a>, what: &str) -> Result<Option<Str<'a>>, String> {
+    let b = bytes(v, what)?;
+    let s = std::str::from_utf8(b).map_err(|_| format!("{what} is not UTF-8"))?;
+    Ok((!s.is_empty()).then_some(Str(Cow::Borrowed(s))))
+}
+
+/// Appends to a capped list (at most [`MAX_LIST`] elements, as the JSON decoder allows).
+fn push<T>(list: &mut Option<Capped<T>>, x: T, what: &str) -> Result<(), String> {
+    let l = list.get_or_insert_with(|| Capped(Vec::new()));
+    if l.0.len() == MAX_LIST {
+        return Err(format!("more than {MAX_LIST} {what} in one pod"));
+    }
+    l.0.push(x);
+    Ok(())
+}
+
+/// Decodes one Protobuf-encoded pod list page (the whole body, prefix included).
+pub(super) fn decode_page(body: &[u8]) -> Result<PodListPage<'_>, String> {
+    let rest = body
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or_else(|| "not a Kubernetes Protobuf object (no k8s\\0 prefix)".to_string())?;
+    let (mut kind, mut raw, mut encoding) = (None, None, None);
+    each(rest, |num, v| {
+        match num {
+            1 => {
+                each(bytes(v, "typeMeta")?, |n, v| {
+                    if n == 2 {
+                        kind = string(v, "typeMeta.kind")?;
+                    }
+                    Ok(())
+                })?;
+            }
+            2 => raw = Some(bytes(v, "raw")?),
+            3 => encoding = string(v, "contentEncoding")?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    match kind.as_deref() {
+        Some("PodList") => {}
+        Some(k) => {
+            return Err(format!(
+                "kind is {:?}, expected \"PodList\"",
+                super::clip(k)
+            ))
+        }
+        None => return Err("no kind in the Protobuf envelope, expected \"PodList\"".into()),
+    }
+    if let Some(e) = encoding {
+        return Err(format!(
+            "content encoding {:?} is not supported",
+            super::clip(&e)
+        ));
+    }
+    pod_list(raw.unwrap_or_default())
+}
+
+/// A `v1.PodList`: metadata 1, items 2.
+fn pod_list(buf: &[u8]) -> Result<PodListPage<'_>, String> {
+    let mut cont = None;
+    let mut items = Vec::new();
+    each(buf, |num, v| {
+        match num {
+            1 => each(bytes(v, "metadata")?, |n, v| {
+                if n == 3 {
+                    cont = string(v, "metadata.continue")?;
+                }
+                Ok(())
+            })?,
+            2 => items.push(pod(bytes(v, "items")?)?),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(PodListPage {
+        kind: Some(Str(Cow::Borrowed("PodList"))),
+        metadata: Some(ListMeta { cont }),
+        items: Some(Some(items)),
+    })
+}
+
+/// A `v1.Pod`: metadata 1, spec 2, status 3.
+fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
+    let mut p = RawPod {
+        metadata: None,
+        spec: None,
+        status: None,
+    };
+    each(buf, |num, v| {
+        match num {
+            1 => p.metadata = Some(object_meta(bytes(v, "metadata")?)?),
+            2 => p.spec = Some(spec(bytes(v, "spec")?)?),
+            3 => p.status = Some(status(bytes(v, "status")?)?),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(p)
+}
+
+/// A `meta.v1.Time` (seconds 1, nanos 2) as ms since the Unix epoch; `None` for the zero
+/// time (a 0-length message) or a time before the epoch.
+fn time_ms(buf: &[u8]) -> Result<Option<u64>, String> {
+    let (mut secs, mut nanos) = (0i64, 0i64);
+    each(buf, |num, v| {
+        match num {
+            1 => secs = number(v, "Time.seconds")? as i64,
+            2 => nanos = i64::from(number(v, "Time.nanos")? as i32),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if buf.is_empty() || secs < 0 {
+        return Ok(None);
+    }
+    let ms = (secs as u64)
+        .checked_mul(1000)
+        .map(|m| m + (nanos.max(0) as u64) / 1_000_000);
+    Ok(ms)
+}
+
+/// A `meta.v1.ObjectMeta`: name 1, uid 5, resourceVersion 6, creationTimestamp 8,
+/// deletionTimestamp 9, deletionGracePeriodSeconds 10, labels 11, annotations 12.
+fn object_meta(buf: &[u8]) -> Result<RawMeta<'_>, String> {
+    let mut m = RawMeta::default();
+    let (mut labels, mut annotations) = (OurLabels::default(), OurAnnotations::default());
+    let (mut label_keys, mut annotation_keys) = (Vec::new(), Vec::new());
+    each(buf, |num, v| {
+        match num {
+            1 => m.name = string(v, "metadata.name")?,
+            5 => m.uid = string(v, "metadata.uid")?,
+            6 => m.resource_version = string(v, "metadata.resourceVersion")?,
+            8 => m.creation_ms = time_ms(bytes(v, "metadata.creationTimestamp")?)?,
+            9 => m.deletion_timestamp = Some(Stamp(time_ms(bytes(v, "deletionTimestamp")?)?)),
+            10 => m.deletion_grace_period_seconds = Some(number(v, "deletionGracePeriod")? as i64),
+            11 => label_keys.push(pick(&mut labels, bytes(v, "metadata.labels")?, "label")?),
+            12 => annotation_keys.push(pick(
+                &mut annotations,
+                bytes(v, "metadata.annotations")?,
+                "annotation",
+            )?),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    unique(label_keys, "label")?;
+    unique(annotation_keys, "annotation")?;
+    m.labels = Some(labels);
+    m.annotations = Some(annotations);
+    Ok(m)
+}
+
+/// Errors when a map's `keys` hold one twice (the API server never sends that; the JSON
+/// decoder refuses it too, so a pod never reads differently between two clients).
+fn unique(mut keys: Vec<&[u8]>, what: &str) -> Result<(), String> {
+    keys.sort_unstable();
+    match keys.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(format!(
+            "{what} {:?} given twice",
+            super::clip(&String::from_utf8_lossy(w[0]))
+        )),
+        None => Ok(()),
+    }
+}
+
+/// One `map<string, string>` entry (key 1, value 2): its value goes into `picked` when its
+/// key is one of `K::KEYS`. Returns the key.
+fn pick<'a, const N: usize, K: super::Keys<N>>(
+    picked: &mut Picked<'a, N, K>,
+    entry: &'a [u8],
+    what: &str,
+) -> Result<&'a [u8], String> {
+    let (mut key, mut value) = (&[][..], None);
+    each(entry, |num, v| {
+        match num {
+            1 => key = bytes(v, what)?,
+            2 => value = string(v, what)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if let Some(i) = K::KEYS.iter().position(|want| want.as_bytes() == key) {
+        // An empty value is a value (`spark-exec-id=""` is a bad id, not a missing label).
+        picked.0[i] = Some(value.unwrap_or(Str(Cow::Borrowed(""))));
+    }
+    Ok(key)
+}
+
+/// A `v1.PodSpec`: containers 2, nodeName 10, initContainers 20, schedulingGates 38.
+fn spec(buf: &[u8]) -> Result<RawSpec<'_>, String> {
+    let mut s = RawSpec::default();
+    each(buf, |num, v| {
+        match num {
+            2 => push(
+                &mut s.containers,
+                container(bytes(v, "containers")?)?,
+                "containers",
+            )?,
+            10 => s.node_name = string(v, "spec.nodeName")?,
+            20 => push(
+                &mut s.init_containers,
+                container(bytes(v, "initContainers")?)?,
+                "init containers",
+            )?,
+            38 => {
+                bytes(v, "schedulingGates")?;
+                push(&mut s.scheduling_gates, Checked, "scheduling gates")?;
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(s)
+}
+
+/// A `v1.Container`: name 1, restartPolicy 24.
+fn container(buf: &[u8]) -> Result<RawContainer<'_>, String> {
+    let mut c = RawContainer {
+        name: None,
+        restart_policy: None,
+    };
+    each(buf, |num, v| {
+        match num {
+            1 => c.name = string(v, "container name")?,
+            24 => c.restart_policy = string(v, "container restartPolicy")?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(c)
+}
+
+/// A `v1.PodStatus`: phase 1, conditions 2, reason 4, containerStatuses 8,
+/// initContainerStatuses 10.
+fn status(buf: &[u8]) -> Result<RawStatus<'_>, String> {
+    let mut s = RawStatus::default();
+    each(buf, |num, v| {
+        match num {
+            1 => s.phase = string(v, "status.phase")?,
+            2 => push(
+                &mut s.conditions,
+                condition(bytes(v, "conditions")?)?,
+                "conditions",
+            )?,
+            4 => s.reason = string(v, "status.reason")?,
+            8 => push(
+                &mut s.container_statuses,
+                container_status(bytes(v, "containerStatuses")?)?,
+                "container statuses",
+            )?,
+            10 => push(
+                &mut s.init_container_statuses,
+                container_status(bytes(v, "initContainerStatuses")?)?,
+                "init container statuses",
+            )?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(s)
+}
+
+/// A `v1.PodCondition`: type 1, status 2, reason 5.
+fn condition(buf: &[u8]) -> Result<RawCondition<'_>, String> {
+    let mut c = RawCondition {
+        kind: None,
+        status: None,
+        reason: None,
+    };
+    each(buf, |num, v| {
+        match num {
+            1 => c.kind = string(v, "condition type")?,
+            2 => c.status = string(v, "condition status")?,
+            5 => c.reason = string(v, "condition reason")?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(c)
+}
+
+/// A `v1.ContainerStatus`: name 1, state 2, restartCount 5 (int32), image 6.
+fn container_status(buf: &[u8]) -> Result<RawContainerStatus<'_>, String> {
+    let mut c = RawContainerStatus {
+        name: None,
+        image: None,
+        restart_count: None,
+        state: None,
+    };
+    each(buf, |num, v| {
+        match num {
+            1 => c.name = string(v, "container status name")?,
+            2 => c.state = Some(container_state(bytes(v, "container state")?)?),
+            5 => c.restart_count = Some(i64::from(number(v, "restartCount")? as i32)),
+            6 => c.image = string(v, "container status image")?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(c)
+}
+
+/// A `v1.ContainerState`: waiting 1 {reason 1}, running 2, terminated 3 {exitCode 1 (int32),
+/// reason 3}; only the one set is on the wire.
+fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
+    let mut s = RawContainerState {
+        waiting: None,
+        running: None,
+        terminated: None,
+    };
+    each(buf, |num, v| {
+        match num {
+            1 => {
+                let mut w = RawReason { reason: None };
+                each(bytes(v, "waiting")?, |n, v| {
+                    if n == 1 {
+                        w.reason = string(v, "waiting reason")?;
+                    }
+                    Ok(())
+                })?;
+                s.waiting = Some(w);
+            }
+            2 => {
+                bytes(v, "running")?;
+                s.running = Some(Checked);
+            }
+            3 => {
+                let mut t = RawTerminated {
+                    exit_code: None,
+                    reason: None,
+                };
+                each(bytes(v, "terminated")?, |n, v| {
+                    match n {
+                        1 => t.exit_code = Some(i64::from(number(v, "exitCode")? as i32)),
+                        3 => t.reason = string(v, "terminated reason")?,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                s.terminated = Some(t);
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(s)
+}
+
+/// Whether `body` is Protobuf-encoded (starts with [`MAGIC`]); JSON never does.
+pub(super) fn is_protobuf(body: &[u8]) -> bool {
+    body.starts_with(MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Snapshot;
+    use proptest::prelude::*;
+
+    /// A field for the test encoder.
+    enum V<'a> {
+        S(&'a str),
+        N(u64),
+        M(Vec<u8>),
+    }
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A message of `fields` (number, value), as gogo's generated code writes them.
+    fn msg(fields: Vec<(u64, V<'_>)>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (n, v) in fields {
+            let (wire, payload) = match v {
+                V::N(x) => (0, {
+                    let mut b = Vec::new();
+                    varint(x, &mut b);
+                    b
+                }),
+                V::S(s) => (2, s.as_bytes().to_vec()),
+                V::M(m) => (2, m),
+            };
+            varint(n << 3 | wire, &mut out);
+            if wire == 2 {
+                varint(payload.len() as u64, &mut out);
+            }
+            out.extend(payload);
+        }
+        out
+    }
+
+    fn entry(k: &str, v: &str) -> V<'static> {
+        V::M(msg(vec![(1, V::S(k)), (2, V::S(v))]))
+    }
+
+    /// An executor pod the way kube-apiserver encodes one: "always" fields written even when
+    /// empty (nodeName, status.reason, an empty creationTimestamp on a deleted one's lastState).
+    fn pod(id: &str, phase: &str, terminated: Option<(i64, &str)>, deleting: bool) -> Vec<u8> {
+        let mut meta = vec![
+            (
+                1,
+                V::S(Box::leak(format!("app-exec-{id}").into_boxed_str())),
+            ),
+            (2, V::S("")),
+            (3, V::S("ns")),
+            (5, V::S("uid-1")),
+            (6, V::S("42")),
+            (7, V::N(0)),
+            (8, V::M(msg(vec![(1, V::N(1_767_225_600))]))),
+        ];
+        if deleting {
+            meta.push((9, V::M(msg(vec![(1, V::N(1_767_225_660))]))));
+            meta.push((10, V::N(30)));
+        }
+        meta.push((11, entry("spark-app-selector", "app")));
+        meta.push((11, entry("spark-exec-id", id)));
+        meta.push((11, entry("spark-role", "executor")));
+        meta.push((
+            12,
+            entry("controller.kubernetes.io/pod-deletion-cost", "-5"),
+        ));
+        meta.push((17, V::M(b"{\"f:metadata\":{}}".to_vec())));
+        let container = msg(vec![(1, V::S("executor")), (2, V::S("img"))]);
+        let spec = msg(vec![(2, V::M(container)), (10, V::S("node-1"))]);
+        let state = match terminated {
+            Some((code, reason)) => msg(vec![(
+                3,
+                V::M(msg(vec![
+                    (1, V::N(code as u64)),
+                    (2, V::N(0)),
+                    (3, V::S(reason)),
+                ])),
+            )]),
+            None => msg(vec![(2, V::M(msg(vec![(1, V::M(Vec::new()))])))]),
+        };
+        let cs = msg(vec![
+            (1, V::S("executor")),
+            (2, V::M(state)),
+            (3, V::M(Vec::new())),
+            (4, V::N(0)),
+            (5, V::N(2)),
+            (6, V::S("img")),
+        ]);
+        let cond = msg(vec![
+            (1, V::S("PodScheduled")),
+            (2, V::S("True")),
+            (5, V::S("")),
+        ]);
+        let status = msg(vec![
+            (1, V::S(phase)),
+            (2, V::M(cond)),
+            (3, V::S("")),
+            (4, V::S("")),
+            (8, V::M(cs)),
+        ]);
+        msg(vec![
+            (1, V::M(msg(meta))),
+            (2, V::M(spec)),
+            (3, V::M(status)),
+        ])
+    }
+
+    /// The same pod as the API server writes it in JSON (empty fields left out).
+    fn pod_json(id: &str, phase: &str, terminated: Option<(i64, &str)>, deleting: bool) -> String {
+        let state = match terminated {
+            Some((c, r)) => format!(r#"{{"terminated":{{"exitCode":{c},"reason":"{r}"}}}}"#),
+            None => r#"{"running":{}}"#.to_string(),
+        };
+        let del = match deleting {
+            true => {
+                r#","deletionTimestamp":"2026-01-01T00:01:00Z","deletionGracePeriodSeconds":30"#
+            }
+            false => "",
+        };
+        format!(
+            r#"{{"metadata":{{"name":"app-exec-{id}","namespace":"ns","uid":"uid-1","resourceVersion":"42","creationTimestamp":"2026-01-01T00:00:00Z"{del},"labels":{{"spark-app-selector":"app","spark-exec-id":"{id}","spark-role":"executor"}},"annotations":{{"controller.kubernetes.io/pod-deletion-cost":"-5"}}}},"spec":{{"containers":[{{"name":"executor","image":"img"}}],"nodeName":"node-1"}},"status":{{"phase":"{phase}","conditions":[{{"type":"PodScheduled","status":"True"}}],"containerStatuses":[{{"name":"executor","state":{state},"lastState":{{}},"ready":false,"restartCount":2,"image":"img"}}]}}}}"#
+        )
+    }
+
+    fn list(items: &[Vec<u8>], cont: &str) -> Vec<u8> {
+        let mut l = vec![(
+            1,
+            V::M(msg(vec![(1, V::S("")), (2, V::S("7")), (3, V::S(cont))])),
+        )];
+        l.extend(items.iter().map(|i| (2, V::M(i.clone()))));
+        let tm = msg(vec![(1, V::S("v1")), (2, V::S("PodList"))]);
+        let unknown = msg(vec![
+            (1, V::M(tm)),
+            (2, V::M(msg(l))),
+            (3, V::S("")),
+            (4, V::S("")),
+        ]);
+        [b"k8s\0".to_vec(), unknown].concat()
+    }
+
+    type Case = (
+        &'static str,
+        &'static str,
+        Option<(i64, &'static str)>,
+        bool,
+    );
+    const CASES: [Case; 4] = [
+        ("1", "Running", None, false),
+        ("2", "Failed", Some((137, "OOMKilled")), false),
+        ("3", "Running", Some((-1, "Error")), false),
+        ("4", "Running", None, true),
+    ];
+
+    #[test]
+    fn a_protobuf_page_reads_as_its_json_twin() {
+        let items: Vec<_> = CASES.iter().map(|c| pod(c.0, c.1, c.2, c.3)).collect();
+        let jsons: Vec<_> = CASES.iter().map(|c| pod_json(c.0, c.1, c.2, c.3)).collect();
+        let json = format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"7","continue":"next"}},"items":[{}]}}"#,
+            jsons.join(",")
+        );
+        let (mut a, mut b) = (Snapshot::default(), Snapshot::default());
+        let ca = a.add_page(&list(&items, "next"), "app").unwrap();
+        let cb = b.add_page(json.as_bytes(), "app").unwrap();
+        assert_eq!(ca.as_deref(), Some("next"));
+        assert_eq!(ca, cb);
+        assert_eq!(a, b);
+        assert_eq!(a.executors.len(), 4);
+        assert_eq!(a.executors[&3].reason.as_deref(), Some("exit code -1"));
+        assert_eq!(a.executors[&4].deletion_grace_ms, Some(30_000));
+        assert_eq!(a.executors[&1].created_ms, Some(1_767_225_600_000));
+    }
+
+    #[test]
+    fn an_empty_last_page_has_no_continue_token() {
+        let mut s = Snapshot::default();
+        assert_eq!(s.add_page(&list(&[], ""), "app").unwrap(), None);
+        assert!(s.executors.is_empty());
+    }
+
+    #[test]
+    fn wrong_kinds_envelopes_and_duplicate_labels_are_malformed() {
+        let status = {
+            let tm = msg(vec![(1, V::S("v1")), (2, V::S("Status"))]);
+            [
+                b"k8s\0".to_vec(),
+                msg(vec![(1, V::M(tm)), (2, V::M(Vec::new()))]),
+            ]
+            .concat()
+        };
+        let mut twice = pod("1", "Running", None, false);
+        let extra = msg(vec![(
+            1,
+            V::M(msg(vec![
+                (11, entry("team", "a")),
+                (11, entry("team", "b")),
+            ])),
+        )]);
+        twice.extend(extra);
+        for (body, why) in [
+            (status, "kind is \"Status\""),
+            (b"k8s\0\x0a\x05".to_vec(), "runs past"),
+            (b"k8s\0\x0b".to_vec(), "wire type 3"),
+            (list(&[twice], ""), "label \"team\" given twice"),
+            (list(&[b"\x0a\x02\xff\xff".to_vec()], ""), "runs past"),
+        ] {
+            let err = Snapshot::default()
+                .add_page(&body, "app")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{why}: {err}");
+        }
+    }
+
+    proptest! {
+        /// Any byte changed and the page cut anywhere: it decodes or fails with an error, never
+        /// a panic, and never yields more executors than the page holds.
+        #[test]
+        fn mangled_pages_never_panic(cut in 0usize..2000, at in 0usize..2000, byte in any::<u8>()) {
+            let items: Vec<_> = CASES.iter().map(|c| pod(c.0, c.1, c.2, c.3)).collect();
+            let mut body = list(&items, "next");
+            let at = at % body.len();
+            body[at] = byte;
+            body.truncate(body.len() - cut % body.len());
+            let mut s = Snapshot::default();
+            if s.add_page(&body, "app").is_ok() {
+                prop_assert!(s.executors.len() <= 4);
+            }
+        }
+    }
+}

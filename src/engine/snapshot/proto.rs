@@ -649,6 +649,42 @@ mod tests {
         assert_eq!(a.executors[&1].created_ms, Some(1_767_225_600_000));
     }
 
+    /// A reader that hands out one byte per call, as a slow connection would.
+    struct Trickle<'a>(&'a [u8]);
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some((&b, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            buf[0] = b;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn a_protobuf_page_read_as_it_arrives_reads_as_a_whole_one() {
+        let items: Vec<_> = CASES.iter().map(|c| pod(c.0, c.1, c.2, c.3)).collect();
+        let body = list(&items, "next");
+        let (mut a, mut b) = (Snapshot::default(), Snapshot::default());
+        let src = super::super::ListSource::ApiServer;
+        let ca = a.add_page_reader(Trickle(&body), "app", None, src).unwrap();
+        let cb = b.add_page(&body, "app").unwrap();
+        assert_eq!((ca, &a), (cb, &b));
+        assert_eq!(a.executors.len(), 4);
+        // And a JSON page still streams after the four bytes peeked at.
+        let mut c = Snapshot::default();
+        let json = br#"{"kind":"PodList","items":[]}"#;
+        assert_eq!(
+            c.add_page_reader(Trickle(json), "app", None, src).unwrap(),
+            None
+        );
+        let short = c
+            .add_page_reader(Trickle(b"k8"), "app", None, src)
+            .unwrap_err();
+        assert!(short.to_string().contains("JSON"), "{short}");
+    }
+
     #[test]
     fn an_empty_last_page_has_no_continue_token() {
         let mut s = Snapshot::default();

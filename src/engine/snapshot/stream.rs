@@ -317,6 +317,24 @@ fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
     }
 }
 
+/// The largest Protobuf page [`Snapshot::add_page_reader`] holds (48 MiB: a process stays
+/// under 64 MiB whatever the server sends).
+pub const MAX_PROTOBUF_PAGE: usize = 48 << 20;
+
+/// Reads until `buf` is full or the body ends; how many bytes were read.
+fn read_up_to<R: Read>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match reader.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 impl Snapshot {
     /// [`Snapshot::add_page_from`] for a body read from `reader` while it arrives: each pod
     /// is decoded as soon as it is complete and its bytes are dropped, so memory stays at one
@@ -324,8 +342,11 @@ impl Snapshot {
     /// snapshot, however large the page. Returns the page's `metadata.continue` as
     /// [`Snapshot::add_page`] does; a page that fails adds nothing.
     ///
+    /// A Protobuf body (it begins `k8s\0`) is read whole instead, up to
+    /// [`MAX_PROTOBUF_PAGE`].
+    ///
     /// Errors: [`SnapshotError::Read`] when `reader` fails (the connection, gzip, a body
-    /// limit), else those of [`Snapshot::add_page_from`]. When a page has several duplicate
+    /// limit, a Protobuf page over the cap), else those of [`Snapshot::add_page_from`]. When a page has several duplicate
     /// ids, which pair is named may differ from `add_page_from`.
     pub fn add_page_reader<R: Read>(
         &mut self,
@@ -349,7 +370,14 @@ impl Snapshot {
         source: ListSource,
         buffer: usize,
     ) -> Result<Option<String>, SnapshotError> {
-        let mut s = Stream::new(reader, buffer);
+        let mut reader = reader;
+        let mut first = [0u8; 4];
+        let n =
+            read_up_to(&mut reader, &mut first).map_err(|e| SnapshotError::Read(e.to_string()))?;
+        if first[..n] == super::proto::MAGIC[..] {
+            return self.read_protobuf_page(reader, app, source);
+        }
+        let mut s = Stream::new(std::io::Read::chain(&first[..n], reader), buffer);
         let mut page = Page::default();
         let checked = decode(&mut s, &mut page, app).and_then(|()| {
             let kind = page.kind.clone().flatten();
@@ -370,6 +398,30 @@ impl Snapshot {
         }
         self.merge(page.part)?;
         Ok(page.cont.flatten().filter(|c| !c.is_empty()))
+    }
+
+    /// The rest of a Protobuf page (its `k8s\0` prefix already read), decoded whole: a
+    /// Protobuf page is read into memory, at most [`MAX_PROTOBUF_PAGE`] bytes (a page of the
+    /// tick's `limit` is a few MB), since its items are length-prefixed inside one message.
+    fn read_protobuf_page<R: Read>(
+        &mut self,
+        reader: R,
+        app: For<'_>,
+        source: ListSource,
+    ) -> Result<Option<String>, SnapshotError> {
+        let mut body = super::proto::MAGIC.to_vec();
+        let cap = (MAX_PROTOBUF_PAGE - body.len()) as u64;
+        let mut limited = reader.take(cap + 1);
+        limited
+            .read_to_end(&mut body)
+            .map_err(|e| SnapshotError::Read(e.to_string()))?;
+        if body.len() as u64 > cap + 4 {
+            return Err(SnapshotError::Read(format!(
+                "a Protobuf pod list page over {} MiB: list in smaller pages",
+                MAX_PROTOBUF_PAGE >> 20
+            )));
+        }
+        self.add_page_from(&body, app.app_id, app.container, source)
     }
 
     /// Adds the pods of `part` (one page), or none of them when one's id is already here.

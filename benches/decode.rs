@@ -10,8 +10,16 @@
 //!   and skipping the whole page, a lower bound of any serde_json-based decoder of it;
 //! - `utf8 check`: `std::str::from_utf8` of the page, a floor of reading the bytes once.
 //!
-//! The four run interleaved, round after round; the medians (ms per 10,000 pods and MB/s)
-//! and each one's ratio to `snapshot` are printed. Set `PODALLOC_BENCH_PAGE=FILE` to decode
+//! And, on the same 500 pods as kube-apiserver itself encodes them both ways
+//! (`fixtures/bench/pods-500.{json,pb}.gz`, recorded by `scripts/record_bench_pages.py`:
+//! spec, status and the server's managedFields):
+//!
+//! - `kube json`: [`Snapshot::add_page`] on the JSON page;
+//! - `kube protobuf`: [`Snapshot::add_page`] on the Protobuf page (same pods, same snapshot).
+//!
+//! All run interleaved, round after round; the medians (ms per 10,000 pods and MB/s of each
+//! case's own bytes) and each one's ratio to `snapshot` are printed, and `kube protobuf`'s to
+//! `kube json`. Set `PODALLOC_BENCH_PAGE=FILE` to decode
 //! another page (its app id must be `spark-bench`),
 //! `PODALLOC_BENCH_ROUNDS=N` for another number of rounds, `PODALLOC_BENCH_ONLY=NAME` to run the
 //! cases whose name starts with NAME (for a profiler).
@@ -43,6 +51,18 @@ fn page() -> Vec<u8> {
     out.stdout
 }
 
+/// A recorded page of `fixtures/bench/` (gzipped), unpacked.
+fn recorded(name: &str) -> Vec<u8> {
+    use std::io::Read;
+    let path = format!("{}/fixtures/bench/{name}", env!("CARGO_MANIFEST_DIR"));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut out)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    out
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -55,18 +75,32 @@ fn main() {
         .executors
         .len();
     assert!(pods > 0, "no executor of app {APP} in the page");
-    type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let (kube_json, kube_pb) = (recorded("pods-500.json.gz"), recorded("pods-500.pb.gz"));
+    let kube_pods = Snapshot::from_pod_list(&kube_json, APP).unwrap();
+    let mut from_pb = Snapshot::default();
+    from_pb.add_page(&kube_pb, APP).unwrap();
+    assert_eq!(
+        from_pb, kube_pods,
+        "the two encodings of one list read the same"
+    );
+    let kube_n = kube_pods.executors.len();
+    let decode = |body: &[u8], n: usize| {
+        let mut s = Snapshot::default();
+        s.add_page(body, APP).unwrap();
+        assert_eq!(s.executors.len(), n);
+    };
+    type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
     let cases: Vec<Case<'_>> = vec![
         (
             "snapshot",
-            Box::new(|| {
-                let mut s = Snapshot::default();
-                s.add_page(&page, APP).unwrap();
-                assert_eq!(s.executors.len(), pods);
-            }),
+            page.len(),
+            pods,
+            Box::new(|| decode(&page, pods)),
         ),
         (
             "streamed",
+            page.len(),
+            pods,
             Box::new(|| {
                 let mut s = Snapshot::default();
                 s.add_page_reader(&page[..], APP, None, ListSource::ApiServer)
@@ -76,20 +110,36 @@ fn main() {
         ),
         (
             "serde_json skip",
+            page.len(),
+            pods,
             Box::new(|| {
                 serde_json::from_slice::<IgnoredAny>(&page).unwrap();
             }),
         ),
         (
             "utf8 check",
+            page.len(),
+            pods,
             Box::new(|| {
                 std::str::from_utf8(&page).unwrap();
             }),
         ),
+        (
+            "kube json",
+            kube_json.len(),
+            kube_n,
+            Box::new(|| decode(&kube_json, kube_n)),
+        ),
+        (
+            "kube protobuf",
+            kube_pb.len(),
+            kube_n,
+            Box::new(|| decode(&kube_pb, kube_n)),
+        ),
     ];
     let only = std::env::var("PODALLOC_BENCH_ONLY").ok();
     let cases: Vec<Case<'_>> = (cases.into_iter())
-        .filter(|(name, _)| only.as_deref().is_none_or(|o| name.starts_with(o)))
+        .filter(|(name, ..)| only.as_deref().is_none_or(|o| name.starts_with(o)))
         .collect();
     let rounds: usize = std::env::var("PODALLOC_BENCH_ROUNDS")
         .ok()
@@ -97,7 +147,7 @@ fn main() {
         .unwrap_or(40);
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
     for round in 0..=rounds {
-        for (i, (_, run)) in cases.iter().enumerate() {
+        for (i, (_, _, _, run)) in cases.iter().enumerate() {
             let t = Instant::now();
             run();
             if round > 0 {
@@ -109,21 +159,31 @@ fn main() {
         "snapshot: podalloc's decoder (Snapshot::add_page); streamed: the same read while the \
          body arrives (add_page_reader); serde_json skip: serde_json only validating and \
          skipping the page (no snapshot: a lower bound of a serde_json-based decoder); utf8 \
-         check: reading the bytes once."
+         check: reading the bytes once; kube json / kube protobuf: add_page on one list of the \
+         same pods as kube-apiserver encodes it in each (fixtures/bench/)."
     );
     println!(
-        "{} pods, {:.2} MB per page, {rounds} interleaved rounds, medians:",
-        pods,
-        page.len() as f64 / 1e6
+        "{pods} pods, {:.2} MB per page ({kube_n} pods: {:.2} MB JSON, {:.2} MB Protobuf), \
+         {rounds} interleaved rounds, medians:",
+        page.len() as f64 / 1e6,
+        kube_json.len() as f64 / 1e6,
+        kube_pb.len() as f64 / 1e6
     );
-    let base = median(&mut times[0].clone());
-    for ((name, _), t) in cases.iter().zip(&mut times) {
-        let m = median(t);
+    let medians: Vec<Duration> = times.iter_mut().map(|t| median(t)).collect();
+    let base = medians[0];
+    for ((name, bytes, n, _), m) in cases.iter().zip(&medians) {
         println!(
             "  {name:<16} {:>7.1} ms per 10,000 pods  {:>6.0} MB/s  {:>5.2}× snapshot",
-            m.as_secs_f64() * 1e3 * 10_000.0 / pods as f64,
-            page.len() as f64 / m.as_secs_f64() / 1e6,
+            m.as_secs_f64() * 1e3 * 10_000.0 / *n as f64,
+            *bytes as f64 / m.as_secs_f64() / 1e6,
             m.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+    let at = |name: &str| cases.iter().position(|c| c.0 == name).map(|i| medians[i]);
+    if let (Some(j), Some(p)) = (at("kube json"), at("kube protobuf")) {
+        println!(
+            "  kube protobuf / kube json: {:.2}× the time",
+            p.as_secs_f64() / j.as_secs_f64()
         );
     }
 }

@@ -41,7 +41,7 @@ mod secret;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 pub use api::{
     Api, Created, ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS, EVENTS,

@@ -22,9 +22,7 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
-use super::api::{
-    ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS, EVENTS, LEASES, PODS,
-};
+use super::api::{ListParams, Preconditions, Resource, CONFIG_MAPS, LEASES, PODS};
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
@@ -1718,30 +1716,10 @@ impl KubeClient {
         self.api(&PODS).list_items(&lp)
     }
 
-    /// `api(&PODS).get(name)`.
-    pub fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        self.api(&PODS).get(name)
-    }
-
-    /// `api(&PODS).create(pod, default)`, the object only.
-    pub fn create_pod(&self, pod: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        Ok(self.api(&PODS).create(pod, &PostParams::default())?.object)
-    }
-
-    /// `api(&PODS).create(pod, validation)`: the object and its warnings.
-    pub fn create_pod_validated(
-        &self,
-        pod: &serde_json::Value,
-        validation: FieldValidation,
-    ) -> Result<(serde_json::Value, Vec<String>), KubeError> {
-        let p = PostParams {
-            field_validation: Some(validation),
-        };
-        let c = self.api(&PODS).create(pod, &p)?;
-        Ok((c.object, c.warnings))
-    }
-
-    /// `api(&PODS).delete(name, preconditions)`, with `(uid, resource_version)`.
+    /// `api(&PODS).delete(name, preconditions)`, with `(uid, resource_version)`. Kept for
+    /// commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::delete`].
     pub fn delete_pod(
         &self,
         name: &str,
@@ -1754,75 +1732,18 @@ impl KubeClient {
         self.api(&PODS).delete(name, pre)
     }
 
-    /// `api(&CONFIG_MAPS).get(name)`.
+    /// `api(&CONFIG_MAPS).get(name)`. Kept for commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::get`].
     pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         self.api(&CONFIG_MAPS).get(name)
     }
 
-    /// `api(&CONFIG_MAPS).create(cm, default)`, the object only.
-    pub fn create_configmap(&self, cm: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        Ok(self
-            .api(&CONFIG_MAPS)
-            .create(cm, &PostParams::default())?
-            .object)
-    }
-
-    /// `api(&CONFIG_MAPS).replace(name, cm)`.
-    pub fn replace_configmap(
-        &self,
-        name: &str,
-        cm: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        self.api(&CONFIG_MAPS).replace(name, cm)
-    }
-
-    /// `api(&LEASES).get(name)`.
+    /// `api(&LEASES).get(name)`. Kept for commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::get`].
     pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
         self.api(&LEASES).get(name)
-    }
-
-    /// `api(&LEASES).create(lease, default)`, the object only.
-    pub fn create_lease(&self, lease: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        Ok(self
-            .api(&LEASES)
-            .create(lease, &PostParams::default())?
-            .object)
-    }
-
-    /// `api(&LEASES).replace(name, lease)`.
-    pub fn update_lease(
-        &self,
-        name: &str,
-        lease: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        self.api(&LEASES).replace(name, lease)
-    }
-
-    /// `api(&LEASES).delete(name, None)`.
-    pub fn delete_lease(&self, name: &str) -> Result<Deleted, KubeError> {
-        self.api(&LEASES).delete(name, None)
-    }
-
-    /// `api(&EVENTS).create(event, default)`, the object only.
-    pub fn create_event(&self, event: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        Ok(self
-            .api(&EVENTS)
-            .create(event, &PostParams::default())?
-            .object)
-    }
-
-    /// `api(&EVENTS).get(name)`.
-    pub fn get_event(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        self.api(&EVENTS).get(name)
-    }
-
-    /// `api(&EVENTS).patch(name, strategic)`.
-    pub fn patch_event(
-        &self,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        self.api(&EVENTS).patch(name, Patch::Strategic(patch))
     }
 }
 

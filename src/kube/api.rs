@@ -37,21 +37,26 @@ pub struct Resource {
     pub kind: &'static str,
 }
 
+impl Resource {
+    /// A resource of the core group (`api/v1`).
+    const fn core(plural: &'static str, singular: &'static str, kind: &'static str) -> Self {
+        Resource {
+            api: "api/v1",
+            plural,
+            singular,
+            kind,
+        }
+    }
+}
+
 /// core/v1 Pods.
-pub const PODS: Resource = Resource {
-    api: "api/v1",
-    plural: "pods",
-    singular: "pod",
-    kind: "Pod",
-};
+pub const PODS: Resource = Resource::core("pods", "pod", "Pod");
 
 /// core/v1 ConfigMaps (the ConfigMap state store).
-pub const CONFIG_MAPS: Resource = Resource {
-    api: "api/v1",
-    plural: "configmaps",
-    singular: "configmap",
-    kind: "ConfigMap",
-};
+pub const CONFIG_MAPS: Resource = Resource::core("configmaps", "configmap", "ConfigMap");
+
+/// core/v1 Events.
+pub const EVENTS: Resource = Resource::core("events", "event", "Event");
 
 /// coordination.k8s.io/v1 Leases (leader election). Calls on them pass the write fence
 /// ([`KubeClient::set_write_fence`]): the election itself must go on when it is lost.
@@ -60,14 +65,6 @@ pub const LEASES: Resource = Resource {
     plural: "leases",
     singular: "lease",
     kind: "Lease",
-};
-
-/// core/v1 Events.
-pub const EVENTS: Resource = Resource {
-    api: "api/v1",
-    plural: "events",
-    singular: "event",
-    kind: "Event",
 };
 
 /// The calls of one [`Resource`] in one namespace, through one [`KubeClient`] (kube-rs's

@@ -1778,3 +1778,46 @@ fn list_streams_pages_to_the_sink() {
         [1, 2]
     );
 }
+
+#[test]
+fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
+    let server = FakeServer::http(|req, _| match req.path() {
+        p if p.contains("/leases/") => Reply::json(200, r#"{"kind":"Lease"}"#),
+        _ => Reply::json(200, r#"{"kind":"Pod"}"#),
+    });
+    let client = http_client(&server);
+    client.set_write_fence(Arc::new(|| false));
+    let err = (client.api(&PODS))
+        .create(
+            &serde_json::json!({"metadata": {"name": "p"}}),
+            &PostParams::default(),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("create pod p")
+            && err.to_string().contains("no longer holds the leader lease"),
+        "{err}"
+    );
+    assert_eq!(
+        client
+            .api(&PODS)
+            .delete("p", None)
+            .unwrap_err()
+            .status_code(),
+        None,
+        "refused before it was sent"
+    );
+    assert!(client.api(&PODS).get("p").unwrap().is_some());
+    let lease = serde_json::json!({"kind": "Lease", "metadata": {"name": "l"}});
+    assert!(client.api(&LEASES).replace("l", &lease).is_ok());
+    let sent: Vec<_> = (server.recorded().iter())
+        .map(|r| format!("{} {}", r.method, r.path()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "GET /api/v1/namespaces/spark/pods/p",
+            "PUT /apis/coordination.k8s.io/v1/namespaces/spark/leases/l"
+        ]
+    );
+}

@@ -239,11 +239,6 @@ impl KubeClient {
 }
 
 impl Api<'_> {
-    /// The resource this calls.
-    pub fn resource(&self) -> &'static Resource {
-        self.res
-    }
-
     /// The namespace this calls into.
     pub fn namespace(&self) -> &str {
         &self.ns

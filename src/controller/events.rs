@@ -41,7 +41,7 @@
 
 use crate::alloc::{Blocked, DeleteReason, Outcomes, Plan};
 use crate::error::Error;
-use crate::kube::{KubeClient, KubeError};
+use crate::kube::{Api, KubeClient, KubeError, Patch, PostParams, EVENTS, PODS};
 use crate::podspec::Owner;
 use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use log::{debug, warn};
@@ -107,28 +107,6 @@ pub(crate) struct EventSpec {
     pub reason: &'static str,
     /// One human line.
     pub message: String,
-}
-
-/// Where events go: the API (a [`KubeClient`]) or, in tests, a fake.
-pub(crate) trait EventSink {
-    /// `POST` an Event.
-    fn create(&self, event: &Value) -> Result<Value, KubeError>;
-    /// `PATCH` an Event (strategic merge patch).
-    fn patch(&self, name: &str, patch: &Value) -> Result<Value, KubeError>;
-    /// `GET` an Event (`None`: 404).
-    fn get(&self, name: &str) -> Result<Option<Value>, KubeError>;
-}
-
-impl EventSink for KubeClient {
-    fn create(&self, event: &Value) -> Result<Value, KubeError> {
-        self.create_event(event)
-    }
-    fn patch(&self, name: &str, patch: &Value) -> Result<Value, KubeError> {
-        self.patch_event(name, patch)
-    }
-    fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
-        self.get_event(name)
-    }
 }
 
 /// What the logger remembers of a posted event.
@@ -222,11 +200,14 @@ impl Recorder {
         (ev, own)
     }
 
-    /// Correlates `ev` and posts it: a new Event, or a PATCH of the count of the same one.
-    /// Returns what was done, for logs and tests; errors are the sink's.
+    /// Correlates `ev` and posts it through `events` (the Events of the involved object's
+    /// namespace): a new Event, or a PATCH of the count of the same one. Returns the
+    /// Event's count after the post, `None` when the spam filter dropped it.
+    ///
+    /// Errors: the API's, as [`Api::create`], [`Api::get`] and [`Api::patch`] return them.
     pub(crate) fn record(
         &mut self,
-        sink: &dyn EventSink,
+        events: &Api<'_>,
         ev: EventSpec,
         now_ms: u64,
     ) -> Result<Option<u64>, KubeError> {
@@ -244,7 +225,7 @@ impl Recorder {
         let now = rfc3339(now_ms);
         if let Some(p) = self.posted.get(&key).cloned() {
             let count = p.count + 1;
-            match patch_count(sink, &p.name, count, &ev.message, &now) {
+            match patch_count(events, &p.name, count, &ev.message, &now) {
                 Ok(()) => {
                     self.posted.insert(key, Posted { count, ..p });
                     self.sent += 1;
@@ -258,13 +239,13 @@ impl Recorder {
         // At most 253 characters (a DNS subdomain): the object's name, cut, then `.HASH`.
         let base: String = ev.involved.name.chars().take(253 - 17).collect();
         let name = format!("{base}.{}", hash_hex(&key));
-        let count = match sink.create(&event_json(&ev, &name, &now)) {
+        let count = match events.create(&event_json(&ev, &name, &now), &PostParams::default()) {
             Ok(_) => 1,
             Err(e) if e.is_already_exists() => {
                 // Posted by an earlier process: count on from the stored Event.
-                let stored = sink.get(&name)?.unwrap_or_default();
+                let stored = events.get(&name)?.unwrap_or_default();
                 let count = stored["count"].as_u64().unwrap_or(1) + 1;
-                patch_count(sink, &name, count, &ev.message, &now)?;
+                patch_count(events, &name, count, &ev.message, &now)?;
                 count
             }
             Err(e) => return Err(e),
@@ -276,9 +257,9 @@ impl Recorder {
 
     /// [`Recorder::record`] that never fails: an error is logged once as a warning (with
     /// the RBAC hint for a 403), then at debug level.
-    pub(crate) fn post(&mut self, sink: &dyn EventSink, ev: EventSpec, now_ms: u64) {
+    pub(crate) fn post(&mut self, events: &Api<'_>, ev: EventSpec, now_ms: u64) {
         let what = format!("{} on pod {}", ev.reason, ev.involved.name);
-        if let Err(e) = self.record(sink, ev, now_ms) {
+        if let Err(e) = self.record(events, ev, now_ms) {
             let hint = match &e {
                 KubeError::Api { status, .. } if status.code == 403 => {
                     " (grant the service account events create and patch)"
@@ -297,14 +278,14 @@ impl Recorder {
 
 /// The PATCH client-go's event sink sends for a repeated event.
 fn patch_count(
-    sink: &dyn EventSink,
+    events: &Api<'_>,
     name: &str,
     count: u64,
     message: &str,
     now: &str,
 ) -> Result<(), KubeError> {
     let patch = json!({"count": count, "lastTimestamp": now, "message": message});
-    sink.patch(name, &patch).map(|_| ())
+    events.patch(name, Patch::Strategic(&patch)).map(|_| ())
 }
 
 /// The core/v1 Event for `ev`, named `name`, first seen `now`.
@@ -523,7 +504,7 @@ fn executor_ref(
     match lookup(ns, snapshot, plan, created, id)? {
         Lookup::Known(r) => Some(r),
         Lookup::Read(name) => {
-            let uid = client.get_pod(&name).ok()??["metadata"]["uid"]
+            let uid = client.api(&PODS).get(&name).ok()??["metadata"]["uid"]
                 .as_str()?
                 .to_string();
             Some(ObjectRef::pod(ns, &name, &uid))
@@ -691,7 +672,8 @@ fn enqueue(client: &KubeClient, ev: EventSpec, now_ms: u64) {
                 for job in rx {
                     let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
                     let rec = guard.get_or_insert_with(Recorder::default);
-                    rec.post(job.client.as_ref(), job.ev, job.now_ms);
+                    let events = job.client.api_in(&job.ev.involved.namespace, &EVENTS);
+                    rec.post(&events, job.ev, job.now_ms);
                     QUEUE.pending.fetch_sub(1, Ordering::SeqCst);
                 }
             });
@@ -731,51 +713,96 @@ pub(crate) fn flush(limit: std::time::Duration) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::ApiStatus;
-    use std::cell::RefCell;
+    use crate::kube::testutil::{FakeServer, Reply};
+    use std::sync::Arc;
 
-    #[derive(Default)]
-    struct Fake {
-        store: RefCell<BTreeMap<String, Value>>,
-        calls: RefCell<Vec<String>>,
+    /// A Status body for `code`/`reason`.
+    fn status(code: u16, reason: &str) -> Reply {
+        let body = json!({"kind": "Status", "code": code, "reason": reason, "message": reason});
+        Reply::json(code, &body.to_string())
     }
 
-    fn api(code: u16, reason: &str) -> KubeError {
-        KubeError::Api {
-            verb: "x".into(),
-            status: ApiStatus::from_body(
-                code,
-                json!({"kind": "Status", "code": code, "reason": reason, "message": reason})
-                    .to_string()
-                    .as_bytes(),
-                None,
-            ),
-        }
+    /// An events API that keeps what it is sent: a create of a taken name is 409
+    /// AlreadyExists, a patch or get of a missing one 404; with `down`, every call is
+    /// answered with that code instead.
+    struct Events {
+        server: FakeServer,
+        store: Arc<Mutex<BTreeMap<String, Value>>>,
+        client: KubeClient,
     }
 
-    impl EventSink for Fake {
-        fn create(&self, ev: &Value) -> Result<Value, KubeError> {
-            let name = ev["metadata"]["name"].as_str().unwrap().to_string();
-            self.calls.borrow_mut().push(format!("create {name}"));
-            if self.store.borrow().contains_key(&name) {
-                return Err(api(409, "AlreadyExists"));
+    impl Events {
+        fn new(down: Option<u16>) -> Events {
+            let store = Arc::new(Mutex::new(BTreeMap::<String, Value>::new()));
+            let kept = Arc::clone(&store);
+            let server = FakeServer::http(move |r, _| {
+                if let Some(code) = down {
+                    return status(code, "Forbidden");
+                }
+                let mut store = kept.lock().unwrap();
+                let name = r.path().rsplit('/').next().unwrap_or("").to_string();
+                let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+                match r.method.as_str() {
+                    "POST" => {
+                        let name = body["metadata"]["name"].as_str().unwrap().to_string();
+                        if store.contains_key(&name) {
+                            return status(409, "AlreadyExists");
+                        }
+                        store.insert(name, body.clone());
+                        Reply::json(201, &body.to_string())
+                    }
+                    "PATCH" => match store.get_mut(&name) {
+                        None => status(404, "NotFound"),
+                        Some(ev) => {
+                            for (k, v) in body.as_object().unwrap() {
+                                ev[k] = v.clone();
+                            }
+                            Reply::json(200, &ev.to_string())
+                        }
+                    },
+                    _ => match store.get(&name) {
+                        None => status(404, "NotFound"),
+                        Some(ev) => Reply::json(200, &ev.to_string()),
+                    },
+                }
+            });
+            let cfg = crate::kube::ClusterConfig::for_server(&server.url(), "ns");
+            let options = crate::kube::ClientOptions {
+                retry: crate::kube::RetryPolicy::none(),
+                ..Default::default()
+            };
+            let client = KubeClient::with_options(cfg, options).unwrap();
+            Events {
+                server,
+                store,
+                client,
             }
-            self.store.borrow_mut().insert(name, ev.clone());
-            Ok(ev.clone())
         }
-        fn patch(&self, name: &str, p: &Value) -> Result<Value, KubeError> {
-            self.calls
-                .borrow_mut()
-                .push(format!("patch {name} {}", p["count"]));
-            let mut s = self.store.borrow_mut();
-            let ev = s.get_mut(name).ok_or_else(|| api(404, "NotFound"))?;
-            for (k, v) in p.as_object().unwrap() {
-                ev[k] = v.clone();
-            }
-            Ok(ev.clone())
+
+        fn api(&self) -> Api<'_> {
+            self.client.api_in("ns", &EVENTS)
         }
-        fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
-            Ok(self.store.borrow().get(name).cloned())
+
+        /// The writes sent: `create NAME`, `patch NAME COUNT`.
+        fn calls(&self) -> Vec<String> {
+            let writes = self.server.recorded().into_iter();
+            let writes = writes.filter(|r| r.method != "GET");
+            writes
+                .map(|r| {
+                    let body: Value = serde_json::from_slice(&r.body).unwrap();
+                    match r.method.as_str() {
+                        "POST" => format!("create {}", body["metadata"]["name"].as_str().unwrap()),
+                        m => {
+                            let name = r.path().rsplit('/').next().unwrap().to_string();
+                            format!("{} {name} {}", m.to_lowercase(), body["count"])
+                        }
+                    }
+                })
+                .collect()
+        }
+
+        fn stored(&self) -> BTreeMap<String, Value> {
+            self.store.lock().unwrap().clone()
         }
     }
 
@@ -790,15 +817,24 @@ mod tests {
 
     #[test]
     fn a_repeated_event_patches_the_count() {
-        let sink = Fake::default();
+        let events = Events::new(None);
+        let sink = &events.api();
         let mut r = Recorder::default();
-        assert_eq!(r.record(&sink, ev("quota"), 1_000).unwrap(), Some(1));
-        assert_eq!(r.record(&sink, ev("quota"), 2_000).unwrap(), Some(2));
-        assert_eq!(r.record(&sink, ev("other"), 3_000).unwrap(), Some(1));
-        let calls = sink.calls.borrow().clone();
+        assert_eq!(r.record(sink, ev("quota"), 1_000).unwrap(), Some(1));
+        assert_eq!(r.record(sink, ev("quota"), 2_000).unwrap(), Some(2));
+        assert_eq!(r.record(sink, ev("other"), 3_000).unwrap(), Some(1));
+        let calls = events.calls();
         assert_eq!(calls.len(), 3, "{calls:?}");
         assert!(calls[1].starts_with("patch driver.") && calls[1].ends_with(" 2"));
-        let store = sink.store.borrow();
+        let patch = &events.server.recorded()[1];
+        assert_eq!(
+            patch.header("content-type"),
+            Some("application/strategic-merge-patch+json")
+        );
+        assert!(patch
+            .path()
+            .starts_with("/api/v1/namespaces/ns/events/driver."));
+        let store = events.stored();
         assert_eq!(store.len(), 2);
         let first = store.values().find(|e| e["message"] == "quota").unwrap();
         assert_eq!(first["count"], 2);
@@ -810,43 +846,43 @@ mod tests {
 
     #[test]
     fn a_new_process_counts_on_from_the_stored_event() {
-        let sink = Fake::default();
+        let events = Events::new(None);
+        let sink = &events.api();
         Recorder::default()
-            .record(&sink, ev("quota"), 1_000)
+            .record(sink, ev("quota"), 1_000)
             .unwrap();
         // Another process: nothing cached, the create meets 409 and patches the count.
         let mut r = Recorder::default();
-        assert_eq!(r.record(&sink, ev("quota"), 5_000).unwrap(), Some(2));
-        assert_eq!(sink.store.borrow().len(), 1);
+        assert_eq!(r.record(sink, ev("quota"), 5_000).unwrap(), Some(2));
+        assert_eq!(events.stored().len(), 1);
     }
 
     #[test]
     fn the_spam_filter_allows_a_burst_of_25_then_one_per_5_minutes() {
-        let sink = Fake::default();
+        let events = Events::new(None);
+        let sink = &events.api();
         let mut r = Recorder::default();
         let sent = (0..40)
             .filter(|i| {
-                r.record(&sink, ev(&format!("m{}", i % 5)), 1_000)
+                r.record(sink, ev(&format!("m{}", i % 5)), 1_000)
                     .unwrap()
                     .is_some()
             })
             .count();
         assert_eq!(sent, 25);
-        assert_eq!(r.record(&sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
-        assert!(r
-            .record(&sink, ev("m0"), 1_000 + 301_000)
-            .unwrap()
-            .is_some());
+        assert_eq!(r.record(sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
+        assert!(r.record(sink, ev("m0"), 1_000 + 301_000).unwrap().is_some());
     }
 
     #[test]
     fn similar_events_are_combined_after_10_messages() {
-        let sink = Fake::default();
+        let events = Events::new(None);
+        let sink = &events.api();
         let mut r = Recorder::default();
         for i in 0..12 {
-            r.record(&sink, ev(&format!("message {i}")), 1_000).unwrap();
+            r.record(sink, ev(&format!("message {i}")), 1_000).unwrap();
         }
-        let store = sink.store.borrow();
+        let store = events.stored();
         let combined: Vec<&Value> = store
             .values()
             .filter(|e| {
@@ -963,22 +999,12 @@ mod tests {
 
     #[test]
     fn post_never_fails() {
-        struct Down;
-        impl EventSink for Down {
-            fn create(&self, _: &Value) -> Result<Value, KubeError> {
-                Err(api(403, "Forbidden"))
-            }
-            fn patch(&self, _: &str, _: &Value) -> Result<Value, KubeError> {
-                Err(api(403, "Forbidden"))
-            }
-            fn get(&self, _: &str) -> Result<Option<Value>, KubeError> {
-                Ok(None)
-            }
-        }
+        let down = Events::new(Some(403));
         let mut r = Recorder::default();
-        r.post(&Down, ev("x"), 0);
-        r.post(&Down, ev("y"), 0);
+        r.post(&down.api(), ev("x"), 0);
+        r.post(&down.api(), ev("y"), 0);
         assert!(r.warned);
         assert_eq!(r.sent, 0);
+        assert_eq!(down.calls().len(), 2, "one create each, refused");
     }
 }

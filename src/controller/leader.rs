@@ -40,7 +40,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use serde_json::{json, Value};
 
-use crate::kube::{KubeClient, KubeError};
+use crate::kube::{Api, KubeClient, KubeError, PostParams, LEASES};
 
 /// client-go's `JitterFactor`: a candidate that does not lead waits between one and
 /// 1 + 1.2 retry periods between attempts, and the renew deadline must exceed
@@ -792,9 +792,10 @@ fn wall_ms() -> u64 {
 /// [`JITTER_FACTOR`] more when not, as client-go's `wait.JitterUntil`), until stopped; then
 /// release.
 fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
+    let leases = client.api(&LEASES);
     let mut rng = wall_ms() | 1;
     while !s.stop.load(Ordering::SeqCst) {
-        attempt(s, client, name);
+        attempt(s, &leases, name);
         let leading = s.leading();
         let mut period = timing.retry_period;
         if !leading {
@@ -809,17 +810,17 @@ fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
             std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
         }
     }
-    release(s, client, name);
+    release(s, &leases, name);
 }
 
 /// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,
 /// ask the core, write. A 404 on the fast path stops us at once; a 409 is settled by the
 /// read that follows.
-fn attempt(s: &Shared, client: &KubeClient, name: &str) {
+fn attempt(s: &Shared, leases: &Api<'_>, name: &str) {
     let started = s.now();
     let fast = lock(&s.elector).fast_renew(started, wall_ms());
     if let Some(w) = fast {
-        match client.update_lease(name, &w.to_lease(name, None)) {
+        match leases.replace(name, &w.to_lease(name, None)) {
             Ok(v) => return lock(&s.elector).written(Observed::from_lease(&v), started),
             Err(e) => {
                 if e.status_code() == Some(404) {
@@ -829,7 +830,7 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
             }
         }
     }
-    let lease = match client.get_lease(name) {
+    let lease = match leases.get(name) {
         Ok(l) => l.map(|v| Observed::from_lease(&v)),
         Err(e) => return report(s, &e),
     };
@@ -847,8 +848,10 @@ fn attempt(s: &Shared, client: &KubeClient, name: &str) {
         return;
     };
     let res = match &write {
-        Write::Create(_) => client.create_lease(&write.to_lease(name, None)),
-        Write::Update { .. } => client.update_lease(name, &write.to_lease(name, None)),
+        Write::Create(_) => {
+            (leases.create(&write.to_lease(name, None), &PostParams::default())).map(|c| c.object)
+        }
+        Write::Update { .. } => leases.replace(name, &write.to_lease(name, None)),
     };
     match res {
         Ok(v) => lock(&s.elector).written(Observed::from_lease(&v), started),
@@ -876,19 +879,19 @@ fn report(s: &Shared, e: &KubeError) {
 /// `ReleaseOnCancel`: gives the Lease up if we hold it. A 409 (someone wrote it in
 /// between) is not retried blindly: the Lease is read again and released only if it still
 /// names us (client-go#1417).
-fn release(s: &Shared, client: &KubeClient, name: &str) {
+fn release(s: &Shared, leases: &Api<'_>, name: &str) {
     let me = lock(&s.elector).identity().to_string();
     let mut write = lock(&s.elector).release(wall_ms());
     for _ in 0..2 {
         let Some(w) = write.take() else { break };
-        match client.update_lease(name, &w.to_lease(name, Some(&me))) {
+        match leases.replace(name, &w.to_lease(name, Some(&me))) {
             Ok(v) => {
                 lock(&s.elector).written(Observed::from_lease(&v), s.now());
                 info!("leader election: released lease {name}");
             }
             Err(e) if e.status_code() == Some(409) => {
                 info!("leader election: lease {name} was written by someone else before the release; reading it again");
-                match client.get_lease(name) {
+                match leases.get(name) {
                     Ok(l) => {
                         let l = l.map(|v| Observed::from_lease(&v));
                         write = lock(&s.elector).release_after_conflict(l, wall_ms());

@@ -8,7 +8,10 @@
 
 use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Steering, Summary};
 use crate::error::{Error, Result};
-use crate::kube::{Deleted, FieldValidation, KubeClient, KubeError, PageSink};
+use crate::kube::{
+    Deleted, FieldValidation, KubeClient, KubeError, ListParams, PageSink, PostParams,
+    Preconditions, PODS,
+};
 use crate::podspec::{Owner, PodTemplate};
 use crate::snapshot::{
     DriverState, ExecutorState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
@@ -187,14 +190,18 @@ impl PageSink for SnapshotSink<'_> {
 /// Errors: the API's (exit 1/4), or a malformed PodList (exit 1: the server sent it).
 pub fn list_snapshot(client: &KubeClient, app: &App) -> Result<Snapshot> {
     let selector = app.label_selector();
-    let limit = (app.page_size > 0).then_some(app.page_size);
+    let lp = ListParams {
+        label_selector: &selector,
+        field_selector: None,
+        limit: (app.page_size > 0).then_some(app.page_size),
+    };
     let mut sink = SnapshotSink {
         app_id: &app.app_id,
         container: app.settings.executor_container.as_deref(),
         snap: Snapshot::default(),
         parse_error: None,
     };
-    let res = client.list_pods(&selector, None, limit, &mut sink);
+    let res = client.api(&PODS).list(&lp, &mut sink);
     if let Err(e) = res {
         return Err(match sink.parse_error {
             Some(p) => Error::runtime(format!(
@@ -228,7 +235,7 @@ fn no_driver(client: &KubeClient, name: &str) -> Error {
 
 /// [`read_driver`], with `None` when the pod does not exist.
 fn read_driver_if_any(client: &KubeClient, name: &str) -> Result<Option<(Owner, DriverState)>> {
-    let Some(pod) = client.get_pod(name).map_err(kube_error)? else {
+    let Some(pod) = client.api(&PODS).get(name).map_err(kube_error)? else {
         return Ok(None);
     };
     let meta = &pod["metadata"];
@@ -724,8 +731,11 @@ fn delete_one(
                 return Ok(false);
             }
         }
-        let (uid, rv) = (pod.uid.as_str(), pod.resource_version.as_str());
-        return match client.delete_pod(&d.pod_name, Some((uid, rv))) {
+        let pre = Preconditions {
+            uid: &pod.uid,
+            resource_version: &pod.resource_version,
+        };
+        return match client.api(&PODS).delete(&d.pod_name, Some(pre)) {
             Ok(_) => Ok(true),
             Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
                 info!(
@@ -737,7 +747,7 @@ fn delete_one(
             Err(e) => Err(e),
         };
     }
-    match client.delete_pod(&d.pod_name, None)? {
+    match client.api(&PODS).delete(&d.pod_name, None)? {
         Deleted::Deleted | Deleted::NotFound => Ok(true),
     }
 }
@@ -749,7 +759,7 @@ fn still_ours(
     app: &App,
     d: &alloc::Delete,
 ) -> std::result::Result<Option<crate::snapshot::ExecutorPod>, KubeError> {
-    let Some(pod) = client.get_pod(&d.pod_name)? else {
+    let Some(pod) = client.api(&PODS).get(&d.pod_name)? else {
         return Ok(None);
     };
     let bytes = serde_json::to_vec(&pod).unwrap_or_default();
@@ -774,17 +784,21 @@ enum CreateOutcome {
 }
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
-    match client.create_pod_validated(pod, FieldValidation::Strict) {
-        Ok((created, warnings)) => {
-            for w in warnings {
+    let pods = client.api(&PODS);
+    let strict = PostParams {
+        field_validation: Some(FieldValidation::Strict),
+    };
+    match pods.create(pod, &strict) {
+        Ok(created) => {
+            for w in created.warnings {
                 warn!("creating pod {name}: the API server warns: {w}");
             }
-            CreateOutcome::Created(pod_uid(&created))
+            CreateOutcome::Created(pod_uid(&created.object))
         }
         Err(e) if e.is_already_exists() => {
             // A create whose response was lost may have happened: a pod of ours with this id
             // is success; anything else under that name is not ours and is left alone.
-            match client.get_pod(name) {
+            match pods.get(name) {
                 Ok(Some(existing)) if is_our_pod(&existing, &app.app_id, id) => {
                     info!("pod {name} already exists and is ours: counted as created");
                     CreateOutcome::Created(pod_uid(&existing))

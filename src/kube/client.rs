@@ -1,4 +1,4 @@
-//! The blocking HTTPS client: list / get / create / delete pods over `ureq` + `rustls` (ring).
+//! The blocking HTTPS client under [`super::Api`]: transport over `ureq` + `rustls` (ring).
 //!
 //! One [`KubeClient`] holds one `ureq::Agent` (connection pool, TLS configuration) for one
 //! [`ClusterConfig`]; the agent is rebuilt only when an exec credential plugin hands out a new
@@ -22,6 +22,7 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
+use super::api::{ListParams, Preconditions, Resource, CONFIG_MAPS, LEASES, PODS};
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
@@ -180,16 +181,16 @@ pub struct ClientStats {
     pub retry_sleep: Duration,
 }
 
-/// Result of [`KubeClient::delete_pod`].
+/// Result of [`super::Api::delete`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deleted {
-    /// The server accepted the delete (200/202); the pod may still be terminating.
+    /// The server accepted the delete (200/202); a pod may still be terminating.
     Deleted,
-    /// The pod did not exist (404), which an idempotent deleter treats as done.
+    /// The object did not exist (404), which an idempotent deleter treats as done.
     NotFound,
 }
 
-/// What a [`KubeClient::list_pods`] call did.
+/// What a [`super::Api::list`] call did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListStats {
     /// Pages fetched, including pages dropped by a restart.
@@ -203,7 +204,7 @@ pub struct ListStats {
 /// Most restarts of a list after 410 Gone before the error is returned.
 pub const MAX_LIST_RESTARTS: u32 = 3;
 
-/// Receives the pages of a paginated list ([`KubeClient::list_pods`]) as they arrive.
+/// Receives the pages of a paginated list ([`super::Api::list`]) as they arrive.
 ///
 /// A list is a run of [`PageSink::page`] calls; a [`PageSink::restart`] between two pages
 /// starts a new run (kube-runtime's watcher calls this event `Init`): everything collected
@@ -225,7 +226,7 @@ pub trait PageSink {
     /// (410 Gone, reason `Expired`). Drop what earlier pages gave.
     fn restart(&mut self);
 
-    /// One page: the body of a `PodList` (JSON, gzip already decoded). Returns the page's
+    /// One page: the body of a `…List` (`PodList`, …) (JSON, gzip already decoded). Returns the page's
     /// `metadata.continue` token; `None` or an empty token means this was the last page.
     ///
     /// Errors: whatever the sink cannot use (e.g. a body that is not a `PodList`); the list
@@ -391,37 +392,7 @@ impl Read for Chunks {
 }
 
 /// Reads the body of a successful response ([`KubeClient::execute_with`]).
-type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
-
-/// The sink of [`KubeClient::list_pod_items`]: every page's `items`, in order.
-#[derive(Default)]
-struct ItemsSink {
-    items: Vec<serde_json::Value>,
-}
-
-impl PageSink for ItemsSink {
-    type Error = KubeError;
-
-    fn restart(&mut self) {
-        self.items.clear();
-    }
-
-    fn page(&mut self, body: &[u8]) -> Result<Option<String>, KubeError> {
-        let mut v = KubeClient::decode_json("list pods response", body)?;
-        let cont = v["metadata"]["continue"].as_str().map(str::to_string);
-        match v.get_mut("items").map(serde_json::Value::take) {
-            Some(serde_json::Value::Array(list)) => self.items.extend(list),
-            Some(serde_json::Value::Null) | None => {}
-            Some(_) => {
-                return Err(KubeError::Decode {
-                    what: "list pods response".to_string(),
-                    message: "items is not an array".to_string(),
-                })
-            }
-        }
-        Ok(cont)
-    }
-}
+pub(super) type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
 
 /// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
 /// addresses. ureq has no server-name override, so the URL names the certificate host and
@@ -497,7 +468,8 @@ struct ExecCache {
     expires: Option<SystemTime>,
 }
 
-/// A blocking Kubernetes client for the pods of one namespace.
+/// A blocking Kubernetes client: one cluster and credential, calls in any namespace through
+/// [`KubeClient::api_in`] (its own namespace through [`KubeClient::api`]).
 ///
 /// `Debug` shows the server, namespace and credential source, never the credential.
 pub struct KubeClient {
@@ -548,27 +520,35 @@ impl fmt::Debug for KubeClient {
     }
 }
 
-struct Request<'a> {
-    method: Method,
-    url: String,
-    body: Option<Vec<u8>>,
-    verb: &'a str,
-    limit: u64,
+/// One HTTP request, as [`super::api::Api`] builds it.
+pub(super) struct Request {
+    pub(super) method: Method,
+    pub(super) url: String,
+    pub(super) body: Option<Vec<u8>>,
+    /// The body's `Content-Type` (sent only with a body).
+    pub(super) content_type: &'static str,
+    /// Names the call in logs and errors: `get pod NAME`, `list pods`.
+    pub(super) verb: String,
+    /// The resource called (the write fence lets Lease calls through).
+    pub(super) res: &'static Resource,
+    /// The most body bytes read from a 2xx answer.
+    pub(super) limit: u64,
 }
 
-struct Response {
-    status: u16,
+/// The final answer to one [`Request`].
+pub(super) struct Response {
+    pub(super) status: u16,
     /// Empty when a body handler read it.
-    body: Vec<u8>,
+    pub(super) body: Vec<u8>,
     /// Body bytes received (after gzip decoding).
-    received: u64,
-    retry_after: Option<u64>,
+    pub(super) received: u64,
+    pub(super) retry_after: Option<u64>,
     /// The `Location` header (of a 3xx), for the error message.
-    location: Option<String>,
+    pub(super) location: Option<String>,
     /// The `Warning` response headers' texts (RFC 7234 warn-text, unquoted): what the API
     /// server says about a request it accepted, e.g. an unknown field under
     /// `fieldValidation=Warn`.
-    warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 /// The `fieldValidation` query parameter of a create (KEP-2885, Kubernetes 1.25+).
@@ -870,29 +850,6 @@ fn io_kind(kind: std::io::ErrorKind) -> (TransportKind, &'static str) {
     }
 }
 
-/// The query parameters every page of a pod list shares: `labelSelector`, `fieldSelector`
-/// (both percent-encoded; left out when empty) and `limit` (left out when 0 or `None`).
-fn list_query(
-    label_selector: &str,
-    field_selector: Option<&str>,
-    limit: Option<u32>,
-) -> Vec<String> {
-    let mut query = Vec::new();
-    if !label_selector.is_empty() {
-        query.push(format!(
-            "labelSelector={}",
-            encode_component(label_selector)
-        ));
-    }
-    if let Some(fs) = field_selector.filter(|f| !f.is_empty()) {
-        query.push(format!("fieldSelector={}", encode_component(fs)));
-    }
-    if let Some(l) = limit.filter(|l| *l > 0) {
-        query.push(format!("limit={l}"));
-    }
-    query
-}
-
 impl KubeClient {
     /// Builds the client with [`ClientOptions::default`]. See [`KubeClient::with_options`].
     pub fn new(cfg: ClusterConfig) -> Result<KubeClient, KubeError> {
@@ -1046,7 +1003,7 @@ impl KubeClient {
         Ok((agent, base))
     }
 
-    /// The namespace all pod calls go to.
+    /// The default namespace: where [`KubeClient::api`] calls go.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -1114,27 +1071,6 @@ impl KubeClient {
     /// A copy of the counters: requests, retries, bytes received, errors by HTTP code.
     pub fn stats(&self) -> ClientStats {
         lock(&self.stats).clone()
-    }
-
-    /// The URL of a namespaced collection in the client's namespace:
-    /// `BASE/GROUP_VERSION_PATH/namespaces/NS/PLURAL` (e.g. `api/v1`, `pods`).
-    fn collection_url(&self, group_version: &str, plural: &str) -> String {
-        format!(
-            "{}/{group_version}/namespaces/{}/{plural}",
-            self.base,
-            encode_component(&self.namespace)
-        )
-    }
-
-    fn pods_url(&self) -> String {
-        self.collection_url("api/v1", "pods")
-    }
-
-    fn pod_url(&self, name: &str, verb: &str) -> Result<String, KubeError> {
-        if name.is_empty() {
-            return Err(KubeError::Config(format!("{verb}: empty pod name")));
-        }
-        Ok(format!("{}/{}", self.pods_url(), encode_component(name)))
     }
 
     /// The bearer token to send, reading the token file when it is older than the refresh
@@ -1347,7 +1283,7 @@ impl KubeClient {
     fn send_once(
         &self,
         agent: &ureq::Agent,
-        req: &Request<'_>,
+        req: &Request,
         token: Option<&str>,
         host: &str,
         timeout: Duration,
@@ -1359,17 +1295,11 @@ impl KubeClient {
         if let Some(t) = token {
             b = b.header("Authorization", format!("Bearer {t}"));
         }
-        // A PATCH body is a strategic merge patch (what client-go's event sink sends);
-        // everything else is a whole object.
-        let content_type = match req.method {
-            Method::PATCH => "application/strategic-merge-patch+json",
-            _ => "application/json",
-        };
         // The per-attempt deadline: what is left of the call's (ureq's global timeout covers
         // connect, headers and the whole body, so a trickling body is cut off too).
         let sent = match &req.body {
             Some(body) => b
-                .header("Content-Type", content_type)
+                .header("Content-Type", req.content_type)
                 .body(body.clone())
                 .map(|r| {
                     let r = agent.configure_request(r).timeout_global(Some(timeout));
@@ -1386,7 +1316,7 @@ impl KubeClient {
                 req.verb, req.url
             ))
         })?;
-        let mut resp = result.map_err(|e| classify(req.verb, host, e))?;
+        let mut resp = result.map_err(|e| classify(&req.verb, host, e))?;
         let status = resp.status().as_u16();
         let (retry_after, location, warnings) = response_headers(resp.headers());
         if let (true, Some(handle)) = (status < 300, on_body) {
@@ -1399,7 +1329,7 @@ impl KubeClient {
                 false => read_inline(reader, handle),
             };
             if let Some(e) = error {
-                return Err(classify(req.verb, host, ureq::Error::from(e)));
+                return Err(classify(&req.verb, host, ureq::Error::from(e)));
             }
             return Ok(Response {
                 status,
@@ -1415,7 +1345,7 @@ impl KubeClient {
                 .with_config()
                 .limit(req.limit)
                 .read_to_vec()
-                .map_err(|e| classify(req.verb, host, e))?
+                .map_err(|e| classify(&req.verb, host, e))?
         } else {
             let mut buf = Vec::new();
             resp.body_mut()
@@ -1424,7 +1354,7 @@ impl KubeClient {
                 .reader()
                 .take(ERROR_BODY_LIMIT)
                 .read_to_end(&mut buf)
-                .map_err(|e| classify(req.verb, host, ureq::Error::from(e)))?;
+                .map_err(|e| classify(&req.verb, host, ureq::Error::from(e)))?;
             buf
         };
         Ok(Response {
@@ -1443,7 +1373,7 @@ impl KubeClient {
     ///
     /// The whole call ends by its deadline ([`KubeClient::call_deadline`]): each attempt gets
     /// what is left of it, and a retry whose sleep would pass it is not made.
-    fn execute(&self, req: &Request<'_>) -> Result<Response, KubeError> {
+    pub(super) fn execute(&self, req: &Request) -> Result<Response, KubeError> {
         self.execute_with(req, None)
     }
 
@@ -1451,9 +1381,9 @@ impl KubeClient {
     /// arrives instead of collecting it (the returned response's `body` is then empty). A
     /// read that fails inside `on_body` fails the attempt as a transport error would, so
     /// it may be retried, and `on_body` runs again on the new response.
-    fn execute_with(
+    pub(super) fn execute_with(
         &self,
-        req: &Request<'_>,
+        req: &Request,
         mut on_body: Option<BodyHandler<'_>>,
     ) -> Result<Response, KubeError> {
         self.check_write_fence(req)?;
@@ -1518,7 +1448,7 @@ impl KubeClient {
     }
 
     /// The error of a call that ran out of time.
-    fn deadline_error(&self, req: &Request<'_>, deadline: &Deadline) -> KubeError {
+    fn deadline_error(&self, req: &Request, deadline: &Deadline) -> KubeError {
         KubeError::Transport {
             verb: req.verb.to_string(),
             kind: TransportKind::Timeout,
@@ -1530,7 +1460,7 @@ impl KubeClient {
     }
 
     /// Counts a response's bytes and error code in the stats, and logs it (no headers).
-    fn record_response(&self, req: &Request<'_>, resp: &Response, started: Instant) {
+    fn record_response(&self, req: &Request, resp: &Response, started: Instant) {
         {
             let mut stats = lock(&self.stats);
             stats.bytes_received += resp.received;
@@ -1558,7 +1488,7 @@ impl KubeClient {
     }
 
     /// After a 401: re-reads the token file or re-runs the exec plugin, counted as a retry.
-    fn reauthenticate(&self, req: &Request<'_>) -> Result<(), KubeError> {
+    fn reauthenticate(&self, req: &Request) -> Result<(), KubeError> {
         let what = match self.credential {
             Credential::Exec(_) => "re-running",
             _ => "re-reading",
@@ -1575,12 +1505,7 @@ impl KubeClient {
 
     /// The sleep before retrying a response with a retryable HTTP code (honouring
     /// `Retry-After`), or `None` to return the response as it is.
-    fn status_retry_delay(
-        &self,
-        req: &Request<'_>,
-        resp: &Response,
-        attempt: u32,
-    ) -> Option<Duration> {
+    fn status_retry_delay(&self, req: &Request, resp: &Response, attempt: u32) -> Option<Duration> {
         if !is_retryable_code(resp.status) {
             return None;
         }
@@ -1621,7 +1546,7 @@ impl KubeClient {
     /// The error of a response with a code the call does not expect. A 3xx says where the
     /// server redirected to: the client follows no redirects (a redirect of an API call
     /// means the `--server` URL points at something other than the API server).
-    fn api_error(verb: &str, resp: &Response) -> KubeError {
+    pub(super) fn api_error(verb: &str, resp: &Response) -> KubeError {
         let mut status = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
         if (300..400).contains(&resp.status) {
             status.reason = "Redirect".to_string();
@@ -1637,19 +1562,12 @@ impl KubeClient {
         }
     }
 
-    fn decode_json(what: &str, body: &[u8]) -> Result<serde_json::Value, KubeError> {
-        serde_json::from_slice(body).map_err(|e| KubeError::Decode {
-            what: what.to_string(),
-            message: e.to_string(),
-        })
-    }
-
     /// Decodes a 2xx body that must be a JSON object of `kind` (`Pod`, `ConfigMap`, …).
     /// A body that is not JSON (garbage, a proxy's HTML page), or that does not say it is a
     /// `kind` (`{}`, a `Status`), is a [`KubeError::Decode`] naming the server and quoting
     /// the body's first bytes. For a create, the caller cannot tell whether the object was
     /// made: it reads the error as ambiguous.
-    fn decode_kind(
+    pub(super) fn decode_kind(
         &self,
         what: &str,
         body: &[u8],
@@ -1672,90 +1590,24 @@ impl KubeClient {
         }
     }
 
-    /// Lists the namespace's pods matching `label_selector` (and `field_selector`), page by
-    /// page with `limit`/`continue`, handing each page to `sink`.
-    ///
-    /// Each page's body (JSON `PodList`, gzip already decoded) goes to [`PageSink::page`],
-    /// which returns the page's `metadata.continue` (`None` or empty: last page). On 410 Gone
-    /// for a continued page (expired token, `reason: Expired`), the list restarts from the
-    /// first page after [`PageSink::restart`], so the sink can drop what it collected; at
-    /// most [`MAX_LIST_RESTARTS`] times (the Kubernetes API concepts page, "Retrieving large
-    /// results sets in chunks": a client whose token expired must start the list again).
-    /// Selectors are percent-encoded here; pass them as written (`a=b,c!=d`).
-    ///
-    /// Errors: [`KubeError::Api`] (e.g. 400 for a bad selector, 403 RBAC), `Transport`, `Auth`,
-    /// `Decode` (page over the body limit, or a server that returns the same continue token
-    /// twice), or whatever the sink's `page` returns.
-    pub fn list_pods<S: PageSink + ?Sized>(
-        &self,
-        label_selector: &str,
-        field_selector: Option<&str>,
-        limit: Option<u32>,
-        sink: &mut S,
-    ) -> Result<ListStats, KubeError> {
-        let verb = "list pods";
-        let base_query = list_query(label_selector, field_selector, limit);
-        let mut stats = ListStats::default();
-        let mut cont: Option<String> = None;
-        let cap = match sink.bounded_memory() {
+    /// The body cap of one list page: [`ClientOptions::streamed_list_body_limit`] for a
+    /// sink that decodes as the bytes come (`bounded`), else
+    /// [`ClientOptions::list_body_limit`].
+    pub(super) fn list_cap(&self, bounded: bool) -> u64 {
+        match bounded {
             true => self.options.streamed_list_body_limit,
             false => self.options.list_body_limit,
-        };
-        loop {
-            // The body is decoded by the sink while it arrives; `outcome` is what the sink
-            // made of the last attempt that was read to its end.
-            let mut outcome = None;
-            let resp = self
-                .execute_with(
-                    &Request {
-                        method: Method::GET,
-                        url: self.list_url(&base_query, cont.as_deref()),
-                        body: None,
-                        verb,
-                        limit: cap,
-                    },
-                    Some(&mut |body: &mut dyn Read| outcome = Some(sink.page_reader(body))),
-                )
-                .map_err(|e| self.over_cap(e, cap))?;
-            if resp.status == 410 && cont.is_some() {
-                if stats.restarts >= MAX_LIST_RESTARTS {
-                    return Err(Self::api_error(verb, &resp));
-                }
-                stats.restarts += 1;
-                log::warn!(
-                    "list pods: continue token expired (410 Gone); restarting the list \
-                     from the first page ({}/{MAX_LIST_RESTARTS})",
-                    stats.restarts
-                );
-                sink.restart();
-                cont = None;
-                continue;
-            }
-            if !(200..300).contains(&resp.status) {
-                return Err(Self::api_error(verb, &resp));
-            }
-            stats.pages += 1;
-            stats.bytes += resp.received;
-            let next = match outcome {
-                Some(next) => next.map_err(Into::into)?,
-                None => sink.page(&resp.body).map_err(Into::into)?,
-            };
-            match next.filter(|c| !c.is_empty()) {
-                None => return Ok(stats),
-                Some(c) if cont.as_deref() == Some(c.as_str()) => {
-                    return Err(KubeError::Decode {
-                        what: "list pods response".to_string(),
-                        message: "the server returned the same continue token twice".to_string(),
-                    })
-                }
-                Some(c) => cont = Some(c),
-            }
         }
+    }
+
+    /// The options the client was built with.
+    pub(super) fn options(&self) -> &ClientOptions {
+        &self.options
     }
 
     /// A list page over the cap (`cap` bytes, see [`ClientOptions::list_body_limit`]) says
     /// so, and what to do.
-    fn over_cap(&self, e: KubeError, cap: u64) -> KubeError {
+    pub(super) fn over_cap(&self, e: KubeError, cap: u64) -> KubeError {
         match e {
             KubeError::Decode { what, message } if message.starts_with("body larger than") => {
                 KubeError::Decode {
@@ -1773,202 +1625,8 @@ impl KubeClient {
         }
     }
 
-    /// The URL of one list page: the base query plus `continue` when given.
-    fn list_url(&self, base_query: &[String], cont: Option<&str>) -> String {
-        let mut query = base_query.to_vec();
-        if let Some(c) = cont {
-            query.push(format!("continue={}", encode_component(c)));
-        }
-        let mut url = self.pods_url();
-        if !query.is_empty() {
-            url.push('?');
-            url.push_str(&query.join("&"));
-        }
-        url
-    }
-
-    /// Lists all matching pods and returns their `items` (a convenience over
-    /// [`KubeClient::list_pods`] that holds the whole list in memory).
-    ///
-    /// Errors: as `list_pods`; [`KubeError::Decode`] when a page is not a `PodList`.
-    pub fn list_pod_items(
-        &self,
-        label_selector: &str,
-        field_selector: Option<&str>,
-        limit: Option<u32>,
-    ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
-        let mut sink = ItemsSink::default();
-        let stats = self.list_pods(label_selector, field_selector, limit, &mut sink)?;
-        Ok((sink.items, stats))
-    }
-
-    /// Reads one pod. 404 → `Ok(None)`.
-    ///
-    /// Errors: [`KubeError::Api`] for other HTTP errors, `Transport`, `Auth`, `Decode`.
-    pub fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        let verb = format!("get pod {name}");
-        let url = self.pod_url(name, &verb)?;
-        self.get_object(url, &verb, &format!("pod {name}"), "Pod")
-    }
-
-    /// GET one object: 404 → `Ok(None)`, 2xx → its JSON, else the API error.
-    fn get_object(
-        &self,
-        url: String,
-        verb: &str,
-        what: &str,
-        kind: &str,
-    ) -> Result<Option<serde_json::Value>, KubeError> {
-        let req = Request {
-            method: Method::GET,
-            url,
-            body: None,
-            verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            404 => Ok(None),
-            200..=299 => self.decode_kind(what, &resp.body, kind).map(Some),
-            _ => Err(Self::api_error(verb, &resp)),
-        }
-    }
-
-    /// Creates a pod from its JSON (`POST .../pods`). 201 (or any 2xx) → the created Pod as
-    /// the server returned it (with `uid`, `resourceVersion`, …).
-    ///
-    /// Retried on transient failures like every call; a retried create that had in fact
-    /// succeeded comes back as 409 `AlreadyExists` ([`KubeError::is_already_exists`]).
-    ///
-    /// Errors: [`KubeError::Api`] (409 AlreadyExists, 422 Invalid, 403 Forbidden / quota —
-    /// see [`KubeError::is_quota`]), `Transport`, `Auth`, `Decode`.
-    pub fn create_pod(&self, pod: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        let name = pod["metadata"]["name"]
-            .as_str()
-            .or_else(|| pod["metadata"]["generateName"].as_str())
-            .unwrap_or("");
-        let verb = if name.is_empty() {
-            "create pod".to_string()
-        } else {
-            format!("create pod {name}")
-        };
-        self.write_object(Method::POST, self.pods_url(), pod, &verb, "Pod")
-    }
-
-    fn configmaps_url(&self) -> String {
-        self.collection_url("api/v1", "configmaps")
-    }
-
-    /// Reads ConfigMap `name` (`GET .../configmaps/NAME`): `Ok(None)` on 404.
-    /// Used by the ConfigMap state store (`--state-store configmap:NAME`).
-    ///
-    /// Errors: [`KubeError::Api`] (403 when RBAC lacks configmaps get), `Transport`, `Auth`,
-    /// `Decode`.
-    pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        let verb = format!("get configmap {name}");
-        let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("configmap {name}"), "ConfigMap")
-    }
-
-    /// Creates a ConfigMap (`POST .../configmaps`); 409 AlreadyExists when another writer
-    /// created it first.
-    ///
-    /// Errors: [`KubeError::Api`] (409, 403, 422), `Transport`, `Auth`, `Decode`.
-    pub fn create_configmap(&self, cm: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        let name = cm["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let verb = format!("create configmap {name}");
-        self.write_object(Method::POST, self.configmaps_url(), cm, &verb, "ConfigMap")
-    }
-
-    /// Replaces ConfigMap `name` (`PUT .../configmaps/NAME`). With `metadata.resourceVersion`
-    /// set, the API server applies it only if the stored object still has that version and
-    /// answers 409 Conflict otherwise (optimistic concurrency).
-    ///
-    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`, `Decode`.
-    pub fn replace_configmap(
-        &self,
-        name: &str,
-        cm: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        let verb = format!("update configmap {name}");
-        let url = format!("{}/{}", self.configmaps_url(), encode_component(name));
-        self.write_object(Method::PUT, url, cm, &verb, "ConfigMap")
-    }
-
-    /// POST or PUT one object: 2xx → the object as the server returned it, else the API error.
-    fn write_object(
-        &self,
-        method: Method,
-        url: String,
-        object: &serde_json::Value,
-        verb: &str,
-        kind: &str,
-    ) -> Result<serde_json::Value, KubeError> {
-        let body = serde_json::to_vec(object).map_err(|e| KubeError::Decode {
-            what: format!("the body of {verb}"),
-            message: e.to_string(),
-        })?;
-        let req = Request {
-            method,
-            url,
-            body: Some(body),
-            verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            200..=299 => self.decode_kind(&format!("the answer to {verb}"), &resp.body, kind),
-            _ => Err(Self::api_error(verb, &resp)),
-        }
-    }
-
-    /// Deletes one pod (`DELETE .../pods/NAME`, the pod's own grace period).
-    /// `preconditions`: `Some((uid, resource_version))` sends a `DeleteOptions` body with
-    /// those preconditions (an empty resource version is left out), so the delete only
-    /// happens to that very pod; a mismatch is 409 Conflict.
-    ///
-    /// 200/202 → [`Deleted::Deleted`]; 404 → [`Deleted::NotFound`].
-    ///
-    /// Errors: [`KubeError::Api`] (409 precondition failed, 403), `Transport`, `Auth`.
-    pub fn delete_pod(
-        &self,
-        name: &str,
-        preconditions: Option<(&str, &str)>,
-    ) -> Result<Deleted, KubeError> {
-        let verb = format!("delete pod {name}");
-        let body = preconditions.map(|(uid, rv)| {
-            let mut pre = serde_json::Map::new();
-            if !uid.is_empty() {
-                pre.insert("uid".into(), uid.into());
-            }
-            if !rv.is_empty() {
-                pre.insert("resourceVersion".into(), rv.into());
-            }
-            serde_json::json!({
-                "kind": "DeleteOptions",
-                "apiVersion": "v1",
-                "preconditions": pre,
-            })
-            .to_string()
-            .into_bytes()
-        });
-        let req = Request {
-            method: Method::DELETE,
-            url: self.pod_url(name, &verb)?,
-            body,
-            verb: &verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            404 => Ok(Deleted::NotFound),
-            200..=299 => Ok(Deleted::Deleted),
-            _ => Err(Self::api_error(&verb, &resp)),
-        }
-    }
-
     /// Installs the leader-election fence: from now on every request other than a GET and
-    /// other than a Lease call (`/apis/coordination.k8s.io/`) first asks `fence`, and is
+    /// other than a call on [`LEASES`] first asks `fence`, and is
     /// not sent when it answers false (also before each retry). Installed once; a second
     /// call is ignored. The refused call fails with [`KubeError::Transport`] (kind `Other`,
     /// nothing was sent), which the tick treats like any failed call.
@@ -1977,11 +1635,11 @@ impl KubeClient {
     }
 
     /// The fence check of [`KubeClient::set_write_fence`] for one request.
-    fn check_write_fence(&self, req: &Request<'_>) -> Result<(), KubeError> {
+    fn check_write_fence(&self, req: &Request) -> Result<(), KubeError> {
         let Some(fence) = self.write_fence.get() else {
             return Ok(());
         };
-        if req.method == Method::GET || req.url.contains("/apis/coordination.k8s.io/") {
+        if req.method == Method::GET || req.res == &LEASES {
             return Ok(());
         }
         if fence() {
@@ -2022,145 +1680,70 @@ impl KubeClient {
         KubeClient::with_options(cfg, options)
     }
 
-    fn leases_url(&self) -> String {
-        self.collection_url("apis/coordination.k8s.io/v1", "leases")
+    /// `api(&PODS).list(…)` ([`super::Api::list`]). Kept for commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::list`].
+    pub fn list_pods<S: PageSink + ?Sized>(
+        &self,
+        label_selector: &str,
+        field_selector: Option<&str>,
+        limit: Option<u32>,
+        sink: &mut S,
+    ) -> Result<ListStats, KubeError> {
+        let lp = ListParams {
+            label_selector,
+            field_selector,
+            limit,
+        };
+        self.api(&PODS).list(&lp, sink)
     }
 
-    /// Reads Lease `name` (`GET /apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME`):
-    /// `Ok(None)` on 404. Used by leader election.
+    /// `api(&PODS).list_items(…)` ([`super::Api::list_items`]). Kept for commands/ until the
+    /// runner lands.
     ///
-    /// Errors: [`KubeError::Api`] (403 when RBAC lacks leases get), `Transport`, `Auth`,
-    /// `Decode`.
+    /// Errors: as [`super::Api::list_items`].
+    pub fn list_pod_items(
+        &self,
+        label_selector: &str,
+        field_selector: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
+        let lp = ListParams {
+            label_selector,
+            field_selector,
+            limit,
+        };
+        self.api(&PODS).list_items(&lp)
+    }
+
+    /// `api(&PODS).delete(name, preconditions)`, with `(uid, resource_version)`. Kept for
+    /// commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::delete`].
+    pub fn delete_pod(
+        &self,
+        name: &str,
+        preconditions: Option<(&str, &str)>,
+    ) -> Result<Deleted, KubeError> {
+        let pre = preconditions.map(|(uid, resource_version)| Preconditions {
+            uid,
+            resource_version,
+        });
+        self.api(&PODS).delete(name, pre)
+    }
+
+    /// `api(&CONFIG_MAPS).get(name)`. Kept for commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::get`].
+    pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        self.api(&CONFIG_MAPS).get(name)
+    }
+
+    /// `api(&LEASES).get(name)`. Kept for commands/ until the runner lands.
+    ///
+    /// Errors: as [`super::Api::get`].
     pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        let verb = format!("get lease {name}");
-        let url = format!("{}/{}", self.leases_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("lease {name}"), "Lease")
-    }
-
-    /// Creates a Lease (`POST .../leases`); 409 AlreadyExists when another candidate
-    /// created it first. Returns the Lease as stored (with `resourceVersion`).
-    ///
-    /// Errors: [`KubeError::Api`] (409, 403, 422), `Transport`, `Auth`, `Decode`.
-    pub fn create_lease(&self, lease: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        let name = lease["metadata"]["name"].as_str().unwrap_or("");
-        let verb = format!("create lease {name}");
-        self.write_object(Method::POST, self.leases_url(), lease, &verb, "Lease")
-    }
-
-    /// Replaces Lease `name` (`PUT .../leases/NAME`). With `metadata.resourceVersion` set
-    /// the API server applies it only to that version and answers 409 Conflict otherwise
-    /// (optimistic concurrency: another candidate wrote first).
-    ///
-    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`, `Decode`.
-    pub fn update_lease(
-        &self,
-        name: &str,
-        lease: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        let verb = format!("update lease {name}");
-        let url = format!("{}/{}", self.leases_url(), encode_component(name));
-        self.write_object(Method::PUT, url, lease, &verb, "Lease")
-    }
-
-    /// Deletes Lease `name` (`DELETE .../leases/NAME`). 2xx → [`Deleted::Deleted`], 404 →
-    /// [`Deleted::NotFound`].
-    ///
-    /// Errors: [`KubeError::Api`] (403), `Transport`, `Auth`.
-    pub fn delete_lease(&self, name: &str) -> Result<Deleted, KubeError> {
-        let verb = format!("delete lease {name}");
-        let req = Request {
-            method: Method::DELETE,
-            url: format!("{}/{}", self.leases_url(), encode_component(name)),
-            body: None,
-            verb: &verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            404 => Ok(Deleted::NotFound),
-            200..=299 => Ok(Deleted::Deleted),
-            _ => Err(Self::api_error(&verb, &resp)),
-        }
-    }
-
-    fn events_url(&self) -> String {
-        self.collection_url("api/v1", "events")
-    }
-
-    /// Creates a core/v1 Event (`POST .../events`); 409 AlreadyExists when the name is
-    /// taken.
-    ///
-    /// Errors: [`KubeError::Api`] (409, 403 when RBAC lacks events create, 422),
-    /// `Transport`, `Auth`, `Decode`.
-    pub fn create_event(&self, event: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
-        let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let verb = format!("create event {name}");
-        self.write_object(Method::POST, self.events_url(), event, &verb, "Event")
-    }
-
-    /// Reads Event `name`: `Ok(None)` on 404.
-    ///
-    /// Errors: [`KubeError::Api`], `Transport`, `Auth`, `Decode`.
-    pub fn get_event(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        let verb = format!("get event {name}");
-        let url = format!("{}/{}", self.events_url(), encode_component(name));
-        self.get_object(url, &verb, &format!("event {name}"), "Event")
-    }
-
-    /// Patches Event `name` with a strategic merge patch (`PATCH .../events/NAME`,
-    /// `application/strategic-merge-patch+json`), as client-go's event sink updates a
-    /// repeated event's `count`, `lastTimestamp` and `message`.
-    ///
-    /// Errors: [`KubeError::Api`] (404 when the event is gone, 403 when RBAC lacks events
-    /// patch), `Transport`, `Auth`, `Decode`.
-    pub fn patch_event(
-        &self,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> Result<serde_json::Value, KubeError> {
-        let verb = format!("patch event {name}");
-        let url = format!("{}/{}", self.events_url(), encode_component(name));
-        self.write_object(Method::PATCH, url, patch, &verb, "Event")
-    }
-
-    /// Creates a pod with server-side field validation (`?fieldValidation=Strict|Warn`,
-    /// Kubernetes 1.25+; KEP-2885): under `Strict` an unknown or duplicate field is a 400
-    /// BadRequest (`strict decoding error: unknown field "spec.foo"`) instead of being
-    /// dropped; under `Warn` the pod is created and the server's `Warning` headers are
-    /// returned with it. A server older than 1.25 ignores the parameter (then neither
-    /// happens).
-    ///
-    /// Errors: as [`KubeClient::create_pod`].
-    pub fn create_pod_validated(
-        &self,
-        pod: &serde_json::Value,
-        validation: FieldValidation,
-    ) -> Result<(serde_json::Value, Vec<String>), KubeError> {
-        let name = pod["metadata"]["name"].as_str().unwrap_or("");
-        let verb = format!("create pod {name}");
-        let body = serde_json::to_vec(pod).map_err(|e| KubeError::Decode {
-            what: format!("the body of {verb}"),
-            message: e.to_string(),
-        })?;
-        let req = Request {
-            method: Method::POST,
-            url: format!(
-                "{}?fieldValidation={}",
-                self.pods_url(),
-                validation.as_str()
-            ),
-            body: Some(body),
-            verb: &verb,
-            limit: self.options.body_limit,
-        };
-        let resp = self.execute(&req)?;
-        match resp.status {
-            200..=299 => Ok((
-                self.decode_kind(&format!("the answer to {verb}"), &resp.body, "Pod")?,
-                resp.warnings,
-            )),
-            _ => Err(Self::api_error(&verb, &resp)),
-        }
+        self.api(&LEASES).get(name)
     }
 }
 

@@ -1,11 +1,15 @@
 //! The kube client: connection configuration and blocking HTTPS calls to the Kubernetes
-//! pods API, over `ureq` 3.5 + `rustls` (ring).
+//! API (pods, ConfigMaps, Leases, Events), over `ureq` 3.5 + `rustls` (ring).
 //!
 //! - `config/` ([`resolve`]) turns the CLI's [`ConnectionFlags`] (kubectl's names, in
 //!   `overrides.rs`), kubeconfig files (`kubeconfig.rs`) or the in-cluster service account
 //!   (`incluster.rs`) into a [`ClusterConfig`];
-//! - `client.rs`: [`KubeClient`] lists (paginated, into a [`PageSink`]), gets, creates and
-//!   deletes pods in one namespace, retrying transient failures per [`RetryPolicy`];
+//! - `api.rs`: [`Api`], one resource API for every kind (kube-rs's `Api<K>`, blocking):
+//!   [`KubeClient::api`] / [`KubeClient::api_in`] pair a [`Resource`] ([`PODS`],
+//!   [`CONFIG_MAPS`], [`LEASES`], [`EVENTS`]) with a namespace, and it gets, creates,
+//!   replaces, patches, deletes and lists (paginated, into a [`PageSink`]);
+//! - `client.rs`: [`KubeClient`], the transport under it: TLS, authentication, retries of
+//!   transient failures per [`RetryPolicy`], deadlines, the leader's write fence;
 //! - `exec.rs` runs kubeconfig exec credential plugins ([`ExecConfig`], the
 //!   `client.authentication.k8s.io` v1 / v1beta1 `ExecCredential`) for EKS, GKE and AKS
 //!   style kubeconfigs, caching their credential until it expires or the server answers 401;
@@ -19,13 +23,15 @@
 //! `Debug` output.
 //!
 //! ```ignore
-//! # use podalloc::kube::{resolve, ConnectionFlags, KubeClient, KubeError};
+//! # use podalloc::kube::{resolve, ConnectionFlags, KubeClient, KubeError, ListParams, PODS};
 //! let cfg = resolve(&ConnectionFlags::default())?;
 //! let client = KubeClient::new(cfg)?;
-//! let (pods, _stats) = client.list_pod_items("spark-app-selector=app-1,spark-role=executor", None, Some(500))?;
+//! let lp = ListParams { label_selector: "spark-app-selector=app-1,spark-role=executor", ..Default::default() };
+//! let (pods, _stats) = client.api(&PODS).list_items(&lp)?;
 //! # Ok::<(), KubeError>(())
 //! ```
 
+mod api;
 mod client;
 mod config;
 mod error;
@@ -35,8 +41,12 @@ mod secret;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
+pub use api::{
+    Api, Created, ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS, EVENTS,
+    LEASES, PODS,
+};
 pub use client::{
     encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,
     KubeClient, ListStats, PageSink, RetryPolicy, Timeouts, DEFAULT_LIST_BODY_LIMIT,

@@ -87,6 +87,15 @@ fn names(items: &[serde_json::Value]) -> Vec<String> {
 
 const SELECTOR: &str = "spark-app-selector=app-1,spark-role=executor";
 
+/// The list of [`SELECTOR`] with `field_selector` and `limit`.
+fn lp(field_selector: Option<&'static str>, limit: Option<u32>) -> ListParams<'static> {
+    ListParams {
+        label_selector: SELECTOR,
+        field_selector,
+        limit,
+    }
+}
+
 #[test]
 fn list_paginates_and_encodes_selectors() {
     let server = FakeServer::http(|req, _| match req.query("continue").as_deref() {
@@ -97,7 +106,8 @@ fn list_paginates_and_encodes_selectors() {
     });
     let client = http_client(&server);
     let (items, stats) = client
-        .list_pod_items(SELECTOR, Some("status.phase=Pending"), Some(2))
+        .api(&PODS)
+        .list_items(&lp(Some("status.phase=Pending"), Some(2)))
         .unwrap();
     assert_eq!(names(&items), ["a", "b", "c"]);
     assert_eq!(stats.pages, 3);
@@ -152,7 +162,7 @@ fn list_restarts_after_410_expired() {
         Some(other) => panic!("unexpected continue {other}"),
     });
     let client = http_client(&server);
-    let (items, stats) = client.list_pod_items(SELECTOR, None, Some(1)).unwrap();
+    let (items, stats) = client.api(&PODS).list_items(&lp(None, Some(1))).unwrap();
     assert_eq!(
         names(&items),
         ["a", "b"],
@@ -169,10 +179,9 @@ fn list_restarts_after_410_expired() {
     let client = http_client(&server);
     let mut restarts = 0;
     let err = client
-        .list_pods(
-            SELECTOR,
-            None,
-            Some(1),
+        .api(&PODS)
+        .list(
+            &lp(None, Some(1)),
             &mut Sink {
                 restart: || restarts += 1,
                 page: |_page: &[u8]| -> Result<Option<String>, KubeError> { Ok(Some("p2".into())) },
@@ -192,7 +201,7 @@ fn list_restarts_after_410_expired() {
 fn list_on_page_error_and_repeated_token() {
     let server = FakeServer::http(|_, _| Reply::json(200, &page(&["a"], Some("same"))));
     let client = http_client(&server);
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert!(matches!(err, KubeError::Decode { .. }), "{err}");
     assert!(err.to_string().contains("same continue token twice"));
 
@@ -207,10 +216,9 @@ fn list_on_page_error_and_repeated_token() {
         }
     }
     let err = client
-        .list_pods(
-            SELECTOR,
-            None,
-            None,
+        .api(&PODS)
+        .list(
+            &lp(None, None),
             &mut Sink {
                 restart: || {},
                 page: |_: &[u8]| -> Result<Option<String>, MyErr> { Err(MyErr) },
@@ -221,7 +229,7 @@ fn list_on_page_error_and_repeated_token() {
 
     let server = FakeServer::http(|_, _| Reply::json(200, "{not json"));
     let client = http_client(&server);
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert!(matches!(err, KubeError::Decode { .. }), "{err}");
 }
 
@@ -250,10 +258,9 @@ fn gzip_bodies_are_decoded_and_compression_can_be_disabled() {
     let client = http_client(&server);
     let mut seen = 0usize;
     let stats = client
-        .list_pods(
-            SELECTOR,
-            None,
-            None,
+        .api(&PODS)
+        .list(
+            &lp(None, None),
             &mut Sink {
                 restart: || {},
                 page: |b: &[u8]| {
@@ -274,7 +281,7 @@ fn gzip_bodies_are_decoded_and_compression_can_be_disabled() {
     let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
     cfg.disable_compression = true;
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["plain"]);
     let last = server.recorded().pop().unwrap();
     assert_eq!(last.header("accept-encoding"), None);
@@ -291,7 +298,7 @@ fn list_body_limit_is_enforced() {
         ..fast_options()
     };
     let client = KubeClient::with_options(cfg, opts).unwrap();
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert!(matches!(err, KubeError::Decode { .. }), "{err}");
     assert!(err.to_string().contains("cap of 10 bytes"), "{err}");
     assert!(err.to_string().contains("smaller --page-size"), "{err}");
@@ -333,15 +340,18 @@ fn get_create_delete() {
         _ => Reply::json(405, "{}"),
     });
     let client = http_client(&server);
-    let pod = client.get_pod("app-exec-1").unwrap().unwrap();
+    let pod = client.api(&PODS).get("app-exec-1").unwrap().unwrap();
     assert_eq!(pod["metadata"]["uid"], "u1");
-    assert_eq!(client.get_pod("nope").unwrap(), None);
+    assert_eq!(client.api(&PODS).get("nope").unwrap(), None);
 
     let created = client
-        .create_pod(
+        .api(&PODS)
+        .create(
             &serde_json::json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-exec-2"}}),
+            &PostParams::default(),
         )
-        .unwrap();
+        .unwrap()
+        .object;
     assert_eq!(created["metadata"]["uid"], "new-uid");
     let post = server
         .recorded()
@@ -351,7 +361,11 @@ fn get_create_delete() {
     assert_eq!(post.header("content-type"), Some("application/json"));
 
     let err = client
-        .create_pod(&serde_json::json!({"metadata":{"name":"dup"}}))
+        .api(&PODS)
+        .create(
+            &serde_json::json!({"metadata":{"name":"dup"}}),
+            &PostParams::default(),
+        )
         .unwrap_err();
     assert!(err.is_already_exists());
     assert_eq!(
@@ -359,15 +373,25 @@ fn get_create_delete() {
         "create pod dup: 409 AlreadyExists: pods \"dup\" already exists"
     );
 
-    assert_eq!(client.delete_pod("gone", None).unwrap(), Deleted::NotFound);
+    assert_eq!(
+        client.api(&PODS).delete("gone", None).unwrap(),
+        Deleted::NotFound
+    );
     assert_eq!(
         client
-            .delete_pod("app-exec-1", Some(("uid-1", "77")))
+            .api(&PODS)
+            .delete(
+                "app-exec-1",
+                Some(Preconditions {
+                    uid: "uid-1",
+                    resource_version: "77"
+                })
+            )
             .unwrap(),
         Deleted::Deleted
     );
     assert_eq!(
-        client.delete_pod("app-exec-3", None).unwrap(),
+        client.api(&PODS).delete("app-exec-3", None).unwrap(),
         Deleted::Deleted
     );
     let deletes: Vec<_> = server
@@ -384,7 +408,7 @@ fn get_create_delete() {
     assert_eq!(deletes[1].header("content-type"), Some("application/json"));
     assert!(deletes[2].body.is_empty());
     assert!(matches!(
-        client.delete_pod("", None),
+        client.api(&PODS).delete("", None),
         Err(KubeError::Config(_))
     ));
     assert_eq!(client.stats().errors_by_code.get(&404), Some(&2));
@@ -401,7 +425,7 @@ fn retries_5xx_and_counts_them() {
         _ => Reply::json(200, r#"{"kind":"Pod","metadata":{"name":"p"}}"#),
     });
     let client = http_client(&server);
-    assert!(client.get_pod("p").unwrap().is_some());
+    assert!(client.api(&PODS).get("p").unwrap().is_some());
     let s = client.stats();
     assert_eq!((s.requests, s.retries), (3, 2));
     assert_eq!(s.errors_by_code.get(&503), Some(&1));
@@ -415,7 +439,7 @@ fn retries_5xx_and_counts_them() {
         )
     });
     let client = http_client(&server);
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert_eq!(err.to_string(), "get pod p: 500 InternalError: etcd is sad");
     assert!(err.is_retryable());
     assert_eq!(server.recorded().len(), 5, "1 try + 4 retries");
@@ -430,7 +454,14 @@ fn create_is_retried_after_500_and_transport_errors() {
     });
     let client = http_client(&server);
     let pod = serde_json::json!({"kind":"Pod","metadata":{"name":"app-exec-9"}});
-    assert_eq!(client.create_pod(&pod).unwrap(), pod);
+    assert_eq!(
+        client
+            .api(&PODS)
+            .create(&pod, &PostParams::default())
+            .unwrap()
+            .object,
+        pod
+    );
     let reqs = server.recorded();
     assert_eq!(reqs.len(), 3);
     assert!(
@@ -460,7 +491,7 @@ fn retry_after_is_a_floor_for_both_429_shapes() {
     });
     let client = http_client(&server);
     let started = Instant::now();
-    client.list_pod_items(SELECTOR, None, None).unwrap();
+    client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "{:?}",
@@ -481,7 +512,7 @@ fn retry_budget_stops_retrying() {
         retry_budget: Duration::from_millis(1500),
         ..fast_retries()
     });
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert_eq!(err.status_code(), Some(503));
     assert_eq!(
         server.recorded().len(),
@@ -489,7 +520,7 @@ fn retry_budget_stops_retrying() {
         "one retry fits the 1.5 s budget"
     );
     // The budget is per client: the next call does not retry at all.
-    let _ = client.get_pod("p").unwrap_err();
+    let _ = client.api(&PODS).get("p").unwrap_err();
     assert_eq!(server.recorded().len(), 3);
 
     client.set_retry_policy(RetryPolicy::none());
@@ -504,7 +535,7 @@ fn connection_refused_is_retried_then_reported() {
     };
     let cfg = ClusterConfig::for_server(&format!("http://127.0.0.1:{port}"), "spark");
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     match &err {
         KubeError::Transport {
             verb,
@@ -539,7 +570,7 @@ fn read_timeout_is_a_retryable_transport_error() {
         ..ClientOptions::default()
     };
     let client = KubeClient::with_options(cfg, opts).unwrap();
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert!(
         matches!(&err, KubeError::Transport { kind: TransportKind::Timeout, message, .. } if message.contains("timed out")),
         "{err:?}"
@@ -556,7 +587,7 @@ fn static_token_401_is_an_auth_error_without_the_token() {
         )
     });
     let client = http_client(&server);
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, KubeError::Auth(_)));
     assert_eq!(err.status_code(), Some(401));
@@ -572,7 +603,7 @@ fn static_token_401_is_an_auth_error_without_the_token() {
     // No credential at all.
     let cfg = ClusterConfig::for_server(&server.url(), "spark");
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let msg = client.get_pod("x").unwrap_err().to_string();
+    let msg = client.api(&PODS).get("x").unwrap_err().to_string();
     assert!(msg.contains("gives none"), "{msg}");
 }
 
@@ -607,7 +638,7 @@ fn token_file_is_reread_after_401() {
     let client = token_file_client(&server, &path, Duration::from_secs(3600));
     // Rotated after the client read it.
     std::fs::write(&path, "  new-token \n").unwrap();
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["a"]);
     let auth: Vec<_> = server
         .recorded()
@@ -621,7 +652,7 @@ fn token_file_is_reread_after_401() {
     std::fs::write(&path, "bad-token").unwrap();
     let before = server.recorded().len();
     let client = token_file_client(&server, &path, Duration::from_secs(3600));
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, KubeError::Auth(_)));
     assert!(
@@ -642,12 +673,12 @@ fn token_file_is_reread_when_stale() {
     std::fs::write(&path, "t1").unwrap();
     let server = FakeServer::http(|_, _| Reply::json(200, r#"{"kind":"Pod","metadata":{}}"#));
     let client = token_file_client(&server, &path, Duration::ZERO);
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     std::fs::write(&path, "t2").unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     // A token file that disappears keeps the last good token.
     std::fs::remove_file(&path).unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     let auth: Vec<_> = server
         .recorded()
         .iter()
@@ -683,7 +714,11 @@ fn quota_403_is_not_retried() {
     });
     let client = http_client(&server);
     let err = client
-        .create_pod(&serde_json::json!({"metadata":{"name":"a-exec-4"}}))
+        .api(&PODS)
+        .create(
+            &serde_json::json!({"metadata":{"name":"a-exec-4"}}),
+            &PostParams::default(),
+        )
         .unwrap_err();
     assert!(err.is_quota());
     assert!(!err.is_retryable());
@@ -771,7 +806,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
         )
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["tls-pod"]);
     assert_eq!(
         server.recorded()[0].header("authorization"),
@@ -795,7 +830,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
         )
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    client.list_pod_items(SELECTOR, None, None).unwrap();
+    client.api(&PODS).list_items(&lp(None, None)).unwrap();
 
     // Wrong CA: a clear, non-retried TLS error.
     let other = Pki::new("other-ca");
@@ -810,7 +845,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     let before = server.recorded().len();
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert_eq!(
         err,
         KubeError::Transport {
@@ -826,7 +861,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
     // No CA configured: the Mozilla roots do not know the test CA either.
     let cfg = t.resolve(&format!("    server: {url}"), "    {}").unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(err.to_string().contains("certificate not trusted"), "{err}");
 }
 
@@ -848,7 +883,7 @@ fn tls_insecure_skip_verify() {
         .unwrap();
     assert!(cfg.tls.insecure_skip_tls_verify);
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    client.list_pod_items(SELECTOR, None, None).unwrap();
+    client.api(&PODS).list_items(&lp(None, None)).unwrap();
 
     // The same via the flag, overriding a kubeconfig CA.
     t.write("kube/ca.pem", &Pki::new("x").ca_pem);
@@ -864,7 +899,7 @@ fn tls_insecure_skip_verify() {
     };
     let cfg = resolve_with(&flags, &|_| None, t.dir.path()).unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    client.list_pod_items(SELECTOR, None, None).unwrap();
+    client.api(&PODS).list_items(&lp(None, None)).unwrap();
 }
 
 #[test]
@@ -889,7 +924,7 @@ fn tls_server_name_is_verified_and_pinned() {
         client.base_url(),
         format!("https://my-cluster.example.com:{}", server.addr.port())
     );
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["tls-pod"]);
     assert_eq!(
         server.recorded()[0].header("host"),
@@ -907,7 +942,7 @@ fn tls_server_name_is_verified_and_pinned() {
         )
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         err.to_string().contains("not valid for 127.0.0.1")
             && err.to_string().contains("tls-server-name"),
@@ -940,7 +975,7 @@ fn tls_client_certificates() {
         )
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["tls-pod"]);
     assert!(!format!("{client:?}").contains("PRIVATE KEY"));
 
@@ -956,12 +991,12 @@ fn tls_client_certificates() {
         )
         .unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    client.list_pod_items(SELECTOR, None, None).unwrap();
+    client.api(&PODS).list_items(&lp(None, None)).unwrap();
 
     // No client certificate: the server refuses, with a message saying what to pass.
     let cfg = t.resolve(&cluster, "    {}").unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:") && message.contains("client certificate")),
         "{err:?}"
@@ -1168,7 +1203,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     let client = exec_client(&server, &plugin).unwrap();
     assert_eq!(plugin.runs(), 1);
     for _ in 0..3 {
-        client.list_pod_items(SELECTOR, None, None).unwrap();
+        client.api(&PODS).list_items(&lp(None, None)).unwrap();
     }
     assert_eq!(plugin.runs(), 1);
     assert_eq!(client.stats().exec_runs, 1);
@@ -1188,7 +1223,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     plugin.set(Some(1), &exec_output(Some("exec-stale"), None, None));
     let before = server.recorded().len();
     let client = exec_client(&server, &plugin).unwrap();
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["a"]);
     assert_eq!(plugin.runs(), 2);
     let auth: Vec<_> = server.recorded()[before..]
@@ -1203,7 +1238,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     plugin.set(None, &exec_output(Some("exec-never"), None, None));
     let before = server.recorded().len();
     let client = exec_client(&server, &plugin).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, KubeError::Auth(_)));
     assert!(
@@ -1236,8 +1271,8 @@ fn exec_credential_is_renewed_before_it_expires() {
         ),
     );
     let client = exec_client(&server, &plugin).unwrap();
-    client.get_pod("x").unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
 
     // Valid for 2 s: reused at once, renewed after half its lifetime (1 s, less than the
@@ -1252,7 +1287,7 @@ fn exec_credential_is_renewed_before_it_expires() {
         ),
     );
     let client = exec_client(&server, &plugin).unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
     std::thread::sleep(Duration::from_millis(1300));
     plugin.set(
@@ -1263,8 +1298,8 @@ fn exec_credential_is_renewed_before_it_expires() {
             Some(SystemTime::now() + Duration::from_secs(3600)),
         ),
     );
-    client.get_pod("x").unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 2);
 
     // Renewal fails before the credential has expired: the old one serves until it expires.
@@ -1280,10 +1315,10 @@ fn exec_credential_is_renewed_before_it_expires() {
     let client = exec_client(&server, &plugin).unwrap();
     plugin.set(None, "not a credential");
     std::thread::sleep(Duration::from_millis(1300));
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 2);
     std::thread::sleep(Duration::from_millis(900));
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         matches!(&err, KubeError::Auth(m) if m.contains("not JSON")),
         "{err}"
@@ -1301,8 +1336,8 @@ fn exec_credential_is_renewed_before_it_expires() {
         ),
     );
     let client = exec_client(&server, &plugin).unwrap();
-    client.get_pod("x").unwrap();
-    client.get_pod("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 3);
     assert_eq!(server.recorded().len(), 8);
 }
@@ -1324,7 +1359,7 @@ fn exec_failures_surface_at_construction_and_later() {
     std::fs::remove_file(dir.path().join("runs")).unwrap();
     plugin.set(Some(1), &exec_output(Some("wrong"), None, None));
     let client = exec_client(&server, &plugin).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         matches!(&err, KubeError::Auth(m) if m.contains("./plugin.sh") && m.contains("without apiVersion")),
         "{err}"
@@ -1370,7 +1405,7 @@ fn exec_client_certificate_with_mtls_and_rotation() {
     );
     let cfg = t.resolve(&cluster, user).unwrap();
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
-    let err = client.get_pod("x").unwrap_err();
+    let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         matches!(&err, KubeError::Transport { kind: TransportKind::Tls, message, .. } if message.starts_with("TLS:")),
         "{err:?}"
@@ -1385,9 +1420,9 @@ fn exec_client_certificate_with_mtls_and_rotation() {
     );
     std::thread::sleep(Duration::from_millis(1000));
     // Renewed: the agent is rebuilt with the new certificate.
-    let (items, _) = client.list_pod_items(SELECTOR, None, None).unwrap();
+    let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["tls-pod"]);
-    client.get_pod("y").unwrap();
+    client.api(&PODS).get("y").unwrap();
     assert_eq!(plugin.runs(), 2);
     assert_eq!(server.recorded()[0].header("authorization"), None);
     assert!(!format!("{client:?}").contains("PRIVATE KEY"));
@@ -1422,7 +1457,7 @@ fn a_retry_after_longer_than_the_budget_says_what_the_server_asked() {
     });
     let client = http_client(&server);
     let started = Instant::now();
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert_eq!(err.status_code(), Some(429));
     assert!(started.elapsed() < Duration::from_secs(2), "no sleep");
     assert_eq!(server.recorded().len(), 1, "not retried");
@@ -1435,7 +1470,7 @@ fn a_redirect_names_its_location_and_the_server_flag() {
         Reply::json(307, "").with_header("Location", "https://login.example.com/sso")
     });
     let client = http_client(&server);
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "list pods: 307 Redirect: the API server redirected to https://login.example.com/sso; \
@@ -1459,7 +1494,7 @@ fn a_2xx_body_without_the_expected_kind_is_an_error_naming_the_server() {
     ] {
         let server = FakeServer::http(move |_, _| Reply::json(200, body));
         let client = http_client(&server);
-        let err = client.get_pod("p").unwrap_err();
+        let err = client.api(&PODS).get("p").unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, KubeError::Decode { .. }), "{msg}");
         assert!(msg.contains(&server.url()), "{msg}");
@@ -1469,10 +1504,14 @@ fn a_2xx_body_without_the_expected_kind_is_an_error_naming_the_server() {
             "{msg}"
         );
         let err = client
-            .create_pod(&serde_json::json!({"metadata":{"name":"p"}}))
+            .api(&PODS)
+            .create(
+                &serde_json::json!({"metadata":{"name":"p"}}),
+                &PostParams::default(),
+            )
             .unwrap_err();
         assert!(err.to_string().contains(says), "{err}");
-        let err = client.get_configmap("c").unwrap_err();
+        let err = client.api(&CONFIG_MAPS).get("c").unwrap_err();
         assert!(
             err.to_string().contains(&says.replace("Pod", "ConfigMap")),
             "{err}"
@@ -1518,7 +1557,7 @@ fn a_call_ends_by_the_request_timeout_even_when_the_body_trickles() {
     };
     let client = KubeClient::with_options(cfg, opts).unwrap();
     let started = Instant::now();
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     let took = started.elapsed();
     assert!(err.is_timeout(), "{err}");
     assert!(
@@ -1534,10 +1573,10 @@ fn a_call_ends_by_the_request_timeout_even_when_the_body_trickles() {
         "the tick budget",
     );
     let started = Instant::now();
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert!(err.to_string().contains("within the tick budget"), "{err}");
     assert!(started.elapsed() < Duration::from_millis(1000));
-    let err = client.get_pod("p").unwrap_err();
+    let err = client.api(&PODS).get("p").unwrap_err();
     assert!(err.to_string().contains("within the tick budget"), "{err}");
 }
 
@@ -1572,7 +1611,7 @@ fn a_gzip_bomb_stops_at_the_page_cap() {
         },
     )
     .unwrap();
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert!(
         err.to_string()
             .contains("larger than the cap of 67108864 bytes (64 MiB) after gzip decoding"),
@@ -1656,15 +1695,16 @@ fn a_streaming_sink_gets_the_streamed_cap() {
         snap: Default::default(),
         read_errors: 0,
     };
-    client.list_pods(SELECTOR, None, None, &mut sink).unwrap();
+    client.api(&PODS).list(&lp(None, None), &mut sink).unwrap();
     assert_eq!(sink.snap.executors.len(), 400);
     // The held-whole cap still applies to other sinks.
-    let err = client.list_pod_items(SELECTOR, None, None).unwrap_err();
+    let err = client.api(&PODS).list_items(&lp(None, None)).unwrap_err();
     assert!(err.to_string().contains("larger than the cap"), "{err}");
     // And the streamed cap to this one, named in the error.
     let client = KubeClient::with_options(cfg, options(len - 1)).unwrap();
     let err = client
-        .list_pods(SELECTOR, None, None, &mut sink)
+        .api(&PODS)
+        .list(&lp(None, None), &mut sink)
         .unwrap_err();
     let cap = format!("cap of {} bytes", len - 1);
     assert!(err.to_string().contains(&cap), "{err}");
@@ -1705,7 +1745,8 @@ fn list_streams_pages_to_the_sink() {
         read_errors: 0,
     };
     let stats = client
-        .list_pods(SELECTOR, None, Some(2), &mut sink)
+        .api(&PODS)
+        .list(&lp(None, Some(2)), &mut sink)
         .unwrap();
     assert_eq!(
         sink.snap.executors.keys().copied().collect::<Vec<_>>(),
@@ -1724,7 +1765,8 @@ fn list_streams_pages_to_the_sink() {
         read_errors: 0,
     };
     let err = client
-        .list_pods(SELECTOR, None, Some(2), &mut sink)
+        .api(&PODS)
+        .list(&lp(None, Some(2)), &mut sink)
         .unwrap_err();
     assert!(
         matches!(&err, KubeError::Decode { message, .. } if message.contains("gzip")),
@@ -1734,5 +1776,48 @@ fn list_streams_pages_to_the_sink() {
     assert_eq!(
         sink.snap.executors.keys().copied().collect::<Vec<_>>(),
         [1, 2]
+    );
+}
+
+#[test]
+fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
+    let server = FakeServer::http(|req, _| match req.path() {
+        p if p.contains("/leases/") => Reply::json(200, r#"{"kind":"Lease"}"#),
+        _ => Reply::json(200, r#"{"kind":"Pod"}"#),
+    });
+    let client = http_client(&server);
+    client.set_write_fence(Arc::new(|| false));
+    let err = (client.api(&PODS))
+        .create(
+            &serde_json::json!({"metadata": {"name": "p"}}),
+            &PostParams::default(),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("create pod p")
+            && err.to_string().contains("no longer holds the leader lease"),
+        "{err}"
+    );
+    assert_eq!(
+        client
+            .api(&PODS)
+            .delete("p", None)
+            .unwrap_err()
+            .status_code(),
+        None,
+        "refused before it was sent"
+    );
+    assert!(client.api(&PODS).get("p").unwrap().is_some());
+    let lease = serde_json::json!({"kind": "Lease", "metadata": {"name": "l"}});
+    assert!(client.api(&LEASES).replace("l", &lease).is_ok());
+    let sent: Vec<_> = (server.recorded().iter())
+        .map(|r| format!("{} {}", r.method, r.path()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "GET /api/v1/namespaces/spark/pods/p",
+            "PUT /apis/coordination.k8s.io/v1/namespaces/spark/leases/l"
+        ]
     );
 }

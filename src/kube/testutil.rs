@@ -2,7 +2,8 @@
 //! rcgen PKI. Loopback only; every server thread ends when its handle is dropped.
 //!
 //! Compiled for the unit tests only (`#[cfg(test)]` on the module in `kube/mod.rs`); the
-//! library never contains it.
+//! library never contains it. Crate-visible so that the unit tests of the client's callers
+//! (the Events recorder) can answer its calls too.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,7 +17,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// Path of a recorded fixture in the repository: `fixtures/external/NAME` under the crate
 /// root (`fixtures/external/SOURCES.md` says where each file comes from).
-pub(super) fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/external")
         .join(name)
@@ -24,7 +25,7 @@ pub(super) fn fixture(name: &str) -> PathBuf {
 
 /// One request as the fake server saw it.
 #[derive(Clone, Debug)]
-pub(super) struct Recorded {
+pub(crate) struct Recorded {
     pub method: String,
     /// Path and query, as sent.
     pub target: String,
@@ -34,17 +35,17 @@ pub(super) struct Recorded {
 }
 
 impl Recorded {
-    pub(super) fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
-    pub(super) fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or("")
     }
     /// Query parameters, percent-decoded.
-    pub(super) fn query(&self, key: &str) -> Option<String> {
+    pub(crate) fn query(&self, key: &str) -> Option<String> {
         let q = self.target.split_once('?')?.1;
         q.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -53,7 +54,7 @@ impl Recorded {
     }
 }
 
-pub(super) fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -74,7 +75,7 @@ pub(super) fn percent_decode(s: &str) -> String {
 }
 
 /// What the fake server does with one request.
-pub(super) enum Reply {
+pub(crate) enum Reply {
     /// Answer with this status, extra headers and body.
     Respond {
         status: u16,
@@ -86,14 +87,14 @@ pub(super) enum Reply {
 }
 
 impl Reply {
-    pub(super) fn json(status: u16, body: &str) -> Reply {
+    pub(crate) fn json(status: u16, body: &str) -> Reply {
         Reply::Respond {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: body.as_bytes().to_vec(),
         }
     }
-    pub(super) fn with_header(mut self, k: &str, v: &str) -> Reply {
+    pub(crate) fn with_header(mut self, k: &str, v: &str) -> Reply {
         if let Reply::Respond { headers, .. } = &mut self {
             headers.push((k.into(), v.into()));
         }
@@ -104,7 +105,7 @@ impl Reply {
 type Handler = dyn Fn(&Recorded, usize) -> Reply + Send + Sync;
 
 /// A fake API server on 127.0.0.1. The handler gets each request and its 0-based index.
-pub(super) struct FakeServer {
+pub(crate) struct FakeServer {
     pub addr: SocketAddr,
     pub requests: Arc<Mutex<Vec<Recorded>>>,
     stop: Arc<AtomicBool>,
@@ -113,14 +114,14 @@ pub(super) struct FakeServer {
 
 impl FakeServer {
     /// Plain HTTP.
-    pub(super) fn http(
+    pub(crate) fn http(
         handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> FakeServer {
         Self::start(None, Arc::new(handler))
     }
 
     /// HTTPS with the given rustls server configuration.
-    pub(super) fn https(
+    pub(crate) fn https(
         cfg: Arc<rustls::ServerConfig>,
         handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> FakeServer {
@@ -160,11 +161,11 @@ impl FakeServer {
         }
     }
 
-    pub(super) fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub(super) fn recorded(&self) -> Vec<Recorded> {
+    pub(crate) fn recorded(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
 }
@@ -252,14 +253,14 @@ fn serve_conn<S: Read + Write>(stream: S, handler: &Arc<Handler>, log: &Mutex<Ve
 }
 
 /// A throwaway CA that issues server and client certificates.
-pub(super) struct Pki {
+pub(crate) struct Pki {
     pub ca_pem: String,
     pub ca_der: CertificateDer<'static>,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
 }
 
 /// A certificate with its PKCS#8 key.
-pub(super) struct Issued {
+pub(crate) struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
     pub cert_der: CertificateDer<'static>,
@@ -267,7 +268,7 @@ pub(super) struct Issued {
 }
 
 impl Pki {
-    pub(super) fn new(cn: &str) -> Pki {
+    pub(crate) fn new(cn: &str) -> Pki {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -301,17 +302,17 @@ impl Pki {
         }
     }
 
-    pub(super) fn server(&self, names: &[&str]) -> Issued {
+    pub(crate) fn server(&self, names: &[&str]) -> Issued {
         self.issue(names, rcgen::ExtendedKeyUsagePurpose::ServerAuth)
     }
 
-    pub(super) fn client(&self, cn: &str) -> Issued {
+    pub(crate) fn client(&self, cn: &str) -> Issued {
         self.issue(&[cn], rcgen::ExtendedKeyUsagePurpose::ClientAuth)
     }
 
     /// A rustls server config presenting `server`; with `client_ca`, client certificates
     /// issued by that CA are required.
-    pub(super) fn server_config(
+    pub(crate) fn server_config(
         server: &Issued,
         client_ca: Option<&Pki>,
     ) -> Arc<rustls::ServerConfig> {

@@ -37,7 +37,7 @@
 //! loop's claim and the tick share one GET.
 
 use crate::alloc::{AllocatorState, SteerOp, Steering};
-use crate::kube::{KubeClient, KubeError};
+use crate::kube::{Api, KubeClient, KubeError, PostParams, CONFIG_MAPS};
 use crate::state::{parse, Holder, StateStore, StoreError};
 use serde_json::{json, Value};
 
@@ -70,7 +70,8 @@ enum Mode {
 
 /// A state store in ConfigMap `name` of the client's namespace.
 pub(crate) struct ConfigMapStore<'a> {
-    client: &'a KubeClient,
+    /// The ConfigMaps of the client's namespace.
+    cms: Api<'a>,
     name: String,
     /// `metadata.resourceVersion` seen at the last load or save; `None`: does not exist.
     resource_version: Option<String>,
@@ -89,7 +90,7 @@ impl<'a> ConfigMapStore<'a> {
     /// A store for ConfigMap `name` (a DNS-1123 subdomain) holding `app_id`'s state.
     pub(crate) fn new(client: &'a KubeClient, name: &str, app_id: &str) -> ConfigMapStore<'a> {
         ConfigMapStore {
-            client,
+            cms: client.api(&CONFIG_MAPS),
             name: name.to_string(),
             resource_version: None,
             app_id: app_id.to_string(),
@@ -166,7 +167,7 @@ impl<'a> ConfigMapStore<'a> {
     /// (our own write, applied but answered with an error and retried). Updates the
     /// remembered `resourceVersion` when so.
     fn own_write_landed(&mut self, text: &str, write_id: &str) -> bool {
-        let Ok(Some(cm)) = self.client.get_configmap(&self.name) else {
+        let Ok(Some(cm)) = self.cms.get(&self.name) else {
             return false;
         };
         let landed = cm["data"][DATA_KEY].as_str() == Some(text)
@@ -185,7 +186,7 @@ impl<'a> ConfigMapStore<'a> {
     }
 
     fn what(&self) -> String {
-        format!("ConfigMap {}/{}", self.client.namespace(), self.name)
+        format!("ConfigMap {}/{}", self.cms.namespace(), self.name)
     }
 
     fn backend(&self, e: KubeError) -> StoreError {
@@ -282,7 +283,7 @@ impl ConfigMapStore<'_> {
     /// owner), so the save can be made again on it; `None`: a rival wrote.
     fn only_requests_changed(&self, base: Option<&Value>) -> Option<Value> {
         let base = base?;
-        let cm = self.client.get_configmap(&self.name).ok()??;
+        let cm = self.cms.get(&self.name).ok()??;
         let same = |k: &str| cm["data"][k] == base["data"][k];
         let ann = |v: &Value| v["metadata"]["annotations"][TARGET_KEY].clone();
         let ours = self.check_holder(&cm).is_ok();
@@ -357,7 +358,7 @@ pub(crate) fn submit(
 ) -> Result<(), StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     for _ in 0..RETRIES {
-        let cm = client.get_configmap(name).map_err(|e| store.backend(e))?;
+        let cm = store.cms.get(name).map_err(|e| store.backend(e))?;
         let mut cm = cm.unwrap_or_else(|| queue_only(store.object(None, "", None, &[], "")));
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
             return Err(store.not_ours());
@@ -366,8 +367,11 @@ pub(crate) fn submit(
         queue.push(req.clone());
         cm["data"][REQUESTS_KEY] = json!(serde_json::to_string(&queue).expect("requests"));
         let res = match cm["metadata"]["resourceVersion"].is_string() {
-            true => client.replace_configmap(name, &cm),
-            false => client.create_configmap(&cm),
+            true => store.cms.replace(name, &cm),
+            false => store
+                .cms
+                .create(&cm, &PostParams::default())
+                .map(|c| c.object),
         };
         match res {
             Ok(_) => return Ok(()),
@@ -386,7 +390,7 @@ pub(crate) fn queued(
     app_id: &str,
 ) -> Result<Vec<Steering>, StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
-    match client.get_configmap(name).map_err(|e| store.backend(e))? {
+    match store.cms.get(name).map_err(|e| store.backend(e))? {
         None => Ok(Vec::new()),
         Some(cm) => queue_of(&cm).map_err(|why| store.corrupt(why)),
     }
@@ -411,10 +415,7 @@ impl StateStore for ConfigMapStore<'_> {
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         let cm = match std::mem::take(&mut self.fresh) {
             true => self.loaded.clone(),
-            false => self
-                .client
-                .get_configmap(&self.name)
-                .map_err(|e| self.backend(e))?,
+            false => self.cms.get(&self.name).map_err(|e| self.backend(e))?,
         };
         let Some(cm) = cm else {
             self.resource_version = None;
@@ -455,9 +456,9 @@ impl StateStore for ConfigMapStore<'_> {
             let res = match &self.resource_version {
                 Some(rv) => {
                     cm["metadata"]["resourceVersion"] = Value::String(rv.clone());
-                    self.client.replace_configmap(&self.name, &cm)
+                    self.cms.replace(&self.name, &cm)
                 }
-                None => self.client.create_configmap(&cm),
+                None => (self.cms.create(&cm, &PostParams::default())).map(|c| c.object),
             };
             match res {
                 Ok(saved) => {

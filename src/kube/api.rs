@@ -1,0 +1,643 @@
+//! One resource API for every kind the client calls, in the manner of kube-rs's `Api<K>`
+//! (`kube-client/src/api/core_methods.rs`), but blocking and over JSON values.
+//!
+//! A [`Resource`] says where a kind lives (its group version's URL prefix, its plural) and
+//! what it is called; [`KubeClient::api`] / [`KubeClient::api_in`] pair one with a
+//! namespace, and [`Api`] has the verbs: `get`, `create`, `replace`, `patch`, `delete`,
+//! `list`. Building a request is pure (`Api::request`, as kube-core's `Request` builds
+//! `http::Request` values): the URL, method, body, content type and the text that names the
+//! call in logs and errors ("get lease NAME", "list pods") all come from the resource and
+//! the verb. Sending, retrying, authentication and the write fence are the client's.
+
+use std::io::Read;
+
+use serde_json::Value;
+use ureq::http::Method;
+
+use super::client::{
+    encode_component, Deleted, FieldValidation, KubeClient, ListStats, PageSink, Request, Response,
+    MAX_LIST_RESTARTS,
+};
+use super::error::KubeError;
+
+/// A namespaced resource kind: where its collection is and what its objects are called
+/// (kube-rs's `ApiResource`, kube-apiserver's `metav1.APIResource`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// The URL prefix of its group version: `api/v1` for the core group, else
+    /// `apis/GROUP/VERSION` (e.g. `apis/coordination.k8s.io/v1`).
+    pub api: &'static str,
+    /// The collection's path segment (`APIResource.name`), e.g. `pods`; also names a list
+    /// in logs and errors ("list pods").
+    pub plural: &'static str,
+    /// Lower-case singular (`APIResource.singularName`), e.g. `pod`; names one object in
+    /// logs and errors ("get pod NAME").
+    pub singular: &'static str,
+    /// The `kind` every answer about one object must carry, e.g. `Pod`.
+    pub kind: &'static str,
+}
+
+impl Resource {
+    /// A resource of the core group (`api/v1`).
+    const fn core(plural: &'static str, singular: &'static str, kind: &'static str) -> Self {
+        Resource {
+            api: "api/v1",
+            plural,
+            singular,
+            kind,
+        }
+    }
+}
+
+/// core/v1 Pods.
+pub const PODS: Resource = Resource::core("pods", "pod", "Pod");
+
+/// core/v1 ConfigMaps (the ConfigMap state store).
+pub const CONFIG_MAPS: Resource = Resource::core("configmaps", "configmap", "ConfigMap");
+
+/// core/v1 Events.
+pub const EVENTS: Resource = Resource::core("events", "event", "Event");
+
+/// coordination.k8s.io/v1 Leases (leader election). Calls on them pass the write fence
+/// ([`KubeClient::set_write_fence`]): the election itself must go on when it is lost.
+pub const LEASES: Resource = Resource {
+    api: "apis/coordination.k8s.io/v1",
+    plural: "leases",
+    singular: "lease",
+    kind: "Lease",
+};
+
+/// The calls of one [`Resource`] in one namespace, through one [`KubeClient`] (kube-rs's
+/// `Api::namespaced`). Cheap to make: one client, with its one TLS agent, token cache and
+/// exec-plugin cache, serves every namespace.
+#[derive(Debug)]
+pub struct Api<'c> {
+    client: &'c KubeClient,
+    res: &'static Resource,
+    ns: String,
+}
+
+/// The query of a list (kube-rs's `ListParams`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListParams<'a> {
+    /// `labelSelector`, as written (`a=b,c!=d`; percent-encoded when sent); empty: none.
+    pub label_selector: &'a str,
+    /// `fieldSelector` (e.g. `status.phase=Pending`); `None` or empty: none.
+    pub field_selector: Option<&'a str>,
+    /// `limit`: objects per page; `None` or 0: one page with everything.
+    pub limit: Option<u32>,
+}
+
+/// The options of a create (kube-rs's `PostParams`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PostParams {
+    /// `fieldValidation` (KEP-2885, Kubernetes 1.25+); `None`: not sent, the server's
+    /// default applies.
+    pub field_validation: Option<FieldValidation>,
+}
+
+/// The answer to a create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Created {
+    /// The object as stored (with `uid`, `resourceVersion`, …).
+    pub object: Value,
+    /// The texts of the answer's `Warning` headers ([`super::warning_text`]), e.g. an
+    /// unknown field under `fieldValidation=Warn`.
+    pub warnings: Vec<String>,
+}
+
+/// A patch body and its type (kube-rs's `Patch`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Patch<'a> {
+    /// `application/strategic-merge-patch+json` (what client-go's event sink sends).
+    Strategic(&'a Value),
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge(&'a Value),
+}
+
+/// Preconditions of a delete (metav1 `Preconditions`): the delete only happens to the
+/// object with this uid (and resource version); a mismatch is 409 Conflict. An empty field
+/// is left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions<'a> {
+    /// `metadata.uid`.
+    pub uid: &'a str,
+    /// `metadata.resourceVersion`.
+    pub resource_version: &'a str,
+}
+
+/// One call, before it is a request.
+#[derive(Clone, Copy, Debug)]
+enum Call<'a> {
+    Get(&'a str),
+    /// The list's query and the page's `continue` token.
+    List(&'a ListParams<'a>, Option<&'a str>),
+    Create(&'a Value, &'a PostParams),
+    Replace(&'a str, &'a Value),
+    Patch(&'a str, Patch<'a>),
+    Delete(&'a str, Option<Preconditions<'a>>),
+}
+
+impl Call<'_> {
+    /// The HTTP method and the verb's word in logs and errors (kube-apiserver's verbs:
+    /// a PUT is `update`).
+    fn method(&self) -> (Method, &'static str) {
+        match self {
+            Call::Get(_) => (Method::GET, "get"),
+            Call::List(..) => (Method::GET, "list"),
+            Call::Create(..) => (Method::POST, "create"),
+            Call::Replace(..) => (Method::PUT, "update"),
+            Call::Patch(..) => (Method::PATCH, "patch"),
+            Call::Delete(..) => (Method::DELETE, "delete"),
+        }
+    }
+
+    /// The object's name: in the URL, or (a create) the body's `metadata.name`, else its
+    /// `generateName`; `None` for a list.
+    fn name(&self) -> Option<&str> {
+        match *self {
+            Call::Get(n) | Call::Replace(n, _) | Call::Patch(n, _) | Call::Delete(n, _) => Some(n),
+            Call::Create(obj, _) => (obj["metadata"]["name"].as_str())
+                .or_else(|| obj["metadata"]["generateName"].as_str()),
+            Call::List(..) => None,
+        }
+    }
+
+    /// The query parameters, percent-encoded.
+    fn query(&self) -> Vec<String> {
+        match *self {
+            Call::List(lp, cont) => list_query(lp, cont),
+            Call::Create(_, p) => (p.field_validation.iter())
+                .map(|v| format!("fieldValidation={}", v.as_str()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The body and its content type.
+    fn body(&self) -> (Option<Value>, &'static str) {
+        const JSON: &str = "application/json";
+        match *self {
+            Call::Create(obj, _) | Call::Replace(_, obj) => (Some(obj.clone()), JSON),
+            Call::Patch(_, Patch::Strategic(p)) => {
+                (Some(p.clone()), "application/strategic-merge-patch+json")
+            }
+            Call::Patch(_, Patch::Merge(p)) => (Some(p.clone()), "application/merge-patch+json"),
+            Call::Delete(_, Some(pre)) => (Some(delete_options(pre)), JSON),
+            Call::Get(_) | Call::List(..) | Call::Delete(_, None) => (None, JSON),
+        }
+    }
+}
+
+/// The query every page of a list shares: `labelSelector`, `fieldSelector` (left out when
+/// empty), `limit` (left out when 0 or `None`), then `continue` when given.
+fn list_query(lp: &ListParams<'_>, cont: Option<&str>) -> Vec<String> {
+    let mut query = Vec::new();
+    if !lp.label_selector.is_empty() {
+        let selector = encode_component(lp.label_selector);
+        query.push(format!("labelSelector={selector}"));
+    }
+    if let Some(fs) = lp.field_selector.filter(|f| !f.is_empty()) {
+        query.push(format!("fieldSelector={}", encode_component(fs)));
+    }
+    if let Some(l) = lp.limit.filter(|l| *l > 0) {
+        query.push(format!("limit={l}"));
+    }
+    if let Some(c) = cont {
+        query.push(format!("continue={}", encode_component(c)));
+    }
+    query
+}
+
+/// A `DeleteOptions` body with `pre` (empty fields left out).
+fn delete_options(pre: Preconditions<'_>) -> Value {
+    let mut p = serde_json::Map::new();
+    if !pre.uid.is_empty() {
+        p.insert("uid".into(), pre.uid.into());
+    }
+    if !pre.resource_version.is_empty() {
+        p.insert("resourceVersion".into(), pre.resource_version.into());
+    }
+    serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": p})
+}
+
+impl KubeClient {
+    /// The calls of `res` in the client's namespace ([`KubeClient::namespace`]).
+    pub fn api(&self, res: &'static Resource) -> Api<'_> {
+        self.api_in(self.namespace(), res)
+    }
+
+    /// The calls of `res` in namespace `ns` (kube-rs's `Api::namespaced`): one client serves
+    /// every namespace, with one TLS agent, one token cache and one exec-plugin run.
+    pub fn api_in(&self, ns: &str, res: &'static Resource) -> Api<'_> {
+        Api {
+            client: self,
+            res,
+            ns: ns.to_string(),
+        }
+    }
+}
+
+impl Api<'_> {
+    /// The namespace this calls into.
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    /// The request of one call, without sending it (pure). The verb text names the call in
+    /// logs and errors: `VERB SINGULAR NAME` (`get lease l`), `create pod` for a create
+    /// without a name, `list PLURAL`.
+    ///
+    /// Errors: [`KubeError::Config`] for an empty name where the URL needs one.
+    fn request(&self, call: Call<'_>) -> Result<Request, KubeError> {
+        let r = self.res;
+        let (method, word) = call.method();
+        let name = call.name().unwrap_or("");
+        let verb = match call {
+            Call::List(..) => format!("{word} {}", r.plural),
+            _ if name.is_empty() => format!("{word} {}", r.singular),
+            _ => format!("{word} {} {name}", r.singular),
+        };
+        let ns = encode_component(&self.ns);
+        let base = self.client.base_url();
+        let mut url = format!("{base}/{}/namespaces/{ns}/{}", r.api, r.plural);
+        if !matches!(call, Call::List(..) | Call::Create(..)) {
+            if name.is_empty() {
+                return Err(KubeError::Config(format!(
+                    "{verb}: empty {} name",
+                    r.singular
+                )));
+            }
+            url = format!("{url}/{}", encode_component(name));
+        }
+        let query = call.query();
+        if !query.is_empty() {
+            url = format!("{url}?{}", query.join("&"));
+        }
+        let (body, content_type) = call.body();
+        let body = match body {
+            Some(b) => Some(serde_json::to_vec(&b).map_err(|e| KubeError::Decode {
+                what: format!("the body of {verb}"),
+                message: e.to_string(),
+            })?),
+            None => None,
+        };
+        Ok(Request {
+            method,
+            url,
+            body,
+            content_type,
+            verb,
+            res: r,
+            limit: self.client.options().body_limit,
+        })
+    }
+
+    /// Sends a call; the final response whatever its code (see [`KubeClient::execute`]).
+    fn send(&self, call: Call<'_>) -> Result<(Request, Response), KubeError> {
+        let req = self.request(call)?;
+        let resp = self.client.execute(&req)?;
+        Ok((req, resp))
+    }
+
+    /// The object a 2xx answer to `call` carries, and the answer's warnings; else the API
+    /// error. The object must be of the resource's kind.
+    fn object(
+        &self,
+        call: Call<'_>,
+        req: &Request,
+        resp: Response,
+    ) -> Result<(Value, Vec<String>), KubeError> {
+        if !(200..300).contains(&resp.status) {
+            return Err(KubeClient::api_error(&req.verb, &resp));
+        }
+        let what = match call {
+            Call::Get(name) => format!("{} {name}", self.res.singular),
+            _ => format!("the answer to {}", req.verb),
+        };
+        let object = self.client.decode_kind(&what, &resp.body, self.res.kind)?;
+        Ok((object, resp.warnings))
+    }
+
+    /// Sends a write whose answer is the object as stored.
+    fn write(&self, call: Call<'_>) -> Result<(Value, Vec<String>), KubeError> {
+        let (req, resp) = self.send(call)?;
+        self.object(call, &req, resp)
+    }
+
+    /// Reads object `name` (`GET …/PLURAL/NAME`); 404 → `Ok(None)` (kube-rs's `get_opt`).
+    ///
+    /// Errors: [`KubeError::Api`] for other HTTP errors (403 when RBAC lacks get),
+    /// `Transport`, `Auth`, `Decode` (an answer that is not JSON of the resource's kind),
+    /// `Config` (empty name).
+    pub fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
+        let call = Call::Get(name);
+        let (req, resp) = self.send(call)?;
+        match resp.status {
+            404 => Ok(None),
+            _ => Ok(Some(self.object(call, &req, resp)?.0)),
+        }
+    }
+
+    /// Creates `obj` (`POST …/PLURAL`, with `?fieldValidation=` when `p` sets it: under
+    /// `Strict` an unknown or duplicate field is a 400 BadRequest, under `Warn` the object
+    /// is created and the server's `Warning` headers come back in [`Created::warnings`]; a
+    /// server older than 1.25 ignores the parameter).
+    ///
+    /// Retried on transient failures like every call; a retried create that had in fact
+    /// succeeded comes back as 409 `AlreadyExists` ([`KubeError::is_already_exists`]).
+    ///
+    /// Errors: [`KubeError::Api`] (409 AlreadyExists, 422 Invalid, 403 Forbidden / quota —
+    /// see [`KubeError::is_quota`]), `Transport`, `Auth`, `Decode` (then the caller cannot
+    /// tell whether the object was made).
+    pub fn create(&self, obj: &Value, p: &PostParams) -> Result<Created, KubeError> {
+        let (object, warnings) = self.write(Call::Create(obj, p))?;
+        Ok(Created { object, warnings })
+    }
+
+    /// Replaces object `name` with `obj` (`PUT …/PLURAL/NAME`; kube-apiserver's verb
+    /// `update`). With `metadata.resourceVersion` set, the server applies it only to that
+    /// version and answers 409 Conflict otherwise (optimistic concurrency). Returns the
+    /// object as stored.
+    ///
+    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403, 422), `Transport`, `Auth`,
+    /// `Decode`, `Config` (empty name).
+    pub fn replace(&self, name: &str, obj: &Value) -> Result<Value, KubeError> {
+        Ok(self.write(Call::Replace(name, obj))?.0)
+    }
+
+    /// Patches object `name` (`PATCH …/PLURAL/NAME`, the content type of `patch`'s kind).
+    /// Returns the object as stored.
+    ///
+    /// Errors: [`KubeError::Api`] (404 when it is gone, 403 when RBAC lacks patch),
+    /// `Transport`, `Auth`, `Decode`, `Config` (empty name).
+    pub fn patch(&self, name: &str, patch: Patch<'_>) -> Result<Value, KubeError> {
+        Ok(self.write(Call::Patch(name, patch))?.0)
+    }
+
+    /// Deletes object `name` (`DELETE …/PLURAL/NAME`, its own grace period), with a
+    /// `DeleteOptions` body holding `pre` when given. 2xx → [`Deleted::Deleted`] (a pod may
+    /// still be terminating); 404 → [`Deleted::NotFound`].
+    ///
+    /// Errors: [`KubeError::Api`] (409 when a precondition fails, 403), `Transport`, `Auth`,
+    /// `Config` (empty name).
+    pub fn delete(&self, name: &str, pre: Option<Preconditions<'_>>) -> Result<Deleted, KubeError> {
+        let (req, resp) = self.send(Call::Delete(name, pre))?;
+        match resp.status {
+            404 => Ok(Deleted::NotFound),
+            200..=299 => Ok(Deleted::Deleted),
+            _ => Err(KubeClient::api_error(&req.verb, &resp)),
+        }
+    }
+
+    /// Lists the objects matching `lp`, page by page with `limit`/`continue`, handing each
+    /// page to `sink` as it arrives.
+    ///
+    /// Each page's body (the `…List` JSON, gzip already decoded) goes to
+    /// [`PageSink::page_reader`], capped at [`super::ClientOptions::list_body_limit`] (or the
+    /// streamed limit for a [`PageSink::bounded_memory`] sink). On 410 Gone for a continued
+    /// page (expired token), the list restarts from the first page after
+    /// [`PageSink::restart`], at most [`MAX_LIST_RESTARTS`] times (the Kubernetes API
+    /// concepts page, "Retrieving large results sets in chunks").
+    ///
+    /// Errors: [`KubeError::Api`] (e.g. 400 for a bad selector, 403 RBAC), `Transport`,
+    /// `Auth`, `Decode` (a page over the cap, or a server that returns the same continue
+    /// token twice), or whatever the sink's `page` returns.
+    pub fn list<S: PageSink + ?Sized>(
+        &self,
+        lp: &ListParams<'_>,
+        sink: &mut S,
+    ) -> Result<ListStats, KubeError> {
+        let mut stats = ListStats::default();
+        let mut cont: Option<String> = None;
+        let cap = self.client.list_cap(sink.bounded_memory());
+        loop {
+            let mut req = self.request(Call::List(lp, cont.as_deref()))?;
+            req.limit = cap;
+            // The body is decoded by the sink while it arrives; `outcome` is what the sink
+            // made of the last attempt that was read to its end.
+            let mut outcome = None;
+            let resp = self
+                .client
+                .execute_with(
+                    &req,
+                    Some(&mut |body: &mut dyn Read| outcome = Some(sink.page_reader(body))),
+                )
+                .map_err(|e| self.client.over_cap(e, cap))?;
+            if resp.status == 410 && cont.is_some() {
+                if stats.restarts >= MAX_LIST_RESTARTS {
+                    return Err(KubeClient::api_error(&req.verb, &resp));
+                }
+                stats.restarts += 1;
+                log::warn!(
+                    "{}: continue token expired (410 Gone); restarting the list from the \
+                     first page ({}/{MAX_LIST_RESTARTS})",
+                    req.verb,
+                    stats.restarts
+                );
+                sink.restart();
+                cont = None;
+                continue;
+            }
+            if !(200..300).contains(&resp.status) {
+                return Err(KubeClient::api_error(&req.verb, &resp));
+            }
+            stats.pages += 1;
+            stats.bytes += resp.received;
+            let next = match outcome {
+                Some(next) => next.map_err(Into::into)?,
+                None => sink.page(&resp.body).map_err(Into::into)?,
+            };
+            match next.filter(|c| !c.is_empty()) {
+                None => return Ok(stats),
+                Some(c) if cont.as_deref() == Some(c.as_str()) => {
+                    return Err(KubeError::Decode {
+                        what: format!("{} response", req.verb),
+                        message: "the server returned the same continue token twice".to_string(),
+                    })
+                }
+                Some(c) => cont = Some(c),
+            }
+        }
+    }
+
+    /// Lists every matching object and returns their `items` (a convenience over
+    /// [`Api::list`] that holds the whole list in memory; kube-rs's `Api::list`).
+    ///
+    /// Errors: as [`Api::list`]; [`KubeError::Decode`] when a page is not JSON or its
+    /// `items` is not an array.
+    pub fn list_items(&self, lp: &ListParams<'_>) -> Result<(Vec<Value>, ListStats), KubeError> {
+        let mut sink = ItemsSink {
+            what: format!("list {} response", self.res.plural),
+            items: Vec::new(),
+        };
+        let stats = self.list(lp, &mut sink)?;
+        Ok((sink.items, stats))
+    }
+}
+
+/// The sink of [`Api::list_items`]: every page's `items`, in order.
+struct ItemsSink {
+    /// Names the list in errors: `list pods response`.
+    what: String,
+    items: Vec<Value>,
+}
+
+impl PageSink for ItemsSink {
+    type Error = KubeError;
+
+    fn restart(&mut self) {
+        self.items.clear();
+    }
+
+    fn page(&mut self, body: &[u8]) -> Result<Option<String>, KubeError> {
+        let bad = |message: String| KubeError::Decode {
+            what: self.what.clone(),
+            message,
+        };
+        let mut v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+        let cont = v["metadata"]["continue"].as_str().map(str::to_string);
+        match v.get_mut("items").map(Value::take) {
+            Some(Value::Array(list)) => self.items.extend(list),
+            Some(Value::Null) | None => {}
+            Some(_) => return Err(bad("items is not an array".to_string())),
+        }
+        Ok(cont)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::{ClientOptions, ClusterConfig};
+
+    fn client() -> KubeClient {
+        let cfg = ClusterConfig::for_server("http://127.0.0.1:1", "spark");
+        KubeClient::with_options(cfg, ClientOptions::default()).unwrap()
+    }
+
+    const BASE: &str = "http://127.0.0.1:1";
+
+    #[test]
+    fn a_get_names_the_kind_and_the_object() {
+        let c = client();
+        let r = c.api(&LEASES).request(Call::Get("podalloc-ha")).unwrap();
+        assert_eq!(r.method, Method::GET);
+        assert_eq!(
+            r.url,
+            format!("{BASE}/apis/coordination.k8s.io/v1/namespaces/spark/leases/podalloc-ha")
+        );
+        assert_eq!(r.verb, "get lease podalloc-ha");
+        assert_eq!(r.res, &LEASES);
+        assert!(r.body.is_none());
+    }
+
+    #[test]
+    fn another_namespace_and_names_are_percent_encoded() {
+        let c = client();
+        let r = c
+            .api_in("other ns", &CONFIG_MAPS)
+            .request(Call::Replace("a b", &serde_json::json!({})))
+            .unwrap();
+        assert_eq!(r.method, Method::PUT);
+        assert_eq!(
+            r.url,
+            format!("{BASE}/api/v1/namespaces/other%20ns/configmaps/a%20b")
+        );
+        assert_eq!(r.verb, "update configmap a b");
+        assert_eq!(r.body.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(r.content_type, "application/json");
+    }
+
+    #[test]
+    fn a_create_is_named_from_its_body_and_carries_field_validation() {
+        let c = client();
+        let pods = c.api(&PODS);
+        let p = PostParams {
+            field_validation: Some(FieldValidation::Strict),
+        };
+        let pod = serde_json::json!({"metadata": {"generateName": "app-exec-"}});
+        let r = pods.request(Call::Create(&pod, &p)).unwrap();
+        assert_eq!(r.method, Method::POST);
+        assert_eq!(
+            r.url,
+            format!("{BASE}/api/v1/namespaces/spark/pods?fieldValidation=Strict")
+        );
+        assert_eq!(r.verb, "create pod app-exec-");
+        let nameless = serde_json::json!({});
+        let r = pods.request(Call::Create(&nameless, &PostParams::default()));
+        let r = r.unwrap();
+        assert_eq!(r.url, format!("{BASE}/api/v1/namespaces/spark/pods"));
+        assert_eq!(r.verb, "create pod");
+    }
+
+    #[test]
+    fn a_list_page_carries_the_selectors_the_limit_and_the_token() {
+        let c = client();
+        let lp = ListParams {
+            label_selector: "a in (x, y),!b",
+            field_selector: Some("status.phase=Pending"),
+            limit: Some(2),
+        };
+        let r = c.api(&PODS).request(Call::List(&lp, Some("t/1"))).unwrap();
+        assert_eq!(r.verb, "list pods");
+        assert_eq!(
+            r.url,
+            format!(
+                "{BASE}/api/v1/namespaces/spark/pods?labelSelector=a%20in%20%28x%2C%20y%29%2C%21b\
+                 &fieldSelector=status.phase%3DPending&limit=2&continue=t%2F1"
+            )
+        );
+        let r = c
+            .api(&EVENTS)
+            .request(Call::List(&ListParams::default(), None));
+        assert_eq!(
+            r.unwrap().url,
+            format!("{BASE}/api/v1/namespaces/spark/events")
+        );
+    }
+
+    #[test]
+    fn patches_say_their_type_and_deletes_carry_preconditions() {
+        let c = client();
+        let events = c.api(&EVENTS);
+        let body = serde_json::json!({"count": 2});
+        let r = events.request(Call::Patch("e.1", Patch::Strategic(&body)));
+        let r = r.unwrap();
+        assert_eq!(
+            (r.method, r.verb.as_str()),
+            (Method::PATCH, "patch event e.1")
+        );
+        assert_eq!(r.content_type, "application/strategic-merge-patch+json");
+        let r = events
+            .request(Call::Patch("e.1", Patch::Merge(&body)))
+            .unwrap();
+        assert_eq!(r.content_type, "application/merge-patch+json");
+        let pre = Preconditions {
+            uid: "u1",
+            resource_version: "",
+        };
+        let r = c.api(&PODS).request(Call::Delete("p", Some(pre))).unwrap();
+        assert_eq!(r.verb, "delete pod p");
+        let body: Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                "preconditions": {"uid": "u1"}})
+        );
+        let r = c.api(&PODS).request(Call::Delete("p", None)).unwrap();
+        assert!(r.body.is_none());
+    }
+
+    #[test]
+    fn an_empty_name_is_refused_before_anything_is_sent() {
+        let c = client();
+        for call in [Call::Get(""), Call::Delete("", None)] {
+            let err = c.api(&PODS).request(call).err().expect("refused");
+            assert!(
+                matches!(&err, KubeError::Config(m) if m.contains("empty pod name")),
+                "{err}"
+            );
+        }
+    }
+}

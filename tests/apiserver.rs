@@ -648,3 +648,22 @@ fn protobuf_and_json_lists_of_the_same_pods_read_the_same() {
     assert_eq!(e[&3].reason.as_deref(), Some("exit code -1"));
     assert_eq!((e[&1].restarts, e[&1].deletion_cost), (3, -3));
 }
+
+/// A tick asks kube-apiserver for its pod list in Protobuf (JSON the fallback) and gets it:
+/// the debug line of the list names the content type; the tick converges as in JSON.
+#[test]
+fn a_tick_lists_pods_in_protobuf_on_a_real_server() {
+    let Some(e) = Env::real("protobuf-tick", "protobuf-tick", &Pods::default()) else {
+        return;
+    };
+    let err = e.ok(&["--log-level", "debug", "reconcile", "--target", "2"]);
+    let list = err
+        .lines()
+        .find(|l| l.contains("/pods?") && l.contains("GET"))
+        .unwrap_or_else(|| panic!("no list logged: {err}"));
+    assert!(
+        list.contains("application/vnd.kubernetes.protobuf"),
+        "{list}"
+    );
+    e.converge(2, &[]);
+}

@@ -145,6 +145,11 @@ impl PageSink for SnapshotSink<'_> {
         true
     }
 
+    /// The snapshot reads Protobuf pages too.
+    fn accepts_protobuf(&self) -> bool {
+        true
+    }
+
     fn restart(&mut self) {
         self.snap = Snapshot::default();
     }

@@ -289,6 +289,7 @@ impl Api<'_> {
             content_type,
             verb,
             res: r,
+            accept: "application/json",
             limit: self.client.options().body_limit,
         })
     }
@@ -414,6 +415,9 @@ impl Api<'_> {
         loop {
             let mut req = self.request(Call::List(lp, cont.as_deref()))?;
             req.limit = cap;
+            if sink.accepts_protobuf() && self.client.options().protobuf_lists {
+                req.accept = super::protowire::ACCEPT_PROTOBUF;
+            }
             // The body is decoded by the sink while it arrives; `outcome` is what the sink
             // made of the last attempt that was read to its end.
             let mut outcome = None;

@@ -247,19 +247,67 @@ struct RawDetails {
     retry_after_seconds: Option<i64>,
 }
 
+/// A Protobuf `meta.v1.Status` (message 3, reason 4, details 5 {causes 4 {reason 1,
+/// message 2, field 3}, retryAfterSeconds 5}, code 6), as kube-apiserver encodes error
+/// answers to a client that asked for Protobuf. Errors: not such a body.
+fn protobuf_status(body: &[u8]) -> Result<RawStatus, String> {
+    use super::protowire::{bytes, each, number, text};
+    let (kind, raw) = super::protowire::envelope(body)?;
+    if kind != Some("Status") {
+        return Err(format!("kind {kind:?}, not Status"));
+    }
+    let mut st = RawStatus::default();
+    let mut details = RawDetails::default();
+    each(raw, |num, v| {
+        match num {
+            3 => st.message = Some(text(v, "message")?.to_string()),
+            4 => st.reason = Some(text(v, "reason")?.to_string()),
+            5 => each(bytes(v, "details")?, |n, v| {
+                match n {
+                    4 => {
+                        let mut c = StatusCause::default();
+                        each(bytes(v, "cause")?, |k, v| {
+                            match k {
+                                1 => c.reason = text(v, "cause reason")?.to_string(),
+                                2 => c.message = text(v, "cause message")?.to_string(),
+                                3 => c.field = text(v, "cause field")?.to_string(),
+                                _ => {}
+                            }
+                            Ok(())
+                        })?;
+                        details.causes.get_or_insert_with(Vec::new).push(c);
+                    }
+                    5 => details.retry_after_seconds = Some(i64::from(number(v, "retry")? as i32)),
+                    _ => {}
+                }
+                Ok(())
+            })?,
+            6 => st.code = Some(i64::from(number(v, "code")? as i32)),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    st.details = Some(details);
+    Ok(st)
+}
+
 impl ApiStatus {
     /// Builds the status of an error response from its HTTP `code`, its (already
     /// decompressed) `body`, and its `Retry-After` header value in seconds, if any.
     ///
-    /// A body holding a JSON object is read as a `Status` (missing fields are fine, leading
-    /// whitespace too); anything else becomes a `Status` whose message is the body's text,
+    /// A body holding a JSON object, or a Protobuf `Status` (`k8s\0` …), is read as a
+    /// `Status` (missing fields are fine, leading whitespace too); anything else becomes a `Status` whose message is the body's text,
     /// trimmed and cut to [`MAX_TEXT_MESSAGE_CHARS`]. `retry_after_seconds` is the body's
     /// `details.retryAfterSeconds` when positive, else the header.
     pub fn from_body(code: u16, body: &[u8], retry_after_header: Option<u64>) -> ApiStatus {
-        let parsed = serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .filter(|v| v.is_object())
-            .and_then(|v| serde_json::from_value::<RawStatus>(v).ok());
+        let parsed = match body.starts_with(super::protowire::MAGIC) {
+            // Asked for Protobuf, kube-apiserver answers most errors in it too.
+            true => protobuf_status(body).ok(),
+            false => serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .filter(|v| v.is_object())
+                .and_then(|v| serde_json::from_value::<RawStatus>(v).ok()),
+        };
         match parsed {
             Some(raw) => {
                 let details = raw.details.unwrap_or_default();

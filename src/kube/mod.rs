@@ -37,6 +37,7 @@ mod config;
 mod error;
 mod exec;
 mod files;
+pub(crate) mod protowire;
 mod secret;
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,9 @@
 //! (`omitempty`): an empty string here reads as absent, and a zero-length `Time` as no time
 //! (apimachinery's `Time.ProtoTime`), so both encodings give the same values.
 //!
+//! The wire reading itself is `crate::kube::protowire` (pure; the client reads error
+//! `Status` bodies with it too).
+//!
 //! Errors (a string saying what and where): the prefix or envelope missing, a kind other than
 //! `PodList`, a content encoding set, a truncated or overlong varint or length, wire types 3
 //! and 4 (groups), a known field with the wrong wire type, a string that is not UTF-8, a label
@@ -31,95 +34,12 @@ use super::{
 };
 use std::borrow::Cow;
 
-/// The first bytes of every Protobuf-encoded Kubernetes object.
-pub(super) const MAGIC: &[u8; 4] = b"k8s\0";
-
-/// One field's value: a varint, a length-delimited payload, or a fixed 32/64-bit one.
-enum Field<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// Calls `f` with each field of the message `buf` (its number and value), in wire order.
-fn each<'a>(
-    buf: &'a [u8],
-    mut f: impl FnMut(u64, Field<'a>) -> Result<(), String>,
-) -> Result<(), String> {
-    let mut pos = 0;
-    while pos < buf.len() {
-        let key = varint(buf, &mut pos)?;
-        let (num, wire) = (key >> 3, key & 7);
-        let value = match wire {
-            0 => Field::Varint(varint(buf, &mut pos)?),
-            2 => {
-                let len = varint(buf, &mut pos)?;
-                let end = usize::try_from(len)
-                    .ok()
-                    .and_then(|l| pos.checked_add(l))
-                    .filter(|&e| e <= buf.len())
-                    .ok_or_else(|| format!("field {num}: length {len} runs past the message"))?;
-                let b = &buf[pos..end];
-                pos = end;
-                Field::Bytes(b)
-            }
-            1 | 5 => {
-                let n = if wire == 1 { 8 } else { 4 };
-                if buf.len() - pos < n {
-                    return Err(format!(
-                        "field {num}: a fixed-size value runs past the message"
-                    ));
-                }
-                pos += n;
-                Field::Fixed
-            }
-            w => {
-                return Err(format!(
-                    "field {num}: wire type {w} is not used by Kubernetes"
-                ))
-            }
-        };
-        f(num, value)?;
-    }
-    Ok(())
-}
-
-/// A base-128 varint at `*pos` (at most 10 bytes), advancing `pos`.
-fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
-    let mut v: u64 = 0;
-    for i in 0..10 {
-        let b = *buf
-            .get(*pos)
-            .ok_or_else(|| "a varint runs past the message".to_string())?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            return Ok(v);
-        }
-    }
-    Err("a varint longer than 10 bytes".to_string())
-}
-
-/// The payload of a length-delimited field `what`. Errors: another wire type.
-fn bytes<'a>(v: Field<'a>, what: &str) -> Result<&'a [u8], String> {
-    match v {
-        Field::Bytes(b) => Ok(b),
-        _ => Err(format!("{what} is not length-delimited")),
-    }
-}
-
-/// The varint field `what`. Errors: another wire type.
-fn number(v: Field<'_>, what: &str) -> Result<u64, String> {
-    match v {
-        Field::Varint(n) => Ok(n),
-        _ => Err(format!("{what} is not a varint")),
-    }
-}
+pub(super) use crate::kube::protowire::MAGIC;
+use crate::kube::protowire::{bytes, each, number, text, Field};
 
 /// The string field `what`, borrowed; empty reads as absent (JSON's `omitempty`).
 fn string<'a>(v: Field<'a>, what: &str) -> Result<Option<Str<'a>>, String> {
-    let b = bytes(v, what)?;
-    let s = std::str::from_utf8(b).map_err(|_| format!("{what} is not UTF-8"))?;
+    let s = text(v, what)?;
     Ok((!s.is_empty()).then_some(Str(Cow::Borrowed(s))))
 }
 
@@ -135,43 +55,15 @@ fn push<T>(list: &mut Option<Capped<T>>, x: T, what: &str) -> Result<(), String>
 
 /// Decodes one Protobuf-encoded pod list page (the whole body, prefix included).
 pub(super) fn decode_page(body: &[u8]) -> Result<PodListPage<'_>, String> {
-    let rest = body
-        .strip_prefix(MAGIC.as_slice())
-        .ok_or_else(|| "not a Kubernetes Protobuf object (no k8s\\0 prefix)".to_string())?;
-    let (mut kind, mut raw, mut encoding) = (None, None, None);
-    each(rest, |num, v| {
-        match num {
-            1 => {
-                each(bytes(v, "typeMeta")?, |n, v| {
-                    if n == 2 {
-                        kind = string(v, "typeMeta.kind")?;
-                    }
-                    Ok(())
-                })?;
-            }
-            2 => raw = Some(bytes(v, "raw")?),
-            3 => encoding = string(v, "contentEncoding")?,
-            _ => {}
-        }
-        Ok(())
-    })?;
-    match kind.as_deref() {
-        Some("PodList") => {}
-        Some(k) => {
-            return Err(format!(
-                "kind is {:?}, expected \"PodList\"",
-                super::clip(k)
-            ))
-        }
-        None => return Err("no kind in the Protobuf envelope, expected \"PodList\"".into()),
+    let (kind, raw) = crate::kube::protowire::envelope(body)?;
+    match kind {
+        Some("PodList") => pod_list(raw),
+        Some(k) => Err(format!(
+            "kind is {:?}, expected \"PodList\"",
+            super::clip(k)
+        )),
+        None => Err("no kind in the Protobuf envelope, expected \"PodList\"".into()),
     }
-    if let Some(e) = encoding {
-        return Err(format!(
-            "content encoding {:?} is not supported",
-            super::clip(&e)
-        ));
-    }
-    pod_list(raw.unwrap_or_default())
 }
 
 /// A `v1.PodList`: metadata 1, items 2.

@@ -59,6 +59,9 @@ pub struct Env {
     url: String,
     ca_pem: String,
     pods_opts: Pods,
+    /// On the real server, each candidate's own route to it ([`Env::candidate_cmd`]), which
+    /// [`Env::cut_off`] can cut.
+    partitions: std::sync::Mutex<std::collections::BTreeMap<String, real::proxy::Partition>>,
 }
 
 const SIM_TOKEN: &str = "both-sim-token-0123456789";
@@ -163,6 +166,7 @@ impl Env {
             url,
             ca_pem,
             pods_opts: pods.clone(),
+            partitions: Default::default(),
         }
     }
 
@@ -190,6 +194,7 @@ impl Env {
             url: cp.url.clone(),
             ca_pem: cp.ca_pem.clone(),
             pods_opts: pods.clone(),
+            partitions: Default::default(),
         })
     }
 
@@ -200,14 +205,6 @@ impl Env {
         match self.server {
             Server::Sim(_) => Env::sim_in(&self.app, &self.pods_opts, &self.ns),
             Server::Real(_) => Env::real(test, &self.app, &self.pods_opts).unwrap(),
-        }
-    }
-
-    /// The simulator (simulator only).
-    pub fn simulator(&self) -> Option<&SimServer> {
-        match &self.server {
-            Server::Sim(s) => Some(s),
-            Server::Real(_) => None,
         }
     }
 
@@ -317,6 +314,39 @@ impl Env {
 
     /// [`Env::cmd`] with another bearer token.
     pub fn cmd_with_token(&self, token: &str, args: &[&str]) -> Command {
+        self.cmd_at(&self.url, token, args)
+    }
+
+    /// [`Env::cmd`] as leader-election candidate `who` (its token; on the real server through
+    /// a route of its own that [`Env::cut_off`] can cut).
+    pub fn candidate_cmd(&self, who: &str, args: &[&str]) -> Command {
+        let token = self.candidate_token(who);
+        match &self.server {
+            Server::Sim(_) => self.cmd_at(&self.url, &token, args),
+            Server::Real(_) => {
+                let mut routes = self.partitions.lock().unwrap();
+                let route = (routes.entry(who.to_string()))
+                    .or_insert_with(|| real::proxy::Partition::start(&self.url));
+                self.cmd_at(&route.url, &token, args)
+            }
+        }
+    }
+
+    /// Cuts candidate `who` off from the API for `d`, as a network partition between it and
+    /// the server would: on the simulator its calls hang, then 504, not carried out
+    /// (`SimServer::cut_off`); on the real server its route drops every byte either way
+    /// ([`real::proxy::Partition`]). Only for a candidate started with [`Env::candidate_cmd`].
+    pub fn cut_off(&self, who: &str, d: Duration) {
+        match &self.server {
+            Server::Sim(s) => s.cut_off(&format!("podalloc-{who}"), d),
+            Server::Real(_) => (self.partitions.lock().unwrap())
+                .get(who)
+                .expect("the candidate's route")
+                .cut(d),
+        }
+    }
+
+    fn cmd_at(&self, url: &str, token: &str, args: &[&str]) -> Command {
         let mut c = podalloc();
         c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);
         if !args.contains(&"--image") && !args.contains(&"--template") {
@@ -324,7 +354,7 @@ impl Env {
         }
         c.arg("--state-file")
             .arg(self.dir.path().join("state.json"))
-            .args(["--server", &self.url, "--token", token])
+            .args(["--server", url, "--token", token])
             .arg("--certificate-authority")
             .arg(&self.ca)
             .args(["-n", &self.ns])

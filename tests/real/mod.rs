@@ -13,6 +13,8 @@
 //! and how to build them, unless `CI` or `PODALLOC_REAL_SERVER=required` is set: then it
 //! panics, so CI never skips the real-server tests.
 
+pub mod proxy;
+
 use podalloc_sim::emulator::{EmulatorOptions, KubeletEmulator};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

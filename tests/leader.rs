@@ -135,6 +135,14 @@ fn terms(acts: &[Act], writes_only: bool) -> Vec<(String, u64, u64)> {
     out
 }
 
+/// `terms` in ms since the first one began, for the reports.
+fn relative(terms: &[(String, u64, u64)]) -> Vec<(String, u64, u64)> {
+    let t0 = terms.first().map_or(0, |t| t.1);
+    (terms.iter())
+        .map(|(u, a, b)| (u.clone(), (a - t0) / 1000, (b - t0) / 1000))
+        .collect()
+}
+
 /// The terms do not overlap: each user's last acting request was answered before the next
 /// user's first arrived.
 fn assert_disjoint(terms: &[(String, u64, u64)]) {
@@ -198,6 +206,40 @@ fn assert_no_overshoot(e: &Env) {
     assert_eq!(s.duplicate_executor_ids, 0, "{s:?}");
     assert!(e.max_live() <= TARGET, "max live {}", e.max_live());
 }
+
+// The instrument itself: without leader election, two allocators with states of their own
+// on one app tick a, b, a; the server's record must show exactly that interleaving (one
+// overlap of writes, one of ticks), so a 0 elsewhere is a measurement, not a blind spot.
+both!(
+    the_servers_record_shows_two_unfenced_allocators_interleave,
+    APP,
+    Pods::default(),
+    |e| {
+        let tick = |who: &str, target: &str| {
+            let store = format!("configmap:own-{who}");
+            let args = ["--state-store", &store, "reconcile", "--target", target];
+            let out = e.candidate_cmd(who, &args).output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{who}: {}", stderr(&out));
+        };
+        tick("a", "2");
+        tick("b", "2");
+        tick("a", "3");
+        let acts = e.acts();
+        let t = terms(&acts, true);
+        eprintln!(
+            "leader[{}]: two unfenced allocators: overlapping writes {}, ticks {}; terms {:?}",
+            server(e),
+            overlaps(&acts, true),
+            overlaps(&acts, false),
+            relative(&t)
+        );
+        let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(users, ["podalloc-a", "podalloc-b"], "{t:?}");
+        assert_eq!(overlaps(&acts, true), 1, "{t:?}");
+        assert_eq!(overlaps(&acts, false), 1, "{:?}", terms(&acts, false));
+        assert!(t[0].2 > t[1].1, "a's writes surround b's: {t:?}");
+    }
+);
 
 both!(
     one_leader_acts_and_sigterm_then_sigkill_hand_over,
@@ -278,13 +320,14 @@ both!(
         let t = terms(&acts, false);
         eprintln!(
             "leader[{}]: SIGTERM handover {:.2}s, SIGKILL handover {:.2}s; overlapping ticks {}, \
-             writes {} (successful writes {}); terms {t:?}",
+             writes {} (successful writes {}); terms (ms) {:?}",
             server(e),
             sigterm.as_secs_f64(),
             took.as_secs_f64(),
             overlaps(&acts, false),
             overlaps(&acts, true),
-            successful_write_overlaps(&acts)
+            successful_write_overlaps(&acts),
+            relative(&t)
         );
         let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
         assert_eq!(users, ["podalloc-a", "podalloc-b", "podalloc-c"], "{t:?}");
@@ -384,11 +427,12 @@ both!(
         let t = terms(&acts, true);
         eprintln!(
             "leader[{}]: takeover from a cut-off leader after {:.2}s; overlapping writes {} \
-         (successful writes {}); writes of each term (user, first µs, last µs): {t:?}",
+         (successful writes {}); writes of each term (user, first ms, last ms): {:?}",
             server(e),
             took.as_secs_f64(),
             overlaps(&acts, true),
-            successful_write_overlaps(&acts)
+            successful_write_overlaps(&acts),
+            relative(&t)
         );
         let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
         assert_eq!(users, ["podalloc-a", "podalloc-b"], "{t:?}");
@@ -450,12 +494,13 @@ fn lease_edit_keeps_one_actor(
         "leader[{}]: {what}: overlapping writes between identities: {n} (successful writes {}), \
          overlapping ticks: {ticks}; after the edit the leader's last write at +{last_old} ms, \
          the next term's first at +{first_new} ms (lease held again {:.1}s, converged {:.1}s \
-         after it; case {:.1}s); terms {t:?}",
+         after it; case {:.1}s); terms (ms) {:?}",
         server(e),
         successful_write_overlaps(&acts),
         held.as_secs_f64() + 5.0,
         recovered.as_secs_f64(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        relative(&t)
     );
     assert_eq!(n, 0, "{what}: {t:?}");
     assert_eq!(ticks, 0, "{what}: {:?}", terms(&acts, false));
@@ -780,13 +825,14 @@ both!(
         eprintln!(
             "leader[{}]: apps --leader-elect, {DRIVERS} apps: {dead} led, SIGKILL, {alive} held the \
              lease {:.2}s later; overlapping ticks {n}, writes {n_writes} (successful writes {}); \
-             {} executor creates, duplicate ids {}; {:.1}s in all; terms {t_all:?}",
+             {} executor creates, duplicate ids {}; {:.1}s in all; terms (ms) {:?}",
             server(e),
             took.as_secs_f64(),
             successful_write_overlaps(&acts),
             creates,
             s.duplicate_executor_ids,
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            relative(&t_all)
         );
         assert!(took < Duration::from_millis(3000 + 1100 + 1500), "{took:?}");
         assert_eq!((n, n_writes), (0, 0), "{t_all:?}");

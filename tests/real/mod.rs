@@ -191,8 +191,8 @@ impl ControlPlane {
     }
 
     /// A fresh namespace for one test (`NAME-N`), with `deploy/rbac.yaml` applied in it, that
-    /// Role also bound to the users `podalloc`, `podalloc-throttled` and the candidates, and the emulator
-    /// managing its pods with `opts`.
+    /// Role also bound to the users `podalloc`, `podalloc-throttled` and the candidates
+    /// (`podalloc-a`, `-b`, `-c`), and the emulator managing its pods with `opts`.
     pub fn namespace(&self, name: &str, opts: EmulatorOptions) -> String {
         let n = self.next_ns.fetch_add(1, Ordering::SeqCst);
         let mut ns: String = name

@@ -562,6 +562,18 @@ impl Env {
         }
     }
 
+    /// Whether [`Env::acts`] holds every request since the server started: always on the
+    /// real server (the audit log is never cut); on the simulator only while its request log
+    /// has not dropped its oldest lines (it keeps 1000).
+    pub fn record_is_whole(&self) -> bool {
+        match &self.server {
+            Server::Sim(s) => (s.request_log().lines().next())
+                .and_then(|l| serde_json::from_str::<Value>(l).ok())
+                .is_none_or(|l| l["seq"] == 1),
+            Server::Real(_) => true,
+        }
+    }
+
     /// [`Env::set_phase`], which may fail (the pod is gone): whether it was done.
     pub fn try_set_phase(&self, name: &str, phase: &str, exit_code: i64, reason: &str) -> bool {
         match &self.server {

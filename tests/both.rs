@@ -346,6 +346,16 @@ impl Env {
         }
     }
 
+    /// Real server only: delays everything between candidate `who` and the server for `d`,
+    /// then delivers it ([`real::proxy::Partition::hold`]: a request sent meanwhile is carried
+    /// out late). The simulator has no such partition.
+    pub fn hold(&self, who: &str, d: Duration) {
+        (self.partitions.lock().unwrap())
+            .get(who)
+            .expect("the candidate's route on the real server")
+            .hold(d)
+    }
+
     fn cmd_at(&self, url: &str, token: &str, args: &[&str]) -> Command {
         let mut c = podalloc();
         c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);

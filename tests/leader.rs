@@ -711,6 +711,84 @@ both!(
     }
 );
 
+/// Real server only (the simulator's cut never delivers late): the leader is paused between
+/// its write-ahead save and its creates; just before it resumes, its route to the server
+/// starts holding bytes for 8 s (a TCP outage, not a loss). It resumes with its Lease still
+/// fresh, so its fence lets the creates go, into the held connection; the standby takes the
+/// Lease 3 s after the leader's last renewal and creates the saved ids itself; then the hold
+/// ends and the old leader's creates reach the server during the standby's term. Leader
+/// election alone cannot stop a write delivered late; what must hold is that the server
+/// refuses it (the ids are names: AlreadyExists), so no write of two identities both
+/// succeeds in one span, no id is made twice, and the app never overshoots.
+mod a_create_delivered_late_by_a_partition_is_refused {
+    use super::*;
+
+    #[test]
+    fn on_real() {
+        let Some(env) = Env::real("late_delivery", APP, &Pods::default()) else {
+            return;
+        };
+        let e = &env;
+        let a = candidate_with(e, "a", &[("PODALLOC_PAUSE_AT", "after-write-ahead:1:3000")]);
+        until(20, "a saves its first batch ahead of the creates", || {
+            unacknowledged_in_state(e).len() as u64 == TARGET
+        });
+        let paused = Instant::now();
+        let b = candidate(e, "b");
+        assert_eq!(holder(e).as_deref(), Some("pod-a"));
+        std::thread::sleep(Duration::from_millis(2700).saturating_sub(paused.elapsed()));
+        // Long enough that b has made the saved ids before a's create arrives: b leads about
+        // 3 s after a's last renewal (seen 4.5 s into the hold) and creates at once.
+        e.hold("a", Duration::from_secs(8));
+        let held = Instant::now();
+        until(30, "b leads", || holder(e).as_deref() == Some("pod-b"));
+        let took = held.elapsed();
+        until(30, "the app converges", || live_len(e) == TARGET);
+        std::thread::sleep(Duration::from_secs(9).saturating_sub(held.elapsed()));
+        until(30, "the app converges after the hold", || {
+            live_len(e) == TARGET
+        });
+        for p in [&a, &b] {
+            signal(p, libc::SIGTERM);
+        }
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        for out in [&a, &b] {
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        }
+        let acts = e.acts();
+        let t = terms(&acts, true);
+        let b_first = (acts.iter())
+            .find(|x| x.user == "podalloc-b" && acting(x, true))
+            .map(|x| x.at_us)
+            .expect("b wrote");
+        let late: Vec<&Act> = (acts.iter())
+            .filter(|x| x.user == "podalloc-a" && acting(x, true) && x.at_us > b_first)
+            .collect();
+        eprintln!(
+            "leader[real]: creates delivered late: b led {:.2}s into the hold; a's writes \
+             received after b's first: {:?}; overlapping writes {} (successful writes {}); \
+             terms (ms) {:?}",
+            took.as_secs_f64(),
+            late.iter()
+                .map(|x| (&x.verb, &x.resource, x.code, (x.at_us - b_first) / 1000))
+                .collect::<Vec<_>>(),
+            overlaps(&acts, true),
+            successful_write_overlaps(&acts),
+            relative(&t)
+        );
+        assert!(
+            !late.is_empty(),
+            "the held creates reached the server in b's term: {t:?}"
+        );
+        assert!(
+            late.iter().all(|x| x.code == 409),
+            "every late write refused: {late:?}"
+        );
+        assert_eq!(successful_write_overlaps(&acts), 0, "{t:?}");
+        assert_no_overshoot(e);
+    }
+}
+
 /// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
 /// (`podalloc-state-<app id>`) that every replica reads.
 fn apps_candidate(e: &Env, who: &str) -> Child {

@@ -6,6 +6,11 @@
 //! accepted but never forwarded. When the cut ends every connection that saw traffic during
 //! it is closed (the client sees a reset, not the simulator's 504), and connections made
 //! after it are forwarded again.
+//!
+//! [`Partition::hold`] is the other kind of partition, which TCP makes of a short outage: the
+//! bytes are kept, not lost, and delivered when it ends, in order, even those of a client
+//! that has given up and closed its connection meanwhile (its FIN comes after its data). A
+//! request sent during the hold reaches the server late, and is carried out then.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,8 +21,15 @@ use std::time::{Duration, Instant};
 pub struct Partition {
     /// `https://127.0.0.1:PORT` of the proxy.
     pub url: String,
-    cut_until: Arc<Mutex<Option<Instant>>>,
+    cut_until: Arc<Mutex<Cut>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Until when the route is cut, and whether bytes are held (else dropped).
+#[derive(Default)]
+struct Cut {
+    until: Option<Instant>,
+    hold: bool,
 }
 
 impl Partition {
@@ -27,7 +39,7 @@ impl Partition {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let cut_until: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let cut_until: Arc<Mutex<Cut>> = Arc::default();
         let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let (cut, halt) = (cut_until.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -51,9 +63,20 @@ impl Partition {
         }
     }
 
-    /// Cuts the client off for `d` from now.
+    /// Cuts the client off for `d` from now: what either side sends meanwhile is lost.
     pub fn cut(&self, d: Duration) {
-        *self.cut_until.lock().unwrap() = Some(Instant::now() + d);
+        *self.cut_until.lock().unwrap() = Cut {
+            until: Some(Instant::now() + d),
+            hold: false,
+        };
+    }
+
+    /// Delays everything either side sends for `d` from now, then delivers it.
+    pub fn hold(&self, d: Duration) {
+        *self.cut_until.lock().unwrap() = Cut {
+            until: Some(Instant::now() + d),
+            hold: true,
+        };
     }
 }
 
@@ -63,15 +86,19 @@ impl Drop for Partition {
     }
 }
 
-fn cut_now(cut: &Mutex<Option<Instant>>) -> bool {
-    cut.lock().unwrap().is_some_and(|t| Instant::now() < t)
+/// `Some(hold)` while the route is cut.
+fn cut_now(cut: &Mutex<Cut>) -> Option<bool> {
+    let c = cut.lock().unwrap();
+    c.until
+        .is_some_and(|t| Instant::now() < t)
+        .then_some(c.hold)
 }
 
 /// Reads and drops what `s` sends until the cut is over; then closes it.
-fn swallow(s: &TcpStream, cut: &Mutex<Option<Instant>>) {
+fn swallow(s: &TcpStream, cut: &Mutex<Cut>) {
     let mut buf = [0u8; 16 * 1024];
     let mut s = s;
-    while cut_now(cut) {
+    while cut_now(cut).is_some() {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(_) => {}
@@ -82,11 +109,15 @@ fn swallow(s: &TcpStream, cut: &Mutex<Option<Instant>>) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Option<Instant>>>) {
+fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>) {
     let tick = Some(Duration::from_millis(20));
     client.set_nonblocking(false).unwrap();
     client.set_read_timeout(tick).unwrap();
-    if cut_now(cut) {
+    // A connection made during a hold waits for its end, then is forwarded.
+    while cut_now(cut) == Some(true) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if cut_now(cut).is_some() {
         return swallow(&client, cut);
     }
     let Ok(server) = TcpStream::connect(upstream) else {
@@ -101,22 +132,44 @@ fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Option<Instant>>>) {
 }
 
 /// Copies `from` to `to` until either closes; a chunk read during a cut is dropped, and the
-/// connection is closed once that cut is over.
-fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Option<Instant>>) {
+/// connection is closed once that cut is over; during a hold it is kept (with the close, if
+/// `from` closes) and delivered when the hold ends.
+fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>) {
     let mut buf = [0u8; 16 * 1024];
     let (mut from, mut to) = (from, to);
+    let mut held: Vec<u8> = Vec::new();
+    let mut closed = false;
     loop {
+        let state = cut_now(cut);
+        if state.is_none() && (!held.is_empty() || closed) {
+            if to.write_all(&held).is_err() || closed {
+                break;
+            }
+            held.clear();
+        }
+        if closed {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if cut_now(cut) {
+            Ok(0) if cut_now(cut) == Some(true) => closed = true,
+            Ok(0) => {
+                let _ = to.write_all(&held);
+                break;
+            }
+            Ok(n) => match cut_now(cut) {
+                Some(true) => held.extend_from_slice(&buf[..n]),
+                Some(false) => {
                     swallow(from, cut);
                     break;
                 }
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
+                None if !held.is_empty() => held.extend_from_slice(&buf[..n]),
+                None => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
                 }
-            }
+            },
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(_) => break,
         }

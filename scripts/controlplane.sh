@@ -24,6 +24,11 @@
 #                               harness passes its own pid, so no server outlives a test run)
 #   PODALLOC_CP_COMPACTION=DUR  --etcd-compaction-interval (default 5m, as the real default)
 #   PODALLOC_CP_EXTRA="FLAGS"   more kube-apiserver flags
+# The audit log, DIR/audit.log (JSON lines, audit.k8s.io/v1 Events at ResponseComplete,
+# written before each response is sent: --audit-log-mode=blocking), records at Metadata
+# level what the candidate users podalloc-a, -b and -c do to pods, configmaps and leases,
+# and the admin's writes to leases; nothing else (DIR/audit-policy.yaml), so the rest of
+# the suite pays for none of it. The leader-election tests attribute requests with it.
 # What a cluster without kube-controller-manager, scheduler and kubelet does not do:
 # tests/real/README.md.
 set -euo pipefail
@@ -137,7 +142,7 @@ start() {
   mkdir -p "$d"
   d=$(cd "$d" && pwd)
   pki "$d"
-  local admin podalloc throttled ec ep port
+  local admin podalloc throttled ec ep port who tok
   admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   podalloc=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   throttled=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -149,8 +154,37 @@ start() {
     printf '%s,admin,admin-uid,"system:masters"\n' "$admin"
     printf '%s,podalloc,podalloc-uid,"podalloc:users"\n' "$podalloc"
     printf '%s,podalloc-throttled,podalloc-throttled-uid,"podalloc:users"\n' "$throttled"
+    # The leader-election candidates: one user each, so the audit log names the process
+    # behind every request (tokens in DIR/podalloc-WHO.token).
+    for who in a b c; do
+      tok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+      printf '%s\n' "$tok" >"$d/podalloc-$who.token"
+      chmod 600 "$d/podalloc-$who.token"
+      printf '%s,podalloc-%s,podalloc-%s-uid,"podalloc:users"\n' "$tok" "$who" "$who"
+    done
   } >"$d/tokens.csv"
   chmod 600 "$d/tokens.csv"
+  cat >"$d/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  users: [podalloc-a, podalloc-b, podalloc-c]
+  verbs: [get, list, create, update, patch, delete, deletecollection]
+  resources:
+  - group: ""
+    resources: [pods, configmaps]
+  - group: coordination.k8s.io
+    resources: [leases]
+- level: Metadata
+  users: [admin]
+  verbs: [create, update, patch, delete]
+  resources:
+  - group: coordination.k8s.io
+    resources: [leases]
+- level: None
+EOF
   ec=$(free_port); ep=$(free_port); port=$(free_port)
   local started
   started=$(date +%s.%N)
@@ -175,6 +209,8 @@ start() {
     --disable-admission-plugins=ServiceAccount \
     --allow-privileged=true \
     --endpoint-reconciler-type=none \
+    --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/audit.log" \
+    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxbackup=0 \
     ${PODALLOC_CP_EXTRA:-} \
     >"$d/kube-apiserver.log" 2>&1 &
   echo $! >"$d/kube-apiserver.pid"
@@ -280,7 +316,7 @@ case "${1:-}" in
     PODALLOC_REAL_SERVER=required cargo test --locked --test integration -- on_real apiserver:: differential:: "$@"
     ;;
   *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

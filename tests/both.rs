@@ -58,9 +58,74 @@ pub struct Env {
     admin_token: String,
     url: String,
     ca_pem: String,
+    pods_opts: Pods,
+    /// On the real server, each candidate's own route to it ([`Env::candidate_cmd`]), which
+    /// [`Env::cut_off`] can cut.
+    partitions: std::sync::Mutex<std::collections::BTreeMap<String, real::proxy::Partition>>,
 }
 
 const SIM_TOKEN: &str = "both-sim-token-0123456789";
+
+/// The leader-election candidates: the same users on both servers (the simulator's
+/// [`SimOptions::users`], the control plane's static tokens), so that the server's own record
+/// of requests (the simulator's request log, kube-apiserver's audit log) names the process
+/// behind each one.
+pub const CANDIDATES: [&str; 3] = ["a", "b", "c"];
+
+/// The simulator's token of candidate `who`.
+fn sim_candidate_token(who: &str) -> String {
+    format!("both-candidate-{who}-0123456789")
+}
+
+/// One request of the test's namespace as the server recorded it: the simulator's request
+/// log, or kube-apiserver's audit log (events at ResponseComplete; on the real server only
+/// the candidates' pod, configmap and lease requests and the admin's lease writes are
+/// recorded, see `scripts/controlplane.sh`).
+#[derive(Clone, Debug)]
+pub struct Act {
+    /// The authenticated user (`podalloc-a` for candidate `a`).
+    pub user: String,
+    /// The Kubernetes verb: `get`, `list`, `create`, `update`, `patch`, `delete`.
+    pub verb: String,
+    /// `pods`, `configmaps`, `leases` (subresources and other resources are left out).
+    pub resource: String,
+    /// When the server received it and when it completed its answer, in µs (the audit
+    /// log's requestReceivedTimestamp and stageTimestamp; on the simulator both are the
+    /// log's `ms`, taken when it answered).
+    pub at_us: u64,
+    pub done_us: u64,
+    /// The response's status code (0: none was sent).
+    pub code: u16,
+}
+
+impl Act {
+    /// A write (anything but `get` and `list`).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb.as_str(), "get" | "list")
+    }
+}
+
+/// An RFC 3339 time in UTC as the apiserver writes a `MicroTime`
+/// (`2026-12-02T00:37:48.534367Z`), in µs since the epoch.
+pub fn micros(t: &str) -> Option<u64> {
+    let (date, time) = t.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut h = hms.split(':').map(|x| x.parse::<i64>());
+    let (hh, mm, ss) = (h.next()?.ok()?, h.next()?.ok()?, h.next()?.ok()?);
+    let us: i64 = format!("{frac:0<6}")[..6].parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(((days * 24 + hh) * 60 + mm) * 60 + ss)
+        .ok()
+        .map(|s| s * 1_000_000 + us as u64)
+}
 
 impl Env {
     /// A simulator of its own, pods living as `pods`, in namespace `default`.
@@ -82,6 +147,9 @@ impl Env {
             failure_rate: pods.failure_rate,
             missing_images: pods.missing_images.clone(),
             namespaces: Some(vec!["default".into(), "kube-system".into(), ns.into()]),
+            users: (CANDIDATES.iter())
+                .map(|w| (sim_candidate_token(w), format!("podalloc-{w}")))
+                .collect(),
             ..SimOptions::default()
         };
         let sim = SimServer::start(opts).unwrap();
@@ -97,6 +165,8 @@ impl Env {
             admin_token: SIM_TOKEN.into(),
             url,
             ca_pem,
+            pods_opts: pods.clone(),
+            partitions: Default::default(),
         }
     }
 
@@ -123,7 +193,19 @@ impl Env {
             admin_token: cp.admin_token.clone(),
             url: cp.url.clone(),
             ca_pem: cp.ca_pem.clone(),
+            pods_opts: pods.clone(),
+            partitions: Default::default(),
         })
+    }
+
+    /// Another cluster of the same kind for test `test` (a simulator of its own, or another
+    /// namespace on the control plane), with the same app and pods, for a test that plays
+    /// several cases each on a fresh cluster.
+    pub fn sibling(&self, test: &str) -> Env {
+        match self.server {
+            Server::Sim(_) => Env::sim_in(&self.app, &self.pods_opts, &self.ns),
+            Server::Real(_) => Env::real(test, &self.app, &self.pods_opts).unwrap(),
+        }
     }
 
     /// The control plane (real server only).
@@ -139,6 +221,90 @@ impl Env {
         &self.url
     }
 
+    /// The bearer token of leader-election candidate `who` (one of [`CANDIDATES`]), whose
+    /// requests the server records as the user `podalloc-WHO`.
+    pub fn candidate_token(&self, who: &str) -> String {
+        assert!(CANDIDATES.contains(&who), "no candidate {who}");
+        match &self.server {
+            Server::Sim(_) => sim_candidate_token(who),
+            Server::Real(cp) => (cp.candidates.iter())
+                .find(|(u, _)| *u == format!("podalloc-{who}"))
+                .map(|(_, t)| t.clone())
+                .unwrap(),
+        }
+    }
+
+    /// podalloc connected as `token` (`--server`, `--token`, `--certificate-authority`,
+    /// `-n`) and nothing else.
+    pub fn connect(&self, token: &str) -> Command {
+        let mut c = podalloc();
+        c.args(["--server", &self.url, "--token", token])
+            .arg("--certificate-authority")
+            .arg(&self.ca)
+            .args(["-n", &self.ns]);
+        c
+    }
+
+    /// The server's record of the requests about the test's namespace ([`Act`]), in the
+    /// order it received them. On the simulator that record keeps the last 1000 requests.
+    pub fn acts(&self) -> Vec<Act> {
+        let mut out: Vec<Act> = match &self.server {
+            Server::Sim(s) => (s.request_log().lines())
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter_map(|l| {
+                    let path = l["path"].as_str()?;
+                    let rest = path.split_once(&format!("/namespaces/{}/", self.ns))?.1;
+                    let mut parts = rest.split('/');
+                    let resource = parts.next()?.to_string();
+                    let named = parts.next().is_some();
+                    if parts.next().is_some() {
+                        return None; // a subresource
+                    }
+                    let verb = match (l["method"].as_str()?, named) {
+                        ("GET", true) => "get",
+                        ("GET", false) => "list",
+                        ("POST", _) => "create",
+                        ("PUT", _) => "update",
+                        ("PATCH", _) => "patch",
+                        ("DELETE", true) => "delete",
+                        ("DELETE", false) => "deletecollection",
+                        _ => return None,
+                    };
+                    let ms = l["ms"].as_u64()?;
+                    Some(Act {
+                        user: l["user"].as_str().unwrap_or("?").to_string(),
+                        verb: verb.into(),
+                        resource,
+                        at_us: ms * 1000,
+                        done_us: ms * 1000,
+                        code: l["status"].as_u64().unwrap_or(0) as u16,
+                    })
+                })
+                .collect(),
+            Server::Real(cp) => (cp.audit(&self.ns).iter())
+                .filter(|ev| ev["stage"] == "ResponseComplete")
+                .filter(|ev| ev["objectRef"]["subresource"].is_null())
+                .map(|ev| Act {
+                    user: ev["user"]["username"].as_str().unwrap_or("?").to_string(),
+                    verb: ev["verb"].as_str().unwrap_or("?").to_string(),
+                    resource: ev["objectRef"]["resource"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .to_string(),
+                    at_us: (ev["requestReceivedTimestamp"].as_str())
+                        .and_then(micros)
+                        .expect("requestReceivedTimestamp"),
+                    done_us: (ev["stageTimestamp"].as_str())
+                        .and_then(micros)
+                        .expect("stageTimestamp"),
+                    code: ev["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                })
+                .collect(),
+        };
+        out.sort_by_key(|a| a.at_us);
+        out
+    }
+
     /// podalloc connected as the `podalloc` user (`--server`, `--token`,
     /// `--certificate-authority`, `-n`), with `--app-id`, `--image img` (unless `args` has
     /// `--image` or `--template`), `--batch-delay 200ms` and a `--state-file` in the directory, then `args`.
@@ -148,6 +314,49 @@ impl Env {
 
     /// [`Env::cmd`] with another bearer token.
     pub fn cmd_with_token(&self, token: &str, args: &[&str]) -> Command {
+        self.cmd_at(&self.url, token, args)
+    }
+
+    /// [`Env::cmd`] as leader-election candidate `who` (its token; on the real server through
+    /// a route of its own that [`Env::cut_off`] can cut).
+    pub fn candidate_cmd(&self, who: &str, args: &[&str]) -> Command {
+        let token = self.candidate_token(who);
+        match &self.server {
+            Server::Sim(_) => self.cmd_at(&self.url, &token, args),
+            Server::Real(_) => {
+                let mut routes = self.partitions.lock().unwrap();
+                let route = (routes.entry(who.to_string()))
+                    .or_insert_with(|| real::proxy::Partition::start(&self.url));
+                self.cmd_at(&route.url, &token, args)
+            }
+        }
+    }
+
+    /// Cuts candidate `who` off from the API for `d`, as a network partition between it and
+    /// the server would: on the simulator its calls hang, then 504, not carried out
+    /// (`SimServer::cut_off`); on the real server its route drops every byte either way
+    /// ([`real::proxy::Partition`]). Only for a candidate started with [`Env::candidate_cmd`].
+    pub fn cut_off(&self, who: &str, d: Duration) {
+        match &self.server {
+            Server::Sim(s) => s.cut_off(&format!("podalloc-{who}"), d),
+            Server::Real(_) => (self.partitions.lock().unwrap())
+                .get(who)
+                .expect("the candidate's route")
+                .cut(d),
+        }
+    }
+
+    /// Real server only: delays everything between candidate `who` and the server for `d`,
+    /// then delivers it ([`real::proxy::Partition::hold`]: a request sent meanwhile is carried
+    /// out late). The simulator has no such partition.
+    pub fn hold(&self, who: &str, d: Duration) {
+        (self.partitions.lock().unwrap())
+            .get(who)
+            .expect("the candidate's route on the real server")
+            .hold(d)
+    }
+
+    fn cmd_at(&self, url: &str, token: &str, args: &[&str]) -> Command {
         let mut c = podalloc();
         c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);
         if !args.contains(&"--image") && !args.contains(&"--template") {
@@ -155,7 +364,7 @@ impl Env {
         }
         c.arg("--state-file")
             .arg(self.dir.path().join("state.json"))
-            .args(["--server", &self.url, "--token", token])
+            .args(["--server", url, "--token", token])
             .arg("--certificate-authority")
             .arg(&self.ca)
             .args(["-n", &self.ns])
@@ -179,6 +388,18 @@ impl Env {
     /// Runs [`Env::cmd`]; it must succeed. Returns its standard error.
     pub fn ok(&self, args: &[&str]) -> String {
         self.exits(args, 0)
+    }
+
+    /// Runs [`Env::cmd`]; it must succeed. Returns its standard output.
+    pub fn ok_out(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "podalloc {args:?}: {}",
+            stderr(&out)
+        );
+        stdout(&out)
     }
 
     /// Writes the pod template `yaml` into the directory; returns its path for `--template`.
@@ -351,6 +572,32 @@ impl Env {
         }
     }
 
+    /// Whether [`Env::acts`] holds every request since the server started: always on the
+    /// real server (the audit log is never cut); on the simulator only while its request log
+    /// has not dropped its oldest lines (it keeps 1000).
+    pub fn record_is_whole(&self) -> bool {
+        match &self.server {
+            Server::Sim(s) => (s.request_log().lines().next())
+                .and_then(|l| serde_json::from_str::<Value>(l).ok())
+                .is_none_or(|l| l["seq"] == 1),
+            Server::Real(_) => true,
+        }
+    }
+
+    /// [`Env::set_phase`], which may fail (the pod is gone): whether it was done.
+    pub fn try_set_phase(&self, name: &str, phase: &str, exit_code: i64, reason: &str) -> bool {
+        match &self.server {
+            Server::Sim(_) => {
+                let body = json!({"phase": phase, "exitCode": exit_code, "reason": reason});
+                let path = format!("/sim/pods/{}/{name}/phase", self.ns);
+                self.admin("POST", &path, Some(&body)).0 == 200
+            }
+            Server::Real(cp) => (cp.emulator)
+                .set_pod_phase(&self.ns, name, phase, exit_code, reason)
+                .is_ok(),
+        }
+    }
+
     /// Polls `f` every 50 ms for up to 30 s; panics naming `what` and the live executors.
     pub fn wait_for(&self, what: &str, mut f: impl FnMut(&Env) -> bool) {
         let end = Instant::now() + Duration::from_secs(30);
@@ -385,6 +632,7 @@ macro_rules! both {
         }
     };
 }
+pub(crate) use both;
 
 both!(converge_from_zero, "conv", Pods::default(), |e| {
     let log = e.converge(7, &[]);

@@ -13,6 +13,8 @@
 //! and how to build them, unless `CI` or `PODALLOC_REAL_SERVER=required` is set: then it
 //! panics, so CI never skips the real-server tests.
 
+pub mod proxy;
+
 use podalloc_sim::emulator::{EmulatorOptions, KubeletEmulator};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,12 @@ pub struct ControlPlane {
     pub admin_token: String,
     pub podalloc_token: String,
     pub throttled_token: String,
+    /// The leader-election candidates' users (`podalloc-a`, `-b`, `-c`) and their tokens:
+    /// the audit log names each one's requests.
+    pub candidates: Vec<(String, String)>,
+    /// The audit log (`scripts/controlplane.sh`: the candidates' pod, configmap and lease
+    /// requests and the admin's lease writes, at ResponseComplete).
+    pub audit_log: PathBuf,
     /// The kubelet emulator for the test namespaces.
     pub emulator: KubeletEmulator,
     next_ns: AtomicU64,
@@ -129,6 +137,14 @@ fn start() -> Result<ControlPlane, String> {
     Ok(ControlPlane {
         podalloc_token: read(&dir, "podalloc.token")?,
         throttled_token: read(&dir, "throttled.token")?,
+        candidates: ["a", "b", "c"]
+            .iter()
+            .map(|w| {
+                let user = format!("podalloc-{w}");
+                read(&dir, &format!("{user}.token")).map(|t| (user, t))
+            })
+            .collect::<Result<_, _>>()?,
+        audit_log: dir.join("audit.log"),
         dir,
         url,
         ca_pem,
@@ -175,8 +191,8 @@ impl ControlPlane {
     }
 
     /// A fresh namespace for one test (`NAME-N`), with `deploy/rbac.yaml` applied in it, that
-    /// Role also bound to the users `podalloc` and `podalloc-throttled`, and the emulator
-    /// managing its pods with `opts`.
+    /// Role also bound to the users `podalloc`, `podalloc-throttled` and the candidates
+    /// (`podalloc-a`, `-b`, `-c`), and the emulator managing its pods with `opts`.
     pub fn namespace(&self, name: &str, opts: EmulatorOptions) -> String {
         let n = self.next_ns.fetch_add(1, Ordering::SeqCst);
         let mut ns: String = name
@@ -194,16 +210,33 @@ impl ControlPlane {
         self.emulator.manage(&ns, opts);
         let rbac = std::fs::read_to_string(crate::util::root().join("deploy/rbac.yaml")).unwrap();
         let rbac = rbac.replace("namespace: batch", &format!("namespace: {ns}"));
+        let candidates: String = (self.candidates.iter())
+            .map(|(user, _)| {
+                format!("- kind: User\n  name: {user}\n  apiGroup: rbac.authorization.k8s.io\n")
+            })
+            .collect();
         let binding = format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n{rbac}\n---\n\
              apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  \
              name: podalloc-test-users\n  namespace: {ns}\nsubjects:\n- kind: User\n  \
              name: podalloc\n  apiGroup: rbac.authorization.k8s.io\n- kind: User\n  \
-             name: podalloc-throttled\n  apiGroup: rbac.authorization.k8s.io\nroleRef:\n  \
+             name: podalloc-throttled\n  apiGroup: rbac.authorization.k8s.io\n{candidates}roleRef:\n  \
              apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: podalloc\n"
         );
         self.kubectl_stdin(&["apply", "-f", "-"], &binding, "namespace set-up");
         ns
+    }
+
+    /// The audit log's events (`audit.k8s.io/v1` Event objects) about objects in namespace
+    /// `ns`, in the order the server wrote them. The log is written before each response is
+    /// sent (`--audit-log-mode=blocking`), so every request answered so far is in it.
+    pub fn audit(&self, ns: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        text.lines()
+            // A line still being written (another test's request) is not JSON yet.
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|ev| ev["objectRef"]["namespace"] == ns)
+            .collect()
     }
 }
 

@@ -1,0 +1,179 @@
+//! A network partition between one client and the real API server: a TCP proxy on loopback
+//! that forwards the client's connections (TLS passes through untouched; the server's
+//! certificate names 127.0.0.1) until [`Partition::cut`]. During a cut no byte goes either
+//! way: what the client sends is dropped (a request not yet wholly forwarded never reaches
+//! the server, as the simulator's `cut_off` has it), its calls hang, and new connections are
+//! accepted but never forwarded. When the cut ends every connection that saw traffic during
+//! it is closed (the client sees a reset, not the simulator's 504), and connections made
+//! after it are forwarded again.
+//!
+//! [`Partition::hold`] is the other kind of partition, which TCP makes of a short outage: the
+//! bytes are kept, not lost, and delivered when it ends, in order, even those of a client
+//! that has given up and closed its connection meanwhile (its FIN comes after its data). A
+//! request sent during the hold reaches the server late, and is carried out then.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A proxy to one upstream `host:port`; it stops when dropped.
+pub struct Partition {
+    /// `https://127.0.0.1:PORT` of the proxy.
+    pub url: String,
+    cut_until: Arc<Mutex<Cut>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Until when the route is cut, and whether bytes are held (else dropped).
+#[derive(Default)]
+struct Cut {
+    until: Option<Instant>,
+    hold: bool,
+}
+
+impl Partition {
+    /// A proxy to the server at `url` (`https://127.0.0.1:PORT`).
+    pub fn start(url: &str) -> Partition {
+        let upstream = url.trim_start_matches("https://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut_until: Arc<Mutex<Cut>> = Arc::default();
+        let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let (cut, halt) = (cut_until.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !halt.load(std::sync::atomic::Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let (cut, upstream) = (cut.clone(), upstream.clone());
+                        std::thread::spawn(move || serve(client, &upstream, &cut));
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        Partition {
+            url: format!("https://127.0.0.1:{port}"),
+            cut_until,
+            stop,
+        }
+    }
+
+    /// Cuts the client off for `d` from now: what either side sends meanwhile is lost.
+    pub fn cut(&self, d: Duration) {
+        *self.cut_until.lock().unwrap() = Cut {
+            until: Some(Instant::now() + d),
+            hold: false,
+        };
+    }
+
+    /// Delays everything either side sends for `d` from now, then delivers it.
+    pub fn hold(&self, d: Duration) {
+        *self.cut_until.lock().unwrap() = Cut {
+            until: Some(Instant::now() + d),
+            hold: true,
+        };
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `Some(hold)` while the route is cut.
+fn cut_now(cut: &Mutex<Cut>) -> Option<bool> {
+    let c = cut.lock().unwrap();
+    c.until
+        .is_some_and(|t| Instant::now() < t)
+        .then_some(c.hold)
+}
+
+/// Reads and drops what `s` sends until the cut is over; then closes it.
+fn swallow(s: &TcpStream, cut: &Mutex<Cut>) {
+    let mut buf = [0u8; 16 * 1024];
+    let mut s = s;
+    while cut_now(cut).is_some() {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = s.shutdown(Shutdown::Both);
+}
+
+fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>) {
+    let tick = Some(Duration::from_millis(20));
+    client.set_nonblocking(false).unwrap();
+    client.set_read_timeout(tick).unwrap();
+    // A connection made during a hold waits for its end, then is forwarded.
+    while cut_now(cut) == Some(true) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if cut_now(cut).is_some() {
+        return swallow(&client, cut);
+    }
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    server.set_read_timeout(tick).unwrap();
+    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let cut2 = cut.clone();
+    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2));
+    pump(&client, &server, cut);
+    let _ = back.join();
+}
+
+/// Copies `from` to `to` until either closes; a chunk read during a cut is dropped, and the
+/// connection is closed once that cut is over; during a hold it is kept (with the close, if
+/// `from` closes) and delivered when the hold ends.
+fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>) {
+    let mut buf = [0u8; 16 * 1024];
+    let (mut from, mut to) = (from, to);
+    let mut held: Vec<u8> = Vec::new();
+    let mut closed = false;
+    loop {
+        let state = cut_now(cut);
+        if state.is_none() && (!held.is_empty() || closed) {
+            if to.write_all(&held).is_err() || closed {
+                break;
+            }
+            held.clear();
+        }
+        if closed {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) if cut_now(cut) == Some(true) => closed = true,
+            Ok(0) => {
+                let _ = to.write_all(&held);
+                break;
+            }
+            Ok(n) => match cut_now(cut) {
+                Some(true) => held.extend_from_slice(&buf[..n]),
+                Some(false) => {
+                    swallow(from, cut);
+                    break;
+                }
+                None if !held.is_empty() => held.extend_from_slice(&buf[..n]),
+                None => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            },
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}

@@ -384,23 +384,17 @@ fn converged(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let logs: Vec<String> = terminate(procs.into()).iter().map(stderr).collect();
+    let logs: Vec<String> = (procs.into_iter())
+        .map(|p| {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(p.id() as i32, libc::SIGTERM) };
+            stderr(&p.wait_with_output().unwrap())
+        })
+        .collect();
     panic!(
         "{app}: not {n} running executors within 60 s: {}",
         logs.join("\n----\n")
     );
-}
-
-/// The SIGTERM a kubelet sends at a pod's end, to each process; their outputs.
-fn terminate(procs: Vec<std::process::Child>) -> Vec<std::process::Output> {
-    for p in &procs {
-        // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(p.id() as i32, libc::SIGTERM) }, 0);
-    }
-    procs
-        .into_iter()
-        .map(|p| p.wait_with_output().unwrap())
-        .collect()
 }
 
 /// Each form of `deploy/` runs for real on kube-apiserver under exactly its own RBAC: the
@@ -462,7 +456,10 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
             .unwrap()
     });
     let procs = converged(&e, procs, "spark-etl", 20);
-    assert_no_403("the run Deployment", &terminate(procs.into()));
+    assert_no_403(
+        "the run Deployment",
+        &crate::util::stop_all("the replicas", procs.into()),
+    );
 
     // The HA apps Deployment: two replicas, one annotated driver to discover.
     let driver = json!({"apiVersion": "v1", "kind": "Pod",
@@ -478,7 +475,10 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
             .unwrap()
     });
     let procs = converged(&e, procs, "spark-discovered", 3);
-    assert_no_403("the apps Deployment", &terminate(procs.into()));
+    assert_no_403(
+        "the apps Deployment",
+        &crate::util::stop_all("the replicas", procs.into()),
+    );
 }
 
 /// Every page of `GET …/pods?limit=3` in `accept`'s encoding, added to one snapshot; the

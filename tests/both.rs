@@ -9,7 +9,7 @@
 //! `deploy/rbac.yaml` in the test's namespace: a verb our RBAC lacks fails here with 403.
 
 use crate::real::{self, ControlPlane};
-use crate::util::{podalloc, stderr, stdout, FAST_LEADER_ELECT};
+use crate::util::{podalloc, stderr, stdout};
 use podalloc_sim::emulator::EmulatorOptions;
 use podalloc_sim::{SimOptions, SimServer, SimStats};
 use serde_json::{json, Value};
@@ -953,27 +953,12 @@ both!(
 /// Lease.
 fn candidate(e: &Env, who: &str, target: u32) -> std::process::Child {
     let t = target.to_string();
-    e.cmd(
-        &[
-            "--state-store",
-            "configmap:ha-state",
-            "run",
-            "--target",
-            &t,
-            // At rest too, a tick every batch delay: the test times a replacement.
-            "--idle-interval",
-            "200ms",
-        ]
-        .iter()
-        .chain(&FAST_LEADER_ELECT)
-        .copied()
-        .collect::<Vec<_>>(),
-    )
-    .env("POD_NAME", format!("pod-{who}"))
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap()
+    e.cmd(&crate::util::ha_run_args(&[], &t))
+        .env("POD_NAME", format!("pod-{who}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// The holder of the app's Lease (`podalloc-APP`).

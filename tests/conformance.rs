@@ -44,16 +44,23 @@ fn outside_corpus_passes_when_given() {
     }
 }
 
+/// Every case of the corpus in `fixtures/DIR` passes, and there are at least `at_least`.
+fn corpus_passes(dir: &str, at_least: u32) {
+    let (passed, _) = run_corpus(&root().join("fixtures").join(dir));
+    assert!(
+        passed >= at_least,
+        "{dir}: {passed} cases, expected {at_least} or more"
+    );
+}
+
 #[test]
 fn own_corpus_passes() {
-    let (passed, _) = run_corpus(&root().join("fixtures/conformance"));
-    assert!(passed >= 13);
+    corpus_passes("conformance", 13);
 }
 
 #[test]
 fn policy_corpus_passes() {
-    let (passed, _) = run_corpus(&root().join("fixtures/conformance-policies"));
-    assert!(passed >= 11);
+    corpus_passes("conformance-policies", 11);
 }
 
 /// Real-pod rules: why creation is blocked, --count-terminating, executor-container-aware
@@ -61,16 +68,14 @@ fn policy_corpus_passes() {
 /// per app id (full pod JSON).
 #[test]
 fn real_pods_corpus_passes() {
-    let (passed, _) = run_corpus(&root().join("fixtures/conformance-real-pods"));
-    assert!(passed >= 20);
+    corpus_passes("conformance-real-pods", 20);
 }
 
 /// Spark 3.1+'s own `ExecutorPodsAllocatorSuite`, translated to `plan` cases, under
 /// `--policy spark-3.x` (fixtures/conformance-spark3x/README.md lists what was translated).
 #[test]
 fn spark3x_corpus_passes() {
-    let (passed, _) = run_corpus(&root().join("fixtures/conformance-spark3x"));
-    assert!(passed >= 9);
+    corpus_passes("conformance-spark3x", 9);
 }
 
 #[test]

@@ -196,16 +196,19 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
 fn a_successor_resends_the_creates_a_killed_run_had_saved_but_not_sent() {
     for policy in ["spark-3.0", "spark-3.x"] {
         let w = SimWorld::new().app(APP).start();
-        let out = w
-            .cmd(&[
+        let args = |cmd: &'static str| {
+            [
                 "--policy",
                 policy,
                 "--batch-size",
                 "5",
-                "reconcile",
+                cmd,
                 "--target",
                 "5",
-            ])
+            ]
+        };
+        let out = w
+            .cmd(&args("reconcile"))
             .env("PODALLOC_CRASH_AT", "after-write-ahead:1")
             .output()
             .unwrap();
@@ -213,15 +216,7 @@ fn a_successor_resends_the_creates_a_killed_run_had_saved_but_not_sent() {
         assert_eq!(w.live().len(), 0, "killed before any create");
         let t = std::time::Instant::now();
         let out = w
-            .cmd(&[
-                "--policy",
-                policy,
-                "--batch-size",
-                "5",
-                "run",
-                "--target",
-                "5",
-            ])
+            .cmd(&args("run"))
             .args(["--until-converged", "--timeout", "30s"])
             .output()
             .unwrap();

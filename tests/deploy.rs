@@ -171,10 +171,7 @@ fn deployment_runs_the_loop_on_two_replicas_with_leader_election() {
 
 #[test]
 fn deployment_replicas_elect_one_leader() {
-    let w = SimWorld::new()
-        .token("recipe-token")
-        .startup(std::time::Duration::from_millis(100))
-        .start();
+    let w = recipe_world();
     let d = docs("deployment.yaml");
     let args = podalloc_args(&kind(&d, "Deployment")["spec"]["template"]["spec"]);
     let extra = [
@@ -212,6 +209,14 @@ fn deployment_replicas_elect_one_leader() {
         "one leader created the target, no duplicates"
     );
     assert_eq!(s.duplicate_executor_ids, 0);
+}
+
+/// A simulator for the recipes: their token, pods that start in 100 ms.
+fn recipe_world() -> World {
+    SimWorld::new()
+        .token("recipe-token")
+        .startup(std::time::Duration::from_millis(100))
+        .start()
 }
 
 /// [`run_recipe`]'s process, started with `POD_NAME` and left running.
@@ -276,10 +281,7 @@ fn run_recipe(args: &[String], w: &World, extra: &[&str]) -> std::process::Outpu
 
 #[test]
 fn one_cronjob_job_converges_the_app_and_the_next_changes_nothing() {
-    let w = SimWorld::new()
-        .token("recipe-token")
-        .startup(std::time::Duration::from_millis(100))
-        .start();
+    let w = recipe_world();
     let d = docs("cronjob.yaml");
     let spec = &kind(&d, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     let args = podalloc_args(spec);

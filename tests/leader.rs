@@ -31,24 +31,10 @@ fn candidate(e: &Env, who: &str) -> Child {
 /// [`candidate`] with extra environment variables (the pause hook).
 fn candidate_with(e: &Env, who: &str, env: &[(&str, &str)]) -> Child {
     let metrics = metrics_path(e, who);
+    let (metrics, target) = (metrics.to_str().unwrap(), TARGET.to_string());
     e.candidate_cmd(
         who,
-        &[
-            "--metrics-file",
-            metrics.to_str().unwrap(),
-            "--state-store",
-            "configmap:ha-state",
-            "run",
-            "--target",
-            &TARGET.to_string(),
-            // At rest too, a tick every batch delay: the hand-over tests time replacements.
-            "--idle-interval",
-            "200ms",
-        ]
-        .iter()
-        .chain(&FAST_LEADER_ELECT)
-        .copied()
-        .collect::<Vec<_>>(),
+        &crate::util::ha_run_args(&["--metrics-file", metrics], &target),
     )
     .env("POD_NAME", format!("pod-{who}"))
     .envs(env.iter().copied())
@@ -478,13 +464,7 @@ fn lease_edit_keeps_one_actor(
     if let Some(h) = expect_holder {
         assert_eq!(holder(e).as_deref(), Some(h), "{what}");
     }
-    for p in [&a, &b] {
-        signal(p, libc::SIGTERM);
-    }
-    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-    for out in [&a, &b] {
-        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(out));
-    }
+    crate::util::stop_all(what, vec![a, b]);
     let acts = e.acts();
     let t = terms(&acts, true);
     let n = overlaps(&acts, true);
@@ -748,13 +728,7 @@ mod a_create_delivered_late_by_a_partition_is_refused {
         until(30, "the app converges after the hold", || {
             live_len(e) == TARGET
         });
-        for p in [&a, &b] {
-            signal(p, libc::SIGTERM);
-        }
-        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-        for out in [&a, &b] {
-            assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
-        }
+        crate::util::stop_all("the candidates", vec![a, b]);
         let acts = e.acts();
         let t = terms(&acts, true);
         let b_first = (acts.iter())

@@ -110,30 +110,26 @@ fn scheduling_gated_pods_do_not_block_the_next_batch() {
         .concat())
     };
     run(&["reconcile", "--target", "4"]);
-    w.wait_for("the first batch to be gated", |w| {
-        (1..=2).all(|i| {
-            pod(w, i).is_some_and(|p| {
-                p["status"]["conditions"]
-                    .to_string()
-                    .contains("SchedulingGated")
+    // Pods `ids` all carry the scheduler's SchedulingGated condition.
+    let gated = |ids: std::ops::RangeInclusive<u64>| {
+        move |w: &World| {
+            ids.clone().all(|i| {
+                pod(w, i).is_some_and(|p| {
+                    p["status"]["conditions"]
+                        .to_string()
+                        .contains("SchedulingGated")
+                })
             })
-        })
-    });
+        }
+    };
+    w.wait_for("the first batch to be gated", gated(1..=2));
     run(&["reconcile"]);
     assert_eq!(
         w.executors().len(),
         4,
         "the gated first batch did not block the second"
     );
-    w.wait_for("the second batch to be gated", |w| {
-        (3..=4).all(|i| {
-            pod(w, i).is_some_and(|p| {
-                p["status"]["conditions"]
-                    .to_string()
-                    .contains("SchedulingGated")
-            })
-        })
-    });
+    w.wait_for("the second batch to be gated", gated(3..=4));
     let log = stderr(&run(&["reconcile"]));
     assert!(log.contains("waiting for 4 scheduling-gated pods"), "{log}");
     assert_eq!(w.executors().len(), 4, "gated pods count: no overshoot");

@@ -473,3 +473,40 @@ pub fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
 }
+
+/// Stops each process as a kubelet stops a pod (SIGTERM), waits for it, and checks that it
+/// exited 0 (`what` names them in the failure); their outputs, in order.
+pub fn stop_all(what: &str, procs: Vec<std::process::Child>) -> Vec<Output> {
+    for p in &procs {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(p.id() as i32, libc::SIGTERM) }, 0);
+    }
+    let outs: Vec<Output> = procs
+        .into_iter()
+        .map(|p| p.wait_with_output().unwrap())
+        .collect();
+    for (i, out) in outs.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "{what} [{i}]: {}", stderr(out));
+    }
+    outs
+}
+
+/// `run --leader-elect` on the state ConfigMap `ha-state` with target `target`, ticking every
+/// 200 ms at rest too (the hand-over tests time replacements), on a 3 s Lease
+/// ([`FAST_LEADER_ELECT`]); `front` comes first (global flags).
+pub fn ha_run_args<'a>(front: &[&'a str], target: &'a str) -> Vec<&'a str> {
+    let run = [
+        "--state-store",
+        "configmap:ha-state",
+        "run",
+        "--target",
+        target,
+    ];
+    (front
+        .iter()
+        .chain(&run)
+        .chain(&["--idle-interval", "200ms"]))
+    .chain(&FAST_LEADER_ELECT)
+    .copied()
+    .collect()
+}

@@ -24,14 +24,7 @@ pub(crate) fn render(
     state: &AllocatorState,
     tick_duration: Duration,
 ) -> String {
-    let mut e = Exposition {
-        labels: format!(
-            "app=\"{}\",namespace=\"{}\"",
-            escape(app),
-            escape(namespace)
-        ),
-        out: String::new(),
-    };
+    let mut e = Exposition::new(app, namespace);
     let c = &state.counters;
     cluster_gauges(&mut e, report, state);
     let ok = report.is_some_and(|r| r.error.is_none());
@@ -89,6 +82,18 @@ struct Exposition {
 }
 
 impl Exposition {
+    /// An empty text whose samples carry `app` and `namespace` as labels.
+    fn new(app: &str, namespace: &str) -> Exposition {
+        Exposition {
+            labels: format!(
+                "app=\"{}\",namespace=\"{}\"",
+                escape(app),
+                escape(namespace)
+            ),
+            out: String::new(),
+        }
+    }
+
     /// One metric with one sample: its HELP and TYPE lines, then `name{labels} value`.
     fn metric(&mut self, name: &str, kind: &str, help: &str, value: String) {
         let _ = writeln!(
@@ -244,14 +249,7 @@ fn leader_metrics(e: &mut Exposition) {
 /// The metrics of a process that does not lead (`run --leader-elect` on standby, which
 /// does not tick): the leader-election metrics only, for `app` in `namespace`.
 pub(crate) fn render_standby(app: &str, namespace: &str) -> String {
-    let mut e = Exposition {
-        labels: format!(
-            "app=\"{}\",namespace=\"{}\"",
-            escape(app),
-            escape(namespace)
-        ),
-        out: String::new(),
-    };
+    let mut e = Exposition::new(app, namespace);
     leader_metrics(&mut e);
     e.out
 }

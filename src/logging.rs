@@ -6,6 +6,36 @@ use podalloc::cli::LogFormat;
 use podalloc::error::Error;
 use std::io::Write;
 
+/// The log filter (env_logger syntax) of `--log-level LEVEL` and `-v` × `verbose`.
+///
+/// A bare level is podalloc's own: the libraries (ureq, rustls, …) log at most `info`, so
+/// `--log-level debug` shows podalloc's requests and decisions without the TLS library's
+/// handshake lines. `-v` raises podalloc to debug, `-vv` to trace, `-vvv` also lets every
+/// library log at debug. `MODULE=LEVEL` directives are taken as written.
+pub fn filter(level: &str, verbose: u8) -> String {
+    const ORDER: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let rank = |l: &str| ORDER.iter().position(|o| o.eq_ignore_ascii_case(l));
+    let directives: Vec<&str> = level
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    let bare = directives.iter().rev().find_map(|d| rank(d)).unwrap_or(3);
+    let modules = directives.iter().filter(|d| d.contains('='));
+    let ours = bare.max(match verbose {
+        0 => 0,
+        1 => 4,
+        _ => 5,
+    });
+    let libraries = if verbose >= 3 { 4 } else { bare.min(3) };
+    let mut out = format!("{},podalloc={}", ORDER[libraries], ORDER[ours]);
+    for m in modules {
+        out.push(',');
+        out.push_str(m);
+    }
+    out
+}
+
 /// Installs the logger: `level` (`--log-level`, env_logger filter syntax), then `RUST_LOG`
 /// when set (it wins), in `format`. Call once.
 ///
@@ -301,6 +331,22 @@ impl log::Log for Capped {
 
 #[cfg(test)]
 mod tests {
+    use super::filter;
+
+    #[test]
+    fn a_bare_level_is_podallocs_and_only_vvv_opens_the_libraries() {
+        assert_eq!(filter("info", 0), "info,podalloc=info");
+        assert_eq!(filter("debug", 0), "info,podalloc=debug");
+        assert_eq!(filter("warn", 1), "warn,podalloc=debug");
+        assert_eq!(filter("info", 2), "info,podalloc=trace");
+        assert_eq!(filter("info", 3), "debug,podalloc=trace");
+        assert_eq!(filter("TRACE", 0), "info,podalloc=trace");
+        assert_eq!(
+            filter("warn,ureq=debug", 0),
+            "warn,podalloc=warn,ureq=debug"
+        );
+    }
+
     use super::Capped;
     use log::{Level, Metadata};
 

@@ -21,7 +21,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    logging::init(&cli.log_level, cli.log_format);
+    logging::init(
+        &logging::filter(&cli.log_level, cli.verbose),
+        cli.log_format,
+    );
     die_with_any_thread();
     let format = cli.log_format;
     let res = podalloc::commands::run(cli);

@@ -83,7 +83,12 @@ pub struct Cli {
     /// for log shippers.
     #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
     pub log_format: LogFormat,
-    /// Log level: off, error, warn, info, debug or trace, or MODULE=LEVEL pairs,
+    /// More of podalloc's own log: -v debug, -vv trace, -vvv also the HTTP and TLS
+    /// libraries' debug lines (which no other level shows).
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count, help_heading = "Config file, logging and metrics")]
+    pub verbose: u8,
+    /// Log level: off, error, warn, info, debug or trace (a bare level is podalloc's own;
+    /// the HTTP and TLS libraries stay at info at most, see -vvv), or MODULE=LEVEL pairs,
     /// comma-separated (RUST_LOG, when set, wins).
     #[arg(
         long,

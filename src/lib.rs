@@ -13,8 +13,8 @@
 //! The folders are the layers, each importing only from the layers below it
 //! (`commands → cli → controller → store → engine → kube / error / clock`):
 //! - [`engine`]: **pure** (no I/O, clock, log or thread; a unit test checks the folder):
-//!   the snapshot (PodList JSON → executor id → state), the allocation step and `record`
-//!   (the only place policy lives), the pod spec and the template's text.
+//!   the snapshot (a PodList, JSON or Protobuf → executor id → state), the allocation step
+//!   and `record` (the only place policy lives), the pod spec.
 //! - [`kube`]: the blocking HTTPS client and its configuration; imports nothing else of
 //!   podalloc.
 //! - [`store`]: where the allocator state lives: the file store (atomic saves, an exclusive
@@ -22,7 +22,8 @@
 //!   steering queue.
 //! - [`controller`]: the shell that acts and decides nothing the engine decides: the tick,
 //!   leader election's thread, Events, metrics.
-//! - [`cli`]: the command line's definitions and the apps/config files it reads.
+//! - [`cli`]: the command line's definitions and the files it reads (config file, pod
+//!   template).
 //! - [`commands`]: one thin file per command.
 //! - [`sim`]: the simulated API server and kubelet (the `podalloc-sim` crate; feature `sim`).
 //!
@@ -46,9 +47,9 @@ pub mod store;
 pub use podalloc_sim as sim;
 
 pub use cli::config_file;
+pub(crate) use cli::template;
 pub use controller::tick as reconcile;
 pub(crate) use controller::{events, leader, metrics};
-pub(crate) use engine::template;
 pub use engine::{alloc, podspec, snapshot};
 pub(crate) use store::configmap as cmstore;
 pub use store::file as state;

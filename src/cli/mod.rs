@@ -6,6 +6,7 @@
 //! [`ConnArgs::connection_flags`] (what the kube client resolves).
 
 pub mod config_file;
+pub(crate) mod template;
 
 use crate::reconcile::App;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};

@@ -5,12 +5,10 @@
 //! - [`snapshot`]: a PodList (JSON, whole or streamed page by page) → executor id → state.
 //! - [`alloc`]: the allocation step, `record`, the persisted state's schema.
 //! - [`podspec`]: a checked pod template + executor id → the Pod to create.
-//! - `template`: a template's text → the checked template.
 
 pub mod alloc;
 pub mod podspec;
 pub mod snapshot;
-pub(crate) mod template;
 
 #[cfg(test)]
 mod purity;

@@ -1,5 +1,5 @@
 //! Reading the executor pod template: `--template FILE` (JSON or YAML) and/or `--image`,
-//! checked into a [`PodTemplate`]. The file read lives here so that [`crate::podspec`] stays
+//! checked into a [`PodTemplate`]. The file read lives here, in the command line's layer, so that [`crate::podspec`] stays
 //! pure (no I/O).
 
 use crate::error::{Error, Result};

@@ -1367,6 +1367,17 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             &msg[..msg.len().min(300)]
         );
 
+        // `cmd` run with a timeout of `ms` fails within 5 s, saying `what`.
+        let fails_within_5s = |cmd: &str, ms: u64, what: &str| {
+            let e = ExecConfig::new(cmd, dir.path(), ExecApiVersion::V1, "user \"u\"");
+            let t = Instant::now();
+            let msg = run_plugin(&e, None, Duration::from_millis(ms))
+                .unwrap_err()
+                .to_string();
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+            assert!(msg.contains(what), "{msg}");
+        };
+
         // A plugin whose child keeps stdout open: the child dies with the process group.
         let pidfile = dir.path().join("child.pid");
         script(
@@ -1377,13 +1388,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
                 pidfile.display()
             ),
         );
-        let e = ExecConfig::new("./lingers", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let t = Instant::now();
-        let msg = run_plugin(&e, None, Duration::from_millis(500))
-            .unwrap_err()
-            .to_string();
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        assert!(msg.contains("kept its output open"), "{msg}");
+        fails_within_5s("./lingers", 500, "kept its output open");
         let child: i32 = std::fs::read_to_string(&pidfile)
             .unwrap()
             .trim()
@@ -1400,13 +1405,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 
         // A plugin that hangs is killed after the timeout.
         script(dir.path(), "hang", "exec sleep 30");
-        let e = ExecConfig::new("./hang", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let t = Instant::now();
-        let msg = run_plugin(&e, None, Duration::from_millis(300))
-            .unwrap_err()
-            .to_string();
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        assert!(msg.contains("did not finish within 300ms"), "{msg}");
+        fails_within_5s("./hang", 300, "did not finish within 300ms");
 
         // Not executable.
         std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();

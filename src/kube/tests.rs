@@ -1260,16 +1260,17 @@ fn exec_credential_is_renewed_before_it_expires() {
     let dir = tempfile::tempdir().unwrap();
     let server = bearer_only("t");
     let plugin = Plugin::install(dir.path());
+    // The plugin's next credential: token `t`, expiring `secs` from now (negative: already).
+    let valid_for = |secs: i64| {
+        let at = match secs >= 0 {
+            true => SystemTime::now() + Duration::from_secs(secs as u64),
+            false => SystemTime::now() - Duration::from_secs(secs.unsigned_abs()),
+        };
+        plugin.set(None, &exec_output(Some("t"), None, Some(at)));
+    };
 
     // Valid for an hour: one run for many calls.
-    plugin.set(
-        None,
-        &exec_output(
-            Some("t"),
-            None,
-            Some(SystemTime::now() + Duration::from_secs(3600)),
-        ),
-    );
+    valid_for(3600);
     let client = exec_client(&server, &plugin).unwrap();
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
@@ -1278,40 +1279,19 @@ fn exec_credential_is_renewed_before_it_expires() {
     // Valid for 2 s: reused at once, renewed after half its lifetime (1 s, less than the
     // 10 s leeway).
     std::fs::remove_file(dir.path().join("runs")).unwrap();
-    plugin.set(
-        None,
-        &exec_output(
-            Some("t"),
-            None,
-            Some(SystemTime::now() + Duration::from_secs(2)),
-        ),
-    );
+    valid_for(2);
     let client = exec_client(&server, &plugin).unwrap();
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
     std::thread::sleep(Duration::from_millis(1300));
-    plugin.set(
-        None,
-        &exec_output(
-            Some("t"),
-            None,
-            Some(SystemTime::now() + Duration::from_secs(3600)),
-        ),
-    );
+    valid_for(3600);
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 2);
 
     // Renewal fails before the credential has expired: the old one serves until it expires.
     std::fs::remove_file(dir.path().join("runs")).unwrap();
-    plugin.set(
-        None,
-        &exec_output(
-            Some("t"),
-            None,
-            Some(SystemTime::now() + Duration::from_secs(2)),
-        ),
-    );
+    valid_for(2);
     let client = exec_client(&server, &plugin).unwrap();
     plugin.set(None, "not a credential");
     std::thread::sleep(Duration::from_millis(1300));
@@ -1327,14 +1307,7 @@ fn exec_credential_is_renewed_before_it_expires() {
 
     // Already expired when returned: run again for every call.
     std::fs::remove_file(dir.path().join("runs")).unwrap();
-    plugin.set(
-        None,
-        &exec_output(
-            Some("t"),
-            None,
-            Some(SystemTime::now() - Duration::from_secs(5)),
-        ),
-    );
+    valid_for(-5);
     let client = exec_client(&server, &plugin).unwrap();
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();

@@ -744,10 +744,65 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     b.create(dir)
 }
 
-/// The default state file for an app: `$XDG_STATE_HOME/podalloc/<namespace>/<app id>.json`,
-/// else `~/.local/state/podalloc/…`, else `./.podalloc/…`.
-pub fn default_path(namespace: &str, app_id: &str) -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
+/// The default state file for an app of the cluster at `server`:
+/// `$XDG_STATE_HOME/podalloc/<cluster>/<namespace>/<app id>.json` (else under
+/// `~/.local/state`, else `./.podalloc`), where `<cluster>` is the server's host, port and
+/// path with every other character made `_` (`https://10.0.0.1:6443` → `10.0.0.1_6443`).
+/// So another kubeconfig context, or a restarted simulator, never finds a state file bound
+/// to another server at its default path.
+///
+/// A state file at the path of earlier versions (no `<cluster>`), bound to this very server,
+/// namespace and app, is used where it is (and said once), so nothing it holds — the ids
+/// handed out, the target, queued requests — is lost; one of another server is left alone.
+pub fn default_path_for(server: &str, namespace: &str, app_id: &str) -> PathBuf {
+    default_path_in(&state_base(), server, namespace, app_id)
+}
+
+/// [`default_path_for`] under `base` (`<state base>`).
+fn default_path_in(base: &Path, server: &str, namespace: &str, app_id: &str) -> PathBuf {
+    let cluster: String = server
+        .split_once("://")
+        .map_or(server, |(_, rest)| rest)
+        .trim_end_matches('/')
+        .chars()
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect();
+    let path = base
+        .join(&cluster)
+        .join(namespace)
+        .join(format!("{app_id}.json"));
+    let legacy = base.join(namespace).join(format!("{app_id}.json"));
+    if !path.exists() && legacy.is_file() {
+        let ours = load(&legacy)
+            .ok()
+            .flatten()
+            .and_then(|st| st.owner)
+            .is_some_and(|o| {
+                o.server.trim_end_matches('/') == server.trim_end_matches('/')
+                    && o.namespace == namespace
+                    && o.app_id == app_id
+            });
+        if ours {
+            log::info!(
+                "using the state file at its former default path {} (this cluster's; new ones \
+                 go under {})",
+                legacy.display(),
+                base.join(&cluster).display()
+            );
+            return legacy;
+        }
+    }
+    path
+}
+
+/// `$XDG_STATE_HOME/podalloc`, else `~/.local/state/podalloc`, else `./.podalloc/podalloc`.
+fn state_base() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
@@ -755,10 +810,14 @@ pub fn default_path(namespace: &str, app_id: &str) -> PathBuf {
                 .filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".local").join("state"))
         })
-        .unwrap_or_else(|| PathBuf::from(".podalloc"));
-    base.join("podalloc")
-        .join(namespace)
-        .join(format!("{app_id}.json"))
+        .unwrap_or_else(|| PathBuf::from(".podalloc"))
+        .join("podalloc")
+}
+
+/// The default state file of earlier versions: `<state base>/<namespace>/<app id>.json`
+/// (see [`default_path_for`], which supersedes it).
+pub fn default_path(namespace: &str, app_id: &str) -> PathBuf {
+    state_base().join(namespace).join(format!("{app_id}.json"))
 }
 
 #[cfg(test)]
@@ -839,6 +898,40 @@ mod tests {
     fn default_path_is_per_namespace_and_app() {
         let p = default_path("ns1", "app-1");
         assert!(p.ends_with("podalloc/ns1/app-1.json"), "{}", p.display());
+    }
+
+    #[test]
+    fn the_default_path_is_per_cluster_and_a_former_one_of_this_cluster_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let (a, b) = ("https://10.0.0.1:6443", "https://api.example.com/k8s/c-1/");
+        let pa = default_path_in(base, a, "ns", "app");
+        assert!(
+            pa.ends_with("10.0.0.1_6443/ns/app.json"),
+            "{}",
+            pa.display()
+        );
+        let pb = default_path_in(base, b, "ns", "app");
+        assert!(
+            pb.ends_with("api.example.com_k8s_c-1/ns/app.json"),
+            "{}",
+            pb.display()
+        );
+        // A state file at the former path, bound to cluster a: a keeps using it, b does not.
+        let legacy = base.join("ns/app.json");
+        let mut st = AllocatorState::new();
+        st.owner = Some(crate::alloc::StateOwner {
+            server: a.into(),
+            namespace: "ns".into(),
+            app_id: "app".into(),
+        });
+        LockedStore::lock(&legacy).unwrap().save(&st).unwrap();
+        assert_eq!(default_path_in(base, a, "ns", "app"), legacy);
+        assert_eq!(default_path_in(base, b, "ns", "app"), pb);
+        assert_eq!(
+            default_path_in(base, a, "ns", "other"),
+            base.join("10.0.0.1_6443/ns/other.json")
+        );
     }
 
     #[test]

@@ -65,14 +65,14 @@ def find_kubectl(explicit):
 class PageServer:
     """The `pageserver` example serving a pods file (one pod per line) on a loopback port."""
 
-    def __init__(self, binary, pods_file, workdir, ignore_limit=False):
+    def __init__(self, binary, pods_file, workdir, ignore_limit=False, extra=()):
         os.makedirs(workdir, exist_ok=True)
         self.kubeconfig = os.path.join(workdir, "kubeconfig")
         self.kubeconfig_nogzip = self.kubeconfig + "-nogzip"
         self.log = open(os.path.join(workdir, "server.log"), "wb")
         self.proc = subprocess.Popen(
             [binary, "--pods", pods_file, "--write-kubeconfig", self.kubeconfig,
-             *(["--ignore-limit"] if ignore_limit else [])],
+             *(["--ignore-limit"] if ignore_limit else []), *extra],
             stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL)
         line = self.proc.stdout.readline().decode()
         if not line.startswith("serving "):

@@ -15,8 +15,12 @@
 //!     --pods pods.jsonl --write-kubeconfig kc.json
 //! ```
 //!
-//! `--pods`: one pod per line (JSON). Prints `serving https://127.0.0.1:PORT` once it
-//! listens; `--write-kubeconfig` writes a kubeconfig (CA, bearer token) for it, and
+//! `--pods`: one pod per line (JSON). `--pods-pb FILE`: the same pods, in the same order, as
+//! kube-apiserver encodes them in Protobuf (each a `v1.Pod` message behind a 4-byte
+//! big-endian length): then a request whose `Accept` names
+//! `application/vnd.kubernetes.protobuf` gets the same pages in Protobuf (`k8s\0` +
+//! `runtime.Unknown` + `v1.PodList`, the same continue tokens), as kube-apiserver answers
+//! client-go. Prints `serving https://127.0.0.1:PORT` once it listens; `--write-kubeconfig` writes a kubeconfig (CA, bearer token) for it, and
 //! `PATH-nogzip` with `disable-compression: true`.
 
 use std::collections::HashMap;
@@ -36,18 +40,65 @@ struct Body {
     gzip: Vec<u8>,
 }
 
-/// The list cut at one `limit`: page bodies and the token → page index map.
+/// The list cut at one `limit`: page bodies (JSON, and Protobuf when the pods are given so)
+/// and the token → page index map.
 struct Pages {
     pages: Vec<Body>,
+    protobuf: Vec<Body>,
     tokens: HashMap<String, usize>,
 }
 
 struct Server {
     pods: Vec<Vec<u8>>,
+    /// The same pods as `v1.Pod` Protobuf messages (empty: JSON only).
+    pb_pods: Vec<Vec<u8>>,
     names: Vec<String>,
     ignore_limit: bool,
     /// Pages by limit (0 = everything in one), encoded on first use.
     cache: Mutex<HashMap<usize, Arc<Pages>>>,
+}
+
+/// A Protobuf field `num` of wire type 2 (length-delimited) holding `data`, appended to `out`.
+fn pb_field(out: &mut Vec<u8>, num: u64, data: &[u8]) {
+    pb_varint(out, num << 3 | 2);
+    pb_varint(out, data.len() as u64);
+    out.extend_from_slice(data);
+}
+
+fn pb_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A Protobuf page as kube-apiserver writes one: `k8s\0`, then `runtime.Unknown` {typeMeta
+/// {v1, PodList}, raw = `v1.PodList` {ListMeta {selfLink "", resourceVersion, continue,
+/// remainingItemCount}, items}, contentEncoding "", contentType ""}.
+fn pb_page(items: &[Vec<u8>], token: &str, remaining: Option<usize>) -> Vec<u8> {
+    let mut meta = Vec::new();
+    pb_field(&mut meta, 1, b"");
+    pb_field(&mut meta, 2, b"1000");
+    pb_field(&mut meta, 3, token.as_bytes());
+    if let Some(r) = remaining {
+        pb_varint(&mut meta, 4 << 3);
+        pb_varint(&mut meta, r as u64);
+    }
+    let mut list = Vec::new();
+    pb_field(&mut list, 1, &meta);
+    for item in items {
+        pb_field(&mut list, 2, item);
+    }
+    let mut type_meta = Vec::new();
+    pb_field(&mut type_meta, 1, b"v1");
+    pb_field(&mut type_meta, 2, b"PodList");
+    let mut out = b"k8s\0".to_vec();
+    pb_field(&mut out, 1, &type_meta);
+    pb_field(&mut out, 2, &list);
+    pb_field(&mut out, 3, b"");
+    pb_field(&mut out, 4, b"");
+    out
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -72,11 +123,14 @@ impl Server {
             self.pods.chunks(limit).collect()
         };
         let mut pages = Vec::new();
+        let mut protobuf = Vec::new();
         let mut tokens = HashMap::new();
         let mut done = 0;
         for (i, chunk) in chunks.iter().enumerate() {
+            let first = done;
             done += chunk.len();
             let mut meta = r#"{"resourceVersion":"1000""#.to_string();
+            let mut pb_token = (String::new(), None);
             if i + 1 < chunks.len() {
                 // A token shaped like the apiserver's: base64 of its JSON continue key.
                 let key = format!(
@@ -88,7 +142,14 @@ impl Server {
                     r#","continue":"{token}","remainingItemCount":{}"#,
                     self.pods.len() - done
                 ));
+                pb_token = (token.clone(), Some(self.pods.len() - done));
                 tokens.insert(token, i + 1);
+            }
+            if !self.pb_pods.is_empty() {
+                let items = &self.pb_pods[first..done];
+                let pb = pb_page(items, &pb_token.0, pb_token.1);
+                let gz = gzip(&pb);
+                protobuf.push(Body { json: pb, gzip: gz });
             }
             meta.push('}');
             let mut json =
@@ -104,7 +165,11 @@ impl Server {
             let gz = gzip(&json);
             pages.push(Body { json, gzip: gz });
         }
-        let p = Arc::new(Pages { pages, tokens });
+        let p = Arc::new(Pages {
+            pages,
+            protobuf,
+            tokens,
+        });
         self.cache.lock().unwrap().insert(limit, Arc::clone(&p));
         p
     }
@@ -164,6 +229,7 @@ fn serve(server: &Server, stream: &mut dyn ReadWrite) -> io::Result<()> {
         }
         let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let mut gzip_ok = false;
+        let mut protobuf_ok = false;
         let mut length = 0usize;
         loop {
             let mut h = String::new();
@@ -177,6 +243,8 @@ fn serve(server: &Server, stream: &mut dyn ReadWrite) -> io::Result<()> {
             if let Some((name, value)) = h.split_once(':') {
                 if name.eq_ignore_ascii_case("accept-encoding") {
                     gzip_ok = value.split(',').any(|v| v.trim().starts_with("gzip"));
+                } else if name.eq_ignore_ascii_case("accept") {
+                    protobuf_ok = value.contains("application/vnd.kubernetes.protobuf");
                 } else if name.eq_ignore_ascii_case("content-length") {
                     length = value.trim().parse().unwrap_or(0);
                 }
@@ -186,11 +254,15 @@ fn serve(server: &Server, stream: &mut dyn ReadWrite) -> io::Result<()> {
         let w = reader.get_mut().0.as_mut_write();
         match server.answer(&target) {
             Ok((pages, i)) => {
-                let body = &pages.pages[i];
+                let pb = protobuf_ok && !pages.protobuf.is_empty();
+                let (body, ctype) = match pb {
+                    true => (&pages.protobuf[i], "application/vnd.kubernetes.protobuf"),
+                    false => (&pages.pages[i], "application/json"),
+                };
                 let gz = gzip_ok && body.json.len() > GZIP_THRESHOLD;
                 let data = if gz { &body.gzip } else { &body.json };
                 let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{}Content-Length: {}\r\n\r\n",
+                    "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\n{}Content-Length: {}\r\n\r\n",
                     if gz { "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n" } else { "" },
                     data.len()
                 );
@@ -265,18 +337,33 @@ fn kubeconfig(url: &str, ca_pem: &str, nogzip: bool) -> String {
     .to_string()
 }
 
+/// Length-prefixed records (a 4-byte big-endian length, then that many bytes).
+fn read_records(mut b: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (len, rest) = b.split_at_checked(4).ok_or_else(|| io::Error::other("cut record"))?;
+        let n = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+        let (rec, rest) = rest.split_at_checked(n).ok_or_else(|| io::Error::other("cut record"))?;
+        out.push(rec.to_vec());
+        b = rest;
+    }
+    Ok(out)
+}
+
 fn main() -> io::Result<()> {
     let mut pods_file = None;
+    let mut pb_file = None;
     let mut kubeconfig_path = None;
     let mut ignore_limit = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--pods" => pods_file = args.next(),
+            "--pods-pb" => pb_file = args.next(),
             "--write-kubeconfig" => kubeconfig_path = args.next(),
             "--ignore-limit" => ignore_limit = true,
             _ => {
-                eprintln!("usage: pageserver --pods FILE.jsonl [--ignore-limit] [--write-kubeconfig PATH]");
+                eprintln!("usage: pageserver --pods FILE.jsonl [--pods-pb FILE] [--ignore-limit] [--write-kubeconfig PATH]");
                 std::process::exit(2);
             }
         }
@@ -293,8 +380,20 @@ fn main() -> io::Result<()> {
         names.push(v["metadata"]["name"].as_str().unwrap_or("").to_string());
         pods.push(serde_json::to_vec(&v).map_err(io::Error::other)?);
     }
+    let pb_pods = match pb_file {
+        Some(f) => read_records(&std::fs::read(f)?)?,
+        None => Vec::new(),
+    };
+    if !pb_pods.is_empty() && pb_pods.len() != pods.len() {
+        return Err(io::Error::other(format!(
+            "--pods-pb holds {} pods, --pods {}: they must be the same pods",
+            pb_pods.len(),
+            pods.len()
+        )));
+    }
     let server = Arc::new(Server {
         pods,
+        pb_pods,
         names,
         ignore_limit,
         cache: Mutex::new(HashMap::new()),

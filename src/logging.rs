@@ -44,10 +44,11 @@ pub fn filter(level: &str, verbose: u8) -> String {
 /// key-values (the tick line's counts) become JSON fields (text: `k=v` after the message).
 pub fn init(level: &str, format: LogFormat) {
     let mut logger = env_logger::Builder::new();
-    logger.parse_filters(level);
-    if let Ok(f) = std::env::var("RUST_LOG") {
-        logger.parse_filters(&f);
-    }
+    // RUST_LOG, when set, is the whole filter (it wins over --log-level and -v).
+    match std::env::var("RUST_LOG") {
+        Ok(f) if !f.trim().is_empty() => logger.parse_filters(&f),
+        _ => logger.parse_filters(level),
+    };
     logger.target(env_logger::Target::Stderr);
     match format {
         LogFormat::Text => {

@@ -467,12 +467,14 @@ pub(crate) fn run<'c>(
             Err(e) => break Err(e),
         };
         if acting {
-            let now = Instant::now();
             let refresh = feed.refresh_every();
-            if refresh.is_some_and(|every| refreshed.is_none_or(|r| now >= r + every)) {
+            let at = Instant::now();
+            if refresh.is_some_and(|every| refreshed.is_none_or(|r| at >= r + every)) {
                 feed.refresh(&mut slots, shared);
-                refreshed = Some(now);
+                refreshed = Some(at);
             }
+            // After the refresh: the apps it found are due at once.
+            let now = Instant::now();
             let due: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].due(now)).collect();
             if !due.is_empty() || o.once {
                 rounds += 1;

@@ -467,6 +467,8 @@ pub(crate) fn run<'c>(
             Err(e) => break Err(e),
         };
         if acting {
+            // Nothing is written yet: the refresh and the round start with their lists.
+            shared.set_phase(Phase::Fresh);
             let refresh = feed.refresh_every();
             let at = Instant::now();
             if refresh.is_some_and(|every| refreshed.is_none_or(|r| at >= r + every)) {
@@ -479,11 +481,11 @@ pub(crate) fn run<'c>(
             if !due.is_empty() || o.once {
                 rounds += 1;
                 let outcomes = feed.round(&mut slots, &due, shared);
-                shared.set_phase(Phase::Idle);
                 if let Err(e) = settle(o, &mut slots, feed, outcomes) {
                     break Err(e);
                 }
             }
+            shared.set_phase(Phase::Idle);
             if o.once || (o.until_converged && feed.all_converged(&slots)) {
                 if o.until_converged {
                     info!("{}", converged_line(&slots, rounds, o.started));

@@ -356,7 +356,8 @@ impl<'c> AppsFeed<'c> {
         let Some(path) = &self.metrics_file else {
             return;
         };
-        let text = merge_expositions(self.metrics.values().map(String::as_str));
+        let text =
+            crate::controller::serve::merge_families(self.metrics.values().map(String::as_str));
         if let Err(e) = crate::metrics::write_atomic(path, &text) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }
@@ -481,40 +482,6 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
             }),
         }
     }
-}
-
-/// Every app's exposition as one: each metric family's `# HELP`/`# TYPE` once, followed by
-/// the samples of every app, in the order the families first appear (the text format wants
-/// a family's lines together).
-fn merge_expositions<'a>(texts: impl Iterator<Item = &'a str>) -> String {
-    let mut order: Vec<String> = Vec::new();
-    let mut families: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for text in texts {
-        let mut current: Option<String> = None;
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# HELP ") {
-                let name = rest.split(' ').next().unwrap_or_default().to_string();
-                if !families.contains_key(&name) {
-                    order.push(name.clone());
-                    families.insert(name.clone(), (String::new(), String::new()));
-                }
-                current = Some(name);
-            }
-            let Some(fam) = current.as_ref().and_then(|n| families.get_mut(n)) else {
-                continue;
-            };
-            let known = fam.0.lines().any(|l| l == line);
-            match line.starts_with('#') {
-                true if !known => fam.0.push_str(&format!("{line}\n")),
-                true => {}
-                false => fam.1.push_str(&format!("{line}\n")),
-            }
-        }
-    }
-    (order.iter())
-        .filter_map(|n| families.get(n))
-        .map(|(head, samples)| format!("{head}{samples}"))
-        .collect()
 }
 
 /// An app's store, opened at its first claim (each tick claims first), so an app whose file
@@ -1002,20 +969,4 @@ fn claim_held(le: &crate::leader::LeaderElection, ns: &str, waiting: &mut bool) 
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merged_expositions_name_each_family_once_with_every_apps_samples() {
-        let a = "# HELP m_a A.\n# TYPE m_a gauge\nm_a{app=\"x\"} 1\n# HELP m_b B.\n# TYPE m_b counter\nm_b{app=\"x\"} 2\n";
-        let b = "# HELP m_a A.\n# TYPE m_a gauge\nm_a{app=\"y\"} 3\n";
-        assert_eq!(
-            merge_expositions([a, b].into_iter()),
-            "# HELP m_a A.\n# TYPE m_a gauge\nm_a{app=\"x\"} 1\nm_a{app=\"y\"} 3\n\
-             # HELP m_b B.\n# TYPE m_b counter\nm_b{app=\"x\"} 2\n"
-        );
-    }
 }

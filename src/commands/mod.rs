@@ -80,29 +80,14 @@ pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
 /// once by [`env::connect`]).
 static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
 
-thread_local! {
-    /// The app the runner is ticking on this thread (`apps`: one app after another), over
-    /// [`LOG_CONTEXT`].
-    static APP_CONTEXT: std::cell::RefCell<Option<(String, String)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// The `(app id, namespace)` of this log line: the app the runner is ticking on this
-/// thread, else the command's once connected.
+/// thread ([`crate::controller::runner::app_log_context`]; `apps` ticks one app after
+/// another), else the command's once connected.
 pub fn log_context() -> Option<(String, String)> {
-    APP_CONTEXT
-        .with(|c| c.borrow().clone())
-        .or_else(|| LOG_CONTEXT.get().cloned())
+    crate::controller::runner::app_log_context().or_else(|| LOG_CONTEXT.get().cloned())
 }
 
 /// Sets [`log_context`] (the first call wins).
 pub(crate) fn set_log_context(app_id: &str, namespace: &str) {
     let _ = LOG_CONTEXT.set((app_id.to_string(), namespace.to_string()));
-}
-
-/// Sets (`Some((app id, namespace))`) or clears the app of this thread's log lines, for the
-/// runner's tick of one app among many.
-pub(crate) fn set_app_log_context(app: Option<(&str, &str)>) {
-    let app = app.map(|(a, n)| (a.to_string(), n.to_string()));
-    APP_CONTEXT.with(|c| *c.borrow_mut() = app);
 }

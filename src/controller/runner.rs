@@ -204,6 +204,24 @@ fn on_signal(shared: &Shared, name: &str) {
     eprintln!("podalloc: {name} received: finishing the current tick, Ctrl-C again to abort");
 }
 
+thread_local! {
+    /// The app the runner is ticking on this thread.
+    static APP_CONTEXT: std::cell::RefCell<Option<(String, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The `(app id, namespace)` the runner is ticking on this thread, for the log lines of its
+/// tick (`None` between ticks and on other threads).
+pub(crate) fn app_log_context() -> Option<(String, String)> {
+    APP_CONTEXT.with(|c| c.borrow().clone())
+}
+
+/// Sets (`Some((app id, namespace))`) or clears [`app_log_context`].
+fn set_app_log_context(app: Option<(&str, &str)>) {
+    let app = app.map(|(a, n)| (a.to_string(), n.to_string()));
+    APP_CONTEXT.with(|c| *c.borrow_mut() = app);
+}
+
 /// What one tick of an app found.
 #[derive(Debug, Clone, Copy)]
 struct TickDone {
@@ -305,7 +323,7 @@ impl<'c> Slot<'c> {
         if shared.requested() {
             return None;
         }
-        crate::commands::set_app_log_context(Some((&self.app.app_id, &self.ns)));
+        set_app_log_context(Some((&self.app.app_id, &self.ns)));
         // Read before the tick lists the queue: a request queued from then on wakes it.
         self.mark = self.store.inner.queue_marker();
         let res = match self.store.inner.claim() {
@@ -324,7 +342,7 @@ impl<'c> Slot<'c> {
         };
         // The next app's tick (or the next round) has written nothing yet.
         shared.set_phase(Phase::Fresh);
-        crate::commands::set_app_log_context(None);
+        set_app_log_context(None);
         Some(res)
     }
 }

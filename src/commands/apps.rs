@@ -15,30 +15,22 @@
 //! `driver-ended`: its executors deleted through the plan, write-ahead saved, Events) and
 //! dropped, its state file removed.
 
-use super::env::now_ms;
+use super::env::{now_ms, StoreAt};
 use super::sim::{start_simulator, SimGuard};
 use crate::alloc::{Request, StateOwner, TargetChange};
 use crate::cli::{AppArgs, Cli, StateStoreKind};
-use crate::cmstore::ConfigMapStore;
 use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
 use crate::reconcile::{self, App};
 use crate::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
-use crate::state::{self, Bound, Holder, LockedStore, StateStore, StoreError};
+use crate::state::{self, StateStore, StoreError};
 use log::{error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Where an app's state lives.
-#[derive(Clone, Debug)]
-enum Store {
-    File(PathBuf),
-    ConfigMap(String),
-}
 
 /// The clients (one per namespace, all made before the runner starts), the flags they are
 /// made from, and the simulator.
@@ -107,7 +99,7 @@ struct Entry {
     ns: String,
     app: App,
     target: Option<u32>,
-    store: Store,
+    store: StoreAt,
 }
 
 /// `podalloc apps`.
@@ -262,7 +254,7 @@ struct AppsFeed<'c> {
     /// The "waiting for a stale claim" line was logged.
     waiting: bool,
     /// Where each app's state lives, by `namespace/app id`.
-    stores: BTreeMap<String, Store>,
+    stores: BTreeMap<String, StoreAt>,
     metrics_file: Option<PathBuf>,
     /// The last exposition of each app, by `namespace/app id`.
     metrics: BTreeMap<String, String>,
@@ -279,7 +271,7 @@ impl<'c> AppsFeed<'c> {
         &mut self,
         ns: String,
         app: App,
-        store: Store,
+        store: StoreAt,
         first: Option<Request>,
         shared: &Arc<Shared>,
     ) -> Slot<'c> {
@@ -447,7 +439,7 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
                 true => info!("{label}driver pod gone ({e}); no longer managed"),
                 false => info!("{label}{e}; no longer managed"),
             }
-            if let Some(Store::File(p)) = &store {
+            if let Some(StoreAt::File(p)) = &store {
                 remove_state(p);
             }
             if let (Some(d), Some(uid)) = (self.discover.as_mut(), &slot.driver_uid) {
@@ -490,7 +482,7 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
 /// process's, and `scale`, `add` and `remove` find the owner and hand their requests over.
 struct Lazy<'c> {
     client: &'c KubeClient,
-    spec: Store,
+    spec: StoreAt,
     owner: StateOwner,
     holding: Option<Duration>,
     inner: Option<Box<dyn StateStore + 'c>>,
@@ -500,20 +492,9 @@ impl<'c> Lazy<'c> {
     /// The open store. Errors: opening it (a held lock: [`StoreError::Locked`]).
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
-            let holder = Holder::current("apps");
-            let (inner, check_server): (Box<dyn StateStore + 'c>, bool) = match &self.spec {
-                Store::File(p) => (Box::new(LockedStore::lock_as(p, &holder)?), true),
-                Store::ConfigMap(name) => {
-                    let cm = ConfigMapStore::new(self.client, name, &self.owner.app_id);
-                    let cm = match self.holding {
-                        Some(interval) => cm.holding(holder, interval),
-                        None => cm,
-                    };
-                    (Box::new(cm), false)
-                }
-            };
-            let bound = Bound::new(inner, self.owner.clone(), check_server);
-            self.inner = Some(Box::new(bound));
+            let store =
+                super::env::open_store(self.client, &self.spec, &self.owner, "apps", self.holding)?;
+            self.inner = Some(store);
         }
         match self.inner.as_deref_mut() {
             Some(s) => Ok(s),
@@ -525,8 +506,8 @@ impl<'c> Lazy<'c> {
 impl StateStore for Lazy<'_> {
     fn describe(&self) -> String {
         match &self.spec {
-            Store::File(p) => format!("state file {}", p.display()),
-            Store::ConfigMap(n) => format!("ConfigMap {n}"),
+            StoreAt::File(p) => format!("state file {}", p.display()),
+            StoreAt::ConfigMap(n) => format!("ConfigMap {n}"),
         }
     }
     fn load(&mut self) -> std::result::Result<Option<crate::alloc::AllocatorState>, StoreError> {
@@ -631,9 +612,9 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Entr
     conn.prepare(&ns)?;
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
-        Some(Ok(StateStoreKind::ConfigMap(n))) => Store::ConfigMap(n),
+        Some(Ok(StateStoreKind::ConfigMap(n))) => StoreAt::ConfigMap(n),
         _ => match e.state_file {
-            Some(p) => Store::File(dir.join(p)),
+            Some(p) => StoreAt::File(dir.join(p)),
             None => conn.state_dir.store(&ns, &app.app_id),
         },
     };
@@ -931,11 +912,11 @@ struct StateDir {
 
 impl StateDir {
     /// Where app `app_id` of `ns` keeps its state when its entry does not say.
-    fn store(&self, ns: &str, app_id: &str) -> Store {
+    fn store(&self, ns: &str, app_id: &str) -> StoreAt {
         if let Some(prefix) = &self.configmap {
-            return Store::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
+            return StoreAt::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
         }
-        Store::File(match &self.dir {
+        StoreAt::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
             None => state::default_path(ns, app_id),
         })

@@ -96,6 +96,43 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     })
 }
 
+/// Where an app's state lives: a state file, or a ConfigMap of its namespace.
+#[derive(Clone, Debug)]
+pub(super) enum StoreAt {
+    /// The state file (its lock and request queue beside it).
+    File(PathBuf),
+    /// The ConfigMap of this name.
+    ConfigMap(String),
+}
+
+/// Opens the store `at` of app `owner` for `command` (`run`, `apps`, a one-shot command):
+/// the file store takes its lock (exit 3 when taken, naming the holder) and writes this
+/// process into the lock file; the ConfigMap store respects a running loop's holder record,
+/// and with `loop_interval` (a loop) writes and renews this process's own, stale after
+/// 3 × max(`loop_interval`, 10 s). The store is bound to the owner's cluster (file store),
+/// namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by another loop.
+pub(super) fn open_store<'a>(
+    client: &'a KubeClient,
+    at: &StoreAt,
+    owner: &StateOwner,
+    command: &str,
+    loop_interval: Option<Duration>,
+) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
+    let holder = Holder::current(command);
+    let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
+        StoreAt::File(path) => (Box::new(LockedStore::lock_as(path, &holder)?), true),
+        StoreAt::ConfigMap(name) => {
+            let cm = ConfigMapStore::new(client, name, &owner.app_id);
+            let cm = match loop_interval {
+                Some(interval) => cm.holding(holder, interval),
+                None => cm,
+            };
+            (Box::new(cm), false)
+        }
+    };
+    Ok(Box::new(Bound::new(inner, owner.clone(), check_server)))
+}
+
 /// A namespace name is a DNS-1123 label: lower-case letters, digits and '-', at most 63,
 /// alphanumeric at both ends. Errors (exit 2): naming the flag and the context as the sources.
 fn check_namespace(namespace: &str) -> Result<()> {
@@ -117,36 +154,18 @@ fn check_namespace(namespace: &str) -> Result<()> {
 }
 
 impl Env {
-    /// Opens the state store for `command`: the file store takes its lock (exit 3 when
-    /// taken, naming the holder) and writes this process into the lock file; the ConfigMap
-    /// store respects a running loop's holder record, and with `loop_interval` (a `run`
-    /// loop) writes and renews this process's own. The store is bound to this cluster,
-    /// namespace and app ([`Bound`]).
+    /// Opens the state store for `command` ([`open_store`]), bound to this cluster,
+    /// namespace and app; `loop_interval`: a `run` loop's holder-record heartbeat.
     pub(super) fn open_store(
         &self,
         command: &str,
         loop_interval: Option<Duration>,
     ) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
-        let holder = Holder::current(command);
-        let (inner, check_server): (Box<dyn StateStore + '_>, bool) = match &self.store_kind {
-            StateStoreKind::File => (
-                Box::new(LockedStore::lock_as(&self.state_path, &holder)?),
-                true,
-            ),
-            StateStoreKind::ConfigMap(name) => {
-                let cm = ConfigMapStore::new(&self.client, name, &self.app.app_id);
-                let cm = match loop_interval {
-                    Some(interval) => cm.holding(holder, interval),
-                    None => cm,
-                };
-                (Box::new(cm), false)
-            }
+        let at = match &self.store_kind {
+            StateStoreKind::File => StoreAt::File(self.state_path.clone()),
+            StateStoreKind::ConfigMap(name) => StoreAt::ConfigMap(name.clone()),
         };
-        Ok(Box::new(Bound::new(
-            inner,
-            self.owner.clone(),
-            check_server,
-        )))
+        open_store(&self.client, &at, &self.owner, command, loop_interval)
     }
 
     /// Reads the state without locking (read-only commands), checking that it belongs to

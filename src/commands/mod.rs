@@ -3,13 +3,14 @@
 //! carrying its exit code.
 //!
 //! - `env`: the shared set-up of the connected commands (connect, the state store, a tick).
-//! - `apps`: many apps in one process (an apps file or `--discover`).
+//! - `apps`: many apps in one process (an apps file or `--discover`: `discover`).
 //! - `reconcile`, `run` (the loop), `status`, `change` (`scale`, `add`, `remove`): connected.
 //! - `plan`: the allocation step offline. `sim`: the simulated API server (`sim`,
 //!   `--simulate`). `man`: the manual and completions.
 
 mod apps;
 mod change;
+mod discover;
 mod elect;
 mod env;
 mod man;

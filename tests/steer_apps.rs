@@ -243,3 +243,58 @@ fn sigterm_during_a_stalled_list_stops_run_and_apps_at_once() {
     }
     assert_eq!(w.sim.stats().live_pods, 0);
 }
+
+/// The holder record (annotation) and the state (parsed) of ConfigMap `name`.
+fn cm_holder_and_state(w: &World, name: &str) -> (Option<String>, serde_json::Value) {
+    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+    let (_, cm) = w.api("GET", &path, None);
+    let holder = cm["metadata"]["annotations"]["podalloc.io/holder"]
+        .as_str()
+        .map(str::to_string);
+    let state = (cm["data"]["state.json"].as_str())
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    (holder, state)
+}
+
+#[test]
+fn sigterm_during_a_stalled_list_gives_up_the_configmap_holder_record() {
+    // The first pod list answers; every later one stalls for 100 s.
+    let w = SimWorld::fast("stalled-cm", "stall-token-0123456789")
+        .namespace("default")
+        .no_state_file()
+        .faults(&["list:delay:100000@2-1000"])
+        .start();
+    let args = [
+        "--state-store",
+        "configmap:stall-cm",
+        "run",
+        "--target",
+        "1",
+    ];
+    let child = w
+        .cmd(&args)
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first tick saved the state with the loop's holder record; the next list stalls.
+    wait_until(&w, 15, "the holder record", |w| {
+        cm_holder_and_state(w, "stall-cm").0.is_some()
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let (_, before) = cm_holder_and_state(&w, "stall-cm");
+    let sent = Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(took < Duration::from_secs(2), "{took:?}: {err}");
+    assert!(err.contains("stopping now"), "{err}");
+    // The record is given up (a loop started now is not refused), the state as it was.
+    let (holder, after) = cm_holder_and_state(&w, "stall-cm");
+    assert_eq!(holder, None, "{err}");
+    assert_eq!(after, before);
+}

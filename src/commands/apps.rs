@@ -287,6 +287,7 @@ impl<'c> AppsFeed<'c> {
                 app_id: app.app_id.clone(),
             },
             holding: self.holding,
+            shared: Arc::clone(shared),
             inner: None,
         };
         let label = format!("app {}: ", app.app_id);
@@ -487,6 +488,8 @@ struct Lazy<'c> {
     spec: StoreAt,
     owner: StateOwner,
     holding: Option<Duration>,
+    /// The runner (a stop at once gives up the holder record).
+    shared: Arc<Shared>,
     inner: Option<Box<dyn StateStore + 'c>>,
 }
 
@@ -494,8 +497,9 @@ impl<'c> Lazy<'c> {
     /// The open store. Errors: opening it (a held lock: [`StoreError::Locked`]).
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
+            let heartbeat = self.holding.map(|h| (h, self.shared.as_ref()));
             let store =
-                super::env::open_store(self.client, &self.spec, &self.owner, "apps", self.holding)?;
+                super::env::open_store(self.client, &self.spec, &self.owner, "apps", heartbeat)?;
             self.inner = Some(store);
         }
         match self.inner.as_deref_mut() {

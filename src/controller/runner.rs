@@ -80,7 +80,12 @@ pub(crate) struct Shared {
     signal: AtomicBool,
     phase: Mutex<Phase>,
     leader: Mutex<Option<LeaderElection>>,
+    /// What a stop at once gives up besides the Lease ([`Shared::on_stop`]).
+    on_stop: Mutex<Vec<StopHook>>,
 }
+
+/// A release the watchdog runs when it ends the process at once (a ConfigMap holder record).
+pub(crate) type StopHook = Box<dyn FnOnce() + Send>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -100,6 +105,12 @@ impl Shared {
     /// Installs the election (call before any tick; the fences ask it from then on).
     pub(crate) fn set_leader(&self, le: Option<LeaderElection>) {
         *lock(&self.leader) = le;
+    }
+
+    /// Adds `hook` to what a stop at once releases (it must not need the loop's thread,
+    /// which may be blocked in a call: its own client, short timeouts).
+    pub(crate) fn on_stop(&self, hook: StopHook) {
+        lock(&self.on_stop).push(hook);
     }
 
     fn set_phase(&self, p: Phase) {
@@ -127,7 +138,8 @@ impl Shared {
     }
 
     /// The watchdog, after a signal: when the tick in progress has written nothing, ends the
-    /// process now (exit 0), the Lease released, holding the phase so that no write starts.
+    /// process now (exit 0), the holder records and the Lease released, holding the phase so
+    /// that no write of the loop starts.
     fn stop_if_fresh(&self) {
         let p = lock(&self.phase);
         if *p != Phase::Fresh {
@@ -137,6 +149,8 @@ impl Shared {
             "podalloc: stopping now: the tick in progress has written nothing (its API call \
              is still waiting); the state is as the last tick saved it"
         );
+        let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
+        hooks.into_iter().for_each(|release| release());
         drop(lock(&self.leader).take());
         std::process::exit(0);
     }
@@ -163,6 +177,7 @@ impl Shutdown {
             signal: AtomicBool::new(false),
             phase: Mutex::new(Phase::Idle),
             leader: Mutex::new(None),
+            on_stop: Mutex::new(Vec::new()),
         });
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
             .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;

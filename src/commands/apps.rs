@@ -417,7 +417,11 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
             let mut split = match list_split(self.conn.client(&ns), &ids) {
                 Ok(s) => s,
                 Err(e) => {
-                    warn!("namespace {ns}: {e}; retrying next tick");
+                    // Each app's line says it (and that it retries at its next tick).
+                    let e = Error {
+                        code: e.code,
+                        message: format!("namespace {ns}: {}", e.message),
+                    };
                     out.extend(idx.iter().map(|&i| (i, Outcome::Failed(e.clone()))));
                     continue;
                 }

@@ -382,7 +382,7 @@ fn killed_loops_on_the_configmap_store_apply_every_request_exactly_once() {
 }
 
 /// The simulator's requests from `since` (a `seq`) on, by `verb resource`, and the last seq.
-fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
+pub(crate) fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
     let mut by = BTreeMap::new();
     let mut last = since;
     for line in w.sim.request_log().lines() {
@@ -404,7 +404,7 @@ fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
     (by, last)
 }
 
-fn last_seq(w: &World) -> u64 {
+pub(crate) fn last_seq(w: &World) -> u64 {
     requests_by_verb(w, 0).1
 }
 

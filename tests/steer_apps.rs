@@ -5,7 +5,10 @@
 //! at random points (the same crash rounds as `run`'s in tests/steer.rs). Then a SIGTERM
 //! while the API server stalls a list: the runner exits at once.
 
-use crate::steer::{cm_world, crash_rounds_of, running, settled, stop, wait_until, world, Bg};
+use crate::steer::{
+    cm_world, crash_rounds_of, last_seq, requests_by_verb, running, settled, stop, wait_until,
+    world, Bg,
+};
 use crate::util::{code, podalloc, stderr, write, SimWorld, World};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -234,6 +237,7 @@ fn sigterm_during_a_stalled_list_stops_run_and_apps_at_once() {
         let out = child.wait_with_output().unwrap();
         let took = sent.elapsed();
         let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{what}: SIGTERM during a stalled list: exited in {took:?}");
         assert_eq!(code(&out), 0, "{what}: {err}");
         assert!(took < Duration::from_secs(2), "{what}: {took:?}: {err}");
         assert!(err.contains("stopping now"), "{what}: {err}");
@@ -290,6 +294,7 @@ fn sigterm_during_a_stalled_list_gives_up_the_configmap_holder_record() {
     let out = child.wait_with_output().unwrap();
     let took = sent.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("run on a ConfigMap store: SIGTERM during a stalled list: exited in {took:?}");
     assert_eq!(code(&out), 0, "{err}");
     assert!(took < Duration::from_secs(2), "{took:?}: {err}");
     assert!(err.contains("stopping now"), "{err}");
@@ -297,4 +302,58 @@ fn sigterm_during_a_stalled_list_gives_up_the_configmap_holder_record() {
     let (holder, after) = cm_holder_and_state(&w, "stall-cm");
     assert_eq!(holder, None, "{err}");
     assert_eq!(after, before);
+}
+
+/// A converged app of an `apps` process (`--state-configmaps`, idle interval `idle`) for
+/// `secs` seconds after it settled: the requests by verb and resource, and its ticks (pod
+/// lists).
+fn apps_at_rest(
+    w: &World,
+    idle: &str,
+    secs: u64,
+) -> (std::collections::BTreeMap<String, u64>, u64) {
+    let args = [
+        "--state-configmaps",
+        "rest",
+        "--interval",
+        "100ms",
+        "--idle-interval",
+        idle,
+    ];
+    let apps = spawn(apps_cmd(w, &args));
+    wait_until(w, 15, "3 running", |w| settled(w, 3));
+    std::thread::sleep(Duration::from_millis(1500));
+    let since = last_seq(w);
+    std::thread::sleep(Duration::from_secs(secs));
+    let (by, _) = requests_by_verb(w, since);
+    stop(apps);
+    let ticks = by.get("list pods").copied().unwrap_or(0);
+    (by, ticks)
+}
+
+#[test]
+fn a_converged_apps_process_writes_nothing_and_ticks_at_the_idle_interval() {
+    let w = cm_world("rest-apps");
+    apps_file(&w, Some(3));
+    let text = std::fs::read_to_string(w.path("apps.yaml")).unwrap();
+    write(
+        &w.path("apps.yaml"),
+        &text.replace("  state-file: state.json\n", ""),
+    );
+    let (by, ticks) = apps_at_rest(&w, "100ms", 4);
+    assert!(ticks >= 10, "{ticks} ticks: {by:?}");
+    for (k, n) in &by {
+        let write = ["create", "update", "patch", "delete"]
+            .iter()
+            .any(|v| k.starts_with(v));
+        // The holder record is renewed every 15 s at most: none in 4 s; the claim Lease
+        // every retry period.
+        assert!(
+            !write || k.ends_with(" leases"),
+            "{n} × {k} at rest: {by:?}"
+        );
+    }
+    // At the default idle interval (30 s) a converged app does not tick in 3 s at all.
+    let (by, ticks) = apps_at_rest(&w, "30s", 3);
+    assert_eq!(ticks, 0, "{by:?}");
 }

@@ -13,9 +13,9 @@
 //! ends ([`Feed::finish`]: `run` stops with the error, `apps` drops that app), as
 //! kube-runtime's controller asks its `error_policy`. SIGINT and SIGTERM ([`Shutdown`]) are
 //! checked between ticks: the tick in progress finishes and saves, then the runner gives up
-//! its holder records and exits 0. A signal while the tick in progress has written nothing
-//! yet (a list stalled by the API server) ends the process at once, exit 0, its Lease
-//! released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
+//! its holder records and exits 0. A tick that has written nothing yet and is still running
+//! [`FRESH_GRACE`] after the signal (a list stalled by the API server) ends the process at
+//! once, exit 0, its holder records and its Lease released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
 //! second after `--timeout` is aborted with exit 5, whatever the API server does.
 
 use crate::alloc::Request;
@@ -40,6 +40,11 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// How often the wait between ticks looks at a signal, the deadline and the request queues.
 const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// How long after a signal a tick that has written nothing is left to finish before the
+/// watchdog stops the process at once: a tick whose list answers in time ends the loop the
+/// ordinary way (its line logged, its holder records given up by the loop).
+const FRESH_GRACE: Duration = Duration::from_millis(200);
 
 /// What the loop does after a failed tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +83,8 @@ enum Phase {
 /// release the Lease.
 pub(crate) struct Shared {
     signal: AtomicBool,
+    /// When the first signal came.
+    signal_at: Mutex<Option<Instant>>,
     phase: Mutex<Phase>,
     leader: Mutex<Option<LeaderElection>>,
     /// What a stop at once gives up besides the Lease ([`Shared::on_stop`]).
@@ -145,10 +152,11 @@ impl Shared {
         if *p != Phase::Fresh {
             return;
         }
-        eprintln!(
-            "podalloc: stopping now: the tick in progress has written nothing (its API call \
-             is still waiting); the state is as the last tick saved it"
+        info!(
+            "signal received: stopping now: the tick in progress has written nothing (its API \
+             call is still waiting); the state is as the last tick saved it"
         );
+        eprintln!("podalloc: stopping now (exit 0)");
         let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
         hooks.into_iter().for_each(|release| release());
         drop(lock(&self.leader).take());
@@ -159,8 +167,8 @@ impl Shared {
 /// SIGINT/SIGTERM as a flag the loop checks between ticks, and a watchdog thread.
 ///
 /// The watchdog acknowledges the first signal on stderr at once; it ends the process itself
-/// (without waiting for the main thread, which may be blocked in an API call) while the tick
-/// in progress has written nothing (exit 0), on a second signal (exit [`ABORT_EXIT`]) or when
+/// (without waiting for the main thread, which may be blocked in an API call) when the tick
+/// in progress has still written nothing [`FRESH_GRACE`] after it (exit 0), on a second signal (exit [`ABORT_EXIT`]) or when
 /// a tick is still running [`DEADLINE_GRACE`] after `--timeout` (exit 5). Exiting at any point
 /// leaves the state consistent by construction: a tick saves the state (write-ahead, an
 /// atomic rename) before every API call, so the next run reads either the state before the
@@ -175,6 +183,7 @@ impl Shutdown {
         use signal_hook::consts::{SIGINT, SIGTERM};
         let shared = Arc::new(Shared {
             signal: AtomicBool::new(false),
+            signal_at: Mutex::new(None),
             phase: Mutex::new(Phase::Idle),
             leader: Mutex::new(None),
             on_stop: Mutex::new(Vec::new()),
@@ -188,7 +197,8 @@ impl Shutdown {
                 for sig in signals.pending() {
                     on_signal(&seen, if sig == SIGINT { "SIGINT" } else { "SIGTERM" });
                 }
-                if seen.requested() {
+                let since = *lock(&seen.signal_at);
+                if since.is_some_and(|at| at.elapsed() >= FRESH_GRACE) {
                     seen.stop_if_fresh();
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
@@ -216,6 +226,7 @@ fn on_signal(shared: &Shared, name: &str) {
         );
         std::process::exit(ABORT_EXIT);
     }
+    *lock(&shared.signal_at) = Some(Instant::now());
     eprintln!("podalloc: {name} received: finishing the current tick, Ctrl-C again to abort");
 }
 

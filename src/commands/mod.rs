@@ -3,8 +3,10 @@
 //! carrying its exit code.
 //!
 //! - `env`: the shared set-up of the connected commands (connect, the state store, a tick).
-//! - `apps`: many apps in one process (an apps file or `--discover`: `discover`).
-//! - `reconcile`, `run` (the loop), `status`, `change` (`scale`, `add`, `remove`): connected.
+//! - `apps`: many apps in one process, the runner fed by an apps file or by `--discover`
+//!   (`discover`).
+//! - `reconcile`, `run` (the runner with one app), `status`, `change` (`scale`, `add`,
+//!   `remove`): connected.
 //! - `plan`: the allocation step offline. `sim`: the simulated API server (`sim`,
 //!   `--simulate`). `man`: the manual and completions.
 

@@ -21,7 +21,8 @@
 //!   lock), the ConfigMap store (optimistic concurrency, holder record), the file store's
 //!   steering queue.
 //! - [`controller`]: the shell that acts and decides nothing the engine decides: the tick,
-//!   leader election's thread, Events, metrics.
+//!   the runner (one loop over 1..N apps: `run` and `apps`), leader election's thread,
+//!   Events, metrics, the `/metrics` and probe endpoints.
 //! - [`cli`]: the command line's definitions and the files it reads (config file, pod
 //!   template).
 //! - [`commands`]: one thin file per command.

@@ -37,9 +37,16 @@ pub struct AppsArgs {
     /// a file (what replicas under --leader-elect share), unless its apps-file entry says.
     #[arg(long, env = "PODALLOC_STATE_CONFIGMAPS", value_name = "PREFIX", conflicts_with = "state_dir", value_parser = parse_prefix)]
     pub state_configmaps: Option<String>,
-    /// Time between passes over the apps [default: --batch-delay].
+    /// Time between an app's ticks while something is in flight (creates not yet seen,
+    /// pending pods, a batch to make, a back-off, queued requests), and between lists of the
+    /// driver pods with --discover [default: --batch-delay].
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub interval: Option<std::time::Duration>,
+    /// Time between an app's ticks at rest (converged, nothing queued), as `run`'s. A
+    /// steering request (file store), a signal, a deadline of the app's plan, or (with
+    /// --discover) a change of its driver's annotations or phase wakes it sooner.
+    #[arg(long, env = "PODALLOC_IDLE_INTERVAL", value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "30s")]
+    pub idle_interval: std::time::Duration,
     /// Exit once every app still managed has converged (exit 0, or the first failed app's
     /// exit code).
     #[arg(long, env = "PODALLOC_UNTIL_CONVERGED", value_parser = clap::builder::BoolishValueParser::new())]
@@ -51,9 +58,13 @@ pub struct AppsArgs {
     #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub timeout: Option<std::time::Duration>,
     /// Leader election, as `run --leader-elect`: one Lease (default `podalloc-apps`) for
-    /// every app of the process; only its holder makes passes.
+    /// every app of the process; only its holder ticks.
     #[command(flatten)]
     pub leader: crate::cli::LeaderElectArgs,
+    /// Log an app's tick summary line when something changed, else only this often (a
+    /// heartbeat); unchanged ticks log at debug level.
+    #[arg(long, env = "PODALLOC_LOG_EVERY", value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "5m")]
+    pub log_every: std::time::Duration,
 }
 
 /// `--state-configmaps PREFIX`: a DNS-1123 subdomain of at most 200 characters (the app id
@@ -182,6 +193,9 @@ pub(crate) struct Driver {
     /// The annotations podalloc reads: [`ANNOTATION_EXECUTORS`], [`ANNOTATION_BATCH_SIZE`],
     /// [`ANNOTATION_TEMPLATE`] (absent ones left out).
     pub annotations: BTreeMap<String, String>,
+    /// Its lifecycle as listed: `status.phase`, or `deleting` once it has a
+    /// `deletionTimestamp` (a change wakes its app: the step ends it).
+    pub phase: String,
 }
 
 impl Driver {
@@ -202,6 +216,10 @@ impl Driver {
             uid: s(&meta["uid"]).unwrap_or_default(),
             app_id: s(&meta["labels"][LABEL_APP]),
             annotations,
+            phase: match meta["deletionTimestamp"].is_null() {
+                true => s(&pod["status"]["phase"]).unwrap_or_default(),
+                false => "deleting".to_string(),
+            },
         })
     }
 

@@ -34,7 +34,10 @@ fn run_timeout_is_honoured_while_a_list_hangs() {
 #[cfg(unix)]
 #[test]
 fn a_second_signal_aborts_a_hung_tick_at_once() {
-    let w = world(&["list:delay:100000"]);
+    // A create that hangs: the tick has saved its write-ahead state, so the first signal
+    // lets it finish (a list that hangs, before anything is written, stops at the first
+    // signal: tests/steer_apps.rs).
+    let w = world(&["create:delay:100000"]);
     let mut child = w
         .cmd(&["run", "--target", "3"])
         .stderr(Stdio::piped())
@@ -66,8 +69,14 @@ fn a_second_signal_aborts_a_hung_tick_at_once() {
         .expect(&e);
     let abort = e.find("second signal (SIGTERM): aborting now").expect(&e);
     assert!(ack < abort, "{e}");
-    // The list never answered: nothing was decided, nothing written or half-written.
-    assert!(!w.state_file().exists());
+    // The create never answered: the state is the write-ahead one (the ids it was about
+    // to create, unacknowledged), nothing half-written; no pod was made.
+    let st = w.state();
+    assert_eq!(
+        st["unacknowledged"].as_array().map(Vec::len),
+        Some(3),
+        "{st}"
+    );
     assert_eq!(w.sim.stats().live_pods, 0);
 }
 

@@ -16,41 +16,41 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// A deterministic PRNG (splitmix64), as in tests/crash.rs.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
 
-fn sim_world(app: &str) -> SimWorld {
+pub(crate) fn sim_world(app: &str) -> SimWorld {
     SimWorld::fast(app, "steer-token-0123456789")
         .namespace("default")
         .startup(Duration::from_millis(150))
         .stop(Duration::from_millis(20))
 }
 
-fn world(app: &str) -> World {
+pub(crate) fn world(app: &str) -> World {
     sim_world(app).start()
 }
 
 /// A world whose commands pass no `--state-file` (for the ConfigMap store).
-fn cm_world(app: &str) -> World {
+pub(crate) fn cm_world(app: &str) -> World {
     sim_world(app).no_state_file().start()
 }
 
 /// A child process killed when dropped (a failed assertion never leaves it running).
-struct Bg(Option<Child>);
+pub(crate) struct Bg(pub(crate) Option<Child>);
 
 impl Bg {
-    fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.0.as_ref().unwrap().id()
     }
 }
@@ -65,7 +65,7 @@ impl Drop for Bg {
 }
 
 /// `run` in the background with `args` after the command.
-fn spawn_run(w: &World, args: &[&str]) -> Bg {
+pub(crate) fn spawn_run(w: &World, args: &[&str]) -> Bg {
     let mut full = vec!["run", "--interval", "100ms"];
     full.extend_from_slice(args);
     Bg(Some(
@@ -78,7 +78,7 @@ fn spawn_run(w: &World, args: &[&str]) -> Bg {
 }
 
 /// Polls `f` every 50 ms for up to `secs` seconds; panics naming `what`.
-fn wait_until(w: &World, secs: u64, what: &str, mut f: impl FnMut(&World) -> bool) {
+pub(crate) fn wait_until(w: &World, secs: u64, what: &str, mut f: impl FnMut(&World) -> bool) {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
         if f(w) {
@@ -89,7 +89,7 @@ fn wait_until(w: &World, secs: u64, what: &str, mut f: impl FnMut(&World) -> boo
     panic!("timed out waiting for {what}: {:?}", w.executors());
 }
 
-fn running(w: &World) -> Vec<u64> {
+pub(crate) fn running(w: &World) -> Vec<u64> {
     (w.executors().into_iter())
         .filter(|(_, ph, del)| ph == "Running" && !del)
         .map(|(id, _, _)| id)
@@ -97,11 +97,11 @@ fn running(w: &World) -> Vec<u64> {
 }
 
 /// Exactly `n` live executors, all running.
-fn settled(w: &World, n: usize) -> bool {
+pub(crate) fn settled(w: &World, n: usize) -> bool {
     w.live().len() == n && running(w).len() == n
 }
 
-fn stop(mut bg: Bg) -> String {
+pub(crate) fn stop(mut bg: Bg) -> String {
     let mut child = bg.0.take().unwrap();
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
@@ -185,7 +185,7 @@ fn status_lists_the_requests_a_stopped_loop_has_not_applied() {
 
 /// One request of the crash test (with the store flags `store`) and what it does to the
 /// expected target.
-fn submit_random(
+pub(crate) fn submit_random(
     w: &World,
     store: &[&str],
     rng: &mut Rng,
@@ -217,7 +217,7 @@ fn submit_random(
 
 /// Counts a child's end: killed by SIGKILL (a crash point or ours), or still running (then
 /// killed now).
-fn reap(mut child: Child) -> bool {
+pub(crate) fn reap(mut child: Child) -> bool {
     match child.try_wait().unwrap() {
         Some(st) => st.signal() == Some(9),
         None => {
@@ -230,11 +230,11 @@ fn reap(mut child: Child) -> bool {
 
 /// What a crash run did: SIGKILLs, requests made, the target they add up to, the highest
 /// target on the way.
-struct CrashRun {
-    kills: u32,
-    requests: u32,
-    target: u64,
-    max_target: u64,
+pub(crate) struct CrashRun {
+    pub(crate) kills: u32,
+    pub(crate) requests: u32,
+    pub(crate) target: u64,
+    pub(crate) max_target: u64,
 }
 
 /// `rounds` rounds of: a `run` loop (store flags `store`) started with a random crash point
@@ -245,6 +245,28 @@ fn crash_rounds(
     w: &World,
     store: &[&str],
     loop_flags: &[&str],
+    rounds: u32,
+    seed: u64,
+) -> CrashRun {
+    let looper = |extra: &[&str]| {
+        let mut run = store.to_vec();
+        run.push("run");
+        run.extend_from_slice(extra);
+        run.extend_from_slice(loop_flags);
+        w.cmd(&run)
+    };
+    // Under leader election, the killed leader's Lease expires first.
+    let settle = if loop_flags.is_empty() { 0 } else { 1200 };
+    crash_rounds_of(w, store, &looper, settle, rounds, seed)
+}
+
+/// [`crash_rounds`] with the loop `looper(extra)` (`extra`: its flags for the round), which
+/// is given `settle_ms` (and up to 200 ms more) before the requests of a round.
+pub(crate) fn crash_rounds_of(
+    w: &World,
+    store: &[&str],
+    looper: &dyn Fn(&[&str]) -> std::process::Command,
+    settle_ms: u64,
     rounds: u32,
     seed: u64,
 ) -> CrashRun {
@@ -260,13 +282,10 @@ fn crash_rounds(
     let out = w.run(&first);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut removed = Vec::new();
-    let mut run = store.to_vec();
-    run.extend(["run", "--interval", "50ms", "--creation-timeout", "2s"]);
-    run.extend_from_slice(loop_flags);
     for round in 0..rounds {
         let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
         let nth = rng.below(4) + 1;
-        let mut cmd = w.cmd(&run);
+        let mut cmd = looper(&["--interval", "50ms", "--creation-timeout", "2s"]);
         if round % 3 != 2 {
             cmd.env("PODALLOC_CRASH_AT", format!("{point}:{nth}"));
         }
@@ -275,9 +294,7 @@ fn crash_rounds(
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Under leader election, the killed leader's Lease expires first.
-        let settle = if loop_flags.is_empty() { 0 } else { 1200 };
-        std::thread::sleep(Duration::from_millis(settle + rng.below(200)));
+        std::thread::sleep(Duration::from_millis(settle_ms + rng.below(200)));
         for _ in 0..=rng.below(2) {
             submit_random(w, store, &mut rng, &mut r.target, &mut removed);
             r.max_target = r.max_target.max(r.target);
@@ -295,10 +312,9 @@ fn crash_rounds(
         );
     }
     // Uninterrupted, the loop applies what is left and converges on the requests' target.
-    let mut last = store.to_vec();
-    last.extend(["run", "--until-converged", "--timeout", "60s"]);
-    last.extend_from_slice(loop_flags);
-    let out = w.run(&last);
+    let out = looper(&["--until-converged", "--timeout", "60s"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
         w.live().len() as u64,
@@ -366,7 +382,7 @@ fn killed_loops_on_the_configmap_store_apply_every_request_exactly_once() {
 }
 
 /// The simulator's requests from `since` (a `seq`) on, by `verb resource`, and the last seq.
-fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
+pub(crate) fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
     let mut by = BTreeMap::new();
     let mut last = since;
     for line in w.sim.request_log().lines() {
@@ -388,7 +404,7 @@ fn requests_by_verb(w: &World, since: u64) -> (BTreeMap<String, u64>, u64) {
     (by, last)
 }
 
-fn last_seq(w: &World) -> u64 {
+pub(crate) fn last_seq(w: &World) -> u64 {
     requests_by_verb(w, 0).1
 }
 

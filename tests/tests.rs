@@ -31,3 +31,4 @@ mod real_clusters;
 mod real_pods;
 mod reliability;
 mod steer;
+mod steer_apps;

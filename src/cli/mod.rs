@@ -585,8 +585,9 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0).
     Run(RunArgs),
-    /// Keep many apps at their targets in one process: from an apps file, or every driver
-    /// pod a label selector finds (one executor list per namespace per pass).
+    /// Keep many apps at their targets in one process, as `run` keeps one: from an apps
+    /// file, or every driver pod a label selector finds (one executor list per namespace for
+    /// the apps due; `scale`, `add` and `remove` of its apps are handed to it).
     Apps(crate::multi::AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),

@@ -1,54 +1,40 @@
-//! `podalloc apps`: many applications in one process, from an apps file (`--file`) or from
-//! their driver pods (`--discover SELECTOR`).
+//! `podalloc apps`: the runner ([`crate::controller::runner`]) with many apps, from an apps
+//! file (`--file`) or from their driver pods (`--discover SELECTOR`).
 //!
-//! Each pass lists every namespace's executor pods once (`spark-role=executor`, paginated)
-//! and splits the list by app ([`crate::multi::Split`]); then each app's tick runs on its own
-//! share ([`reconcile::tick_listed`]) under its own state lock. One app's failure is one log
-//! line naming it and never stops the others: a runtime error (exit 1) or a held lock (3) is
-//! retried at the next pass; anything else (bad template, RBAC, the crash-loop guard) stops
-//! that app; a finished driver (7) has its executors deleted and the app is dropped.
+//! Every app gets what `run` gives its one app: its own next tick (the plan's requeue, the
+//! idle interval at rest, at once on a queued steering request), its store held for the
+//! process's life (the file lock; without `--leader-elect`, the ConfigMap holder record), so
+//! that `scale`, `add` and `remove` hand their requests to this process; the watchdog, the
+//! leader gate, Events, `--metrics-file` (one series per app) and `app=`/`ns=` on the log
+//! lines. A round lists each namespace's executor pods once (`spark-role=executor`,
+//! paginated) and splits the list by app ([`crate::multi::Split`]); each due app's tick runs
+//! on its share ([`reconcile::tick_listed`]). One app's failure is one log line naming it
+//! and never stops the others: a runtime error (exit 1) or a held lock (3) is retried at its
+//! next tick; anything else (bad template, RBAC, the crash-loop guard) stops that app. An
+//! app whose driver ended (7) or went away is ended by the step itself (rule
+//! `driver-ended`: its executors deleted through the plan, write-ahead saved, Events) and
+//! dropped, its state file removed.
 
-use super::env::now_ms;
+use super::discover::Discovery;
+use super::env::{now_ms, StoreAt};
 use super::sim::{start_simulator, SimGuard};
-use crate::alloc::Request;
-use crate::alloc::StateOwner;
+use crate::alloc::{Request, StateOwner, TargetChange};
 use crate::cli::{AppArgs, Cli, StateStoreKind};
-use crate::cmstore::ConfigMapStore;
+use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
-use crate::leader::LeaderElection;
-use crate::multi::{self, AppEntry, AppsArgs, Driver, Split};
+use crate::multi::{self, AppEntry, AppsArgs, Split};
 use crate::reconcile::{self, App};
-use crate::snapshot::{ExecutorState, Snapshot, LABEL_ROLE, ROLE_EXECUTOR};
-use crate::state::{self, Bound, Holder, LockedStore, StateStore, StoreError};
+use crate::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
+use crate::state::{self, StateStore, StoreError};
 use log::{error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a `--leader-elect` standby asks whether it leads now.
-const STANDBY_POLL: Duration = Duration::from_millis(100);
-
-/// One managed app.
-struct Managed {
-    ns: String,
-    app: App,
-    target: Option<u32>,
-    store: Store,
-    /// The driver's uid when the app was discovered from its driver pod.
-    driver_uid: Option<String>,
-    converged: bool,
-}
-
-/// Where an app's state lives.
-enum Store {
-    File(PathBuf),
-    ConfigMap(String),
-}
-
-/// The clients (one per namespace), the flags they are made from, and the simulator.
+/// The clients (one per namespace, all made before the runner starts), the flags they are
+/// made from, and the simulator.
 struct Conn {
     flags: ConnectionFlags,
     /// Timeouts and page cap (`--request-timeout`, …), for every client.
@@ -58,9 +44,6 @@ struct Conn {
     default_ns: String,
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
-    /// `--leader-elect`: the election; every client gets its write fence. Dropped (the
-    /// Lease released) before the simulator.
-    leader: Option<LeaderElection>,
     _sim: Option<SimGuard>,
 }
 
@@ -85,7 +68,6 @@ impl Conn {
                 dir: state_dir,
                 configmap: a.state_configmaps.clone(),
             },
-            leader: None,
             _sim: sim,
         };
         let client =
@@ -94,25 +76,84 @@ impl Conn {
         Ok(c)
     }
 
-    /// The client for `ns`, made at first use. Errors (exit 2): a bad namespace.
-    fn client(&mut self, ns: &str) -> Result<&KubeClient> {
+    /// Makes the client for `ns` unless made. Errors (exit 2): a bad namespace.
+    fn prepare(&mut self, ns: &str) -> Result<()> {
         if !self.clients.contains_key(ns) {
             let mut flags = self.flags.clone();
             flags.namespace = Some(ns.to_string());
             let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
             let client = KubeClient::with_options(cfg, self.options.clone())
                 .map_err(reconcile::kube_error)?;
-            if let Some(le) = &self.leader {
-                le.fence(&client);
-            }
             self.clients.insert(ns.to_string(), client);
         }
-        Ok(&self.clients[ns])
+        Ok(())
     }
+
+    /// The client of `ns` (made by [`Conn::prepare`]; else the default namespace's).
+    fn client(&self, ns: &str) -> &KubeClient {
+        (self.clients.get(ns)).unwrap_or_else(|| &self.clients[&self.default_ns])
+    }
+}
+
+/// An app to manage, before its store is opened.
+struct Entry {
+    ns: String,
+    app: App,
+    target: Option<u32>,
+    store: StoreAt,
 }
 
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
+    refuse_app_flags(cli)?;
+    crate::events::set_enabled(!cli.app.no_events);
+    if let Some(p) = &cli.metrics_file {
+        crate::metrics::check_path(p).map_err(Error::usage)?;
+    }
+    let mut conn = Conn::new(cli, a)?;
+    let mut failed = Vec::new();
+    let interval = a.interval.unwrap_or(cli.app.batch_delay);
+    let (entries, discover) = match (&a.file, &a.discover) {
+        (Some(file), _) => (load_file(cli, &mut conn, file, &mut failed)?, None),
+        (None, Some(sel)) => (Vec::new(), Some(Discovery::new(cli, sel, interval)?)),
+        (None, None) => {
+            return Err(Error::usage(
+                "apps: give --file FILE or --discover SELECTOR",
+            ))
+        }
+    };
+    let o = Options {
+        interval,
+        idle_interval: a.idle_interval,
+        timeout: a.timeout,
+        until_converged: a.until_converged,
+        once: a.once,
+        started: Instant::now(),
+    };
+    let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
+    // The runner's fence on every client, before the election (whose own is then unused).
+    conn.clients.values().for_each(|c| shutdown.0.fence(c));
+    // One Lease for the process's apps, taken once the apps are known to be usable:
+    // --leader-elect stands by while another holds it; without it, the same Lease is a
+    // claim, and a second process refuses.
+    let client = &conn.clients[&conn.default_ns];
+    let le = match super::elect::start_on(client, &a.leader, "apps")? {
+        Some(le) => le,
+        None => super::elect::claim_on(client, &a.leader, "apps")?,
+    };
+    shutdown.0.set_leader(Some(le));
+    let source = Source {
+        entries,
+        discover,
+        failed,
+    };
+    let res = run_apps(cli, a, &conn, source, &o, &shutdown);
+    shutdown.0.set_leader(None);
+    res
+}
+
+/// Refuses one app's flags (exit 2): they are given per app in the apps file.
+fn refuse_app_flags(cli: &Cli) -> Result<()> {
     for (given, flag) in [
         (
             matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
@@ -128,134 +169,302 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
             )));
         }
     }
-    if cli.metrics_file.is_some() {
-        warn!("apps: --metrics-file is not written (metrics are per app in `run` only)");
-    }
-    let mut conn = Conn::new(cli, a)?;
-    let mut apps = Apps::default();
-    match (&a.file, &a.discover) {
-        (Some(file), _) => apps.load_file(cli, &mut conn, file)?,
-        (None, Some(sel)) => apps.discover = Some(Discovery::new(cli, sel)?),
-        (None, None) => {
-            return Err(Error::usage(
-                "apps: give --file FILE or --discover SELECTOR",
-            ))
-        }
-    }
-    // One Lease for the process's apps, taken once the apps are known to be usable:
-    // --leader-elect stands by while another holds it; without it, the same Lease is a
-    // claim, and a second process refuses.
-    let client = &conn.clients[&conn.default_ns];
-    conn.leader = match super::elect::start_on(client, &a.leader, "apps")? {
-        Some(le) => Some(le),
-        None => Some(super::elect::claim_on(client, &a.leader, "apps")?),
-    };
-    // The clients the apps file made already get the fence too (later ones as made).
-    if let Some(le) = &conn.leader {
-        conn.clients.values().for_each(|c| le.fence(c));
-    }
-    apps.run(&mut conn, a, cli.app.batch_delay)
+    Ok(())
 }
 
-/// The managed apps and what became of the others.
-#[derive(Default)]
-struct Apps {
-    managed: Vec<Managed>,
+/// Where the apps come from: the apps file's usable entries and those it could not use, or
+/// discovery.
+struct Source {
+    entries: Vec<Entry>,
+    discover: Option<Discovery>,
+    failed: Vec<(String, Error)>,
+}
+
+/// The runner over the apps file's entries or the discovered drivers.
+fn run_apps(
+    cli: &Cli,
+    a: &AppsArgs,
+    conn: &Conn,
+    source: Source,
+    o: &Options,
+    shutdown: &Shutdown,
+) -> Result<()> {
+    let mut feed = AppsFeed {
+        conn,
+        discover: source.discover,
+        failed: source.failed,
+        // Under --leader-elect the Lease says which replica acts: no holder records.
+        holding: (!a.leader.leader_elect).then_some(o.interval.max(o.idle_interval)),
+        leader_elect: a.leader.leader_elect,
+        waiting: false,
+        stores: BTreeMap::new(),
+        metrics_file: cli.metrics_file.clone(),
+        metrics: BTreeMap::new(),
+        log_every: a.log_every,
+    };
+    let slots = (source.entries.into_iter())
+        .map(|e| {
+            let request = e.target.map(|n| Request {
+                target: TargetChange::Seed(n),
+                remove: Vec::new(),
+            });
+            feed.slot(e.ns, e.app, e.store, request, &shutdown.0)
+        })
+        .collect();
+    runner::run(o, slots, &mut feed, shutdown)
+}
+
+/// Reads the apps file. An app whose entry cannot be used (bad template, image, app id,
+/// namespace) is reported, added to `failed` and left out; the others run. Errors (exit 2):
+/// the file itself.
+fn load_file(
+    cli: &Cli,
+    conn: &mut Conn,
+    file: &Path,
+    failed: &mut Vec<(String, Error)>,
+) -> Result<Vec<Entry>> {
+    let max = crate::kube::MAX_INPUT_FILE_BYTES;
+    let text = crate::kube::read_regular_text(file, max)
+        .map_err(|e| Error::usage(format!("cannot read the apps file {}: {e}", file.display())))?;
+    let parsed = multi::parse_apps_file(&text, &conn.default_ns)
+        .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut out = Vec::new();
+    for entry in parsed.apps {
+        let name = entry.app_id.clone();
+        match entry_app(cli, conn, dir, entry) {
+            Ok(m) => out.push(m),
+            Err(e) => {
+                error!("app {name}: {e}; not managed");
+                failed.push((name, e));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `apps`' feed: the apps' stores, discovery, the failed apps, the metrics.
+struct AppsFeed<'c> {
+    conn: &'c Conn,
+    discover: Option<Discovery>,
     /// Apps stopped by an error (name, error), in order.
     failed: Vec<(String, Error)>,
-    discover: Option<Discovery>,
+    /// The ConfigMap holder record's heartbeat (`None` under `--leader-elect`).
+    holding: Option<Duration>,
+    leader_elect: bool,
+    /// The "waiting for a stale claim" line was logged.
+    waiting: bool,
+    /// Where each app's state lives, by `namespace/app id`.
+    stores: BTreeMap<String, StoreAt>,
+    metrics_file: Option<PathBuf>,
+    /// The last exposition of each app, by `namespace/app id`.
+    metrics: BTreeMap<String, String>,
+    log_every: Duration,
 }
 
-/// Why the wait between passes ended.
-enum Wake {
-    Pass,
-    Signal,
-    Deadline,
+fn key(ns: &str, app_id: &str) -> String {
+    format!("{ns}/{app_id}")
 }
 
-impl Apps {
-    /// Reads the apps file. An app whose entry cannot be used (bad template, image, app id)
-    /// is reported and left out; the others run. Errors (exit 2): the file itself.
-    fn load_file(&mut self, cli: &Cli, conn: &mut Conn, file: &Path) -> Result<()> {
-        let max = crate::kube::MAX_INPUT_FILE_BYTES;
-        let text = crate::kube::read_regular_text(file, max).map_err(|e| {
-            Error::usage(format!("cannot read the apps file {}: {e}", file.display()))
-        })?;
-        let parsed = multi::parse_apps_file(&text, &conn.default_ns)
-            .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
-        let dir = file.parent().unwrap_or(Path::new("."));
-        for entry in parsed.apps {
-            let name = entry.app_id.clone();
-            match entry_app(cli, conn, dir, entry) {
-                Ok(m) => self.managed.push(m),
-                Err(e) => {
-                    error!("app {name}: {e}; not managed");
-                    self.failed.push((name, e));
-                }
-            }
-        }
-        Ok(())
+impl<'c> AppsFeed<'c> {
+    /// A slot for `app`, its store opened at its first tick ([`Lazy`]).
+    fn slot(
+        &mut self,
+        ns: String,
+        app: App,
+        store: StoreAt,
+        first: Option<Request>,
+        shared: &Arc<Shared>,
+    ) -> Slot<'c> {
+        let client = self.conn.client(&ns);
+        self.stores.insert(key(&ns, &app.app_id), store.clone());
+        let lazy = Lazy {
+            client,
+            spec: store,
+            owner: StateOwner {
+                server: client.server().to_string(),
+                namespace: ns.clone(),
+                app_id: app.app_id.clone(),
+            },
+            holding: self.holding,
+            shared: Arc::clone(shared),
+            inner: None,
+        };
+        let label = format!("app {}: ", app.app_id);
+        let mut slot = Slot::new(app, &ns, Box::new(lazy), shared, self.log_every);
+        slot.first = first;
+        slot.label = label;
+        slot
     }
 
-    fn run(&mut self, conn: &mut Conn, a: &AppsArgs, batch_delay: Duration) -> Result<()> {
-        let flag = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&flag))
-                .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
-        }
-        let interval = a.interval.unwrap_or(batch_delay);
+    /// One app's tick on its share of the namespace's list, with the tick budget of one
+    /// `run` tick; records its metrics.
+    fn tick_one(
+        &mut self,
+        slot: &mut Slot<'c>,
+        split: &mut Split,
+        shared: &Shared,
+    ) -> Option<Outcome> {
+        let client = self.conn.client(&slot.ns);
+        let id = slot.app.app_id.clone();
+        let snap = match split.failed.remove(&id) {
+            Some(e) => {
+                let e = Error::runtime(format!("the pod list could not be used: {e}"));
+                return Some(Outcome::Failed(e));
+            }
+            None => split.snaps.remove(&id).unwrap_or_default(),
+        };
+        let budget = self.conn.tick_budget;
+        let what = format!(
+            "the tick budget of {} (4 × --request-timeout)",
+            humantime::format_duration(budget)
+        );
         let started = Instant::now();
-        let deadline = a.timeout.map(|t| started + t);
-        let mut passes = 0u64;
-        let mut waiting = false;
-        loop {
-            // --leader-elect: a standby makes no pass (no list, no write) and looks again
-            // soon.
-            let standby = conn.leader.as_ref().is_some_and(|le| !le.is_leader());
-            if standby && !a.leader.leader_elect {
-                claim_held(conn, &mut waiting)?;
+        let mut state = None;
+        let outcome = slot.tick(shared, |app, store, request| {
+            for w in &snap.warnings {
+                warn!("{w}");
             }
-            if !standby {
-                passes += 1;
-                self.pass(conn, passes);
-                // With --discover, "all converged" needs at least one app found.
-                let done = self.managed.iter().all(|m| m.converged)
-                    && (self.discover.is_none() || !self.managed.is_empty());
-                if a.once || (a.until_converged && done) {
-                    if a.until_converged {
-                        info!(
-                            "{} app(s) converged after {passes} pass(es) in {:.1}s",
-                            self.managed.len(),
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                    return self.outcome();
-                }
-            }
-            let next = if standby {
-                interval.min(STANDBY_POLL)
-            } else {
-                interval
+            client.set_deadline(Some(Instant::now() + budget), &what);
+            let res = reconcile::tick_listed(client, app, store, request, Some(snap), now_ms());
+            client.set_deadline(None, "");
+            state = match &res {
+                Ok(r) => Some(r.state.clone()),
+                Err(_) => store.load().ok().flatten(),
             };
-            match wait(Instant::now() + next, deadline, &flag) {
-                Wake::Pass => {}
-                Wake::Signal => {
-                    info!("signal received: stopping after {passes} pass(es); states saved");
-                    return Ok(());
+            res
+        })?;
+        if let (Some(_), Some(state)) = (&self.metrics_file, state) {
+            let report = match &outcome {
+                Outcome::Done(r) => Some(r.as_ref()),
+                _ => None,
+            };
+            let text = crate::metrics::render(&id, &slot.ns, report, &state, started.elapsed());
+            self.metrics.insert(key(&slot.ns, &id), text);
+        }
+        Some(outcome)
+    }
+
+    /// Writes `--metrics-file`: every app's series, one family at a time.
+    fn write_metrics(&self) {
+        let Some(path) = &self.metrics_file else {
+            return;
+        };
+        let text =
+            crate::controller::serve::merge_families(self.metrics.values().map(String::as_str));
+        if let Err(e) = crate::metrics::write_atomic(path, &text) {
+            warn!("cannot write the metrics file {}: {e}", path.display());
+        }
+    }
+}
+
+impl<'c> Feed<'c> for AppsFeed<'c> {
+    fn may_act(&mut self, shared: &Shared) -> Result<bool> {
+        let ns = &self.conn.default_ns;
+        shared.with_leader(|le| {
+            let Some(le) = le else { return Ok(true) };
+            let standby = !le.is_leader();
+            if standby && !self.leader_elect {
+                claim_held(le, ns, &mut self.waiting)?;
+            }
+            Ok(!standby)
+        })
+    }
+
+    fn refresh(&mut self, slots: &mut Vec<Slot<'c>>, shared: &Arc<Shared>) {
+        let Some(mut d) = self.discover.take() else {
+            return;
+        };
+        let ns = &self.conn.default_ns;
+        let found = d.refresh(self.conn.client(ns), ns, slots);
+        for (driver, app, target) in found {
+            let ns = self.conn.default_ns.clone();
+            let store = self.conn.state_dir.store(&ns, &app.app_id);
+            let first = Some(Request::target(Some(target)));
+            let mut slot = self.slot(ns, app, store, first, shared);
+            slot.driver_uid = Some(driver);
+            slots.push(slot);
+        }
+        self.discover = Some(d);
+    }
+
+    fn refresh_every(&self) -> Option<Duration> {
+        self.discover.as_ref().map(|d| d.interval)
+    }
+
+    fn round(
+        &mut self,
+        slots: &mut [Slot<'c>],
+        due: &[usize],
+        shared: &Shared,
+    ) -> Vec<(usize, Outcome)> {
+        let namespaces: BTreeSet<String> = due.iter().map(|&i| slots[i].ns.clone()).collect();
+        let mut out = Vec::new();
+        for ns in namespaces {
+            if shared.requested() {
+                break;
+            }
+            let idx: Vec<usize> = (due.iter().copied())
+                .filter(|&i| slots[i].ns == ns)
+                .collect();
+            let ids: Vec<(&str, Option<&str>)> = (idx.iter())
+                .map(|&i| {
+                    let app = &slots[i].app;
+                    let container = app.settings.executor_container.as_deref();
+                    (app.app_id.as_str(), container)
+                })
+                .collect();
+            let mut split = match list_split(self.conn.client(&ns), &ids) {
+                Ok(s) => s,
+                Err(e) => {
+                    // Each app's line says it (and that it retries at its next tick).
+                    let e = Error {
+                        code: e.code,
+                        message: format!("namespace {ns}: {}", e.message),
+                    };
+                    out.extend(idx.iter().map(|&i| (i, Outcome::Failed(e.clone()))));
+                    continue;
                 }
-                Wake::Deadline if a.until_converged => {
-                    let left: Vec<&str> = (self.managed.iter())
-                        .filter(|m| !m.converged)
-                        .map(|m| m.app.app_id.as_str())
-                        .collect();
-                    return Err(Error::timeout(format!(
-                        "not converged after {passes} pass(es): {}",
-                        left.join(", ")
-                    )));
+            };
+            for i in idx {
+                if let Some(o) = self.tick_one(&mut slots[i], &mut split, shared) {
+                    out.push((i, o));
                 }
-                Wake::Deadline => return self.outcome(),
             }
         }
+        self.write_metrics();
+        out
+    }
+
+    fn finish(&mut self, slot: &mut Slot<'c>, e: Error) -> Option<Error> {
+        let k = key(&slot.ns, &slot.app.app_id);
+        self.metrics.remove(&k);
+        let store = self.stores.remove(&k);
+        let label = &slot.label;
+        if slot.ending || e.code == ExitCode::DriverEnded {
+            match slot.ending && e.code != ExitCode::DriverEnded {
+                true => info!("{label}driver pod gone ({e}); no longer managed"),
+                false => info!("{label}{e}; no longer managed"),
+            }
+            if let Some(StoreAt::File(p)) = &store {
+                remove_state(p);
+            }
+            if let (Some(d), Some(uid)) = (self.discover.as_mut(), &slot.driver_uid) {
+                d.done.insert(uid.clone());
+            }
+            return None;
+        }
+        error!("{label}(namespace {}): {e}; stopped", slot.ns);
+        if let (Some(d), Some(uid)) = (self.discover.as_mut(), &slot.driver_uid) {
+            d.stopped.insert(uid.clone(), d.annotations_of(uid));
+        }
+        self.failed.push((slot.app.app_id.clone(), e));
+        None
+    }
+
+    fn all_converged(&self, slots: &[Slot<'c>]) -> bool {
+        // With --discover, "all converged" needs at least one app found.
+        slots.iter().all(Slot::converged) && (self.discover.is_none() || !slots.is_empty())
     }
 
     /// Exit 0, or the first failed app's error (naming it and how many failed).
@@ -272,164 +481,68 @@ impl Apps {
             }),
         }
     }
+}
 
-    /// One pass: discovery (with `--discover`), then per namespace one list and every app's
-    /// tick.
-    fn pass(&mut self, conn: &mut Conn, pass: u64) {
-        let mut gone = Vec::new();
-        if let Some(d) = self.discover.as_mut() {
-            gone = d.refresh(conn, &mut self.managed);
-        }
-        let namespaces: BTreeSet<String> = self.managed.iter().map(|m| m.ns.clone()).collect();
-        let mut keep = vec![true; self.managed.len()];
-        let budget = conn.tick_budget;
-        let budget_what = format!(
-            "the tick budget of {} (4 × --request-timeout)",
-            humantime::format_duration(budget)
-        );
-        for ns in namespaces {
-            let idx: Vec<usize> = (0..self.managed.len())
-                .filter(|&i| self.managed[i].ns == ns)
-                .collect();
-            let client = match conn.client(&ns) {
-                Ok(c) => c,
-                Err(e) => {
-                    for &i in &idx {
-                        keep[i] = self.stop(i, e.clone());
-                    }
-                    continue;
-                }
-            };
-            let ids: Vec<(&str, Option<&str>)> = (idx.iter())
-                .map(|&i| {
-                    let app = &self.managed[i].app;
-                    (
-                        app.app_id.as_str(),
-                        app.settings.executor_container.as_deref(),
-                    )
-                })
-                .collect();
-            let split = match list_split(client, &ids, &gone) {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!("namespace {ns}: pass {pass}: {e}; retrying next pass");
-                    continue;
-                }
-            };
-            let mut split = split;
-            for g in gone.iter().filter(|g| g.0 == ns) {
-                delete_orphans(client, &g.1, split.snaps.remove(&g.1));
-            }
-            for &i in &idx {
-                // Each app's tick has the budget of one `run` tick.
-                client.set_deadline(Some(Instant::now() + budget), &budget_what);
-                keep[i] = self.tick_app(client, i, &mut split, pass);
-                client.set_deadline(None, "");
-            }
-        }
-        let mut k = keep.into_iter();
-        self.managed.retain(|_| k.next().unwrap_or(true));
-    }
+/// An app's store, opened at its first claim (each tick claims first), so an app whose file
+/// lock another process holds retries at its next tick (exit 3) instead of being refused;
+/// once open it stays open: the file lock and the ConfigMap holder record stay this
+/// process's, and `scale`, `add` and `remove` find the owner and hand their requests over.
+struct Lazy<'c> {
+    client: &'c KubeClient,
+    spec: StoreAt,
+    owner: StateOwner,
+    holding: Option<Duration>,
+    /// The runner (a stop at once gives up the holder record).
+    shared: Arc<Shared>,
+    inner: Option<Box<dyn StateStore + 'c>>,
+}
 
-    /// Stops app `i` with `e` (reported); returns false (drop it).
-    fn stop(&mut self, i: usize, e: Error) -> bool {
-        let m = &self.managed[i];
-        error!("app {} (namespace {}): {e}; stopped", m.app.app_id, m.ns);
-        if let (Some(d), Some(uid)) = (self.discover.as_mut(), &m.driver_uid) {
-            d.stopped.insert(uid.clone(), d.annotations_of(uid));
+impl<'c> Lazy<'c> {
+    /// The open store. Errors: opening it (a held lock: [`StoreError::Locked`]).
+    fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
+        if self.inner.is_none() {
+            let heartbeat = self.holding.map(|h| (h, self.shared.as_ref()));
+            let store =
+                super::env::open_store(self.client, &self.spec, &self.owner, "apps", heartbeat)?;
+            self.inner = Some(store);
         }
-        self.failed.push((m.app.app_id.clone(), e));
-        false
-    }
-
-    /// Ticks app `i` on its share of the split; returns whether it stays managed.
-    fn tick_app(&mut self, client: &KubeClient, i: usize, split: &mut Split, pass: u64) -> bool {
-        let m = &mut self.managed[i];
-        let id = m.app.app_id.clone();
-        if let Some(e) = split.failed.remove(&id) {
-            warn!("app {id}: pass {pass}: the pod list could not be used: {e}; retrying next pass");
-            m.converged = false;
-            return true;
-        }
-        let snap = split.snaps.remove(&id).unwrap_or_default();
-        for w in &snap.warnings {
-            warn!("app {id}: {w}");
-        }
-        let request = Request::target(m.target);
-        let res = match open_store(client, m) {
-            Ok(mut store) => reconcile::tick_listed(
-                client,
-                &m.app,
-                store.as_mut(),
-                &request,
-                Some(snap),
-                now_ms(),
-            ),
-            Err(StoreError::Locked(p, _)) => Err(Error::locked(format!(
-                "another podalloc run holds {}; skipped",
-                p.display()
-            ))),
-            Err(e) => Err(state::store_error(e)),
-        };
-        let err = match res {
-            Ok(report) => {
-                info!("app {id}: pass {pass}: {}", report.line());
-                m.converged = report.converged();
-                match report.error {
-                    None => return true,
-                    Some(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-        m.converged = false;
-        self.after_error(i, err, pass)
-    }
-
-    /// The per-app error policy (as `run`'s, per app); returns whether the app stays.
-    fn after_error(&mut self, i: usize, e: Error, pass: u64) -> bool {
-        let m = &self.managed[i];
-        let id = &m.app.app_id;
-        match e.code {
-            ExitCode::Runtime | ExitCode::Locked => {
-                warn!("app {id}: pass {pass}: {e}; retrying next pass");
-                true
-            }
-            ExitCode::DriverEnded => {
-                info!("app {id}: {e}; no longer managed");
-                if let Store::File(p) = &m.store {
-                    remove_state(p);
-                }
-                if let (Some(d), Some(uid)) = (self.discover.as_mut(), &m.driver_uid) {
-                    d.done.insert(uid.clone());
-                }
-                false
-            }
-            _ => self.stop(i, e),
+        match self.inner.as_deref_mut() {
+            Some(s) => Ok(s),
+            None => Err(StoreError::Backend("the store is not open".into())),
         }
     }
 }
 
-/// Opens an app's store for one tick, as `run` does: the file store takes its lock with
-/// this process as the holder; the state is bound to its cluster, namespace and app.
-fn open_store<'a>(
-    client: &'a KubeClient,
-    m: &Managed,
-) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
-    let holder = Holder::current("apps");
-    let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match &m.store {
-        Store::File(p) => (Box::new(LockedStore::lock_as(p, &holder)?), true),
-        Store::ConfigMap(name) => (
-            Box::new(ConfigMapStore::new(client, name, &m.app.app_id)),
-            false,
-        ),
-    };
-    let owner = StateOwner {
-        server: client.server().to_string(),
-        namespace: m.ns.clone(),
-        app_id: m.app.app_id.clone(),
-    };
-    Ok(Box::new(Bound::new(inner, owner, check_server)))
+impl StateStore for Lazy<'_> {
+    fn describe(&self) -> String {
+        match &self.spec {
+            StoreAt::File(p) => format!("state file {}", p.display()),
+            StoreAt::ConfigMap(n) => format!("ConfigMap {n}"),
+        }
+    }
+    fn load(&mut self) -> std::result::Result<Option<crate::alloc::AllocatorState>, StoreError> {
+        self.open()?.load()
+    }
+    fn save(&mut self, s: &crate::alloc::AllocatorState) -> std::result::Result<(), StoreError> {
+        self.open()?.save(s)
+    }
+    fn claim(&mut self) -> std::result::Result<(), StoreError> {
+        self.open()?.claim()
+    }
+    fn release(&mut self) -> std::result::Result<(), StoreError> {
+        self.inner.as_mut().map_or(Ok(()), |s| s.release())
+    }
+    fn requests(&mut self) -> std::result::Result<Vec<crate::alloc::Steering>, StoreError> {
+        self.open()?.requests()
+    }
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        self.inner
+            .as_mut()
+            .map_or_else(Vec::new, |s| s.consumed(ids))
+    }
+    fn queue_marker(&self) -> Option<std::time::SystemTime> {
+        self.inner.as_ref().and_then(|s| s.queue_marker())
+    }
 }
 
 /// Removes an ended app's state file and its lock file (missing is fine).
@@ -468,14 +581,9 @@ impl PageSink for SplitSink {
 }
 
 /// Lists the namespace's executor pods once (`spark-role=executor`), split among `ids`
-/// (app id, executor container) and the apps whose driver went away (`gone`).
-fn list_split(
-    client: &KubeClient,
-    ids: &[(&str, Option<&str>)],
-    gone: &[(String, String)],
-) -> Result<Split> {
-    let all = (ids.iter().map(|i| i.0)).chain(gone.iter().map(|g| g.1.as_str()));
-    let mut split = Split::for_apps(all);
+/// (app id, executor container). Errors (exit 1 or 4): the API's, a list that cannot be used.
+fn list_split(client: &KubeClient, ids: &[(&str, Option<&str>)]) -> Result<Split> {
+    let mut split = Split::for_apps(ids.iter().map(|i| i.0));
     for (id, container) in ids {
         if let Some(c) = container {
             split.containers.insert(id.to_string(), c.to_string());
@@ -496,31 +604,11 @@ fn list_split(
     Ok(sink.split)
 }
 
-/// Deletes the executors of an app whose driver pod is gone (Kubernetes' garbage collector
-/// would, through their ownerReference; this does not wait for it).
-fn delete_orphans(client: &KubeClient, app_id: &str, snap: Option<Snapshot>) {
-    let Some(snap) = snap else { return };
-    let mut n = 0;
-    for p in snap.executors.values() {
-        if p.state == ExecutorState::Deleted {
-            continue;
-        }
-        match client.delete_pod(&p.name, None) {
-            Ok(_) => n += 1,
-            Err(e) => warn!("app {app_id}: cannot delete executor pod {}: {e}", p.name),
-        }
-    }
-    info!("app {app_id}: driver pod gone: {n} executor pod(s) deleted; no longer managed");
-}
-
-/// An apps-file entry lowered into a managed app: the global flags with the entry's
-/// values over them.
-fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Managed> {
+/// An apps-file entry lowered into an app: the global flags with the entry's values over
+/// them. Errors (exit 2): the entry's template, image, batch size, namespace or store.
+fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Entry> {
     let mut args: AppArgs = cli.app.clone();
-    let ns = e
-        .namespace
-        .clone()
-        .unwrap_or_else(|| conn.default_ns.clone());
+    let ns = (e.namespace.clone()).unwrap_or_else(|| conn.default_ns.clone());
     args.app_id = Some(e.app_id.clone());
     if e.template.is_some() || e.image.is_some() {
         args.template = e.template.map(|t| dir.join(t));
@@ -531,290 +619,20 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Mana
         args.batch_size = multi::batch_size_of(b).map_err(Error::usage)?;
     }
     let app = args.app(cli.conn.simulate, true)?;
-    conn.client(&ns)?;
+    conn.prepare(&ns)?;
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
-        Some(Ok(StateStoreKind::ConfigMap(n))) => Store::ConfigMap(n),
+        Some(Ok(StateStoreKind::ConfigMap(n))) => StoreAt::ConfigMap(n),
         _ => match e.state_file {
-            Some(p) => Store::File(dir.join(p)),
+            Some(p) => StoreAt::File(dir.join(p)),
             None => conn.state_dir.store(&ns, &app.app_id),
         },
     };
-    Ok(Managed {
+    Ok(Entry {
         ns,
         app,
         target: e.target,
         store,
-        driver_uid: None,
-        converged: false,
-    })
-}
-
-/// `--discover`: the driver pods, what their annotations asked for, what became of them.
-struct Discovery {
-    selector: String,
-    /// The global flags: every discovered app's defaults.
-    args: AppArgs,
-    /// The template of `--template`/`--image`, for drivers without a template annotation.
-    template: Option<crate::podspec::PodTemplate>,
-    /// Driver uid → its annotations, as last seen.
-    seen: BTreeMap<String, BTreeMap<String, String>>,
-    /// Drivers whose app ended (driver finished): not managed again.
-    done: BTreeSet<String>,
-    /// Drivers whose app was stopped by an error, with their annotations then: managed
-    /// again once the annotations change.
-    stopped: BTreeMap<String, BTreeMap<String, String>>,
-    /// The last warning per driver uid (so one bad annotation is one line, not one a pass).
-    warned: BTreeMap<String, String>,
-    /// ConfigMap name → (when read, the template).
-    templates: BTreeMap<String, (Instant, crate::podspec::PodTemplate)>,
-}
-
-/// How long a template read from a ConfigMap is used before it is read again.
-const TEMPLATE_TTL: Duration = Duration::from_secs(60);
-
-impl Discovery {
-    fn new(cli: &Cli, selector: &str) -> Result<Discovery> {
-        let template =
-            crate::template::load_template(cli.app.template.as_deref(), cli.app.image.as_deref())?;
-        Ok(Discovery {
-            selector: selector.to_string(),
-            args: cli.app.clone(),
-            template,
-            seen: BTreeMap::new(),
-            done: BTreeSet::new(),
-            stopped: BTreeMap::new(),
-            warned: BTreeMap::new(),
-            templates: BTreeMap::new(),
-        })
-    }
-
-    fn annotations_of(&self, uid: &str) -> BTreeMap<String, String> {
-        self.seen.get(uid).cloned().unwrap_or_default()
-    }
-
-    /// Warns once per driver and message, in the log and as a Warning Event on the driver
-    /// pod (reason `AllocationSkipped`), so `kubectl describe pod DRIVER` says why its
-    /// executors are left as they are.
-    fn warn_once(&mut self, client: &KubeClient, ns: &str, d: &Driver, msg: String) {
-        if self.warned.get(&d.uid) != Some(&msg) {
-            warn!("{msg}");
-            let now = super::env::now_ms();
-            crate::events::warn_on_pod(client, ns, &d.name, &d.uid, "AllocationSkipped", &msg, now);
-            self.warned.insert(d.uid.clone(), msg);
-        }
-    }
-
-    /// Lists the driver pods and brings `managed` in line: new drivers become apps, targets
-    /// and batch sizes follow the annotations. Returns (namespace, app id) of the apps whose
-    /// driver is gone (dropped from `managed`; their executors are deleted by the caller).
-    fn refresh(&mut self, conn: &mut Conn, managed: &mut Vec<Managed>) -> Vec<(String, String)> {
-        let ns = conn.default_ns.clone();
-        let dir = conn.state_dir.clone();
-        let Ok(client) = conn.client(&ns) else {
-            return Vec::new();
-        };
-        let items = match client.list_pod_items(&self.selector, None, Some(500)) {
-            Ok((items, _)) => items,
-            Err(e) => {
-                warn!(
-                    "listing the driver pods ({}): {e}; retrying next pass",
-                    self.selector
-                );
-                return Vec::new();
-            }
-        };
-        let drivers: Vec<Driver> = items.iter().filter_map(Driver::of).collect();
-        let live: BTreeSet<&str> = drivers.iter().map(|d| d.uid.as_str()).collect();
-        let mut gone = Vec::new();
-        managed.retain(|m| {
-            let keep = m.driver_uid.as_deref().is_none_or(|u| live.contains(u));
-            if !keep {
-                if let Store::File(p) = &m.store {
-                    remove_state(p);
-                }
-                gone.push((m.ns.clone(), m.app.app_id.clone()));
-            }
-            keep
-        });
-        self.done.retain(|u| live.contains(u.as_str()));
-        self.seen.retain(|u, _| live.contains(u.as_str()));
-        for d in drivers {
-            self.admit(client, &ns, &dir, d, managed);
-        }
-        gone
-    }
-
-    /// One driver: updates its app, makes it, or reports why not.
-    fn admit(
-        &mut self,
-        client: &KubeClient,
-        ns: &str,
-        dir: &StateDir,
-        d: Driver,
-        managed: &mut Vec<Managed>,
-    ) {
-        if self.done.contains(&d.uid) {
-            return;
-        }
-        self.seen.insert(d.uid.clone(), d.annotations.clone());
-        if let Some(was) = self.stopped.get(&d.uid) {
-            if *was == d.annotations {
-                return;
-            }
-            self.stopped.remove(&d.uid);
-        }
-        let Some(app_id) = d.app_id.clone() else {
-            let msg = format!(
-                "driver pod {:?} has no spark-app-selector label: skipped",
-                d.name
-            );
-            return self.warn_once(client, ns, &d, msg);
-        };
-        let wanted = match d.wanted() {
-            Ok(w) => w,
-            Err(msg) => return self.warn_once(client, ns, &d, msg),
-        };
-        self.warned.remove(&d.uid);
-        let existing = managed
-            .iter()
-            .position(|m| m.driver_uid.as_deref() == Some(&d.uid));
-        if existing.is_none() && managed.iter().any(|m| m.ns == ns && m.app.app_id == app_id) {
-            let msg = format!(
-                "driver pod {:?}: app {app_id} is already managed for another driver: skipped",
-                d.name
-            );
-            return self.warn_once(client, ns, &d, msg);
-        }
-        let template = match self.template_for(client, &d, &wanted) {
-            Ok(t) => t,
-            Err(msg) => return self.warn_once(client, ns, &d, msg),
-        };
-        let app = match discovered_app(&self.args, &app_id, &wanted, template, &d.name) {
-            Ok(app) => app,
-            Err(msg) => return self.warn_once(client, ns, &d, msg),
-        };
-        match existing {
-            Some(i) => {
-                let m = &mut managed[i];
-                if m.target != Some(wanted.target) {
-                    info!(
-                        "app {app_id}: target {} (annotation {})",
-                        wanted.target,
-                        multi::ANNOTATION_EXECUTORS
-                    );
-                    m.converged = false;
-                }
-                m.target = Some(wanted.target);
-                m.app = app;
-            }
-            None => {
-                info!(
-                    "app {app_id}: driver pod {:?} found, target {}",
-                    d.name, wanted.target
-                );
-                managed.push(Managed {
-                    ns: ns.to_string(),
-                    store: dir.store(ns, &app_id),
-                    app,
-                    target: Some(wanted.target),
-                    driver_uid: Some(d.uid.clone()),
-                    converged: false,
-                });
-            }
-        }
-    }
-
-    /// The executor template of a driver's app: its ConfigMap's, else the global one.
-    /// Errors: a warning naming the driver.
-    fn template_for(
-        &mut self,
-        client: &KubeClient,
-        d: &Driver,
-        wanted: &multi::Wanted,
-    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
-        let template = match &wanted.template {
-            None => self.template.clone(),
-            Some(cm) => Some(self.template_from(client, cm).map_err(|msg| {
-                format!(
-                    "driver pod {:?}: {msg}; its executors are left as they are",
-                    d.name
-                )
-            })?),
-        };
-        template.ok_or_else(|| {
-            format!(
-                "driver pod {:?}: no executor template: annotate it with {} or give --template/--image",
-                d.name,
-                multi::ANNOTATION_TEMPLATE
-            )
-        })
-    }
-
-    /// The template in ConfigMap `name` (key [`multi::TEMPLATE_KEY`]), read at most once a
-    /// [`TEMPLATE_TTL`].
-    fn template_from(
-        &mut self,
-        client: &KubeClient,
-        name: &str,
-    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
-        if let Some((at, t)) = self.templates.get(name) {
-            if at.elapsed() < TEMPLATE_TTL {
-                return Ok(t.clone());
-            }
-        }
-        let key = multi::TEMPLATE_KEY;
-        let cm = client
-            .get_configmap(name)
-            .map_err(|e| format!("cannot read ConfigMap {name:?}: {e}"))?
-            .ok_or_else(|| {
-                format!(
-                    "no ConfigMap {name:?} (annotation {})",
-                    multi::ANNOTATION_TEMPLATE
-                )
-            })?;
-        let text = cm["data"][key]
-            .as_str()
-            .ok_or_else(|| format!("ConfigMap {name:?} has no key {key:?}"))?;
-        let value = crate::template::parse_template_text(text)
-            .map_err(|e| format!("ConfigMap {name:?} key {key:?} is not YAML or JSON: {e}"))?;
-        let t = crate::podspec::PodTemplate::from_value(value, None)
-            .map_err(|e| format!("ConfigMap {name:?} key {key:?}: {e}"))?;
-        self.templates
-            .insert(name.to_string(), (Instant::now(), t.clone()));
-        Ok(t)
-    }
-}
-
-/// The app of driver pod `driver` as its annotations (`wanted`) and the global flags
-/// (`args`) make it. Errors: an `--executor-container` the template does not have, naming
-/// the driver.
-fn discovered_app(
-    args: &AppArgs,
-    app_id: &str,
-    wanted: &multi::Wanted,
-    template: crate::podspec::PodTemplate,
-    driver: &str,
-) -> std::result::Result<App, String> {
-    let mut args = args.clone();
-    if let Some(b) = wanted.batch_size {
-        args.batch_size = b;
-    }
-    let mut settings = args.settings(app_id);
-    if let Some(name) = &settings.executor_container {
-        (template.check_executor_container(name))
-            .map_err(|msg| format!("driver pod {driver:?}: {msg}"))?;
-    }
-    if settings.executor_container.is_none() {
-        // As `AppArgs::app`: the template's first container is the executor's.
-        settings.executor_container = Some(template.first_container().to_string());
-    }
-    Ok(App {
-        settings,
-        app_id: app_id.to_string(),
-        template: Some(template),
-        driver_pod: Some(driver.to_string()),
-        page_size: args.page_size,
     })
 }
 
@@ -832,64 +650,42 @@ struct StateDir {
 
 impl StateDir {
     /// Where app `app_id` of `ns` keeps its state when its entry does not say.
-    fn store(&self, ns: &str, app_id: &str) -> Store {
+    fn store(&self, ns: &str, app_id: &str) -> StoreAt {
         if let Some(prefix) = &self.configmap {
-            return Store::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
+            return StoreAt::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
         }
-        Store::File(match &self.dir {
+        StoreAt::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
             None => state::default_path(ns, app_id),
         })
     }
 }
 
-/// `apps` without `--leader-elect` that does not hold its claim (the Lease): exit 3 when
-/// another process holds it and renews it (two such processes would manage the same apps
-/// twice); else, once, a line saying that it waits for a stale holder (a killed process)
-/// to expire. Errors: exit 3, held by a live process; exit 4, leases forbidden by RBAC.
-fn claim_held(conn: &Conn, waiting: &mut bool) -> Result<()> {
-    let Some(le) = &conn.leader else {
-        return Ok(());
-    };
+/// `apps` without `--leader-elect` that does not hold its claim (the Lease `le` of namespace
+/// `ns`): exit 3 when another process holds it and renews it (two such processes would
+/// manage the same apps twice); else, once, a line saying that it waits for a stale holder
+/// (a killed process) to expire. Errors: exit 3, held by a live process; exit 4, leases
+/// forbidden by RBAC.
+fn claim_held(le: &crate::leader::LeaderElection, ns: &str, waiting: &mut bool) -> Result<()> {
     if le.forbidden() {
         return Err(Error::refused(format!(
-            "apps: the apps Lease of namespace {} cannot be read or written (403): grant \
+            "apps: the apps Lease of namespace {ns} cannot be read or written (403): grant \
              leases get/create/update in API group coordination.k8s.io; it is the claim that \
-             keeps a second apps process from managing the same apps",
-            conn.default_ns
+             keeps a second apps process from managing the same apps"
         )));
     }
     if let Some(h) = le.renewed_by_other() {
         return Err(Error::locked(format!(
-            "another podalloc apps ({h}) holds the apps Lease of namespace {} and renews it: \
-             this process did nothing (give every replica --leader-elect to run standbys)",
-            conn.default_ns
+            "another podalloc apps ({h}) holds the apps Lease of namespace {ns} and renews it: \
+             this process did nothing (give every replica --leader-elect to run standbys)"
         )));
     }
     if let Some(h) = le.holder().filter(|h| !h.is_empty() && !*waiting) {
         *waiting = true;
         info!(
-            "the apps Lease of namespace {} names {h}: waiting for it to go stale (one lease \
-             duration without a renewal) before acting",
-            conn.default_ns
+            "the apps Lease of namespace {ns} names {h}: waiting for it to go stale (one lease \
+             duration without a renewal) before acting"
         );
     }
     Ok(())
-}
-
-/// Sleeps until `next`, waking every 50 ms for a signal and the deadline.
-fn wait(next: Instant, deadline: Option<Instant>, flag: &AtomicBool) -> Wake {
-    loop {
-        if flag.load(Ordering::Relaxed) {
-            return Wake::Signal;
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Wake::Deadline;
-        }
-        if now >= next {
-            return Wake::Pass;
-        }
-        std::thread::sleep((next - now).min(Duration::from_millis(50)));
-    }
 }

@@ -7,6 +7,7 @@ use crate::alloc::Request;
 use crate::alloc::{AllocatorState, StateOwner, Steering};
 use crate::cli::{Cli, StateStoreKind};
 use crate::cmstore::ConfigMapStore;
+use crate::controller::runner::{Shared, StopHook};
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
 use crate::reconcile::{self, App, TickReport};
@@ -96,6 +97,73 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     })
 }
 
+/// Where an app's state lives: a state file, or a ConfigMap of its namespace.
+#[derive(Clone, Debug)]
+pub(super) enum StoreAt {
+    /// The state file (its lock and request queue beside it).
+    File(PathBuf),
+    /// The ConfigMap of this name.
+    ConfigMap(String),
+}
+
+/// Opens the store `at` of app `owner` for `command` (`run`, `apps`, a one-shot command):
+/// the file store takes its lock (exit 3 when taken, naming the holder) and writes this
+/// process into the lock file; the ConfigMap store respects a running loop's holder record,
+/// and with `loop_interval` (a loop's heartbeat and its runner) writes and renews this
+/// process's own, stale after 3 × max(interval, 10 s), and gives it up if the runner stops
+/// at once ([`Shared::on_stop`]). The store is bound to the owner's cluster (file store),
+/// namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by another loop.
+pub(super) fn open_store<'a>(
+    client: &'a KubeClient,
+    at: &StoreAt,
+    owner: &StateOwner,
+    command: &str,
+    loop_interval: Option<(Duration, &Shared)>,
+) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
+    let holder = Holder::current(command);
+    let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
+        StoreAt::File(path) => (Box::new(LockedStore::lock_as(path, &holder)?), true),
+        StoreAt::ConfigMap(name) => {
+            let cm = ConfigMapStore::new(client, name, &owner.app_id);
+            let cm = match loop_interval {
+                Some((interval, shared)) => {
+                    let release = release_hook(client, name, &owner.app_id, &holder, interval);
+                    release.into_iter().for_each(|r| shared.on_stop(r));
+                    cm.holding(holder, interval)
+                }
+                None => cm,
+            };
+            (Box::new(cm), false)
+        }
+    };
+    Ok(Box::new(Bound::new(inner, owner.clone(), check_server)))
+}
+
+/// The release of `holder`'s record on ConfigMap `name` when the runner stops at once: on a
+/// client of its own (the loop's may be blocked in a call) with one-second timeouts and no
+/// retries. `None` when that client cannot be made (the record then goes stale).
+fn release_hook(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    holder: &Holder,
+    interval: Duration,
+) -> Option<StopHook> {
+    let mut options = kube::ClientOptions::default();
+    options.timeouts.connect = Duration::from_secs(1);
+    options.timeouts.per_read = Duration::from_secs(1);
+    options.timeouts.global = Duration::from_secs(1);
+    options.retry = kube::RetryPolicy::none();
+    let own = client.derive(options).ok()?;
+    let (name, app_id, holder) = (name.to_string(), app_id.to_string(), holder.clone());
+    Some(Box::new(move || {
+        let mut cm = ConfigMapStore::new(&own, &name, &app_id).holding(holder, interval);
+        if let Err(e) = cm.release() {
+            eprintln!("podalloc: could not give up the holder record of ConfigMap {name}: {e}");
+        }
+    }))
+}
+
 /// A namespace name is a DNS-1123 label: lower-case letters, digits and '-', at most 63,
 /// alphanumeric at both ends. Errors (exit 2): naming the flag and the context as the sources.
 fn check_namespace(namespace: &str) -> Result<()> {
@@ -117,36 +185,18 @@ fn check_namespace(namespace: &str) -> Result<()> {
 }
 
 impl Env {
-    /// Opens the state store for `command`: the file store takes its lock (exit 3 when
-    /// taken, naming the holder) and writes this process into the lock file; the ConfigMap
-    /// store respects a running loop's holder record, and with `loop_interval` (a `run`
-    /// loop) writes and renews this process's own. The store is bound to this cluster,
-    /// namespace and app ([`Bound`]).
+    /// Opens the state store for `command` ([`open_store`]), bound to this cluster,
+    /// namespace and app; `loop_interval`: a `run` loop's holder-record heartbeat.
     pub(super) fn open_store(
         &self,
         command: &str,
-        loop_interval: Option<Duration>,
+        loop_interval: Option<(Duration, &Shared)>,
     ) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
-        let holder = Holder::current(command);
-        let (inner, check_server): (Box<dyn StateStore + '_>, bool) = match &self.store_kind {
-            StateStoreKind::File => (
-                Box::new(LockedStore::lock_as(&self.state_path, &holder)?),
-                true,
-            ),
-            StateStoreKind::ConfigMap(name) => {
-                let cm = ConfigMapStore::new(&self.client, name, &self.app.app_id);
-                let cm = match loop_interval {
-                    Some(interval) => cm.holding(holder, interval),
-                    None => cm,
-                };
-                (Box::new(cm), false)
-            }
+        let at = match &self.store_kind {
+            StateStoreKind::File => StoreAt::File(self.state_path.clone()),
+            StateStoreKind::ConfigMap(name) => StoreAt::ConfigMap(name.clone()),
         };
-        Ok(Box::new(Bound::new(
-            inner,
-            self.owner.clone(),
-            check_server,
-        )))
+        open_store(&self.client, &at, &self.owner, command, loop_interval)
     }
 
     /// Reads the state without locking (read-only commands), checking that it belongs to

@@ -3,13 +3,16 @@
 //! carrying its exit code.
 //!
 //! - `env`: the shared set-up of the connected commands (connect, the state store, a tick).
-//! - `apps`: many apps in one process (an apps file or `--discover`).
-//! - `reconcile`, `run` (the loop), `status`, `change` (`scale`, `add`, `remove`): connected.
+//! - `apps`: many apps in one process, the runner fed by an apps file or by `--discover`
+//!   (`discover`).
+//! - `reconcile`, `run` (the runner with one app), `status`, `change` (`scale`, `add`,
+//!   `remove`): connected.
 //! - `plan`: the allocation step offline. `sim`: the simulated API server (`sim`,
 //!   `--simulate`). `man`: the manual and completions.
 
 mod apps;
 mod change;
+mod discover;
 mod elect;
 mod env;
 mod man;
@@ -80,9 +83,11 @@ pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
 /// once by [`env::connect`]).
 static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
 
-/// The `(app id, namespace)` of this command's log lines, once connected.
-pub fn log_context() -> Option<&'static (String, String)> {
-    LOG_CONTEXT.get()
+/// The `(app id, namespace)` of this log line: the app the runner is ticking on this
+/// thread ([`crate::controller::runner::app_log_context`]; `apps` ticks one app after
+/// another), else the command's once connected.
+pub fn log_context() -> Option<(String, String)> {
+    crate::controller::runner::app_log_context().or_else(|| LOG_CONTEXT.get().cloned())
 }
 
 /// Sets [`log_context`] (the first call wins).

@@ -7,10 +7,13 @@
 //! - `events`: Kubernetes Events for what a tick did.
 //! - `metrics`: the Prometheus text (the `--metrics-file` textfile and `/metrics`).
 //! - `serve`: the opt-in `/metrics`, `/healthz` and `/readyz` endpoints.
+//! - `runner`: the one loop that keeps 1..N apps at their targets (`run` is the runner
+//!   with one app; `apps` the same runner fed by an apps file or by discovery).
 
 pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;
+pub(crate) mod runner;
 pub mod tick;
 // Wired into the runner once it lands (one loop for run and apps).
 #[allow(dead_code)]

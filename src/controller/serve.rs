@@ -128,7 +128,7 @@ impl Probe {
 /// Prometheus text of several renderings merged by family: a family's `# HELP` and `# TYPE`
 /// lines once, then every sample of it from every text, identical samples once (the leader
 /// series every app's text carries). Families keep their first-seen order.
-fn merge_families<'a>(texts: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn merge_families<'a>(texts: impl Iterator<Item = &'a str>) -> String {
     let mut order: Vec<String> = Vec::new();
     let mut fams: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
     for text in texts {

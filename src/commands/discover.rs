@@ -1,0 +1,293 @@
+//! `apps --discover SELECTOR`: the driver pods matching the selector, what their
+//! annotations ask for (the pure parsing is [`crate::multi::Driver`]), the apps they make,
+//! and what became of them (ended, stopped by an error, badly annotated: one warning and one
+//! Warning Event on the driver).
+
+use crate::alloc::Request;
+use crate::cli::{AppArgs, Cli};
+use crate::controller::runner::Slot;
+use crate::error::Result;
+use crate::kube::KubeClient;
+use crate::multi::{self, Driver};
+use crate::reconcile::App;
+use log::{info, warn};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// `--discover`: the driver pods, what their annotations asked for, what became of them.
+pub(super) struct Discovery {
+    selector: String,
+    /// How often the drivers are listed (`--interval`).
+    pub(super) interval: Duration,
+    /// The global flags: every discovered app's defaults.
+    args: AppArgs,
+    /// The template of `--template`/`--image`, for drivers without a template annotation.
+    template: Option<crate::podspec::PodTemplate>,
+    /// Driver uid → its annotations, as last seen.
+    seen: BTreeMap<String, BTreeMap<String, String>>,
+    /// Driver uid → (its phase, the target of its annotation), as last applied to its app.
+    applied: BTreeMap<String, (String, u32)>,
+    /// Drivers whose app ended (driver finished): not managed again.
+    pub(super) done: BTreeSet<String>,
+    /// Drivers whose app was stopped by an error, with their annotations then: managed
+    /// again once the annotations change.
+    pub(super) stopped: BTreeMap<String, BTreeMap<String, String>>,
+    /// The last warning per driver uid (so one bad annotation is one line, not one a pass).
+    warned: BTreeMap<String, String>,
+    /// ConfigMap name → (when read, the template).
+    templates: BTreeMap<String, (Instant, crate::podspec::PodTemplate)>,
+}
+
+/// How long a template read from a ConfigMap is used before it is read again.
+const TEMPLATE_TTL: Duration = Duration::from_secs(60);
+
+/// A driver found with no app yet: (its uid, the app, its annotated target).
+pub(super) type Found = (String, App, u32);
+
+impl Discovery {
+    /// Discovery of the drivers matching `selector`, every `interval`, with the global
+    /// flags of `cli` as every app's defaults. Errors (exit 2): `--template`/`--image`.
+    pub(super) fn new(cli: &Cli, selector: &str, interval: Duration) -> Result<Discovery> {
+        let template =
+            crate::template::load_template(cli.app.template.as_deref(), cli.app.image.as_deref())?;
+        Ok(Discovery {
+            selector: selector.to_string(),
+            interval,
+            args: cli.app.clone(),
+            template,
+            seen: BTreeMap::new(),
+            applied: BTreeMap::new(),
+            done: BTreeSet::new(),
+            stopped: BTreeMap::new(),
+            warned: BTreeMap::new(),
+            templates: BTreeMap::new(),
+        })
+    }
+
+    /// The annotations of driver `uid` as last seen.
+    pub(super) fn annotations_of(&self, uid: &str) -> BTreeMap<String, String> {
+        self.seen.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Warns once per driver and message, in the log and as a Warning Event on the driver
+    /// pod (reason `AllocationSkipped`), so `kubectl describe pod DRIVER` says why its
+    /// executors are left as they are.
+    fn warn_once(&mut self, client: &KubeClient, ns: &str, d: &Driver, msg: String) {
+        if self.warned.get(&d.uid) != Some(&msg) {
+            warn!("{msg}");
+            let now = super::env::now_ms();
+            crate::events::warn_on_pod(client, ns, &d.name, &d.uid, "AllocationSkipped", &msg, now);
+            self.warned.insert(d.uid.clone(), msg);
+        }
+    }
+
+    /// Lists the driver pods and brings `slots` in line: a gone driver's app is marked
+    /// ending and woken (its next tick, with the driver gone, is the step's `driver-ended`),
+    /// a changed target or phase wakes its app; returns the new drivers' apps.
+    pub(super) fn refresh(
+        &mut self,
+        client: &KubeClient,
+        ns: &str,
+        slots: &mut [Slot<'_>],
+    ) -> Vec<Found> {
+        let items = match client.list_pod_items(&self.selector, None, Some(500)) {
+            Ok((items, _)) => items,
+            Err(e) => {
+                let sel = &self.selector;
+                warn!("listing the driver pods ({sel}): {e}; retrying next tick");
+                return Vec::new();
+            }
+        };
+        let drivers: Vec<Driver> = items.iter().filter_map(Driver::of).collect();
+        let live: BTreeSet<&str> = drivers.iter().map(|d| d.uid.as_str()).collect();
+        for s in slots.iter_mut() {
+            let gone = s.driver_uid.as_deref().is_some_and(|u| !live.contains(u));
+            if gone && !s.ending {
+                s.ending = true;
+                s.wake();
+            }
+        }
+        self.done.retain(|u| live.contains(u.as_str()));
+        self.seen.retain(|u, _| live.contains(u.as_str()));
+        self.applied.retain(|u, _| live.contains(u.as_str()));
+        let mut found = Vec::new();
+        for d in drivers {
+            found.extend(self.admit(client, ns, d, slots));
+        }
+        found
+    }
+
+    /// One driver: updates its app (a changed target or phase wakes it), returns it as a
+    /// new app, or reports why not.
+    fn admit(
+        &mut self,
+        client: &KubeClient,
+        ns: &str,
+        d: Driver,
+        slots: &mut [Slot<'_>],
+    ) -> Option<Found> {
+        if self.done.contains(&d.uid) {
+            return None;
+        }
+        self.seen.insert(d.uid.clone(), d.annotations.clone());
+        if let Some(was) = self.stopped.get(&d.uid) {
+            if *was == d.annotations {
+                return None;
+            }
+            self.stopped.remove(&d.uid);
+        }
+        let Some(app_id) = d.app_id.clone() else {
+            let msg = format!(
+                "driver pod {:?} has no spark-app-selector label: skipped",
+                d.name
+            );
+            self.warn_once(client, ns, &d, msg);
+            return None;
+        };
+        let (wanted, app) = match self.lower(client, &d, &app_id, slots) {
+            Ok(w) => w,
+            Err(msg) => {
+                self.warn_once(client, ns, &d, msg);
+                return None;
+            }
+        };
+        self.warned.remove(&d.uid);
+        let before = (self.applied).insert(d.uid.clone(), (d.phase.clone(), wanted.target));
+        let Some(s) = slots
+            .iter_mut()
+            .find(|s| s.driver_uid.as_deref() == Some(&d.uid))
+        else {
+            let (name, target) = (&d.name, wanted.target);
+            info!("app {app_id}: driver pod {name:?} found, target {target}");
+            return Some((d.uid, app, wanted.target));
+        };
+        s.app = app;
+        match before {
+            Some((_, target)) if target != wanted.target => {
+                let key = multi::ANNOTATION_EXECUTORS;
+                info!("app {app_id}: target {} (annotation {key})", wanted.target);
+                s.first = Some(Request::target(Some(wanted.target)));
+                s.wake();
+            }
+            Some((phase, _)) if phase != d.phase => s.wake(),
+            _ => {}
+        }
+        None
+    }
+
+    /// What driver `d`'s annotations ask for and the app they make. Errors: a warning naming
+    /// the driver (bad annotation, no template, its app id managed for another driver).
+    fn lower(
+        &mut self,
+        client: &KubeClient,
+        d: &Driver,
+        app_id: &str,
+        slots: &[Slot<'_>],
+    ) -> std::result::Result<(multi::Wanted, App), String> {
+        let wanted = d.wanted()?;
+        let mine = slots
+            .iter()
+            .any(|s| s.driver_uid.as_deref() == Some(&d.uid));
+        if !mine && slots.iter().any(|s| s.app.app_id == app_id) {
+            return Err(format!(
+                "driver pod {:?}: app {app_id} is already managed for another driver: skipped",
+                d.name
+            ));
+        }
+        let template = self.template_for(client, d, &wanted)?;
+        let app = discovered_app(&self.args, app_id, &wanted, template, &d.name)?;
+        Ok((wanted, app))
+    }
+
+    /// The executor template of a driver's app: its ConfigMap's, else the global one.
+    /// Errors: a warning naming the driver.
+    fn template_for(
+        &mut self,
+        client: &KubeClient,
+        d: &Driver,
+        wanted: &multi::Wanted,
+    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
+        let template = match &wanted.template {
+            None => self.template.clone(),
+            Some(cm) => Some(self.template_from(client, cm).map_err(|msg| {
+                format!(
+                    "driver pod {:?}: {msg}; its executors are left as they are",
+                    d.name
+                )
+            })?),
+        };
+        template.ok_or_else(|| {
+            format!(
+                "driver pod {:?}: no executor template: annotate it with {} or give --template/--image",
+                d.name,
+                multi::ANNOTATION_TEMPLATE
+            )
+        })
+    }
+
+    /// The template in ConfigMap `name` (key [`multi::TEMPLATE_KEY`]), read at most once a
+    /// [`TEMPLATE_TTL`].
+    fn template_from(
+        &mut self,
+        client: &KubeClient,
+        name: &str,
+    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
+        if let Some((at, t)) = self.templates.get(name) {
+            if at.elapsed() < TEMPLATE_TTL {
+                return Ok(t.clone());
+            }
+        }
+        let key = multi::TEMPLATE_KEY;
+        let cm = client
+            .get_configmap(name)
+            .map_err(|e| format!("cannot read ConfigMap {name:?}: {e}"))?
+            .ok_or_else(|| {
+                format!(
+                    "no ConfigMap {name:?} (annotation {})",
+                    multi::ANNOTATION_TEMPLATE
+                )
+            })?;
+        let text = cm["data"][key]
+            .as_str()
+            .ok_or_else(|| format!("ConfigMap {name:?} has no key {key:?}"))?;
+        let value = crate::template::parse_template_text(text)
+            .map_err(|e| format!("ConfigMap {name:?} key {key:?} is not YAML or JSON: {e}"))?;
+        let t = crate::podspec::PodTemplate::from_value(value, None)
+            .map_err(|e| format!("ConfigMap {name:?} key {key:?}: {e}"))?;
+        self.templates
+            .insert(name.to_string(), (Instant::now(), t.clone()));
+        Ok(t)
+    }
+}
+
+/// The app of driver pod `driver` as its annotations (`wanted`) and the global flags
+/// (`args`) make it. Errors: an `--executor-container` the template does not have, naming
+/// the driver.
+fn discovered_app(
+    args: &AppArgs,
+    app_id: &str,
+    wanted: &multi::Wanted,
+    template: crate::podspec::PodTemplate,
+    driver: &str,
+) -> std::result::Result<App, String> {
+    let mut args = args.clone();
+    if let Some(b) = wanted.batch_size {
+        args.batch_size = b;
+    }
+    let mut settings = args.settings(app_id);
+    if let Some(name) = &settings.executor_container {
+        (template.check_executor_container(name))
+            .map_err(|msg| format!("driver pod {driver:?}: {msg}"))?;
+    }
+    if settings.executor_container.is_none() {
+        // As `AppArgs::app`: the template's first container is the executor's.
+        settings.executor_container = Some(template.first_container().to_string());
+    }
+    Ok(App {
+        settings,
+        app_id: app_id.to_string(),
+        template: Some(template),
+        driver_pod: Some(driver.to_string()),
+        page_size: args.page_size,
+    })
+}

@@ -1,0 +1,790 @@
+//! The runner: one loop over 1..N apps, until stopped, converged or timed out. `run` is the
+//! runner with one app; `apps` is the same runner with the apps of an apps file or of
+//! discovery.
+//!
+//! Each app is a [`Slot`]: its store, held for the runner's whole life (the file lock; the
+//! ConfigMap holder record, renewed by its claim before every tick), and its own next tick:
+//! every `--interval` while something is in flight, every `--idle-interval` at rest, never past
+//! its plan's own deadline ([`TickReport::requeue_after_ms`]), at once when a steering request
+//! is queued in its file store. A round ticks the apps that are due through the [`Feed`]
+//! (`run`: its own list; `apps`: one list per namespace, split by app).
+//!
+//! After a failed tick, [`after_error`] decides whether the app retries at its next tick or
+//! ends ([`Feed::finish`]: `run` stops with the error, `apps` drops that app), as
+//! kube-runtime's controller asks its `error_policy`. SIGINT and SIGTERM ([`Shutdown`]) are
+//! checked between ticks: the tick in progress finishes and saves, then the runner gives up
+//! its holder records and exits 0. A tick that has written nothing yet and is still running
+//! [`FRESH_GRACE`] after the signal (a list stalled by the API server) ends the process at
+//! once, exit 0, its holder records and its Lease released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
+//! second after `--timeout` is aborted with exit 5, whatever the API server does.
+
+use crate::alloc::Request;
+use crate::error::{Error, ExitCode, Result};
+use crate::leader::LeaderElection;
+use crate::reconcile::{App, TickReport};
+use crate::state::{store_error, StateStore, StoreError};
+use log::{info, warn};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often a `--leader-elect` standby asks whether it leads now.
+pub(crate) const STANDBY_POLL: Duration = Duration::from_millis(100);
+
+/// The exit code after a second SIGINT/SIGTERM: 128 + SIGINT, as a shell reports a process
+/// killed by Ctrl-C.
+pub(crate) const ABORT_EXIT: i32 = 130;
+
+/// How long a tick may run past `--timeout` before the watchdog aborts the process.
+const DEADLINE_GRACE: Duration = Duration::from_secs(1);
+
+/// How often the wait between ticks looks at a signal, the deadline and the request queues.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// How long after a signal a tick that has written nothing is left to finish before the
+/// watchdog stops the process at once: a tick whose list answers in time ends the loop the
+/// ordinary way (its line logged, its holder records given up by the loop).
+const FRESH_GRACE: Duration = Duration::from_millis(200);
+
+/// What the loop does after a failed tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Log it and try again at the app's next tick.
+    Retry,
+    /// End the app ([`Feed::finish`]) with this error.
+    Stop,
+}
+
+/// The loop's error policy: a runtime failure (exit 1: the API server or the file system; the
+/// next tick may succeed) and a state held by another run (exit 3) are retried; usage errors,
+/// permanent refusals, an ended driver (exit 7) and the crash-loop guard end the app, since
+/// another tick would fail the same way.
+pub(crate) fn after_error(e: &Error) -> Flow {
+    match e.code {
+        ExitCode::Runtime | ExitCode::Locked => Flow::Retry,
+        _ => Flow::Stop,
+    }
+}
+
+/// Where the runner is in a round, for the watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Between rounds: the loop itself sees a signal within [`WAIT_POLL`].
+    Idle,
+    /// In a tick that has written nothing yet (listing, reading the state): a signal may
+    /// end the process at once.
+    Fresh,
+    /// The tick in progress has saved the state or sent a write: it must finish.
+    Writing,
+}
+
+/// What the loop, the watchdog and the write fences share: the signal, the phase of the tick
+/// in progress, and the leader election (or `apps`' claim), so that a stop at once can
+/// release the Lease.
+pub(crate) struct Shared {
+    signal: AtomicBool,
+    /// When the first signal came.
+    signal_at: Mutex<Option<Instant>>,
+    phase: Mutex<Phase>,
+    leader: Mutex<Option<LeaderElection>>,
+    /// What a stop at once gives up besides the Lease ([`Shared::on_stop`]).
+    on_stop: Mutex<Vec<StopHook>>,
+}
+
+/// A release the watchdog runs when it ends the process at once (a ConfigMap holder record).
+pub(crate) type StopHook = Box<dyn FnOnce() + Send>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// A signal has arrived.
+    pub(crate) fn requested(&self) -> bool {
+        self.signal.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the election, if any (`None`: no `--leader-elect` and no claim).
+    pub(crate) fn with_leader<T>(&self, f: impl FnOnce(Option<&LeaderElection>) -> T) -> T {
+        f(lock(&self.leader).as_ref())
+    }
+
+    /// Installs the election (call before any tick; the fences ask it from then on).
+    pub(crate) fn set_leader(&self, le: Option<LeaderElection>) {
+        *lock(&self.leader) = le;
+    }
+
+    /// Adds `hook` to what a stop at once releases (it must not need the loop's thread,
+    /// which may be blocked in a call: its own client, short timeouts).
+    pub(crate) fn on_stop(&self, hook: StopHook) {
+        lock(&self.on_stop).push(hook);
+    }
+
+    fn set_phase(&self, p: Phase) {
+        *lock(&self.phase) = p;
+    }
+
+    /// A write is about to be made: from now on the tick in progress must finish. Blocks
+    /// while the watchdog is ending the process, so that no write starts after it decided.
+    fn writing(&self) {
+        let mut p = lock(&self.phase);
+        if *p == Phase::Fresh {
+            *p = Phase::Writing;
+        }
+    }
+
+    /// The write fence of every client the runner ticks with: marks the tick as writing,
+    /// then asks the election (as [`LeaderElection::fence`] would: no write once not
+    /// leading). Install it before the election starts (a client keeps its first fence).
+    pub(crate) fn fence(self: &Arc<Self>, client: &crate::kube::KubeClient) {
+        let s = Arc::clone(self);
+        client.set_write_fence(Arc::new(move || {
+            s.writing();
+            s.with_leader(|le| le.is_none_or(LeaderElection::is_leader))
+        }));
+    }
+
+    /// The watchdog, after a signal: when the tick in progress has written nothing, ends the
+    /// process now (exit 0), the holder records and the Lease released, holding the phase so
+    /// that no write of the loop starts.
+    fn stop_if_fresh(&self) {
+        let p = lock(&self.phase);
+        if *p != Phase::Fresh {
+            return;
+        }
+        info!(
+            "signal received: stopping now: the tick in progress has written nothing (its API \
+             call is still waiting); the state is as the last tick saved it"
+        );
+        eprintln!("podalloc: stopping now (exit 0)");
+        let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
+        hooks.into_iter().for_each(|release| release());
+        drop(lock(&self.leader).take());
+        std::process::exit(0);
+    }
+}
+
+/// SIGINT/SIGTERM as a flag the loop checks between ticks, and a watchdog thread.
+///
+/// The watchdog acknowledges the first signal on stderr at once; it ends the process itself
+/// (without waiting for the main thread, which may be blocked in an API call) when the tick
+/// in progress has still written nothing [`FRESH_GRACE`] after it (exit 0), on a second signal (exit [`ABORT_EXIT`]) or when
+/// a tick is still running [`DEADLINE_GRACE`] after `--timeout` (exit 5). Exiting at any point
+/// leaves the state consistent by construction: a tick saves the state (write-ahead, an
+/// atomic rename) before every API call, so the next run reads either the state before the
+/// call or after it and, from the pods it lists, settles whether an unacknowledged create
+/// happened; the file lock is released by the kernel when the process ends.
+pub(crate) struct Shutdown(pub(crate) Arc<Shared>);
+
+impl Shutdown {
+    /// Installs the handlers and starts the watchdog. Errors (exit 1): the handlers cannot
+    /// be installed or the thread cannot start.
+    pub(crate) fn install(deadline: Option<Instant>) -> Result<Shutdown> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let shared = Arc::new(Shared {
+            signal: AtomicBool::new(false),
+            signal_at: Mutex::new(None),
+            phase: Mutex::new(Phase::Idle),
+            leader: Mutex::new(None),
+            on_stop: Mutex::new(Vec::new()),
+        });
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
+        let seen = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || loop {
+                for sig in signals.pending() {
+                    on_signal(&seen, if sig == SIGINT { "SIGINT" } else { "SIGTERM" });
+                }
+                let since = *lock(&seen.signal_at);
+                if since.is_some_and(|at| at.elapsed() >= FRESH_GRACE) {
+                    seen.stop_if_fresh();
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
+                    eprintln!(
+                        "podalloc: --timeout passed and the tick in progress has not ended \
+                         within {}s: aborting (exit 5); the state was saved before the API \
+                         call in progress",
+                        DEADLINE_GRACE.as_secs()
+                    );
+                    std::process::exit(ExitCode::Timeout as i32);
+                }
+                std::thread::sleep(WAIT_POLL);
+            })
+            .map_err(|e| Error::runtime(format!("cannot start the watchdog thread: {e}")))?;
+        Ok(Shutdown(shared))
+    }
+}
+
+/// The watchdog's answer to signal `name`: the first is acknowledged, the second aborts.
+fn on_signal(shared: &Shared, name: &str) {
+    if shared.signal.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "podalloc: second signal ({name}): aborting now (exit {ABORT_EXIT}); the state \
+             was saved before the API call in progress"
+        );
+        std::process::exit(ABORT_EXIT);
+    }
+    *lock(&shared.signal_at) = Some(Instant::now());
+    eprintln!("podalloc: {name} received: finishing the current tick, Ctrl-C again to abort");
+}
+
+thread_local! {
+    /// The app the runner is ticking on this thread.
+    static APP_CONTEXT: std::cell::RefCell<Option<(String, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The `(app id, namespace)` the runner is ticking on this thread, for the log lines of its
+/// tick (`None` between ticks and on other threads).
+pub(crate) fn app_log_context() -> Option<(String, String)> {
+    APP_CONTEXT.with(|c| c.borrow().clone())
+}
+
+/// Sets (`Some((app id, namespace))`) or clears [`app_log_context`].
+fn set_app_log_context(app: Option<(&str, &str)>) {
+    let app = app.map(|(a, n)| (a.to_string(), n.to_string()));
+    APP_CONTEXT.with(|c| *c.borrow_mut() = app);
+}
+
+/// What one tick of an app found.
+#[derive(Debug, Clone, Copy)]
+struct TickDone {
+    /// The app has converged.
+    converged: bool,
+    /// Something is in flight: not converged, a failed call, or requests still queued.
+    busy: bool,
+    /// When the plan wants the next tick at the latest ([`TickReport::requeue_after_ms`]).
+    requeue: Option<Duration>,
+}
+
+/// One app of the runner: what it ticks with, and when it ticks next.
+pub(crate) struct Slot<'c> {
+    /// The app (settings, template, driver pod).
+    pub(crate) app: App,
+    /// Its namespace.
+    pub(crate) ns: String,
+    /// Its store, held for the runner's life, behind the phase watch.
+    store: Watched<'c>,
+    /// The request of the next tick until a tick has saved it (`run --target`, an apps-file
+    /// target, a changed driver annotation); then the store's own target and queue rule.
+    pub(crate) first: Option<Request>,
+    /// `apps --discover`: the driver's uid.
+    pub(crate) driver_uid: Option<String>,
+    /// `apps --discover`: the driver is gone; the app ticks until the step has ended it.
+    pub(crate) ending: bool,
+    /// The prefix of the runner's own log lines about this app (`""` for `run`, `"app ID: "`
+    /// for `apps`).
+    pub(crate) label: String,
+    next: Instant,
+    mark: Option<SystemTime>,
+    done: Option<TickDone>,
+    ticks: u64,
+    log: TickLog,
+}
+
+impl<'c> Slot<'c> {
+    /// A slot for `app` in `ns` with its opened `store`, due at once; `every` is the
+    /// summary line's heartbeat (`--log-every`).
+    pub(crate) fn new(
+        app: App,
+        ns: &str,
+        store: Box<dyn StateStore + 'c>,
+        shared: &Arc<Shared>,
+        every: Duration,
+    ) -> Slot<'c> {
+        Slot {
+            app,
+            ns: ns.to_string(),
+            store: Watched {
+                inner: store,
+                shared: Arc::clone(shared),
+            },
+            first: None,
+            driver_uid: None,
+            ending: false,
+            label: String::new(),
+            next: Instant::now(),
+            mark: None,
+            done: None,
+            ticks: 0,
+            log: TickLog {
+                last: None,
+                at: Instant::now(),
+                every,
+            },
+        }
+    }
+
+    /// Whether its last tick found it converged.
+    pub(crate) fn converged(&self) -> bool {
+        self.done.is_some_and(|d| d.converged)
+    }
+
+    /// Makes it due at once (a changed annotation).
+    pub(crate) fn wake(&mut self) {
+        self.next = Instant::now();
+        self.done = None;
+    }
+
+    /// Its store (to release it or read it).
+    pub(crate) fn store(&mut self) -> &mut dyn StateStore {
+        self.store.inner.as_mut()
+    }
+
+    /// Whether it is due at `now`: its time has come, or a request was queued since its last
+    /// tick read the queue.
+    fn due(&self, now: Instant) -> bool {
+        now >= self.next || self.store.inner.queue_marker() != self.mark
+    }
+
+    /// One tick of the app through `f` (the feed's: `(app, store, request) → report`), its
+    /// store claimed first. `None`: a signal came first, nothing was done.
+    pub(crate) fn tick(
+        &mut self,
+        shared: &Shared,
+        f: impl FnOnce(&App, &mut dyn StateStore, &Request) -> Result<TickReport>,
+    ) -> Option<Outcome> {
+        if shared.requested() {
+            return None;
+        }
+        set_app_log_context(Some((&self.app.app_id, &self.ns)));
+        // Read before the tick lists the queue: a request queued from then on wakes it.
+        self.mark = self.store.inner.queue_marker();
+        let res = match self.store.inner.claim() {
+            Ok(()) => {
+                shared.set_phase(Phase::Fresh);
+                let keep = Request::default();
+                let request = self.first.as_ref().unwrap_or(&keep);
+                match f(&self.app, &mut self.store, request) {
+                    Ok(report) => Outcome::Done(Box::new(report)),
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
+            // Someone else now owns the store (a fresh holder record of another loop).
+            Err(e @ StoreError::Owned(_)) => Outcome::Final(store_error(e)),
+            Err(e) => Outcome::Failed(store_error(e)),
+        };
+        // The next app's tick (or the next round) has written nothing yet.
+        shared.set_phase(Phase::Fresh);
+        set_app_log_context(None);
+        Some(res)
+    }
+}
+
+/// What became of one app's tick.
+pub(crate) enum Outcome {
+    /// It ran (its report may carry an error made after the state was saved).
+    Done(Box<TickReport>),
+    /// It failed before saving: [`after_error`] decides.
+    Failed(Error),
+    /// It ends the app whatever the policy says (another loop owns the store).
+    Final(Error),
+}
+
+/// An app's store behind the phase watch: a save marks the tick in progress as writing.
+struct Watched<'c> {
+    inner: Box<dyn StateStore + 'c>,
+    shared: Arc<Shared>,
+}
+
+impl StateStore for Watched<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn load(&mut self) -> std::result::Result<Option<crate::alloc::AllocatorState>, StoreError> {
+        self.inner.load()
+    }
+    fn save(
+        &mut self,
+        state: &crate::alloc::AllocatorState,
+    ) -> std::result::Result<(), StoreError> {
+        self.shared.writing();
+        self.inner.save(state)
+    }
+    fn claim(&mut self) -> std::result::Result<(), StoreError> {
+        self.inner.claim()
+    }
+    fn release(&mut self) -> std::result::Result<(), StoreError> {
+        self.inner.release()
+    }
+    fn requests(&mut self) -> std::result::Result<Vec<crate::alloc::Steering>, StoreError> {
+        self.inner.requests()
+    }
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        self.shared.writing();
+        self.inner.consumed(ids)
+    }
+    fn queue_marker(&self) -> Option<SystemTime> {
+        self.inner.queue_marker()
+    }
+}
+
+/// What feeds the runner: the apps, how a round ticks them, what an ended app means.
+pub(crate) trait Feed<'c> {
+    /// Whether this process may tick now: the leader gate (`--leader-elect`: only the
+    /// holder of the Lease ticks; a standby looks again within [`STANDBY_POLL`]). Errors end
+    /// the runner (`apps`' claim held by another live process: exit 3).
+    fn may_act(&mut self, shared: &Shared) -> Result<bool>;
+    /// Brings the apps up to date before a round (`apps --discover`: new drivers become
+    /// slots, changed annotations wake theirs, a gone driver's slot is marked ending).
+    fn refresh(&mut self, _slots: &mut Vec<Slot<'c>>, _shared: &Arc<Shared>) {}
+    /// How often [`Feed::refresh`] needs a round even when no app is due (`None`: never).
+    fn refresh_every(&self) -> Option<Duration> {
+        None
+    }
+    /// Ticks the due slots (`due`: indices into `slots`, ascending) with [`Slot::tick`],
+    /// returning each one's outcome (a slot left out did nothing: a signal came first).
+    fn round(
+        &mut self,
+        slots: &mut [Slot<'c>],
+        due: &[usize],
+        shared: &Shared,
+    ) -> Vec<(usize, Outcome)>;
+    /// After each tick that ran (`scale --wait`'s progress line).
+    fn ticked(&mut self, _report: &TickReport) {}
+    /// An app ends with `e` (its store still held; the runner releases it after): `Some`
+    /// ends the runner with that error (`run`), `None` goes on without the app (`apps`).
+    fn finish(&mut self, slot: &mut Slot<'c>, e: Error) -> Option<Error>;
+    /// Whether every app has converged (`--until-converged`).
+    fn all_converged(&self, slots: &[Slot<'c>]) -> bool {
+        slots.iter().all(Slot::converged)
+    }
+    /// The runner's result once it stops without an error of its own (`apps`: the first
+    /// failed app's error).
+    fn outcome(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The runner's timing and end conditions (from `run`'s or `apps`' flags).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// `--interval`: between ticks while something is in flight, and after a failed tick.
+    pub(crate) interval: Duration,
+    /// `--idle-interval`: between ticks at rest.
+    pub(crate) idle_interval: Duration,
+    /// `--timeout`.
+    pub(crate) timeout: Option<Duration>,
+    /// `--until-converged`: stop (exit 0) once every app has converged; exit 5 at the
+    /// deadline otherwise.
+    pub(crate) until_converged: bool,
+    /// `apps --once`: one round, then stop.
+    pub(crate) once: bool,
+    /// When the runner started (`--timeout` counts from it).
+    pub(crate) started: Instant,
+}
+
+impl Options {
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.map(|t| self.started + t)
+    }
+}
+
+/// Why the wait between rounds ended.
+enum Wake {
+    /// Time for the next round.
+    Tick,
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// `--timeout` expired.
+    Deadline,
+}
+
+/// Runs the loop over `slots` fed by `feed` until stopped, converged or timed out; every
+/// app's store is released (its holder record given up) when it ends. Errors: the feed's
+/// (an ended app under `run`, `apps`' claim), exit 5 for `--timeout` with
+/// `--until-converged` or a tick cut by it.
+pub(crate) fn run<'c>(
+    o: &Options,
+    mut slots: Vec<Slot<'c>>,
+    feed: &mut dyn Feed<'c>,
+    shutdown: &Shutdown,
+) -> Result<()> {
+    let shared = &shutdown.0;
+    let mut rounds = 0u64;
+    let mut refreshed: Option<Instant> = None;
+    let res = loop {
+        let acting = match feed.may_act(shared) {
+            Ok(a) => a,
+            Err(e) => break Err(e),
+        };
+        if acting {
+            // Nothing is written yet: the refresh and the round start with their lists.
+            shared.set_phase(Phase::Fresh);
+            let refresh = feed.refresh_every();
+            let at = Instant::now();
+            if refresh.is_some_and(|every| refreshed.is_none_or(|r| at >= r + every)) {
+                feed.refresh(&mut slots, shared);
+                refreshed = Some(at);
+            }
+            // After the refresh: the apps it found are due at once.
+            let now = Instant::now();
+            let due: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].due(now)).collect();
+            if !due.is_empty() || o.once {
+                rounds += 1;
+                let outcomes = feed.round(&mut slots, &due, shared);
+                if let Err(e) = settle(o, &mut slots, feed, outcomes) {
+                    break Err(e);
+                }
+            }
+            shared.set_phase(Phase::Idle);
+            if o.once || (o.until_converged && feed.all_converged(&slots)) {
+                if o.until_converged {
+                    info!("{}", converged_line(&slots, rounds, o.started));
+                }
+                break feed.outcome();
+            }
+        }
+        let next = next_wake(o, &slots, acting, refresh_at(feed, refreshed));
+        match wait(next, o.deadline(), shared, &slots) {
+            Wake::Tick => {}
+            Wake::Signal => {
+                info!("signal received: stopping after {rounds} round(s) of ticks; state saved");
+                break Ok(());
+            }
+            Wake::Deadline if o.until_converged => break Err(not_converged(o, &slots, rounds)),
+            Wake::Deadline => break feed.outcome(),
+        }
+    };
+    for s in &mut slots {
+        release(s);
+    }
+    res
+}
+
+/// When the feed next needs a refresh round.
+fn refresh_at(feed: &dyn Feed<'_>, refreshed: Option<Instant>) -> Option<Instant> {
+    let every = feed.refresh_every()?;
+    Some(refreshed.map_or_else(Instant::now, |r| r + every))
+}
+
+/// The line logged when `--until-converged` is met.
+fn converged_line(slots: &[Slot<'_>], rounds: u64, started: Instant) -> String {
+    let secs = started.elapsed().as_secs_f64();
+    match slots {
+        [one] => format!("converged after {} tick(s) in {secs:.1}s", one.ticks),
+        _ => format!(
+            "{} app(s) converged after {rounds} round(s) in {secs:.1}s",
+            slots.len()
+        ),
+    }
+}
+
+/// The error of `--until-converged` at the deadline (exit 5), naming the apps not converged.
+fn not_converged(o: &Options, slots: &[Slot<'_>], rounds: u64) -> Error {
+    let left: Vec<&str> = (slots.iter())
+        .filter(|s| !s.converged())
+        .map(|s| s.app.app_id.as_str())
+        .collect();
+    let ticks = match slots {
+        [one] => format!("{} ticks", one.ticks),
+        _ => format!("{rounds} rounds; not converged: {}", left.join(", ")),
+    };
+    Error::timeout(format!(
+        "not converged after {} ({ticks}); raise --timeout or check `podalloc status`",
+        humantime::format_duration(o.timeout.unwrap_or_default())
+    ))
+}
+
+/// Gives up an app's ownership (the ConfigMap store's holder record, so that a loop started
+/// right after is not refused).
+fn release(s: &mut Slot<'_>) {
+    if let Err(e) = s.store().release() {
+        warn!("{}could not give up the app's holder record: {e}", s.label);
+    }
+}
+
+/// Applies a round's outcomes: logs, the next tick of each app, the error policy; an app
+/// that ends leaves `slots`. Errors: the feed's error for an ended app; exit 5 for a tick
+/// that failed at the deadline.
+fn settle<'c>(
+    o: &Options,
+    slots: &mut Vec<Slot<'c>>,
+    feed: &mut dyn Feed<'c>,
+    outcomes: Vec<(usize, Outcome)>,
+) -> Result<()> {
+    let mut ended = Vec::new();
+    for (i, outcome) in outcomes {
+        let s = &mut slots[i];
+        let failed = match outcome {
+            Outcome::Done(report) => {
+                s.ticks += 1;
+                s.first = None;
+                s.log.log(s.ticks, &report);
+                feed.ticked(&report);
+                s.done = Some(TickDone {
+                    busy: !report.converged() || report.pending_requests > 0,
+                    converged: report.converged(),
+                    requeue: report.requeue_after_ms.map(Duration::from_millis),
+                });
+                report.error.map(|e| (e, false))
+            }
+            Outcome::Failed(e) => {
+                s.ticks += 1;
+                s.done = None;
+                if o.deadline().is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::timeout(format!(
+                        "--timeout of {} passed during {}tick {}, which did not finish",
+                        humantime::format_duration(o.timeout.unwrap_or_default()),
+                        s.label,
+                        s.ticks
+                    )));
+                }
+                Some((e, false))
+            }
+            Outcome::Final(e) => Some((e, true)),
+        };
+        s.next = Instant::now() + next_tick(s.done.as_ref(), o.interval, o.idle_interval);
+        match failed {
+            Some((e, fin)) if fin || after_error(&e) == Flow::Stop => ended.push((i, e)),
+            Some((e, _)) if e.code == ExitCode::Locked => warn!("{}tick {}: {e}", s.label, s.ticks),
+            Some((e, _)) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
+            None => {}
+        }
+    }
+    // Highest index first, so the others keep theirs.
+    for (i, e) in ended.into_iter().rev() {
+        let mut s = slots.remove(i);
+        let stop = feed.finish(&mut s, e);
+        release(&mut s);
+        if let Some(e) = stop {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// How long an app waits before its next tick: after a failed tick, the fast interval; else
+/// what the plan says ([`crate::alloc::next_tick_ms`]: the fast interval while something is
+/// in flight, the idle interval at rest, never past the plan's own deadline).
+fn next_tick(done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duration {
+    let ms = |d: Duration| d.as_millis() as u64;
+    match done {
+        None => fast,
+        Some(d) => Duration::from_millis(crate::alloc::next_tick_ms(
+            d.requeue.map(ms),
+            d.busy,
+            ms(fast),
+            ms(idle),
+        )),
+    }
+}
+
+/// When the next round starts: a standby looks again soon; else the earliest app's next
+/// tick, or the feed's next refresh; with neither, one interval from now.
+fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Instant>) -> Instant {
+    let now = Instant::now();
+    if !acting {
+        return now + o.interval.min(STANDBY_POLL);
+    }
+    let earliest = slots.iter().map(|s| s.next).chain(refresh).min();
+    earliest.unwrap_or(now + o.interval)
+}
+
+/// Sleeps until `next`, waking every [`WAIT_POLL`] to check for a signal, the deadline and a
+/// steering request queued for one of `slots` (the file store's queue directory changed, a
+/// `stat`), in that order, and once before sleeping at all.
+fn wait(next: Instant, deadline: Option<Instant>, shared: &Shared, slots: &[Slot<'_>]) -> Wake {
+    loop {
+        if shared.requested() {
+            return Wake::Signal;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Wake::Deadline;
+        }
+        let queued = || slots.iter().any(|s| s.store.inner.queue_marker() != s.mark);
+        if now >= next || queued() {
+            return Wake::Tick;
+        }
+        std::thread::sleep((next - now).min(WAIT_POLL));
+    }
+}
+
+/// Which tick summary lines are logged at info level: a tick whose line differs from the
+/// last one logged, that created or deleted pods or failed, and one every `every` (a
+/// heartbeat); the others at debug level. The line's counts are also key-values of the
+/// record (JSON logs: fields).
+struct TickLog {
+    /// The last line logged at info level.
+    last: Option<String>,
+    /// When it was logged.
+    at: Instant,
+    /// The heartbeat (`--log-every`).
+    every: Duration,
+}
+
+impl TickLog {
+    fn log(&mut self, ticks: u64, report: &TickReport) {
+        let line = report.line();
+        let changed = self.last.as_deref() != Some(line.as_str())
+            || report.created > 0
+            || report.deleted > 0
+            || report.error.is_some();
+        let level = if changed || self.at.elapsed() >= self.every {
+            self.last = Some(line.clone());
+            self.at = Instant::now();
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
+        let s = &report.plan.summary;
+        log::log!(
+            level,
+            tick = ticks,
+            target = s.target,
+            running = s.running,
+            pending = s.pending,
+            unacknowledged = report.unacknowledged,
+            created = report.created,
+            deleted = report.deleted,
+            failed = s.failed;
+            "tick {ticks}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_and_locked_errors_are_retried_the_rest_stop_the_app() {
+        assert_eq!(after_error(&Error::runtime("api 503")), Flow::Retry);
+        assert_eq!(after_error(&Error::locked("held")), Flow::Retry);
+        for e in [
+            Error::usage("bad flag"),
+            Error::refused("403"),
+            Error::crash_loop("guard"),
+            Error::timeout("late"),
+            Error::driver_ended("gone"),
+        ] {
+            assert_eq!(after_error(&e), Flow::Stop, "{e}");
+        }
+    }
+
+    #[test]
+    fn an_app_ticks_fast_in_flight_idle_at_rest_and_never_past_its_plan() {
+        let (fast, idle) = (Duration::from_millis(100), Duration::from_secs(30));
+        assert_eq!(next_tick(None, fast, idle), fast);
+        let at_rest = TickDone {
+            converged: true,
+            busy: false,
+            requeue: None,
+        };
+        assert_eq!(next_tick(Some(&at_rest), fast, idle), idle);
+        let soon = TickDone {
+            requeue: Some(Duration::from_secs(2)),
+            ..at_rest
+        };
+        assert_eq!(next_tick(Some(&soon), fast, idle), Duration::from_secs(2));
+        let busy = TickDone {
+            converged: false,
+            busy: true,
+            requeue: None,
+        };
+        assert_eq!(next_tick(Some(&busy), fast, idle), fast);
+    }
+}

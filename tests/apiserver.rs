@@ -310,6 +310,8 @@ fn recipe_cmd(e: &Env, token: &str, args: &[String], pod: &str) -> std::process:
     }
     let args = args[1..].iter().map(|a| match a.as_str() {
         "/etc/podalloc/executor.yaml" => tpl.display().to_string(),
+        // Replicas share this host: any free port instead of the pod's own.
+        ":8080" | ":8081" => "127.0.0.1:0".to_string(),
         _ => a.clone(),
     });
     let mut c = crate::util::podalloc();

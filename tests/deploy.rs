@@ -238,12 +238,11 @@ fn recipe(args: &[String], w: &World, extra: &[&str]) -> Command {
     std::fs::write(&tpl, d[0]["data"]["executor.yaml"].as_str().unwrap()).unwrap();
     let args: Vec<String> = args[1..]
         .iter()
-        .map(|a| {
-            if a == "/etc/podalloc/executor.yaml" {
-                tpl.display().to_string()
-            } else {
-                a.clone()
-            }
+        .map(|a| match a.as_str() {
+            "/etc/podalloc/executor.yaml" => tpl.display().to_string(),
+            // Replicas share this host: any free port instead of the pod's own.
+            ":8080" | ":8081" => "127.0.0.1:0".to_string(),
+            _ => a.clone(),
         })
         .collect();
     let mut c = podalloc();
@@ -333,5 +332,39 @@ fn dockerfile_builds_without_the_simulator_from_the_whole_workspace() {
                 .any(|l| l.starts_with(&format!("COPY {top}"))),
             "deploy/Dockerfile does not copy workspace member {member}"
         );
+    }
+}
+
+/// Both Deployments serve `/metrics` and the probes, and their liveness and readiness
+/// probes ask the port the podalloc arguments serve them on.
+#[test]
+fn the_deployments_probe_the_addresses_podalloc_serves() {
+    for file in ["deployment.yaml", "apps-deployment.yaml"] {
+        let d = docs(file);
+        let spec = &kind(&d, "Deployment")["spec"]["template"]["spec"];
+        let args = podalloc_args(spec);
+        let after = |flag: &str| {
+            let i = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("{file}: no {flag}"));
+            args[i + 1].trim_start_matches(':').parse::<u64>().unwrap()
+        };
+        let c = &spec["containers"][0];
+        let port = |name: &str| {
+            (c["ports"].as_array().unwrap().iter())
+                .find(|p| p["name"] == name)
+                .and_then(|p| p["containerPort"].as_u64())
+                .unwrap_or_else(|| panic!("{file}: no port {name}"))
+        };
+        assert_eq!(
+            after("--health-probe-bind-address"),
+            port("probes"),
+            "{file}"
+        );
+        assert_eq!(after("--metrics-bind-address"), port("metrics"), "{file}");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{file}");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{file}");
+        assert_eq!(c["livenessProbe"]["httpGet"]["port"], "probes", "{file}");
     }
 }

@@ -14,6 +14,7 @@ mod crash;
 mod deploy;
 mod differential;
 mod e2e;
+mod endpoints;
 mod events;
 mod faults;
 mod fixtures;

@@ -71,6 +71,29 @@ pub struct Cli {
         help_heading = "Config file, logging and metrics"
     )]
     pub config: Option<PathBuf>,
+    /// `run` and `apps`: serve Prometheus metrics at http://ADDR/metrics (e.g. `:8080`,
+    /// `0.0.0.0:8080`; the textfile's metric names, one series per app), as
+    /// controller-runtime's `--metrics-bind-address`. Off unless given.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_METRICS_BIND_ADDRESS",
+        value_name = "ADDR",
+        help_heading = "Config file, logging and metrics"
+    )]
+    pub metrics_bind_address: Option<String>,
+    /// `run` and `apps`: serve the liveness probe at http://ADDR/healthz (fails while the
+    /// loop has not finished a pass within its stuck limit) and readiness at /readyz (once
+    /// the state is loaded), as controller-runtime's `--health-probe-bind-address`. Off
+    /// unless given.
+    #[arg(
+        long,
+        global = true,
+        env = "PODALLOC_HEALTH_PROBE_BIND_ADDRESS",
+        value_name = "ADDR",
+        help_heading = "Config file, logging and metrics"
+    )]
+    pub health_probe_bind_address: Option<String>,
     /// Write Prometheus metrics here after every tick (textfile-collector format, atomic).
     #[arg(
         long,

@@ -130,6 +130,7 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         once: a.once,
         started: Instant::now(),
     };
+    let _endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
     let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
     // The runner's fence on every client, before the election (whose own is then unused).
     conn.clients.values().for_each(|c| shutdown.0.fence(c));
@@ -334,12 +335,14 @@ impl<'c> AppsFeed<'c> {
             };
             res
         })?;
-        if let (Some(_), Some(state)) = (&self.metrics_file, state) {
+        let wanted = self.metrics_file.is_some() || crate::controller::serve::enabled();
+        if let (true, Some(state)) = (wanted, state) {
             let report = match &outcome {
                 Outcome::Done(r) => Some(r.as_ref()),
                 _ => None,
             };
             let text = crate::metrics::render(&id, &slot.ns, report, &state, started.elapsed());
+            crate::controller::serve::app_metrics(&slot.ns, &id, &text);
             self.metrics.insert(key(&slot.ns, &id), text);
         }
         Some(outcome)

@@ -42,6 +42,24 @@ pub(super) struct Env {
 /// by default), so a server that answers every call at the last moment cannot hold a tick
 /// for a call count times the request timeout. Calls after it fail at once; the next tick
 /// starts afresh (state is saved before every call, so a cut tick leaves it consistent).
+/// Starts `--metrics-bind-address` / `--health-probe-bind-address` for a loop ticking at
+/// least every `slowest` (its idle interval): liveness fails once no pass has finished for
+/// two of those plus a whole tick's budget. `None`: neither flag given.
+///
+/// Errors (exit 2): an address that cannot be bound, naming its flag.
+pub(super) fn endpoints(
+    cli: &Cli,
+    slowest: Duration,
+) -> Result<Option<crate::controller::serve::Endpoints>> {
+    let stuck = tick_budget(cli) + 2 * slowest;
+    crate::controller::serve::serve(
+        cli.metrics_bind_address.as_deref(),
+        cli.health_probe_bind_address.as_deref(),
+        stuck,
+    )
+    .map_err(Error::usage)
+}
+
 pub(super) fn tick_budget(cli: &Cli) -> Duration {
     cli.conn.request_timeout.saturating_mul(4)
 }
@@ -325,7 +343,7 @@ impl Env {
             .map_err(|e| self.explain(e));
         // Calls between ticks (events, a status read) have only their own request timeout.
         self.client.set_deadline(None, "");
-        if let Some(path) = &self.metrics_file {
+        if self.metrics_file.is_some() || crate::controller::serve::enabled() {
             // After every tick, failed ones too (their API errors are counted).
             let state = match &res {
                 Ok(report) => Some(report.state.clone()),
@@ -339,8 +357,12 @@ impl Env {
                     &state,
                     started.elapsed(),
                 );
-                if let Err(e) = crate::metrics::write_atomic(path, &text) {
-                    warn!("cannot write the metrics file {}: {e}", path.display());
+                let ns = self.client.namespace();
+                crate::controller::serve::app_metrics(ns, &self.app.app_id, &text);
+                if let Some(path) = &self.metrics_file {
+                    if let Err(e) = crate::metrics::write_atomic(path, &text) {
+                        warn!("cannot write the metrics file {}: {e}", path.display());
+                    }
                 }
             }
         }

@@ -130,6 +130,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     let command = if progress.on { "scale --wait" } else { "run" };
     // The holder record's heartbeat follows the slowest tick (the idle interval).
     let holding = (!a.leader.leader_elect).then_some(o.interval.max(a.idle_interval));
+    let _endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
     let shutdown = Shutdown::install(env.run_deadline)?;
     let heartbeat = holding.map(|h| (h, shutdown.0.as_ref()));
     let store = env.open_store(command, heartbeat).map_err(store_error)?;

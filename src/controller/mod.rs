@@ -14,7 +14,5 @@ pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod runner;
-pub mod tick;
-// Wired into the runner once it lands (one loop for run and apps).
-#[allow(dead_code)]
 pub(crate) mod serve;
+pub mod tick;

@@ -525,6 +525,12 @@ pub(crate) fn run<'c>(
             if !due.is_empty() || o.once {
                 rounds += 1;
                 let outcomes = feed.round(&mut slots, &due, shared);
+                if outcomes
+                    .iter()
+                    .any(|(_, out)| matches!(out, Outcome::Done(_)))
+                {
+                    super::serve::pass_finished(Ok(()));
+                }
                 if let Err(e) = settle(o, &mut slots, feed, outcomes) {
                     break Err(e);
                 }
@@ -537,6 +543,11 @@ pub(crate) fn run<'c>(
                 break feed.outcome();
             }
         }
+        if !acting {
+            // A standby has read the Lease: it is up and ready to take over.
+            super::serve::pass_finished(Ok(()));
+        }
+        super::serve::alive();
         let next = next_wake(o, &slots, acting, refresh_at(feed, refreshed));
         match wait(next, o.deadline(), shared, &slots) {
             Wake::Tick => {}
@@ -548,6 +559,7 @@ pub(crate) fn run<'c>(
             Wake::Deadline => break feed.outcome(),
         }
     };
+    super::serve::stopping();
     for s in &mut slots {
         release(s);
     }

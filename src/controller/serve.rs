@@ -3,8 +3,9 @@
 //! `healthProbeBindAddress`). Both are opt-in; the `--metrics-file` textfile stays for cron.
 //!
 //! - `GET /metrics` (on the metrics address): Prometheus text format 0.0.4, the textfile's
-//!   metric names, one series per app (`app`, `namespace` labels), families merged across
-//!   apps so each `# HELP`/`# TYPE` appears once, plus the process's API request counters.
+//!   metric names, one series per app (`app`, `namespace` labels: target, executors by
+//!   state, ticks, API errors by code, leadership), families merged across apps so each
+//!   `# HELP`/`# TYPE` appears once.
 //! - `GET /healthz` (liveness, on the probe address): 200 `ok` while the loop has finished a
 //!   pass (a tick, or a standby's look at the Lease) within its stuck limit, else 500 naming
 //!   how long it has been. A loop stuck past its watchdog is what a kubelet should restart.
@@ -28,8 +29,6 @@ pub(crate) struct Probe {
 struct Live {
     /// Per app (key `namespace/app`): the latest rendered exposition text of that app.
     metrics: BTreeMap<String, String>,
-    /// Process-wide series (API requests), rendered by the loop after each pass.
-    process: String,
     /// When the loop last finished a pass (or started, before the first).
     last_pass: Instant,
     /// Liveness fails once no pass has finished for this long.
@@ -49,7 +48,6 @@ impl Probe {
         Probe {
             inner: Arc::new(Mutex::new(Live {
                 metrics: BTreeMap::new(),
-                process: String::new(),
                 last_pass: Instant::now(),
                 stuck_after,
                 not_ready: Some("no pass has reached the API server yet".into()),
@@ -62,18 +60,6 @@ impl Probe {
         lock(&self.inner)
             .metrics
             .insert(format!("{namespace}/{app}"), text);
-    }
-
-    /// Drops an app no longer managed (its series leave `/metrics`).
-    pub(crate) fn remove_app(&self, namespace: &str, app: &str) {
-        lock(&self.inner)
-            .metrics
-            .remove(&format!("{namespace}/{app}"));
-    }
-
-    /// Replaces the process-wide series.
-    pub(crate) fn set_process_metrics(&self, text: String) {
-        lock(&self.inner).process = text;
     }
 
     /// The loop finished a pass; `ready`: it reached the API server with its state loaded
@@ -95,8 +81,7 @@ impl Probe {
         let l = lock(&self.inner);
         match path.split('?').next().unwrap_or("") {
             "/metrics" => {
-                let texts = l.metrics.values().chain(std::iter::once(&l.process));
-                let body = merge_families(texts.map(String::as_str));
+                let body = merge_families(l.metrics.values().map(String::as_str));
                 (200, body, "text/plain; version=0.0.4; charset=utf-8")
             }
             "/healthz" | "/livez" => {
@@ -165,6 +150,70 @@ pub(crate) fn merge_families<'a>(texts: impl Iterator<Item = &'a str>) -> String
     out
 }
 
+/// The process's probe, once [`serve`] started the endpoints (`None`: they are off, and
+/// the hooks below do nothing).
+static PROBE: std::sync::OnceLock<Probe> = std::sync::OnceLock::new();
+
+/// Starts the endpoints the flags ask for (`metrics`: `--metrics-bind-address`, `probes`:
+/// `--health-probe-bind-address`; a bare `:PORT` listens on every address), with a
+/// liveness limit of `stuck_after`; `None` when neither is given. The hooks
+/// ([`app_metrics`], [`pass_finished`], [`stopping`]) feed them from then on.
+///
+/// Errors: an address that cannot be bound, naming its flag.
+pub(crate) fn serve(
+    metrics: Option<&str>,
+    probes: Option<&str>,
+    stuck_after: Duration,
+) -> Result<Option<Endpoints>, String> {
+    if metrics.is_none() && probes.is_none() {
+        return Ok(None);
+    }
+    let any = |a: &str| match a.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => a.to_string(),
+    };
+    let (m, p) = (metrics.map(any), probes.map(any));
+    let probe = PROBE.get_or_init(|| Probe::new(stuck_after)).clone();
+    let e = start(m.as_deref(), p.as_deref(), &probe)?;
+    for a in &e.bound {
+        log::info!("serving http://{a} (/metrics, /healthz, /readyz as configured)");
+    }
+    Ok(Some(e))
+}
+
+/// Whether the endpoints are on (so the caller renders metrics for them).
+pub(crate) fn enabled() -> bool {
+    PROBE.get().is_some()
+}
+
+/// App `namespace/app`'s metrics after its tick, for `/metrics`.
+pub(crate) fn app_metrics(namespace: &str, app: &str, text: &str) {
+    if let Some(p) = PROBE.get() {
+        p.set_app_metrics(namespace, app, text.to_string());
+    }
+}
+
+/// The loop finished a pass (see [`Probe::pass_finished`]).
+pub(crate) fn pass_finished(ready: Result<(), String>) {
+    if let Some(p) = PROBE.get() {
+        p.pass_finished(ready);
+    }
+}
+
+/// The loop is alive (a wait between ticks ended): liveness only, readiness unchanged.
+pub(crate) fn alive() {
+    if let Some(p) = PROBE.get() {
+        lock(&p.inner).last_pass = Instant::now();
+    }
+}
+
+/// The process is stopping: not ready any more.
+pub(crate) fn stopping() {
+    if let Some(p) = PROBE.get() {
+        p.stopping();
+    }
+}
+
 /// The running endpoint servers; dropping them stops them.
 pub(crate) struct Endpoints {
     servers: Vec<(Arc<tiny_http::Server>, Option<JoinHandle<()>>)>,
@@ -210,7 +259,7 @@ pub(crate) fn start(
         let (s, p) = (Arc::clone(&server), probe.clone());
         let handle = std::thread::Builder::new()
             .name(format!("podalloc {flag}"))
-            .spawn(move || serve(&s, &p, serves))
+            .spawn(move || answer_requests(&s, &p, serves))
             .map_err(|err| format!("{flag}: cannot start its thread: {err}"))?;
         e.servers.push((server, Some(handle)));
     }
@@ -225,7 +274,7 @@ enum Serves {
     All,
 }
 
-fn serve(server: &tiny_http::Server, probe: &Probe, serves: Serves) {
+fn answer_requests(server: &tiny_http::Server, probe: &Probe, serves: Serves) {
     for req in server.incoming_requests() {
         let path = req.url().to_string();
         let allowed = match serves {

@@ -263,7 +263,11 @@ fn serve(server: &Server, stream: &mut dyn ReadWrite) -> io::Result<()> {
                 let data = if gz { &body.gzip } else { &body.json };
                 let head = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\n{}Content-Length: {}\r\n\r\n",
-                    if gz { "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n" } else { "" },
+                    if gz {
+                        "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
+                    } else {
+                        ""
+                    },
                     data.len()
                 );
                 w.write_all(head.as_bytes())?;
@@ -341,9 +345,13 @@ fn kubeconfig(url: &str, ca_pem: &str, nogzip: bool) -> String {
 fn read_records(mut b: &[u8]) -> io::Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     while !b.is_empty() {
-        let (len, rest) = b.split_at_checked(4).ok_or_else(|| io::Error::other("cut record"))?;
+        let (len, rest) = b
+            .split_at_checked(4)
+            .ok_or_else(|| io::Error::other("cut record"))?;
         let n = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
-        let (rec, rest) = rest.split_at_checked(n).ok_or_else(|| io::Error::other("cut record"))?;
+        let (rec, rest) = rest
+            .split_at_checked(n)
+            .ok_or_else(|| io::Error::other("cut record"))?;
         out.push(rec.to_vec());
         b = rest;
     }

@@ -21,6 +21,8 @@ use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::lease;
 use super::pod::{self, Phase};
+use super::request::RequestInfo;
+use super::resources::{of, Kind, Verb};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
@@ -87,172 +89,6 @@ const TOKEN_USER: &str = "system:serviceaccount:default:podalloc";
 /// Fake UIDs for the APF headers of a 429.
 const FLOW_SCHEMA_UID: &str = "5b2c9f7e-3a41-4c1e-9d0a-6f8e2b7c4d13";
 const PRIORITY_LEVEL_UID: &str = "a1d4e6f2-7b3c-4e59-8f01-2c9d5e7a3b64";
-
-/// A routed API request.
-#[derive(Clone, Copy, Debug)]
-enum Route<'a> {
-    PodList(Option<&'a str>),
-    PodCreate(&'a str),
-    PodDeleteCollection(&'a str),
-    PodGet(&'a str, &'a str),
-    PodDelete(&'a str, &'a str),
-    PodPatch(&'a str, &'a str),
-    CmList(Option<&'a str>),
-    CmCreate(&'a str),
-    CmGet(&'a str, &'a str),
-    CmUpdate(&'a str, &'a str),
-    CmDelete(&'a str, &'a str),
-    LeaseCreate(&'a str),
-    LeaseGet(&'a str, &'a str),
-    LeaseUpdate(&'a str, &'a str),
-    LeaseDelete(&'a str, &'a str),
-    EvList(Option<&'a str>),
-    EvCreate(&'a str),
-    EvGet(&'a str, &'a str),
-    EvPatch(&'a str, &'a str),
-    NsList,
-    NsGet(&'a str),
-    NsCreate,
-}
-
-impl<'a> Route<'a> {
-    /// The verb fault rules and `forbid` name.
-    fn verb(self) -> &'static str {
-        match self {
-            Route::PodList(_) => "list",
-            Route::PodCreate(_) => "create",
-            Route::PodDeleteCollection(_) => "deletecollection",
-            Route::PodGet(..) => "get",
-            Route::PodDelete(..) => "delete",
-            Route::PodPatch(..) => "patch",
-            Route::CmList(_) => "cm-list",
-            Route::CmCreate(_) => "cm-create",
-            Route::CmGet(..) => "cm-get",
-            Route::CmUpdate(..) => "cm-update",
-            Route::CmDelete(..) => "cm-delete",
-            Route::LeaseCreate(_) => "lease-create",
-            Route::LeaseGet(..) => "lease-get",
-            Route::LeaseUpdate(..) => "lease-update",
-            Route::LeaseDelete(..) => "lease-delete",
-            Route::EvList(_) => "ev-list",
-            Route::EvCreate(_) => "ev-create",
-            Route::EvGet(..) => "ev-get",
-            Route::EvPatch(..) => "ev-patch",
-            Route::NsList => "ns-list",
-            Route::NsGet(_) => "ns-get",
-            Route::NsCreate => "ns-create",
-        }
-    }
-
-    /// The authorizer's view: (RBAC verb, resource, namespace, name).
-    fn rbac(self) -> (&'static str, &'static str, Option<&'a str>, &'a str) {
-        match self {
-            Route::PodList(ns) => ("list", "pods", ns, ""),
-            Route::PodCreate(ns) => ("create", "pods", Some(ns), ""),
-            Route::PodDeleteCollection(ns) => ("deletecollection", "pods", Some(ns), ""),
-            Route::PodGet(ns, n) => ("get", "pods", Some(ns), n),
-            Route::PodDelete(ns, n) => ("delete", "pods", Some(ns), n),
-            Route::PodPatch(ns, n) => ("patch", "pods", Some(ns), n),
-            Route::CmList(ns) => ("list", "configmaps", ns, ""),
-            Route::CmCreate(ns) => ("create", "configmaps", Some(ns), ""),
-            Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
-            Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
-            Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
-            Route::LeaseCreate(ns) => ("create", "leases", Some(ns), ""),
-            Route::LeaseGet(ns, n) => ("get", "leases", Some(ns), n),
-            Route::LeaseUpdate(ns, n) => ("update", "leases", Some(ns), n),
-            Route::LeaseDelete(ns, n) => ("delete", "leases", Some(ns), n),
-            Route::EvList(ns) => ("list", "events", ns, ""),
-            Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
-            Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
-            Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
-            Route::NsList => ("list", "namespaces", None, ""),
-            Route::NsGet(n) => ("get", "namespaces", None, n),
-            Route::NsCreate => ("create", "namespaces", None, ""),
-        }
-    }
-
-    /// The namespace a create writes into (creates in a namespace that does not exist are
-    /// refused by the NamespaceLifecycle admission plugin).
-    fn creates_in(self) -> Option<&'a str> {
-        match self {
-            Route::PodCreate(ns) | Route::CmCreate(ns) | Route::EvCreate(ns) => Some(ns),
-            _ => None,
-        }
-    }
-}
-
-fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
-    let bad_method = || Err(ApiError::method_not_allowed());
-    if let ["apis", "coordination.k8s.io", "v1", "namespaces", ns, ref rest @ ..] = *segs {
-        return lease_route(method, ns, rest);
-    }
-    match *segs {
-        ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::PodList(Some(ns))),
-            "POST" => Ok(Route::PodCreate(ns)),
-            "DELETE" => Ok(Route::PodDeleteCollection(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
-            match method {
-                "GET" => Ok(Route::PodGet(ns, name)),
-                "DELETE" => Ok(Route::PodDelete(ns, name)),
-                "PATCH" => Ok(Route::PodPatch(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "pods"] => match method {
-            "GET" => Ok(Route::PodList(None)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "configmaps"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::CmList(Some(ns))),
-            "POST" => Ok(Route::CmCreate(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "configmaps", name]
-            if !ns.is_empty() && !name.is_empty() =>
-        {
-            match method {
-                "GET" => Ok(Route::CmGet(ns, name)),
-                "PUT" => Ok(Route::CmUpdate(ns, name)),
-                "DELETE" => Ok(Route::CmDelete(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "configmaps"] => match method {
-            "GET" => Ok(Route::CmList(None)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "events"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::EvList(Some(ns))),
-            "POST" => Ok(Route::EvCreate(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "events", name] if !ns.is_empty() && !name.is_empty() => {
-            match method {
-                "GET" => Ok(Route::EvGet(ns, name)),
-                "PATCH" => Ok(Route::EvPatch(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "namespaces"] => match method {
-            "GET" => Ok(Route::NsList),
-            "POST" => Ok(Route::NsCreate),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::NsGet(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "events"] => match method {
-            "GET" => Ok(Route::EvList(None)),
-            _ => bad_method(),
-        },
-        _ => Err(ApiError::path_not_found()),
-    }
-}
 
 /// The 429 of API Priority and Fairness: plain text, `Retry-After: 1`.
 fn apf_too_many_requests() -> Response {
@@ -342,27 +178,21 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
     Some(Reply::Send(resp))
 }
 
-/// The RBAC authorizer's 403 (`ForbiddenStatusError`).
-fn rbac_denied(user: &str, r: Route<'_>) -> ApiError {
-    let (verb, resource, ns, name) = r.rbac();
-    let group = if resource == "leases" {
-        "coordination.k8s.io"
-    } else {
-        ""
-    };
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
-    let scope = match ns {
+/// The RBAC authorizer's 403 (`ForbiddenStatusError`, the message of
+/// `rbac.RBACAuthorizer.Authorize`'s denial).
+fn rbac_denied(user: &str, r: &RequestInfo<'_>) -> ApiError {
+    let scope = match r.ns {
         Some(ns) => format!("in the namespace \"{ns}\""),
         None => "at the cluster scope".to_string(),
     };
+    let (verb, res) = (r.verb.as_str(), r.res);
     ApiError::forbidden(
-        &qualified,
-        name,
-        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"),
+        &res.qualified(),
+        r.name.unwrap_or(""),
+        &format!(
+            "User \"{user}\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
+            res.plural, res.group
+        ),
     )
 }
 
@@ -388,7 +218,14 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     let user = client_user.or_else(|| token_user(shared, req));
     let reply = handle_api(shared, req, &segs, user, &mut verb, &mut fault);
     let logged_user = user.filter(|_| verb.is_some() || fault.is_some());
-    record(shared, req, verb, logged_user, fault.as_ref(), &reply);
+    record(
+        shared,
+        req,
+        verb.as_deref(),
+        logged_user,
+        fault.as_ref(),
+        &reply,
+    );
     reply
 }
 
@@ -423,7 +260,7 @@ fn handle_api(
     req: &Request,
     segs: &[&str],
     user: Option<&str>,
-    verb_out: &mut Option<&'static str>,
+    verb_out: &mut Option<String>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
     let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(error_response));
@@ -451,17 +288,17 @@ fn handle_api(
     if let Some(resp) = discovery::discovery(req, segs).or_else(|| discovery::openapi(req, segs)) {
         return Reply::Send(resp);
     }
-    let r = match route(&req.method, segs) {
+    let r = match RequestInfo::parse(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
     };
-    let verb = r.verb();
-    *verb_out = Some(verb);
-    let has_continue = matches!(r, Route::PodList(_))
+    let verb = r.fault_verb();
+    *verb_out = Some(verb.clone());
+    let has_continue = (r.res.id, r.verb) == (Kind::Pod, Verb::List)
         && req
             .param("continue")
             .is_some_and(|t| !t.is_empty() && decode_continue(t).is_ok());
-    let fault = relock(&shared.faults).pick(verb, has_continue);
+    let fault = relock(&shared.faults).pick(&verb, has_continue);
     *fault_out = fault.clone();
     if let Some(f) = &fault {
         if let Some(reply) = fault_reply(f, req) {
@@ -479,16 +316,17 @@ fn handle_api(
             }
         }
     }
-    if shared.forbid.iter().any(|v| v == verb) {
-        return send(Err(rbac_denied(user, r)));
+    if shared.forbid.contains(&verb) {
+        return send(Err(rbac_denied(user, &r)));
     }
-    if let Some(ns) = r.creates_in() {
+    // The NamespaceLifecycle admission plugin: no creates in a namespace that does not exist.
+    if let (Verb::Create, Some(ns)) = (r.verb, r.ns) {
         if !shared.namespace_exists(ns) {
             return send(Err(ApiError::namespace_not_found(ns)));
         }
     }
     let now = Instant::now();
-    let result = dispatch(shared, req, r, now);
+    let result = dispatch(shared, req, &r, now);
     let resp = result.unwrap_or_else(error_response);
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
@@ -504,58 +342,42 @@ fn handle_api(
     }
 }
 
-/// The Lease routes under `/apis/coordination.k8s.io/v1/namespaces/NS/` (`rest`: what follows).
-fn lease_route<'a>(method: &str, ns: &'a str, rest: &[&'a str]) -> Result<Route<'a>, ApiError> {
-    let bad_method = || Err(ApiError::method_not_allowed());
-    match *rest {
-        ["leases"] if !ns.is_empty() => match method {
-            "POST" => Ok(Route::LeaseCreate(ns)),
-            _ => bad_method(),
-        },
-        ["leases", name] if !ns.is_empty() && !name.is_empty() => match method {
-            "GET" => Ok(Route::LeaseGet(ns, name)),
-            "PUT" => Ok(Route::LeaseUpdate(ns, name)),
-            "DELETE" => Ok(Route::LeaseDelete(ns, name)),
-            _ => bad_method(),
-        },
-        _ => Err(ApiError::path_not_found()),
-    }
-}
-
 /// Runs the handler of an authenticated, authorized request.
 fn dispatch(
     shared: &Shared,
     req: &Request,
-    r: Route<'_>,
+    r: &RequestInfo<'_>,
     now: Instant,
 ) -> Result<Response, ApiError> {
-    match r {
-        Route::PodList(ns) => list(shared, req, ns, now),
-        Route::PodCreate(ns) => create(shared, req, ns, now),
-        Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
-        Route::PodGet(ns, name) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
-        Route::PodDelete(ns, name) => delete(shared, req, ns, name, now),
-        Route::PodPatch(ns, name) => patch_pod(shared, req, ns, name, now),
-        Route::CmList(ns) => cm_list(shared, req, ns),
-        Route::CmCreate(ns) => cm_create(shared, req, ns, now),
-        Route::CmGet(ns, name) => lock(shared)
+    // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
+    // object verb its name.
+    let (ns, name) = (r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    match (r.res.id, r.verb) {
+        (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
+        (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
+        (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
+        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
+        (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
+        (Kind::ConfigMap, Verb::List) => cm_list(shared, req, r.ns),
+        (Kind::ConfigMap, Verb::Create) => cm_create(shared, req, ns, now),
+        (Kind::ConfigMap, Verb::Get) => lock(shared)
             .cm_get(ns, name)
             .map(|v| Response::json(200, configmap::object_json(&v))),
-        Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
-        Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
-        Route::LeaseCreate(_)
-        | Route::LeaseGet(..)
-        | Route::LeaseUpdate(..)
-        | Route::LeaseDelete(..) => lease_call(shared, req, r),
-        Route::EvList(ns) => ev_list(shared, req, ns),
-        Route::EvCreate(ns) => ev_create(shared, req, ns, now),
-        Route::EvGet(ns, name) => relock(&shared.events)
+        (Kind::ConfigMap, Verb::Update) => cm_update(shared, req, ns, name),
+        (Kind::ConfigMap, Verb::Delete) => cm_delete(shared, req, ns, name),
+        (Kind::Lease, verb) => lease_call(shared, req, verb, ns, name, now),
+        (Kind::Event, Verb::List) => ev_list(shared, req, r.ns),
+        (Kind::Event, Verb::Create) => ev_create(shared, req, ns, now),
+        (Kind::Event, Verb::Get) => relock(&shared.events)
             .get(ns, name)
             .map(|v| Response::json(200, events::object_json(&v))),
-        Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
-        Route::NsList => Ok(ns_list(shared, req)),
-        Route::NsGet(name) => ns_get(shared, name),
-        Route::NsCreate => ns_create(shared, req),
+        (Kind::Event, Verb::Patch) => ev_patch(shared, req, ns, name),
+        (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
+        (Kind::Namespace, Verb::Get) => ns_get(shared, name),
+        (Kind::Namespace, Verb::Create) => ns_create(shared, req),
+        // The table lists no other verb, so `RequestInfo::parse` let none through.
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 
@@ -600,7 +422,7 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn record(
     shared: &Shared,
     req: &Request,
-    verb: Option<&'static str>,
+    verb: Option<&str>,
     user: Option<&str>,
     fault: Option<&Fault>,
     reply: &Reply,
@@ -632,8 +454,11 @@ fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
     }
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse_for_metadata(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let field = FieldSelector::parse(
+        req.param("fieldSelector").unwrap_or(""),
+        of(Kind::ConfigMap).fields,
+    )
+    .map_err(ApiError::bad_request)?;
     let (rv, items) = lock(shared).cm_list(ns);
     let mut body = format!(
         r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":["#
@@ -669,8 +494,11 @@ fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response,
             "watch is not supported by the podalloc simulator",
         ));
     }
-    let sel = FieldSelector::parse_for_events(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let sel = FieldSelector::parse(
+        req.param("fieldSelector").unwrap_or(""),
+        of(Kind::Event).fields,
+    )
+    .map_err(ApiError::bad_request)?;
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     let rv = lock(shared).rv();
@@ -755,15 +583,9 @@ fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<R
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let stamp = lock(shared).stamp(now);
-    let mut evs = relock(&shared.events);
-    let out = match dry {
-        true => {
-            let mut scratch = events::EventStore::default();
-            scratch.create(ns, v, stamp)?
-        }
-        false => evs.create(ns, v, stamp)?,
-    };
+    let (uid, created) = lock(shared).identity(now);
+    let stamp = events::Stamp { uid, now: created };
+    let out = relock(&shared.events).create(ns, v, stamp, dry, || lock(shared).next_rv())?;
     Ok(Response::json(201, events::object_json(&out)))
 }
 
@@ -784,13 +606,7 @@ fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
     }
 }
 
-fn ev_patch(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn ev_patch(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
     let kind = patch_media_type(req)?;
     let patch: Value = serde_json::from_slice(&req.body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
@@ -799,8 +615,7 @@ fn ev_patch(
             "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
         ));
     }
-    let rv = lock(shared).stamp(now).rv;
-    let out = relock(&shared.events).patch(ns, name, &patch, rv)?;
+    let out = relock(&shared.events).patch(ns, name, &patch, || lock(shared).next_rv())?;
     Ok(Response::json(200, events::object_json(&out)))
 }
 
@@ -829,42 +644,52 @@ fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Res
     ))
 }
 
-/// The Lease routes: get, create, update (PUT), delete.
-fn lease_call(shared: &Shared, req: &Request, r: Route<'_>) -> Result<Response, ApiError> {
+/// The Lease verbs: get, create, update (PUT), delete.
+fn lease_call(
+    shared: &Shared,
+    req: &Request,
+    verb: Verb,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
     let mut leases = relock(&shared.leases);
     let ok = |code, v: &Value| Response::json(code, lease::object_json(v));
-    match r {
-        Route::LeaseGet(ns, name) => leases.get(ns, name).map(|v| ok(200, &v)),
-        Route::LeaseCreate(ns) => {
+    match verb {
+        Verb::Get => leases.get(ns, name).map(|v| ok(200, &v)),
+        Verb::Create => {
             check_json_content_type(req)?;
             let dry = dry_run(req, None)?;
             let v = lease::decode(&req.body)?;
-            let out = leases.create(&mut lock(shared), ns, v, dry)?;
+            let out = leases.create(&mut lock(shared), ns, v, dry, now)?;
             Ok(ok(201, &out))
         }
-        Route::LeaseUpdate(ns, name) => {
+        Verb::Update => {
             check_json_content_type(req)?;
             let dry = dry_run(req, None)?;
             let v = lease::decode(&req.body)?;
             let out = leases.update(&mut lock(shared), ns, name, v, dry)?;
             Ok(ok(200, &out))
         }
-        Route::LeaseDelete(ns, name) => {
+        Verb::Delete => {
             let uid = leases.delete(&mut lock(shared), ns, name)?;
             Ok(Response::json(
                 200,
                 status::delete_success("leases", name, &uid),
             ))
         }
-        _ => Err(ApiError::path_not_found()),
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse_for_pods(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let field = FieldSelector::parse(
+        req.param("fieldSelector").unwrap_or(""),
+        of(Kind::Pod).fields,
+    )
+    .map_err(ApiError::bad_request)?;
     Ok((label, field))
 }
 

@@ -19,34 +19,15 @@ use super::selector::FieldSelector;
 use super::status::ApiError;
 use super::validation::{dns1123_subdomain, FieldError};
 
-/// The fields an Event list's `fieldSelector` may name (the apiserver's
-/// `EventToSelectableFields` plus metadata).
-pub(crate) const EVENT_FIELDS: &[&str] = &[
-    "metadata.name",
-    "metadata.namespace",
-    "involvedObject.kind",
-    "involvedObject.namespace",
-    "involvedObject.name",
-    "involvedObject.uid",
-    "involvedObject.apiVersion",
-    "involvedObject.resourceVersion",
-    "involvedObject.fieldPath",
-    "reason",
-    "reportingComponent",
-    "source",
-    "type",
-];
-
 /// The stored Events, by `namespace/name`, without type meta.
 #[derive(Debug, Default)]
 pub(crate) struct EventStore {
     items: BTreeMap<String, Value>,
 }
 
-/// What the store needs from the cluster for a write: the next resource version, a uid
-/// and the time now (RFC 3339).
+/// A new Event's uid and `creationTimestamp` (RFC 3339), from the store's seeded RNG and
+/// clock.
 pub(crate) struct Stamp {
-    pub rv: u64,
     pub uid: String,
     pub now: String,
 }
@@ -131,8 +112,18 @@ pub(crate) fn object_json(ev: &Value) -> Vec<u8> {
 
 impl EventStore {
     /// Creates an event in `ns` (the metadata already prepared: namespace set, server
-    /// fields dropped). Errors: 422 invalid, 409 name taken.
-    pub(crate) fn create(&mut self, ns: &str, mut ev: Value, s: Stamp) -> Result<Value, ApiError> {
+    /// fields dropped). Errors: 422 invalid, 409 name taken. `next_rv` is called only for
+    /// a create that is stored: a dry run (`dry_run`) keeps nothing and answers without a
+    /// resourceVersion, as the apiserver's `DryRunnableStorage.Create` copies the object
+    /// out without writing it to etcd.
+    pub(crate) fn create(
+        &mut self,
+        ns: &str,
+        mut ev: Value,
+        s: Stamp,
+        dry_run: bool,
+        next_rv: impl FnOnce() -> String,
+    ) -> Result<Value, ApiError> {
         let name = ev
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -147,8 +138,11 @@ impl EventStore {
             return Err(ApiError::already_exists_in("events", &name, false));
         }
         ev["metadata"]["uid"] = json!(s.uid);
-        ev["metadata"]["resourceVersion"] = json!(s.rv.to_string());
         ev["metadata"]["creationTimestamp"] = json!(s.now);
+        if dry_run {
+            return Ok(ev);
+        }
+        ev["metadata"]["resourceVersion"] = json!(next_rv());
         self.items.insert(key, ev.clone());
         Ok(ev)
     }
@@ -162,13 +156,14 @@ impl EventStore {
     }
 
     /// Applies a merge patch to `ns/name` (404 when missing; 422 when the result is
-    /// invalid or changes the name, namespace or uid).
+    /// invalid or changes the name, namespace or uid). `next_rv` is called only when the
+    /// patched object is stored: a failed patch writes nothing, so takes no version.
     pub(crate) fn patch(
         &mut self,
         ns: &str,
         name: &str,
         patch: &Value,
-        rv: u64,
+        next_rv: impl FnOnce() -> String,
     ) -> Result<Value, ApiError> {
         let key = format!("{ns}/{name}");
         let Some(old) = self.items.get(&key) else {
@@ -192,7 +187,7 @@ impl EventStore {
         if !errs.is_empty() {
             return Err(ApiError::invalid("Event", name, &errs));
         }
-        new["metadata"]["resourceVersion"] = json!(rv.to_string());
+        new["metadata"]["resourceVersion"] = json!(next_rv());
         self.items.insert(key, new.clone());
         Ok(new)
     }
@@ -243,12 +238,19 @@ pub(crate) fn list_json(rv: u64, items: &[Value]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn stamp(rv: u64) -> Stamp {
+    /// The Event field labels.
+    const EVENTS: &[&str] = crate::resources::EVENT_FIELDS;
+
+    fn stamp(n: u64) -> Stamp {
         Stamp {
-            rv,
-            uid: format!("uid-{rv}"),
+            uid: format!("uid-{n}"),
             now: "2026-01-01T00:00:00Z".into(),
         }
+    }
+
+    /// A version that fails the test if taken.
+    fn no_rv() -> String {
+        panic!("a write that failed or was a dry run took a resourceVersion")
     }
 
     fn ev(name: &str, involved_ns: &str) -> Value {
@@ -261,14 +263,25 @@ mod tests {
     #[test]
     fn create_validates_the_namespace_and_rejects_duplicates() {
         let mut s = EventStore::default();
-        let e = s.create("a", ev("p.1", "b"), stamp(1)).unwrap_err();
+        let e = s
+            .create("a", ev("p.1", "b"), stamp(1), false, no_rv)
+            .unwrap_err();
         assert_eq!(e.code, 422);
         assert_eq!(
             e.message,
             "Event \"p.1\" is invalid: involvedObject.namespace: Invalid value: \"b\": does not match event.namespace"
         );
-        s.create("a", ev("p.1", "a"), stamp(2)).unwrap();
-        let e = s.create("a", ev("p.1", "a"), stamp(3)).unwrap_err();
+        let dry = s
+            .create("a", ev("p.1", "a"), stamp(2), true, no_rv)
+            .unwrap();
+        assert_eq!(dry["metadata"]["uid"], "uid-2");
+        assert!(dry["metadata"].get("resourceVersion").is_none(), "{dry}");
+        assert_eq!(s.len(), 0);
+        s.create("a", ev("p.1", "a"), stamp(2), false, || "2".into())
+            .unwrap();
+        let e = s
+            .create("a", ev("p.1", "a"), stamp(3), false, no_rv)
+            .unwrap_err();
         assert_eq!((e.code, e.reason), (409, "AlreadyExists"));
         assert_eq!(e.message, "events \"p.1\" already exists");
         assert_eq!(s.len(), 1);
@@ -277,20 +290,26 @@ mod tests {
     #[test]
     fn patch_merges_and_list_selects_by_involved_object() {
         let mut s = EventStore::default();
-        s.create("a", ev("p.1", "a"), stamp(1)).unwrap();
+        s.create("a", ev("p.1", "a"), stamp(1), false, || "1".into())
+            .unwrap();
         let out = s
-            .patch("a", "p.1", &json!({"count": 2, "lastTimestamp": "t2"}), 5)
+            .patch(
+                "a",
+                "p.1",
+                &json!({"count": 2, "lastTimestamp": "t2"}),
+                || "5".into(),
+            )
             .unwrap();
         assert_eq!(out["count"], 2);
         assert_eq!(out["metadata"]["resourceVersion"], "5");
         assert_eq!(out["reason"], "SuccessfulCreate");
-        let e = s.patch("a", "nope", &json!({}), 6).unwrap_err();
+        let e = s.patch("a", "nope", &json!({}), no_rv).unwrap_err();
         assert_eq!(e.message, "events \"nope\" not found");
         let e = s
-            .patch("a", "p.1", &json!({"metadata": {"uid": "x"}}), 7)
+            .patch("a", "p.1", &json!({"metadata": {"uid": "x"}}), no_rv)
             .unwrap_err();
         assert_eq!(e.code, 422);
-        let sel = |s: &str| FieldSelector::parse_for_events(s).unwrap();
+        let sel = |s: &str| FieldSelector::parse(s, EVENTS).unwrap();
         assert_eq!(
             s.list(
                 Some("a"),
@@ -302,6 +321,6 @@ mod tests {
         assert_eq!(s.list(None, &sel("source=podalloc")).len(), 1);
         assert_eq!(s.list(Some("a"), &sel("involvedObject.name=q")).len(), 0);
         assert_eq!(s.list(Some("b"), &sel("")).len(), 0);
-        assert!(FieldSelector::parse_for_events("spec.nodeName=x").is_err());
+        assert!(FieldSelector::parse("spec.nodeName=x", EVENTS).is_err());
     }
 }

@@ -9,7 +9,7 @@
 //! as etcd's revision is shared by every kind.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
@@ -39,7 +39,6 @@ fn grouped(mut e: ApiError) -> ApiError {
 #[derive(Default)]
 pub(crate) struct Leases {
     items: BTreeMap<String, Value>,
-    next_uid: u64,
 }
 
 fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
@@ -258,6 +257,7 @@ impl Leases {
         ns: &str,
         mut v: Value,
         dry_run: bool,
+        now: Instant,
     ) -> Result<Value, ApiError> {
         if !super::validation::dns1123_label(ns).is_empty() {
             return Err(ApiError::namespace_not_found(ns));
@@ -298,9 +298,11 @@ impl Leases {
         if self.items.contains_key(&key) {
             return Err(grouped(ApiError::already_exists_in(RESOURCE, &name, false)));
         }
-        self.next_uid += 1;
-        v["metadata"]["uid"] = json!(format!("1ea5e000-0000-4000-8000-{:012x}", self.next_uid));
-        v["metadata"]["creationTimestamp"] = json!(super::util::rfc3339(SystemTime::now()));
+        // uid and creationTimestamp as every kind gets them (`FillObjectMetaSystemFields`),
+        // from the store's seeded RNG and clock, dry run or not.
+        let (uid, created) = store.identity(now);
+        v["metadata"]["uid"] = json!(uid);
+        v["metadata"]["creationTimestamp"] = json!(created);
         if dry_run {
             return Ok(v);
         }

@@ -21,9 +21,11 @@
 //! that does not exist is 404). Pod creates honour `fieldValidation` (Strict: 400 `strict
 //! decoding error: unknown field "…"`; Warn, the default: `Warning: 299` headers).
 //!
-//! kubectl works against it: API discovery (`/api`, `/apis`, `/api/v1`), the OpenAPI v3
-//! entries its `--validate=strict` checks, and the `Table` format of `kubectl get` for
-//! pods, events and namespaces.
+//! kubectl works against it: API discovery (`/api`, `/apis` with `coordination.k8s.io`,
+//! `/api/v1`, `/apis/coordination.k8s.io/v1`, each resource with exactly the verbs the
+//! router serves, both from one kind table), the OpenAPI v3 entries its
+//! `--validate=strict` checks, and the `Table` format of `kubectl get` for pods, events
+//! and namespaces.
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
@@ -63,6 +65,8 @@ mod lease;
 mod patch;
 mod pod;
 mod reqlog;
+mod request;
+mod resources;
 mod schema;
 mod selector;
 mod status;

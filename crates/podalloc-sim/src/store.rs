@@ -1349,15 +1349,11 @@ impl Store {
         Ok(v)
     }
 
-    /// A stamp for writing another kind of object (Events): the next resource version
-    /// (shared by every kind, like etcd's revision), a fresh uid and the time `now`.
-    pub(crate) fn stamp(&mut self, now: Instant) -> super::events::Stamp {
-        self.rv += 1;
-        super::events::Stamp {
-            rv: self.rv,
-            uid: uuid_v4(&mut self.rng),
-            now: self.clock.rfc3339(now),
-        }
+    /// A new object's uid (a v4 UUID from the seeded RNG) and `creationTimestamp` (RFC 3339,
+    /// from the wall clock fixed at start plus `now`'s offset), without a new resource
+    /// version.
+    pub(crate) fn identity(&mut self, now: Instant) -> (String, String) {
+        (uuid_v4(&mut self.rng), self.clock.rfc3339(now))
     }
 
     /// The current version of a ConfigMap, or 404.

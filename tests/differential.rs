@@ -125,6 +125,11 @@ fn cases() -> Vec<Case> {
         // A dry run writes nothing to etcd, so its answer has no resourceVersion.
         Case { name: "event create dry run", method: "POST", path: "/api/v1/namespaces/{ns}/events?dryRun=All", body: Some(dry_event), fields: &["/kind", "/metadata/name", "/metadata/resourceVersion"], admin: false },
         Case { name: "event get after a dry run", method: "GET", path: "/api/v1/namespaces/{ns}/events/diff-ev.3", body: None, fields: STATUS, admin: false },
+        // Items of a list carry no type meta; field selectors of every kind name metadata.
+        Case { name: "event list", method: "GET", path: "/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3Ddiff-1", body: None, fields: &["/kind", "/apiVersion", "/items/0/kind", "/items/0/apiVersion", "/items/0/metadata/name", "/items/1"], admin: true },
+        Case { name: "configmap list by name", method: "GET", path: "/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Ddiff-cm", body: None, fields: &["/kind", "/apiVersion", "/items/0/kind", "/items/0/metadata/name", "/items/1"], admin: true },
+        Case { name: "configmap delete stale resourceVersion", method: "DELETE", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"preconditions": {"resourceVersion": "1"}})), fields: &["/kind", "/reason", "/code", "/details/name"], admin: true },
+        Case { name: "lease delete", method: "DELETE", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/diff-lease", body: None, fields: &["/kind", "/status", "/details/name", "/details/kind", "/details/group"], admin: true },
         // NamespaceLifecycle admits no create of any namespaced kind in a missing namespace.
         Case { name: "lease create in a missing namespace", method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/no-such-ns/leases", body: Some(lease.clone()), fields: STATUS, admin: true },
     ]

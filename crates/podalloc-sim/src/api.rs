@@ -7,7 +7,6 @@
 //! from the request, else `spec.terminationGracePeriodSeconds`) and the kubelet finishes
 //! the job; a second delete can only shorten the grace period; grace 0 removes at once.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,14 +20,14 @@ use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
 use super::lease;
 use super::pod::{self, Phase};
+use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
-use super::resources::{of, Kind, Verb};
+use super::resources::{of, Kind, Resource, Verb};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{
-    decode_continue, encode_continue, CreateMode, DeleteOptions, PhaseOverride, Store, StoredPod,
-    EXPIRED_CONTINUE,
+    decode_continue, encode_continue, CreateMode, PhaseOverride, Store, StoredPod, EXPIRED_CONTINUE,
 };
 use super::Shared;
 
@@ -342,7 +341,8 @@ fn handle_api(
     }
 }
 
-/// Runs the handler of an authenticated, authorized request.
+/// Runs the handler of an authenticated, authorized request: pods and namespaces have
+/// their own; every other kind goes to the registry by verb.
 fn dispatch(
     shared: &Shared,
     req: &Request,
@@ -351,31 +351,18 @@ fn dispatch(
 ) -> Result<Response, ApiError> {
     // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
     // object verb its name.
-    let (ns, name) = (r.ns.unwrap_or(""), r.name.unwrap_or(""));
-    match (r.res.id, r.verb) {
+    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    match (res.id, r.verb) {
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
         (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
         (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
-        (Kind::ConfigMap, Verb::List) => cm_list(shared, req, r.ns),
-        (Kind::ConfigMap, Verb::Create) => cm_create(shared, req, ns, now),
-        (Kind::ConfigMap, Verb::Get) => lock(shared)
-            .cm_get(ns, name)
-            .map(|v| Response::json(200, configmap::object_json(&v))),
-        (Kind::ConfigMap, Verb::Update) => cm_update(shared, req, ns, name),
-        (Kind::ConfigMap, Verb::Delete) => cm_delete(shared, req, ns, name),
-        (Kind::Lease, verb) => lease_call(shared, req, verb, ns, name, now),
-        (Kind::Event, Verb::List) => ev_list(shared, req, r.ns),
-        (Kind::Event, Verb::Create) => ev_create(shared, req, ns, now),
-        (Kind::Event, Verb::Get) => relock(&shared.events)
-            .get(ns, name)
-            .map(|v| Response::json(200, events::object_json(&v))),
-        (Kind::Event, Verb::Patch) => ev_patch(shared, req, ns, name),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
         (Kind::Namespace, Verb::Get) => ns_get(shared, name),
         (Kind::Namespace, Verb::Create) => ns_create(shared, req),
+        (Kind::ConfigMap | Kind::Lease | Kind::Event, _) => reg_call(shared, req, r, now),
         // The table lists no other verb, so `RequestInfo::parse` let none through.
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -435,88 +422,106 @@ fn record(
     relock(&shared.log).push(req, verb, user, status, fault);
 }
 
-fn labels_of(v: &Value) -> BTreeMap<String, String> {
-    v.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The decoder of a kind the registry stores (its `kind`/`apiVersion` checks and field
+/// types), before the registry sees the object.
+fn decoder(id: Kind) -> fn(&[u8]) -> Result<Value, ApiError> {
+    match id {
+        Kind::ConfigMap => configmap::decode,
+        Kind::Lease => lease::decode,
+        _ => events::decode,
+    }
 }
 
-fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
-    if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
+/// A 400 for `?watch=true`, which the simulator does not serve.
+fn refuse_watch(req: &Request) -> Result<(), ApiError> {
+    match req.param("watch") {
+        Some("true" | "1") => Err(ApiError::bad_request(
             "watch is not supported by the podalloc simulator",
-        ));
+        )),
+        _ => Ok(()),
     }
-    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse(
-        req.param("fieldSelector").unwrap_or(""),
-        of(Kind::ConfigMap).fields,
-    )
-    .map_err(ApiError::bad_request)?;
-    let (rv, items) = lock(shared).cm_list(ns);
-    let mut body = format!(
-        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":["#
-    );
-    let mut first = true;
-    for item in &items {
-        let meta_str = |k: &str| {
-            item.pointer(&format!("/metadata/{k}"))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        };
-        let fields_match = field.matches(|f| match f {
-            "metadata.name" => meta_str("name"),
-            "metadata.namespace" => meta_str("namespace"),
-            _ => "",
-        });
-        if !fields_match || !label.matches(&labels_of(item)) {
-            continue;
-        }
-        if !first {
-            body.push(',');
-        }
-        first = false;
-        body.push_str(&serde_json::to_string(item).unwrap_or_else(|_| "{}".into()));
-    }
-    body.push_str("]}");
-    Ok(Response::json(200, body.into_bytes()))
 }
 
-fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
-    if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by the podalloc simulator",
-        ));
-    }
-    let sel = FieldSelector::parse(
-        req.param("fieldSelector").unwrap_or(""),
-        of(Kind::Event).fields,
-    )
-    .map_err(ApiError::bad_request)?;
+/// `GET` of a collection of a registry kind, with label and field selectors (the fields of
+/// its row in the kind table); a `Table` of Events for kubectl.
+fn reg_list(
+    shared: &Shared,
+    req: &Request,
+    res: &Resource,
+    ns: Option<&str>,
+) -> Result<Response, ApiError> {
+    refuse_watch(req)?;
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let rv = lock(shared).rv();
-    let items: Vec<Value> = relock(&shared.events)
-        .list(ns, &sel)
-        .into_iter()
-        .filter(|v| label.matches(&labels_of(v)))
-        .collect();
-    if discovery::wants_table(req) {
+    let field = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), res.fields)
+        .map_err(ApiError::bad_request)?;
+    let (rv, items) = lock(shared).reg.list(res, ns, &label, &field);
+    if res.id == Kind::Event && discovery::wants_table(req) {
         let now = std::time::SystemTime::now();
         return Ok(discovery::event_table(rv, &items, now));
     }
-    Ok(Response::json(200, events::list_json(rv, &items)))
+    Ok(Response::json(200, registry::list_json(res, rv, &items)))
+}
+
+/// A request for a kind the registry stores (ConfigMaps, Leases, Events), by verb: the
+/// body decoded by the kind's decoder, then the registry's create, get, list, update, merge
+/// patch or delete (see `registry.rs`).
+fn reg_call(
+    shared: &Shared,
+    req: &Request,
+    r: &RequestInfo<'_>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let object = |code, v: &Value| Response::json(code, registry::object_json(res, v));
+    match r.verb {
+        Verb::List => reg_list(shared, req, res, r.ns),
+        Verb::Get => lock(shared).reg.get(res, ns, name).map(|v| object(200, &v)),
+        Verb::Create | Verb::Update => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let v = decoder(res.id)(&req.body)?;
+            let mut store = lock(shared);
+            match r.verb {
+                Verb::Create => Ok(object(201, &store.reg.create(res, ns, v, dry, now)?)),
+                _ => Ok(object(200, &store.reg.update(res, ns, name, v, dry)?)),
+            }
+        }
+        Verb::Patch => {
+            let patch = merge_patch_body(req, res)?;
+            Ok(object(200, &lock(shared).reg.patch(res, ns, name, &patch)?))
+        }
+        Verb::Delete => {
+            let (opts, dry) = delete_options(req)?;
+            let uid = lock(shared).reg.delete(res, ns, name, &opts, dry)?;
+            let body = status::delete_success(res.group, res.plural, name, &uid);
+            Ok(Response::json(200, body))
+        }
+        Verb::DeleteCollection => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// The body of a `PATCH` of a registry kind: a JSON merge patch, or a strategic merge patch
+/// (the same thing for objects without lists of objects, such as Events); a JSON patch is
+/// a 400.
+fn merge_patch_body(req: &Request, res: &Resource) -> Result<Value, ApiError> {
+    let kind = patch_media_type(req)?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    if kind == "json" || !patch.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the podalloc simulator applies merge and strategic merge patches to {} (a JSON object)",
+            res.plural
+        )));
+    }
+    Ok(patch)
 }
 
 fn ns_list(shared: &Shared, req: &Request) -> Response {
-    let names = shared.namespace_names();
-    let rv = lock(shared).rv();
+    let (names, rv) = {
+        let store = lock(shared);
+        (store.reg.namespace_names(), store.rv())
+    };
     if discovery::wants_table(req) {
         return discovery::namespace_table(rv, &names);
     }
@@ -559,34 +564,11 @@ fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
     if !errs.is_empty() {
         return Err(ApiError::invalid("Namespace", &name, &errs));
     }
-    let mut set = relock(&shared.namespaces);
-    match set.as_mut() {
-        Some(s) if !s.contains(&name) => {
-            s.insert(name.clone());
-        }
-        _ => return Err(ApiError::already_exists_in("namespaces", &name, false)),
-    }
-    drop(set);
+    lock(shared).reg.create_namespace(&name)?;
     Ok(Response::json(
         201,
         discovery::namespace_json(&name).to_string().into_bytes(),
     ))
-}
-
-fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let mut v = events::decode(&req.body)?;
-    let rv_set = super::store::prepare_create_metadata(&mut v, ns)?;
-    if rv_set {
-        return Err(ApiError::unknown_server_error(
-            "resourceVersion should not be set on objects to be created",
-        ));
-    }
-    let (uid, created) = lock(shared).identity(now);
-    let stamp = events::Stamp { uid, now: created };
-    let out = relock(&shared.events).create(ns, v, stamp, dry, || lock(shared).next_rv())?;
-    Ok(Response::json(201, events::object_json(&out)))
 }
 
 /// The patch types the apiserver accepts, and the 415 for any other.
@@ -603,82 +585,6 @@ fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
         "application/strategic-merge-patch+json" => Ok("strategic"),
         "application/json-patch+json" => Ok("json"),
         _ => Err(ApiError::unsupported_patch_type(ct)),
-    }
-}
-
-fn ev_patch(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
-    let kind = patch_media_type(req)?;
-    let patch: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    if kind == "json" || !patch.is_object() {
-        return Err(ApiError::bad_request(
-            "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
-        ));
-    }
-    let out = relock(&shared.events).patch(ns, name, &patch, || lock(shared).next_rv())?;
-    Ok(Response::json(200, events::object_json(&out)))
-}
-
-fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let v = configmap::decode(&req.body)?;
-    let out = lock(shared).cm_create(ns, v, dry, now)?;
-    Ok(Response::json(201, configmap::object_json(&out)))
-}
-
-fn cm_update(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let v = configmap::decode(&req.body)?;
-    let out = lock(shared).cm_update(ns, name, v, dry)?;
-    Ok(Response::json(200, configmap::object_json(&out)))
-}
-
-fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
-    let (opts, dry) = delete_options(req)?;
-    let uid = lock(shared).cm_delete(ns, name, &opts, dry)?;
-    Ok(Response::json(
-        200,
-        status::delete_success("configmaps", name, &uid),
-    ))
-}
-
-/// The Lease verbs: get, create, update (PUT), delete.
-fn lease_call(
-    shared: &Shared,
-    req: &Request,
-    verb: Verb,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    let mut leases = relock(&shared.leases);
-    let ok = |code, v: &Value| Response::json(code, lease::object_json(v));
-    match verb {
-        Verb::Get => leases.get(ns, name).map(|v| ok(200, &v)),
-        Verb::Create => {
-            check_json_content_type(req)?;
-            let dry = dry_run(req, None)?;
-            let v = lease::decode(&req.body)?;
-            let out = leases.create(&mut lock(shared), ns, v, dry, now)?;
-            Ok(ok(201, &out))
-        }
-        Verb::Update => {
-            check_json_content_type(req)?;
-            let dry = dry_run(req, None)?;
-            let v = lease::decode(&req.body)?;
-            let out = leases.update(&mut lock(shared), ns, name, v, dry)?;
-            Ok(ok(200, &out))
-        }
-        Verb::Delete => {
-            let uid = leases.delete(&mut lock(shared), ns, name)?;
-            Ok(Response::json(
-                200,
-                status::delete_success("leases", name, &uid),
-            ))
-        }
-        _ => Err(ApiError::method_not_allowed()),
     }
 }
 

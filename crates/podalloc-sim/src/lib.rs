@@ -1,31 +1,44 @@
-//! A simulated Kubernetes API server for pods, with a simulated scheduler and kubelet.
+//! A simulated Kubernetes API server, with a simulated scheduler and kubelet.
 //!
-//! It serves the parts of `/api/v1` that podalloc uses (list with label and field
-//! selectors and `limit`/`continue` pagination, get, create, delete, delete-collection)
-//! over HTTPS with a generated CA, or plain HTTP, and answers the way kube-apiserver
-//! does: the same `Status` bodies, codes, validation messages, pod defaulting, graceful
-//! deletion rules, resource versions and gzip threshold. Pods then live a simulated life:
-//! Pending → scheduled (node, host IP) → Running (or Failed / crash-looping with
-//! `failure_rate`), and a deleted pod's containers stop, it turns Failed and disappears.
-//! Pods may have several containers (sidecars), init containers and native sidecars
-//! (`restartPolicy: Always` init containers), each with its own status as the kubelet
-//! reports it; images listed in [`SimOptions::missing_images`] fail to pull (ErrImagePull,
-//! then ImagePullBackOff, naming the image), a Secret volume or a missing ConfigMap volume
-//! keeps a pod in ContainerCreating, and tests end one container with
-//! [`SimServer::terminate_container`] or force a phase with [`SimServer::set_pod_phase`].
+//! It serves five kinds, listed once in a kind table (`resources.rs`) that routing, RBAC
+//! messages, fault and `forbid` verb names, discovery, OpenAPI and field selectors all read:
 //!
-//! ConfigMaps are served too (`/api/v1/namespaces/{ns}/configmaps[/{name}]`: list, get,
-//! create, replace with optimistic concurrency, delete), sharing the pods' resource
-//! version counter. So are core/v1 Events (create, get, list with field selectors, merge
-//! and strategic merge patch) and namespaces ([`SimOptions::namespaces`]: a create in one
-//! that does not exist is 404). Pod creates honour `fieldValidation` (Strict: 400 `strict
-//! decoding error: unknown field "…"`; Warn, the default: `Warning: 299` headers).
+//! | kind | path | verbs |
+//! |---|---|---|
+//! | Pod | `/api/v1/[namespaces/{ns}/]pods[/{name}]` | list, get, create, patch, delete, deletecollection |
+//! | ConfigMap | `/api/v1/[namespaces/{ns}/]configmaps[/{name}]` | list, get, create, update, delete |
+//! | Lease | `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]` | get, create, update, delete |
+//! | Event | `/api/v1/[namespaces/{ns}/]events[/{name}]` | list, get, create, patch |
+//! | Namespace | `/api/v1/namespaces[/{name}]` | list, get, create |
+//!
+//! over HTTPS with a generated CA, or plain HTTP, and answers the way kube-apiserver does:
+//! the same `Status` bodies, codes, validation messages, pod defaulting, graceful deletion
+//! rules, resource versions and gzip threshold. Lists take label and field selectors (each
+//! kind's selectable fields); pod lists also `limit`/`continue` pagination. ConfigMaps,
+//! Leases and Events live in one registry (`registry.rs`, as the apiserver's generic
+//! registry with a strategy per kind): one lock and one resourceVersion counter with the
+//! pods (etcd's revision), uids and timestamps from the seeded RNG and the wall clock,
+//! dry runs (`dryRun=All`) that store nothing and take no resourceVersion, the optimistic
+//! lock (Leases allow no update without a resourceVersion), delete preconditions, merge
+//! and strategic merge patch. A create in a namespace that does not exist
+//! ([`SimOptions::namespaces`]) is 404, as the NamespaceLifecycle admission plugin answers.
+//! Pod creates honour `fieldValidation` (Strict: 400 `strict decoding error: unknown field
+//! "…"`; Warn, the default: `Warning: 299` headers).
+//!
+//! Pods then live a simulated life: Pending → scheduled (node, host IP) → Running (or
+//! Failed / crash-looping with `failure_rate`), and a deleted pod's containers stop, it
+//! turns Failed and disappears. Pods may have several containers (sidecars), init
+//! containers and native sidecars (`restartPolicy: Always` init containers), each with its
+//! own status as the kubelet reports it; images listed in [`SimOptions::missing_images`]
+//! fail to pull (ErrImagePull, then ImagePullBackOff, naming the image), a Secret volume or
+//! a missing ConfigMap volume keeps a pod in ContainerCreating, and tests end one container
+//! with [`SimServer::terminate_container`] or force a phase with
+//! [`SimServer::set_pod_phase`].
 //!
 //! kubectl works against it: API discovery (`/api`, `/apis` with `coordination.k8s.io`,
-//! `/api/v1`, `/apis/coordination.k8s.io/v1`, each resource with exactly the verbs the
-//! router serves, both from one kind table), the OpenAPI v3 entries its
-//! `--validate=strict` checks, and the `Table` format of `kubectl get` for pods, events
-//! and namespaces.
+//! `/api/v1`, `/apis/coordination.k8s.io[/v1]`, each resource with exactly the verbs the
+//! router serves), the OpenAPI v3 entries its `--validate=strict` checks, and the `Table`
+//! format of `kubectl get` for pods, events and namespaces.
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
@@ -44,9 +57,6 @@
 //! [`SimServer::cut_off`]) and `GET /sim/log` (the last 1000 requests as JSON lines, with
 //! the authenticated user and a pod create's `metadata.name`, without headers).
 //!
-//! Leases (`coordination.k8s.io/v1`: get, create, update, delete) are served for leader
-//! election, with the apiserver's optimistic concurrency.
-//!
 //! Plain std threads: one accepting, one per connection (HTTP/1.1 keep-alive), one for
 //! the kubelet. Kubelet transitions are due at fixed offsets from the events that cause
 //! them and are applied, in order, before every request is handled, so what a client
@@ -64,6 +74,7 @@ mod http;
 mod lease;
 mod patch;
 mod pod;
+mod registry;
 mod reqlog;
 mod request;
 mod resources;
@@ -71,6 +82,7 @@ mod schema;
 mod selector;
 mod status;
 mod store;
+mod strategy;
 mod tls;
 mod util;
 mod validation;
@@ -280,14 +292,8 @@ pub(crate) struct Shared {
     pub(crate) log: Mutex<reqlog::RequestLog>,
     /// `SimOptions::users`.
     pub(crate) users: Vec<(String, String)>,
-    /// Leases (`coordination.k8s.io/v1`).
-    pub(crate) leases: Mutex<lease::Leases>,
     /// Users cut off from the API until the given time ([`SimServer::cut_off`]).
     pub(crate) cuts: Mutex<HashMap<String, Instant>>,
-    /// core/v1 Events.
-    pub(crate) events: Mutex<events::EventStore>,
-    /// The namespaces that exist (`None`: every valid name does).
-    pub(crate) namespaces: Mutex<Option<std::collections::BTreeSet<String>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopping: AtomicBool,
     stopped: Mutex<bool>,
@@ -317,18 +323,7 @@ fn invalid_input(msg: String) -> io::Error {
 impl Shared {
     /// Whether namespace `ns` exists (see [`SimOptions::namespaces`]).
     pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
-        relock(&self.namespaces)
-            .as_ref()
-            .is_none_or(|n| n.contains(ns))
-    }
-
-    /// The namespaces to list: the configured ones, or `default` and `kube-system` when
-    /// every name exists.
-    pub(crate) fn namespace_names(&self) -> Vec<String> {
-        match relock(&self.namespaces).as_ref() {
-            Some(n) => n.iter().cloned().collect(),
-            None => vec!["default".into(), "kube-system".into()],
-        }
+        relock(&self.store).reg.namespace_exists(ns)
     }
 
     fn shutdown(&self) {
@@ -509,6 +504,11 @@ fn new_store(opts: &SimOptions) -> Store {
     };
     let mut store = Store::new(cfg, util::WallClock::new());
     store.set_missing_images(opts.missing_images.clone());
+    store.reg.set_namespaces(
+        opts.namespaces
+            .as_ref()
+            .map(|n| n.iter().cloned().collect()),
+    );
     store
 }
 
@@ -548,14 +548,7 @@ impl SimServer {
             latency: opts.latency,
             log: Mutex::new(reqlog::RequestLog::new()),
             users: opts.users.clone(),
-            leases: Mutex::new(lease::Leases::default()),
             cuts: Mutex::new(HashMap::new()),
-            events: Mutex::new(events::EventStore::default()),
-            namespaces: Mutex::new(
-                opts.namespaces
-                    .as_ref()
-                    .map(|n| n.iter().cloned().collect()),
-            ),
             tls,
             stopping: AtomicBool::new(false),
             stopped: Mutex::new(false),

@@ -44,7 +44,7 @@ impl Verb {
 }
 
 /// Which kind a row is, for dispatching on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Kind {
     Pod,
     ConfigMap,

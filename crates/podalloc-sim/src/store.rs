@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::configmap;
 use super::containers;
 use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
+use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Registry};
+use super::resources::Kind;
 use super::status::ApiError;
-use super::util::{fnv64, random_suffix, unit_draw, uuid_v4, SplitMix64, WallClock};
+use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
 use super::SimStats;
 
 /// How long after the containers stop the kubelet's final delete removes the object.
@@ -227,14 +228,6 @@ struct Counters {
     creates_by_app: BTreeMap<String, u64>,
 }
 
-/// One stored ConfigMap: the object without `kind`/`apiVersion`.
-#[derive(Debug)]
-struct CmEntry {
-    uid: String,
-    rv: String,
-    obj: Value,
-}
-
 /// How a create came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CreateMode {
@@ -242,14 +235,6 @@ pub(crate) enum CreateMode {
     Api,
     /// `POST /sim/pods/{ns}`: a given `status.phase` is kept and the pod is pinned.
     Seed,
-}
-
-/// `DeleteOptions` that matter here.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DeleteOptions {
-    pub grace_period_seconds: Option<i64>,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
 }
 
 /// `POST /sim/pods/{ns}/{name}/phase`.
@@ -290,8 +275,9 @@ pub(crate) struct ListSnap {
 /// The whole simulated cluster state.
 pub(crate) struct Store {
     cfg: StoreConfig,
-    clock: WallClock,
-    rv: u64,
+    /// Every other kind's objects, and the resourceVersion counter, RNG and clock every
+    /// kind shares.
+    pub(crate) reg: Registry,
     seq: u64,
     order: u64,
     pods: BTreeMap<String, Entry>,
@@ -299,9 +285,7 @@ pub(crate) struct Store {
     dependents: HashMap<String, BTreeSet<String>>,
     events: BinaryHeap<Reverse<Event>>,
     snapshots: HashMap<(String, u64), Snapshot>,
-    rng: SplitMix64,
     counters: Counters,
-    configmaps: BTreeMap<String, CmEntry>,
     /// Images the simulated registry does not have (exact references).
     missing_images: Vec<String>,
 }
@@ -335,10 +319,11 @@ fn pod_ip(seq: u64) -> String {
 
 impl Store {
     pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
+        let mut reg = Registry::new(SplitMix64::from_entropy(), clock);
+        reg.rv = 1000;
         Store {
             cfg,
-            clock,
-            rv: 1000,
+            reg,
             seq: 0,
             order: 0,
             pods: BTreeMap::new(),
@@ -346,9 +331,7 @@ impl Store {
             dependents: HashMap::new(),
             events: BinaryHeap::new(),
             snapshots: HashMap::new(),
-            rng: SplitMix64::from_entropy(),
             counters: Counters::default(),
-            configmaps: BTreeMap::new(),
             missing_images: Vec::new(),
         }
     }
@@ -366,13 +349,7 @@ impl Store {
 
     /// The current (global) resource version.
     pub(crate) fn rv(&self) -> u64 {
-        self.rv
-    }
-
-    /// Takes the next resource version, for an object kept outside this store (Leases).
-    pub(crate) fn next_rv(&mut self) -> String {
-        self.rv += 1;
-        self.rv.to_string()
+        self.reg.rv
     }
 
     /// When the next kubelet event falls due, if any.
@@ -422,8 +399,8 @@ impl Store {
         let entry = self.pods.get_mut(key)?;
         let mut v: Value = serde_json::from_str(&entry.pod.json).ok()?;
         f(&mut v, entry);
-        self.rv += 1;
-        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.reg.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.reg.rv.to_string());
         let ns_len = entry.pod.ns_len;
         let stored = Arc::new(StoredPod::new(key, ns_len, &v));
         entry.phase = Phase::parse(&stored.fields.phase).unwrap_or(entry.phase);
@@ -469,7 +446,7 @@ impl Store {
     /// its dependents.
     fn remove(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
         let e = self.pods.remove(key)?;
-        self.rv += 1;
+        self.reg.rv += 1;
         if e.live {
             self.count_live(e.app.as_deref(), false);
         }
@@ -500,7 +477,7 @@ impl Store {
         }
         let preset = e.pod.fields.node_name.clone();
         let seq = e.seq;
-        let t = self.clock.rfc3339(due);
+        let t = self.reg.clock.rfc3339(due);
         let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
         if preset.is_empty() && pod::is_gated(&v) {
             // Not looked at until its gates are removed (`patch` schedules it then).
@@ -550,7 +527,7 @@ impl Store {
     /// When the pod with creation number `seq`, reaching the scheduler at `due`, can be
     /// scheduled if it is one of the pods held Unschedulable (`None`: it is not).
     fn held_until(&self, seq: u64, due: Instant) -> Option<Instant> {
-        let until = self.clock.start() + self.cfg.unschedulable_until;
+        let until = self.reg.clock.start() + self.cfg.unschedulable_until;
         let frac = self.cfg.unschedulable_fraction;
         let held = frac > 0.0 && due < until && unit_draw(self.cfg.seed ^ HOLD_STREAM, seq) < frac;
         held.then_some(until)
@@ -575,7 +552,7 @@ impl Store {
             self.cfg.failure_rate > 0.0 && unit_draw(self.cfg.seed, e.seq) < self.cfg.failure_rate;
         let never = e.restart_policy == "Never";
         let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
-        let t = self.clock.rfc3339(due);
+        let t = self.reg.clock.rfc3339(due);
         if !fail && self.start_containers(key, due) {
             return;
         }
@@ -607,7 +584,7 @@ impl Store {
         };
         let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
         let ns = e.pod.namespace().to_string();
-        let cm_exists = |name: &str| self.configmaps.contains_key(&format!("{ns}/{name}"));
+        let cm_exists = |name: &str| self.reg.contains(Kind::ConfigMap, &ns, name);
         if containers::unmountable_volume(&v, cm_exists).is_some() {
             return true; // never mounts: the containers stay waiting, the pod Pending
         }
@@ -627,7 +604,7 @@ impl Store {
             return false;
         }
         let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
-        let t = self.clock.rfc3339(due);
+        let t = self.reg.clock.rfc3339(due);
         let missing_images = self.missing_images.clone();
         let mut outcome = containers::Started::Running;
         self.rewrite(key, |v, e| {
@@ -673,7 +650,7 @@ impl Store {
         if !self.pods.contains_key(&key) {
             return Err(format!("pods {name:?} not found"));
         }
-        let t = self.clock.rfc3339(now);
+        let t = self.reg.clock.rfc3339(now);
         let mut out = Ok(());
         self.rewrite(&key, |v, e| {
             match containers::terminate(v, container, exit_code, reason, &t) {
@@ -702,7 +679,7 @@ impl Store {
         let killed = d.stop_due >= d.deadline;
         let terminal = e.phase.is_terminal();
         let uid = e.uid.clone();
-        let t = self.clock.rfc3339(due);
+        let t = self.reg.clock.rfc3339(due);
         if terminal {
             if let Some(d) = self.pods.get_mut(key).and_then(|e| e.deletion.as_mut()) {
                 d.stopped = true;
@@ -779,8 +756,8 @@ impl Store {
             }
             return Err(ApiError::already_exists(&name, generated));
         }
-        let uid = uuid_v4(&mut self.rng);
-        let created = self.clock.rfc3339(now);
+        let uid = uuid_v4(&mut self.reg.rng);
+        let created = self.reg.clock.rfc3339(now);
         v["metadata"]["uid"] = json!(uid);
         v["metadata"]["creationTimestamp"] = json!(created);
         v["metadata"]["generation"] = json!(1);
@@ -798,8 +775,8 @@ impl Store {
                 }
             }
         }
-        self.rv += 1;
-        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.reg.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.reg.rv.to_string());
         let stored = Arc::new(StoredPod::new(&key, ns.len(), &v));
         let entry = Entry::new(&stored, &v, &uid, seq, stage, seeded_phase.is_some());
         let gc = !entry.pod_owners.is_empty() && !entry.other_owners;
@@ -839,7 +816,7 @@ impl Store {
     /// Names a pod being created (see [`assign_name`]) against the pods of `ns`.
     fn assign_name(&mut self, v: &mut Value, ns: &str) -> (String, bool) {
         let taken = &self.pods;
-        assign_name(&mut self.rng, v, |c| {
+        assign_name(&mut self.reg.rng, v, |c| {
             taken.contains_key(&format!("{ns}/{c}"))
         })
     }
@@ -1114,7 +1091,7 @@ impl Store {
         stop_due: Instant,
         dry_run: bool,
     ) -> Arc<StoredPod> {
-        let ts = self.clock.rfc3339(deadline);
+        let ts = self.reg.clock.rfc3339(deadline);
         if dry_run {
             let Some(e) = self.pods.get(key) else {
                 return Arc::new(StoredPod::new(key, 0, &json!({})));
@@ -1162,7 +1139,7 @@ impl Store {
         if node.is_empty() && o.phase != Phase::Pending {
             node = node_name((seq as usize - 1) % self.cfg.nodes.max(1));
         }
-        let t = self.clock.rfc3339(now);
+        let t = self.reg.clock.rfc3339(now);
         let o = o.clone();
         self.rewrite(&key, |v, e| {
             e.pinned = true;
@@ -1241,7 +1218,7 @@ impl Store {
                 };
                 (c.rv as u64, Arc::clone(&s.items))
             }
-            _ => (self.rv, Arc::new(self.collect(&prefix))),
+            _ => (self.reg.rv, Arc::new(self.collect(&prefix))),
         };
         let start = match cont {
             Some(c) => items.partition_point(|p| p.key[prefix.len()..] < *c.start),
@@ -1296,188 +1273,6 @@ impl Store {
     pub(crate) fn keys_in(&mut self, ns: &str, now: Instant) -> Vec<Arc<StoredPod>> {
         self.advance(now);
         self.collect(&format!("{ns}/"))
-    }
-
-    /// Creates a ConfigMap from a decoded body (see `configmap::decode`). Errors: 404 for
-    /// an impossible namespace, 400 namespace mismatch, 422 invalid, 500 resourceVersion
-    /// set, 409 name taken. Returns the stored object (without type meta).
-    pub(crate) fn cm_create(
-        &mut self,
-        ns: &str,
-        mut v: Value,
-        dry_run: bool,
-        now: Instant,
-    ) -> Result<Value, ApiError> {
-        if !super::validation::dns1123_label(ns).is_empty() {
-            return Err(ApiError::namespace_not_found(ns));
-        }
-        let rv_set = prepare_create_metadata(&mut v, ns)?;
-        let taken = &self.configmaps;
-        let (name, generated) = assign_name(&mut self.rng, &mut v, |c| {
-            taken.contains_key(&format!("{ns}/{c}"))
-        });
-        let errs = configmap::validate(&v);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("ConfigMap", &name, &errs));
-        }
-        if rv_set {
-            return Err(ApiError::unknown_server_error(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-        let key = format!("{ns}/{name}");
-        if self.configmaps.contains_key(&key) {
-            return Err(ApiError::already_exists_in("configmaps", &name, generated));
-        }
-        let uid = uuid_v4(&mut self.rng);
-        v["metadata"]["uid"] = json!(uid);
-        v["metadata"]["creationTimestamp"] = json!(self.clock.rfc3339(now));
-        if dry_run {
-            return Ok(v);
-        }
-        self.rv += 1;
-        let rv = self.rv.to_string();
-        v["metadata"]["resourceVersion"] = json!(rv);
-        self.configmaps.insert(
-            key,
-            CmEntry {
-                uid,
-                rv,
-                obj: v.clone(),
-            },
-        );
-        Ok(v)
-    }
-
-    /// A new object's uid (a v4 UUID from the seeded RNG) and `creationTimestamp` (RFC 3339,
-    /// from the wall clock fixed at start plus `now`'s offset), without a new resource
-    /// version.
-    pub(crate) fn identity(&mut self, now: Instant) -> (String, String) {
-        (uuid_v4(&mut self.rng), self.clock.rfc3339(now))
-    }
-
-    /// The current version of a ConfigMap, or 404.
-    pub(crate) fn cm_get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
-        self.configmaps
-            .get(&format!("{ns}/{name}"))
-            .map(|e| e.obj.clone())
-            .ok_or_else(|| ApiError::not_found("configmaps", name))
-    }
-
-    /// The ConfigMaps of `ns` (all namespaces with `None`) in key order, with the current
-    /// resource version.
-    pub(crate) fn cm_list(&self, ns: Option<&str>) -> (u64, Vec<Value>) {
-        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
-        let items = self
-            .configmaps
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, e)| e.obj.clone())
-            .collect();
-        (self.rv, items)
-    }
-
-    /// Replaces a ConfigMap (PUT). With `metadata.resourceVersion` the update is
-    /// conditional (409 Conflict when stale); without, unconditional. Errors also: 400
-    /// name/namespace mismatch, 404, 422 (uid changed, `immutable`, validation). An update
-    /// that changes nothing writes nothing (the resource version stays).
-    pub(crate) fn cm_update(
-        &mut self,
-        ns: &str,
-        name: &str,
-        mut v: Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        check_update_target(&v, ns, name)?;
-        let key = format!("{ns}/{name}");
-        let Some(old) = self.configmaps.get(&key) else {
-            return Err(ApiError::not_found("configmaps", name));
-        };
-        let want_rv = meta_str(&v, "resourceVersion").to_string();
-        if !want_rv.is_empty() && want_rv != old.rv {
-            return Err(ApiError::conflict(
-                "configmaps",
-                name,
-                configmap::OPTIMISTIC_LOCK,
-            ));
-        }
-        let meta = &mut v["metadata"];
-        meta["namespace"] = json!(ns);
-        if field_is_empty(meta, "uid") {
-            meta["uid"] = json!(old.uid);
-        }
-        meta["creationTimestamp"] = old.obj["metadata"]["creationTimestamp"].clone();
-        meta["resourceVersion"] = json!(old.rv);
-        if let Some(m) = meta.as_object_mut() {
-            for k in [
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-                "generation",
-                "managedFields",
-            ] {
-                m.remove(k);
-            }
-        }
-        let errs = configmap::validate_update(&v, &old.obj);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("ConfigMap", name, &errs));
-        }
-        if v == old.obj || dry_run {
-            return Ok(v);
-        }
-        self.rv += 1;
-        let rv = self.rv.to_string();
-        v["metadata"]["resourceVersion"] = json!(rv);
-        if let Some(e) = self.configmaps.get_mut(&key) {
-            e.rv = rv;
-            e.obj = v.clone();
-        }
-        Ok(v)
-    }
-
-    /// Deletes a ConfigMap (at once: no finalizers here); returns its uid. Errors: 404,
-    /// 409 for a failed uid or resourceVersion precondition.
-    pub(crate) fn cm_delete(
-        &mut self,
-        ns: &str,
-        name: &str,
-        opts: &DeleteOptions,
-        dry_run: bool,
-    ) -> Result<String, ApiError> {
-        let key = format!("{ns}/{name}");
-        let Some(e) = self.configmaps.get(&key) else {
-            return Err(ApiError::not_found("configmaps", name));
-        };
-        if let Some(uid) = opts.uid.as_deref().filter(|u| *u != e.uid) {
-            return Err(ApiError::conflict(
-                "ConfigMap",
-                name,
-                &format!(
-                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                    e.uid
-                ),
-            ));
-        }
-        if let Some(rv) = opts.resource_version.as_deref().filter(|rv| *rv != e.rv) {
-            return Err(ApiError::conflict(
-                "ConfigMap",
-                name,
-                &format!(
-                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                    e.rv
-                ),
-            ));
-        }
-        let uid = e.uid.clone();
-        if !dry_run {
-            self.configmaps.remove(&key);
-            self.rv += 1;
-        }
-        Ok(uid)
     }
 
     /// The counters (with `requests` left at 0 for the caller to fill in).
@@ -1576,50 +1371,6 @@ fn owners(v: &Value) -> (Vec<String>, bool) {
     (pod_owners, other_owners)
 }
 
-/// The metadata part of a create, for pods and ConfigMaps alike: `metadata` made an
-/// object, a namespace in the body must match the path's (400 otherwise, as the apiserver),
-/// the path's namespace set, and the fields only the server sets dropped. Returns whether
-/// the body carried a `resourceVersion` (the caller answers that with the real error).
-pub(crate) fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
-    if !v.get("metadata").is_some_and(Value::is_object) {
-        v["metadata"] = json!({});
-    }
-    let meta = &mut v["metadata"];
-    let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-    if !body_ns.is_empty() && body_ns != ns {
-        return Err(ApiError::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ));
-    }
-    meta["namespace"] = json!(ns);
-    let rv_set = meta
-        .get("resourceVersion")
-        .and_then(Value::as_str)
-        .is_some_and(|s| !s.is_empty() && s != "0");
-    if let Some(m) = meta.as_object_mut() {
-        for k in SYSTEM_META {
-            m.remove(*k);
-        }
-    }
-    Ok(rv_set)
-}
-
-/// Metadata fields only the server sets; dropped from a create's body.
-const SYSTEM_META: &[&str] = &[
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "selfLink",
-    "generation",
-    "managedFields",
-];
-
-fn field_is_empty(meta: &Value, k: &str) -> bool {
-    meta.get(k).and_then(Value::as_str).unwrap_or("").is_empty()
-}
-
 /// The apiserver's message for a continue token whose revision was compacted.
 pub(crate) const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
@@ -1666,69 +1417,6 @@ pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
         rv: j.rv,
         start: j.start,
     })
-}
-
-/// The apiserver's `generateName`: the prefix cut to 58 characters plus 5 random
-/// alphanumerics, drawn again (up to 8 times) while `taken` says the name is in use.
-/// `metadata.K` of `v` as a string (`""` when absent or not a string).
-pub(crate) fn meta_str<'a>(v: &'a Value, k: &str) -> &'a str {
-    v["metadata"].get(k).and_then(Value::as_str).unwrap_or("")
-}
-
-/// A PUT's body names the object of its URL: its `metadata.name` is `name`, and its
-/// `metadata.namespace`, when set, is `ns` (kube-apiserver answers 400 BadRequest with these
-/// messages otherwise).
-pub(crate) fn check_update_target(v: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
-    let body_name = meta_str(v, "name");
-    if body_name != name {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({body_name}) does not match the name on the URL ({name})"
-        )));
-    }
-    let body_ns = meta_str(v, "namespace");
-    if !body_ns.is_empty() && body_ns != ns {
-        return Err(ApiError::bad_request(format!(
-            "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
-        )));
-    }
-    Ok(())
-}
-
-/// Names an object being created: its `metadata.name`, or, when that is empty, one generated
-/// from `metadata.generateName` that `taken` says is free (written into `v`). Returns the
-/// name and whether it was generated.
-fn assign_name(
-    rng: &mut SplitMix64,
-    v: &mut Value,
-    taken: impl Fn(&str) -> bool,
-) -> (String, bool) {
-    let field = |k: &str| {
-        v["metadata"]
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (name, prefix) = (field("name"), field("generateName"));
-    let generated = name.is_empty() && !prefix.is_empty();
-    let name = match generated {
-        true => generate_name(rng, &prefix, taken),
-        false => name,
-    };
-    v["metadata"]["name"] = json!(name);
-    (name, generated)
-}
-
-fn generate_name(rng: &mut SplitMix64, prefix: &str, taken: impl Fn(&str) -> bool) -> String {
-    let base: String = prefix.chars().take(58).collect();
-    let mut candidate = format!("{base}{}", random_suffix(rng, 5));
-    for _ in 0..8 {
-        if !taken(&candidate) {
-            break;
-        }
-        candidate = format!("{base}{}", random_suffix(rng, 5));
-    }
-    candidate
 }
 
 #[cfg(test)]

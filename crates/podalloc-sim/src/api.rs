@@ -25,11 +25,11 @@ use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
+use super::shared::{collect_stats, Shared};
 use super::status::{self, ApiError};
 use super::store::{
     decode_continue, encode_continue, CreateMode, PhaseOverride, Store, StoredPod, EXPIRED_CONTINUE,
 };
-use super::Shared;
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
     shared.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -899,7 +899,7 @@ fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Re
     let post = req.method == "POST";
     match segs {
         ["stats"] if req.method == "GET" => {
-            let s = super::collect_stats(shared, now);
+            let s = collect_stats(shared, now);
             let body = serde_json::to_vec(&s).map_err(|e| ApiError::bad_request(e.to_string()))?;
             Ok(Response::json(200, body))
         }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::{FaultRule, SimOptions};
+use crate::faults::FaultRule;
+use crate::options::SimOptions;
 
 /// The flags of `podalloc sim` (clap derive): where to listen, TLS and authentication,
 /// the simulated kubelet's latencies and failures, and the faults, quota and RBAC denials

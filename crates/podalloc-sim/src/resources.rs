@@ -1,7 +1,7 @@
 //! The one table of the kinds the simulator serves, as kube-apiserver's `APIGroupInfo`s list
 //! them: each row names a resource's group, version, plural, kind, scope, the verbs served,
 //! the short names and categories discovery advertises, the selectable fields and the
-//! prefix of its fault-rule verb names. Routing ([`super::request`]), RBAC messages, fault
+//! prefix of its fault-rule verb names. Routing (`request.rs`), RBAC messages, fault
 //! and `forbid` verb names, discovery, the OpenAPI v3 index and field selectors all read
 //! this table, so a kind is served exactly where it is listed.
 

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::containers;
+use super::options::SimStats;
 use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
 use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Registry};
 use super::resources::Kind;
 use super::status::ApiError;
 use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
-use super::SimStats;
 
 /// How long after the containers stop the kubelet's final delete removes the object.
 const REMOVAL_DELAY: Duration = Duration::from_millis(100);
@@ -629,7 +629,7 @@ impl Store {
     }
 
     /// Sets the images the simulated registry does not have (see
-    /// [`crate::SimOptions::missing_images`]).
+    /// [`crate::options::SimOptions::missing_images`]).
     pub(crate) fn set_missing_images(&mut self, images: Vec<String>) {
         self.missing_images = images;
     }

@@ -342,7 +342,7 @@ fn handle_api(
 }
 
 /// Runs the handler of an authenticated, authorized request: pods and namespaces have
-/// their own; every other kind goes to the registry by verb.
+/// their own; every other kind (ConfigMaps, Leases, Events) is the registry's, by verb.
 fn dispatch(
     shared: &Shared,
     req: &Request,
@@ -352,6 +352,7 @@ fn dispatch(
     // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
     // object verb its name.
     let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let stored = |code, v: &Value| Response::json(code, registry::object_json(res, v));
     match (res.id, r.verb) {
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
@@ -362,7 +363,30 @@ fn dispatch(
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
         (Kind::Namespace, Verb::Get) => ns_get(shared, name),
         (Kind::Namespace, Verb::Create) => ns_create(shared, req),
-        (Kind::ConfigMap | Kind::Lease | Kind::Event, _) => reg_call(shared, req, r, now),
+        // Every other kind is the registry's.
+        (_, Verb::List) => reg_list(shared, req, res, r.ns),
+        (_, Verb::Get) => lock(shared).reg.get(res, ns, name).map(|v| stored(200, &v)),
+        (_, Verb::Create) => {
+            let (v, dry) = write_body(req, res)?;
+            Ok(stored(201, &lock(shared).reg.create(res, ns, v, dry, now)?))
+        }
+        (_, Verb::Update) => {
+            let (v, dry) = write_body(req, res)?;
+            Ok(stored(
+                200,
+                &lock(shared).reg.update(res, ns, name, v, dry)?,
+            ))
+        }
+        (_, Verb::Patch) => {
+            let patch = merge_patch_body(req, res)?;
+            Ok(stored(200, &lock(shared).reg.patch(res, ns, name, &patch)?))
+        }
+        (_, Verb::Delete) => {
+            let (opts, dry) = delete_options(req)?;
+            let uid = lock(shared).reg.delete(res, ns, name, &opts, dry)?;
+            let body = status::delete_success(res.group, res.plural, name, &uid);
+            Ok(Response::json(200, body))
+        }
         // The table lists no other verb, so `RequestInfo::parse` let none through.
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -463,42 +487,12 @@ fn reg_list(
     Ok(Response::json(200, registry::list_json(res, rv, &items)))
 }
 
-/// A request for a kind the registry stores (ConfigMaps, Leases, Events), by verb: the
-/// body decoded by the kind's decoder, then the registry's create, get, list, update, merge
-/// patch or delete (see `registry.rs`).
-fn reg_call(
-    shared: &Shared,
-    req: &Request,
-    r: &RequestInfo<'_>,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
-    let object = |code, v: &Value| Response::json(code, registry::object_json(res, v));
-    match r.verb {
-        Verb::List => reg_list(shared, req, res, r.ns),
-        Verb::Get => lock(shared).reg.get(res, ns, name).map(|v| object(200, &v)),
-        Verb::Create | Verb::Update => {
-            check_json_content_type(req)?;
-            let dry = dry_run(req, None)?;
-            let v = decoder(res.id)(&req.body)?;
-            let mut store = lock(shared);
-            match r.verb {
-                Verb::Create => Ok(object(201, &store.reg.create(res, ns, v, dry, now)?)),
-                _ => Ok(object(200, &store.reg.update(res, ns, name, v, dry)?)),
-            }
-        }
-        Verb::Patch => {
-            let patch = merge_patch_body(req, res)?;
-            Ok(object(200, &lock(shared).reg.patch(res, ns, name, &patch)?))
-        }
-        Verb::Delete => {
-            let (opts, dry) = delete_options(req)?;
-            let uid = lock(shared).reg.delete(res, ns, name, &opts, dry)?;
-            let body = status::delete_success(res.group, res.plural, name, &uid);
-            Ok(Response::json(200, body))
-        }
-        Verb::DeleteCollection => Err(ApiError::method_not_allowed()),
-    }
+/// The body of a create or update (PUT) of a kind the registry stores, decoded by the
+/// kind's decoder, and whether it is a dry run. Errors: 415, 400.
+fn write_body(req: &Request, res: &Resource) -> Result<(Value, bool), ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    Ok((decoder(res.id)(&req.body)?, dry))
 }
 
 /// The body of a `PATCH` of a registry kind: a JSON merge patch, or a strategic merge patch
@@ -571,15 +565,16 @@ fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
     ))
 }
 
+/// The `Content-Type` header as sent, and its media type in lower case without parameters.
+fn content_type(req: &Request) -> (&str, String) {
+    let ct = req.header("content-type").unwrap_or("");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    (ct, media.to_ascii_lowercase())
+}
+
 /// The patch types the apiserver accepts, and the 415 for any other.
 fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
-    let ct = req.header("content-type").unwrap_or("");
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let (ct, media) = content_type(req);
     match media.as_str() {
         "application/merge-patch+json" => Ok("merge"),
         "application/strategic-merge-patch+json" => Ok("strategic"),
@@ -729,13 +724,7 @@ fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {
 }
 
 fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
-    let ct = req.header("content-type").unwrap_or("");
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let (ct, media) = content_type(req);
     // An absent Content-Type means the first supported type, JSON.
     if media.is_empty() || media == "application/json" {
         Ok(())

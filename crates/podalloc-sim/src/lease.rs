@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::pod::{json_kind, validate_meta};
+use super::pod::{json_kind, object_of, parse_body, validate_meta};
 use super::status::ApiError;
 use super::strategy::Strategy;
 use super::validation::FieldError;
@@ -116,29 +116,7 @@ fn parse_micro_time(s: &str) -> Result<(), String> {
 /// Decodes a create or update body, as the apiserver's decoder would: 400 for non-JSON, a
 /// foreign kind or group, or a mistyped field. `kind` and `apiVersion` are removed.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    let Value::Object(mut obj) = v else {
-        return Err(ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value",
-            json_kind(&v)
-        )));
-    };
-    let kind = obj.remove("kind");
-    let api_version = obj.remove("apiVersion");
-    let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("");
-    let api_version = api_version.as_ref().and_then(Value::as_str).unwrap_or("");
-    if !kind.is_empty() && kind != "Lease" {
-        return Err(ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type Lease): decoding kind {kind:?} ({api_version:?}) into Lease"
-        )));
-    }
-    if !api_version.is_empty() && api_version != API_VERSION {
-        return Err(ApiError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version ({API_VERSION})"
-        )));
-    }
+    let obj = object_of(parse_body(body)?, "Lease", API_VERSION)?;
     let lease = Value::Object(obj);
     match lease.get("metadata") {
         None | Some(Value::Null) | Some(Value::Object(_)) => {}
@@ -191,29 +169,17 @@ pub(crate) fn validate(lease: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_meta(lease.get("metadata").unwrap_or(&Value::Null), &mut errs);
     let spec = &lease["spec"];
-    if let Some(d) = spec["leaseDurationSeconds"].as_i64() {
-        if d <= 0 {
-            errs.push(FieldError::invalid(
-                "spec.leaseDurationSeconds",
-                &d.to_string(),
-                "must be greater than 0",
-            ));
+    // (field, least valid value, message)
+    let checks = [
+        ("leaseDurationSeconds", 1, "must be greater than 0"),
+        ("leaseTransitions", 0, "must be greater than or equal to 0"),
+    ];
+    for (field, least, msg) in checks {
+        if let Some(n) = spec[field].as_i64().filter(|n| *n < least) {
+            let mut e = FieldError::invalid(format!("spec.{field}"), &n.to_string(), msg);
             // Go prints the int32 value unquoted.
-            if let Some(e) = errs.last_mut() {
-                e.value = d.to_string();
-            }
-        }
-    }
-    if let Some(t) = spec["leaseTransitions"].as_i64() {
-        if t < 0 {
-            errs.push(FieldError::invalid(
-                "spec.leaseTransitions",
-                &t.to_string(),
-                "must be greater than or equal to 0",
-            ));
-            if let Some(e) = errs.last_mut() {
-                e.value = t.to_string();
-            }
+            e.value = n.to_string();
+            errs.push(e);
         }
     }
     errs

@@ -25,6 +25,16 @@ impl Store {
         }));
     }
 
+    /// [`Store::push`] for the pod now stored at `key`.
+    pub(super) fn push_current(&mut self, due: Instant, kind: EvKind, key: &str) {
+        let uid = self
+            .pods
+            .get(key)
+            .map(|e| e.uid.clone())
+            .unwrap_or_default();
+        self.push(due, kind, key, &uid);
+    }
+
     /// When the next kubelet event falls due, if any.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.events.peek().map(|Reverse(e)| e.due)
@@ -94,12 +104,7 @@ impl Store {
                 pod::mark_unschedulable(v, &t, &msg);
                 e.stage = Stage::Unschedulable;
             });
-            let uid = self
-                .pods
-                .get(key)
-                .map(|e| e.uid.clone())
-                .unwrap_or_default();
-            self.push(until, EvKind::Schedule, key, &uid);
+            self.push_current(until, EvKind::Schedule, key);
             return;
         } else {
             node_name((seq as usize - 1) % self.cfg.nodes)
@@ -110,12 +115,7 @@ impl Store {
             containers::mark_initializing(v, &t);
             e.stage = Stage::Creating;
         });
-        let uid = self
-            .pods
-            .get(key)
-            .map(|e| e.uid.clone())
-            .unwrap_or_default();
-        self.push(due + self.startup_latency(seq), EvKind::Start, key, &uid);
+        self.push_current(due + self.startup_latency(seq), EvKind::Start, key);
     }
 
     /// When the pod with creation number `seq`, reaching the scheduler at `due`, can be

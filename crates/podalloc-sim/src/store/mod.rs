@@ -829,12 +829,7 @@ impl Store {
                 stopped: false,
             });
         });
-        let uid = self
-            .pods
-            .get(key)
-            .map(|e| e.uid.clone())
-            .unwrap_or_default();
-        self.push(stop_due, EvKind::Stop, key, &uid);
+        self.push_current(stop_due, EvKind::Stop, key);
         out.unwrap_or_else(|| Arc::new(StoredPod::new(key, 0, &json!({}))))
     }
 

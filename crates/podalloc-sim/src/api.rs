@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::configmap;
 use super::discovery;
-use super::events;
 use super::faults::{Fault, FaultRule};
 use super::http::{Body, Request, Response};
-use super::lease;
+use super::kinds::{configmap, event, lease};
 use super::pod::{self, Phase};
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
@@ -452,7 +450,7 @@ fn decoder(id: Kind) -> fn(&[u8]) -> Result<Value, ApiError> {
     match id {
         Kind::ConfigMap => configmap::decode,
         Kind::Lease => lease::decode,
-        _ => events::decode,
+        _ => event::decode,
     }
 }
 

@@ -64,14 +64,12 @@
 
 mod api;
 mod args;
-mod configmap;
 mod containers;
 mod discovery;
 pub mod emulator;
-mod events;
 mod faults;
 mod http;
-mod lease;
+mod kinds;
 mod options;
 mod patch;
 mod pod;
@@ -85,7 +83,6 @@ mod server;
 mod shared;
 mod status;
 mod store;
-mod strategy;
 mod tls;
 mod util;
 mod validation;

@@ -12,21 +12,19 @@
 //! (`BeforeUpdate`: the name and namespace of the URL, the optimistic lock, server-set
 //! fields kept, `AllowUnconditionalUpdate`, no new resourceVersion when nothing changed),
 //! merge patch, delete with preconditions, and lists with label and field selectors.
-//! What differs is the kind's [`Strategy`] (`strategy.rs`; `configmap.rs`, `lease.rs`,
-//! `events.rs`).
+//! What differs is the kind's [`Strategy`] (`kinds/`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
+use super::kinds::{configmap, event, lease, MetaOnly, Strategy};
 use super::resources::{Kind, Resource};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::strategy::{MetaOnly, Strategy};
 use super::util::{random_suffix, uuid_v4, SplitMix64, WallClock};
 use super::validation::FieldError;
-use super::{configmap, events, lease};
 
 /// The message of a 409 Conflict for a write with a stale resourceVersion
 /// (`OptimisticLockErrorMsg`).
@@ -46,7 +44,7 @@ fn strategy(id: Kind) -> &'static dyn Strategy {
     match id {
         Kind::ConfigMap => &configmap::ConfigMaps,
         Kind::Lease => &lease::Leases,
-        Kind::Event => &events::Events,
+        Kind::Event => &event::Events,
         Kind::Pod | Kind::Namespace => &MetaOnly,
     }
 }

@@ -11,10 +11,10 @@
 
 use serde_json::Value;
 
-use super::pod::{json_kind, object_of, parse_body, validate_meta};
-use super::status::ApiError;
-use super::strategy::Strategy;
-use super::validation::FieldError;
+use super::Strategy;
+use crate::pod::{json_kind, object_of, parse_body, validate_meta};
+use crate::status::ApiError;
+use crate::validation::FieldError;
 
 /// The group/version of Leases.
 pub(crate) const API_VERSION: &str = "coordination.k8s.io/v1";

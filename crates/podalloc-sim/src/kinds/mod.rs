@@ -1,12 +1,17 @@
-//! What is particular to a kind the registry (`registry.rs`) stores: its validation, whether
-//! it allows updates without a resourceVersion, and how its selectable fields are read, as
-//! kube-apiserver's `rest.RESTCreateStrategy` / `rest.RESTUpdateStrategy` and a kind's
-//! `GetAttrs`. Each kind implements it in its own file.
+//! What is particular to each kind the registry (`registry.rs`) stores, one file per kind
+//! (`configmap.rs`, `lease.rs`, `event.rs`: decoding, validation, selectable fields), behind
+//! one [`Strategy`]: its validation, whether it allows updates without a resourceVersion,
+//! and how its selectable fields are read, as kube-apiserver's `rest.RESTCreateStrategy` /
+//! `rest.RESTUpdateStrategy` and a kind's `GetAttrs`.
+
+pub(crate) mod configmap;
+pub(crate) mod event;
+pub(crate) mod lease;
 
 use serde_json::Value;
 
-use super::pod::validate_meta;
-use super::validation::FieldError;
+use crate::pod::validate_meta;
+use crate::validation::FieldError;
 
 /// What is particular to a kind (the apiserver's `RESTCreateStrategy` /
 /// `RESTUpdateStrategy`); decoding is the kind's own, before the registry sees the object.

@@ -12,10 +12,10 @@
 
 use serde_json::Value;
 
-use super::pod::{decode_object, validate_meta};
-use super::status::ApiError;
-use super::strategy::Strategy;
-use super::validation::{dns1123_subdomain, FieldError};
+use super::Strategy;
+use crate::pod::{decode_object, validate_meta};
+use crate::status::ApiError;
+use crate::validation::{dns1123_subdomain, FieldError};
 
 /// The Event strategy (`event.Strategy`): `ValidateEventCreate` for create, update and
 /// patch alike (see the module docs), and the `source` field label, which selects on

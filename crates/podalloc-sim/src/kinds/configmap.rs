@@ -5,10 +5,10 @@
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
-use super::pod::{json_kind, validate_meta};
-use super::status::ApiError;
-use super::strategy::Strategy;
-use super::validation::{config_map_key, FieldError};
+use super::Strategy;
+use crate::pod::{json_kind, validate_meta};
+use crate::status::ApiError;
+use crate::validation::{config_map_key, FieldError};
 
 /// `core.MaxSecretSize`: the most bytes of `data` plus `binaryData` values a ConfigMap may
 /// hold (1 MiB).
@@ -64,7 +64,7 @@ fn check_string_map(parent: &mut Value, key: &str, go_field: &str) -> Result<(),
 /// for non-JSON, a non-object, a foreign kind, a mistyped field or bad base64 in
 /// `binaryData` (re-encoded canonically). `kind` and `apiVersion` are removed.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let obj = super::pod::decode_object(body, "ConfigMap")?;
+    let obj = crate::pod::decode_object(body, "ConfigMap")?;
     let mut cm = Value::Object(obj);
     match cm.get_mut("metadata") {
         None | Some(Value::Null) => {}

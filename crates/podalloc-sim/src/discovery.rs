@@ -460,4 +460,34 @@ mod tests {
         let p = json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
         assert_eq!(pod_status(&p), "Terminating");
     }
+
+    /// Discovery lists every served resource with exactly its served verbs, pods' patch
+    /// included, and the coordination.k8s.io group beside the core one.
+    #[test]
+    fn discovery_lists_what_the_router_serves() {
+        for (g, v) in group_versions() {
+            let doc = resource_list(g, v).unwrap();
+            for r in doc["resources"].as_array().unwrap() {
+                let row = crate::resources::find(g, v, r["name"].as_str().unwrap()).unwrap();
+                let mut want: Vec<&str> = row.verbs.iter().map(|v| v.as_str()).collect();
+                want.sort_unstable();
+                assert_eq!(r["verbs"], json!(want), "{}", row.plural);
+            }
+        }
+        let core = resource_list("", "v1").unwrap();
+        let pods = (core["resources"].as_array().unwrap().iter())
+            .find(|r| r["name"] == "pods")
+            .unwrap();
+        assert!(pods["verbs"].as_array().unwrap().contains(&json!("patch")));
+        assert!(core.get("apiVersion").is_none());
+        let leases = resource_list("coordination.k8s.io", "v1").unwrap();
+        assert_eq!(leases["resources"][0]["name"], "leases");
+        assert_eq!(leases["apiVersion"], "v1");
+        let group = api_group("coordination.k8s.io");
+        assert_eq!(
+            group["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1"
+        );
+        assert!(resource_list("", "v2").is_none());
+    }
 }

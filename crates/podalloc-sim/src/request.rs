@@ -152,4 +152,36 @@ mod tests {
             assert_eq!(parse(m, p).map(|_| ()), Err(code), "{m} {p}");
         }
     }
+
+    /// Every verb the table lists (and so discovery advertises) is routed, and no other.
+    #[test]
+    fn routing_serves_exactly_the_verbs_discovery_lists() {
+        for r in crate::resources::RESOURCES {
+            let base = match r.group {
+                "" => "/api/v1".to_string(),
+                g => format!("/apis/{g}/{}", r.version),
+            };
+            let coll = match r.namespaced {
+                true => format!("{base}/namespaces/a/{}", r.plural),
+                false => format!("{base}/{}", r.plural),
+            };
+            for v in Verb::ALL {
+                let (method, path) = match v {
+                    Verb::List => ("GET", coll.clone()),
+                    Verb::Create => ("POST", coll.clone()),
+                    Verb::DeleteCollection => ("DELETE", coll.clone()),
+                    Verb::Get => ("GET", format!("{coll}/x")),
+                    Verb::Update => ("PUT", format!("{coll}/x")),
+                    Verb::Patch => ("PATCH", format!("{coll}/x")),
+                    Verb::Delete => ("DELETE", format!("{coll}/x")),
+                };
+                let got = parse(method, &path).map(|(verb, kind, _, _)| (verb, kind));
+                let want = match r.serves(v) {
+                    true => Ok((v, r.id)),
+                    false => Err(405),
+                };
+                assert_eq!(got, want, "{method} {path}");
+            }
+        }
+    }
 }

@@ -253,4 +253,23 @@ mod tests {
             ]
         );
     }
+
+    /// A Lease's uid and creationTimestamp come from the registry's seeded RNG and clock, as
+    /// every kind's do (not from a counter and the system clock).
+    #[test]
+    fn uid_and_creation_time_come_from_the_seeded_rng_and_the_clock() {
+        use crate::registry::Registry;
+        use crate::resources::{of, Kind};
+        use crate::util::{SplitMix64, WallClock};
+        let now = std::time::Instant::now();
+        let body = || json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}});
+        let create = |r: &mut Registry| r.create(of(Kind::Lease), "a", body(), false, now).unwrap();
+        let mut r = Registry::new(SplitMix64::new(7), WallClock::new());
+        let lease = create(&mut r);
+        assert_eq!(lease["metadata"]["creationTimestamp"], r.clock.rfc3339(now));
+        let again = create(&mut Registry::new(SplitMix64::new(7), WallClock::new()));
+        assert_eq!(lease["metadata"]["uid"], again["metadata"]["uid"]);
+        let uid = lease["metadata"]["uid"].as_str().unwrap();
+        assert_eq!((uid.len(), &uid[14..15]), (36, "4"), "a v4 UUID: {uid}");
+    }
 }

@@ -1,6 +1,8 @@
-//! Routing and the request handlers: the pods API under `/api/v1`, a few unauthenticated
-//! endpoints (`/healthz`, `/livez`, `/readyz`, `/version`) and the simulator's own
-//! `/sim/...` side door.
+//! The request path: authentication, the cut-off of `SimServer::cut_off`, discovery, the
+//! request's `RequestInfo` (`request.rs`), fault rules, RBAC's `forbid`, NamespaceLifecycle
+//! admission, then the handler: the pods' own, the namespaces', or the registry's by verb
+//! for every other kind. Also a few unauthenticated endpoints (`/healthz`, `/livez`,
+//! `/readyz`, `/version`); `/sim/...` goes to the side door (`sidedoor.rs`).
 //!
 //! Deletes follow the apiserver's pod strategy: an unscheduled pod, or one already
 //! Succeeded/Failed, is removed at once; otherwise `deletionTimestamp = now + grace` (grace
@@ -14,38 +16,25 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::discovery;
-use super::faults::{Fault, FaultRule};
+use super::faults::Fault;
 use super::http::{Body, Request, Response};
 use super::kinds::{configmap, event, lease};
-use super::pod::{self, Phase};
+use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
+use super::respond::{error_response, object, pod_list};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
-use super::shared::{collect_stats, Shared};
+use super::shared::Shared;
+use super::sidedoor;
 use super::status::{self, ApiError};
 use super::store::{
-    decode_continue, encode_continue, CreateMode, PhaseOverride, Store, StoredPod, EXPIRED_CONTINUE,
+    decode_continue, encode_continue, CreateMode, Store, StoredPod, EXPIRED_CONTINUE,
 };
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
     shared.store.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn error_response(e: ApiError) -> Response {
-    let mut r = Response::json(e.code, e.to_json());
-    if let Some(d) = &e.details {
-        if d.retry_after_seconds > 0 {
-            r.headers
-                .push(("Retry-After", d.retry_after_seconds.to_string()));
-        }
-    }
-    r
-}
-
-fn object(code: u16, p: &StoredPod) -> Response {
-    Response::json(code, p.object_json())
 }
 
 /// Compares in time independent of where the strings differ.
@@ -207,7 +196,9 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     if segs.first() == Some(&"sim") {
         let now = Instant::now();
-        return Reply::Send(sim(shared, req, &segs[1..], now).unwrap_or_else(error_response));
+        return Reply::Send(
+            sidedoor::handle(shared, req, &segs[1..], now).unwrap_or_else(error_response),
+        );
     }
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let mut verb = None;
@@ -667,40 +658,6 @@ fn list(
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 
-/// A streamed `PodList` response.
-fn pod_list(
-    rv: u64,
-    continue_token: Option<String>,
-    remaining: Option<usize>,
-    items: Vec<Arc<StoredPod>>,
-) -> Response {
-    Response {
-        status: 200,
-        content_type: "application/json",
-        headers: Vec::new(),
-        body: Body::Stream(Box::new(move |w| {
-            write!(
-                w,
-                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}""#
-            )?;
-            if let Some(c) = &continue_token {
-                write!(w, r#","continue":"{c}""#)?;
-            }
-            if let Some(n) = remaining {
-                write!(w, r#","remainingItemCount":{n}"#)?;
-            }
-            w.write_all(br#"},"items":["#)?;
-            for (i, p) in items.iter().enumerate() {
-                if i > 0 {
-                    w.write_all(b",")?;
-                }
-                w.write_all(p.json.as_bytes())?;
-            }
-            w.write_all(b"]}")
-        })),
-    }
-}
-
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {
     let mut values: Vec<String> = req
         .query
@@ -880,186 +837,4 @@ fn delete_collection(
     drop(store);
     shared.kubelet.notify_all();
     Ok(pod_list(rv, None, None, out))
-}
-
-fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Response, ApiError> {
-    let post = req.method == "POST";
-    match segs {
-        ["stats"] if req.method == "GET" => {
-            let s = collect_stats(shared, now);
-            let body = serde_json::to_vec(&s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            Ok(Response::json(200, body))
-        }
-        ["faults"] if req.method == "GET" => Ok(faults_json(shared)),
-        ["faults"] if post => set_faults(shared, &req.body),
-        ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
-        ["quota"] if post => set_quota(shared, &req.body),
-        ["cut"] if post => set_cut(shared, &req.body),
-        ["log"] if req.method == "GET" => Ok(Response {
-            status: 200,
-            content_type: "application/x-ndjson",
-            headers: Vec::new(),
-            body: Body::Bytes(relock(&shared.log).render().into_bytes()),
-        }),
-        ["pods", ns] if post && !ns.is_empty() => seed(shared, ns, &req.body, now),
-        ["pods", ns, name, "phase"] if post => {
-            let o = phase_override(&req.body)?;
-            let p = lock(shared).set_phase(ns, name, &o, now)?;
-            shared.kubelet.notify_all();
-            Ok(object(200, &p))
-        }
-        ["stats"]
-        | ["pods", _]
-        | ["pods", _, _, "phase"]
-        | ["faults"]
-        | ["quota"]
-        | ["log"]
-        | ["cut"] => Err(ApiError::method_not_allowed()),
-        _ => Err(ApiError::path_not_found()),
-    }
-}
-
-/// `POST /sim/pods/{ns}`: seeds one pod (201 and the pod) or, for a `PodList` body, every
-/// item in order under one store lock (201 and a `PodList` of the stored pods), so a
-/// benchmark seeds thousands of pods in a few requests. Each item is decoded, defaulted,
-/// validated and stored exactly as a single seeded pod (uid, resourceVersion,
-/// creationTimestamp from the server; status from the kubelet model for a given
-/// `status.phase`); no quota is charged, as for a single seed. Like `kubectl create -f` on
-/// a list, the first item that fails stops the seeding: its error is returned with
-/// `items[i]: ` before the message, and the items before it stay created. The body limit
-/// is the apiserver's (3 MiB), so large seeds are sent in several lists.
-fn seed(shared: &Shared, ns: &str, body: &[u8], now: Instant) -> Result<Response, ApiError> {
-    let mut v = pod::parse_body(body)?;
-    if v.get("kind").and_then(Value::as_str) != Some("PodList") {
-        let p = lock(shared).create(ns, pod::decode_value(v)?, CreateMode::Seed, false, now)?;
-        shared.kubelet.notify_all();
-        return Ok(object(201, &p));
-    }
-    let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) else {
-        return Err(ApiError::bad_request(
-            "seed body: a PodList needs \"items\": a list of pods",
-        ));
-    };
-    let mut store = lock(shared);
-    let mut out = Vec::with_capacity(items.len());
-    let mut failed = None;
-    for (i, item) in items.into_iter().enumerate() {
-        match pod::decode_value(item)
-            .and_then(|p| store.create(ns, p, CreateMode::Seed, false, now))
-        {
-            Ok(p) => out.push(p),
-            Err(mut e) => {
-                e.message = format!("items[{i}]: {}", e.message);
-                failed = Some(e);
-                break;
-            }
-        }
-    }
-    let rv = store.rv();
-    drop(store);
-    shared.kubelet.notify_all();
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let mut resp = pod_list(rv, None, None, out);
-    resp.status = 201;
-    Ok(resp)
-}
-
-/// `POST /sim/faults`: a JSON list of rule strings replaces the fault rules.
-fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let texts: Vec<String> = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "faults body: expected a JSON list of rule strings such as [\"create:lost-response@2,3\"]: {e}"
-        ))
-    })?;
-    let rules = texts
-        .iter()
-        .map(|t| FaultRule::parse(t))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ApiError::bad_request)?;
-    relock(&shared.faults).replace(rules);
-    Ok(faults_json(shared))
-}
-
-/// `POST /sim/cut`: `{"user": NAME, "seconds": S}` cuts the user off from the API for S
-/// seconds (see `SimServer::cut_off`); 0 ends a cut.
-fn set_cut(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("cut body: {e}")))?;
-    let (Some(user), Some(secs)) = (
-        v.get("user").and_then(Value::as_str),
-        v.get("seconds")
-            .and_then(Value::as_f64)
-            .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)),
-    ) else {
-        return Err(ApiError::bad_request(
-            "cut body: expected {\"user\": NAME, \"seconds\": S} with 0 <= S <= 86400",
-        ));
-    };
-    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
-    relock(&shared.cuts).insert(user.to_string(), until);
-    Ok(Response::json(
-        200,
-        json!({"user": user, "seconds": secs})
-            .to_string()
-            .into_bytes(),
-    ))
-}
-
-/// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.
-fn set_quota(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("quota body: {e}")))?;
-    let pods = match v.get("pods") {
-        Some(Value::Null) => None,
-        Some(n) => Some(n.as_u64().ok_or_else(|| {
-            ApiError::bad_request(
-                "quota body: \"pods\" must be a whole number or null, e.g. {\"pods\": 10}",
-            )
-        })?),
-        None => {
-            return Err(ApiError::bad_request(
-                "quota body: expected {\"pods\": N} or {\"pods\": null}",
-            ))
-        }
-    };
-    lock(shared).set_pod_quota(pods);
-    Ok(quota_json(pods))
-}
-
-/// The body of `POST /sim/pods/{ns}/{name}/phase`: `{"phase": …, "exitCode": …, "reason":
-/// …, "message": …}`, the phase required.
-fn phase_override(body: &[u8]) -> Result<PhaseOverride, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("phase body: {e}")))?;
-    let phase = v
-        .get("phase")
-        .and_then(Value::as_str)
-        .and_then(Phase::parse)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "phase body: \"phase\" must be one of Pending, Running, Succeeded, Failed, Unknown",
-            )
-        })?;
-    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    Ok(PhaseOverride {
-        phase,
-        exit_code: v.get("exitCode").and_then(Value::as_i64),
-        reason: text("reason"),
-        message: text("message"),
-        disruption: text("disruption"),
-        waiting: text("waiting"),
-    })
-}
-
-fn faults_json(shared: &Shared) -> Response {
-    let f = relock(&shared.faults);
-    let rules: Vec<String> = f.rules().iter().map(ToString::to_string).collect();
-    let body = json!({"faults": rules, "injected": f.injected()});
-    Response::json(200, body.to_string().into_bytes())
-}
-
-fn quota_json(pods: Option<u64>) -> Response {
-    Response::json(200, json!({ "pods": pods }).to_string().into_bytes())
 }

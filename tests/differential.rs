@@ -62,6 +62,8 @@ fn cases() -> Vec<Case> {
         "reason": "SuccessfulCreate", "message": "Created executor pod: diff-1", "type": "Normal",
         "source": {"component": "podalloc"}, "count": 1,
         "firstTimestamp": "2026-12-01T10:00:00Z", "lastTimestamp": "2026-12-01T10:00:00Z"});
+    let mut dry_event = event.clone();
+    dry_event["metadata"]["name"] = json!("diff-ev.3");
     let mut bad_event = event.clone();
     bad_event["metadata"]["name"] = json!("diff-ev.2");
     bad_event["involvedObject"]["namespace"] = json!("elsewhere");
@@ -120,7 +122,131 @@ fn cases() -> Vec<Case> {
         Case { name: "event create", method: "POST", path: "/api/v1/namespaces/{ns}/events", body: Some(event), fields: &["/kind", "/reason", "/count", "/involvedObject/name"], admin: false },
         Case { name: "event in another namespace", method: "POST", path: "/api/v1/namespaces/{ns}/events", body: Some(bad_event), fields: &["/kind", "/reason", "/code", "/details/kind"], admin: false },
         Case { name: "event patch", method: "PATCH", path: "/api/v1/namespaces/{ns}/events/diff-ev.1", body: Some(json!({"count": 2, "lastTimestamp": "2026-12-01T10:01:00Z"})), fields: &["/kind", "/count", "/lastTimestamp"], admin: false },
+        // A dry run writes nothing to etcd, so its answer has no resourceVersion.
+        Case { name: "event create dry run", method: "POST", path: "/api/v1/namespaces/{ns}/events?dryRun=All", body: Some(dry_event), fields: &["/kind", "/metadata/name", "/metadata/resourceVersion"], admin: false },
+        Case { name: "event get after a dry run", method: "GET", path: "/api/v1/namespaces/{ns}/events/diff-ev.3", body: None, fields: STATUS, admin: false },
+        // Items of a list carry no type meta; field selectors of every kind name metadata.
+        Case { name: "event list", method: "GET", path: "/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3Ddiff-1", body: None, fields: &["/kind", "/apiVersion", "/items/0/kind", "/items/0/apiVersion", "/items/0/metadata/name", "/items/1"], admin: true },
+        Case { name: "configmap list by name", method: "GET", path: "/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Ddiff-cm", body: None, fields: &["/kind", "/apiVersion", "/items/0/kind", "/items/0/metadata/name", "/items/1"], admin: true },
+        Case { name: "configmap delete stale resourceVersion", method: "DELETE", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"preconditions": {"resourceVersion": "1"}})), fields: &["/kind", "/reason", "/code", "/details/name"], admin: true },
+        Case { name: "lease delete", method: "DELETE", path: "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/diff-lease", body: None, fields: &["/kind", "/status", "/details/name", "/details/kind", "/details/group"], admin: true },
+        // NamespaceLifecycle admits no create of any namespaced kind in a missing namespace.
+        Case { name: "lease create in a missing namespace", method: "POST", path: "/apis/coordination.k8s.io/v1/namespaces/no-such-ns/leases", body: Some(lease.clone()), fields: STATUS, admin: true },
     ]
+}
+
+/// A discovery request (sent as the admin), compared through `view`: what a client reads of
+/// the document (the real one lists many more resources and groups than the simulator serves).
+struct Discovery {
+    path: &'static str,
+    view: fn(&Value) -> Value,
+}
+
+/// The verbs podalloc and kubectl use on each kind the simulator serves: a discovery document
+/// must list every one of them (kubectl refuses a verb discovery does not list).
+const USED_VERBS: &[(&str, &[&str])] = &[
+    (
+        "pods",
+        &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+        ],
+    ),
+    ("configmaps", &["create", "delete", "get", "list", "update"]),
+    ("events", &["create", "get", "list", "patch"]),
+    ("namespaces", &["create", "get", "list"]),
+    ("leases", &["create", "delete", "get", "update"]),
+];
+
+/// An `APIResourceList` as a client reads it: for each resource of [`USED_VERBS`] it lists,
+/// its kind, scope, short names and which of the used verbs it lists.
+fn resource_view(doc: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for r in doc["resources"].as_array().into_iter().flatten() {
+        let name = r["name"].as_str().unwrap_or("");
+        let Some((_, used)) = USED_VERBS.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        let listed: Vec<&&str> = (used.iter())
+            .filter(|v| r["verbs"].as_array().is_some_and(|a| a.contains(&json!(v))))
+            .collect();
+        out.insert(
+            name.into(),
+            json!({"kind": r["kind"], "namespaced": r["namespaced"],
+            "singularName": r["singularName"], "shortNames": r["shortNames"], "verbs": listed}),
+        );
+    }
+    json!({"kind": doc["kind"], "groupVersion": doc["groupVersion"], "resources": out})
+}
+
+fn discoveries() -> Vec<Discovery> {
+    let coordination = |doc: &Value| -> Value {
+        let g = (doc["groups"].as_array().into_iter().flatten())
+            .find(|g| g["name"] == "coordination.k8s.io")
+            .cloned()
+            .unwrap_or(Value::Null);
+        json!({"kind": doc["kind"], "preferred": g["preferredVersion"],
+               "v1": g["versions"].as_array().is_some_and(|v| v.iter().any(|v| v["version"] == "v1"))})
+    };
+    vec![
+        Discovery {
+            path: "/api",
+            view: |d| json!({"kind": d["kind"], "versions": d["versions"]}),
+        },
+        Discovery {
+            path: "/api/v1",
+            view: resource_view,
+        },
+        Discovery {
+            path: "/apis",
+            view: coordination,
+        },
+        Discovery {
+            path: "/apis/coordination.k8s.io",
+            view: |d| json!({"kind": d["kind"], "name": d["name"], "preferred": d["preferredVersion"]}),
+        },
+        Discovery {
+            path: "/apis/coordination.k8s.io/v1",
+            view: resource_view,
+        },
+        Discovery {
+            path: "/openapi/v3",
+            view: |d| {
+                json!({
+            "api/v1": d["paths"]["api/v1"]["serverRelativeURL"].is_string(),
+            "apis/coordination.k8s.io/v1": d["paths"]["apis/coordination.k8s.io/v1"]["serverRelativeURL"].is_string()})
+            },
+        },
+    ]
+}
+
+/// The differences between the discovery documents of the two servers.
+fn discovery_diffs(sim: &Env, real: &Env) -> Vec<String> {
+    let mut diffs = Vec::new();
+    for d in discoveries() {
+        let (s, r) = (
+            sim.admin("GET", d.path, None),
+            real.admin("GET", d.path, None),
+        );
+        if s.0 != r.0 {
+            diffs.push(format!(
+                "{}: status {} on the simulator, {} on kube-apiserver",
+                d.path, s.0, r.0
+            ));
+        }
+        let (a, b) = ((d.view)(&s.1), (d.view)(&r.1));
+        if a != b {
+            diffs.push(format!(
+                "{}: the simulator lists {a}, kube-apiserver {b}",
+                d.path
+            ));
+        }
+    }
+    diffs
 }
 
 fn fill(v: &Value, ns: &str) -> Value {
@@ -162,7 +288,7 @@ fn the_simulator_answers_as_kube_apiserver_does() {
     };
     let sim = Env::sim_in("diff", &idle, "diff-sim");
     let (s, r) = (answers(&sim), answers(&real));
-    let mut diffs = Vec::new();
+    let mut diffs = discovery_diffs(&sim, &real);
     for (i, c) in cases().iter().enumerate() {
         if s[i].0 != r[i].0 {
             diffs.push(format!(

@@ -1,52 +1,40 @@
-//! Routing and the request handlers: the pods API under `/api/v1`, a few unauthenticated
-//! endpoints (`/healthz`, `/livez`, `/readyz`, `/version`) and the simulator's own
-//! `/sim/...` side door.
+//! The request path: authentication, the cut-off of `SimServer::cut_off`, discovery, the
+//! request's `RequestInfo` (`request.rs`), fault rules, RBAC's `forbid`, NamespaceLifecycle
+//! admission, then the handler: the pods' own, the namespaces', or the registry's by verb
+//! for every other kind. Also a few unauthenticated endpoints (`/healthz`, `/livez`,
+//! `/readyz`, `/version`); `/sim/...` goes to the side door (`sidedoor.rs`).
 //!
 //! Deletes follow the apiserver's pod strategy: an unscheduled pod, or one already
 //! Succeeded/Failed, is removed at once; otherwise `deletionTimestamp = now + grace` (grace
 //! from the request, else `spec.terminationGracePeriodSeconds`) and the kubelet finishes
 //! the job; a second delete can only shorten the grace period; grace 0 removes at once.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::configmap;
 use super::discovery;
-use super::events;
-use super::faults::{Fault, FaultRule};
+use super::faults::Fault;
 use super::http::{Body, Request, Response};
-use super::lease;
-use super::pod::{self, Phase};
+use super::kinds::{configmap, event, lease};
+use super::pod;
+use super::registry::{self, DeleteOptions};
+use super::request::RequestInfo;
+use super::resources::{of, Kind, Resource, Verb};
+use super::respond::{error_response, object, pod_list};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
+use super::shared::Shared;
+use super::sidedoor;
 use super::status::{self, ApiError};
 use super::store::{
-    decode_continue, encode_continue, CreateMode, DeleteOptions, PhaseOverride, Store, StoredPod,
-    EXPIRED_CONTINUE,
+    decode_continue, encode_continue, CreateMode, Store, StoredPod, EXPIRED_CONTINUE,
 };
-use super::Shared;
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
     shared.store.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn error_response(e: ApiError) -> Response {
-    let mut r = Response::json(e.code, e.to_json());
-    if let Some(d) = &e.details {
-        if d.retry_after_seconds > 0 {
-            r.headers
-                .push(("Retry-After", d.retry_after_seconds.to_string()));
-        }
-    }
-    r
-}
-
-fn object(code: u16, p: &StoredPod) -> Response {
-    Response::json(code, p.object_json())
 }
 
 /// Compares in time independent of where the strings differ.
@@ -87,172 +75,6 @@ const TOKEN_USER: &str = "system:serviceaccount:default:podalloc";
 /// Fake UIDs for the APF headers of a 429.
 const FLOW_SCHEMA_UID: &str = "5b2c9f7e-3a41-4c1e-9d0a-6f8e2b7c4d13";
 const PRIORITY_LEVEL_UID: &str = "a1d4e6f2-7b3c-4e59-8f01-2c9d5e7a3b64";
-
-/// A routed API request.
-#[derive(Clone, Copy, Debug)]
-enum Route<'a> {
-    PodList(Option<&'a str>),
-    PodCreate(&'a str),
-    PodDeleteCollection(&'a str),
-    PodGet(&'a str, &'a str),
-    PodDelete(&'a str, &'a str),
-    PodPatch(&'a str, &'a str),
-    CmList(Option<&'a str>),
-    CmCreate(&'a str),
-    CmGet(&'a str, &'a str),
-    CmUpdate(&'a str, &'a str),
-    CmDelete(&'a str, &'a str),
-    LeaseCreate(&'a str),
-    LeaseGet(&'a str, &'a str),
-    LeaseUpdate(&'a str, &'a str),
-    LeaseDelete(&'a str, &'a str),
-    EvList(Option<&'a str>),
-    EvCreate(&'a str),
-    EvGet(&'a str, &'a str),
-    EvPatch(&'a str, &'a str),
-    NsList,
-    NsGet(&'a str),
-    NsCreate,
-}
-
-impl<'a> Route<'a> {
-    /// The verb fault rules and `forbid` name.
-    fn verb(self) -> &'static str {
-        match self {
-            Route::PodList(_) => "list",
-            Route::PodCreate(_) => "create",
-            Route::PodDeleteCollection(_) => "deletecollection",
-            Route::PodGet(..) => "get",
-            Route::PodDelete(..) => "delete",
-            Route::PodPatch(..) => "patch",
-            Route::CmList(_) => "cm-list",
-            Route::CmCreate(_) => "cm-create",
-            Route::CmGet(..) => "cm-get",
-            Route::CmUpdate(..) => "cm-update",
-            Route::CmDelete(..) => "cm-delete",
-            Route::LeaseCreate(_) => "lease-create",
-            Route::LeaseGet(..) => "lease-get",
-            Route::LeaseUpdate(..) => "lease-update",
-            Route::LeaseDelete(..) => "lease-delete",
-            Route::EvList(_) => "ev-list",
-            Route::EvCreate(_) => "ev-create",
-            Route::EvGet(..) => "ev-get",
-            Route::EvPatch(..) => "ev-patch",
-            Route::NsList => "ns-list",
-            Route::NsGet(_) => "ns-get",
-            Route::NsCreate => "ns-create",
-        }
-    }
-
-    /// The authorizer's view: (RBAC verb, resource, namespace, name).
-    fn rbac(self) -> (&'static str, &'static str, Option<&'a str>, &'a str) {
-        match self {
-            Route::PodList(ns) => ("list", "pods", ns, ""),
-            Route::PodCreate(ns) => ("create", "pods", Some(ns), ""),
-            Route::PodDeleteCollection(ns) => ("deletecollection", "pods", Some(ns), ""),
-            Route::PodGet(ns, n) => ("get", "pods", Some(ns), n),
-            Route::PodDelete(ns, n) => ("delete", "pods", Some(ns), n),
-            Route::PodPatch(ns, n) => ("patch", "pods", Some(ns), n),
-            Route::CmList(ns) => ("list", "configmaps", ns, ""),
-            Route::CmCreate(ns) => ("create", "configmaps", Some(ns), ""),
-            Route::CmGet(ns, n) => ("get", "configmaps", Some(ns), n),
-            Route::CmUpdate(ns, n) => ("update", "configmaps", Some(ns), n),
-            Route::CmDelete(ns, n) => ("delete", "configmaps", Some(ns), n),
-            Route::LeaseCreate(ns) => ("create", "leases", Some(ns), ""),
-            Route::LeaseGet(ns, n) => ("get", "leases", Some(ns), n),
-            Route::LeaseUpdate(ns, n) => ("update", "leases", Some(ns), n),
-            Route::LeaseDelete(ns, n) => ("delete", "leases", Some(ns), n),
-            Route::EvList(ns) => ("list", "events", ns, ""),
-            Route::EvCreate(ns) => ("create", "events", Some(ns), ""),
-            Route::EvGet(ns, n) => ("get", "events", Some(ns), n),
-            Route::EvPatch(ns, n) => ("patch", "events", Some(ns), n),
-            Route::NsList => ("list", "namespaces", None, ""),
-            Route::NsGet(n) => ("get", "namespaces", None, n),
-            Route::NsCreate => ("create", "namespaces", None, ""),
-        }
-    }
-
-    /// The namespace a create writes into (creates in a namespace that does not exist are
-    /// refused by the NamespaceLifecycle admission plugin).
-    fn creates_in(self) -> Option<&'a str> {
-        match self {
-            Route::PodCreate(ns) | Route::CmCreate(ns) | Route::EvCreate(ns) => Some(ns),
-            _ => None,
-        }
-    }
-}
-
-fn route<'a>(method: &str, segs: &[&'a str]) -> Result<Route<'a>, ApiError> {
-    let bad_method = || Err(ApiError::method_not_allowed());
-    if let ["apis", "coordination.k8s.io", "v1", "namespaces", ns, ref rest @ ..] = *segs {
-        return lease_route(method, ns, rest);
-    }
-    match *segs {
-        ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::PodList(Some(ns))),
-            "POST" => Ok(Route::PodCreate(ns)),
-            "DELETE" => Ok(Route::PodDeleteCollection(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
-            match method {
-                "GET" => Ok(Route::PodGet(ns, name)),
-                "DELETE" => Ok(Route::PodDelete(ns, name)),
-                "PATCH" => Ok(Route::PodPatch(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "pods"] => match method {
-            "GET" => Ok(Route::PodList(None)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "configmaps"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::CmList(Some(ns))),
-            "POST" => Ok(Route::CmCreate(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "configmaps", name]
-            if !ns.is_empty() && !name.is_empty() =>
-        {
-            match method {
-                "GET" => Ok(Route::CmGet(ns, name)),
-                "PUT" => Ok(Route::CmUpdate(ns, name)),
-                "DELETE" => Ok(Route::CmDelete(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "configmaps"] => match method {
-            "GET" => Ok(Route::CmList(None)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "events"] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::EvList(Some(ns))),
-            "POST" => Ok(Route::EvCreate(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns, "events", name] if !ns.is_empty() && !name.is_empty() => {
-            match method {
-                "GET" => Ok(Route::EvGet(ns, name)),
-                "PATCH" => Ok(Route::EvPatch(ns, name)),
-                _ => bad_method(),
-            }
-        }
-        ["api", "v1", "namespaces"] => match method {
-            "GET" => Ok(Route::NsList),
-            "POST" => Ok(Route::NsCreate),
-            _ => bad_method(),
-        },
-        ["api", "v1", "namespaces", ns] if !ns.is_empty() => match method {
-            "GET" => Ok(Route::NsGet(ns)),
-            _ => bad_method(),
-        },
-        ["api", "v1", "events"] => match method {
-            "GET" => Ok(Route::EvList(None)),
-            _ => bad_method(),
-        },
-        _ => Err(ApiError::path_not_found()),
-    }
-}
 
 /// The 429 of API Priority and Fairness: plain text, `Retry-After: 1`.
 fn apf_too_many_requests() -> Response {
@@ -342,27 +164,21 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
     Some(Reply::Send(resp))
 }
 
-/// The RBAC authorizer's 403 (`ForbiddenStatusError`).
-fn rbac_denied(user: &str, r: Route<'_>) -> ApiError {
-    let (verb, resource, ns, name) = r.rbac();
-    let group = if resource == "leases" {
-        "coordination.k8s.io"
-    } else {
-        ""
-    };
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
-    let scope = match ns {
+/// The RBAC authorizer's 403 (`ForbiddenStatusError`, the message of
+/// `rbac.RBACAuthorizer.Authorize`'s denial).
+fn rbac_denied(user: &str, r: &RequestInfo<'_>) -> ApiError {
+    let scope = match r.ns {
         Some(ns) => format!("in the namespace \"{ns}\""),
         None => "at the cluster scope".to_string(),
     };
+    let (verb, res) = (r.verb.as_str(), r.res);
     ApiError::forbidden(
-        &qualified,
-        name,
-        &format!("User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"),
+        &res.qualified(),
+        r.name.unwrap_or(""),
+        &format!(
+            "User \"{user}\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
+            res.plural, res.group
+        ),
     )
 }
 
@@ -380,7 +196,9 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     if segs.first() == Some(&"sim") {
         let now = Instant::now();
-        return Reply::Send(sim(shared, req, &segs[1..], now).unwrap_or_else(error_response));
+        return Reply::Send(
+            sidedoor::handle(shared, req, &segs[1..], now).unwrap_or_else(error_response),
+        );
     }
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let mut verb = None;
@@ -388,7 +206,14 @@ pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) 
     let user = client_user.or_else(|| token_user(shared, req));
     let reply = handle_api(shared, req, &segs, user, &mut verb, &mut fault);
     let logged_user = user.filter(|_| verb.is_some() || fault.is_some());
-    record(shared, req, verb, logged_user, fault.as_ref(), &reply);
+    record(
+        shared,
+        req,
+        verb.as_deref(),
+        logged_user,
+        fault.as_ref(),
+        &reply,
+    );
     reply
 }
 
@@ -423,7 +248,7 @@ fn handle_api(
     req: &Request,
     segs: &[&str],
     user: Option<&str>,
-    verb_out: &mut Option<&'static str>,
+    verb_out: &mut Option<String>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
     let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(error_response));
@@ -451,17 +276,17 @@ fn handle_api(
     if let Some(resp) = discovery::discovery(req, segs).or_else(|| discovery::openapi(req, segs)) {
         return Reply::Send(resp);
     }
-    let r = match route(&req.method, segs) {
+    let r = match RequestInfo::parse(&req.method, segs) {
         Ok(r) => r,
         Err(e) => return send(Err(e)),
     };
-    let verb = r.verb();
-    *verb_out = Some(verb);
-    let has_continue = matches!(r, Route::PodList(_))
+    let verb = r.fault_verb();
+    *verb_out = Some(verb.clone());
+    let has_continue = (r.res.id, r.verb) == (Kind::Pod, Verb::List)
         && req
             .param("continue")
             .is_some_and(|t| !t.is_empty() && decode_continue(t).is_ok());
-    let fault = relock(&shared.faults).pick(verb, has_continue);
+    let fault = relock(&shared.faults).pick(&verb, has_continue);
     *fault_out = fault.clone();
     if let Some(f) = &fault {
         if let Some(reply) = fault_reply(f, req) {
@@ -479,16 +304,17 @@ fn handle_api(
             }
         }
     }
-    if shared.forbid.iter().any(|v| v == verb) {
-        return send(Err(rbac_denied(user, r)));
+    if shared.forbid.contains(&verb) {
+        return send(Err(rbac_denied(user, &r)));
     }
-    if let Some(ns) = r.creates_in() {
+    // The NamespaceLifecycle admission plugin: no creates in a namespace that does not exist.
+    if let (Verb::Create, Some(ns)) = (r.verb, r.ns) {
         if !shared.namespace_exists(ns) {
             return send(Err(ApiError::namespace_not_found(ns)));
         }
     }
     let now = Instant::now();
-    let result = dispatch(shared, req, r, now);
+    let result = dispatch(shared, req, &r, now);
     let resp = result.unwrap_or_else(error_response);
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
@@ -504,58 +330,54 @@ fn handle_api(
     }
 }
 
-/// The Lease routes under `/apis/coordination.k8s.io/v1/namespaces/NS/` (`rest`: what follows).
-fn lease_route<'a>(method: &str, ns: &'a str, rest: &[&'a str]) -> Result<Route<'a>, ApiError> {
-    let bad_method = || Err(ApiError::method_not_allowed());
-    match *rest {
-        ["leases"] if !ns.is_empty() => match method {
-            "POST" => Ok(Route::LeaseCreate(ns)),
-            _ => bad_method(),
-        },
-        ["leases", name] if !ns.is_empty() && !name.is_empty() => match method {
-            "GET" => Ok(Route::LeaseGet(ns, name)),
-            "PUT" => Ok(Route::LeaseUpdate(ns, name)),
-            "DELETE" => Ok(Route::LeaseDelete(ns, name)),
-            _ => bad_method(),
-        },
-        _ => Err(ApiError::path_not_found()),
-    }
-}
-
-/// Runs the handler of an authenticated, authorized request.
+/// Runs the handler of an authenticated, authorized request: pods and namespaces have
+/// their own; every other kind (ConfigMaps, Leases, Events) is the registry's, by verb.
 fn dispatch(
     shared: &Shared,
     req: &Request,
-    r: Route<'_>,
+    r: &RequestInfo<'_>,
     now: Instant,
 ) -> Result<Response, ApiError> {
-    match r {
-        Route::PodList(ns) => list(shared, req, ns, now),
-        Route::PodCreate(ns) => create(shared, req, ns, now),
-        Route::PodDeleteCollection(ns) => delete_collection(shared, req, ns, now),
-        Route::PodGet(ns, name) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
-        Route::PodDelete(ns, name) => delete(shared, req, ns, name, now),
-        Route::PodPatch(ns, name) => patch_pod(shared, req, ns, name, now),
-        Route::CmList(ns) => cm_list(shared, req, ns),
-        Route::CmCreate(ns) => cm_create(shared, req, ns, now),
-        Route::CmGet(ns, name) => lock(shared)
-            .cm_get(ns, name)
-            .map(|v| Response::json(200, configmap::object_json(&v))),
-        Route::CmUpdate(ns, name) => cm_update(shared, req, ns, name),
-        Route::CmDelete(ns, name) => cm_delete(shared, req, ns, name),
-        Route::LeaseCreate(_)
-        | Route::LeaseGet(..)
-        | Route::LeaseUpdate(..)
-        | Route::LeaseDelete(..) => lease_call(shared, req, r),
-        Route::EvList(ns) => ev_list(shared, req, ns),
-        Route::EvCreate(ns) => ev_create(shared, req, ns, now),
-        Route::EvGet(ns, name) => relock(&shared.events)
-            .get(ns, name)
-            .map(|v| Response::json(200, events::object_json(&v))),
-        Route::EvPatch(ns, name) => ev_patch(shared, req, ns, name, now),
-        Route::NsList => Ok(ns_list(shared, req)),
-        Route::NsGet(name) => ns_get(shared, name),
-        Route::NsCreate => ns_create(shared, req),
+    // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
+    // object verb its name.
+    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let stored = |code, v: &Value| Response::json(code, registry::object_json(res, v));
+    match (res.id, r.verb) {
+        (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
+        (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
+        (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
+        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
+        (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
+        (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
+        (Kind::Namespace, Verb::Get) => ns_get(shared, name),
+        (Kind::Namespace, Verb::Create) => ns_create(shared, req),
+        // Every other kind is the registry's.
+        (_, Verb::List) => reg_list(shared, req, res, r.ns),
+        (_, Verb::Get) => lock(shared).reg.get(res, ns, name).map(|v| stored(200, &v)),
+        (_, Verb::Create) => {
+            let (v, dry) = write_body(req, res)?;
+            Ok(stored(201, &lock(shared).reg.create(res, ns, v, dry, now)?))
+        }
+        (_, Verb::Update) => {
+            let (v, dry) = write_body(req, res)?;
+            Ok(stored(
+                200,
+                &lock(shared).reg.update(res, ns, name, v, dry)?,
+            ))
+        }
+        (_, Verb::Patch) => {
+            let patch = merge_patch_body(req, res)?;
+            Ok(stored(200, &lock(shared).reg.patch(res, ns, name, &patch)?))
+        }
+        (_, Verb::Delete) => {
+            let (opts, dry) = delete_options(req)?;
+            let uid = lock(shared).reg.delete(res, ns, name, &opts, dry)?;
+            let body = status::delete_success(res.group, res.plural, name, &uid);
+            Ok(Response::json(200, body))
+        }
+        // The table lists no other verb, so `RequestInfo::parse` let none through.
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 
@@ -600,7 +422,7 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn record(
     shared: &Shared,
     req: &Request,
-    verb: Option<&'static str>,
+    verb: Option<&str>,
     user: Option<&str>,
     fault: Option<&Fault>,
     reply: &Reply,
@@ -613,82 +435,76 @@ fn record(
     relock(&shared.log).push(req, verb, user, status, fault);
 }
 
-fn labels_of(v: &Value) -> BTreeMap<String, String> {
-    v.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The decoder of a kind the registry stores (its `kind`/`apiVersion` checks and field
+/// types), before the registry sees the object.
+fn decoder(id: Kind) -> fn(&[u8]) -> Result<Value, ApiError> {
+    match id {
+        Kind::ConfigMap => configmap::decode,
+        Kind::Lease => lease::decode,
+        _ => event::decode,
+    }
 }
 
-fn cm_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
-    if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
+/// A 400 for `?watch=true`, which the simulator does not serve.
+fn refuse_watch(req: &Request) -> Result<(), ApiError> {
+    match req.param("watch") {
+        Some("true" | "1") => Err(ApiError::bad_request(
             "watch is not supported by the podalloc simulator",
-        ));
+        )),
+        _ => Ok(()),
     }
-    let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse_for_metadata(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
-    let (rv, items) = lock(shared).cm_list(ns);
-    let mut body = format!(
-        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":["#
-    );
-    let mut first = true;
-    for item in &items {
-        let meta_str = |k: &str| {
-            item.pointer(&format!("/metadata/{k}"))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        };
-        let fields_match = field.matches(|f| match f {
-            "metadata.name" => meta_str("name"),
-            "metadata.namespace" => meta_str("namespace"),
-            _ => "",
-        });
-        if !fields_match || !label.matches(&labels_of(item)) {
-            continue;
-        }
-        if !first {
-            body.push(',');
-        }
-        first = false;
-        body.push_str(&serde_json::to_string(item).unwrap_or_else(|_| "{}".into()));
-    }
-    body.push_str("]}");
-    Ok(Response::json(200, body.into_bytes()))
 }
 
-fn ev_list(shared: &Shared, req: &Request, ns: Option<&str>) -> Result<Response, ApiError> {
-    if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by the podalloc simulator",
-        ));
-    }
-    let sel = FieldSelector::parse_for_events(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+/// `GET` of a collection of a registry kind, with label and field selectors (the fields of
+/// its row in the kind table); a `Table` of Events for kubectl.
+fn reg_list(
+    shared: &Shared,
+    req: &Request,
+    res: &Resource,
+    ns: Option<&str>,
+) -> Result<Response, ApiError> {
+    refuse_watch(req)?;
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let rv = lock(shared).rv();
-    let items: Vec<Value> = relock(&shared.events)
-        .list(ns, &sel)
-        .into_iter()
-        .filter(|v| label.matches(&labels_of(v)))
-        .collect();
-    if discovery::wants_table(req) {
+    let field = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), res.fields)
+        .map_err(ApiError::bad_request)?;
+    let (rv, items) = lock(shared).reg.list(res, ns, &label, &field);
+    if res.id == Kind::Event && discovery::wants_table(req) {
         let now = std::time::SystemTime::now();
         return Ok(discovery::event_table(rv, &items, now));
     }
-    Ok(Response::json(200, events::list_json(rv, &items)))
+    Ok(Response::json(200, registry::list_json(res, rv, &items)))
+}
+
+/// The body of a create or update (PUT) of a kind the registry stores, decoded by the
+/// kind's decoder, and whether it is a dry run. Errors: 415, 400.
+fn write_body(req: &Request, res: &Resource) -> Result<(Value, bool), ApiError> {
+    check_json_content_type(req)?;
+    let dry = dry_run(req, None)?;
+    Ok((decoder(res.id)(&req.body)?, dry))
+}
+
+/// The body of a `PATCH` of a registry kind: a JSON merge patch, or a strategic merge patch
+/// (the same thing for objects without lists of objects, such as Events); a JSON patch is
+/// a 400.
+fn merge_patch_body(req: &Request, res: &Resource) -> Result<Value, ApiError> {
+    let kind = patch_media_type(req)?;
+    let patch: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    if kind == "json" || !patch.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the podalloc simulator applies merge and strategic merge patches to {} (a JSON object)",
+            res.plural
+        )));
+    }
+    Ok(patch)
 }
 
 fn ns_list(shared: &Shared, req: &Request) -> Response {
-    let names = shared.namespace_names();
-    let rv = lock(shared).rv();
+    let (names, rv) = {
+        let store = lock(shared);
+        (store.reg.namespace_names(), store.rv())
+    };
     if discovery::wants_table(req) {
         return discovery::namespace_table(rv, &names);
     }
@@ -731,51 +547,23 @@ fn ns_create(shared: &Shared, req: &Request) -> Result<Response, ApiError> {
     if !errs.is_empty() {
         return Err(ApiError::invalid("Namespace", &name, &errs));
     }
-    let mut set = relock(&shared.namespaces);
-    match set.as_mut() {
-        Some(s) if !s.contains(&name) => {
-            s.insert(name.clone());
-        }
-        _ => return Err(ApiError::already_exists_in("namespaces", &name, false)),
-    }
-    drop(set);
+    lock(shared).reg.create_namespace(&name)?;
     Ok(Response::json(
         201,
         discovery::namespace_json(&name).to_string().into_bytes(),
     ))
 }
 
-fn ev_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let mut v = events::decode(&req.body)?;
-    let rv_set = super::store::prepare_create_metadata(&mut v, ns)?;
-    if rv_set {
-        return Err(ApiError::unknown_server_error(
-            "resourceVersion should not be set on objects to be created",
-        ));
-    }
-    let stamp = lock(shared).stamp(now);
-    let mut evs = relock(&shared.events);
-    let out = match dry {
-        true => {
-            let mut scratch = events::EventStore::default();
-            scratch.create(ns, v, stamp)?
-        }
-        false => evs.create(ns, v, stamp)?,
-    };
-    Ok(Response::json(201, events::object_json(&out)))
+/// The `Content-Type` header as sent, and its media type in lower case without parameters.
+fn content_type(req: &Request) -> (&str, String) {
+    let ct = req.header("content-type").unwrap_or("");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    (ct, media.to_ascii_lowercase())
 }
 
 /// The patch types the apiserver accepts, and the 415 for any other.
 fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
-    let ct = req.header("content-type").unwrap_or("");
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let (ct, media) = content_type(req);
     match media.as_str() {
         "application/merge-patch+json" => Ok("merge"),
         "application/strategic-merge-patch+json" => Ok("strategic"),
@@ -784,87 +572,14 @@ fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
     }
 }
 
-fn ev_patch(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    let kind = patch_media_type(req)?;
-    let patch: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    if kind == "json" || !patch.is_object() {
-        return Err(ApiError::bad_request(
-            "the podalloc simulator applies merge and strategic merge patches to events (a JSON object)",
-        ));
-    }
-    let rv = lock(shared).stamp(now).rv;
-    let out = relock(&shared.events).patch(ns, name, &patch, rv)?;
-    Ok(Response::json(200, events::object_json(&out)))
-}
-
-fn cm_create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let v = configmap::decode(&req.body)?;
-    let out = lock(shared).cm_create(ns, v, dry, now)?;
-    Ok(Response::json(201, configmap::object_json(&out)))
-}
-
-fn cm_update(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
-    check_json_content_type(req)?;
-    let dry = dry_run(req, None)?;
-    let v = configmap::decode(&req.body)?;
-    let out = lock(shared).cm_update(ns, name, v, dry)?;
-    Ok(Response::json(200, configmap::object_json(&out)))
-}
-
-fn cm_delete(shared: &Shared, req: &Request, ns: &str, name: &str) -> Result<Response, ApiError> {
-    let (opts, dry) = delete_options(req)?;
-    let uid = lock(shared).cm_delete(ns, name, &opts, dry)?;
-    Ok(Response::json(
-        200,
-        status::delete_success("configmaps", name, &uid),
-    ))
-}
-
-/// The Lease routes: get, create, update (PUT), delete.
-fn lease_call(shared: &Shared, req: &Request, r: Route<'_>) -> Result<Response, ApiError> {
-    let mut leases = relock(&shared.leases);
-    let ok = |code, v: &Value| Response::json(code, lease::object_json(v));
-    match r {
-        Route::LeaseGet(ns, name) => leases.get(ns, name).map(|v| ok(200, &v)),
-        Route::LeaseCreate(ns) => {
-            check_json_content_type(req)?;
-            let dry = dry_run(req, None)?;
-            let v = lease::decode(&req.body)?;
-            let out = leases.create(&mut lock(shared), ns, v, dry)?;
-            Ok(ok(201, &out))
-        }
-        Route::LeaseUpdate(ns, name) => {
-            check_json_content_type(req)?;
-            let dry = dry_run(req, None)?;
-            let v = lease::decode(&req.body)?;
-            let out = leases.update(&mut lock(shared), ns, name, v, dry)?;
-            Ok(ok(200, &out))
-        }
-        Route::LeaseDelete(ns, name) => {
-            let uid = leases.delete(&mut lock(shared), ns, name)?;
-            Ok(Response::json(
-                200,
-                status::delete_success("leases", name, &uid),
-            ))
-        }
-        _ => Err(ApiError::path_not_found()),
-    }
-}
-
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let label = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse_for_pods(req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let field = FieldSelector::parse(
+        req.param("fieldSelector").unwrap_or(""),
+        of(Kind::Pod).fields,
+    )
+    .map_err(ApiError::bad_request)?;
     Ok((label, field))
 }
 
@@ -943,40 +658,6 @@ fn list(
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 
-/// A streamed `PodList` response.
-fn pod_list(
-    rv: u64,
-    continue_token: Option<String>,
-    remaining: Option<usize>,
-    items: Vec<Arc<StoredPod>>,
-) -> Response {
-    Response {
-        status: 200,
-        content_type: "application/json",
-        headers: Vec::new(),
-        body: Body::Stream(Box::new(move |w| {
-            write!(
-                w,
-                r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}""#
-            )?;
-            if let Some(c) = &continue_token {
-                write!(w, r#","continue":"{c}""#)?;
-            }
-            if let Some(n) = remaining {
-                write!(w, r#","remainingItemCount":{n}"#)?;
-            }
-            w.write_all(br#"},"items":["#)?;
-            for (i, p) in items.iter().enumerate() {
-                if i > 0 {
-                    w.write_all(b",")?;
-                }
-                w.write_all(p.json.as_bytes())?;
-            }
-            w.write_all(b"]}")
-        })),
-    }
-}
-
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {
     let mut values: Vec<String> = req
         .query
@@ -998,13 +679,7 @@ fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {
 }
 
 fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
-    let ct = req.header("content-type").unwrap_or("");
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let (ct, media) = content_type(req);
     // An absent Content-Type means the first supported type, JSON.
     if media.is_empty() || media == "application/json" {
         Ok(())
@@ -1162,186 +837,4 @@ fn delete_collection(
     drop(store);
     shared.kubelet.notify_all();
     Ok(pod_list(rv, None, None, out))
-}
-
-fn sim(shared: &Shared, req: &Request, segs: &[&str], now: Instant) -> Result<Response, ApiError> {
-    let post = req.method == "POST";
-    match segs {
-        ["stats"] if req.method == "GET" => {
-            let s = super::collect_stats(shared, now);
-            let body = serde_json::to_vec(&s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            Ok(Response::json(200, body))
-        }
-        ["faults"] if req.method == "GET" => Ok(faults_json(shared)),
-        ["faults"] if post => set_faults(shared, &req.body),
-        ["quota"] if req.method == "GET" => Ok(quota_json(lock(shared).pod_quota())),
-        ["quota"] if post => set_quota(shared, &req.body),
-        ["cut"] if post => set_cut(shared, &req.body),
-        ["log"] if req.method == "GET" => Ok(Response {
-            status: 200,
-            content_type: "application/x-ndjson",
-            headers: Vec::new(),
-            body: Body::Bytes(relock(&shared.log).render().into_bytes()),
-        }),
-        ["pods", ns] if post && !ns.is_empty() => seed(shared, ns, &req.body, now),
-        ["pods", ns, name, "phase"] if post => {
-            let o = phase_override(&req.body)?;
-            let p = lock(shared).set_phase(ns, name, &o, now)?;
-            shared.kubelet.notify_all();
-            Ok(object(200, &p))
-        }
-        ["stats"]
-        | ["pods", _]
-        | ["pods", _, _, "phase"]
-        | ["faults"]
-        | ["quota"]
-        | ["log"]
-        | ["cut"] => Err(ApiError::method_not_allowed()),
-        _ => Err(ApiError::path_not_found()),
-    }
-}
-
-/// `POST /sim/pods/{ns}`: seeds one pod (201 and the pod) or, for a `PodList` body, every
-/// item in order under one store lock (201 and a `PodList` of the stored pods), so a
-/// benchmark seeds thousands of pods in a few requests. Each item is decoded, defaulted,
-/// validated and stored exactly as a single seeded pod (uid, resourceVersion,
-/// creationTimestamp from the server; status from the kubelet model for a given
-/// `status.phase`); no quota is charged, as for a single seed. Like `kubectl create -f` on
-/// a list, the first item that fails stops the seeding: its error is returned with
-/// `items[i]: ` before the message, and the items before it stay created. The body limit
-/// is the apiserver's (3 MiB), so large seeds are sent in several lists.
-fn seed(shared: &Shared, ns: &str, body: &[u8], now: Instant) -> Result<Response, ApiError> {
-    let mut v = pod::parse_body(body)?;
-    if v.get("kind").and_then(Value::as_str) != Some("PodList") {
-        let p = lock(shared).create(ns, pod::decode_value(v)?, CreateMode::Seed, false, now)?;
-        shared.kubelet.notify_all();
-        return Ok(object(201, &p));
-    }
-    let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) else {
-        return Err(ApiError::bad_request(
-            "seed body: a PodList needs \"items\": a list of pods",
-        ));
-    };
-    let mut store = lock(shared);
-    let mut out = Vec::with_capacity(items.len());
-    let mut failed = None;
-    for (i, item) in items.into_iter().enumerate() {
-        match pod::decode_value(item)
-            .and_then(|p| store.create(ns, p, CreateMode::Seed, false, now))
-        {
-            Ok(p) => out.push(p),
-            Err(mut e) => {
-                e.message = format!("items[{i}]: {}", e.message);
-                failed = Some(e);
-                break;
-            }
-        }
-    }
-    let rv = store.rv();
-    drop(store);
-    shared.kubelet.notify_all();
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let mut resp = pod_list(rv, None, None, out);
-    resp.status = 201;
-    Ok(resp)
-}
-
-/// `POST /sim/faults`: a JSON list of rule strings replaces the fault rules.
-fn set_faults(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let texts: Vec<String> = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "faults body: expected a JSON list of rule strings such as [\"create:lost-response@2,3\"]: {e}"
-        ))
-    })?;
-    let rules = texts
-        .iter()
-        .map(|t| FaultRule::parse(t))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ApiError::bad_request)?;
-    relock(&shared.faults).replace(rules);
-    Ok(faults_json(shared))
-}
-
-/// `POST /sim/cut`: `{"user": NAME, "seconds": S}` cuts the user off from the API for S
-/// seconds (see `SimServer::cut_off`); 0 ends a cut.
-fn set_cut(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("cut body: {e}")))?;
-    let (Some(user), Some(secs)) = (
-        v.get("user").and_then(Value::as_str),
-        v.get("seconds")
-            .and_then(Value::as_f64)
-            .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)),
-    ) else {
-        return Err(ApiError::bad_request(
-            "cut body: expected {\"user\": NAME, \"seconds\": S} with 0 <= S <= 86400",
-        ));
-    };
-    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
-    relock(&shared.cuts).insert(user.to_string(), until);
-    Ok(Response::json(
-        200,
-        json!({"user": user, "seconds": secs})
-            .to_string()
-            .into_bytes(),
-    ))
-}
-
-/// `POST /sim/quota`: `{"pods": N}` sets the pods quota, `{"pods": null}` lifts it.
-fn set_quota(shared: &Shared, body: &[u8]) -> Result<Response, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("quota body: {e}")))?;
-    let pods = match v.get("pods") {
-        Some(Value::Null) => None,
-        Some(n) => Some(n.as_u64().ok_or_else(|| {
-            ApiError::bad_request(
-                "quota body: \"pods\" must be a whole number or null, e.g. {\"pods\": 10}",
-            )
-        })?),
-        None => {
-            return Err(ApiError::bad_request(
-                "quota body: expected {\"pods\": N} or {\"pods\": null}",
-            ))
-        }
-    };
-    lock(shared).set_pod_quota(pods);
-    Ok(quota_json(pods))
-}
-
-/// The body of `POST /sim/pods/{ns}/{name}/phase`: `{"phase": …, "exitCode": …, "reason":
-/// …, "message": …}`, the phase required.
-fn phase_override(body: &[u8]) -> Result<PhaseOverride, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("phase body: {e}")))?;
-    let phase = v
-        .get("phase")
-        .and_then(Value::as_str)
-        .and_then(Phase::parse)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "phase body: \"phase\" must be one of Pending, Running, Succeeded, Failed, Unknown",
-            )
-        })?;
-    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    Ok(PhaseOverride {
-        phase,
-        exit_code: v.get("exitCode").and_then(Value::as_i64),
-        reason: text("reason"),
-        message: text("message"),
-        disruption: text("disruption"),
-        waiting: text("waiting"),
-    })
-}
-
-fn faults_json(shared: &Shared) -> Response {
-    let f = relock(&shared.faults);
-    let rules: Vec<String> = f.rules().iter().map(ToString::to_string).collect();
-    let body = json!({"faults": rules, "injected": f.injected()});
-    Response::json(200, body.to_string().into_bytes())
-}
-
-fn quota_json(pods: Option<u64>) -> Response {
-    Response::json(200, json!({ "pods": pods }).to_string().into_bytes())
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::{FaultRule, SimOptions};
+use crate::faults::FaultRule;
+use crate::options::SimOptions;
 
 /// The flags of `podalloc sim` (clap derive): where to listen, TLS and authentication,
 /// the simulated kubelet's latencies and failures, and the faults, quota and RBAC denials
@@ -59,8 +60,10 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub nodes: usize,
     /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
-    /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, delete, cm-get,
-    /// cm-create, cm-update, ev-create, ev-patch, ev-list, ev-get. Faults: 429-text, 429-status,
+    /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, patch, delete,
+    /// deletecollection (pods), and with a prefix cm-* (ConfigMaps: list, get, create, update,
+    /// delete), lease-* (get, create, update, delete), ev-* (list, get, create, patch), ns-*
+    /// (list, get, create). Faults: 429-text, 429-status,
     /// 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410, garbage,
     /// html, no-kind, trickle[:MS], redirect.
     #[arg(long = "fault", value_name = "RULE", value_parser = parse_fault)]

@@ -1,14 +1,16 @@
 //! What kubectl needs besides the objects: API discovery, server-side printing (the `Table`
 //! format) and namespaces.
 //!
-//! - Discovery: `GET /api` (`APIVersions`), `/apis` (`APIGroupList`, no groups) and
-//!   `/api/v1` (`APIResourceList`: pods, events, configmaps, namespaces with the verbs the
-//!   simulator serves). kubectl 1.26+ first asks for aggregated discovery
+//! - Discovery, from the kind table (`resources.rs`): `GET /api` (`APIVersions`), `/apis`
+//!   (`APIGroupList`: `coordination.k8s.io`), `/apis/coordination.k8s.io` (`APIGroup`),
+//!   `/api/v1` and `/apis/coordination.k8s.io/v1` (`APIResourceList`: pods, configmaps,
+//!   events, namespaces; leases, each with exactly the verbs the router serves). kubectl 1.26+ first asks for aggregated discovery
 //!   (`Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,…,
 //!   application/json`); a server answering with plain `application/json` gets the legacy
 //!   documents read instead, which is what kube-apiserver did before 1.26.
 //! - OpenAPI v3, only as far as kubectl's field-validation check reads it: `GET
-//!   /openapi/v3` lists the `api/v1` document, and that document has, for each served kind,
+//!   /openapi/v3` lists one document per served group version (`api/v1`,
+//!   `apis/coordination.k8s.io/v1`), and each document has, for each of its kinds,
 //!   a PATCH operation tagged `x-kubernetes-group-version-kind` with the `fieldValidation`
 //!   query parameter. kubectl (`--validate=strict`, the default) looks for exactly that to
 //!   decide the server validates fields itself; it then sends `fieldValidation=Strict`
@@ -29,54 +31,12 @@ use std::time::SystemTime;
 use serde_json::{json, Value};
 
 use super::http::{Request, Response};
+use super::resources::{group_versions, Resource, RESOURCES};
 
-/// The resources `/api/v1` lists, with the verbs the simulator serves for them:
-/// (plural, singular, namespaced, Kind, verbs, short names).
-type ResourceRow = (
-    &'static str,
-    &'static str,
-    bool,
-    &'static str,
-    &'static [&'static str],
-    &'static [&'static str],
-);
-
-const RESOURCES: &[ResourceRow] = &[
-    (
-        "configmaps",
-        "configmap",
-        true,
-        "ConfigMap",
-        &["create", "delete", "get", "list", "update"],
-        &["cm"],
-    ),
-    (
-        "events",
-        "event",
-        true,
-        "Event",
-        &["create", "get", "list", "patch"],
-        &["ev"],
-    ),
-    (
-        "namespaces",
-        "namespace",
-        false,
-        "Namespace",
-        &["create", "get", "list"],
-        &["ns"],
-    ),
-    (
-        "pods",
-        "pod",
-        true,
-        "Pod",
-        &["create", "delete", "deletecollection", "get", "list"],
-        &["po"],
-    ),
-];
-
-/// The discovery documents (`/api`, `/apis`, `/api/v1`); `None` for other paths.
+/// The discovery documents, from the kind table ([`super::resources`]): `/api`
+/// (`APIVersions`), `/apis` (`APIGroupList`), `/api/v1` and `/apis/GROUP/VERSION`
+/// (`APIResourceList`), `/apis/GROUP` (`APIGroup`), as kube-apiserver's discovery handlers
+/// write them; `None` for other paths.
 pub(crate) fn discovery(req: &Request, segs: &[&str]) -> Option<Response> {
     if req.method != "GET" {
         return None;
@@ -84,64 +44,137 @@ pub(crate) fn discovery(req: &Request, segs: &[&str]) -> Option<Response> {
     let body = match segs {
         ["api"] => {
             let host = req.header("host").unwrap_or("");
-            json!({"kind": "APIVersions", "versions": ["v1"],
+            let versions: Vec<&str> = (group_versions().into_iter())
+                .filter(|(g, _)| g.is_empty())
+                .map(|(_, v)| v)
+                .collect();
+            json!({"kind": "APIVersions", "versions": versions,
                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
         }
-        ["apis"] => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-        ["api", "v1"] => {
-            let resources: Vec<Value> = RESOURCES
-                .iter()
-                .map(|(name, singular, namespaced, kind, verbs, short)| {
-                    let mut r = json!({"name": name, "singularName": singular,
-                        "namespaced": namespaced, "kind": kind, "verbs": verbs,
-                        "shortNames": short});
-                    if *name == "pods" {
-                        r["categories"] = json!(["all"]);
-                    }
-                    r
-                })
+        ["apis"] => {
+            let groups: Vec<Value> = (group_versions().into_iter())
+                .filter(|(g, _)| !g.is_empty())
+                .map(|(g, _)| api_group(g))
                 .collect();
-            json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        }
+        ["apis", g] if group_versions().iter().any(|(have, _)| have == g) => {
+            let mut doc = json!({"kind": "APIGroup", "apiVersion": "v1"});
+            doc.as_object_mut()?
+                .extend(api_group(g).as_object()?.clone());
+            doc
+        }
+        ["api", v] => resource_list("", v)?,
+        ["apis", g, v] if !g.is_empty() => resource_list(g, v)?,
+        _ => return None,
+    };
+    Some(Response::json(200, body.to_string().into_bytes()))
+}
+
+/// An `APIGroup` entry (name, versions, preferred version) without type meta.
+fn api_group(group: &str) -> Value {
+    let versions: Vec<Value> = (group_versions().into_iter())
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "preferredVersion": versions[0], "versions": versions})
+}
+
+/// The `APIResourceList` of a served group version (`None` when none is served there):
+/// each resource with its scope, kind, the verbs it serves (sorted, as the apiserver sorts
+/// them), short names and categories. The core group's list has no `apiVersion`, as
+/// kube-apiserver writes it.
+fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let rows: Vec<&Resource> = (RESOURCES.iter())
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    let first = rows.first()?;
+    let resources: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let mut verbs: Vec<&str> = r.verbs.iter().map(|v| v.as_str()).collect();
+            verbs.sort_unstable();
+            let mut doc = json!({"name": r.plural, "singularName": r.singular,
+                "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+            if !r.short_names.is_empty() {
+                doc["shortNames"] = json!(r.short_names);
+            }
+            if !r.categories.is_empty() {
+                doc["categories"] = json!(r.categories);
+            }
+            doc
+        })
+        .collect();
+    let mut doc = json!({"kind": "APIResourceList", "groupVersion": first.group_version(),
+                         "resources": resources});
+    if !group.is_empty() {
+        doc["apiVersion"] = json!("v1");
+    }
+    Some(doc)
+}
+
+/// The hash in each document's URL (kube-apiserver puts the document's hash there so that
+/// clients can cache it).
+const OPENAPI_HASH: &str = "5F1B0A2C8D9E4F6A7B3C1D2E0F9A8B7C6D5E4F3A2B1C0D9E8F7A6B5C4D3E2F1A";
+
+/// The URL path of a group version's API (`api/v1`, `apis/coordination.k8s.io/v1`), as the
+/// OpenAPI v3 index names its documents.
+fn api_path(group: &str, version: &str) -> String {
+    match group {
+        "" => format!("api/{version}"),
+        g => format!("apis/{g}/{version}"),
+    }
+}
+
+/// `GET /openapi/v3` (one document per served group version) and each document (see the
+/// module docs); `None` for other paths.
+pub(crate) fn openapi(req: &Request, segs: &[&str]) -> Option<Response> {
+    if req.method != "GET" {
+        return None;
+    }
+    let body = match segs {
+        ["openapi", "v3"] => {
+            let mut paths = serde_json::Map::new();
+            for (g, v) in group_versions() {
+                let url = format!("/openapi/v3/{}?hash={OPENAPI_HASH}", api_path(g, v));
+                paths.insert(api_path(g, v), json!({ "serverRelativeURL": url }));
+            }
+            json!({ "paths": paths })
+        }
+        ["openapi", "v3", rest @ ..] => {
+            let (g, v) =
+                (group_versions().into_iter()).find(|(g, v)| api_path(g, v) == rest.join("/"))?;
+            openapi_document(g, v)
         }
         _ => return None,
     };
     Some(Response::json(200, body.to_string().into_bytes()))
 }
 
-/// The hash in the `api/v1` document's URL (kube-apiserver puts the document's hash there so
-/// that clients can cache it).
-const OPENAPI_HASH: &str = "5F1B0A2C8D9E4F6A7B3C1D2E0F9A8B7C6D5E4F3A2B1C0D9E8F7A6B5C4D3E2F1A";
-
-/// `GET /openapi/v3` and `GET /openapi/v3/api/v1` (see the module docs); `None` for other
-/// paths.
-pub(crate) fn openapi(req: &Request, segs: &[&str]) -> Option<Response> {
-    if req.method != "GET" {
-        return None;
+/// The OpenAPI v3 document of one group version: for each of its kinds, the PATCH
+/// operation of an object's path with its group-version-kind and the `fieldValidation`
+/// parameter (what kubectl's `--validate=strict` looks for).
+fn openapi_document(group: &str, version: &str) -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let base = format!("/{}", api_path(group, version));
+        let path = match r.namespaced {
+            true => format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural),
+            false => format!("{base}/{}/{{name}}", r.plural),
+        };
+        paths.insert(path, json!({"patch": {
+            "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": r.kind},
+            "parameters": [{"name": "fieldValidation", "in": "query",
+                "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
+                "schema": {"type": "string", "uniqueItems": true}}],
+            "responses": {}}}));
     }
-    let body = match segs {
-        ["openapi", "v3"] => json!({"paths": {"api/v1": {
-            "serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")}}}),
-        ["openapi", "v3", "api", "v1"] => {
-            let mut paths = serde_json::Map::new();
-            for (name, _, namespaced, kind, _, _) in RESOURCES {
-                let path = match namespaced {
-                    true => format!("/api/v1/namespaces/{{namespace}}/{name}/{{name}}"),
-                    false => format!("/api/v1/{name}/{{name}}"),
-                };
-                paths.insert(path, json!({"patch": {
-                    "x-kubernetes-group-version-kind": {"group": "", "version": "v1", "kind": kind},
-                    "parameters": [{"name": "fieldValidation", "in": "query",
-                        "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
-                        "schema": {"type": "string", "uniqueItems": true}}],
-                    "responses": {}}}));
-            }
-            json!({"openapi": "3.0.0",
-                   "info": {"title": "Kubernetes", "version": "v1.34.0-podalloc-sim"},
-                   "paths": paths})
-        }
-        _ => return None,
-    };
-    Some(Response::json(200, body.to_string().into_bytes()))
+    json!({"openapi": "3.0.0",
+           "info": {"title": "Kubernetes", "version": "v1.34.0-podalloc-sim"},
+           "paths": paths})
 }
 
 /// True when the client asks for a `Table` (kubectl's `get`): an `Accept` entry with
@@ -426,5 +459,35 @@ mod tests {
         assert_eq!(pod_status(&p), "ExitCode:3");
         let p = json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
         assert_eq!(pod_status(&p), "Terminating");
+    }
+
+    /// Discovery lists every served resource with exactly its served verbs, pods' patch
+    /// included, and the coordination.k8s.io group beside the core one.
+    #[test]
+    fn discovery_lists_what_the_router_serves() {
+        for (g, v) in group_versions() {
+            let doc = resource_list(g, v).unwrap();
+            for r in doc["resources"].as_array().unwrap() {
+                let row = crate::resources::find(g, v, r["name"].as_str().unwrap()).unwrap();
+                let mut want: Vec<&str> = row.verbs.iter().map(|v| v.as_str()).collect();
+                want.sort_unstable();
+                assert_eq!(r["verbs"], json!(want), "{}", row.plural);
+            }
+        }
+        let core = resource_list("", "v1").unwrap();
+        let pods = (core["resources"].as_array().unwrap().iter())
+            .find(|r| r["name"] == "pods")
+            .unwrap();
+        assert!(pods["verbs"].as_array().unwrap().contains(&json!("patch")));
+        assert!(core.get("apiVersion").is_none());
+        let leases = resource_list("coordination.k8s.io", "v1").unwrap();
+        assert_eq!(leases["resources"][0]["name"], "leases");
+        assert_eq!(leases["apiVersion"], "v1");
+        let group = api_group("coordination.k8s.io");
+        assert_eq!(
+            group["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1"
+        );
+        assert!(resource_list("", "v2").is_none());
     }
 }

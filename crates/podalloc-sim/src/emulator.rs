@@ -24,9 +24,9 @@
 //! handed to [`KubeletEmulator::manage`] are touched; it runs as an admin user.
 
 use crate::containers;
+use crate::options::SimStats;
 use crate::pod::{self, Phase, Termination};
 use crate::util::{rfc3339, unit_draw};
-use crate::SimStats;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, BufRead, BufReader};

@@ -12,32 +12,6 @@ use std::time::Duration;
 
 use super::util::{fnv64, mix64, unit_draw};
 
-/// The verbs a rule (or `SimOptions::forbid`) can name, in the order error messages list
-/// them. `cm-*` are the ConfigMap verbs, `ev-*` the Event verbs.
-pub(crate) const VERBS: &[&str] = &[
-    "list",
-    "get",
-    "create",
-    "delete",
-    "deletecollection",
-    "cm-list",
-    "cm-get",
-    "cm-create",
-    "cm-update",
-    "cm-delete",
-    "lease-get",
-    "lease-create",
-    "lease-update",
-    "lease-delete",
-    "ev-list",
-    "ev-get",
-    "ev-create",
-    "ev-patch",
-    "ns-list",
-    "ns-get",
-    "ns-create",
-];
-
 /// Largest request number (and largest `N-M` range) a rule may name.
 const MAX_NTH: u64 = 1_000_000;
 /// Most request numbers one rule may list (ranges included).
@@ -121,8 +95,11 @@ pub enum When {
 /// One fault rule: `fault` hits the requests of `verb` selected by `when`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultRule {
-    /// `list`, `get`, `create`, `delete`, `deletecollection` (pods) or `cm-list`,
-    /// `cm-get`, `cm-create`, `cm-update`, `cm-delete` (configmaps).
+    /// A served verb, prefixed by its resource's fault prefix: `list`, `get`, `create`,
+    /// `patch`, `delete`, `deletecollection` (pods), `cm-list`, `cm-get`, `cm-create`,
+    /// `cm-update`, `cm-delete` (ConfigMaps), `lease-get`, `lease-create`, `lease-update`,
+    /// `lease-delete`, `ev-list`, `ev-get`, `ev-create`, `ev-patch` (Events), `ns-list`,
+    /// `ns-get`, `ns-create` (Namespaces).
     pub verb: String,
     /// What happens to the request.
     pub fault: Fault,
@@ -413,14 +390,17 @@ impl fmt::Display for FaultRule {
     }
 }
 
-/// Accepts a verb name listed in [`VERBS`].
+/// Accepts a verb name a rule (or `SimOptions::forbid`) can use: a served verb with its
+/// resource's prefix ([`super::resources::fault_verbs`]: `list`, `patch`, `cm-update`,
+/// `lease-get`, `ev-create`, `ns-list`, …). Errors: the list of valid names.
 pub(crate) fn check_verb(verb: &str) -> Result<(), String> {
-    if VERBS.contains(&verb) {
+    let verbs = super::resources::fault_verbs();
+    if verbs.iter().any(|v| v == verb) {
         Ok(())
     } else {
         Err(format!(
             "unknown verb {verb:?}; expected one of {}",
-            VERBS.join(", ")
+            verbs.join(", ")
         ))
     }
 }
@@ -557,7 +537,13 @@ mod tests {
             "{}",
             e("create")
         );
-        assert!(e("patch:500").contains("unknown verb \"patch\"; expected one of list, get"));
+        // A verb no resource serves with that name (pods have no `update`, Leases no list).
+        assert!(e("update:500").contains("unknown verb \"update\"; expected one of list, get"));
+        assert!(e("lease-list:500").contains("unknown verb \"lease-list\""));
+        // Every verb the router serves can be named, pods' `patch` included.
+        for verb in ["patch", "cm-update", "lease-get", "ev-patch", "ns-create"] {
+            assert_eq!(FaultRule::parse(&format!("{verb}:500")).unwrap().verb, verb);
+        }
         assert!(e("create:418").contains("unknown fault \"418\"; expected one of 429-text"));
         assert!(e("create:500@0").contains("1-based"));
         assert!(e("create:500@p=1.5").contains("within [0, 1]"));

@@ -298,7 +298,7 @@ pub(crate) fn decode_object(
     body: &[u8],
     want: &str,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    object_of(parse_body(body)?, want)
+    object_of(parse_body(body)?, want, "v1")
 }
 
 /// A request body as JSON; 400 with the apiserver's message when it is not JSON.
@@ -308,8 +308,13 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-/// [`decode_object`] for a body already parsed as JSON.
-pub(crate) fn object_of(v: Value, want: &str) -> Result<serde_json::Map<String, Value>, ApiError> {
+/// [`decode_object`] for a body already parsed as JSON, of kind `want` in `api_version`
+/// (`v1`, `coordination.k8s.io/v1`).
+pub(crate) fn object_of(
+    v: Value,
+    want: &str,
+    api_version_want: &str,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
     let Value::Object(mut obj) = v else {
         return Err(ApiError::bad_request(format!(
             "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
@@ -325,9 +330,9 @@ pub(crate) fn object_of(v: Value, want: &str) -> Result<serde_json::Map<String, 
             "the object provided is unrecognized (must be of type {want}): decoding kind {kind:?} ({api_version:?}) into {want}"
         )));
     }
-    if !api_version.is_empty() && api_version != "v1" {
+    if !api_version.is_empty() && api_version != api_version_want {
         return Err(ApiError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version (v1)"
+            "the API version in the data ({api_version}) does not match the expected API version ({api_version_want})"
         )));
     }
     Ok(obj)
@@ -342,7 +347,7 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
 
 /// [`decode`] for a body already parsed as JSON (one item of a seeded `PodList`).
 pub(crate) fn decode_value(v: Value) -> Result<Value, ApiError> {
-    let obj = object_of(v, "Pod")?;
+    let obj = object_of(v, "Pod", "v1")?;
     let mut pod = Value::Object(obj);
     check_types(&pod)?;
     // Go decodes a JSON null map value as "".

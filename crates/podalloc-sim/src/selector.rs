@@ -410,22 +410,6 @@ impl LabelSelector {
     }
 }
 
-/// The field labels the apiserver accepts for pods (`pod.ToSelectableFields` plus the
-/// conversion function); `spec.host` is the legacy alias of `spec.nodeName`.
-const POD_FIELDS: &[&str] = &[
-    "metadata.name",
-    "metadata.namespace",
-    "spec.nodeName",
-    "spec.restartPolicy",
-    "spec.schedulerName",
-    "spec.serviceAccountName",
-    "spec.hostNetwork",
-    "status.phase",
-    "status.podIP",
-    "status.podIPs",
-    "status.nominatedNodeName",
-];
-
 #[derive(Clone, Debug)]
 struct FieldTerm {
     field: &'static str,
@@ -433,7 +417,7 @@ struct FieldTerm {
     negate: bool,
 }
 
-/// A parsed pod field selector: terms that must all hold. Empty matches everything.
+/// A parsed field selector: terms that must all hold. Empty matches everything.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FieldSelector {
     terms: Vec<FieldTerm>,
@@ -502,25 +486,11 @@ fn unescape_value(s: &str) -> Result<String, String> {
 }
 
 impl FieldSelector {
-    /// Parses the `fieldSelector` query value for pods. Errors carry the apiserver's text
+    /// Parses a `fieldSelector` query value (`fields.ParseSelector`) against the field
+    /// labels the kind supports (its row's `fields` in [`super::resources`]; `spec.host` is
+    /// read as `spec.nodeName`, the pods' legacy alias). Errors carry the apiserver's text
     /// (`field label not supported: foo`) for a 400 BadRequest.
-    pub(crate) fn parse_for_pods(s: &str) -> Result<Self, String> {
-        Self::parse_with(s, POD_FIELDS)
-    }
-
-    /// Parses a field selector for a kind that supports only `metadata.name` and
-    /// `metadata.namespace` (ConfigMaps).
-    pub(crate) fn parse_for_metadata(s: &str) -> Result<Self, String> {
-        Self::parse_with(s, &["metadata.name", "metadata.namespace"])
-    }
-
-    /// Parses a field selector for Events (`involvedObject.name`, `reason`, `type`,
-    /// `source`, ...: [`super::events::EVENT_FIELDS`]).
-    pub(crate) fn parse_for_events(s: &str) -> Result<Self, String> {
-        Self::parse_with(s, super::events::EVENT_FIELDS)
-    }
-
-    fn parse_with(s: &str, supported: &[&'static str]) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str, supported: &[&'static str]) -> Result<Self, String> {
         let mut parts = split_terms(s);
         parts.sort();
         let mut terms = Vec::new();
@@ -564,6 +534,12 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::{of, Kind};
+
+    /// A pod field selector.
+    fn pods(s: &str) -> Result<FieldSelector, String> {
+        FieldSelector::parse(s, of(Kind::Pod).fields)
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -635,7 +611,7 @@ mod tests {
             "metadata.name" => "p-1",
             _ => "",
         };
-        let ok = |s: &str| FieldSelector::parse_for_pods(s).unwrap().matches(get);
+        let ok = |s: &str| pods(s).unwrap().matches(get);
         assert!(ok(""));
         assert!(ok("status.phase=Pending"));
         assert!(ok("status.phase==Pending"));
@@ -645,14 +621,14 @@ mod tests {
         assert!(ok("metadata.name=p-1,status.phase!=Running"));
         assert!(!ok("metadata.namespace=default"));
         assert_eq!(
-            FieldSelector::parse_for_pods("foo=bar").unwrap_err(),
+            pods("foo=bar").unwrap_err(),
             "field label not supported: foo"
         );
         assert_eq!(
-            FieldSelector::parse_for_pods("status.phase").unwrap_err(),
+            pods("status.phase").unwrap_err(),
             "invalid selector: 'status.phase'; can't understand 'status.phase'"
         );
-        assert!(FieldSelector::parse_for_pods("status.phase=a=b").is_err());
-        assert!(FieldSelector::parse_for_pods("status.phase = x").is_err());
+        assert!(pods("status.phase=a=b").is_err());
+        assert!(pods("status.phase = x").is_err());
     }
 }

@@ -345,10 +345,12 @@ struct SuccessBody<'a> {
 
 /// The `Status` a delete answers with for resources that do not return the deleted
 /// object (the generic registry's `finalizeDelete`): `status: Success`, details with the
-/// name, the resource as `kind`, and the uid; no `code`.
-pub(crate) fn delete_success(resource: &str, name: &str, uid: &str) -> Vec<u8> {
+/// name, the group (omitted for the core group), the resource as `kind`, and the uid; no
+/// `code`.
+pub(crate) fn delete_success(group: &str, resource: &str, name: &str, uid: &str) -> Vec<u8> {
     let details = Details {
         name: name.to_string(),
+        group: group.to_string(),
         kind: resource.to_string(),
         uid: uid.to_string(),
         ..Details::default()

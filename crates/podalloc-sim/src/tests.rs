@@ -1271,9 +1271,10 @@ fn list_pages_can_be_expired_by_a_fault() {
             when: super::When::Always,
         }])
         .is_err());
+    // Pods serve no update (PUT), so no rule may name it.
     assert!(SimServer::start(SimOptions {
         faults: vec![super::FaultRule {
-            verb: "patch".into(),
+            verb: "update".into(),
             fault: super::Fault::Reset,
             when: super::When::Always,
         }],

@@ -3,6 +3,11 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// An `InvalidInput` I/O error with `msg`.
+pub(crate) fn invalid_input(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, msg)
+}
+
 /// SplitMix64: a tiny, fast, seedable generator (Steele, Lea, Flood 2014). Good enough for
 /// ids and simulated failures; not for anything that needs to be unpredictable.
 #[derive(Clone, Debug)]

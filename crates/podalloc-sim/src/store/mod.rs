@@ -6,6 +6,13 @@
 //! the events that fell due up to `now`, in due order, and timestamps written into
 //! objects are those of the events themselves. So behaviour is deterministic given the
 //! clock, whether or not the background thread has run.
+//!
+//! This file is the API half (create, get, patch, delete, lists, quota); `kubelet.rs` is the
+//! simulated scheduler and kubelet that carry out the queued events. ConfigMaps, Leases and
+//! Events, and the resourceVersion counter, RNG and clock every kind shares, are the
+//! registry's (`registry.rs`), held here as `reg` under the same lock.
+
+mod kubelet;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
@@ -14,12 +21,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::configmap;
 use super::containers;
+use super::options::SimStats;
 use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
+use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Registry};
+use super::resources::Kind;
 use super::status::ApiError;
-use super::util::{fnv64, random_suffix, unit_draw, uuid_v4, SplitMix64, WallClock};
-use super::SimStats;
+use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
 
 /// How long after the containers stop the kubelet's final delete removes the object.
 const REMOVAL_DELAY: Duration = Duration::from_millis(100);
@@ -139,6 +147,61 @@ enum Stage {
     Stopped,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EvKind {
+    Schedule,
+    Start,
+    /// An image pull failed earlier: `ErrImagePull` turns into `ImagePullBackOff`.
+    BackOff,
+    Stop,
+    Remove,
+    Gc,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Event {
+    due: Instant,
+    order: u64,
+    kind: EvKind,
+    key: String,
+    uid: String,
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.order).cmp(&(other.due, other.order))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn node_name(i: usize) -> String {
+    format!("sim-node-{}", i + 1)
+}
+
+fn host_ip(node: &str) -> String {
+    match node
+        .strip_prefix("sim-node-")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(n) if n < 250 => format!("172.18.0.{}", n + 1),
+        _ => format!("172.18.1.{}", fnv64(&[node]) % 250 + 2),
+    }
+}
+
+fn pod_ip(seq: u64) -> String {
+    format!(
+        "10.{}.{}.{}",
+        244 + ((seq >> 16) & 7),
+        (seq >> 8) & 255,
+        seq & 255
+    )
+}
+
 #[derive(Clone, Debug)]
 struct Deletion {
     /// When the (first) graceful delete was accepted.
@@ -172,38 +235,6 @@ struct Entry {
     other_owners: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum EvKind {
-    Schedule,
-    Start,
-    /// An image pull failed earlier: `ErrImagePull` turns into `ImagePullBackOff`.
-    BackOff,
-    Stop,
-    Remove,
-    Gc,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-struct Event {
-    due: Instant,
-    order: u64,
-    kind: EvKind,
-    key: String,
-    uid: String,
-}
-
-impl Ord for Event {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.due, self.order).cmp(&(other.due, other.order))
-    }
-}
-
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 struct Snapshot {
     created: Instant,
     items: Arc<Vec<Arc<StoredPod>>>,
@@ -227,14 +258,6 @@ struct Counters {
     creates_by_app: BTreeMap<String, u64>,
 }
 
-/// One stored ConfigMap: the object without `kind`/`apiVersion`.
-#[derive(Debug)]
-struct CmEntry {
-    uid: String,
-    rv: String,
-    obj: Value,
-}
-
 /// How a create came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CreateMode {
@@ -242,14 +265,6 @@ pub(crate) enum CreateMode {
     Api,
     /// `POST /sim/pods/{ns}`: a given `status.phase` is kept and the pod is pinned.
     Seed,
-}
-
-/// `DeleteOptions` that matter here.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DeleteOptions {
-    pub grace_period_seconds: Option<i64>,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
 }
 
 /// `POST /sim/pods/{ns}/{name}/phase`.
@@ -290,8 +305,9 @@ pub(crate) struct ListSnap {
 /// The whole simulated cluster state.
 pub(crate) struct Store {
     cfg: StoreConfig,
-    clock: WallClock,
-    rv: u64,
+    /// Every other kind's objects, and the resourceVersion counter, RNG and clock every
+    /// kind shares.
+    pub(crate) reg: Registry,
     seq: u64,
     order: u64,
     pods: BTreeMap<String, Entry>,
@@ -299,9 +315,7 @@ pub(crate) struct Store {
     dependents: HashMap<String, BTreeSet<String>>,
     events: BinaryHeap<Reverse<Event>>,
     snapshots: HashMap<(String, u64), Snapshot>,
-    rng: SplitMix64,
     counters: Counters,
-    configmaps: BTreeMap<String, CmEntry>,
     /// Images the simulated registry does not have (exact references).
     missing_images: Vec<String>,
 }
@@ -310,35 +324,13 @@ fn secs(n: i64) -> Duration {
     Duration::from_secs(n.max(0) as u64)
 }
 
-fn node_name(i: usize) -> String {
-    format!("sim-node-{}", i + 1)
-}
-
-fn host_ip(node: &str) -> String {
-    match node
-        .strip_prefix("sim-node-")
-        .and_then(|n| n.parse::<u64>().ok())
-    {
-        Some(n) if n < 250 => format!("172.18.0.{}", n + 1),
-        _ => format!("172.18.1.{}", fnv64(&[node]) % 250 + 2),
-    }
-}
-
-fn pod_ip(seq: u64) -> String {
-    format!(
-        "10.{}.{}.{}",
-        244 + ((seq >> 16) & 7),
-        (seq >> 8) & 255,
-        seq & 255
-    )
-}
-
 impl Store {
     pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
+        let mut reg = Registry::new(SplitMix64::from_entropy(), clock);
+        reg.rv = 1000;
         Store {
             cfg,
-            clock,
-            rv: 1000,
+            reg,
             seq: 0,
             order: 0,
             pods: BTreeMap::new(),
@@ -346,71 +338,14 @@ impl Store {
             dependents: HashMap::new(),
             events: BinaryHeap::new(),
             snapshots: HashMap::new(),
-            rng: SplitMix64::from_entropy(),
             counters: Counters::default(),
-            configmaps: BTreeMap::new(),
             missing_images: Vec::new(),
         }
     }
 
-    fn push(&mut self, due: Instant, kind: EvKind, key: &str, uid: &str) {
-        self.order += 1;
-        self.events.push(Reverse(Event {
-            due,
-            order: self.order,
-            kind,
-            key: key.to_string(),
-            uid: uid.to_string(),
-        }));
-    }
-
     /// The current (global) resource version.
     pub(crate) fn rv(&self) -> u64 {
-        self.rv
-    }
-
-    /// Takes the next resource version, for an object kept outside this store (Leases).
-    pub(crate) fn next_rv(&mut self) -> String {
-        self.rv += 1;
-        self.rv.to_string()
-    }
-
-    /// When the next kubelet event falls due, if any.
-    pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.events.peek().map(|Reverse(e)| e.due)
-    }
-
-    /// Applies every event due at or before `now`, in order, and drops stale snapshots.
-    pub(crate) fn advance(&mut self, now: Instant) {
-        while let Some(Reverse(e)) = self.events.peek() {
-            if e.due > now {
-                break;
-            }
-            let Some(Reverse(e)) = self.events.pop() else {
-                break;
-            };
-            let current = self.pods.get(&e.key).is_some_and(|p| p.uid == e.uid);
-            if !current {
-                continue;
-            }
-            match e.kind {
-                EvKind::Schedule => self.on_schedule(&e.key, e.due),
-                EvKind::Start => self.on_start(&e.key, e.due),
-                EvKind::BackOff => self.on_back_off(&e.key),
-                EvKind::Stop => self.on_stop(&e.key, e.due),
-                EvKind::Remove => {
-                    if self.pods.get(&e.key).is_some_and(|p| p.deletion.is_some()) {
-                        self.remove(&e.key, e.due);
-                    }
-                }
-                EvKind::Gc => self.on_gc(&e.key, e.due),
-            }
-        }
-        if !self.snapshots.is_empty() {
-            let ttl = self.cfg.continue_ttl;
-            self.snapshots
-                .retain(|_, s| now.saturating_duration_since(s.created) <= ttl);
-        }
+        self.reg.rv
     }
 
     /// Parses the stored JSON, lets `f` change it, bumps the resource version and stores
@@ -422,8 +357,8 @@ impl Store {
         let entry = self.pods.get_mut(key)?;
         let mut v: Value = serde_json::from_str(&entry.pod.json).ok()?;
         f(&mut v, entry);
-        self.rv += 1;
-        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.reg.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.reg.rv.to_string());
         let ns_len = entry.pod.ns_len;
         let stored = Arc::new(StoredPod::new(key, ns_len, &v));
         entry.phase = Phase::parse(&stored.fields.phase).unwrap_or(entry.phase);
@@ -469,7 +404,7 @@ impl Store {
     /// its dependents.
     fn remove(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
         let e = self.pods.remove(key)?;
-        self.rv += 1;
+        self.reg.rv += 1;
         if e.live {
             self.count_live(e.app.as_deref(), false);
         }
@@ -490,247 +425,6 @@ impl Store {
             }
         }
         Some(e.pod)
-    }
-
-    fn on_schedule(&mut self, key: &str, due: Instant) {
-        let Some(e) = self.pods.get(key) else { return };
-        let retry = e.stage == Stage::Unschedulable && self.cfg.nodes > 0;
-        if (e.stage != Stage::Unscheduled && !retry) || e.pinned || e.deletion.is_some() {
-            return;
-        }
-        let preset = e.pod.fields.node_name.clone();
-        let seq = e.seq;
-        let t = self.clock.rfc3339(due);
-        let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
-        if preset.is_empty() && pod::is_gated(&v) {
-            // Not looked at until its gates are removed (`patch` schedules it then).
-            self.rewrite(key, |v, _| pod::mark_gated(v, &t));
-            return;
-        }
-        let node = if !preset.is_empty() {
-            preset
-        } else if self.cfg.nodes == 0 {
-            let msg = "0/0 nodes are available: no nodes available to schedule pods.";
-            self.rewrite(key, |v, e| {
-                pod::mark_unschedulable(v, &t, msg);
-                e.stage = Stage::Unschedulable;
-            });
-            return;
-        } else if let Some(until) = self.held_until(seq, due).filter(|_| !retry) {
-            let n = self.cfg.nodes;
-            let msg = format!("0/{n} nodes are available: {n} Insufficient cpu.");
-            self.rewrite(key, |v, e| {
-                pod::mark_unschedulable(v, &t, &msg);
-                e.stage = Stage::Unschedulable;
-            });
-            let uid = self
-                .pods
-                .get(key)
-                .map(|e| e.uid.clone())
-                .unwrap_or_default();
-            self.push(until, EvKind::Schedule, key, &uid);
-            return;
-        } else {
-            node_name((seq as usize - 1) % self.cfg.nodes)
-        };
-        let ip = host_ip(&node);
-        self.rewrite(key, |v, e| {
-            pod::mark_scheduled(v, &node, &ip, &t);
-            containers::mark_initializing(v, &t);
-            e.stage = Stage::Creating;
-        });
-        let uid = self
-            .pods
-            .get(key)
-            .map(|e| e.uid.clone())
-            .unwrap_or_default();
-        self.push(due + self.startup_latency(seq), EvKind::Start, key, &uid);
-    }
-
-    /// When the pod with creation number `seq`, reaching the scheduler at `due`, can be
-    /// scheduled if it is one of the pods held Unschedulable (`None`: it is not).
-    fn held_until(&self, seq: u64, due: Instant) -> Option<Instant> {
-        let until = self.clock.start() + self.cfg.unschedulable_until;
-        let frac = self.cfg.unschedulable_fraction;
-        let held = frac > 0.0 && due < until && unit_draw(self.cfg.seed ^ HOLD_STREAM, seq) < frac;
-        held.then_some(until)
-    }
-
-    /// The start-up latency of the pod with creation number `seq` (with the jitter).
-    fn startup_latency(&self, seq: u64) -> Duration {
-        let j = self.cfg.startup_jitter.clamp(0.0, 1.0);
-        if j == 0.0 {
-            return self.cfg.startup_latency;
-        }
-        let u = 2.0 * unit_draw(self.cfg.seed ^ JITTER_STREAM, seq) - 1.0;
-        self.cfg.startup_latency.mul_f64(1.0 + j * u)
-    }
-
-    fn on_start(&mut self, key: &str, due: Instant) {
-        let Some(e) = self.pods.get(key) else { return };
-        if e.stage != Stage::Creating || e.pinned || e.deletion.is_some() {
-            return;
-        }
-        let fail =
-            self.cfg.failure_rate > 0.0 && unit_draw(self.cfg.seed, e.seq) < self.cfg.failure_rate;
-        let never = e.restart_policy == "Never";
-        let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
-        let t = self.clock.rfc3339(due);
-        if !fail && self.start_containers(key, due) {
-            return;
-        }
-        self.rewrite(key, |v, e| {
-            if !fail {
-                pod::mark_running(v, &uid, &ip, &t);
-                e.stage = Stage::Started;
-            } else if never {
-                pod::mark_running(v, &uid, &ip, &t);
-                pod::mark_terminated(
-                    v,
-                    &uid,
-                    &pod::Termination::exited(Phase::Failed, 1, "Error"),
-                    &t,
-                );
-                e.stage = Stage::Stopped;
-            } else {
-                pod::mark_crash_loop(v, &uid, &ip, &t);
-                e.stage = Stage::Started;
-            }
-        });
-    }
-
-    /// The kubelet's start of a pod with init containers, a missing image or a volume that
-    /// cannot mount (see [`containers`]). Returns false for other pods (the plain path).
-    fn start_containers(&mut self, key: &str, due: Instant) -> bool {
-        let Some(e) = self.pods.get(key) else {
-            return true;
-        };
-        let v: Value = serde_json::from_str(&e.pod.json).unwrap_or_default();
-        let ns = e.pod.namespace().to_string();
-        let cm_exists = |name: &str| self.configmaps.contains_key(&format!("{ns}/{name}"));
-        if containers::unmountable_volume(&v, cm_exists).is_some() {
-            return true; // never mounts: the containers stay waiting, the pod Pending
-        }
-        let images = |key: &str| -> Vec<String> {
-            let list = v.pointer(&format!("/spec/{key}")).and_then(Value::as_array);
-            let images = list
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["image"].as_str());
-            images.map(str::to_string).collect()
-        };
-        let missing = (images("containers")
-            .into_iter()
-            .chain(images("initContainers")))
-        .any(|i| self.missing_images.contains(&i));
-        if !missing && !containers::has_init(&v) {
-            return false;
-        }
-        let (uid, ip) = (e.uid.clone(), pod_ip(e.seq));
-        let t = self.clock.rfc3339(due);
-        let missing_images = self.missing_images.clone();
-        let mut outcome = containers::Started::Running;
-        self.rewrite(key, |v, e| {
-            outcome = containers::start(v, &uid, &t, &missing_images);
-            if outcome == containers::Started::Running {
-                pod::set_pod_ip(v, &ip);
-                e.stage = Stage::Started;
-            }
-        });
-        if outcome == containers::Started::PullFailed {
-            self.push(due + self.cfg.startup_latency, EvKind::BackOff, key, &uid);
-        }
-        true
-    }
-
-    fn on_back_off(&mut self, key: &str) {
-        let Some(e) = self.pods.get(key) else { return };
-        if e.stage != Stage::Creating || e.pinned || e.deletion.is_some() {
-            return;
-        }
-        self.rewrite(key, |v, _| containers::back_off(v));
-    }
-
-    /// Sets the images the simulated registry does not have (see
-    /// [`crate::SimOptions::missing_images`]).
-    pub(crate) fn set_missing_images(&mut self, images: Vec<String>) {
-        self.missing_images = images;
-    }
-
-    /// One container of a running pod ends (see [`containers::terminate`]); the kubelet
-    /// leaves the pod alone from then on (but still carries out a deletion).
-    pub(crate) fn terminate_container(
-        &mut self,
-        ns: &str,
-        name: &str,
-        container: &str,
-        exit_code: i64,
-        reason: Option<&str>,
-        now: Instant,
-    ) -> Result<(), String> {
-        self.advance(now);
-        let key = format!("{ns}/{name}");
-        if !self.pods.contains_key(&key) {
-            return Err(format!("pods {name:?} not found"));
-        }
-        let t = self.clock.rfc3339(now);
-        let mut out = Ok(());
-        self.rewrite(&key, |v, e| {
-            match containers::terminate(v, container, exit_code, reason, &t) {
-                Ok(terminal) => {
-                    e.pinned = true;
-                    if terminal {
-                        e.stage = Stage::Stopped;
-                    }
-                }
-                Err(why) => out = Err(why),
-            }
-        });
-        out
-    }
-
-    fn on_stop(&mut self, key: &str, due: Instant) {
-        let Some(e) = self.pods.get(key) else { return };
-        let Some(d) = &e.deletion else { return };
-        if d.stopped || d.stop_due != due {
-            return;
-        }
-        // A node that stopped reporting cannot stop anything: the pod stays terminating.
-        if e.phase == Phase::Unknown {
-            return;
-        }
-        let killed = d.stop_due >= d.deadline;
-        let terminal = e.phase.is_terminal();
-        let uid = e.uid.clone();
-        let t = self.clock.rfc3339(due);
-        if terminal {
-            if let Some(d) = self.pods.get_mut(key).and_then(|e| e.deletion.as_mut()) {
-                d.stopped = true;
-            }
-        } else {
-            self.rewrite(key, |v, e| {
-                let exit = if killed { 137 } else { 143 };
-                pod::mark_terminated(v, &uid, &pod::Termination::killed(exit), &t);
-                e.stage = Stage::Stopped;
-                if let Some(d) = e.deletion.as_mut() {
-                    d.stopped = true;
-                }
-            });
-        }
-        let delay = REMOVAL_DELAY.min(self.cfg.stop_latency);
-        self.push(due + delay, EvKind::Remove, key, &uid);
-    }
-
-    fn on_gc(&mut self, key: &str, due: Instant) {
-        let Some(e) = self.pods.get(key) else { return };
-        if e.deletion.is_some() || e.other_owners || e.pod_owners.is_empty() {
-            return;
-        }
-        if e.pod_owners.iter().any(|o| self.uids.contains_key(o)) {
-            return;
-        }
-        let (ns, name) = (e.pod.namespace().to_string(), e.pod.name().to_string());
-        let _ = self.delete_at(&ns, &name, &DeleteOptions::default(), false, due);
     }
 
     /// Creates a pod from a decoded body (see `pod::decode`). Errors: 404 for a namespace
@@ -779,8 +473,8 @@ impl Store {
             }
             return Err(ApiError::already_exists(&name, generated));
         }
-        let uid = uuid_v4(&mut self.rng);
-        let created = self.clock.rfc3339(now);
+        let uid = uuid_v4(&mut self.reg.rng);
+        let created = self.reg.clock.rfc3339(now);
         v["metadata"]["uid"] = json!(uid);
         v["metadata"]["creationTimestamp"] = json!(created);
         v["metadata"]["generation"] = json!(1);
@@ -798,8 +492,8 @@ impl Store {
                 }
             }
         }
-        self.rv += 1;
-        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.reg.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.reg.rv.to_string());
         let stored = Arc::new(StoredPod::new(&key, ns.len(), &v));
         let entry = Entry::new(&stored, &v, &uid, seq, stage, seeded_phase.is_some());
         let gc = !entry.pod_owners.is_empty() && !entry.other_owners;
@@ -839,7 +533,7 @@ impl Store {
     /// Names a pod being created (see [`assign_name`]) against the pods of `ns`.
     fn assign_name(&mut self, v: &mut Value, ns: &str) -> (String, bool) {
         let taken = &self.pods;
-        assign_name(&mut self.rng, v, |c| {
+        assign_name(&mut self.reg.rng, v, |c| {
             taken.contains_key(&format!("{ns}/{c}"))
         })
     }
@@ -1114,7 +808,7 @@ impl Store {
         stop_due: Instant,
         dry_run: bool,
     ) -> Arc<StoredPod> {
-        let ts = self.clock.rfc3339(deadline);
+        let ts = self.reg.clock.rfc3339(deadline);
         if dry_run {
             let Some(e) = self.pods.get(key) else {
                 return Arc::new(StoredPod::new(key, 0, &json!({})));
@@ -1135,12 +829,7 @@ impl Store {
                 stopped: false,
             });
         });
-        let uid = self
-            .pods
-            .get(key)
-            .map(|e| e.uid.clone())
-            .unwrap_or_default();
-        self.push(stop_due, EvKind::Stop, key, &uid);
+        self.push_current(stop_due, EvKind::Stop, key);
         out.unwrap_or_else(|| Arc::new(StoredPod::new(key, 0, &json!({}))))
     }
 
@@ -1162,7 +851,7 @@ impl Store {
         if node.is_empty() && o.phase != Phase::Pending {
             node = node_name((seq as usize - 1) % self.cfg.nodes.max(1));
         }
-        let t = self.clock.rfc3339(now);
+        let t = self.reg.clock.rfc3339(now);
         let o = o.clone();
         self.rewrite(&key, |v, e| {
             e.pinned = true;
@@ -1241,7 +930,7 @@ impl Store {
                 };
                 (c.rv as u64, Arc::clone(&s.items))
             }
-            _ => (self.rv, Arc::new(self.collect(&prefix))),
+            _ => (self.reg.rv, Arc::new(self.collect(&prefix))),
         };
         let start = match cont {
             Some(c) => items.partition_point(|p| p.key[prefix.len()..] < *c.start),
@@ -1296,192 +985,6 @@ impl Store {
     pub(crate) fn keys_in(&mut self, ns: &str, now: Instant) -> Vec<Arc<StoredPod>> {
         self.advance(now);
         self.collect(&format!("{ns}/"))
-    }
-
-    /// Creates a ConfigMap from a decoded body (see `configmap::decode`). Errors: 404 for
-    /// an impossible namespace, 400 namespace mismatch, 422 invalid, 500 resourceVersion
-    /// set, 409 name taken. Returns the stored object (without type meta).
-    pub(crate) fn cm_create(
-        &mut self,
-        ns: &str,
-        mut v: Value,
-        dry_run: bool,
-        now: Instant,
-    ) -> Result<Value, ApiError> {
-        if !super::validation::dns1123_label(ns).is_empty() {
-            return Err(ApiError::namespace_not_found(ns));
-        }
-        let rv_set = prepare_create_metadata(&mut v, ns)?;
-        let taken = &self.configmaps;
-        let (name, generated) = assign_name(&mut self.rng, &mut v, |c| {
-            taken.contains_key(&format!("{ns}/{c}"))
-        });
-        let errs = configmap::validate(&v);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("ConfigMap", &name, &errs));
-        }
-        if rv_set {
-            return Err(ApiError::unknown_server_error(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-        let key = format!("{ns}/{name}");
-        if self.configmaps.contains_key(&key) {
-            return Err(ApiError::already_exists_in("configmaps", &name, generated));
-        }
-        let uid = uuid_v4(&mut self.rng);
-        v["metadata"]["uid"] = json!(uid);
-        v["metadata"]["creationTimestamp"] = json!(self.clock.rfc3339(now));
-        if dry_run {
-            return Ok(v);
-        }
-        self.rv += 1;
-        let rv = self.rv.to_string();
-        v["metadata"]["resourceVersion"] = json!(rv);
-        self.configmaps.insert(
-            key,
-            CmEntry {
-                uid,
-                rv,
-                obj: v.clone(),
-            },
-        );
-        Ok(v)
-    }
-
-    /// A stamp for writing another kind of object (Events): the next resource version
-    /// (shared by every kind, like etcd's revision), a fresh uid and the time `now`.
-    pub(crate) fn stamp(&mut self, now: Instant) -> super::events::Stamp {
-        self.rv += 1;
-        super::events::Stamp {
-            rv: self.rv,
-            uid: uuid_v4(&mut self.rng),
-            now: self.clock.rfc3339(now),
-        }
-    }
-
-    /// The current version of a ConfigMap, or 404.
-    pub(crate) fn cm_get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
-        self.configmaps
-            .get(&format!("{ns}/{name}"))
-            .map(|e| e.obj.clone())
-            .ok_or_else(|| ApiError::not_found("configmaps", name))
-    }
-
-    /// The ConfigMaps of `ns` (all namespaces with `None`) in key order, with the current
-    /// resource version.
-    pub(crate) fn cm_list(&self, ns: Option<&str>) -> (u64, Vec<Value>) {
-        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
-        let items = self
-            .configmaps
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, e)| e.obj.clone())
-            .collect();
-        (self.rv, items)
-    }
-
-    /// Replaces a ConfigMap (PUT). With `metadata.resourceVersion` the update is
-    /// conditional (409 Conflict when stale); without, unconditional. Errors also: 400
-    /// name/namespace mismatch, 404, 422 (uid changed, `immutable`, validation). An update
-    /// that changes nothing writes nothing (the resource version stays).
-    pub(crate) fn cm_update(
-        &mut self,
-        ns: &str,
-        name: &str,
-        mut v: Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        check_update_target(&v, ns, name)?;
-        let key = format!("{ns}/{name}");
-        let Some(old) = self.configmaps.get(&key) else {
-            return Err(ApiError::not_found("configmaps", name));
-        };
-        let want_rv = meta_str(&v, "resourceVersion").to_string();
-        if !want_rv.is_empty() && want_rv != old.rv {
-            return Err(ApiError::conflict(
-                "configmaps",
-                name,
-                configmap::OPTIMISTIC_LOCK,
-            ));
-        }
-        let meta = &mut v["metadata"];
-        meta["namespace"] = json!(ns);
-        if field_is_empty(meta, "uid") {
-            meta["uid"] = json!(old.uid);
-        }
-        meta["creationTimestamp"] = old.obj["metadata"]["creationTimestamp"].clone();
-        meta["resourceVersion"] = json!(old.rv);
-        if let Some(m) = meta.as_object_mut() {
-            for k in [
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-                "generation",
-                "managedFields",
-            ] {
-                m.remove(k);
-            }
-        }
-        let errs = configmap::validate_update(&v, &old.obj);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("ConfigMap", name, &errs));
-        }
-        if v == old.obj || dry_run {
-            return Ok(v);
-        }
-        self.rv += 1;
-        let rv = self.rv.to_string();
-        v["metadata"]["resourceVersion"] = json!(rv);
-        if let Some(e) = self.configmaps.get_mut(&key) {
-            e.rv = rv;
-            e.obj = v.clone();
-        }
-        Ok(v)
-    }
-
-    /// Deletes a ConfigMap (at once: no finalizers here); returns its uid. Errors: 404,
-    /// 409 for a failed uid or resourceVersion precondition.
-    pub(crate) fn cm_delete(
-        &mut self,
-        ns: &str,
-        name: &str,
-        opts: &DeleteOptions,
-        dry_run: bool,
-    ) -> Result<String, ApiError> {
-        let key = format!("{ns}/{name}");
-        let Some(e) = self.configmaps.get(&key) else {
-            return Err(ApiError::not_found("configmaps", name));
-        };
-        if let Some(uid) = opts.uid.as_deref().filter(|u| *u != e.uid) {
-            return Err(ApiError::conflict(
-                "ConfigMap",
-                name,
-                &format!(
-                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                    e.uid
-                ),
-            ));
-        }
-        if let Some(rv) = opts.resource_version.as_deref().filter(|rv| *rv != e.rv) {
-            return Err(ApiError::conflict(
-                "ConfigMap",
-                name,
-                &format!(
-                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                    e.rv
-                ),
-            ));
-        }
-        let uid = e.uid.clone();
-        if !dry_run {
-            self.configmaps.remove(&key);
-            self.rv += 1;
-        }
-        Ok(uid)
     }
 
     /// The counters (with `requests` left at 0 for the caller to fill in).
@@ -1580,50 +1083,6 @@ fn owners(v: &Value) -> (Vec<String>, bool) {
     (pod_owners, other_owners)
 }
 
-/// The metadata part of a create, for pods and ConfigMaps alike: `metadata` made an
-/// object, a namespace in the body must match the path's (400 otherwise, as the apiserver),
-/// the path's namespace set, and the fields only the server sets dropped. Returns whether
-/// the body carried a `resourceVersion` (the caller answers that with the real error).
-pub(crate) fn prepare_create_metadata(v: &mut Value, ns: &str) -> Result<bool, ApiError> {
-    if !v.get("metadata").is_some_and(Value::is_object) {
-        v["metadata"] = json!({});
-    }
-    let meta = &mut v["metadata"];
-    let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-    if !body_ns.is_empty() && body_ns != ns {
-        return Err(ApiError::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ));
-    }
-    meta["namespace"] = json!(ns);
-    let rv_set = meta
-        .get("resourceVersion")
-        .and_then(Value::as_str)
-        .is_some_and(|s| !s.is_empty() && s != "0");
-    if let Some(m) = meta.as_object_mut() {
-        for k in SYSTEM_META {
-            m.remove(*k);
-        }
-    }
-    Ok(rv_set)
-}
-
-/// Metadata fields only the server sets; dropped from a create's body.
-const SYSTEM_META: &[&str] = &[
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "selfLink",
-    "generation",
-    "managedFields",
-];
-
-fn field_is_empty(meta: &Value, k: &str) -> bool {
-    meta.get(k).and_then(Value::as_str).unwrap_or("").is_empty()
-}
-
 /// The apiserver's message for a continue token whose revision was compacted.
 pub(crate) const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
@@ -1670,69 +1129,6 @@ pub(crate) fn decode_continue(token: &str) -> Result<Continue, String> {
         rv: j.rv,
         start: j.start,
     })
-}
-
-/// The apiserver's `generateName`: the prefix cut to 58 characters plus 5 random
-/// alphanumerics, drawn again (up to 8 times) while `taken` says the name is in use.
-/// `metadata.K` of `v` as a string (`""` when absent or not a string).
-pub(crate) fn meta_str<'a>(v: &'a Value, k: &str) -> &'a str {
-    v["metadata"].get(k).and_then(Value::as_str).unwrap_or("")
-}
-
-/// A PUT's body names the object of its URL: its `metadata.name` is `name`, and its
-/// `metadata.namespace`, when set, is `ns` (kube-apiserver answers 400 BadRequest with these
-/// messages otherwise).
-pub(crate) fn check_update_target(v: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
-    let body_name = meta_str(v, "name");
-    if body_name != name {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({body_name}) does not match the name on the URL ({name})"
-        )));
-    }
-    let body_ns = meta_str(v, "namespace");
-    if !body_ns.is_empty() && body_ns != ns {
-        return Err(ApiError::bad_request(format!(
-            "the namespace of the object ({body_ns}) does not match the namespace on the request ({ns})"
-        )));
-    }
-    Ok(())
-}
-
-/// Names an object being created: its `metadata.name`, or, when that is empty, one generated
-/// from `metadata.generateName` that `taken` says is free (written into `v`). Returns the
-/// name and whether it was generated.
-fn assign_name(
-    rng: &mut SplitMix64,
-    v: &mut Value,
-    taken: impl Fn(&str) -> bool,
-) -> (String, bool) {
-    let field = |k: &str| {
-        v["metadata"]
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (name, prefix) = (field("name"), field("generateName"));
-    let generated = name.is_empty() && !prefix.is_empty();
-    let name = match generated {
-        true => generate_name(rng, &prefix, taken),
-        false => name,
-    };
-    v["metadata"]["name"] = json!(name);
-    (name, generated)
-}
-
-fn generate_name(rng: &mut SplitMix64, prefix: &str, taken: impl Fn(&str) -> bool) -> String {
-    let base: String = prefix.chars().take(58).collect();
-    let mut candidate = format!("{base}{}", random_suffix(rng, 5));
-    for _ in 0..8 {
-        if !taken(&candidate) {
-            break;
-        }
-        candidate = format!("{base}{}", random_suffix(rng, 5));
-    }
-    candidate
 }
 
 #[cfg(test)]

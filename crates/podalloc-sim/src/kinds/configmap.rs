@@ -1,22 +1,32 @@
 //! What the apiserver does to a ConfigMap object: decoding checks, `ValidateConfigMap`
 //! (config keys, no key in both `data` and `binaryData`, at most 1 MiB of values) and
-//! `ValidateConfigMapUpdate` (uid and `immutable`).
+//! `ValidateConfigMapUpdate` (`immutable`). The objects live in the registry (`registry.rs`).
 
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
-use super::pod::{json_kind, validate_meta};
-use super::status::ApiError;
-use super::validation::{config_map_key, FieldError};
+use super::Strategy;
+use crate::pod::{json_kind, validate_meta};
+use crate::status::ApiError;
+use crate::validation::{config_map_key, FieldError};
 
 /// `core.MaxSecretSize`: the most bytes of `data` plus `binaryData` values a ConfigMap may
 /// hold (1 MiB).
 pub(crate) const MAX_DATA_BYTES: usize = 1024 * 1024;
 
-/// The message of a 409 Conflict for an update with a stale resourceVersion
-/// (`OptimisticLockErrorMsg`).
-pub(crate) const OPTIMISTIC_LOCK: &str =
-    "the object has been modified; please apply your changes to the latest version and try again";
+/// The ConfigMap strategy (`configmap.Strategy`): `ValidateConfigMap` and
+/// `ValidateConfigMapUpdate`.
+pub(crate) struct ConfigMaps;
+
+impl Strategy for ConfigMaps {
+    fn validate(&self, obj: &Value, _ns: &str) -> Vec<FieldError> {
+        validate(obj)
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value, _ns: &str) -> Vec<FieldError> {
+        validate_update(new, old)
+    }
+}
 
 fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
     ApiError::bad_request(format!(
@@ -54,7 +64,7 @@ fn check_string_map(parent: &mut Value, key: &str, go_field: &str) -> Result<(),
 /// for non-JSON, a non-object, a foreign kind, a mistyped field or bad base64 in
 /// `binaryData` (re-encoded canonically). `kind` and `apiVersion` are removed.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let obj = super::pod::decode_object(body, "ConfigMap")?;
+    let obj = crate::pod::decode_object(body, "ConfigMap")?;
     let mut cm = Value::Object(obj);
     match cm.get_mut("metadata") {
         None | Some(Value::Null) => {}
@@ -170,24 +180,11 @@ pub(crate) fn validate(cm: &Value) -> Vec<FieldError> {
     errs
 }
 
-/// `ValidateConfigMapUpdate`: the uid cannot change, and once `immutable` is true neither
-/// it nor the data may change; then `ValidateConfigMap` on the new object.
+/// `ValidateConfigMapUpdate`: once `immutable` is true neither it nor the data may change;
+/// then `ValidateConfigMap` on the new object (the uid check is the registry's, common to
+/// every kind).
 pub(crate) fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let uid = |v: &Value| {
-        v.pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (new_uid, old_uid) = (uid(new), uid(old));
-    if new_uid != old_uid {
-        errs.push(FieldError::invalid(
-            "metadata.uid",
-            &new_uid,
-            "field is immutable",
-        ));
-    }
     let immutable = |v: &Value| v.get("immutable").and_then(Value::as_bool) == Some(true);
     if immutable(old) {
         const MSG: &str = "field is immutable when `immutable` is set";
@@ -202,19 +199,6 @@ pub(crate) fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
     }
     errs.extend(validate(new));
     errs
-}
-
-/// The object as a single-object response: `kind` and `apiVersion` first.
-pub(crate) fn object_json(stored: &Value) -> Vec<u8> {
-    let body = serde_json::to_string(stored).unwrap_or_else(|_| "{}".into());
-    let mut out = Vec::with_capacity(body.len() + 40);
-    out.extend_from_slice(br#"{"kind":"ConfigMap","apiVersion":"v1""#);
-    let rest = &body[1..];
-    if !rest.starts_with('}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(rest.as_bytes());
-    out
 }
 
 #[cfg(test)]

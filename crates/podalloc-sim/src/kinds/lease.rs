@@ -5,41 +5,32 @@
 //! Decoding checks the types of the spec fields (`holderIdentity` a string, the durations
 //! and counts int32, the times `MicroTime` strings), and validation is the apiserver's
 //! `ValidateLease`: the name a DNS-1123 subdomain, `leaseDurationSeconds` > 0 and
-//! `leaseTransitions` ≥ 0 when set. Resource versions come from the store's global counter,
-//! as etcd's revision is shared by every kind.
+//! `leaseTransitions` ≥ 0 when set. The objects live in the registry (`registry.rs`), which
+//! does what every kind shares (metadata, the optimistic lock, the resourceVersion counter
+//! shared with every kind, as etcd's revision is).
 
-use std::collections::BTreeMap;
-use std::time::SystemTime;
+use serde_json::Value;
 
-use serde_json::{json, Value};
-
-use super::configmap::OPTIMISTIC_LOCK;
-use super::pod::{json_kind, validate_meta};
-use super::status::ApiError;
-use super::store::{check_update_target, meta_str, Store};
-use super::validation::FieldError;
+use super::Strategy;
+use crate::pod::{json_kind, object_of, parse_body, validate_meta};
+use crate::status::ApiError;
+use crate::validation::FieldError;
 
 /// The group/version of Leases.
 pub(crate) const API_VERSION: &str = "coordination.k8s.io/v1";
 
-/// The group-qualified resource, as API errors name it.
-const RESOURCE: &str = "leases.coordination.k8s.io";
+/// The Lease strategy (`lease.Strategy`): `ValidateLease`, and no unconditional update
+/// (`AllowUnconditionalUpdate` is false).
+pub(crate) struct Leases;
 
-/// Details of an error about a Lease: group `coordination.k8s.io`, kind `leases` (the
-/// message keeps the qualified resource, as `NewNotFound(qualifiedResource, …)` renders it).
-fn grouped(mut e: ApiError) -> ApiError {
-    if let Some(d) = e.details.as_mut() {
-        d.group = "coordination.k8s.io".into();
-        d.kind = "leases".into();
+impl Strategy for Leases {
+    fn validate(&self, obj: &Value, _ns: &str) -> Vec<FieldError> {
+        validate(obj)
     }
-    e
-}
 
-/// The Leases of every namespace, by `ns/name`.
-#[derive(Default)]
-pub(crate) struct Leases {
-    items: BTreeMap<String, Value>,
-    next_uid: u64,
+    fn allow_unconditional_update(&self) -> bool {
+        false
+    }
 }
 
 fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
@@ -125,29 +116,7 @@ fn parse_micro_time(s: &str) -> Result<(), String> {
 /// Decodes a create or update body, as the apiserver's decoder would: 400 for non-JSON, a
 /// foreign kind or group, or a mistyped field. `kind` and `apiVersion` are removed.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    let Value::Object(mut obj) = v else {
-        return Err(ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value",
-            json_kind(&v)
-        )));
-    };
-    let kind = obj.remove("kind");
-    let api_version = obj.remove("apiVersion");
-    let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("");
-    let api_version = api_version.as_ref().and_then(Value::as_str).unwrap_or("");
-    if !kind.is_empty() && kind != "Lease" {
-        return Err(ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type Lease): decoding kind {kind:?} ({api_version:?}) into Lease"
-        )));
-    }
-    if !api_version.is_empty() && api_version != API_VERSION {
-        return Err(ApiError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version ({API_VERSION})"
-        )));
-    }
+    let obj = object_of(parse_body(body)?, "Lease", API_VERSION)?;
     let lease = Value::Object(obj);
     match lease.get("metadata") {
         None | Some(Value::Null) | Some(Value::Object(_)) => {}
@@ -200,186 +169,26 @@ pub(crate) fn validate(lease: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_meta(lease.get("metadata").unwrap_or(&Value::Null), &mut errs);
     let spec = &lease["spec"];
-    if let Some(d) = spec["leaseDurationSeconds"].as_i64() {
-        if d <= 0 {
-            errs.push(FieldError::invalid(
-                "spec.leaseDurationSeconds",
-                &d.to_string(),
-                "must be greater than 0",
-            ));
+    // (field, least valid value, message)
+    let checks = [
+        ("leaseDurationSeconds", 1, "must be greater than 0"),
+        ("leaseTransitions", 0, "must be greater than or equal to 0"),
+    ];
+    for (field, least, msg) in checks {
+        if let Some(n) = spec[field].as_i64().filter(|n| *n < least) {
+            let mut e = FieldError::invalid(format!("spec.{field}"), &n.to_string(), msg);
             // Go prints the int32 value unquoted.
-            if let Some(e) = errs.last_mut() {
-                e.value = d.to_string();
-            }
-        }
-    }
-    if let Some(t) = spec["leaseTransitions"].as_i64() {
-        if t < 0 {
-            errs.push(FieldError::invalid(
-                "spec.leaseTransitions",
-                &t.to_string(),
-                "must be greater than or equal to 0",
-            ));
-            if let Some(e) = errs.last_mut() {
-                e.value = t.to_string();
-            }
+            e.value = n.to_string();
+            errs.push(e);
         }
     }
     errs
 }
 
-/// The object as a single-object response: `kind` and `apiVersion` first.
-pub(crate) fn object_json(stored: &Value) -> Vec<u8> {
-    let body = serde_json::to_string(stored).unwrap_or_else(|_| "{}".into());
-    let mut out = Vec::with_capacity(body.len() + 60);
-    out.extend_from_slice(br#"{"kind":"Lease","apiVersion":"coordination.k8s.io/v1""#);
-    let rest = &body[1..];
-    if !rest.starts_with('}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(rest.as_bytes());
-    out
-}
-
-impl Leases {
-    /// The Lease `ns/name`, or 404.
-    pub(crate) fn get(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
-        self.items
-            .get(&format!("{ns}/{name}"))
-            .cloned()
-            .ok_or_else(|| grouped(ApiError::not_found(RESOURCE, name)))
-    }
-
-    /// Creates a Lease. Errors: 404 for an impossible namespace, 400 namespace mismatch, 422
-    /// invalid, 500 resourceVersion set, 409 AlreadyExists.
-    pub(crate) fn create(
-        &mut self,
-        store: &mut Store,
-        ns: &str,
-        mut v: Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        if !super::validation::dns1123_label(ns).is_empty() {
-            return Err(ApiError::namespace_not_found(ns));
-        }
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        let body_ns = meta_str(&v, "namespace");
-        if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        let rv_set = !matches!(meta_str(&v, "resourceVersion"), "" | "0");
-        let name = meta_str(&v, "name").to_string();
-        let meta = &mut v["metadata"];
-        meta["namespace"] = json!(ns);
-        if let Some(m) = meta.as_object_mut() {
-            for k in [
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-                "managedFields",
-            ] {
-                m.remove(k);
-            }
-        }
-        let errs = validate(&v);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("Lease", &name, &errs));
-        }
-        if rv_set {
-            return Err(ApiError::unknown_server_error(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-        let key = format!("{ns}/{name}");
-        if self.items.contains_key(&key) {
-            return Err(grouped(ApiError::already_exists_in(RESOURCE, &name, false)));
-        }
-        self.next_uid += 1;
-        v["metadata"]["uid"] = json!(format!("1ea5e000-0000-4000-8000-{:012x}", self.next_uid));
-        v["metadata"]["creationTimestamp"] = json!(super::util::rfc3339(SystemTime::now()));
-        if dry_run {
-            return Ok(v);
-        }
-        v["metadata"]["resourceVersion"] = json!(store.next_rv());
-        self.items.insert(key, v.clone());
-        Ok(v)
-    }
-
-    /// Replaces a Lease (PUT): conditional on `metadata.resourceVersion` when set (409
-    /// Conflict when stale). Errors also: 400 name/namespace mismatch, 404, 422. An update
-    /// that changes nothing keeps the resource version.
-    pub(crate) fn update(
-        &mut self,
-        store: &mut Store,
-        ns: &str,
-        name: &str,
-        mut v: Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        if !v.get("metadata").is_some_and(Value::is_object) {
-            v["metadata"] = json!({});
-        }
-        check_update_target(&v, ns, name)?;
-        let key = format!("{ns}/{name}");
-        let Some(old) = self.items.get(&key) else {
-            return Err(grouped(ApiError::not_found(RESOURCE, name)));
-        };
-        let want_rv = meta_str(&v, "resourceVersion");
-        let old_rv = meta_str(old, "resourceVersion").to_string();
-        if want_rv.is_empty() {
-            // Leases do not allow unconditional updates (`AllowUnconditionalUpdate` is
-            // false in the Lease strategy).
-            let mut e = FieldError::invalid(
-                "metadata.resourceVersion",
-                "",
-                "must be specified for an update",
-            );
-            e.value = "0x0".into();
-            return Err(ApiError::invalid("Lease.coordination.k8s.io", name, &[e]));
-        }
-        if want_rv != old_rv {
-            return Err(grouped(ApiError::conflict(RESOURCE, name, OPTIMISTIC_LOCK)));
-        }
-        let meta = &mut v["metadata"];
-        meta["namespace"] = json!(ns);
-        meta["uid"] = old["metadata"]["uid"].clone();
-        meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
-        meta["resourceVersion"] = json!(old_rv);
-        let errs = validate(&v);
-        if !errs.is_empty() {
-            return Err(ApiError::invalid("Lease", name, &errs));
-        }
-        if &v == old || dry_run {
-            return Ok(v);
-        }
-        v["metadata"]["resourceVersion"] = json!(store.next_rv());
-        self.items.insert(key, v.clone());
-        Ok(v)
-    }
-
-    /// Deletes a Lease at once; returns its uid. Errors: 404.
-    pub(crate) fn delete(
-        &mut self,
-        store: &mut Store,
-        ns: &str,
-        name: &str,
-    ) -> Result<String, ApiError> {
-        let v = self
-            .items
-            .remove(&format!("{ns}/{name}"))
-            .ok_or_else(|| grouped(ApiError::not_found(RESOURCE, name)))?;
-        store.next_rv();
-        Ok(meta_str(&v, "uid").to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn decoding_checks_group_and_types() {
@@ -443,5 +252,24 @@ mod tests {
                 "spec.leaseTransitions: Invalid value: -1: must be greater than or equal to 0"
             ]
         );
+    }
+
+    /// A Lease's uid and creationTimestamp come from the registry's seeded RNG and clock, as
+    /// every kind's do (not from a counter and the system clock).
+    #[test]
+    fn uid_and_creation_time_come_from_the_seeded_rng_and_the_clock() {
+        use crate::registry::Registry;
+        use crate::resources::{of, Kind};
+        use crate::util::{SplitMix64, WallClock};
+        let now = std::time::Instant::now();
+        let body = || json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}});
+        let create = |r: &mut Registry| r.create(of(Kind::Lease), "a", body(), false, now).unwrap();
+        let mut r = Registry::new(SplitMix64::new(7), WallClock::new());
+        let lease = create(&mut r);
+        assert_eq!(lease["metadata"]["creationTimestamp"], r.clock.rfc3339(now));
+        let again = create(&mut Registry::new(SplitMix64::new(7), WallClock::new()));
+        assert_eq!(lease["metadata"]["uid"], again["metadata"]["uid"]);
+        let uid = lease["metadata"]["uid"].as_str().unwrap();
+        assert_eq!((uid.len(), &uid[14..15]), (36, "4"), "a v4 UUID: {uid}");
     }
 }

@@ -1,0 +1,187 @@
+//! A resource request parsed once from its method and path, as kube-apiserver's
+//! `RequestInfoFactory.NewRequestInfo` parses it: `/api/v1/…` or `/apis/GROUP/VERSION/…`,
+//! then `namespaces/NS/PLURAL[/NAME]` or `PLURAL[/NAME]`; the verb from the method (GET with a
+//! name is `get`, without one `list`; DELETE without a name is `deletecollection`).
+
+use super::resources::{self, Resource, Verb};
+use super::status::ApiError;
+
+/// What a resource request asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RequestInfo<'a> {
+    pub verb: Verb,
+    pub res: &'static Resource,
+    /// The namespace of a namespaced resource; `None` for a list across all namespaces and
+    /// for cluster-scoped resources.
+    pub ns: Option<&'a str>,
+    /// The object's name; `None` for collection verbs (list, create, deletecollection).
+    pub name: Option<&'a str>,
+}
+
+impl<'a> RequestInfo<'a> {
+    /// Parses `segs` (the decoded path segments). Errors: 404 `the server could not find
+    /// the requested resource` for a path naming no served resource (or an empty segment,
+    /// or a subresource), 405 for a verb the resource does not serve (see
+    /// [`Resource::verbs`]).
+    pub(crate) fn parse(method: &str, segs: &[&'a str]) -> Result<Self, ApiError> {
+        let (group, version, rest) = match segs {
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return Err(ApiError::path_not_found()),
+        };
+        let (ns, rest) = match rest {
+            // `namespaces/NS` alone is the Namespace NS itself.
+            ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(*ns), more),
+            _ => (None, rest),
+        };
+        let (plural, name) = match rest {
+            [plural] => (*plural, None),
+            [plural, name] => (*plural, Some(*name)),
+            _ => return Err(ApiError::path_not_found()),
+        };
+        let res = resources::find(group, version, plural).ok_or_else(ApiError::path_not_found)?;
+        let scoped = match (res.namespaced, ns, name) {
+            // A namespaced object needs its namespace (without one, the collection is the
+            // list across all namespaces); a cluster-scoped resource has none.
+            (true, None, Some(_)) | (false, Some(_), _) => false,
+            _ => !ns.is_some_and(str::is_empty) && !name.is_some_and(str::is_empty),
+        };
+        if !scoped {
+            return Err(ApiError::path_not_found());
+        }
+        let verb = verb_of(method, name.is_some()).ok_or_else(ApiError::method_not_allowed)?;
+        // Across all namespaces only list is served.
+        let all_namespaces = res.namespaced && ns.is_none();
+        if !res.serves(verb) || all_namespaces && verb != Verb::List {
+            return Err(ApiError::method_not_allowed());
+        }
+        Ok(RequestInfo {
+            verb,
+            res,
+            ns,
+            name,
+        })
+    }
+
+    /// The verb name fault rules, `forbid` and the request log use (`cm-update`).
+    pub(crate) fn fault_verb(&self) -> String {
+        self.res.fault_verb(self.verb)
+    }
+}
+
+/// The verb of `method` on a named object or on a collection.
+fn verb_of(method: &str, named: bool) -> Option<Verb> {
+    Some(match (method, named) {
+        ("GET", true) => Verb::Get,
+        ("GET", false) => Verb::List,
+        ("POST", false) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Kind;
+
+    fn parse(
+        method: &str,
+        path: &str,
+    ) -> Result<(Verb, Kind, Option<String>, Option<String>), u16> {
+        let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        RequestInfo::parse(method, &segs)
+            .map(|r| {
+                let own = |s: Option<&str>| s.map(str::to_string);
+                (r.verb, r.res.id, own(r.ns), own(r.name))
+            })
+            .map_err(|e| e.code)
+    }
+
+    #[test]
+    fn paths_name_resources_as_the_table_lists_them() {
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(
+            parse("GET", "/api/v1/pods"),
+            Ok((Verb::List, Kind::Pod, None, None))
+        );
+        assert_eq!(
+            parse("PATCH", "/api/v1/namespaces/a/pods/p"),
+            Ok((Verb::Patch, Kind::Pod, s("a"), s("p")))
+        );
+        assert_eq!(
+            parse("DELETE", "/api/v1/namespaces/a/pods"),
+            Ok((Verb::DeleteCollection, Kind::Pod, s("a"), None))
+        );
+        assert_eq!(
+            parse("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/l"),
+            Ok((Verb::Update, Kind::Lease, s("a"), s("l")))
+        );
+        assert_eq!(
+            parse("GET", "/api/v1/namespaces/a"),
+            Ok((Verb::Get, Kind::Namespace, None, s("a")))
+        );
+        assert_eq!(
+            parse("POST", "/api/v1/namespaces"),
+            Ok((Verb::Create, Kind::Namespace, None, None))
+        );
+    }
+
+    #[test]
+    fn unserved_paths_and_verbs_are_refused() {
+        for (m, p, code) in [
+            ("GET", "/api/v1/namespaces/a/secrets", 404),
+            ("GET", "/api/v1/namespaces/a/pods/p/status", 404),
+            ("GET", "/api/v1/namespaces//pods", 404),
+            ("GET", "/api/v1/pods/p", 404),
+            ("GET", "/api/v1/namespaces/a/leases/l", 404),
+            ("GET", "/api/v1/namespaces/a/namespaces", 404),
+            ("PUT", "/api/v1/namespaces/a/pods/p", 405),
+            ("POST", "/api/v1/pods", 405),
+            ("PATCH", "/api/v1/namespaces/a/configmaps/c", 405),
+            (
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/a/leases",
+                405,
+            ),
+            ("DELETE", "/api/v1/namespaces/a", 405),
+        ] {
+            assert_eq!(parse(m, p).map(|_| ()), Err(code), "{m} {p}");
+        }
+    }
+
+    /// Every verb the table lists (and so discovery advertises) is routed, and no other.
+    #[test]
+    fn routing_serves_exactly_the_verbs_discovery_lists() {
+        for r in crate::resources::RESOURCES {
+            let base = match r.group {
+                "" => "/api/v1".to_string(),
+                g => format!("/apis/{g}/{}", r.version),
+            };
+            let coll = match r.namespaced {
+                true => format!("{base}/namespaces/a/{}", r.plural),
+                false => format!("{base}/{}", r.plural),
+            };
+            for v in Verb::ALL {
+                let (method, path) = match v {
+                    Verb::List => ("GET", coll.clone()),
+                    Verb::Create => ("POST", coll.clone()),
+                    Verb::DeleteCollection => ("DELETE", coll.clone()),
+                    Verb::Get => ("GET", format!("{coll}/x")),
+                    Verb::Update => ("PUT", format!("{coll}/x")),
+                    Verb::Patch => ("PATCH", format!("{coll}/x")),
+                    Verb::Delete => ("DELETE", format!("{coll}/x")),
+                };
+                let got = parse(method, &path).map(|(verb, kind, _, _)| (verb, kind));
+                let want = match r.serves(v) {
+                    true => Ok((v, r.id)),
+                    false => Err(405),
+                };
+                assert_eq!(got, want, "{method} {path}");
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The one table of the kinds the simulator serves, as kube-apiserver's `APIGroupInfo`s list
+//! them: each row names a resource's group, version, plural, kind, scope, the verbs served,
+//! the short names and categories discovery advertises, the selectable fields and the
+//! prefix of its fault-rule verb names. Routing (`request.rs`), RBAC messages, fault
+//! and `forbid` verb names, discovery, the OpenAPI v3 index and field selectors all read
+//! this table, so a kind is served exactly where it is listed.
+
+/// A Kubernetes API verb, as the apiserver's `RequestInfo` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verb {
+    List,
+    Get,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+}
+
+impl Verb {
+    /// Every verb, in the order fault-rule error messages list them.
+    pub(crate) const ALL: [Verb; 7] = [
+        Verb::List,
+        Verb::Get,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+        Verb::DeleteCollection,
+    ];
+
+    /// The verb's name in RBAC, discovery and audit (`list`, `deletecollection`, …).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Verb::List => "list",
+            Verb::Get => "get",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
+/// Which kind a row is, for dispatching on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    Pod,
+    ConfigMap,
+    Lease,
+    Event,
+    Namespace,
+}
+
+/// One served resource (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Resource {
+    /// What the row is.
+    pub id: Kind,
+    /// API group: `""` for the core group (`/api/v1`), else served under `/apis/GROUP/VERSION`.
+    pub group: &'static str,
+    pub version: &'static str,
+    /// The path segment (`pods`) and RBAC resource name.
+    pub plural: &'static str,
+    pub singular: &'static str,
+    /// The `kind` of an object (`Pod`).
+    pub kind: &'static str,
+    pub namespaced: bool,
+    /// The verbs served; any other is 405 MethodNotAllowed.
+    pub verbs: &'static [Verb],
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Prefix of the verb names fault rules and `SimOptions::forbid` use (`cm-` gives
+    /// `cm-list`); pods have none.
+    pub fault_prefix: &'static str,
+    /// The field labels a `fieldSelector` may name (the kind's `ToSelectableFields`).
+    pub fields: &'static [&'static str],
+}
+
+impl Resource {
+    /// `plural` for the core group, else `plural.group` (the apiserver's
+    /// `GroupResource.String`, used in 403 and 404 messages).
+    pub(crate) fn qualified(&self) -> String {
+        match self.group {
+            "" => self.plural.to_string(),
+            g => format!("{}.{g}", self.plural),
+        }
+    }
+
+    /// `v1` for the core group, else `group/version`.
+    pub(crate) fn group_version(&self) -> String {
+        match self.group {
+            "" => self.version.to_string(),
+            g => format!("{g}/{}", self.version),
+        }
+    }
+
+    /// The name fault rules give `verb` on this resource (`cm-update`).
+    pub(crate) fn fault_verb(&self, verb: Verb) -> String {
+        format!("{}{}", self.fault_prefix, verb.as_str())
+    }
+
+    pub(crate) fn serves(&self, verb: Verb) -> bool {
+        self.verbs.contains(&verb)
+    }
+}
+
+/// Selectable fields every kind has (`generic.ObjectMetaFieldsSet`).
+const META_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+
+/// The pods' field labels: `pod.ToSelectableFields` plus the conversion function (which
+/// also accepts `spec.host`, the legacy alias of `spec.nodeName`).
+const POD_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.podIPs",
+    "status.nominatedNodeName",
+];
+
+/// The Events' field labels: the apiserver's `EventToSelectableFields` plus metadata.
+pub(crate) const EVENT_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+/// The served resources; fault verbs are listed in this order.
+pub(crate) static RESOURCES: &[Resource] = &[
+    Resource {
+        id: Kind::Pod,
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        verbs: &[
+            Verb::List,
+            Verb::Get,
+            Verb::Create,
+            Verb::Patch,
+            Verb::Delete,
+            Verb::DeleteCollection,
+        ],
+        short_names: &["po"],
+        categories: &["all"],
+        fault_prefix: "",
+        fields: POD_FIELDS,
+    },
+    Resource {
+        id: Kind::ConfigMap,
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        verbs: &[
+            Verb::List,
+            Verb::Get,
+            Verb::Create,
+            Verb::Update,
+            Verb::Delete,
+        ],
+        short_names: &["cm"],
+        categories: &[],
+        fault_prefix: "cm-",
+        fields: META_FIELDS,
+    },
+    Resource {
+        id: Kind::Lease,
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        verbs: &[Verb::Get, Verb::Create, Verb::Update, Verb::Delete],
+        short_names: &[],
+        categories: &[],
+        fault_prefix: "lease-",
+        fields: META_FIELDS,
+    },
+    Resource {
+        id: Kind::Event,
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        verbs: &[Verb::List, Verb::Get, Verb::Create, Verb::Patch],
+        short_names: &["ev"],
+        categories: &[],
+        fault_prefix: "ev-",
+        fields: EVENT_FIELDS,
+    },
+    Resource {
+        id: Kind::Namespace,
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        verbs: &[Verb::List, Verb::Get, Verb::Create],
+        short_names: &["ns"],
+        categories: &[],
+        fault_prefix: "ns-",
+        fields: &["metadata.name", "status.phase"],
+    },
+];
+
+/// The row of `id`.
+pub(crate) fn of(id: Kind) -> &'static Resource {
+    RESOURCES
+        .iter()
+        .find(|r| r.id == id)
+        .expect("every kind has a row")
+}
+
+/// The row served at `group/version/plural`, if any.
+pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The served group versions, each once, in table order: `(group, version)`.
+pub(crate) fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+/// Every verb name a fault rule or `forbid` may use, in table order and [`Verb::ALL`]
+/// order within a row (`list`, `get`, `create`, `patch`, …, `cm-list`, …).
+pub(crate) fn fault_verbs() -> Vec<String> {
+    RESOURCES
+        .iter()
+        .flat_map(|r| {
+            Verb::ALL
+                .iter()
+                .filter(|v| r.serves(**v))
+                .map(|v| r.fault_verb(*v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_verbs_keep_their_names() {
+        let v = fault_verbs();
+        for want in [
+            "list",
+            "deletecollection",
+            "patch",
+            "cm-update",
+            "lease-get",
+            "ev-patch",
+            "ns-create",
+        ] {
+            assert!(v.iter().any(|n| n == want), "{want} in {v:?}");
+        }
+        assert_eq!(&v[..3], ["list", "get", "create"]);
+        assert!(!v.iter().any(|n| n == "update" || n == "lease-list"));
+    }
+
+    #[test]
+    fn rows_are_found_by_path_and_id() {
+        let lease = find("coordination.k8s.io", "v1", "leases").unwrap();
+        assert_eq!(lease.qualified(), "leases.coordination.k8s.io");
+        assert_eq!(lease.group_version(), "coordination.k8s.io/v1");
+        assert_eq!(of(Kind::Pod).qualified(), "pods");
+        assert!(find("", "v1", "leases").is_none());
+        assert_eq!(
+            group_versions(),
+            [("", "v1"), ("coordination.k8s.io", "v1")]
+        );
+    }
+}

@@ -121,6 +121,46 @@ fn a_state_file_of_another_cluster_is_an_error_naming_both_servers() {
     );
 }
 
+/// The default state path is keyed by cluster: pointing podalloc at another cluster (another
+/// kubeconfig context, a restarted simulator) with the same app finds no state there and
+/// starts clean, and the first cluster's state is still there and still its own.
+#[test]
+fn the_default_state_path_is_per_cluster_so_another_context_is_not_an_error() {
+    let a = SimWorld::new().app("ctx").no_state_file().start();
+    let b = SimWorld::new().app("ctx").no_state_file().start();
+    let home = tempfile::tempdir().unwrap();
+    let run = |w: &World, args: &[&str]| {
+        let out = w
+            .cmd(args)
+            .env("XDG_STATE_HOME", home.path())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    };
+    run(&a, &["reconcile", "--target", "2"]);
+    for args in [&["status"][..], &["reconcile", "--target", "1"][..]] {
+        run(&b, args);
+    }
+    run(&a, &["status"]);
+    let files: Vec<_> = walk(home.path());
+    assert_eq!(files.len(), 2, "one state per cluster: {files:?}");
+    assert_eq!((a.sim.stats().creates, b.sim.stats().creates), (2, 1));
+}
+
+/// Every `.json` file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn an_old_state_file_without_its_cluster_keeps_working_and_gets_it_at_the_next_save() {
     let w = SimWorld::new().app("old-state").start();

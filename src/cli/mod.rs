@@ -389,7 +389,8 @@ pub struct AppArgs {
     /// The application id: the `spark-app-selector` label value of its executor pods.
     #[arg(long, global = true, env = "PODALLOC_APP_ID", value_name = "ID")]
     pub app_id: Option<String>,
-    /// State file (default: `$XDG_STATE_HOME/podalloc/<namespace>/<app id>.json`).
+    /// State file (default: `$XDG_STATE_HOME/podalloc/<cluster>/<namespace>/<app id>.json`,
+    /// `<cluster>` the API server's host_port, so each kubeconfig context has its own).
     #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Where the state lives: `file` (--state-file, the default) or `configmap:NAME` (a

@@ -67,6 +67,7 @@ impl Conn {
             state_dir: StateDir {
                 dir: state_dir,
                 configmap: a.state_configmaps.clone(),
+                server: cfg.server.clone(),
             },
             _sim: sim,
         };
@@ -568,6 +569,11 @@ struct SplitSink {
 impl PageSink for SplitSink {
     type Error = KubeError;
 
+    /// The split snapshot reads Protobuf pages too.
+    fn accepts_protobuf(&self) -> bool {
+        true
+    }
+
     fn restart(&mut self) {
         self.split.restart();
     }
@@ -649,6 +655,8 @@ struct StateDir {
     /// `PREFIX-<app id>` of its namespace instead (what replicas under `--leader-elect`
     /// share).
     configmap: Option<String>,
+    /// The API server, which keys the default state path ([`state::default_path_for`]).
+    server: String,
 }
 
 impl StateDir {
@@ -659,7 +667,7 @@ impl StateDir {
         }
         StoreAt::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
-            None => state::default_path(ns, app_id),
+            None => state::default_path_for(&self.server, ns, app_id),
         })
     }
 }

@@ -98,7 +98,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
         (None, Some(s)) => s.state_file(),
-        (None, None) => state::default_path(&namespace, &app.app_id),
+        (None, None) => state::default_path_for(&owner.server, &namespace, &app.app_id),
     };
     Ok(Env {
         client,

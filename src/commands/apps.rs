@@ -604,7 +604,12 @@ fn list_split(client: &KubeClient, ids: &[(&str, Option<&str>)]) -> Result<Split
     };
     let page_size = 500;
     let selector = format!("{LABEL_ROLE}={ROLE_EXECUTOR}");
-    if let Err(e) = client.list_pods(&selector, None, Some(page_size), &mut sink) {
+    let lp = crate::kube::ListParams {
+        label_selector: &selector,
+        field_selector: None,
+        limit: Some(page_size),
+    };
+    if let Err(e) = client.api(&crate::kube::PODS).list(&lp, &mut sink) {
         return Err(match sink.parse_error {
             Some(p) => Error::runtime(format!("the pod list could not be used: {p}")),
             None => reconcile::kube_error(e),

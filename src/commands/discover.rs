@@ -90,7 +90,12 @@ impl Discovery {
         ns: &str,
         slots: &mut [Slot<'_>],
     ) -> Vec<Found> {
-        let items = match client.list_pod_items(&self.selector, None, Some(500)) {
+        let lp = crate::kube::ListParams {
+            label_selector: &self.selector,
+            field_selector: None,
+            limit: Some(500),
+        };
+        let items = match client.api(&crate::kube::PODS).list_items(&lp) {
             Ok((items, _)) => items,
             Err(e) => {
                 let sel = &self.selector;
@@ -239,7 +244,8 @@ impl Discovery {
         }
         let key = multi::TEMPLATE_KEY;
         let cm = client
-            .get_configmap(name)
+            .api(&crate::kube::CONFIG_MAPS)
+            .get(name)
             .map_err(|e| format!("cannot read ConfigMap {name:?}: {e}"))?
             .ok_or_else(|| {
                 format!(

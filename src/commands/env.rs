@@ -273,7 +273,7 @@ impl Env {
     /// leases).
     pub(super) fn lease_leader(&self) -> Option<String> {
         let name = crate::leader::default_lease_name(&self.app.app_id);
-        let lease = match self.client.get_lease(&name) {
+        let lease = match self.client.api(&crate::kube::LEASES).get(&name) {
             Ok(l) => l?,
             Err(e) => {
                 log::debug!("lease {name} not read: {e}");

@@ -79,7 +79,7 @@ pub struct LeaderInfo {
 /// leases to a read-only user).
 fn leader_info(env: &super::env::Env, name: Option<&str>) -> Result<Option<LeaderInfo>> {
     let name = super::elect::lease_name(name, &env.app.app_id)?;
-    match env.client.get_lease(&name) {
+    match env.client.api(&crate::kube::LEASES).get(&name) {
         Ok(Some(v)) => {
             let r = crate::leader::Observed::from_lease(&v).record;
             Ok(Some(LeaderInfo {

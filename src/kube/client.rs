@@ -22,10 +22,10 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
-use super::api::{ListParams, Preconditions, Resource, CONFIG_MAPS, LEASES, PODS};
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
+use super::resource::{Resource, LEASES};
 use super::secret::{KeyData, PemData, Secret};
 
 /// The `User-Agent` header: `podalloc/<crate version>`.
@@ -534,7 +534,7 @@ impl fmt::Debug for KubeClient {
     }
 }
 
-/// One HTTP request, as [`super::api::Api`] builds it.
+/// One HTTP request, as [`super::Api`] builds it.
 pub(super) struct Request {
     pub(super) method: Method,
     pub(super) url: String,
@@ -1703,72 +1703,6 @@ impl KubeClient {
             }
         }
         KubeClient::with_options(cfg, options)
-    }
-
-    /// `api(&PODS).list(…)` ([`super::Api::list`]). Kept for commands/ until the runner lands.
-    ///
-    /// Errors: as [`super::Api::list`].
-    pub fn list_pods<S: PageSink + ?Sized>(
-        &self,
-        label_selector: &str,
-        field_selector: Option<&str>,
-        limit: Option<u32>,
-        sink: &mut S,
-    ) -> Result<ListStats, KubeError> {
-        let lp = ListParams {
-            label_selector,
-            field_selector,
-            limit,
-        };
-        self.api(&PODS).list(&lp, sink)
-    }
-
-    /// `api(&PODS).list_items(…)` ([`super::Api::list_items`]). Kept for commands/ until the
-    /// runner lands.
-    ///
-    /// Errors: as [`super::Api::list_items`].
-    pub fn list_pod_items(
-        &self,
-        label_selector: &str,
-        field_selector: Option<&str>,
-        limit: Option<u32>,
-    ) -> Result<(Vec<serde_json::Value>, ListStats), KubeError> {
-        let lp = ListParams {
-            label_selector,
-            field_selector,
-            limit,
-        };
-        self.api(&PODS).list_items(&lp)
-    }
-
-    /// `api(&PODS).delete(name, preconditions)`, with `(uid, resource_version)`. Kept for
-    /// commands/ until the runner lands.
-    ///
-    /// Errors: as [`super::Api::delete`].
-    pub fn delete_pod(
-        &self,
-        name: &str,
-        preconditions: Option<(&str, &str)>,
-    ) -> Result<Deleted, KubeError> {
-        let pre = preconditions.map(|(uid, resource_version)| Preconditions {
-            uid,
-            resource_version,
-        });
-        self.api(&PODS).delete(name, pre)
-    }
-
-    /// `api(&CONFIG_MAPS).get(name)`. Kept for commands/ until the runner lands.
-    ///
-    /// Errors: as [`super::Api::get`].
-    pub fn get_configmap(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        self.api(&CONFIG_MAPS).get(name)
-    }
-
-    /// `api(&LEASES).get(name)`. Kept for commands/ until the runner lands.
-    ///
-    /// Errors: as [`super::Api::get`].
-    pub fn get_lease(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
-        self.api(&LEASES).get(name)
     }
 }
 

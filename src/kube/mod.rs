@@ -38,6 +38,7 @@ mod error;
 mod exec;
 mod files;
 pub(crate) mod protowire;
+mod resource;
 mod secret;
 #[cfg(test)]
 mod tests;

@@ -612,7 +612,7 @@ pub enum Command {
     /// Keep many apps at their targets in one process, as `run` keeps one: from an apps
     /// file, or every driver pod a label selector finds (one executor list per namespace for
     /// the apps due; `scale`, `add` and `remove` of its apps are handed to it).
-    Apps(crate::multi::AppsArgs),
+    Apps(AppsArgs),
     /// Show the counts: target, running, pending, unacknowledged, failed. Changes nothing.
     Status(StatusArgs),
     /// Set the target to N executors: one tick, or handed to the loop that owns the app.
@@ -972,6 +972,73 @@ pub fn parse_max_pending(s: &str) -> Result<u32, String> {
 pub fn parse_id(s: &str) -> Result<u64, String> {
     crate::snapshot::parse_executor_id(s.trim())
         .ok_or_else(|| format!("{s:?} is not an executor id (a whole number ≥ 1)"))
+}
+
+/// `apps`: which apps, and how long to run.
+#[derive(clap::Args, Debug, Clone)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["file", "discover"]))]
+pub struct AppsArgs {
+    /// YAML file listing the apps (`apps:` then `- app-id: …` entries with namespace,
+    /// template or image, target, batch-size, driver-pod, state-file, state-store). The
+    /// global flags are every app's defaults.
+    #[arg(long, env = "PODALLOC_APPS_FILE", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Manage every app whose driver pod matches this label selector (e.g.
+    /// `spark-role=driver`) and carries the annotation podalloc.io/executors=N (the target;
+    /// optional podalloc.io/batch-size and podalloc.io/executor-template, a ConfigMap name
+    /// with the template under `template.yaml`). The app id is the driver's
+    /// spark-app-selector label; executors are owned by their driver.
+    #[arg(long, env = "PODALLOC_DISCOVER", value_name = "SELECTOR")]
+    pub discover: Option<String>,
+    /// Directory of the apps' state files: DIR/<namespace>/<app id>.json [default: as
+    /// --state-file's default].
+    #[arg(long, env = "PODALLOC_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Keep each app's state in the ConfigMap PREFIX-<app id> of its namespace instead of
+    /// a file (what replicas under --leader-elect share), unless its apps-file entry says.
+    #[arg(long, env = "PODALLOC_STATE_CONFIGMAPS", value_name = "PREFIX", conflicts_with = "state_dir", value_parser = parse_prefix)]
+    pub state_configmaps: Option<String>,
+    /// Time between an app's ticks while something is in flight (creates not yet seen,
+    /// pending pods, a batch to make, a back-off, queued requests), and between lists of the
+    /// driver pods with --discover [default: --batch-delay].
+    #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<std::time::Duration>,
+    /// Time between an app's ticks at rest (converged, nothing queued), as `run`'s. A
+    /// steering request (file store), a signal, a deadline of the app's plan, or (with
+    /// --discover) a change of its driver's annotations or phase wakes it sooner.
+    #[arg(long, env = "PODALLOC_IDLE_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub idle_interval: std::time::Duration,
+    /// Exit once every app still managed has converged (exit 0, or the first failed app's
+    /// exit code).
+    #[arg(long, env = "PODALLOC_UNTIL_CONVERGED", value_parser = clap::builder::BoolishValueParser::new())]
+    pub until_converged: bool,
+    /// One pass over the apps, then exit (for cron).
+    #[arg(long, conflicts_with = "until_converged")]
+    pub once: bool,
+    /// Give up after this long (exit 5 with --until-converged if not converged).
+    #[arg(long, env = "PODALLOC_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Leader election, as `run --leader-elect`: one Lease (default `podalloc-apps`) for
+    /// every app of the process; only its holder ticks.
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
+    /// Log an app's tick summary line when something changed, else only this often (a
+    /// heartbeat); unchanged ticks log at debug level.
+    #[arg(long, env = "PODALLOC_LOG_EVERY", value_name = "DURATION", value_parser = parse_duration, default_value = "5m")]
+    pub log_every: std::time::Duration,
+}
+
+/// `--state-configmaps PREFIX`: a DNS-1123 subdomain of at most 200 characters (the app id
+/// is added). Errors: a message naming the rule.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.len() <= 200 && crate::leader::valid_lease_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid ConfigMap name prefix (lower-case letters, digits, '-' and \
+             '.', at most 200, alphanumeric at both ends)"
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -619,7 +619,7 @@ def main():
                     help="scenarios run at once (each on its own two simulators; default 2)")
     ap.add_argument("--real", action="store_true",
                     help="on one real control plane (scripts/controlplane.sh, the kubelet emulator) instead of "
-                         "simulators; only the scenarios it can play (default: those with \"real\": true)")
+                         "simulators; only the scenarios marked \"real\": true (those it can play)")
     ap.add_argument("--recompare", metavar="DIR",
                     help="compare the decisions an earlier --out DIR kept, without running anything")
     a = ap.parse_args()
@@ -630,8 +630,10 @@ def main():
     a.real_runs = itertools.count(1)
     if a.real and not a.recompare:
         import real
-        if not a.only:
-            files = [f for f in files if json.loads(f.read_text()).get("real")]
+        files = [f for f in files if json.loads(f.read_text()).get("real")]
+        if not files:
+            print("spark-peer: no scenario marked \"real\" is selected" + (" (--only)" if a.only else ""))
+            sys.exit(0 if a.only else 1)
         a.real = real.ControlPlane(outdir / "controlplane")
         print(f"spark-peer: real control plane at {a.real.url} (files in {outdir / 'controlplane'})", flush=True)
     else:
@@ -663,7 +665,9 @@ def main():
             status = "ok" if not r["unexplained"] else "FAIL"
             failed += bool(r["unexplained"])
             lag = lag_ms(r["spark"][0], r["podalloc"][0])
-            print(f"{status:4} {r['name']} (Spark {r['spark_version']}, {took:.0f}s; Spark's decisions at most {lag} ms behind)")
+            where = "real kube-apiserver, " if a.real else ""
+            print(f"{status:4} {r['name']} ({where}Spark {r['spark_version']}, {took:.0f}s; "
+                  f"Spark's decisions at most {lag} ms behind)")
             for k, v in r["diffs"].items():
                 tag = "explained" if k not in r["unexplained"] else "UNEXPLAINED"
                 print(f"     {tag} {k}: {v}")
@@ -681,7 +685,7 @@ def main():
     if a.real:
         a.real.stop()
     print(f"logs in {outdir}")
-    print(f"spark-peer: {len(files) - failed} passed, {failed} failed")
+    print(f"spark-peer: {len(files) - failed} passed, {failed} failed" + (" (real control plane)" if a.real else ""))
     sys.exit(1 if failed else 0)
 
 

@@ -50,10 +50,10 @@ DRIVER = APP + "-driver"
 TOKEN = "peer-token"
 # A query parameter on the requests this script makes (faults), which the API ignores.
 FAULT_MARK = "peerFault=1"
-# What the real control plane (peers/real.py) cannot play: a pod that never starts or is
-# never listed (no API-only form that does not race the emulator), and the simulator's
-# flags other than the start-up latency.
-REAL_UNSUPPORTED = ("hold", "hide")
+# What the real control plane (peers/real.py) cannot play: a pod that never starts (no
+# API-only form that does not race the emulator's bind), and the simulator's flags other
+# than the start-up latency.
+REAL_UNSUPPORTED = ("hold",)
 REAL_SIM_FLAGS = ("--startup-latency",)
 EXEC_NAME = re.compile(r"-exec-([0-9]+)$")
 IDS_IN = re.compile(r"spark-exec-id in \(([0-9, ]*)\)")
@@ -149,6 +149,9 @@ class Sim:
     def delete_by_hand(self, name, mark):
         return self.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}?{mark}", auth=True)
 
+    def relabel(self, name, labels):
+        return patch_labels(self, name, labels)
+
     def seed_driver(self):
         pod = {"metadata": {"name": DRIVER, "labels": {"spark-app-selector": APP, "spark-role": "driver"}},
                "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:peer"}]},
@@ -221,7 +224,7 @@ def drive_faults(sim, events, t0, stop):
                 pending = set(ev["hide"])
                 while pending and not stop.is_set():
                     for i in sorted(pending):
-                        s, _ = patch_labels(sim, pod_name(i), {"spark-role": "hidden"})
+                        s, _ = sim.relabel(pod_name(i), {"spark-role": "hidden"})
                         if s == 200:
                             pending.discard(i)
                     time.sleep(0.005)

@@ -12,9 +12,10 @@ verb, user, requestURI, objectRef, response code and a microsecond time per requ
 this module turns into the simulator's request-log lines, so compare.decisions() reads both.
 Faults go through the API as the admin, as `kubectl` would: an executor that fails (its
 status written Failed, exit code 1, through pods/NAME/status once it runs: the emulator then
-leaves it), a pod deleted by hand (DELETE, default grace period). A pod that never starts or is
-never listed has no API-only form that does not race the emulator: scenarios with "hold" or
-"hide" are simulator-only (compare.REAL_UNSUPPORTED).
+leaves it), a pod deleted by hand (DELETE, default grace period), a pod never listed
+(relabelled spark-role=hidden as soon as it exists, as on the simulator). A pod that never
+starts has no API-only form that does not race the emulator's bind: scenarios with "hold"
+are simulator-only (compare.REAL_UNSUPPORTED).
 
 Python 3 standard library only.
 """
@@ -281,6 +282,12 @@ class RealSide:
             if s != 409:
                 return s
         return s
+
+    def relabel(self, name, labels):
+        """A merge patch of the pod's labels, as `kubectl label --overwrite` (a pod never listed)."""
+        body = json.dumps({"metadata": {"labels": labels}}).encode()
+        return self.cp.call("PATCH", f"/api/v1/namespaces/{self.ns}/pods/{name}", body,
+                            "application/merge-patch+json")
 
     def delete_by_hand(self, name, mark):
         return self.cp.call("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{name}?{mark}")

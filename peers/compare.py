@@ -631,6 +631,9 @@ def main():
     if a.only:
         files = [f for f in files if any(f.stem.startswith(o) for o in a.only)]
     a.real_runs = itertools.count(1)
+    if not a.real:
+        # "real_only": a scenario the simulator cannot serve (Spark's watch source).
+        files = [f for f in files if not json.loads(f.read_text()).get("real_only")]
     if a.real and not a.recompare:
         import real
         files = [f for f in files if json.loads(f.read_text()).get("real")]

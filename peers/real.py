@@ -214,14 +214,14 @@ class Emulator:
 
 
 def startup_ms(flags):
-    """The scenario's --startup-latency (a `podalloc sim` flag) in ms; the simulator's default 0.5 s."""
+    """The scenario's --startup-latency (a `podalloc sim` flag) in ms; the simulator's default 1 s."""
     for i, f in enumerate(flags):
         if f == "--startup-latency" and i + 1 < len(flags):
             m = re.fullmatch(r"([0-9.]+)(ms|s)", flags[i + 1])
             if not m:
                 raise ValueError(f"--startup-latency {flags[i + 1]}")
             return int(float(m.group(1)) * (1 if m.group(2) == "ms" else 1000))
-    return 500
+    return 1000
 
 
 class RealSide:

@@ -121,6 +121,14 @@ class RealAudit(unittest.TestCase):
             (1000, "delete", [1, 2], 200, "collection status.phase=Pending"),
         ])
 
+    def test_startup_latency_of_a_scenario(self):
+        import real
+        self.assertEqual(real.startup_ms(["--startup-latency", "3s"]), 3000)
+        self.assertEqual(real.startup_ms(["--seed", "1", "--startup-latency", "500ms"]), 500)
+        self.assertEqual(real.startup_ms([]), 1000)
+        with self.assertRaises(ValueError):
+            real.startup_ms(["--startup-latency", "soon"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -538,7 +538,10 @@ def real_sides(args, sc, work):
         ns = f"{base}-{side}-{run}"
         args.real.namespace(ns, side)
         sides[side] = real.RealSide(args.real, ns)
-    emu = real.Emulator(args.real, [s.ns for s in sides.values()], real.startup_ms(sc.get("sim", [])), work)
+    # The simulator's schedule (200 ms) and stop (500 ms) latencies, so both servers' pods
+    # move alike.
+    emu = real.Emulator(args.real, [s.ns for s in sides.values()], real.startup_ms(sc.get("sim", [])), work,
+                        schedule_ms=200, stop_ms=500)
     try:
         # The driver pods first, Running before either allocator starts, as the simulator
         # seeds them (podalloc creates no executor while its driver pod is pending).

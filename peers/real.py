@@ -190,10 +190,10 @@ class ControlPlane:
 class Emulator:
     """The kubelet emulator over some namespaces (target/release/examples/kubelet)."""
 
-    def __init__(self, cp, namespaces, startup_ms, workdir):
+    def __init__(self, cp, namespaces, startup_ms, workdir, schedule_ms=50, stop_ms=100):
         exe = ROOT / "target/release/examples/kubelet"
         args = [str(exe), "--server", cp.url, "--ca", str(cp.ca), "--token-file", str(cp.cp / "admin.token"),
-                "--startup-ms", str(startup_ms)]
+                "--startup-ms", str(startup_ms), "--schedule-ms", str(schedule_ms), "--stop-ms", str(stop_ms)]
         for ns in namespaces:
             args += ["--namespace", ns]
         self.log = open(Path(workdir) / "kubelet.log", "w")

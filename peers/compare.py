@@ -21,8 +21,13 @@ with the executor ids of its label selector) and compared:
 A difference a scenario does not list under "explained" (with its explanation, also in
 docs/semantics.md) fails the run (exit 1).
 
+With --real, the scenarios marked "real" are played on one real control plane instead
+(peers/real.py: kube-apiserver + etcd, the kubelet emulator, a namespace per side, the
+decisions read from the audit log); a scenario's "explained_real" adds differences that
+only the real server may show.
+
 Usage: peers/compare.py --jar-dir DIR [--podalloc target/release/podalloc] [--only NAME...]
-       [--out DIR] [--bench FILE.json]   (the 0 -> 300 -> 0 performance anchor)
+       [--out DIR] [--real]
 Python 3 standard library only.
 """
 

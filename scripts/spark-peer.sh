@@ -51,22 +51,24 @@ fi
 
 # The real leg: the control plane (built once, cached) and the kubelet emulator.
 real=1
+why=""
 if [ "${SPARK_PEER_REAL:-1}" = "0" ]; then
-  if [ "${CI:-}" = "true" ]; then
-    echo "spark-peer: FAILED: SPARK_PEER_REAL=0 under CI: the real control plane leg is part of CI" >&2
-    exit 1
-  fi
-  real=0
-  echo "spark-peer: the real control plane leg: skipped (SPARK_PEER_REAL=0)"
-elif ! command -v kubectl >/dev/null 2>&1 || ! bash scripts/controlplane.sh build >/dev/null 2>&1; then
-  if [ "${CI:-}" = "true" ]; then
-    echo "spark-peer: FAILED: the real control plane leg needs kubectl and scripts/controlplane.sh build (Go)" >&2
-    exit 1
-  fi
-  real=0
-  echo "spark-peer: the real control plane leg: skipped (kubectl or the control plane missing: scripts/controlplane.sh build)"
+  why="SPARK_PEER_REAL=0"
+elif ! command -v kubectl >/dev/null 2>&1; then
+  why="kubectl not found"
+elif ! cp_out=$(bash scripts/controlplane.sh build 2>&1); then
+  why="scripts/controlplane.sh build failed: $(printf '%s\n' "$cp_out" | tail -n 3)"
 else
+  printf '%s\n' "$cp_out" | tail -n 1
   cargo build --release --locked --quiet -p podalloc-sim --example kubelet
+fi
+if [ -n "$why" ]; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "spark-peer: FAILED: the real control plane leg is part of CI: $why" >&2
+    exit 1
+  fi
+  real=0
+  echo "spark-peer: the real control plane leg: skipped ($why)"
 fi
 
 status=0

@@ -21,13 +21,19 @@ with the executor ids of its label selector) and compared:
 A difference a scenario does not list under "explained" (with its explanation, also in
 docs/semantics.md) fails the run (exit 1).
 
+With --real, the scenarios marked "real" are played on one real control plane instead
+(peers/real.py: kube-apiserver + etcd, the kubelet emulator, a namespace per side, the
+decisions read from the audit log); a scenario's "explained_real" adds differences that
+only the real server may show.
+
 Usage: peers/compare.py --jar-dir DIR [--podalloc target/release/podalloc] [--only NAME...]
-       [--out DIR] [--bench FILE.json]   (the 0 -> 300 -> 0 performance anchor)
+       [--out DIR] [--real]
 Python 3 standard library only.
 """
 
 import argparse
 import concurrent.futures
+import itertools
 import json
 import os
 import re
@@ -49,6 +55,11 @@ DRIVER = APP + "-driver"
 TOKEN = "peer-token"
 # A query parameter on the requests this script makes (faults), which the API ignores.
 FAULT_MARK = "peerFault=1"
+# What the real control plane (peers/real.py) cannot play: a pod that never starts (no
+# API-only form that does not race the emulator's bind), and the simulator's flags other
+# than the start-up latency.
+REAL_UNSUPPORTED = ("hold",)
+REAL_SIM_FLAGS = ("--startup-latency",)
 EXEC_NAME = re.compile(r"-exec-([0-9]+)$")
 IDS_IN = re.compile(r"spark-exec-id in \(([0-9, ]*)\)")
 
@@ -60,7 +71,10 @@ def free_port():
 
 
 class Sim:
-    """One `podalloc sim` process, its side doors and its request log."""
+    """One `podalloc sim` process, its side doors and its request log (peers/real.py's
+    RealSide has the same interface on a real control plane)."""
+
+    ns = NS
 
     def __init__(self, podalloc, seed, flags, workdir):
         self.dir = workdir
@@ -127,6 +141,22 @@ class Sim:
     def stats(self):
         return json.loads(self.call("GET", "/sim/stats")[1])
 
+    def phase(self, name, mark):
+        s, body = self.call("GET", f"/api/v1/namespaces/{NS}/pods/{name}?{mark}", auth=True)
+        return json.loads(body).get("status", {}).get("phase") if s == 200 else None
+
+    def set_phase(self, name, phase, exit_code=0, reason=""):
+        body = {"phase": phase}
+        if phase == "Failed":
+            body.update(exitCode=exit_code, reason=reason)
+        return self.call("POST", f"/sim/pods/{NS}/{name}/phase", body)[0]
+
+    def delete_by_hand(self, name, mark):
+        return self.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}?{mark}", auth=True)
+
+    def relabel(self, name, labels):
+        return patch_labels(self, name, labels)
+
     def seed_driver(self):
         pod = {"metadata": {"name": DRIVER, "labels": {"spark-app-selector": APP, "spark-role": "driver"}},
                "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:peer"}]},
@@ -162,8 +192,7 @@ def patch_labels(sim, name, labels):
 
 
 def phase_of(sim, name):
-    s, body = sim.call("GET", f"/api/v1/namespaces/{NS}/pods/{name}?{FAULT_MARK}", auth=True)
-    return json.loads(body).get("status", {}).get("phase") if s == 200 else None
+    return sim.phase(name, FAULT_MARK)
 
 
 def drive_faults(sim, events, t0, stop):
@@ -187,22 +216,20 @@ def drive_faults(sim, events, t0, stop):
                 if stop.is_set():
                     return
             if "fail" in ev:
-                sim.call("POST", f"/sim/pods/{NS}/{pod_name(ev['fail'])}/phase",
-                         {"phase": "Failed", "exitCode": ev.get("exit_code", 1), "reason": "Error"})
+                sim.set_phase(pod_name(ev["fail"]), "Failed", ev.get("exit_code", 1), "Error")
             elif "succeed" in ev:
-                sim.call("POST", f"/sim/pods/{NS}/{pod_name(ev['succeed'])}/phase", {"phase": "Succeeded"})
+                sim.set_phase(pod_name(ev["succeed"]), "Succeeded")
             elif "delete" in ev:
                 # By hand, as `kubectl delete pod` does (default grace period).
                 # The marker parameter keeps it out of the decisions.
-                sim.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod_name(ev['delete'])}?{FAULT_MARK}",
-                         auth=True)
+                sim.delete_by_hand(pod_name(ev["delete"]), FAULT_MARK)
             elif "hide" in ev:
                 # Never reported: relabelled (spark-role) as soon as it exists, so no list
                 # of the app's executors shows it.
                 pending = set(ev["hide"])
                 while pending and not stop.is_set():
                     for i in sorted(pending):
-                        s, _ = patch_labels(sim, pod_name(i), {"spark-role": "hidden"})
+                        s, _ = sim.relabel(pod_name(i), {"spark-role": "hidden"})
                         if s == 200:
                             pending.discard(i)
                     time.sleep(0.005)
@@ -224,7 +251,7 @@ def drive_faults(sim, events, t0, stop):
 
 def mark_t0(sim):
     """A request this script marks, whose log time is the side's start in the server's clock."""
-    sim.call("GET", f"/api/v1/namespaces/{NS}/pods/{DRIVER}?{FAULT_MARK}&t0=1", auth=True)
+    sim.call("GET", f"/api/v1/namespaces/{sim.ns}/pods/{DRIVER}?{FAULT_MARK}&t0=1", auth=True)
 
 
 def t0_of(log):
@@ -234,10 +261,10 @@ def t0_of(log):
     raise RuntimeError("the start marker is not in the request log")
 
 
-def decisions(log, t0_ms):
+def decisions(log, t0_ms, ns=NS):
     """The pod creates and deletes of a request log: [(ms after t0, op, [ids], status)]."""
     out = []
-    prefix = f"/api/v1/namespaces/{NS}/pods"
+    prefix = f"/api/v1/namespaces/{ns}/pods"
     for e in log:
         if not e["path"].startswith(prefix) or e.get("user") is None or "peerFault" in e.get("query", {}):
             continue
@@ -270,7 +297,7 @@ def run_spark(args, sc, sim, workdir, t_start, started):
     cmd = ["java", "-Xss4m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
            "-cp", f"{jar}:{cp}", "podalloc.peer.SparkPeer",
            "--kubeconfig", str(sim.kubeconfig), "--scenario", str(scen), "--out", str(out),
-           "--namespace", NS, "--app-id", APP, "--driver-pod", DRIVER]
+           "--namespace", sim.ns, "--app-id", APP, "--driver-pod", DRIVER]
     env = dict(os.environ, SPARK_USER="peer", SPARK_LOCAL_IP="127.0.0.1")
     for k in list(env):
         if k.startswith("KUBERNETES_"):
@@ -319,7 +346,7 @@ def state_dir(workdir):
 
 def podalloc_cmd(args, sc, sim, workdir, target):
     ms = lambda v: f"{int(v)}ms"
-    cmd = [args.podalloc, "--kubeconfig", str(sim.kubeconfig), "--app-id", APP, "-n", NS,
+    cmd = [args.podalloc, "--kubeconfig", str(sim.kubeconfig), "--app-id", APP, "-n", sim.ns,
            "--image", sc.get("image", "spark:peer"), "--driver-pod", DRIVER,
            "--policy", sc.get("policy", "spark-3.x"),
            "--batch-delay", ms(sc.get("batch_delay_ms", 1000)),
@@ -473,10 +500,11 @@ def compare(sc, spark, pa):
     return diffs
 
 
-def run_side(args, sc, side, d, started, result):
-    """One side on its own fresh simulator; `started` is set once its allocator runs."""
+def run_side(args, sc, side, d, started, result, server=None):
+    """One side on its own fresh simulator (or `server`, its namespace on a real control
+    plane); `started` is set once its allocator runs."""
     try:
-        sim = Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d)
+        sim = server or Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d)
         try:
             sim.seed_driver()
             if side == "spark":
@@ -491,7 +519,7 @@ def run_side(args, sc, side, d, started, result):
             sim.close()
         (d / "requests.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
         (d / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
-        ds = decisions(log, t0_of(log))
+        ds = decisions(log, t0_of(log), sim.ns)
         (d / "decisions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ds))
         result["decisions"], result["stats"] = ds, stats
     except Exception as e:  # reported by run_scenario
@@ -500,29 +528,71 @@ def run_side(args, sc, side, d, started, result):
         started.set()
 
 
+def real_sides(args, sc, work):
+    """Both sides' namespaces on the real control plane (args.real), fresh for this run, and
+    the kubelet emulator over them with the scenario's start-up latency."""
+    import real
+    unsupported = sorted({k for ev in sc.get("events", []) for k in REAL_UNSUPPORTED if k in ev}
+                         | {f for f in sc.get("sim", []) if f.startswith("--") and f not in REAL_SIM_FLAGS})
+    if unsupported:
+        raise RuntimeError(f"not playable on the real control plane: {unsupported}")
+    run = next(args.real_runs)
+    base = re.sub(r"[^a-z0-9]+", "-", sc["name"].lower())[:40].strip("-")
+    sides = {}
+    for side in ("spark", "podalloc"):
+        ns = f"{base}-{side}-{run}"
+        args.real.namespace(ns, side)
+        sides[side] = real.RealSide(args.real, ns)
+    # The simulator's schedule (200 ms) and stop (500 ms) latencies, so both servers' pods
+    # move alike.
+    emu = real.Emulator(args.real, [s.ns for s in sides.values()], real.startup_ms(sc.get("sim", [])), work,
+                        schedule_ms=200, stop_ms=500)
+    try:
+        # The driver pods first, Running before either allocator starts, as the simulator
+        # seeds them (podalloc creates no executor while its driver pod is pending).
+        for s in sides.values():
+            s.seed_driver()
+        for s in sides.values():
+            s.wait_running(DRIVER, 60)
+    except Exception:
+        emu.close()
+        raise
+    return sides, emu
+
+
 def run_scenario(args, path, outdir):
-    """Runs both sides at once, each on its own simulator: the podalloc side starts when the
-    Spark harness has started its allocator (after the JVM's start-up), so the two runs
-    overlap and neither waits for the other's CPU-heavy start."""
+    """Runs both sides at once, each on its own simulator (or, with --real, in its own
+    namespace of one real control plane): the podalloc side starts when the Spark harness
+    has started its allocator (after the JVM's start-up), so the two runs overlap and
+    neither waits for the other's CPU-heavy start."""
     sc = json.loads(path.read_text())
     name = sc["name"]
     work = outdir / name
+    work.mkdir(parents=True, exist_ok=True)
     results = {"spark": {}, "podalloc": {}}
     started = threading.Event()
     threads = []
-    for side in ("spark", "podalloc"):
-        d = work / side
-        d.mkdir(parents=True, exist_ok=True)
-        t = threading.Thread(target=run_side, args=(args, sc, side, d, started, results[side]))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
+    servers, emu = real_sides(args, sc, work) if getattr(args, "real", None) else ({}, None)
+    try:
+        for side in ("spark", "podalloc"):
+            d = work / side
+            d.mkdir(parents=True, exist_ok=True)
+            t = threading.Thread(target=run_side,
+                                 args=(args, sc, side, d, started, results[side], servers.get(side)))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join()
+    finally:
+        if emu:
+            emu.close()
     for side in ("spark", "podalloc"):
         if "error" in results[side]:
             raise RuntimeError(f"{side} side: {results[side]['error']}")
     diffs = compare(sc, results["spark"]["decisions"], results["podalloc"]["decisions"])
-    explained = sc.get("explained", {})
+    explained = dict(sc.get("explained", {}))
+    if getattr(args, "real", None):
+        explained.update(sc.get("explained_real", {}))
     unexplained = {k: v for k, v in diffs.items() if k not in explained}
     return {"name": name, "spark_version": results["spark"].get("version", "?"), "diffs": diffs,
             "unexplained": unexplained,
@@ -558,6 +628,9 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print both decision lists")
     ap.add_argument("--jobs", type=int, default=2,
                     help="scenarios run at once (each on its own two simulators; default 2)")
+    ap.add_argument("--real", action="store_true",
+                    help="on one real control plane (scripts/controlplane.sh, the kubelet emulator) instead of "
+                         "simulators; only the scenarios marked \"real\": true (those it can play)")
     ap.add_argument("--recompare", metavar="DIR",
                     help="compare the decisions an earlier --out DIR kept, without running anything")
     a = ap.parse_args()
@@ -565,6 +638,20 @@ def main():
     files = sorted(Path(a.scenarios).glob("*.json"))
     if a.only:
         files = [f for f in files if any(f.stem.startswith(o) for o in a.only)]
+    a.real_runs = itertools.count(1)
+    if not a.real:
+        # "real_only": a scenario the simulator cannot serve (Spark's watch source).
+        files = [f for f in files if not json.loads(f.read_text()).get("real_only")]
+    if a.real and not a.recompare:
+        import real
+        files = [f for f in files if json.loads(f.read_text()).get("real")]
+        if not files:
+            print("spark-peer: no scenario marked \"real\" is selected" + (" (--only)" if a.only else ""))
+            sys.exit(0 if a.only else 1)
+        a.real = real.ControlPlane(outdir / "controlplane")
+        print(f"spark-peer: real control plane at {a.real.url} (files in {outdir / 'controlplane'})", flush=True)
+    else:
+        a.real = None
     def one(f):
         t = time.monotonic()
         try:
@@ -592,7 +679,9 @@ def main():
             status = "ok" if not r["unexplained"] else "FAIL"
             failed += bool(r["unexplained"])
             lag = lag_ms(r["spark"][0], r["podalloc"][0])
-            print(f"{status:4} {r['name']} (Spark {r['spark_version']}, {took:.0f}s; Spark's decisions at most {lag} ms behind)")
+            where = "real kube-apiserver, " if a.real else ""
+            print(f"{status:4} {r['name']} ({where}Spark {r['spark_version']}, {took:.0f}s; "
+                  f"Spark's decisions at most {lag} ms behind)")
             for k, v in r["diffs"].items():
                 tag = "explained" if k not in r["unexplained"] else "UNEXPLAINED"
                 print(f"     {tag} {k}: {v}")
@@ -607,8 +696,10 @@ def main():
                 print(f"     spark:    {fmt(r['spark'][0])}")
                 print(f"     podalloc: {fmt(r['podalloc'][0])}")
             sys.stdout.flush()
+    if a.real:
+        a.real.stop()
     print(f"logs in {outdir}")
-    print(f"spark-peer: {len(files) - failed} passed, {failed} failed")
+    print(f"spark-peer: {len(files) - failed} passed, {failed} failed" + (" (real control plane)" if a.real else ""))
     sys.exit(1 if failed else 0)
 
 

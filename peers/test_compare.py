@@ -81,5 +81,54 @@ class Compare(unittest.TestCase):
         self.assertEqual(compare.lag_ms([(1500, "create", [1])], [(200, "create", [1])]), 1300)
 
 
+class RealAudit(unittest.TestCase):
+    """The real control plane's audit log read as the simulator's request log (peers/real.py)."""
+
+    def event(self, verb, uri, user, name=None, code=200, at="2026-12-02T00:48:30.156933Z"):
+        ref = {"resource": "pods", "namespace": "ns-a", "apiVersion": "v1"}
+        if name:
+            ref["name"] = name
+        return {"stage": "ResponseComplete", "requestURI": uri, "verb": verb, "user": {"username": user},
+                "objectRef": ref, "responseStatus": {"code": code}, "requestReceivedTimestamp": at}
+
+    def test_decisions_from_the_audit_log(self):
+        import json
+        import tempfile
+        import threading
+        from pathlib import Path
+        import real
+        P = "/api/v1/namespaces/ns-a/pods"
+        events = [
+            self.event("get", f"{P}/peer-app-driver?peerFault=1&t0=1", "admin", "peer-app-driver",
+                       at="2026-12-02T00:48:30.000000Z"),
+            self.event("create", P, "podalloc", "peer-app-exec-1", 201, at="2026-12-02T00:48:30.250000Z"),
+            self.event("delete", f"{P}/peer-app-exec-1?peerFault=1", "admin", "peer-app-exec-1"),
+            self.event("deletecollection", f"{P}?fieldSelector=status.phase%3DPending&labelSelector="
+                       "spark-app-selector%3Dpeer-app%2Cspark-role%3Dexecutor%2Cspark-exec-id%20in%20%281%2C2%29",
+                       "podalloc", at="2026-12-02T00:48:31.000000Z"),
+        ]
+        other = dict(self.event("create", "/api/v1/namespaces/ns-b/pods", "podalloc", "peer-app-exec-9", 201))
+        other["objectRef"] = dict(other["objectRef"], namespace="ns-b")
+        d = Path(tempfile.mkdtemp())
+        (d / "audit.log").write_text("".join(json.dumps(e) + "\n" for e in events + [other]) + '{"partial')
+        cp = object.__new__(real.ControlPlane)
+        cp.audit_path, cp._audit_pos, cp._audit, cp._lock = d / "audit.log", 0, [], threading.Lock()
+        log = cp.log("ns-a")
+        self.assertEqual(len(log), 4)
+        got = compare.decisions(log, compare.t0_of(log), "ns-a")
+        self.assertEqual([(round(x[0]), *x[1:]) for x in got], [
+            (250, "create", [1], 201),
+            (1000, "delete", [1, 2], 200, "collection status.phase=Pending"),
+        ])
+
+    def test_startup_latency_of_a_scenario(self):
+        import real
+        self.assertEqual(real.startup_ms(["--startup-latency", "3s"]), 3000)
+        self.assertEqual(real.startup_ms(["--seed", "1", "--startup-latency", "500ms"]), 500)
+        self.assertEqual(real.startup_ms([]), 1000)
+        with self.assertRaises(ValueError):
+            real.startup_ms(["--startup-latency", "soon"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,13 +5,19 @@
 # outside the work tree, reused while peers/spark is unchanged:
 #   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/m2          Maven's local repository
 #   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/<version>/  the harness jar + classpath
-# then runs peers/compare.py for each Spark line in SPARK_PEER_LINES (default "3.5 4.0") and
-# exits non-zero on a difference no scenario explains (see docs/semantics.md).
+# then runs peers/compare.py for each Spark line in SPARK_PEER_LINES (default "3.5 4.0"):
+# every scenario on simulators, then the scenarios marked "real" on a real control plane
+# (compare.py --real: kube-apiserver + etcd from scripts/controlplane.sh, the kubelet emulator
+# crates/podalloc-sim/examples/kubelet.rs, a namespace per side), and exits non-zero on a
+# difference no scenario explains (see docs/semantics.md).
 #
 # Without java or mvn it prints one line saying it was skipped and exits 0 -- except under
-# CI (CI=true), where it installs them with apt-get if it can and fails otherwise.
+# CI (CI=true), where it installs them with apt-get if it can and fails otherwise. The real
+# leg needs Go (or the control plane's cache: scripts/controlplane.sh build) and kubectl;
+# without them it is skipped with one line, except under CI, where that is a failure.
 # Environment: PODALLOC (the binary; default target/release/podalloc, else target/debug,
-# else built), SPARK_PEER_LINES, SPARK_PEER_ONLY (scenario name prefixes), SPARK_PEER_OUT.
+# else built), SPARK_PEER_LINES, SPARK_PEER_ONLY (scenario name prefixes), SPARK_PEER_OUT,
+# SPARK_PEER_REAL=0 (no real leg; refused under CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +49,28 @@ fi
 # The comparison's own logic first (no Java, no simulator; a second).
 (cd peers && python3 -m unittest -q test_compare.py)
 
+# The real leg: the control plane (built once, cached) and the kubelet emulator.
+real=1
+why=""
+if [ "${SPARK_PEER_REAL:-1}" = "0" ]; then
+  why="SPARK_PEER_REAL=0"
+elif ! command -v kubectl >/dev/null 2>&1; then
+  why="kubectl not found"
+elif ! cp_out=$(bash scripts/controlplane.sh build 2>&1); then
+  why="scripts/controlplane.sh build failed: $(printf '%s\n' "$cp_out" | tail -n 3)"
+else
+  printf '%s\n' "$cp_out" | tail -n 1
+  cargo build --release --locked --quiet -p podalloc-sim --example kubelet
+fi
+if [ -n "$why" ]; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "spark-peer: FAILED: the real control plane leg is part of CI: $why" >&2
+    exit 1
+  fi
+  real=0
+  echo "spark-peer: the real control plane leg: skipped ($why)"
+fi
+
 status=0
 for line in ${SPARK_PEER_LINES:-3.5 4.0}; do
   out="$cache/$line"
@@ -63,5 +91,13 @@ for line in ${SPARK_PEER_LINES:-3.5 4.0}; do
   [ -n "${SPARK_PEER_ONLY:-}" ] && args+=(--only $SPARK_PEER_ONLY)
   [ -n "${SPARK_PEER_OUT:-}" ] && args+=(--out "$SPARK_PEER_OUT/$line")
   python3 peers/compare.py "${args[@]}" || status=1
+  if [ "$real" = 1 ]; then
+    rargs=(--jar-dir "$out/build" --podalloc "$pod" --real)
+    [ -n "${SPARK_PEER_ONLY:-}" ] && rargs+=(--only $SPARK_PEER_ONLY)
+    [ -n "${SPARK_PEER_OUT:-}" ] && rargs+=(--out "$SPARK_PEER_OUT/$line-real")
+    start=$(date +%s)
+    python3 peers/compare.py "${rargs[@]}" || status=1
+    echo "spark-peer: Spark $line on the real control plane took $(( $(date +%s) - start ))s"
+  fi
 done
 exit $status

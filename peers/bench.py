@@ -251,7 +251,7 @@ def real_side(a, name, kind, jar_dir, flags, d):
                     raise RuntimeError((d / "spark.stderr").read_text()[-2000:])
                 time.sleep(0.02)
         emu = real.Emulator(cp, ["bench"], a.real_startup_ms, d)
-        side.seed_driver()
+        side.seed_driver(APP, compare.DRIVER)
         side.wait_running(compare.DRIVER, 60)
         watch = PodWatch(cp, "bench")
         # The control plane, the emulator and the watch alone, as a baseline rate.

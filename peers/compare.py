@@ -551,7 +551,7 @@ def real_sides(args, sc, work):
         # The driver pods first, Running before either allocator starts, as the simulator
         # seeds them (podalloc creates no executor while its driver pod is pending).
         for s in sides.values():
-            s.seed_driver()
+            s.seed_driver(APP, DRIVER)
         for s in sides.values():
             s.wait_running(DRIVER, 60)
     except Exception:

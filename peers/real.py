@@ -236,12 +236,13 @@ class RealSide:
     def call(self, method, path, body=None, auth=False):
         return self.cp.call(method, path, body)
 
-    def seed_driver(self):
-        """The driver pod, which the emulator runs (compare.real_sides seeds it, then waits)."""
+    def seed_driver(self, app, driver):
+        """Driver pod `driver` of `app`, which the emulator runs (compare.real_sides seeds it,
+        then waits)."""
         if self.seeded:
             return
         self.seeded = True
-        from compare import APP, DRIVER
+        APP, DRIVER = app, driver
         pod = {"metadata": {"name": DRIVER, "labels": {"spark-app-selector": APP, "spark-role": "driver"}},
                "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:peer"}]}}
         s, body = self.cp.call("POST", f"/api/v1/namespaces/{self.ns}/pods", pod)

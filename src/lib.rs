@@ -48,10 +48,7 @@ pub mod store;
 pub use podalloc_sim as sim;
 
 pub use cli::config_file;
-pub(crate) use cli::template;
 pub use controller::tick as reconcile;
-pub(crate) use controller::{events, leader, metrics};
 pub use engine::{alloc, podspec, snapshot};
-pub(crate) use store::configmap as cmstore;
 pub use store::file as state;
 pub use store::queue as steer;

@@ -7,7 +7,7 @@
 //! classification as one app's own list), instead of one list per app.
 
 use crate::cli::BatchSize;
-use crate::snapshot::{Snapshot, SnapshotError, LABEL_APP};
+use crate::engine::snapshot::{Snapshot, SnapshotError, LABEL_APP};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -80,10 +80,10 @@ pub(crate) fn parse_apps_file(text: &str, default_ns: &str) -> Result<AppsFile, 
     for a in &f.apps {
         let app = format!("app {:?}", a.app_id.chars().take(80).collect::<String>());
         if let Some(ns) = &a.namespace {
-            crate::podspec::validate_dns1123_label(&format!("{app}: namespace"), ns)?;
+            crate::engine::podspec::validate_dns1123_label(&format!("{app}: namespace"), ns)?;
         }
         if let Some(d) = &a.driver_pod {
-            crate::podspec::validate_dns1123_subdomain(&format!("{app}: driver-pod"), d)?;
+            crate::engine::podspec::validate_dns1123_subdomain(&format!("{app}: driver-pod"), d)?;
         }
         if let Some(t) = a.target.filter(|&t| t > crate::cli::MAX_TARGET) {
             return Err(format!(
@@ -114,7 +114,7 @@ pub(crate) fn batch_size_of(v: &Value) -> Result<BatchSize, String> {
 }
 
 /// A driver pod found by `--discover`, as its labels and annotations describe its app (its
-/// lifecycle is the tick's business: [`crate::reconcile::read_driver`]).
+/// lifecycle is the tick's business: [`crate::controller::tick::read_driver`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Driver {
     /// `metadata.name`.
@@ -182,7 +182,7 @@ impl Driver {
         };
         let template = match self.annotations.get(ANNOTATION_TEMPLATE) {
             None => None,
-            Some(v) if crate::podspec::validate_dns1123_subdomain("x", v).is_ok() => {
+            Some(v) if crate::engine::podspec::validate_dns1123_subdomain("x", v).is_ok() => {
                 Some(v.clone())
             }
             Some(v) => return Err(bad(ANNOTATION_TEMPLATE, v, "a ConfigMap name")),

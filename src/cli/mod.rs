@@ -8,7 +8,7 @@
 pub mod config_file;
 pub(crate) mod template;
 
-use crate::reconcile::App;
+use crate::controller::tick::App;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -519,7 +519,7 @@ impl AppArgs {
                 ))
             }
         };
-        crate::podspec::validate_label_value("--app-id", &id).map_err(Error::usage)?;
+        crate::engine::podspec::validate_label_value("--app-id", &id).map_err(Error::usage)?;
         Ok(id)
     }
 
@@ -537,7 +537,7 @@ impl AppArgs {
             (None, None, true) => Some(SIMULATE_IMAGE),
             (i, _, _) => i.as_deref(),
         };
-        let template = crate::template::load_template(self.template.as_deref(), image)?;
+        let template = crate::cli::template::load_template(self.template.as_deref(), image)?;
         if need_template && template.is_none() {
             return Err(crate::error::Error::usage(
                 "no executor pod template: pass --template FILE (JSON or YAML) or --image IMAGE",
@@ -553,7 +553,7 @@ impl AppArgs {
             settings.executor_container = first;
         }
         if let Some(d) = &self.driver_pod {
-            crate::podspec::validate_dns1123_subdomain("--driver-pod", d)
+            crate::engine::podspec::validate_dns1123_subdomain("--driver-pod", d)
                 .map_err(crate::error::Error::usage)?;
         }
         Ok(App {
@@ -566,15 +566,15 @@ impl AppArgs {
     }
 
     /// The allocation settings these flags give for `app_id`.
-    pub fn settings(&self, app_id: &str) -> crate::alloc::Settings {
+    pub fn settings(&self, app_id: &str) -> crate::engine::alloc::Settings {
         let spark3x = self.policy == Policy::Spark3x;
-        crate::alloc::Settings {
+        crate::engine::alloc::Settings {
             batch_size: match self.batch_size {
                 BatchSize::Fixed(n) => n,
-                BatchSize::Auto => crate::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
+                BatchSize::Auto => crate::engine::alloc::DEFAULT_BATCH_SIZE.min(self.max_batch),
                 BatchSize::SlowStart => self.max_batch,
             },
-            policies: crate::alloc::Policies {
+            policies: crate::engine::alloc::Policies {
                 max_pending: self.max_pending.or(spark3x.then_some(u32::MAX)),
                 adaptive_max_batch: (!matches!(self.batch_size, BatchSize::Fixed(_)))
                     .then_some(self.max_batch),
@@ -587,16 +587,16 @@ impl AppArgs {
                 unknown_timeout_ms: Some(self.unknown_timeout.as_millis() as u64),
                 executor_idle_timeout_ms: (self.executor_idle_timeout)
                     .map(|d| d.as_millis() as u64)
-                    .or(spark3x.then_some(crate::alloc::DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS)),
+                    .or(spark3x.then_some(crate::engine::alloc::DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS)),
             },
             batch_delay_ms: self.batch_delay.as_millis() as u64,
             creation_timeout_ms: self.creation_timeout.map(|d| d.as_millis() as u64),
             creation_timeout_floor_ms: match self.policy {
-                Policy::Spark30 => crate::alloc::MIN_CREATION_TIMEOUT_MS,
-                Policy::Spark3x => crate::alloc::SPARK3X_CREATION_TIMEOUT_MS,
+                Policy::Spark30 => crate::engine::alloc::MIN_CREATION_TIMEOUT_MS,
+                Policy::Spark3x => crate::engine::alloc::SPARK3X_CREATION_TIMEOUT_MS,
             },
             delete_terminated: !self.keep_terminated,
-            name_prefix: crate::podspec::name_prefix(app_id),
+            name_prefix: crate::engine::podspec::name_prefix(app_id),
             executor_container: self.executor_container.clone(),
         }
     }
@@ -708,7 +708,7 @@ pub struct RunArgs {
 }
 
 /// `run --leader-elect`: several replicas, one acting at a time, over a
-/// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::leader`).
+/// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::controller::leader`).
 #[derive(Args, Debug, Clone, Default)]
 pub struct LeaderElectArgs {
     /// Act only while holding the app's Lease (highly available: run two replicas). Needs
@@ -891,8 +891,8 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Largest target accepted (executors): [`crate::alloc::MAX_TARGET`].
-pub const MAX_TARGET: u32 = crate::alloc::MAX_TARGET;
+/// Largest target accepted (executors): [`crate::engine::alloc::MAX_TARGET`].
+pub const MAX_TARGET: u32 = crate::engine::alloc::MAX_TARGET;
 /// Largest batch size accepted (pods per tick).
 pub const MAX_BATCH: u32 = 10_000;
 
@@ -970,7 +970,7 @@ pub fn parse_max_pending(s: &str) -> Result<u32, String> {
 
 /// Parses an executor id: a whole number ≥ 1.
 pub fn parse_id(s: &str) -> Result<u64, String> {
-    crate::snapshot::parse_executor_id(s.trim())
+    crate::engine::snapshot::parse_executor_id(s.trim())
         .ok_or_else(|| format!("{s:?} is not an executor id (a whole number ≥ 1)"))
 }
 
@@ -1031,7 +1031,7 @@ pub struct AppsArgs {
 /// `--state-configmaps PREFIX`: a DNS-1123 subdomain of at most 200 characters (the app id
 /// is added). Errors: a message naming the rule.
 fn parse_prefix(s: &str) -> Result<String, String> {
-    if s.len() <= 200 && crate::leader::valid_lease_name(s) {
+    if s.len() <= 200 && crate::controller::leader::valid_lease_name(s) {
         Ok(s.to_string())
     } else {
         Err(format!(

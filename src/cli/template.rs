@@ -1,9 +1,9 @@
 //! Reading the executor pod template: `--template FILE` (JSON or YAML) and/or `--image`,
-//! checked into a [`PodTemplate`]. The file read lives here, in the command line's layer, so that [`crate::podspec`] stays
+//! checked into a [`PodTemplate`]. The file read lives here, in the command line's layer, so that [`crate::engine::podspec`] stays
 //! pure (no I/O).
 
+use crate::engine::podspec::PodTemplate;
 use crate::error::{Error, Result};
-use crate::podspec::PodTemplate;
 use std::path::Path;
 
 /// Reads `--template` (JSON or YAML) and/or `--image` into a validated template; `None` when

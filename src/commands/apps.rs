@@ -18,16 +18,16 @@
 use super::discover::Discovery;
 use super::env::{now_ms, StoreAt};
 use super::sim::{start_simulator, SimGuard};
-use crate::alloc::{Request, StateOwner, TargetChange};
 use crate::cli::AppsArgs;
 use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
+use crate::controller::tick::{self as reconcile, App};
+use crate::engine::alloc::{Request, StateOwner, TargetChange};
+use crate::engine::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, Split};
-use crate::reconcile::{self, App};
-use crate::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
-use crate::state::{self, StateStore, StoreError};
+use crate::store::file::{self as state, StateStore, StoreError};
 use log::{error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -108,9 +108,9 @@ struct Entry {
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     refuse_app_flags(cli)?;
-    crate::events::set_enabled(!cli.app.no_events);
+    crate::controller::events::set_enabled(!cli.app.no_events);
     if let Some(p) = &cli.metrics_file {
-        crate::metrics::check_path(p).map_err(Error::usage)?;
+        crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
     let mut conn = Conn::new(cli, a)?;
     let mut failed = Vec::new();
@@ -343,7 +343,13 @@ impl<'c> AppsFeed<'c> {
                 Outcome::Done(r) => Some(r.as_ref()),
                 _ => None,
             };
-            let text = crate::metrics::render(&id, &slot.ns, report, &state, started.elapsed());
+            let text = crate::controller::metrics::render(
+                &id,
+                &slot.ns,
+                report,
+                &state,
+                started.elapsed(),
+            );
             crate::controller::serve::app_metrics(&slot.ns, &id, &text);
             self.metrics.insert(key(&slot.ns, &id), text);
         }
@@ -357,7 +363,7 @@ impl<'c> AppsFeed<'c> {
         };
         let text =
             crate::controller::serve::merge_families(self.metrics.values().map(String::as_str));
-        if let Err(e) = crate::metrics::write_atomic(path, &text) {
+        if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }
     }
@@ -525,10 +531,15 @@ impl StateStore for Lazy<'_> {
             StoreAt::ConfigMap(n) => format!("ConfigMap {n}"),
         }
     }
-    fn load(&mut self) -> std::result::Result<Option<crate::alloc::AllocatorState>, StoreError> {
+    fn load(
+        &mut self,
+    ) -> std::result::Result<Option<crate::engine::alloc::AllocatorState>, StoreError> {
         self.open()?.load()
     }
-    fn save(&mut self, s: &crate::alloc::AllocatorState) -> std::result::Result<(), StoreError> {
+    fn save(
+        &mut self,
+        s: &crate::engine::alloc::AllocatorState,
+    ) -> std::result::Result<(), StoreError> {
         self.open()?.save(s)
     }
     fn claim(&mut self) -> std::result::Result<(), StoreError> {
@@ -537,7 +548,7 @@ impl StateStore for Lazy<'_> {
     fn release(&mut self) -> std::result::Result<(), StoreError> {
         self.inner.as_mut().map_or(Ok(()), |s| s.release())
     }
-    fn requests(&mut self) -> std::result::Result<Vec<crate::alloc::Steering>, StoreError> {
+    fn requests(&mut self) -> std::result::Result<Vec<crate::engine::alloc::Steering>, StoreError> {
         self.open()?.requests()
     }
     fn consumed(&mut self, ids: &[String]) -> Vec<String> {
@@ -669,7 +680,9 @@ impl StateDir {
     /// Where app `app_id` of `ns` keeps its state when its entry does not say.
     fn store(&self, ns: &str, app_id: &str) -> StoreAt {
         if let Some(prefix) = &self.configmap {
-            return StoreAt::ConfigMap(crate::leader::dns_subdomain(&format!("{prefix}-{app_id}")));
+            return StoreAt::ConfigMap(crate::controller::leader::dns_subdomain(&format!(
+                "{prefix}-{app_id}"
+            )));
         }
         StoreAt::File(match &self.dir {
             Some(d) => d.join(ns).join(format!("{app_id}.json")),
@@ -683,7 +696,11 @@ impl StateDir {
 /// manage the same apps twice); else, once, a line saying that it waits for a stale holder
 /// (a killed process) to expire. Errors: exit 3, held by a live process; exit 4, leases
 /// forbidden by RBAC.
-fn claim_held(le: &crate::leader::LeaderElection, ns: &str, waiting: &mut bool) -> Result<()> {
+fn claim_held(
+    le: &crate::controller::leader::LeaderElection,
+    ns: &str,
+    waiting: &mut bool,
+) -> Result<()> {
     if le.forbidden() {
         return Err(Error::refused(format!(
             "apps: the apps Lease of namespace {ns} cannot be read or written (403): grant \

@@ -4,7 +4,7 @@
 //!   loop until converged).
 //! - An owner (a `run` or `apps` loop holding the file lock or a fresh ConfigMap holder
 //!   record, or the holder of a live leader-election Lease): the change is handed to it as a
-//!   steering request queued in the store it reads ([`crate::steer`]), which it applies at
+//!   steering request queued in the store it reads ([`crate::store::queue`]), which it applies at
 //!   its next tick, in order, exactly once. The command says who will apply it; `--wait`
 //!   waits until the owner has applied it and the app has converged.
 //!
@@ -12,10 +12,10 @@
 //! target out of range, is refused at once (exit 2) and never queued.
 
 use super::env::{connect, finish, now_ms, Env};
-use crate::alloc::{self, Request, SteerOp};
 use crate::cli::{AddArgs, Cli, RemoveArgs, RunArgs, ScaleArgs};
+use crate::engine::alloc::{self, Request, SteerOp};
 use crate::error::{Error, Result};
-use crate::state::{store_error, StateStore, StoreError};
+use crate::store::file::{store_error, StateStore, StoreError};
 use log::info;
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,7 @@ fn steer(
 ) -> Result<()> {
     let env = connect(cli, need_template)?;
     check(&env, op)?;
-    let req = crate::steer::request(op.clone(), command);
+    let req = crate::store::queue::request(op.clone(), command);
     // Queued before the owner is looked for, so a tick that follows sees it.
     env.submit(&req)?;
     let queued = |mut e: Error| {
@@ -156,8 +156,8 @@ fn check(env: &Env, op: &SteerOp) -> Result<()> {
         return Ok(());
     };
     let state = env.read_state()?;
-    let snap =
-        crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
+    let snap = crate::controller::tick::list_snapshot(&env.client, &env.app)
+        .map_err(|e| env.explain(e))?;
     let last = state.last_executor_id.max(snap.max_id());
     let unknown: Vec<String> = (ids.iter())
         .filter(|&&id| id > last)
@@ -198,8 +198,8 @@ fn wait_applied(env: &Env, id: &str, deadline: Option<Instant>) -> Result<()> {
     info!("request {id} applied by the owner; waiting until the app has converged");
     loop {
         let state = env.read_state()?;
-        let snap =
-            crate::reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
+        let snap = crate::controller::tick::list_snapshot(&env.client, &env.app)
+            .map_err(|e| env.explain(e))?;
         let plan = alloc::step(
             &snap,
             &state,

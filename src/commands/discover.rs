@@ -3,13 +3,13 @@
 //! and what became of them (ended, stopped by an error, badly annotated: one warning and one
 //! Warning Event on the driver).
 
-use crate::alloc::Request;
 use crate::cli::{AppArgs, Cli};
 use crate::controller::runner::Slot;
+use crate::controller::tick::App;
+use crate::engine::alloc::Request;
 use crate::error::Result;
 use crate::kube::KubeClient;
 use crate::multi::{self, Driver};
-use crate::reconcile::App;
 use log::{info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub(super) struct Discovery {
     /// The global flags: every discovered app's defaults.
     args: AppArgs,
     /// The template of `--template`/`--image`, for drivers without a template annotation.
-    template: Option<crate::podspec::PodTemplate>,
+    template: Option<crate::engine::podspec::PodTemplate>,
     /// Driver uid → its annotations, as last seen.
     seen: BTreeMap<String, BTreeMap<String, String>>,
     /// Driver uid → (its phase, the target of its annotation), as last applied to its app.
@@ -35,7 +35,7 @@ pub(super) struct Discovery {
     /// The last warning per driver uid (so one bad annotation is one line, not one a pass).
     warned: BTreeMap<String, String>,
     /// ConfigMap name → (when read, the template).
-    templates: BTreeMap<String, (Instant, crate::podspec::PodTemplate)>,
+    templates: BTreeMap<String, (Instant, crate::engine::podspec::PodTemplate)>,
 }
 
 /// How long a template read from a ConfigMap is used before it is read again.
@@ -48,8 +48,10 @@ impl Discovery {
     /// Discovery of the drivers matching `selector`, every `interval`, with the global
     /// flags of `cli` as every app's defaults. Errors (exit 2): `--template`/`--image`.
     pub(super) fn new(cli: &Cli, selector: &str, interval: Duration) -> Result<Discovery> {
-        let template =
-            crate::template::load_template(cli.app.template.as_deref(), cli.app.image.as_deref())?;
+        let template = crate::cli::template::load_template(
+            cli.app.template.as_deref(),
+            cli.app.image.as_deref(),
+        )?;
         Ok(Discovery {
             selector: selector.to_string(),
             interval,
@@ -76,7 +78,15 @@ impl Discovery {
         if self.warned.get(&d.uid) != Some(&msg) {
             warn!("{msg}");
             let now = super::env::now_ms();
-            crate::events::warn_on_pod(client, ns, &d.name, &d.uid, "AllocationSkipped", &msg, now);
+            crate::controller::events::warn_on_pod(
+                client,
+                ns,
+                &d.name,
+                &d.uid,
+                "AllocationSkipped",
+                &msg,
+                now,
+            );
             self.warned.insert(d.uid.clone(), msg);
         }
     }
@@ -211,7 +221,7 @@ impl Discovery {
         client: &KubeClient,
         d: &Driver,
         wanted: &multi::Wanted,
-    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
+    ) -> std::result::Result<crate::engine::podspec::PodTemplate, String> {
         let template = match &wanted.template {
             None => self.template.clone(),
             Some(cm) => Some(self.template_from(client, cm).map_err(|msg| {
@@ -236,7 +246,7 @@ impl Discovery {
         &mut self,
         client: &KubeClient,
         name: &str,
-    ) -> std::result::Result<crate::podspec::PodTemplate, String> {
+    ) -> std::result::Result<crate::engine::podspec::PodTemplate, String> {
         if let Some((at, t)) = self.templates.get(name) {
             if at.elapsed() < TEMPLATE_TTL {
                 return Ok(t.clone());
@@ -256,9 +266,9 @@ impl Discovery {
         let text = cm["data"][key]
             .as_str()
             .ok_or_else(|| format!("ConfigMap {name:?} has no key {key:?}"))?;
-        let value = crate::template::parse_template_text(text)
+        let value = crate::cli::template::parse_template_text(text)
             .map_err(|e| format!("ConfigMap {name:?} key {key:?} is not YAML or JSON: {e}"))?;
-        let t = crate::podspec::PodTemplate::from_value(value, None)
+        let t = crate::engine::podspec::PodTemplate::from_value(value, None)
             .map_err(|e| format!("ConfigMap {name:?} key {key:?}: {e}"))?;
         self.templates
             .insert(name.to_string(), (Instant::now(), t.clone()));
@@ -273,7 +283,7 @@ fn discovered_app(
     args: &AppArgs,
     app_id: &str,
     wanted: &multi::Wanted,
-    template: crate::podspec::PodTemplate,
+    template: crate::engine::podspec::PodTemplate,
     driver: &str,
 ) -> std::result::Result<App, String> {
     let mut args = args.clone();

@@ -1,11 +1,11 @@
 //! `run --leader-elect`: starting the election ([`start`]) and the run loop's hook
 //! ([`may_act`]): before each tick the loop asks whether this process leads, and skips the
-//! tick when it does not. The election itself is `crate::leader`.
+//! tick when it does not. The election itself is `crate::controller::leader`.
 
 use super::env::Env;
 use crate::cli::{Cli, LeaderElectArgs};
+use crate::controller::leader::{self, LeaderElection, Timing};
 use crate::error::{Error, Result};
-use crate::leader::{self, LeaderElection, Timing};
 use log::warn;
 
 /// The Lease name: `--leader-elect-resource-name`, else `podalloc-<app id>`
@@ -78,7 +78,7 @@ fn start_elector(
     if claim {
         elector = elector.claiming();
     }
-    LeaderElection::start(client, &name, elector).map_err(crate::reconcile::kube_error)
+    LeaderElection::start(client, &name, elector).map_err(crate::controller::tick::kube_error)
 }
 
 /// The run loop's hook: whether this process may tick now (always without
@@ -92,8 +92,9 @@ pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool
         return true;
     }
     if let Some(path) = &cli.metrics_file {
-        let text = crate::metrics::render_standby(&env.app.app_id, env.client.namespace());
-        if let Err(e) = crate::metrics::write_atomic(path, &text) {
+        let text =
+            crate::controller::metrics::render_standby(&env.app.app_id, env.client.namespace());
+        if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }
     }

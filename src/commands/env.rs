@@ -3,15 +3,17 @@
 //! the state store and runs ticks.
 
 use super::sim::{start_simulator, SimGuard};
-use crate::alloc::Request;
-use crate::alloc::{AllocatorState, StateOwner, Steering};
 use crate::cli::{Cli, StateStoreKind};
-use crate::cmstore::ConfigMapStore;
 use crate::controller::runner::{Shared, StopHook};
+use crate::controller::tick::{self as reconcile, App, TickReport};
+use crate::engine::alloc::Request;
+use crate::engine::alloc::{AllocatorState, StateOwner, Steering};
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
-use crate::reconcile::{self, App, TickReport};
-use crate::state::{self, store_error, Bound, Holder, LockedStore, StateStore, StoreError};
+use crate::store::configmap::ConfigMapStore;
+use crate::store::file::{
+    self as state, store_error, Bound, Holder, LockedStore, StateStore, StoreError,
+};
 use log::{info, warn};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -72,7 +74,7 @@ pub(super) fn tick_budget(cli: &Cli) -> Duration {
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
-    crate::events::set_enabled(!cli.app.no_events);
+    crate::controller::events::set_enabled(!cli.app.no_events);
     let (flags, sim) = if simulate {
         start_simulator(&cli.conn)?
     } else {
@@ -83,7 +85,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     check_namespace(&namespace)?;
     super::set_log_context(&app.app_id, &namespace);
     if let Some(p) = &cli.metrics_file {
-        crate::metrics::check_path(p).map_err(Error::usage)?;
+        crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
     let insecure = cfg.tls.insecure_skip_tls_verify;
     let owner = StateOwner {
@@ -242,9 +244,11 @@ impl Env {
     /// Errors: the store's (exit 1 for I/O and the API, 2 for a store that is not ours).
     pub(super) fn submit(&self, req: &Steering) -> Result<()> {
         match &self.store_kind {
-            StateStoreKind::File => crate::steer::FileQueue::beside(&self.state_path).submit(req),
+            StateStoreKind::File => {
+                crate::store::queue::FileQueue::beside(&self.state_path).submit(req)
+            }
             StateStoreKind::ConfigMap(name) => {
-                crate::cmstore::submit(&self.client, name, &self.app.app_id, req)
+                crate::store::configmap::submit(&self.client, name, &self.app.app_id, req)
             }
         }
         .map_err(store_error)
@@ -254,9 +258,9 @@ impl Env {
     /// state lists in `applied_requests` left out). Errors: as [`Env::read_state`].
     pub(super) fn queued(&self) -> Result<Vec<Steering>> {
         let queue = match &self.store_kind {
-            StateStoreKind::File => crate::steer::FileQueue::beside(&self.state_path).list(),
+            StateStoreKind::File => crate::store::queue::FileQueue::beside(&self.state_path).list(),
             StateStoreKind::ConfigMap(name) => {
-                crate::cmstore::queued(&self.client, name, &self.app.app_id)
+                crate::store::configmap::queued(&self.client, name, &self.app.app_id)
             }
         }
         .map_err(store_error)?;
@@ -272,7 +276,7 @@ impl Env {
     /// otherwise, also when the Lease cannot be read (logged at debug: RBAC may not grant
     /// leases).
     pub(super) fn lease_leader(&self) -> Option<String> {
-        let name = crate::leader::default_lease_name(&self.app.app_id);
+        let name = crate::controller::leader::default_lease_name(&self.app.app_id);
         let lease = match self.client.api(&crate::kube::LEASES).get(&name) {
             Ok(l) => l?,
             Err(e) => {
@@ -280,7 +284,7 @@ impl Env {
                 return None;
             }
         };
-        let r = crate::leader::Observed::from_lease(&lease).record;
+        let r = crate::controller::leader::Observed::from_lease(&lease).record;
         let renewed = humantime::parse_rfc3339_weak(&r.renew_time).ok()?;
         let until = renewed + Duration::from_secs(r.lease_duration_seconds);
         (!r.holder_identity.is_empty() && until > SystemTime::now())
@@ -350,7 +354,7 @@ impl Env {
                 Err(_) => store.load().ok().flatten(),
             };
             if let Some(state) = state {
-                let text = crate::metrics::render(
+                let text = crate::controller::metrics::render(
                     &self.app.app_id,
                     self.client.namespace(),
                     res.as_ref().ok(),
@@ -360,7 +364,7 @@ impl Env {
                 let ns = self.client.namespace();
                 crate::controller::serve::app_metrics(ns, &self.app.app_id, &text);
                 if let Some(path) = &self.metrics_file {
-                    if let Err(e) = crate::metrics::write_atomic(path, &text) {
+                    if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
                         warn!("cannot write the metrics file {}: {e}", path.display());
                     }
                 }

@@ -30,7 +30,7 @@ use crate::cli::{Cli, Command};
 use crate::error::Result;
 
 /// The pod template parser, at its former path (the tests call it here).
-pub use crate::template::parse_template_text;
+pub use crate::cli::template::parse_template_text;
 pub use env::now_ms;
 pub use status::StatusCounts;
 
@@ -39,7 +39,7 @@ pub fn run(cli: Cli) -> Result<()> {
     let res = run_command(&cli);
     // Events are posted by their own thread: give the last ones a moment (at most one
     // event deadline), never longer.
-    let left = crate::events::flush(crate::events::EVENT_DEADLINE);
+    let left = crate::controller::events::flush(crate::controller::events::EVENT_DEADLINE);
     if left > 0 {
         log::debug!("{left} event(s) not posted before exit");
     }

@@ -1,11 +1,11 @@
 //! `podalloc plan`: the allocation step once, offline, on a recorded PodList
 //! (the contract in tests/conformance/README.md).
 
-use crate::alloc::{self, AllocatorState, Request, TargetChange};
 use crate::cli::{AppArgs, PlanArgs};
+use crate::engine::alloc::{self, AllocatorState, Request, TargetChange};
+use crate::engine::snapshot::{DriverState, Snapshot};
 use crate::error::{Error, Result};
-use crate::snapshot::{DriverState, Snapshot};
-use crate::state;
+use crate::store::file as state;
 use log::warn;
 use std::io::Read;
 

@@ -2,12 +2,12 @@
 //! printed and nothing changed.
 
 use super::env::{connect, finish, now_ms, Env};
-use crate::alloc::{self, Request};
 use crate::cli::{Cli, DryRunOutput, ReconcileArgs};
+use crate::controller::tick as reconcile;
+use crate::engine::alloc::{self, Request};
+use crate::engine::podspec::pod_name;
 use crate::error::{Error, Result};
-use crate::podspec::pod_name;
-use crate::reconcile;
-use crate::state::store_error;
+use crate::store::file::store_error;
 
 /// One tick with `--target` as the new target (if given).
 pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {

@@ -6,12 +6,12 @@
 //! `scale --wait`'s progress line.
 
 use super::env::{connect, Env};
-use crate::alloc::{Request, TargetChange};
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
+use crate::controller::tick::TickReport;
+use crate::engine::alloc::{Request, TargetChange};
 use crate::error::{Error, Result};
-use crate::reconcile::TickReport;
-use crate::state::store_error;
+use crate::store::file::store_error;
 use std::time::Instant;
 
 /// The progress line `scale --wait` shows: on a terminal it rewrites itself in place.

@@ -2,11 +2,11 @@
 //! Read-only: no lock, no save, no API writes.
 
 use super::env::{connect, now_ms};
-use crate::alloc::{self, Request};
 use crate::cli::{Cli, Output, StatusArgs};
+use crate::controller::tick as reconcile;
+use crate::engine::alloc::{self, Request};
+use crate::engine::snapshot::ExecutorState;
 use crate::error::Result;
-use crate::reconcile;
-use crate::snapshot::ExecutorState;
 use std::collections::BTreeMap;
 
 /// Counts shown by `status`.
@@ -37,25 +37,25 @@ pub struct StatusCounts {
     /// The highest executor id handed out or seen.
     pub last_executor_id: u64,
     /// The app has converged, as the allocation step defines it
-    /// ([`crate::alloc::Summary::converged`]): running = target with nothing pending,
+    /// ([`crate::engine::alloc::Summary::converged`]): running = target with nothing pending,
     /// unacknowledged or planned.
     pub converged: bool,
     /// Why nothing would be created although the target is not reached (the plan's
     /// `blocked`), if so.
-    pub blocked: Option<crate::alloc::Blocked>,
+    pub blocked: Option<crate::engine::alloc::Blocked>,
     /// Why the app is not converged, one sentence each (empty when converged).
     pub not_converged_because: Vec<String>,
     /// Executor ids by state (`running`, `pending`, `failed`, `succeeded`, `deleted`,
     /// `unknown`): the ids `podalloc remove` takes.
     pub executors: BTreeMap<ExecutorState, Vec<u64>>,
     /// Totals across ticks: executors created/deleted, API errors by code, last success.
-    pub counters: crate::alloc::Counters,
+    pub counters: crate::engine::alloc::Counters,
     /// The quota back-off in force, if any.
-    pub create_backoff: Option<crate::alloc::Backoff>,
+    pub create_backoff: Option<crate::engine::alloc::Backoff>,
     /// Steering requests (`scale`, `add`, `remove` handed to a running loop) queued and not
     /// yet applied, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub queued_requests: Vec<crate::alloc::Steering>,
+    pub queued_requests: Vec<crate::engine::alloc::Steering>,
     /// The leader-election Lease, when one exists (`run --leader-elect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
@@ -81,7 +81,7 @@ fn leader_info(env: &super::env::Env, name: Option<&str>) -> Result<Option<Leade
     let name = super::elect::lease_name(name, &env.app.app_id)?;
     match env.client.api(&crate::kube::LEASES).get(&name) {
         Ok(Some(v)) => {
-            let r = crate::leader::Observed::from_lease(&v).record;
+            let r = crate::controller::leader::Observed::from_lease(&v).record;
             Ok(Some(LeaderInfo {
                 lease: name,
                 holder: r.holder_identity,
@@ -160,7 +160,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
 
 /// Why the plan says the app is not converged: the blocked reason, then what the next tick
 /// would do and what it waits for. Empty when converged.
-fn reasons(plan: &alloc::Plan, snap: &crate::snapshot::Snapshot) -> Vec<String> {
+fn reasons(plan: &alloc::Plan, snap: &crate::engine::snapshot::Snapshot) -> Vec<String> {
     let s = &plan.summary;
     if s.converged {
         return Vec::new();
@@ -249,7 +249,7 @@ fn text(c: &StatusCounts) -> String {
 /// What keeps the pending pods from running, as the snapshot shows it: their waiting reasons
 /// (with the image, e.g. `ImagePullBackOff (image X)`) and Unschedulable, with counts; empty
 /// when they are simply starting.
-fn pending_why(snap: &crate::snapshot::Snapshot) -> String {
+fn pending_why(snap: &crate::engine::snapshot::Snapshot) -> String {
     let mut by: BTreeMap<String, usize> = BTreeMap::new();
     for p in snap.executors.values() {
         if p.state != ExecutorState::Pending {

@@ -39,11 +39,11 @@
 //! restarts. Posting an event never fails a tick: an error is logged (the first as a
 //! warning, later ones at debug level) and the event dropped.
 
-use crate::alloc::{Blocked, DeleteReason, Outcomes, Plan};
+use crate::engine::alloc::{Blocked, DeleteReason, Outcomes, Plan};
+use crate::engine::podspec::Owner;
+use crate::engine::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use crate::error::Error;
 use crate::kube::{Api, KubeClient, KubeError, Patch, PostParams, EVENTS, PODS};
-use crate::podspec::Owner;
-use crate::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use log::{debug, warn};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -907,7 +907,7 @@ mod tests {
         Plan {
             create: Vec::new(),
             delete: Vec::new(),
-            state: crate::alloc::AllocatorState::new(),
+            state: crate::engine::alloc::AllocatorState::new(),
             summary: Default::default(),
             warnings: Vec::new(),
             halt: None,
@@ -931,7 +931,7 @@ mod tests {
         let mut p = plan();
         p.halt = Some("5 executors failed within 10m (dominant: OOMKilled)".into());
         p.blocked = Some(Blocked::CrashLoop);
-        p.create.push(crate::alloc::Create {
+        p.create.push(crate::engine::alloc::Create {
             executor_id: 9,
             pod_name: "app-exec-9".into(),
             retry: false,
@@ -964,7 +964,7 @@ mod tests {
     #[test]
     fn a_pod_created_this_tick_is_named_with_the_uid_its_create_returned() {
         let mut p = plan();
-        p.create.push(crate::alloc::Create {
+        p.create.push(crate::engine::alloc::Create {
             executor_id: 5,
             pod_name: "app-exec-5".into(),
             retry: false,

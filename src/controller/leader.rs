@@ -3,7 +3,7 @@
 //! `ReleaseOnCancel`), so that several `podalloc run --leader-elect` replicas act one at a
 //! time.
 //!
-//! Two halves, in the sans-IO style of `crate::alloc`:
+//! Two halves, in the sans-IO style of `crate::engine::alloc`:
 //! - [`Elector`], the pure core: fed the Lease it read (or its absence) and the time, it says
 //!   which write to make ([`Write`]) and whether this process leads. It reads no clock and
 //!   makes no call; time comes in as a monotonic `Duration` since any fixed origin, plus the
@@ -674,7 +674,7 @@ impl Shared {
                 None => warn!("leader election: {me} stopped acting at once: the lease was deleted"),
                 Some(h) => warn!("leader election: {me} stopped acting at once: the lease now names {h:?}"),
             }
-            crate::metrics::set_leader(leading, r.transitions);
+            crate::controller::metrics::set_leader(leading, r.transitions);
         }
         leading
     }
@@ -714,7 +714,7 @@ impl LeaderElection {
             stop: AtomicBool::new(false),
             reported: Mutex::new(Reported::default()),
         });
-        crate::metrics::set_leader(false, 0);
+        crate::controller::metrics::set_leader(false, 0);
         let s = Arc::clone(&shared);
         let lease_name = name.to_string();
         let thread = std::thread::Builder::new()

@@ -5,8 +5,8 @@
 //! ([`check_path`]), as for the state file — the rename would replace a link, never write
 //! through it, but a link there says the file is meant to be somewhere else.
 
-use crate::alloc::AllocatorState;
-use crate::reconcile::TickReport;
+use crate::controller::tick::TickReport;
+use crate::engine::alloc::AllocatorState;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -174,7 +174,7 @@ fn escape(v: &str) -> String {
 ///
 /// Errors: one line naming the path and what is there.
 pub(crate) fn check_path(path: &Path) -> Result<(), String> {
-    let what = match crate::state::irregular_at(path) {
+    let what = match crate::store::file::irregular_at(path) {
         Ok(None) if path.is_dir() => Some("a directory"),
         Ok(what) => what,
         Err(e) => return Err(format!("metrics file {}: {e}", path.display())),
@@ -222,7 +222,7 @@ static LEADER: std::sync::Mutex<Option<(bool, u64)>> = std::sync::Mutex::new(Non
 
 /// Records this process's leadership for the metrics: whether it leads, and how many times
 /// that changed (became leader or stopped leading) since it started. Called by
-/// `crate::leader`; from then on every rendering carries `podalloc_is_leader` and
+/// `crate::controller::leader`; from then on every rendering carries `podalloc_is_leader` and
 /// `podalloc_leader_transitions_total`.
 pub(crate) fn set_leader(leading: bool, transitions: u64) {
     *LEADER.lock().unwrap_or_else(|e| e.into_inner()) = Some((leading, transitions));

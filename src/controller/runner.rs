@@ -18,11 +18,11 @@
 //! once, exit 0, its holder records and its Lease released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
 //! second after `--timeout` is aborted with exit 5, whatever the API server does.
 
-use crate::alloc::Request;
+use crate::controller::leader::LeaderElection;
+use crate::controller::tick::{App, TickReport};
+use crate::engine::alloc::Request;
 use crate::error::{Error, ExitCode, Result};
-use crate::leader::LeaderElection;
-use crate::reconcile::{App, TickReport};
-use crate::state::{store_error, StateStore, StoreError};
+use crate::store::file::{store_error, StateStore, StoreError};
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -393,12 +393,14 @@ impl StateStore for Watched<'_> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn load(&mut self) -> std::result::Result<Option<crate::alloc::AllocatorState>, StoreError> {
+    fn load(
+        &mut self,
+    ) -> std::result::Result<Option<crate::engine::alloc::AllocatorState>, StoreError> {
         self.inner.load()
     }
     fn save(
         &mut self,
-        state: &crate::alloc::AllocatorState,
+        state: &crate::engine::alloc::AllocatorState,
     ) -> std::result::Result<(), StoreError> {
         self.shared.writing();
         self.inner.save(state)
@@ -409,7 +411,7 @@ impl StateStore for Watched<'_> {
     fn release(&mut self) -> std::result::Result<(), StoreError> {
         self.inner.release()
     }
-    fn requests(&mut self) -> std::result::Result<Vec<crate::alloc::Steering>, StoreError> {
+    fn requests(&mut self) -> std::result::Result<Vec<crate::engine::alloc::Steering>, StoreError> {
         self.inner.requests()
     }
     fn consumed(&mut self, ids: &[String]) -> Vec<String> {
@@ -669,13 +671,13 @@ fn settle<'c>(
 }
 
 /// How long an app waits before its next tick: after a failed tick, the fast interval; else
-/// what the plan says ([`crate::alloc::next_tick_ms`]: the fast interval while something is
+/// what the plan says ([`crate::engine::alloc::next_tick_ms`]: the fast interval while something is
 /// in flight, the idle interval at rest, never past the plan's own deadline).
 fn next_tick(done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duration {
     let ms = |d: Duration| d.as_millis() as u64;
     match done {
         None => fast,
-        Some(d) => Duration::from_millis(crate::alloc::next_tick_ms(
+        Some(d) => Duration::from_millis(crate::engine::alloc::next_tick_ms(
             d.requeue.map(ms),
             d.busy,
             ms(fast),

@@ -6,17 +6,19 @@
 //! so a crash between a create and the save can never lead to an id being reused or a pod
 //! created twice: the next tick either sees the pod or times the id out.
 
-use crate::alloc::{self, AllocatorState, Outcomes, Plan, Request, Settings, Steering, Summary};
+use crate::engine::alloc::{
+    self, AllocatorState, Outcomes, Plan, Request, Settings, Steering, Summary,
+};
+use crate::engine::podspec::{Owner, PodTemplate};
+use crate::engine::snapshot::{
+    DriverState, ExecutorState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
+};
 use crate::error::{Error, Result};
 use crate::kube::{
     Deleted, FieldValidation, KubeClient, KubeError, ListParams, PageSink, PostParams,
     Preconditions, PODS,
 };
-use crate::podspec::{Owner, PodTemplate};
-use crate::snapshot::{
-    DriverState, ExecutorState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
-};
-use crate::state::{store_error, StateStore};
+use crate::store::file::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -176,10 +178,10 @@ impl PageSink for SnapshotSink<'_> {
             body,
             self.app_id,
             self.container,
-            crate::snapshot::ListSource::ApiServer,
+            crate::engine::snapshot::ListSource::ApiServer,
         );
         res.map_err(|e| {
-            if !matches!(e, crate::snapshot::SnapshotError::Read(_)) {
+            if !matches!(e, crate::engine::snapshot::SnapshotError::Read(_)) {
                 self.parse_error = Some(e.to_string());
             }
             KubeError::Decode {
@@ -419,13 +421,13 @@ fn tick_inner(
     }
     crash_point("after-final-save");
     log_outcomes(&plan, &out, &state);
-    let done = crate::events::Done {
+    let done = crate::controller::events::Done {
         out: &out,
         uids: &uids,
         error: error.as_ref(),
         driver: owner.as_ref(),
     };
-    crate::events::record_tick(client, &snapshot, &plan, &done, now_ms);
+    crate::controller::events::record_tick(client, &snapshot, &plan, &done, now_ms);
     let pending_requests = (queue.iter())
         .filter(|r| !plan.state.applied_requests.contains(&r.id))
         .count() as u32;
@@ -763,7 +765,7 @@ fn still_ours(
     client: &KubeClient,
     app: &App,
     d: &alloc::Delete,
-) -> std::result::Result<Option<crate::snapshot::ExecutorPod>, KubeError> {
+) -> std::result::Result<Option<crate::engine::snapshot::ExecutorPod>, KubeError> {
     let Some(pod) = client.api(&PODS).get(&d.pod_name)? else {
         return Ok(None);
     };

@@ -13,7 +13,7 @@
 //! - an ownerReference (controller: true) to the driver pod when one is named, so Kubernetes
 //!   garbage-collects the executors with the driver.
 
-use crate::snapshot::{LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::engine::snapshot::{LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
 use serde_json::{json, Map, Value};
 use std::fmt;
 

@@ -1596,7 +1596,7 @@ fn a_gzip_bomb_stops_at_the_page_cap() {
 /// A sink that decodes while the body arrives (as podalloc's snapshot does), counting what
 /// the client handed it.
 struct StreamSink {
-    snap: crate::snapshot::Snapshot,
+    snap: crate::engine::snapshot::Snapshot,
     read_errors: usize,
 }
 
@@ -1608,7 +1608,7 @@ impl PageSink for StreamSink {
     }
 
     fn restart(&mut self) {
-        self.snap = crate::snapshot::Snapshot::default();
+        self.snap = crate::engine::snapshot::Snapshot::default();
     }
 
     fn page(&mut self, _: &[u8]) -> Result<Option<String>, KubeError> {
@@ -1616,11 +1616,14 @@ impl PageSink for StreamSink {
     }
 
     fn page_reader(&mut self, body: &mut dyn std::io::Read) -> Result<Option<String>, KubeError> {
-        let r =
-            self.snap
-                .add_page_reader(body, "app", None, crate::snapshot::ListSource::ApiServer);
+        let r = self.snap.add_page_reader(
+            body,
+            "app",
+            None,
+            crate::engine::snapshot::ListSource::ApiServer,
+        );
         r.map_err(|e| {
-            if matches!(e, crate::snapshot::SnapshotError::Read(_)) {
+            if matches!(e, crate::engine::snapshot::SnapshotError::Read(_)) {
                 self.read_errors += 1;
             }
             KubeError::Decode {

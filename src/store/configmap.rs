@@ -22,7 +22,7 @@
 //! re-reads the ConfigMap and, when it holds exactly the state and nonce just sent, counts
 //! the save as done instead of reporting a rival.
 //!
-//! Steering ([`crate::steer`]): the ConfigMap also holds the requests handed to its owner
+//! Steering ([`crate::store::queue`]): the ConfigMap also holds the requests handed to its owner
 //! (data key [`REQUESTS_KEY`], a JSON array of [`Steering`], appended by [`submit`] with
 //! `resourceVersion`, retried on 409) and the target a running controller follows
 //! (annotation [`TARGET_KEY`], `kubectl annotate`-able: a value other than the state's target
@@ -36,9 +36,9 @@
 //! when half its `stale_after_s` has passed since the last one (its heartbeat), and the
 //! loop's claim and the tick share one GET.
 
-use crate::alloc::{AllocatorState, SteerOp, Steering};
+use crate::engine::alloc::{AllocatorState, SteerOp, Steering};
 use crate::kube::{Api, KubeClient, KubeError, PostParams, CONFIG_MAPS};
-use crate::state::{parse, Holder, StateStore, StoreError};
+use crate::store::file::{parse, Holder, StateStore, StoreError};
 use serde_json::{json, Value};
 
 /// The data key holding the state JSON.

@@ -18,15 +18,15 @@
 //!   FIFO never blocks. (Saving renames a temporary file over the path, which replaces a link
 //!   rather than writing through it.)
 //! - Steering requests for the lock's holder queue in `<state file>.requests/`
-//!   ([`crate::steer::FileQueue`]): written without the lock, removed by the holder only
+//!   (`store::queue::FileQueue`, which also holds this store's `StateStore` impl): written without the lock, removed by the holder only
 //!   after the save that lists them in `applied_requests`.
 //! - A save interrupted by SIGKILL can leave its temporary file (`.podalloc-state-XXXXXX.tmp`,
 //!   six random letters or digits) in the state directory. Taking the lock removes such files
 //!   of ours (that name pattern, regular files owned by this user) older than a minute; a save
 //!   takes milliseconds, so a file that old belongs to no running save.
 
-use crate::alloc::{AllocatorState, StateOwner, Steering};
-use crate::snapshot::MAX_EXECUTOR_ID;
+use crate::engine::alloc::{AllocatorState, StateOwner, Steering};
+use crate::engine::snapshot::MAX_EXECUTOR_ID;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
@@ -89,7 +89,7 @@ pub trait StateStore {
     fn release(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
-    /// The steering requests queued for the owner ([`crate::steer`]), oldest first, those
+    /// The steering requests queued for the owner ([`crate::store::queue`]), oldest first, those
     /// already applied included (the tick leaves out the ids the state lists in
     /// `applied_requests`). Read after [`StateStore::load`]. Errors: as `load`.
     fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
@@ -105,29 +105,6 @@ pub trait StateStore {
     /// directory's mtime), polled by an idle loop to wake at once; `None`: none is cheap.
     fn queue_marker(&self) -> Option<std::time::SystemTime> {
         None
-    }
-}
-
-impl StateStore for LockedStore {
-    fn describe(&self) -> String {
-        format!("state file {}", self.path.display())
-    }
-    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
-        LockedStore::load(self)
-    }
-    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
-        LockedStore::save(self, state)
-    }
-    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
-        let queue = self.queue();
-        queue.remove_stale_temps();
-        queue.list()
-    }
-    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
-        self.queue().remove(ids)
-    }
-    fn queue_marker(&self) -> Option<std::time::SystemTime> {
-        self.queue().marker()
     }
 }
 
@@ -431,11 +408,6 @@ impl LockedStore {
     /// The state file's path.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The steering request queue beside the state file ([`crate::steer::FileQueue`]).
-    pub fn queue(&self) -> crate::steer::FileQueue {
-        crate::steer::FileQueue::beside(&self.path)
     }
 
     /// Loads the state under the lock (see [`load`]).
@@ -823,7 +795,7 @@ pub fn default_path(namespace: &str, app_id: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::Unacknowledged;
+    use crate::engine::alloc::Unacknowledged;
 
     #[test]
     fn save_load_roundtrip_and_mode() {
@@ -920,7 +892,7 @@ mod tests {
         // A state file at the former path, bound to cluster a: a keeps using it, b does not.
         let legacy = base.join("ns/app.json");
         let mut st = AllocatorState::new();
-        st.owner = Some(crate::alloc::StateOwner {
+        st.owner = Some(crate::engine::alloc::StateOwner {
             server: a.into(),
             namespace: "ns".into(),
             app_id: "app".into(),
@@ -1033,7 +1005,7 @@ mod tests {
         let e = load(Path::new("/dev/null")).unwrap_err();
         assert!(e.to_string().contains("is a device"), "{e}");
         assert_eq!(
-            crate::state::store_error(e).code,
+            crate::store::file::store_error(e).code,
             crate::error::ExitCode::Usage
         );
     }

@@ -1,7 +1,7 @@
 //! Steering a running controller, the shell half: the file store's request queue (a
 //! directory beside the state file) and new request ids. The ConfigMap store keeps its queue
 //! in the state ConfigMap (`src/cmstore.rs`); the pure rule that folds queued requests into a
-//! step is [`crate::alloc::take_requests`].
+//! step is [`crate::engine::alloc::take_requests`].
 //!
 //! The file queue is `<state file>.requests/`, one file per request, `<id>.json` holding a
 //! [`Steering`]. A writer never needs the state's lock: it writes a temporary file in the
@@ -9,13 +9,13 @@
 //! time in ns, the pid and random hex digits), then fsyncs the directory. So a reader sees a
 //! request whole or not at all, and concurrent writers never overwrite each other. Only the
 //! owner (the holder of the state's lock) removes a request file, and only after the state
-//! that records the request as applied ([`crate::alloc::AllocatorState::applied_requests`])
+//! that records the request as applied ([`crate::engine::alloc::AllocatorState::applied_requests`])
 //! was saved: a crash in between leaves a file whose id the state already lists, which the
 //! next tick skips and removes. Requests are applied in the order of their file names, which
 //! is their submission order (time in ns first).
 
-use crate::alloc::{SteerOp, Steering};
-use crate::state::StoreError;
+use crate::engine::alloc::{AllocatorState, SteerOp, Steering};
+use crate::store::file::{LockedStore, StateStore, StoreError};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -50,7 +50,7 @@ pub fn new_id() -> String {
 
 /// A new request for `op`, submitted now by `command` of this process.
 pub fn request(op: SteerOp, command: &str) -> Steering {
-    let h = crate::state::Holder::current(command);
+    let h = crate::store::file::Holder::current(command);
     Steering {
         id: new_id(),
         op,
@@ -130,7 +130,7 @@ impl FileQueue {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let path = self.dir.join(&name);
-            let parsed = crate::state::read_small(&path)
+            let parsed = crate::store::file::read_small(&path)
                 .and_then(|b| serde_json::from_slice::<Steering>(&b).map_err(|e| e.to_string()));
             match parsed {
                 Ok(r) if format!("{}{SUFFIX}", r.id) == name => out.push(r),
@@ -210,6 +210,31 @@ impl FileQueue {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::Io(self.dir.clone(), e)),
         }
+    }
+}
+
+/// The file store as a [`StateStore`]: the state under its lock, and the queue of steering
+/// requests beside it (here, so that the file store needs nothing of its queue).
+impl StateStore for LockedStore {
+    fn describe(&self) -> String {
+        format!("state file {}", self.path().display())
+    }
+    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
+        LockedStore::load(self)
+    }
+    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
+        LockedStore::save(self, state)
+    }
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        let queue = FileQueue::beside(self.path());
+        queue.remove_stale_temps();
+        queue.list()
+    }
+    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+        FileQueue::beside(self.path()).remove(ids)
+    }
+    fn queue_marker(&self) -> Option<std::time::SystemTime> {
+        FileQueue::beside(self.path()).marker()
     }
 }
 

@@ -17,7 +17,7 @@
 
 use super::settings::Settings;
 use super::state::{AdaptiveState, AllocatorState};
-use crate::snapshot::ExecutorPod;
+use crate::engine::snapshot::ExecutorPod;
 
 /// This step's adaptive batch size.
 pub(super) struct AdaptiveBatch {

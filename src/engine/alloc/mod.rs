@@ -78,7 +78,7 @@ pub use state::{
 };
 pub use steer::{take_requests, SteerOp, Steering};
 
-use crate::snapshot::Snapshot;
+use crate::engine::snapshot::Snapshot;
 use rules::Step;
 
 /// Runs one allocation step. Pure and deterministic; the module doc lists the rules in the

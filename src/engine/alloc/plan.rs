@@ -2,7 +2,7 @@
 //! ([`Plan`]: the `plan` JSON contract).
 
 use super::state::AllocatorState;
-use crate::snapshot::ExecutorPod;
+use crate::engine::snapshot::ExecutorPod;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -117,7 +117,7 @@ pub struct Create {
     /// Its pod name, a DNS-1123 label ≤ 63 characters.
     pub pod_name: String,
     /// A create sent again under the same id and name because the last one's outcome is
-    /// unknown ([`crate::alloc::Unacknowledged::retry`]); not a new id.
+    /// unknown ([`crate::engine::alloc::Unacknowledged::retry`]); not a new id.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retry: bool,
 }

@@ -8,8 +8,8 @@ use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepErro
 use super::record::requeue_after_ms;
 use super::settings::{Settings, STUCK_REASONS};
 use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
-use crate::podspec::pod_name;
-use crate::snapshot::{DriverState, ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
+use crate::engine::podspec::pod_name;
+use crate::engine::snapshot::{DriverState, ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -27,10 +27,10 @@ pub struct Settings {
     /// Delete Failed/Succeeded executor pods (default true, as Spark's
     /// `spark.kubernetes.executor.deleteOnTermination`).
     pub delete_terminated: bool,
-    /// The pod name prefix (see [`crate::podspec::name_prefix`]).
+    /// The pod name prefix (see [`crate::engine::podspec::name_prefix`]).
     pub name_prefix: String,
     /// The executor container (`--executor-container`): the container whose termination ends
-    /// the executor, whatever its sidecars do (see [`crate::snapshot`]). `None`: each pod's
+    /// the executor, whatever its sidecars do (see [`crate::engine::snapshot`]). `None`: each pod's
     /// first container in `spec.containers` (for pods podalloc creates, the template's first).
     pub executor_container: Option<String>,
     /// Opt-in policies beyond Spark 3.0's (all off by default).
@@ -48,11 +48,11 @@ pub struct Policies {
     /// Adaptive batches (`--batch-size auto`) up to this cap: the batch doubles after a batch
     /// whose pods were all seen with none newly unschedulable, and halves after throttling
     /// (429/5xx/quota, reported by the tick) or when a pod turns Unschedulable (once per pod,
-    /// not on every tick it waits; see [`crate::alloc::AdaptiveState::unschedulable_seen`]).
+    /// not on every tick it waits; see [`crate::engine::alloc::AdaptiveState::unschedulable_seen`]).
     pub adaptive_max_batch: Option<u32>,
     /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
     /// executor failures within [`Policies::failure_window_ms`] stop all creation
-    /// ([`crate::alloc::Plan::halt`]).
+    /// ([`crate::engine::alloc::Plan::halt`]).
     pub max_failures: Option<u32>,
     /// The crash-loop guard's window, ms (default 10 minutes).
     pub failure_window_ms: u64,
@@ -82,7 +82,7 @@ pub struct Policies {
     pub unknown_timeout_ms: Option<u64>,
     /// Slow-start within a tick (`--batch-size slow-start`), as Kubernetes' ReplicaSet
     /// controller creates its pods: the batch is sent in groups of 1, 2, 4, … back to back,
-    /// stopping at the first error, throttling or quota signal ([`crate::alloc::Plan::create_groups`]);
+    /// stopping at the first error, throttling or quota signal ([`crate::engine::alloc::Plan::create_groups`]);
     /// the batch cap adapts across ticks as `adaptive_max_batch` does.
     pub slow_start: bool,
 }

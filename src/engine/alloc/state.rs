@@ -60,11 +60,11 @@ pub struct AllocatorState {
     /// Executor failures inside the crash-loop guard's window (only with `max_failures`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<FailureRecord>,
-    /// Pods seen stuck in a [`crate::alloc::STUCK_REASONS`] state, since when (only with `startup_grace`).
+    /// Pods seen stuck in a [`crate::engine::alloc::STUCK_REASONS`] state, since when (only with `startup_grace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<StuckRecord>,
     /// Pods seen in phase Unknown, since when (`reason` is `Unknown`): lost, deleted and
-    /// replaced once Unknown longer than [`crate::alloc::Settings::unknown_timeout`].
+    /// replaced once Unknown longer than [`crate::engine::alloc::Settings::unknown_timeout`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown: Vec<StuckRecord>,
     /// Adaptive batch state (only with `--batch-size auto`).
@@ -76,7 +76,7 @@ pub struct AllocatorState {
     /// carried through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<StateOwner>,
-    /// Ids of steering requests ([`crate::alloc::Steering`]) this state already reflects
+    /// Ids of steering requests ([`crate::engine::alloc::Steering`]) this state already reflects
     /// whose records may still be in the store's queue (absent: none). Saved in the same
     /// atomic write as the target and removals they caused, so a request is applied exactly
     /// once even when the process dies before its record is removed; pruned by the shell once
@@ -103,7 +103,7 @@ pub struct FailureRecord {
     pub executor_id: u64,
     /// When the failure was first seen, ms since the Unix epoch.
     pub at_ms: u64,
-    /// Why (see [`crate::snapshot::ExecutorPod::reason`]).
+    /// Why (see [`crate::engine::snapshot::ExecutorPod::reason`]).
     pub reason: String,
 }
 
@@ -243,7 +243,7 @@ impl AllocatorState {
     }
 
     /// Checks a loaded state: known version, ids consistent, the documented limits (a target
-    /// of at most [`crate::alloc::MAX_TARGET`]; every executor id, the counter included, in
+    /// of at most [`crate::engine::alloc::MAX_TARGET`]; every executor id, the counter included, in
     /// `1 ..= MAX_EXECUTOR_ID`, Spark's positive longs). Errors: one line naming the field.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(t) = self.target.filter(|&t| t > super::MAX_TARGET) {
@@ -252,7 +252,7 @@ impl AllocatorState {
                 super::MAX_TARGET
             ));
         }
-        let max = crate::snapshot::MAX_EXECUTOR_ID;
+        let max = crate::engine::snapshot::MAX_EXECUTOR_ID;
         let ids = (self.deleted.iter().map(|&id| ("deleted", id)))
             .chain(
                 self.deleted_unseen

@@ -1,5 +1,5 @@
 use super::*;
-use crate::snapshot::{DriverState, ExecutorPod, ExecutorState};
+use crate::engine::snapshot::{DriverState, ExecutorPod, ExecutorState};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -1012,7 +1012,7 @@ fn a_state_beyond_the_documented_limits_is_refused() {
         ..AllocatorState::new()
     };
     assert!(big.validate().unwrap_err().contains("target 1000001"));
-    for bad in [0, crate::snapshot::MAX_EXECUTOR_ID + 1] {
+    for bad in [0, crate::engine::snapshot::MAX_EXECUTOR_ID + 1] {
         let s = AllocatorState {
             deleted: vec![bad],
             ..AllocatorState::new()

@@ -594,7 +594,7 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
-            crate::snapshot::json::tests::cases(3000)
+            crate::engine::snapshot::json::tests::cases(3000)
         ))]
         /// Against serde_json on mutated pages: every page it decodes decodes here to the same
         /// snapshot, streamed or whole; a page refused here is refused there too, unless the

@@ -554,3 +554,56 @@ fn a_cleanly_stopped_loop_releases_the_configmap_holder() {
     w.run_exits(&args(second), 0);
     assert_eq!(w.live().len(), 2);
 }
+
+/// The blocked reason is logged when it changes, not every tick: a loop waiting ~2 s per
+/// batch at 100 ms ticks says "waiting for … pending pods" once per batch.
+#[test]
+fn run_logs_the_blocked_reason_when_it_changes_not_every_tick() {
+    let w = SimWorld::new()
+        .app("quiet")
+        .startup(Duration::from_millis(1500))
+        .start();
+    let out = w.run(&[
+        "--batch-size",
+        "2",
+        "run",
+        "--target",
+        "4",
+        "--interval",
+        "100ms",
+        "--until-converged",
+        "--timeout",
+        "30s",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let waits = err.matches("no executor created: waiting for").count();
+    assert!((1..=3).contains(&waits), "{waits} blocked lines: {err}");
+}
+
+/// `apps --discover` whose selector matches no driver says so once, naming the selector and
+/// the namespace, not once a pass.
+#[test]
+fn discovery_that_matches_nothing_says_so_once() {
+    let w = SimWorld::new().start();
+    let mut c = crate::util::podalloc();
+    c.args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args([
+            "--image",
+            "spark:3.5",
+            "apps",
+            "--discover",
+            "spark-role=drvier",
+        ])
+        .args(["--interval", "100ms", "--timeout", "2s", "--state-dir"])
+        .arg(w.path("states"));
+    let out = c.output().unwrap();
+    let err = stderr(&out);
+    let said = err
+        .matches("no driver pod in namespace default matches")
+        .count();
+    assert_eq!(said, 1, "{err}");
+    assert!(err.contains("\"spark-role=drvier\""), "{err}");
+}

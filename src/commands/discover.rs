@@ -36,6 +36,8 @@ pub(super) struct Discovery {
     warned: BTreeMap<String, String>,
     /// ConfigMap name → (when read, the template).
     templates: BTreeMap<String, (Instant, crate::engine::podspec::PodTemplate)>,
+    /// Whether the last list matched no driver pod (said once, until one appears).
+    said_none: bool,
 }
 
 /// How long a template read from a ConfigMap is used before it is read again.
@@ -63,6 +65,7 @@ impl Discovery {
             stopped: BTreeMap::new(),
             warned: BTreeMap::new(),
             templates: BTreeMap::new(),
+            said_none: false,
         })
     }
 
@@ -114,6 +117,20 @@ impl Discovery {
             }
         };
         let drivers: Vec<Driver> = items.iter().filter_map(Driver::of).collect();
+        match (drivers.is_empty(), self.said_none) {
+            (true, false) => warn!(
+                "--discover {:?}: no driver pod in namespace {ns} matches; nothing to manage \
+                 until one does (check the selector and -n/--namespace)",
+                self.selector
+            ),
+            (false, true) => info!(
+                "--discover {:?}: {} driver pod(s) found",
+                self.selector,
+                drivers.len()
+            ),
+            _ => {}
+        }
+        self.said_none = drivers.is_empty();
         let live: BTreeSet<&str> = drivers.iter().map(|d| d.uid.as_str()).collect();
         for s in slots.iter_mut() {
             let gone = s.driver_uid.as_deref().is_some_and(|u| !live.contains(u));

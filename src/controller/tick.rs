@@ -524,12 +524,46 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
     for w in plan.warnings.iter().skip(snapshot.warnings.len()) {
         warn!("{w}");
     }
-    if let Some(b) = &plan.blocked {
-        let s = &plan.summary;
-        info!(
+    let s = &plan.summary;
+    let why = plan.blocked.as_ref().map(|b| b.to_string());
+    // Logged when it changes (an operator sees `waiting: … ImagePullBackOff (image …)` once,
+    // not every tick); at debug level while it stays the same.
+    let level = match blocked_changed(&app_key(), why.as_deref()) {
+        true => log::Level::Info,
+        false => log::Level::Debug,
+    };
+    if let Some(b) = &why {
+        log::log!(
+            level,
             "target {} not reached (running {}): no executor created: {b}",
-            s.target, s.running
+            s.target,
+            s.running
         );
+    } else if level == log::Level::Info {
+        log::info!("no longer blocked: running {} of {}", s.running, s.target);
+    }
+}
+
+/// The last blocked reason logged, per app (the log context's app and namespace).
+static LAST_BLOCKED: std::sync::Mutex<BTreeMap<String, Option<String>>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Which app a tick's log lines are about (its log context), for [`blocked_changed`].
+fn app_key() -> String {
+    match crate::controller::runner::app_log_context() {
+        Some((app, ns)) => format!("{ns}/{app}"),
+        None => String::new(),
+    }
+}
+
+/// Whether `why` (the tick's blocked reason, `None`: not blocked) differs from the one last
+/// seen for `key`; remembers it. A first tick that is not blocked is no change.
+fn blocked_changed(key: &str, why: Option<&str>) -> bool {
+    let mut last = LAST_BLOCKED.lock().unwrap_or_else(|e| e.into_inner());
+    let before = last.insert(key.to_string(), why.map(str::to_string));
+    match before {
+        None => why.is_some(),
+        Some(b) => b.as_deref() != why,
     }
 }
 

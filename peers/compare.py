@@ -157,8 +157,9 @@ class Sim:
     def relabel(self, name, labels):
         return patch_labels(self, name, labels)
 
-    def seed_driver(self):
-        pod = {"metadata": {"name": DRIVER, "labels": {"spark-app-selector": APP, "spark-role": "driver"}},
+    def seed_driver(self, app=APP, driver=DRIVER):
+        """Driver pod `driver` of `app`, Running (as `real.RealSide.seed_driver`)."""
+        pod = {"metadata": {"name": driver, "labels": {"spark-app-selector": app, "spark-role": "driver"}},
                "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:peer"}]},
                "status": {"phase": "Running"}}
         status, body = self.call("POST", f"/sim/pods/{NS}", pod)
@@ -506,7 +507,7 @@ def run_side(args, sc, side, d, started, result, server=None):
     try:
         sim = server or Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d)
         try:
-            sim.seed_driver()
+            sim.seed_driver(APP, DRIVER)
             if side == "spark":
                 t0_ms, version = run_spark(args, sc, sim, d, sim.started, started)
                 result["version"] = version

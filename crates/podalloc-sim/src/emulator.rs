@@ -375,6 +375,26 @@ impl Shared {
                 "creating node {NODE}: {code} {body}"
             )));
         }
+        // Read and written again on 409: another emulator on the same server (a previous
+        // scenario's, still stopping) may have written the node in between.
+        for _ in 0..10 {
+            match self.put_node_status()? {
+                (409, _) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                (200, _) => return Ok(()),
+                (code, body) => {
+                    return Err(io::Error::other(format!(
+                        "node {NODE} status: {code} {body}"
+                    )))
+                }
+            }
+        }
+        Err(io::Error::other(format!(
+            "node {NODE} status: still 409 Conflict after 10 reads and writes"
+        )))
+    }
+
+    /// One read of the node and one write of its Ready status (the answer's code and body).
+    fn put_node_status(&self) -> io::Result<(u16, Value)> {
         let (code, mut obj) = self.call("GET", &format!("/api/v1/nodes/{NODE}"), None)?;
         if code != 200 {
             return Err(io::Error::other(format!(
@@ -394,13 +414,7 @@ impl Shared {
                 "kernelVersion": "", "osImage": "", "kubeProxyVersion": "",
                 "machineID": "", "systemUUID": "", "bootID": ""},
             "phase": "Running"});
-        let (code, body) = self.call("PUT", &format!("/api/v1/nodes/{NODE}/status"), Some(&obj))?;
-        if code != 200 {
-            return Err(io::Error::other(format!(
-                "node {NODE} status: {code} {body}"
-            )));
-        }
-        Ok(())
+        self.call("PUT", &format!("/api/v1/nodes/{NODE}/status"), Some(&obj))
     }
 
     /// Lists every pod (paginated) into the tracked set; returns the list's resourceVersion.

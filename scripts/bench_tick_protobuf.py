@@ -26,21 +26,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_tick  # noqa: E402
+from bench_lists import varint  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = "spark-bench"
 PB = "application/vnd.kubernetes.protobuf"
-
-
-def varint(b, i):
-    n = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return n, i
 
 
 def enc_varint(n):

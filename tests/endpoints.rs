@@ -40,6 +40,14 @@ fn until(addr: &str, path: &str, secs: u64, f: impl Fn(u16, &str) -> bool) -> (u
     panic!("GET {path}: never as wanted; last {last:?}");
 }
 
+/// The value of the sample `series` (name and labels, as written) in a Prometheus text; 0
+/// when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -74,6 +82,20 @@ fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
         "{body}"
     );
     assert_eq!(body.matches("# TYPE podalloc_target ").count(), 1, "{body}");
+    // The process's requests by verb, resource and code: at least the 3 creates and a list.
+    let (_, body) = until(&m, "/metrics", 20, |_, b| {
+        sample(
+            b,
+            r#"podalloc_api_requests_total{verb="create",resource="pods",code="201"}"#,
+        ) >= 3.0
+    });
+    assert!(
+        sample(
+            &body,
+            r#"podalloc_api_requests_total{verb="list",resource="pods",code="200"}"#
+        ) >= 1.0,
+        "{body}"
+    );
     assert_eq!(
         get(&m, "/healthz").map(|r| r.0),
         Some(404),
@@ -87,7 +109,7 @@ fn apps_serves_one_series_per_app_on_one_address() {
     let w = SimWorld::new().start();
     std::fs::write(
         w.path("apps.yaml"),
-        "apps:\n- app-id: etl\n  image: spark:3.5\n  target: 2\n- app-id: ml\n  image: spark:3.5\n  target: 1\n",
+        "apps:\n- app-id: etl\n  image: spark:3.5\n  target: 2\n- app-id: ml\n  image: spark:3.5\n  target: 1\n- app-id: sys\n  namespace: kube-system\n  image: spark:3.5\n  target: 1\n",
     )
     .unwrap();
     let addr = free_addr();
@@ -104,8 +126,21 @@ fn apps_serves_one_series_per_app_on_one_address() {
     let (_, body) = until(&addr, "/metrics", 20, |_, b| {
         b.contains("podalloc_running{app=\"etl\",namespace=\"default\"} 2")
             && b.contains("podalloc_running{app=\"ml\",namespace=\"default\"} 1")
+            && b.contains("podalloc_running{app=\"sys\",namespace=\"kube-system\"} 1")
     });
     assert_eq!(body.matches("# HELP podalloc_target ").count(), 1, "{body}");
+    // One client serves both namespaces: one series of requests, every app's creates in it.
+    let (_, body) = until(&addr, "/metrics", 20, |_, b| {
+        sample(
+            b,
+            r#"podalloc_api_requests_total{verb="create",resource="pods",code="201"}"#,
+        ) >= 4.0
+    });
+    assert_eq!(
+        body.matches("# TYPE podalloc_api_requests_total ").count(),
+        1,
+        "{body}"
+    );
     assert_eq!(
         get(&addr, "/readyz").map(|r| r.0),
         Some(200),

@@ -25,7 +25,7 @@ use crate::controller::tick::{self as reconcile, App};
 use crate::engine::alloc::{Request, StateOwner, TargetChange};
 use crate::engine::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
 use crate::error::{Error, ExitCode, Result};
-use crate::kube::{self, ClientOptions, ConnectionFlags, KubeClient, KubeError, PageSink};
+use crate::kube::{self, KubeClient, KubeError, PageSink};
 use crate::multi::{self, AppEntry, Split};
 use crate::store::file::{self as state, StateStore, StoreError};
 use log::{error, info, warn};
@@ -34,15 +34,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The clients (one per namespace, all made before the runner starts), the flags they are
-/// made from, and the simulator.
+/// The client (one connection for every namespace: each namespace's is a view of it,
+/// [`KubeClient::in_namespace`]), the tick budget, where states live, and the simulator.
 struct Conn {
-    flags: ConnectionFlags,
-    /// Timeouts and page cap (`--request-timeout`, …), for every client.
-    options: ClientOptions,
     /// How long one app's tick may call the API ([`super::env::tick_budget`]).
     tick_budget: Duration,
     default_ns: String,
+    /// The view of each namespace an app lives in; the default namespace's is made first.
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
     _sim: Option<SimGuard>,
@@ -60,8 +58,6 @@ impl Conn {
         let state_dir = (a.state_dir.clone())
             .or_else(|| sim.as_ref().map(|s| s.state_file().with_file_name("apps")));
         let mut c = Conn {
-            flags,
-            options: cli.conn.client_options(),
             tick_budget: super::env::tick_budget(cli),
             default_ns: cfg.namespace.clone(),
             clients: BTreeMap::new(),
@@ -72,21 +68,22 @@ impl Conn {
             },
             _sim: sim,
         };
-        let client =
-            KubeClient::with_options(cfg, c.options.clone()).map_err(reconcile::kube_error)?;
+        let client = KubeClient::with_options(cfg, cli.conn.client_options())
+            .map_err(reconcile::kube_error)?;
         c.clients.insert(c.default_ns.clone(), client);
         Ok(c)
     }
 
-    /// Makes the client for `ns` unless made. Errors (exit 2): a bad namespace.
+    /// Makes the view of `ns` unless made. Errors (exit 2): an empty namespace.
     fn prepare(&mut self, ns: &str) -> Result<()> {
+        if ns.trim().is_empty() {
+            return Err(Error::usage(
+                "an app's namespace is empty; give a namespace name",
+            ));
+        }
         if !self.clients.contains_key(ns) {
-            let mut flags = self.flags.clone();
-            flags.namespace = Some(ns.to_string());
-            let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
-            let client = KubeClient::with_options(cfg, self.options.clone())
-                .map_err(reconcile::kube_error)?;
-            self.clients.insert(ns.to_string(), client);
+            let view = self.clients[&self.default_ns].in_namespace(ns);
+            self.clients.insert(ns.to_string(), view);
         }
         Ok(())
     }
@@ -352,6 +349,9 @@ impl<'c> AppsFeed<'c> {
             );
             crate::controller::serve::app_metrics(&slot.ns, &id, &text);
             self.metrics.insert(key(&slot.ns, &id), text);
+            let requests = crate::controller::metrics::render_requests(&client.stats());
+            crate::controller::serve::process_metrics(&requests);
+            self.metrics.insert(String::new(), requests);
         }
         Some(outcome)
     }

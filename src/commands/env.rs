@@ -363,7 +363,10 @@ impl Env {
                 );
                 let ns = self.client.namespace();
                 crate::controller::serve::app_metrics(ns, &self.app.app_id, &text);
+                let requests = crate::controller::metrics::render_requests(&self.client.stats());
+                crate::controller::serve::process_metrics(&requests);
                 if let Some(path) = &self.metrics_file {
+                    let text = format!("{text}{requests}");
                     if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
                         warn!("cannot write the metrics file {}: {e}", path.display());
                     }

@@ -75,6 +75,24 @@ pub(crate) fn render(
     e.out
 }
 
+/// The process's API requests since it started, by verb, resource and code
+/// ([`ClientStats::requests_by`]: the tick's client and the Lease and Events clients derived
+/// from it), as `podalloc_api_requests_total{verb,resource,code}`: one family, no app
+/// labels (one client serves every app of the process). Empty before the first request.
+pub(crate) fn render_requests(stats: &crate::kube::ClientStats) -> String {
+    let mut out = String::from(
+        "# HELP podalloc_api_requests_total API requests sent (retries included) by verb, resource and HTTP code (<error>: no HTTP answer).\n# TYPE podalloc_api_requests_total counter\n",
+    );
+    for ((verb, resource, code), n) in &stats.requests_by {
+        let _ = writeln!(
+            out,
+            "podalloc_api_requests_total{{verb=\"{verb}\",resource=\"{resource}\",code=\"{}\"}} {n}",
+            escape(code)
+        );
+    }
+    out
+}
+
 /// The text being written, and the labels every sample carries.
 struct Exposition {
     labels: String,

@@ -5,7 +5,8 @@
 //! - `GET /metrics` (on the metrics address): Prometheus text format 0.0.4, the textfile's
 //!   metric names, one series per app (`app`, `namespace` labels: target, executors by
 //!   state, ticks, API errors by code, leadership), families merged across apps so each
-//!   `# HELP`/`# TYPE` appears once.
+//!   `# HELP`/`# TYPE` appears once; and the process's API requests by verb, resource and
+//!   code (`podalloc_api_requests_total`, no app labels: one client serves every app).
 //! - `GET /healthz` (liveness, on the probe address): 200 `ok` while the loop has finished a
 //!   pass (a tick, or a standby's look at the Lease) within its stuck limit, else 500 naming
 //!   how long it has been. A loop stuck past its watchdog is what a kubelet should restart.
@@ -55,11 +56,15 @@ impl Probe {
         }
     }
 
-    /// Replaces app `namespace/app`'s exposition text (as `metrics::render` makes it).
+    /// Replaces app `namespace/app`'s exposition text (as `metrics::render` makes it);
+    /// both empty: the process's own series.
     pub(crate) fn set_app_metrics(&self, namespace: &str, app: &str, text: String) {
-        lock(&self.inner)
-            .metrics
-            .insert(format!("{namespace}/{app}"), text);
+        let key = if namespace.is_empty() && app.is_empty() {
+            String::new()
+        } else {
+            format!("{namespace}/{app}")
+        };
+        lock(&self.inner).metrics.insert(key, text);
     }
 
     /// The loop finished a pass; `ready`: it reached the API server with its state loaded
@@ -190,6 +195,14 @@ pub(crate) fn enabled() -> bool {
 pub(crate) fn app_metrics(namespace: &str, app: &str, text: &str) {
     if let Some(p) = PROBE.get() {
         p.set_app_metrics(namespace, app, text.to_string());
+    }
+}
+
+/// The process's own series (`metrics::render_requests`), for `/metrics` beside the apps'.
+pub(crate) fn process_metrics(text: &str) {
+    if let Some(p) = PROBE.get() {
+        // The empty key sorts before every `namespace/app`: the process's families first.
+        p.set_app_metrics("", "", text.to_string());
     }
 }
 

@@ -242,6 +242,7 @@ impl Api<'_> {
             body,
             content_type,
             verb,
+            op: word,
             res: r,
             accept: "application/json",
             limit: self.client.options().body_limit,
@@ -475,6 +476,61 @@ mod tests {
     }
 
     const BASE: &str = "http://127.0.0.1:1";
+
+    /// A namespace view shares the connection's counters, by verb, resource and code, with
+    /// its parent and with derived clients; each call goes to the view's namespace.
+    #[test]
+    fn namespace_views_and_derived_clients_share_one_set_of_request_counts() {
+        use crate::kube::testutil::{FakeServer, Reply};
+        let server = FakeServer::http(|req, _| match req.method.as_str() {
+            "GET" => Reply::json(404, r#"{"kind":"Status","code":404,"reason":"NotFound"}"#),
+            _ => Reply::json(201, r#"{"kind":"ConfigMap","metadata":{"name":"x"}}"#),
+        });
+        let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+        cfg.allow_insecure_http = true;
+        let root = KubeClient::with_options(cfg, ClientOptions::default()).unwrap();
+        let view = root.in_namespace("other");
+        assert_eq!(view.namespace(), "other");
+        assert_eq!(view.api(&PODS).get("p").unwrap(), None);
+        let body = serde_json::json!({"metadata": {"name": "x"}});
+        let derived = root.derive(ClientOptions::default()).unwrap();
+        derived
+            .api(&CONFIG_MAPS)
+            .create(&body, &PostParams::default())
+            .unwrap();
+        let paths: Vec<String> = server
+            .recorded()
+            .iter()
+            .map(|r| r.path().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/api/v1/namespaces/other/pods/p",
+                "/api/v1/namespaces/spark/configmaps"
+            ]
+        );
+        let want = |v, r, c: &str| ((v, r, c.to_string()), 1u64);
+        let counts: Vec<_> = root.stats().requests_by.into_iter().collect();
+        assert_eq!(
+            counts,
+            [
+                want("create", "configmaps", "201"),
+                want("get", "pods", "404")
+            ]
+        );
+        assert_eq!(
+            view.stats().requests,
+            1,
+            "the view and its parent share the stats"
+        );
+        assert_eq!(root.stats().requests, 1);
+        assert_eq!(
+            derived.stats().requests,
+            1,
+            "a derived client has stats of its own"
+        );
+    }
 
     #[test]
     fn a_get_names_the_kind_and_the_object() {

@@ -179,6 +179,13 @@ pub struct ClientStats {
     pub bytes_received: u64,
     /// Responses with HTTP code ≥ 400, by code.
     pub errors_by_code: BTreeMap<u16, u64>,
+    /// Every attempt by (verb, resource, code), of this client and of every client derived
+    /// from it ([`KubeClient::derive`]: the Lease and Events clients), as kube-apiserver's own
+    /// `apiserver_request_total` labels them: the verb is `get`, `list`, `create`,
+    /// `update`, `patch` or `delete`, the resource its plural (`pods`), the code the HTTP
+    /// status or `<error>` when no HTTP answer came (client-go's `rest_client_requests_total`
+    /// convention).
+    pub requests_by: RequestCounts,
     /// Requests that got no HTTP answer (connect refused/reset, timeout, TLS).
     pub transport_errors: u64,
     /// Time slept before retries since the client was made or
@@ -487,6 +494,19 @@ struct ExecCache {
 ///
 /// `Debug` shows the server, namespace and credential source, never the credential.
 pub struct KubeClient {
+    /// The connection: one per cluster, shared by every namespace view
+    /// ([`KubeClient::in_namespace`]).
+    conn: Arc<Connection>,
+    /// The default namespace of this view: where [`KubeClient::api`] calls go.
+    namespace: String,
+    /// A deadline over this view's calls (the tick's budget, `run --timeout`); see
+    /// [`KubeClient::set_deadline`].
+    deadline: Mutex<Option<Deadline>>,
+}
+
+/// What every namespace view of one client shares: the TLS agent (so one connection pool),
+/// the credential and its caches, the counters and the write fence.
+struct Connection {
     /// Cloned for each request; replaced when an exec plugin returns a new client certificate.
     agent: Mutex<ureq::Agent>,
     /// The configuration, kept to rebuild the agent.
@@ -498,18 +518,16 @@ pub struct KubeClient {
     /// `tls-server-name` when one is set.
     base: String,
     server: String,
-    namespace: String,
     source: String,
     credential: Credential,
     token: Mutex<TokenCache>,
     options: ClientOptions,
     stats: Mutex<ClientStats>,
+    /// [`ClientStats::requests_by`], shared with the clients derived from this one.
+    requests_by: Arc<Mutex<RequestCounts>>,
     rng: AtomicU64,
     /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
     write_fence: std::sync::OnceLock<WriteFence>,
-    /// A deadline over all calls (the tick's budget, `run --timeout`); see
-    /// [`KubeClient::set_deadline`].
-    deadline: Mutex<Option<Deadline>>,
 }
 
 /// A point in time calls must end by, and what set it (for the error message).
@@ -519,17 +537,20 @@ struct Deadline {
     what: String,
 }
 
+/// Attempts by (verb, resource, code): [`ClientStats::requests_by`].
+type RequestCounts = BTreeMap<(&'static str, &'static str, String), u64>;
+
 /// Says whether this process may still write (true) or has lost its leader lease (false).
 pub(super) type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KubeClient")
-            .field("server", &self.server)
+            .field("server", &self.conn.server)
             .field("namespace", &self.namespace)
-            .field("source", &self.source)
-            .field("credential", &self.credential.describe())
-            .field("options", &self.options)
+            .field("source", &self.conn.source)
+            .field("credential", &self.conn.credential.describe())
+            .field("options", &self.conn.options)
             .finish_non_exhaustive()
     }
 }
@@ -543,6 +564,9 @@ pub(super) struct Request {
     pub(super) content_type: &'static str,
     /// Names the call in logs and errors: `get pod NAME`, `list pods`.
     pub(super) verb: String,
+    /// The API verb alone (`get`, `list`, `create`, `update`, `patch`, `delete`), for the
+    /// counters.
+    pub(super) op: &'static str,
     /// The resource called (the write fence lets Lease calls through).
     pub(super) res: &'static Resource,
     /// The `Accept` header: JSON, or Protobuf with JSON as the fallback.
@@ -889,6 +913,15 @@ impl KubeClient {
         cfg: ClusterConfig,
         options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
+        Self::build(cfg, options, Arc::default())
+    }
+
+    /// [`KubeClient::with_options`], counting requests by verb into `requests_by`.
+    fn build(
+        cfg: ClusterConfig,
+        options: ClientOptions,
+        requests_by: Arc<Mutex<RequestCounts>>,
+    ) -> Result<KubeClient, KubeError> {
         let (agent, base) = Self::build_agent(&cfg, &options, None)?;
         if let Credential::Token { token, source } = &cfg.credential {
             if !is_header_safe(token.expose()) {
@@ -914,11 +947,11 @@ impl KubeClient {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x9E37_79B9_7F4A_7C15)
             | 1;
-        let client = KubeClient {
+        let namespace = cfg.namespace.clone();
+        let conn = Connection {
             agent: Mutex::new(agent),
             base,
             server: cfg.server.clone(),
-            namespace: cfg.namespace.clone(),
             source: cfg.source.clone(),
             credential: cfg.credential.clone(),
             token: Mutex::new(TokenCache::default()),
@@ -927,9 +960,14 @@ impl KubeClient {
             cfg,
             options,
             stats: Mutex::new(ClientStats::default()),
+            requests_by,
             rng: AtomicU64::new(seed),
-            deadline: Mutex::new(None),
             write_fence: std::sync::OnceLock::new(),
+        };
+        let client = KubeClient {
+            conn: Arc::new(conn),
+            namespace,
+            deadline: Mutex::new(None),
         };
         // Reads a token file, or runs an exec plugin (which may replace the agent).
         client.bearer(true)?;
@@ -1026,36 +1064,54 @@ impl KubeClient {
         &self.namespace
     }
 
+    /// A view of this client whose default namespace is `ns`: the same connection (TLS
+    /// agent and connection pool), credential, counters ([`KubeClient::stats`]) and write
+    /// fence, with a deadline of its own (none). Cheap: nothing is sent or read. This is
+    /// how one process serves apps in many namespaces with one client.
+    pub fn in_namespace(&self, ns: &str) -> KubeClient {
+        KubeClient {
+            conn: Arc::clone(&self.conn),
+            namespace: ns.to_string(),
+            deadline: Mutex::new(None),
+        }
+    }
+
     /// The server URL as configured, e.g. `https://10.0.0.1:6443`.
     pub fn server(&self) -> &str {
-        &self.server
+        &self.conn.server
     }
 
     /// Where the configuration came from (see [`ClusterConfig::source`]).
     pub fn source(&self) -> &str {
-        &self.source
+        &self.conn.source
     }
 
     /// The URL prefix requests go to: the server URL, with the `tls-server-name` in place
     /// of the host when one is set (the connection still goes to the server's address).
     pub fn base_url(&self) -> &str {
-        &self.base
+        &self.conn.base
     }
 
     /// The retry policy in force.
     pub fn retry_policy(&self) -> &RetryPolicy {
-        &self.options.retry
+        &self.conn.options.retry
     }
 
-    /// Replaces the retry policy (e.g. [`RetryPolicy::none`] for a dry run).
+    /// Replaces the retry policy (e.g. [`RetryPolicy::none`] for a dry run), before any
+    /// namespace view shares the connection.
+    ///
+    /// Panics: when a view made by [`KubeClient::in_namespace`] is still alive (the policy
+    /// belongs to the shared connection).
     pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
-        self.options.retry = policy;
+        let conn = Arc::get_mut(&mut self.conn)
+            .expect("set_retry_policy: the connection is shared by a namespace view");
+        conn.options.retry = policy;
     }
 
     /// Starts a fresh retry budget: the tick calls this first, so
     /// [`RetryPolicy::retry_budget`] bounds the retry sleeping of one tick.
     pub fn reset_retry_budget(&self) {
-        lock(&self.stats).retry_sleep = Duration::ZERO;
+        lock(&self.conn.stats).retry_sleep = Duration::ZERO;
     }
 
     /// Sets (or clears, with `None`) a deadline over every call from now on: a call ends by
@@ -1074,10 +1130,10 @@ impl KubeClient {
     /// [`KubeClient::set_deadline`] when that comes first.
     fn call_deadline(&self) -> Deadline {
         let own = Deadline {
-            at: Instant::now() + self.options.timeouts.global,
+            at: Instant::now() + self.conn.options.timeouts.global,
             what: format!(
                 "the request timeout of {} (--request-timeout)",
-                humantime::format_duration(self.options.timeouts.global)
+                humantime::format_duration(self.conn.options.timeouts.global)
             ),
         };
         match lock(&self.deadline).clone() {
@@ -1088,7 +1144,9 @@ impl KubeClient {
 
     /// A copy of the counters: requests, retries, bytes received, errors by HTTP code.
     pub fn stats(&self) -> ClientStats {
-        lock(&self.stats).clone()
+        let mut stats = lock(&self.conn.stats).clone();
+        stats.requests_by = lock(&self.conn.requests_by).clone();
+        stats
     }
 
     /// The bearer token to send, reading the token file when it is older than the refresh
@@ -1105,17 +1163,17 @@ impl KubeClient {
 
     /// [`KubeClient::bearer`] before the token is remembered for scrubbing.
     fn bearer_uncounted(&self, force: bool) -> Result<Option<String>, KubeError> {
-        match &self.credential {
+        match &self.conn.credential {
             Credential::None => Ok(None),
             Credential::Token { token, .. } => Ok(Some(token.expose().clone())),
             Credential::Exec(exec) => self.exec_token(exec, force),
             Credential::TokenFile { path, source } => {
-                let mut cache = lock(&self.token);
+                let mut cache = lock(&self.conn.token);
                 let stale = force
                     || cache.token.is_none()
                     || cache
                         .read_at
-                        .is_none_or(|t| t.elapsed() >= self.options.token_refresh);
+                        .is_none_or(|t| t.elapsed() >= self.conn.options.token_refresh);
                 if stale {
                     match read_token_file(path, source) {
                         Ok(t) => {
@@ -1143,13 +1201,16 @@ impl KubeClient {
     /// `force` (after a 401). The plugin runs under the lock, so concurrent calls run it once.
     /// A new client certificate replaces the agent.
     fn exec_token(&self, exec: &ExecConfig, force: bool) -> Result<Option<String>, KubeError> {
-        let mut cache = lock(&self.exec);
+        let mut cache = lock(&self.conn.exec);
         let due =
             !cache.fetched || force || cache.refresh_at.is_some_and(|t| SystemTime::now() >= t);
         if due {
-            lock(&self.stats).exec_runs += 1;
-            let cred = match run_plugin(exec, self.exec_cluster.as_ref(), self.options.exec_timeout)
-            {
+            lock(&self.conn.stats).exec_runs += 1;
+            let cred = match run_plugin(
+                exec,
+                self.conn.exec_cluster.as_ref(),
+                self.conn.options.exec_timeout,
+            ) {
                 Ok(cred) => cred,
                 // Renewing early failed, but the cached credential has not expired yet: keep
                 // it (the next call tries again).
@@ -1170,13 +1231,13 @@ impl KubeClient {
                         .cert
                         .as_ref()
                         .is_some_and(|(c, k)| c == &cert.pem && k.expose() == key.pem.expose());
-                    if self.cfg.tls.client_cert.is_some() {
+                    if self.conn.cfg.tls.client_cert.is_some() {
                         log::debug!(
                             "{}: the client certificate it returned is not used, the \
                              kubeconfig user's own is",
                             exec.describe()
                         );
-                    } else if !self.base.starts_with("https://") {
+                    } else if !self.conn.base.starts_with("https://") {
                         log::debug!(
                             "{}: its client certificate is not used over plain http",
                             exec.describe()
@@ -1189,16 +1250,17 @@ impl KubeClient {
                                 exec.describe()
                             ))
                         })?;
-                        let (agent, _) = Self::build_agent(&self.cfg, &self.options, Some(id))?;
-                        *lock(&self.agent) = agent;
+                        let (agent, _) =
+                            Self::build_agent(&self.conn.cfg, &self.conn.options, Some(id))?;
+                        *lock(&self.conn.agent) = agent;
                         cache.cert = Some((cert.pem.clone(), key.pem.clone()));
                         log::debug!("{}: new client certificate in use", exec.describe());
                     }
                 }
                 _ if cache.cert.is_some() => {
                     // The plugin stopped returning a certificate: stop presenting the old one.
-                    let (agent, _) = Self::build_agent(&self.cfg, &self.options, None)?;
-                    *lock(&self.agent) = agent;
+                    let (agent, _) = Self::build_agent(&self.conn.cfg, &self.conn.options, None)?;
+                    *lock(&self.conn.agent) = agent;
                     cache.cert = None;
                 }
                 _ => {}
@@ -1226,11 +1288,11 @@ impl KubeClient {
                 source.to_string()
             }
         };
-        let what = match &self.credential {
+        let what = match &self.conn.credential {
             Credential::None => format!(
                 "the API server requires credentials (401 Unauthorized{detail}), but {} gives \
                  none: pass --token or --token-file, or use a kubeconfig user with credentials",
-                self.source
+                self.conn.source
             ),
             Credential::Token { source, .. } => format!(
                 "the token from {} was rejected by the API server (401 Unauthorized{detail}): \
@@ -1254,18 +1316,18 @@ impl KubeClient {
 
     fn next_random(&self) -> u64 {
         // xorshift64*: cheap jitter, no crate needed.
-        let mut x = self.rng.load(Ordering::Relaxed);
+        let mut x = self.conn.rng.load(Ordering::Relaxed);
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
-        self.rng.store(x, Ordering::Relaxed);
+        self.conn.rng.store(x, Ordering::Relaxed);
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
     /// The sleep before retry number `attempt` (0-based), or `None` when out of retries or
     /// of budget. Charges the budget.
     fn next_delay(&self, attempt: u32, retry_after: Option<u64>) -> Option<Duration> {
-        let p = &self.options.retry;
+        let p = &self.conn.options.retry;
         if attempt >= p.max_retries {
             return None;
         }
@@ -1276,7 +1338,7 @@ impl KubeClient {
         let jitter_permille = self.next_random() % 201; // 0..=20 %
         let jittered = (backoff + backoff * jitter_permille as u32 / 1000).min(p.max_delay);
         let delay = jittered.max(Duration::from_secs(retry_after.unwrap_or(0)));
-        let mut stats = lock(&self.stats);
+        let mut stats = lock(&self.conn.stats);
         if let Some(secs) = retry_after.filter(|s| Duration::from_secs(*s) > p.retry_budget) {
             log::warn!(
                 "the server asked to wait {secs} s before retrying (Retry-After), more than \
@@ -1425,8 +1487,8 @@ impl KubeClient {
             }
             let token = self.bearer(false)?;
             // After bearer(): an exec plugin may just have replaced the agent.
-            let agent = lock(&self.agent).clone();
-            lock(&self.stats).requests += 1;
+            let agent = lock(&self.conn.agent).clone();
+            lock(&self.conn.stats).requests += 1;
             let started = Instant::now();
             let handler = on_body.as_mut().map(|h| &mut **h as BodyHandler<'_>);
             let sent = self.send_once(&agent, req, token.as_deref(), &host, left, handler);
@@ -1445,10 +1507,12 @@ impl KubeClient {
                     (Ok(resp), delay)
                 }
                 Err(error) if Instant::now() >= deadline.at && error.is_timeout() => {
-                    lock(&self.stats).transport_errors += 1;
+                    lock(&self.conn.stats).transport_errors += 1;
+                    self.count_answer(req, None);
                     return Err(self.deadline_error(req, &deadline));
                 }
                 Err(error) => {
+                    self.count_answer(req, None);
                     let delay = self.error_retry_delay(&error, attempt);
                     (Err(error), delay)
                 }
@@ -1478,15 +1542,24 @@ impl KubeClient {
             kind: TransportKind::Timeout,
             message: format!(
                 "timed out: no complete answer from {} within {}",
-                self.server, deadline.what
+                self.conn.server, deadline.what
             ),
         }
     }
 
+    /// Counts one attempt's answer under its verb and resource: the HTTP `code`, or `None`
+    /// when no HTTP answer came ([`ClientStats::requests_by`]).
+    fn count_answer(&self, req: &Request, code: Option<u16>) {
+        let code = code.map_or_else(|| "<error>".to_string(), |c| c.to_string());
+        let key = (req.op, req.res.plural, code);
+        *lock(&self.conn.requests_by).entry(key).or_insert(0) += 1;
+    }
+
     /// Counts a response's bytes and error code in the stats, and logs it (no headers).
     fn record_response(&self, req: &Request, resp: &Response, started: Instant) {
+        self.count_answer(req, Some(resp.status));
         {
-            let mut stats = lock(&self.stats);
+            let mut stats = lock(&self.conn.stats);
             stats.bytes_received += resp.received;
             if resp.status >= 400 {
                 *stats.errors_by_code.entry(resp.status).or_insert(0) += 1;
@@ -1507,24 +1580,24 @@ impl KubeClient {
     /// exec plugin; a fixed token would only fail the same way).
     fn can_reauthenticate(&self) -> bool {
         matches!(
-            self.credential,
+            self.conn.credential,
             Credential::TokenFile { .. } | Credential::Exec(_)
         )
     }
 
     /// After a 401: re-reads the token file or re-runs the exec plugin, counted as a retry.
     fn reauthenticate(&self, req: &Request) -> Result<(), KubeError> {
-        let what = match self.credential {
+        let what = match self.conn.credential {
             Credential::Exec(_) => "re-running",
             _ => "re-reading",
         };
         log::warn!(
             "{}: 401 Unauthorized; {what} the {} and retrying once",
             req.verb,
-            self.credential.describe()
+            self.conn.credential.describe()
         );
         self.bearer(true)?;
-        lock(&self.stats).retries += 1;
+        lock(&self.conn.stats).retries += 1;
         Ok(())
     }
 
@@ -1542,7 +1615,7 @@ impl KubeClient {
             status.code,
             status.reason,
             attempt + 1,
-            self.options.retry.max_retries,
+            self.conn.options.retry.max_retries,
             delay.as_millis()
         );
         Some(delay)
@@ -1552,7 +1625,7 @@ impl KubeClient {
     /// `None` to return the error.
     fn error_retry_delay(&self, error: &KubeError, attempt: u32) -> Option<Duration> {
         if matches!(error, KubeError::Transport { .. }) {
-            lock(&self.stats).transport_errors += 1;
+            lock(&self.conn.stats).transport_errors += 1;
         }
         if !error.is_retryable() {
             return None;
@@ -1562,7 +1635,7 @@ impl KubeClient {
             "{}; retry {}/{} in {} ms",
             error,
             attempt + 1,
-            self.options.retry.max_retries,
+            self.conn.options.retry.max_retries,
             delay.as_millis()
         );
         Some(delay)
@@ -1602,7 +1675,7 @@ impl KubeClient {
             what: what.to_string(),
             message: format!(
                 "{} answered with {why}; the body starts with {}",
-                self.server,
+                self.conn.server,
                 body_start(body)
             ),
         };
@@ -1620,14 +1693,14 @@ impl KubeClient {
     /// [`ClientOptions::list_body_limit`].
     pub(super) fn list_cap(&self, bounded: bool) -> u64 {
         match bounded {
-            true => self.options.streamed_list_body_limit,
-            false => self.options.list_body_limit,
+            true => self.conn.options.streamed_list_body_limit,
+            false => self.conn.options.list_body_limit,
         }
     }
 
     /// The options the client was built with.
     pub(super) fn options(&self) -> &ClientOptions {
-        &self.options
+        &self.conn.options
     }
 
     /// A list page over the cap (`cap` bytes, see [`ClientOptions::list_body_limit`]) says
@@ -1640,7 +1713,7 @@ impl KubeClient {
                     message: format!(
                         "a page from {} is larger than the cap of {} bytes ({} MiB) after gzip \
                          decoding: use a smaller --page-size, or raise --max-page-bytes",
-                        self.server,
+                        self.conn.server,
                         cap,
                         cap / (1024 * 1024)
                     ),
@@ -1656,12 +1729,12 @@ impl KubeClient {
     /// call is ignored. The refused call fails with [`KubeError::Transport`] (kind `Other`,
     /// nothing was sent), which the tick treats like any failed call.
     pub fn set_write_fence(&self, fence: WriteFence) {
-        let _ = self.write_fence.set(fence);
+        let _ = self.conn.write_fence.set(fence);
     }
 
     /// The fence check of [`KubeClient::set_write_fence`] for one request.
     fn check_write_fence(&self, req: &Request) -> Result<(), KubeError> {
-        let Some(fence) = self.write_fence.get() else {
+        let Some(fence) = self.conn.write_fence.get() else {
             return Ok(());
         };
         if req.method == Method::GET || req.res == &LEASES {
@@ -1680,7 +1753,11 @@ impl KubeClient {
     /// Another client for the same cluster and credentials with other options (e.g. the
     /// short timeouts of leader election). Errors as [`KubeClient::with_options`].
     pub fn derive(&self, options: ClientOptions) -> Result<KubeClient, KubeError> {
-        KubeClient::with_options(self.cfg.clone(), options)
+        Self::build(
+            self.conn.cfg.clone(),
+            options,
+            Arc::clone(&self.conn.requests_by),
+        )
     }
 
     /// [`KubeClient::derive`] for side calls (Events) that must not run an exec plugin of
@@ -1692,9 +1769,9 @@ impl KubeClient {
         &self,
         options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
-        let mut cfg = self.cfg.clone();
-        if let Credential::Exec(exec) = &self.cfg.credential {
-            let cache = lock(&self.exec);
+        let mut cfg = self.conn.cfg.clone();
+        if let Credential::Exec(exec) = &self.conn.cfg.credential {
+            let cache = lock(&self.conn.exec);
             if let (true, Some(token), None) = (cache.fetched, &cache.token, &cache.cert) {
                 cfg.credential = Credential::Token {
                     token: token.clone(),
@@ -1702,7 +1779,7 @@ impl KubeClient {
                 };
             }
         }
-        KubeClient::with_options(cfg, options)
+        Self::build(cfg, options, Arc::clone(&self.conn.requests_by))
     }
 }
 

@@ -195,6 +195,10 @@ struct Seen {
 /// reports what is still held. Warnings of target `podalloc::security` (TLS verification
 /// off) are never collapsed: they are meant to be seen every tick; nor are the lines of
 /// leader election (`podalloc::leader`): each change of leadership is shown.
+/// The target of the tick summary lines, which [`Capped`] never collapses: the runner logs
+/// them by their own rule (on a change, else every `--log-every`).
+const TICK_LINES: &str = "podalloc::controller::runner";
+
 struct Capped {
     inner: env_logger::Logger,
     seen: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
@@ -212,10 +216,12 @@ impl Capped {
         }
     }
 
-    /// The key under which warnings count as identical: the target and the text with every
-    /// run of digits replaced by `#`.
+    /// The key under which warnings count as identical: the app the line is about (so one
+    /// app's line never holds back another's), the target, and the text with every run of
+    /// digits replaced by `#`.
     fn key(r: &log::Record<'_>) -> String {
-        let mut k = format!("{}|", r.target());
+        let app = podalloc::commands::log_context().unwrap_or_default();
+        let mut k = format!("{}/{}|{}|", app.1, app.0, r.target());
         if r.level() != log::Level::Warn {
             k.push_str(&r.args().to_string());
             return k;
@@ -243,8 +249,8 @@ impl Capped {
         }
         let collapsed = match r.level() {
             log::Level::Warn => r.target() != "podalloc::security",
-            // The tick lines have their own rule (`run --log-every`).
-            log::Level::Info => r.target() != "podalloc::commands::run",
+            // The tick lines have their own rule (`--log-every`, the runner's `TickLog`).
+            log::Level::Info => r.target() != TICK_LINES,
             _ => false,
         };
         if !collapsed {

@@ -57,6 +57,11 @@ fn steer_an_apps_owner(w: &World, store: &[&str]) {
         a.extend_from_slice(args);
         w.run(&a)
     };
+    // `status` names the owner that will apply the requests, without taking its lock.
+    let out = with(&["status"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let said = crate::util::stdout(&out);
+    assert!(said.contains("owner: held by `podalloc apps`"), "{said}");
     let started = Instant::now();
     let out = with(&["add", "2"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -271,6 +271,22 @@ impl Env {
             .collect())
     }
 
+    /// The loop that owns the app now, read without taking anything (for `status`): the
+    /// holder of the state file's lock, or a fresh holder record of the state ConfigMap
+    /// (with its age); `None` when no loop owns it. Errors: the ConfigMap read's (exit 1).
+    pub(super) fn owner(&self) -> Result<Option<String>> {
+        Ok(match &self.store_kind {
+            StateStoreKind::File => {
+                crate::store::file::lock_holder(&self.state_path).map(|h| h.to_string())
+            }
+            StateStoreKind::ConfigMap(name) => {
+                crate::store::configmap::fresh_holder(&self.client, name, &self.app.app_id)
+                    .map_err(store_error)?
+                    .map(|(h, age)| format!("{h} (renewed {age}s ago)"))
+            }
+        })
+    }
+
     /// The holder of the app's leader-election Lease (`podalloc-<app id>`) when one holds it
     /// and its `renewTime` + `leaseDurationSeconds` has not passed by our clock; `None`
     /// otherwise, also when the Lease cannot be read (logged at debug: RBAC may not grant

@@ -56,6 +56,10 @@ pub struct StatusCounts {
     /// yet applied, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub queued_requests: Vec<crate::engine::alloc::Steering>,
+    /// The loop that owns the app (holds the state's lock or a fresh ConfigMap holder
+    /// record: a `run` or `apps` process), which applies steering requests; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The leader-election Lease, when one exists (`run --leader-elect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
@@ -149,6 +153,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         executors,
         counters: state.counters.clone(),
         create_backoff: state.create_backoff.clone(),
+        owner: env.owner()?,
         leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
         queued_requests: env.queued()?,
     };
@@ -210,6 +215,11 @@ fn text(c: &StatusCounts) -> String {
             "{}: {}\n",
             name.as_str().unwrap_or("?"),
             ids.join(" ")
+        ));
+    }
+    if let Some(o) = &c.owner {
+        out.push_str(&format!(
+            "owner: {o}; scale, add and remove are applied at its next tick\n"
         ));
     }
     if let Some(l) = &c.leader {

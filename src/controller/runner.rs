@@ -622,6 +622,8 @@ fn settle<'c>(
     let mut ended = Vec::new();
     for (i, outcome) in outcomes {
         let s = &mut slots[i];
+        // The tick line and the warnings below are about this app (JSON: `app`, `namespace`).
+        set_app_log_context(Some((&s.app.app_id, &s.ns)));
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
@@ -657,12 +659,15 @@ fn settle<'c>(
             Some((e, _)) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
             None => {}
         }
+        set_app_log_context(None);
     }
     // Highest index first, so the others keep theirs.
     for (i, e) in ended.into_iter().rev() {
         let mut s = slots.remove(i);
+        set_app_log_context(Some((&s.app.app_id, &s.ns)));
         let stop = feed.finish(&mut s, e);
         release(&mut s);
+        set_app_log_context(None);
         if let Some(e) = stop {
             return Err(e);
         }

@@ -136,9 +136,7 @@ impl<'a> ConfigMapStore<'a> {
         if mine.is_some_and(|m| m.same(&theirs)) {
             return Ok(());
         }
-        let renewed = theirs.renewed_ms.unwrap_or(theirs.since_ms);
-        let age_s = crate::clock::now_ms().saturating_sub(renewed) / 1000;
-        let stale_after = theirs.stale_after_s.unwrap_or(30);
+        let (age_s, stale_after) = holder_age(&theirs);
         if age_s > stale_after {
             log::warn!(
                 "{}: taking over from a stale owner ({theirs}; last renewed {age_s}s ago)",
@@ -350,6 +348,35 @@ fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Opti
 /// does not exist), with `resourceVersion`, again after each 409 (at most [`RETRIES`]
 /// times). Errors: [`StoreError::Corrupt`] for a ConfigMap podalloc did not create or an
 /// unreadable queue, [`StoreError::Conflict`] after the retries, [`StoreError::Backend`].
+/// A holder record's age (s since it was last renewed, by this host's clock) and the age
+/// after which it is stale (its `stale_after_s`, else 30 s).
+fn holder_age(h: &Holder) -> (u64, u64) {
+    let renewed = h.renewed_ms.unwrap_or(h.since_ms);
+    let age_s = crate::clock::now_ms().saturating_sub(renewed) / 1000;
+    (age_s, h.stale_after_s.unwrap_or(30))
+}
+
+/// The loop that owns app `app_id` through state ConfigMap `name` now, for `status`: its
+/// holder record when one is there and fresh (not older than its stale limit), with its
+/// age; `None` when there is no ConfigMap, no record, an unreadable one, or a stale one.
+/// Errors: the API call's, as [`StoreError::Backend`].
+pub(crate) fn fresh_holder(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<Option<(Holder, u64)>, StoreError> {
+    let store = ConfigMapStore::new(client, name, app_id).read_only();
+    let Some(cm) = store.cms.get(name).map_err(|e| store.backend(e))? else {
+        return Ok(None);
+    };
+    let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
+    let Some(h) = text.and_then(|t| serde_json::from_str::<Holder>(t).ok()) else {
+        return Ok(None);
+    };
+    let (age_s, stale_after) = holder_age(&h);
+    Ok((age_s <= stale_after).then_some((h, age_s)))
+}
+
 pub(crate) fn submit(
     client: &KubeClient,
     name: &str,

@@ -21,6 +21,21 @@ fn fast_opts() -> SimOptions {
     }
 }
 
+/// A server started on [`fast_opts`] changed by `tweak`, and a client with the test token.
+fn started(tweak: impl FnOnce(&mut SimOptions)) -> (SimServer, Client) {
+    let mut opts = fast_opts();
+    tweak(&mut opts);
+    let server = SimServer::start(opts).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    (server, c)
+}
+
+/// `resp`'s body, to be read whole up to 1 GiB (a list of 50,000 pods is far over ureq's
+/// 10 MiB default).
+fn whole_body(resp: &mut ureq::http::Response<ureq::Body>) -> ureq::BodyWithConfig<'_> {
+    resp.body_mut().with_config().limit(1 << 30)
+}
+
 struct Client {
     agent: ureq::Agent,
     base: String,
@@ -111,11 +126,7 @@ impl Client {
         let mut resp = result.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 30)
-            .read_to_string()
+        let text = (whole_body(&mut resp).read_to_string())
             .map_err(|e| format!("reading the body: {e}"))?;
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Ok(Reply {
@@ -288,12 +299,7 @@ fn https_create_conflict_auth_and_validation() {
 
 #[test]
 fn label_and_field_selectors() {
-    let server = SimServer::start(SimOptions {
-        schedule_latency: Duration::from_secs(3600),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.schedule_latency = Duration::from_secs(3600));
     let fixtures = [
         ("a-1", json!({"app": "a", "role": "executor", "tier": "x"})),
         ("a-2", json!({"app": "a", "role": "driver"})),
@@ -362,12 +368,7 @@ fn label_and_field_selectors() {
 
 #[test]
 fn pagination_serves_a_consistent_snapshot() {
-    let server = SimServer::start(SimOptions {
-        max_page: Some(4),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.max_page = Some(4));
     for i in 0..23 {
         let labels = json!({"parity": if i % 2 == 0 { "even" } else { "odd" }});
         assert_eq!(
@@ -445,12 +446,7 @@ fn pagination_serves_a_consistent_snapshot() {
 
 #[test]
 fn expired_continue_token_is_410_with_a_fresh_token() {
-    let server = SimServer::start(SimOptions {
-        continue_ttl: Duration::from_millis(200),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.continue_ttl = Duration::from_millis(200));
     for i in 0..5 {
         c.call("POST", PODS, Some(&pod(&format!("p-{i}"), json!({}))));
     }
@@ -482,13 +478,10 @@ fn phase(c: &Client, name: &str) -> String {
 #[test]
 fn pods_start_and_deletes_are_graceful_or_immediate() {
     // Latencies leave room for a loaded machine between a step and the check after it.
-    let server = SimServer::start(SimOptions {
-        startup_latency: Duration::from_millis(400),
-        stop_latency: Duration::from_millis(1000),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| {
+        o.startup_latency = Duration::from_millis(400);
+        o.stop_latency = Duration::from_millis(1000);
+    });
     let t0 = Instant::now();
     c.call(
         "POST",
@@ -992,12 +985,7 @@ fn big_list_of_50k_pods() {
                 req = req.header("Accept-Encoding", "identity");
             }
             let mut resp = req.call().unwrap();
-            let body = resp
-                .body_mut()
-                .with_config()
-                .limit(1 << 30)
-                .read_to_vec()
-                .unwrap();
+            let body = whole_body(&mut resp).read_to_vec().unwrap();
             let took = t.elapsed();
             let list: Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(list["items"].as_array().unwrap().len(), 50_000);
@@ -1307,12 +1295,7 @@ fn probabilistic_faults_follow_the_seed() {
 
 #[test]
 fn pod_quota_is_enforced_like_the_admission_plugin() {
-    let server = SimServer::start(SimOptions {
-        pod_quota: Some(2),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| o.pod_quota = Some(2));
     for n in ["q-1", "q-2"] {
         assert_eq!(c.call("POST", PODS, Some(&pod(n, json!({})))).status, 201);
     }
@@ -1381,12 +1364,8 @@ fn pod_quota_is_enforced_like_the_admission_plugin() {
 
 #[test]
 fn forbidden_verbs_get_the_rbac_message() {
-    let server = SimServer::start(SimOptions {
-        forbid: vec!["create".into(), "get".into(), "cm-update".into()],
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) =
+        started(|o| o.forbid = vec!["create".into(), "get".into(), "cm-update".into()]);
     let r = c.call("POST", PODS, Some(&pod("x", json!({}))));
     assert_eq!(r.status, 403);
     assert_eq!(
@@ -1500,12 +1479,7 @@ fn executor_id_stats_catch_duplicates_and_reuse() {
 
 #[test]
 fn request_log_keeps_the_last_requests_without_secrets() {
-    let server = SimServer::start(SimOptions {
-        faults: faults(&["get:500@1"]),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| o.faults = faults(&["get:500@1"]));
     c.get(&format!("{PODS}/nope"));
     c.get(&format!("{PODS}?limit=5&access_token=hunter2"));
     Client::new(&server, Some("wrong-token")).get(PODS);
@@ -1821,12 +1795,7 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
 
 #[test]
 fn configmap_validation_and_size_limits() {
-    let server = SimServer::start(SimOptions {
-        tls: false,
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.tls = false);
     let bad_key = c.call(
         "POST",
         CMS,

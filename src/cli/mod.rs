@@ -224,6 +224,17 @@ where
     Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
 }
 
+/// Reads the input file `path` as text, bounded as every input file is (a regular file of
+/// at most [`crate::kube::MAX_INPUT_FILE_BYTES`], UTF-8: [`crate::kube::read_regular_text`]).
+///
+/// Errors (exit 2): `cannot read WHAT PATH: why` (`what`: `the pod template`, `the apps
+/// file`, …).
+pub(crate) fn read_input_file(path: &std::path::Path, what: &str) -> crate::error::Result<String> {
+    crate::kube::read_regular_text(path, crate::kube::MAX_INPUT_FILE_BYTES).map_err(|e| {
+        crate::error::Error::usage(format!("cannot read {what} {}: {e}", path.display()))
+    })
+}
+
 /// The executor image `--simulate` uses when neither `--template` nor `--image` is given.
 const SIMULATE_IMAGE: &str = "registry.example/spark-executor:3.5.0";
 

@@ -21,6 +21,26 @@ fn fast_opts() -> SimOptions {
     }
 }
 
+/// The body of a failure `Status` as kube-apiserver writes it: `code`, `reason`, `message`
+/// and, when given, `details`.
+fn failure(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+    let mut v = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "reason": reason, "code": code});
+    if let Some(d) = details {
+        v["details"] = d;
+    }
+    v
+}
+
+/// The `metadata.resourceVersion` of object `v`, which must be a number in a string.
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// A server started on [`fast_opts`] changed by `tweak`, and a client with the test token.
 fn started(tweak: impl FnOnce(&mut SimOptions)) -> (SimServer, Client) {
     let mut opts = fast_opts();
@@ -202,9 +222,12 @@ fn https_create_conflict_auth_and_validation() {
     assert_eq!(dup.status, 409);
     assert_eq!(
         dup.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"exec-1\" already exists","reason":"AlreadyExists",
-               "details":{"name":"exec-1","kind":"pods"},"code":409})
+        failure(
+            409,
+            "AlreadyExists",
+            "pods \"exec-1\" already exists",
+            Some(json!({"name":"exec-1","kind":"pods"}))
+        )
     );
 
     for client in [
@@ -213,11 +236,7 @@ fn https_create_conflict_auth_and_validation() {
     ] {
         let r = client.get(PODS);
         assert_eq!(r.status, 401);
-        assert_eq!(
-            r.body,
-            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-                   "message":"Unauthorized","reason":"Unauthorized","code":401})
-        );
+        assert_eq!(r.body, failure(401, "Unauthorized", "Unauthorized", None));
     }
     // No token needed for the side door.
     assert_eq!(Client::new(&server, None).get("/sim/stats").status, 200);
@@ -275,9 +294,12 @@ fn https_create_conflict_auth_and_validation() {
     assert_eq!(missing.status, 404);
     assert_eq!(
         missing.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"nope\" not found","reason":"NotFound",
-               "details":{"name":"nope","kind":"pods"},"code":404})
+        failure(
+            404,
+            "NotFound",
+            "pods \"nope\" not found",
+            Some(json!({"name":"nope","kind":"pods"}))
+        )
     );
     let unknown = c.get("/api/v1/namespaces/spark/services");
     assert_eq!(
@@ -696,16 +718,7 @@ fn sim_side_door_seeds_a_pod_list_in_one_request() {
         .map(|p| p["metadata"]["uid"].as_str().unwrap())
         .collect();
     assert_eq!(uids.len(), 301);
-    let rvs: Vec<u64> = got
-        .iter()
-        .map(|p| {
-            p["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let rvs: Vec<u64> = got.iter().map(rv_of).collect();
     assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
     assert_eq!(
         r.body["metadata"]["resourceVersion"],
@@ -1064,18 +1077,24 @@ fn injected_errors_have_the_real_shapes() {
     assert_eq!(header(&r, "retry-after"), Some("3"));
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"storage is (re)initializing","reason":"TooManyRequests",
-               "details":{"retryAfterSeconds":3},"code":429})
+        failure(
+            429,
+            "TooManyRequests",
+            "storage is (re)initializing",
+            Some(json!({"retryAfterSeconds":3}))
+        )
     );
 
     let r = c.get(&path);
     assert_eq!(r.status, 500);
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"Internal error occurred: etcdserver: leader changed","reason":"InternalError",
-               "details":{"causes":[{"message":"etcdserver: leader changed"}]},"code":500})
+        failure(
+            500,
+            "InternalError",
+            "Internal error occurred: etcdserver: leader changed",
+            Some(json!({"causes":[{"message":"etcdserver: leader changed"}]}))
+        )
     );
 
     let r = c.get(&path);
@@ -1303,9 +1322,7 @@ fn pod_quota_is_enforced_like_the_admission_plugin() {
     assert_eq!(over.status, 403);
     assert_eq!(
         over.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"q-3\" is forbidden: exceeded quota: sim-quota, requested: pods=1, used: pods=2, limited: pods=2",
-               "reason":"Forbidden","details":{"name":"q-3","kind":"pods"},"code":403})
+        failure(403, "Forbidden", "pods \"q-3\" is forbidden: exceeded quota: sim-quota, requested: pods=1, used: pods=2, limited: pods=2", Some(json!({"name":"q-3","kind":"pods"})))
     );
     // A generated name appears in the message; validation still comes first.
     let gen = c.call("POST", PODS, Some(r#"{"metadata":{"generateName":"exec-"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#));
@@ -1370,9 +1387,7 @@ fn forbidden_verbs_get_the_rbac_message() {
     assert_eq!(r.status, 403);
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot create resource \"pods\" in API group \"\" in the namespace \"spark\"",
-               "reason":"Forbidden","details":{"kind":"pods"},"code":403})
+        failure(403, "Forbidden", "pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot create resource \"pods\" in API group \"\" in the namespace \"spark\"", Some(json!({"kind":"pods"})))
     );
     let r = c.get(&format!("{PODS}/x"));
     assert_eq!(r.status, 403);
@@ -1635,27 +1650,22 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     assert_eq!(cm["metadata"]["uid"].as_str().unwrap().len(), 36);
     assert!(cm["metadata"]["creationTimestamp"].is_string());
     assert_eq!(cm["data"], json!({"epoch": "1"}));
-    let rv1: u64 = cm["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv1 = rv_of(&cm);
 
     // The resource version is the pods' counter.
     let p = c.call("POST", PODS, Some(&pod("p", json!({}))));
-    let pod_rv: u64 = p.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pod_rv = rv_of(&p.body);
     assert!(pod_rv > rv1);
 
     let dup = c.call("POST", CMS, Some(r#"{"metadata":{"name":"state"}}"#));
     assert_eq!(
         dup.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"configmaps \"state\" already exists","reason":"AlreadyExists",
-               "details":{"name":"state","kind":"configmaps"},"code":409})
+        failure(
+            409,
+            "AlreadyExists",
+            "configmaps \"state\" already exists",
+            Some(json!({"name":"state","kind":"configmaps"}))
+        )
     );
     let got = c.get(&format!("{CMS}/state"));
     assert_eq!(got.status, 200);
@@ -1663,21 +1673,21 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     let missing = c.get(&format!("{CMS}/nope"));
     assert_eq!(
         missing.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"configmaps \"nope\" not found","reason":"NotFound",
-               "details":{"name":"nope","kind":"configmaps"},"code":404})
+        failure(
+            404,
+            "NotFound",
+            "configmaps \"nope\" not found",
+            Some(json!({"name":"nope","kind":"configmaps"}))
+        )
     );
 
     // Conditional update with the current resourceVersion.
+    let put = |name: &str, body: &str| c.call("PUT", &format!("{CMS}/{name}"), Some(body));
     let mut next = got.body.clone();
     next["data"]["epoch"] = json!("2");
-    let upd = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    let upd = put("state", &next.to_string());
     assert_eq!(upd.status, 200, "{}", upd.body);
-    let rv2: u64 = upd.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv2 = rv_of(&upd.body);
     assert!(rv2 > pod_rv);
     assert_eq!(upd.body["metadata"]["uid"], cm["metadata"]["uid"]);
     assert_eq!(
@@ -1685,35 +1695,24 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
         cm["metadata"]["creationTimestamp"]
     );
     // The same stale body again: 409 Conflict.
-    let stale = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    let stale = put("state", &next.to_string());
     assert_eq!(
         stale.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"Operation cannot be fulfilled on configmaps \"state\": the object has been modified; please apply your changes to the latest version and try again",
-               "reason":"Conflict","details":{"name":"state","kind":"configmaps"},"code":409})
+        failure(409, "Conflict", "Operation cannot be fulfilled on configmaps \"state\": the object has been modified; please apply your changes to the latest version and try again", Some(json!({"name":"state","kind":"configmaps"})))
     );
     // Without a resourceVersion: unconditional.
-    let blind = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"3"}}"#),
+    let blind = put(
+        "state",
+        r#"{"metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"3"}}"#,
     );
     assert_eq!(blind.status, 200);
     assert_eq!(blind.body["data"]["epoch"], "3");
     let rv3 = blind.body["metadata"]["resourceVersion"].clone();
     // Writing the same content again changes nothing, not even the resourceVersion.
-    let same = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(&blind.body.to_string()),
-    );
+    let same = put("state", &blind.body.to_string());
     assert_eq!(same.body["metadata"]["resourceVersion"], rv3);
 
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"other"}}"#),
-    );
+    let r = put("state", r#"{"metadata":{"name":"other"}}"#);
     assert_eq!(
         (r.status, r.body["message"].as_str()),
         (
@@ -1721,19 +1720,14 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
             Some("the name of the object (other) does not match the name on the URL (state)")
         )
     );
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/nope"),
-        Some(r#"{"metadata":{"name":"nope"}}"#),
-    );
+    let r = put("nope", r#"{"metadata":{"name":"nope"}}"#);
     assert_eq!(
         (r.status, r.body["reason"].as_str()),
         (404, Some("NotFound"))
     );
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"state","uid":"00000000-0000-4000-8000-000000000000"}}"#),
+    let r = put(
+        "state",
+        r#"{"metadata":{"name":"state","uid":"00000000-0000-4000-8000-000000000000"}}"#,
     );
     assert_eq!(r.status, 422);
     assert!(r.body["message"].as_str().unwrap().contains(

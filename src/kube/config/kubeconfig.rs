@@ -818,10 +818,8 @@ contexts:
 
     #[test]
     fn exec_and_other_unsupported_users() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, _, env) = kubeconfig_file(
+            "",
             "
 current-context: eks
 clusters: [{name: c, cluster: {server: 'https://eks.example'}}]
@@ -843,7 +841,6 @@ users:
 - {name: gcp, user: {auth-provider: {name: gcp, config: {access-token: zzz}}}}
 ",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
         match &c.credential {
             Credential::Exec(e) => {
@@ -1022,10 +1019,8 @@ contexts:
 
     #[test]
     fn certificate_authority_data_with_newlines_and_bad_base64() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, kc, env) = kubeconfig_file(
+            "",
             "current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters:
@@ -1043,7 +1038,6 @@ users:
   user: {client-key-data: '!!notbase64', client-certificate-data: UEVN}
 ",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
         assert!(
             e.contains("client-key-data") && e.contains("not valid base64"),
@@ -1076,13 +1070,10 @@ users:
 
     #[test]
     fn parse_errors_do_not_quote_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, _, env) = kubeconfig_file(
+            "",
             "current-context: c\nclusters:\n- name: k\n  cluster:\n    insecure-skip-tls-verify: \"supersecret\"\n",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
         assert!(
             e.contains("cannot parse kubeconfig") && e.contains("line 5"),

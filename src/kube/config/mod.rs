@@ -503,9 +503,17 @@ mod test_support {
     /// `DIR/SUB/certs/ca.pem`, and an environment whose `KUBECONFIG` names the file: (DIR,
     /// the kubeconfig's path, the environment).
     pub(super) fn simple_kubeconfig(sub: &str) -> (tempfile::TempDir, PathBuf, Env) {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(&dir.path().join(sub), "config", SIMPLE);
+        let (dir, kc, env) = kubeconfig_file(sub, SIMPLE);
         write(&dir.path().join(sub), "certs/ca.pem", "PEM");
+        (dir, kc, env)
+    }
+
+    /// A temporary directory DIR with the kubeconfig `text` written to `DIR/SUB/config`, and
+    /// an environment whose `KUBECONFIG` names it: (DIR, the kubeconfig's path, the
+    /// environment).
+    pub(super) fn kubeconfig_file(sub: &str, text: &str) -> (tempfile::TempDir, PathBuf, Env) {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = write(&dir.path().join(sub), "config", text);
         let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         (dir, kc, env)
     }

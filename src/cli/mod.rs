@@ -1065,21 +1065,24 @@ mod tests {
         e.render().to_string()
     }
 
+    /// Checks that the help text `text` (of `what`) lists each of `flags`.
+    fn assert_lists(what: &str, text: &str, flags: &[&str]) {
+        for flag in flags {
+            assert!(text.contains(flag), "{what} lacks {flag}:\n{text}");
+        }
+    }
+
     #[test]
     fn short_help_shows_the_commands_own_flags_and_the_globals_that_matter() {
         let reconcile = help(&["reconcile", "-h"]);
-        for flag in [
+        let own = [
             "--target",
             "--dry-run",
             "--app-id",
             "--kubeconfig",
             "--template",
-        ] {
-            assert!(
-                reconcile.contains(flag),
-                "reconcile -h lacks {flag}:\n{reconcile}"
-            );
-        }
+        ];
+        assert_lists("reconcile -h", &reconcile, &own);
         for flag in ["--token ", "--max-pending", "--log-format", "--client-key"] {
             assert!(!reconcile.contains(flag), "reconcile -h shows {flag}");
         }
@@ -1119,14 +1122,13 @@ mod tests {
             &["sim", "--help"],
         ] {
             let text = help(args);
-            for flag in [
+            let flags = [
                 "--batch-size",
                 "--token-file",
                 "--max-pending",
                 "--log-format",
-            ] {
-                assert!(text.contains(flag), "{args:?} lacks {flag}");
-            }
+            ];
+            assert_lists(&format!("{args:?}"), &text, &flags);
         }
     }
 

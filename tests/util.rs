@@ -130,6 +130,12 @@ impl SimWorld {
             .stop(Duration::from_millis(100))
     }
 
+    /// `app` whose pods stay Pending for `startup` once scheduled (the tests of what
+    /// waits on pending pods).
+    pub fn pending_for(app: &str, startup: Duration) -> SimWorld {
+        SimWorld::new().app(app).startup(startup)
+    }
+
     /// `app` with [`SPARK_IMAGE`].
     pub fn spark(app: &str) -> SimWorld {
         SimWorld::new().app(app).image(SPARK_IMAGE)

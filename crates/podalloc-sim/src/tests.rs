@@ -1650,7 +1650,7 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     assert_eq!(cm["metadata"]["uid"].as_str().unwrap().len(), 36);
     assert!(cm["metadata"]["creationTimestamp"].is_string());
     assert_eq!(cm["data"], json!({"epoch": "1"}));
-    let rv1 = rv_of(&cm);
+    let rv1 = rv_of(cm);
 
     // The resource version is the pods' counter.
     let p = c.call("POST", PODS, Some(&pod("p", json!({}))));

@@ -399,6 +399,25 @@ fn converged(
     );
 }
 
+/// Two replicas of the Deployment `what` (pods `PREFIX-a` and `PREFIX-b`, podalloc arguments
+/// `args`, service account token `token`) until `app` has `n` Running executors
+/// ([`converged`]); then stops them and checks that no call was answered 403.
+fn replicas_converge(
+    e: &Env,
+    token: &str,
+    args: &[String],
+    (what, prefix): (&str, &str),
+    (app, n): (&str, usize),
+) {
+    let procs = ["a", "b"].map(|r| {
+        recipe_cmd(e, token, args, &format!("{prefix}-{r}"))
+            .spawn()
+            .unwrap()
+    });
+    let procs = converged(e, procs, app, n);
+    assert_no_403(what, &crate::util::stop_all("the replicas", procs.into()));
+}
+
 /// Each form of `deploy/` runs for real on kube-apiserver under exactly its own RBAC: the
 /// CronJob's job and the HA `run` Deployment as service account `podalloc`
 /// (`deploy/rbac.yaml`), the HA `apps` Deployment as `podalloc-apps` (its own Role), each
@@ -452,16 +471,8 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
 
     // The HA run Deployment: two replicas until its app converges.
     let dep = spec("deployment.yaml", "Deployment");
-    let procs = ["a", "b"].map(|r| {
-        recipe_cmd(&e, &pod_sa, &dep, &format!("podalloc-spark-etl-{r}"))
-            .spawn()
-            .unwrap()
-    });
-    let procs = converged(&e, procs, "spark-etl", 20);
-    assert_no_403(
-        "the run Deployment",
-        &crate::util::stop_all("the replicas", procs.into()),
-    );
+    let run = ("the run Deployment", "podalloc-spark-etl");
+    replicas_converge(&e, &pod_sa, &dep, run, ("spark-etl", 20));
 
     // The HA apps Deployment: two replicas, one annotated driver to discover.
     let driver = json!({"apiVersion": "v1", "kind": "Pod",
@@ -471,16 +482,8 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
         "spec": {"containers": [{"name": "driver", "image": "registry.example/spark:3.5.0"}]}});
     e.create_pod(&driver);
     let apps = spec("apps-deployment.yaml", "Deployment");
-    let procs = ["a", "b"].map(|r| {
-        recipe_cmd(&e, &apps_sa, &apps, &format!("podalloc-apps-{r}"))
-            .spawn()
-            .unwrap()
-    });
-    let procs = converged(&e, procs, "spark-discovered", 3);
-    assert_no_403(
-        "the apps Deployment",
-        &crate::util::stop_all("the replicas", procs.into()),
-    );
+    let apps_dep = ("the apps Deployment", "podalloc-apps");
+    replicas_converge(&e, &apps_sa, &apps, apps_dep, ("spark-discovered", 3));
 }
 
 /// Every page of `GET …/pods?limit=3` in `accept`'s encoding, added to one snapshot; the
@@ -498,19 +501,8 @@ fn list_as(
         if let Some(c) = &cont {
             url.push_str(&format!("&continue={c}"));
         }
-        let mut resp = agent
-            .get(&url)
-            .header("Authorization", &format!("Bearer {}", cp.admin_token))
-            .header("Accept", accept)
-            .call()
-            .unwrap();
-        let ctype = resp
-            .headers()
-            .get("content-type")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
+        let (mut resp, ctype) = crate::util::get_accepting(&agent, &url, &cp.admin_token, accept);
+        assert!(!ctype.is_empty(), "{accept}: a page without a Content-Type");
         types.push(ctype);
         let body = resp
             .body_mut()

@@ -421,15 +421,7 @@ impl Env {
     pub fn converge(&self, target: u32, extra: &[&str]) -> String {
         let t = target.to_string();
         let mut a = extra.to_vec();
-        a.extend([
-            "run",
-            "--target",
-            &t,
-            "--force-target",
-            "--until-converged",
-            "--timeout",
-            "60s",
-        ]);
+        a.extend(crate::util::run_to_args(&t, "60s"));
         let err = self.ok(&a);
         self.wait_for("the live executors to settle", |e| {
             e.live().len() == target as usize
@@ -953,12 +945,12 @@ both!(
 /// Lease.
 fn candidate(e: &Env, who: &str, target: u32) -> std::process::Child {
     let t = target.to_string();
-    e.cmd(&crate::util::ha_run_args(&[], &t))
-        .env("POD_NAME", format!("pod-{who}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut cmd = e.cmd(&crate::util::ha_run_args(&[], &t));
+    crate::util::spawn_replica(
+        &mut cmd,
+        &format!("pod-{who}"),
+        std::process::Stdio::piped(),
+    )
 }
 
 /// The holder of the app's Lease (`podalloc-APP`).

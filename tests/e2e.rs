@@ -353,19 +353,8 @@ fn insecure_skip_tls_verify_works_and_warns_every_tick() {
 #[test]
 fn plain_http_is_refused_off_loopback() {
     let w = world(|_| {});
-    let out = podalloc()
-        .args([
-            "--server",
-            "http://192.0.2.10:8080",
-            "--token",
-            "t",
-            "--app-id",
-            APP,
-            "--image",
-            "i",
-        ])
-        .arg("--state-file")
-        .arg(w.state_file())
+    let out = (w.bare())
+        .args(["--server", "http://192.0.2.10:8080", "--token", "t"])
         .args(["reconcile", "--target", "1"])
         .output()
         .unwrap();

@@ -368,17 +368,8 @@ fn dry_run_prints_a_summary_and_the_pod_on_request() {
 /// A GET with an `Accept` header, as kubectl sends it: (status, Content-Type, body).
 fn get_as(w: &World, path: &str, accept: &str) -> (u16, String, Value) {
     let agent = crate::util::agent(w.sim.ca_pem().unwrap().as_bytes());
-    let mut resp = agent
-        .get(&format!("{}{path}", w.sim.url()))
-        .header("Authorization", &format!("Bearer {}", w.token))
-        .header("Accept", accept)
-        .call()
-        .unwrap();
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
+    let url = format!("{}{path}", w.sim.url());
+    let (mut resp, ct) = crate::util::get_accepting(&agent, &url, &w.token, accept);
     let body = resp.body_mut().read_to_string().unwrap();
     let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
     (resp.status().as_u16(), ct, v)

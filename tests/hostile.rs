@@ -16,18 +16,26 @@ fn world(faults: &[&str]) -> World {
         .start()
 }
 
+/// Runs `args` (with a 3 s timeout among them) against a world with `faults` and checks that
+/// it exits `want` within 6 s, its standard error saying `says`. Returns the world.
+fn ends_in_time(faults: &[&str], args: &[&str], want: i32, says: &str) -> World {
+    let w = world(faults);
+    let started = Instant::now();
+    let out = w.run(args);
+    let took = started.elapsed();
+    assert_eq!(code(&out), want, "{}", err(&out));
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    assert!(err(&out).contains(says), "{}", err(&out));
+    w
+}
+
 #[test]
 fn run_timeout_is_honoured_while_a_list_hangs() {
-    let w = world(&["list:delay:100000"]);
-    let started = Instant::now();
-    let out = w.run(&["run", "--target", "3", "--timeout", "3s"]);
-    let took = started.elapsed();
-    assert_eq!(code(&out), 5, "{}", err(&out));
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    assert!(
-        err(&out).contains("--timeout of 3s passed"),
-        "{}",
-        err(&out)
+    ends_in_time(
+        &["list:delay:100000"],
+        &["run", "--target", "3", "--timeout", "3s"],
+        5,
+        "--timeout of 3s passed",
     );
 }
 
@@ -82,16 +90,11 @@ fn a_second_signal_aborts_a_hung_tick_at_once() {
 
 #[test]
 fn reconcile_against_a_trickling_body_ends_within_the_request_timeout() {
-    let w = world(&["list:trickle"]);
-    let started = Instant::now();
-    let out = w.run(&["reconcile", "--target", "3", "--request-timeout", "3s"]);
-    let took = started.elapsed();
-    assert_eq!(code(&out), 1, "{}", err(&out));
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    assert!(
-        err(&out).contains("within the request timeout of 3s (--request-timeout)"),
-        "{}",
-        err(&out)
+    let w = ends_in_time(
+        &["list:trickle"],
+        &["reconcile", "--target", "3", "--request-timeout", "3s"],
+        1,
+        "within the request timeout of 3s (--request-timeout)",
     );
     assert!(!w.state_file().exists(), "state untouched");
     assert_eq!(w.sim.stats().live_pods, 0);

@@ -27,6 +27,14 @@ fn world() -> PluginWorld {
     )
 }
 
+/// [`world`] with `kube/plugin.sh`, the exec plugin of [`token_plugin`] printing the
+/// world's token.
+fn plugin_world() -> PluginWorld {
+    let w = world();
+    w.script("plugin.sh", &token_plugin(&w.token));
+    w
+}
+
 /// A plugin that prints a token (the right one unless `WRONG_FIRST` says otherwise).
 fn token_plugin(good: &str) -> String {
     format!(
@@ -167,8 +175,7 @@ fn error_line(out: &Output) -> String {
 
 #[test]
 fn exec_plugin_token_creates_pods() {
-    let w = world();
-    w.script("plugin.sh", &token_plugin(&w.token));
+    let w = plugin_world();
     let kc = w.kubeconfig(&[], "      provideClusterInfo: true\n");
     let out = w.run_with(&kc, &["reconcile", "--target", "2"]);
     assert_ok(&out);
@@ -206,8 +213,7 @@ fn exec_plugin_token_creates_pods() {
 
 #[test]
 fn exec_plugin_is_rerun_after_its_token_expires() {
-    let w = world();
-    w.script("plugin.sh", &token_plugin(&w.token));
+    let w = plugin_world();
 
     // Valid for an hour: two ticks, one run.
     let kc = w.kubeconfig(&[("TTL", "3600")], "");
@@ -237,8 +243,7 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
 
 #[test]
 fn forced_401_reruns_the_plugin_exactly_once() {
-    let w = world();
-    w.script("plugin.sh", &token_plugin(&w.token));
+    let w = plugin_world();
 
     // The first token is rejected, the second one works.
     let kc = w.kubeconfig(&[("WRONG_FIRST", "1")], "");
@@ -333,8 +338,7 @@ users:
 
 #[test]
 fn kubeconfig_list_merges_first_file_wins() {
-    let w = world();
-    w.script("plugin.sh", &token_plugin(&w.token));
+    let w = plugin_world();
     // First file: the current context, and the user as an exec plugin.
     let first = w.write(
         "kube/first",
@@ -372,12 +376,15 @@ users:
             w.sim.url()
         ),
     );
+    // One tick toward 2 executors with KUBECONFIG set to the list `list`.
+    let tick_with = |list: &str| {
+        (w.podalloc(&["reconcile", "--target", "2"]))
+            .env("KUBECONFIG", list)
+            .output()
+            .unwrap()
+    };
     let list = format!("{}:{}", first.display(), second.display());
-    let out = w
-        .podalloc(&["reconcile", "--target", "2"])
-        .env("KUBECONFIG", &list)
-        .output()
-        .unwrap();
+    let out = tick_with(&list);
     assert_ok(&out);
     w.assert_no_token(&out);
     assert_eq!(w.runs(), 1, "the first file's user (the plugin) is used");
@@ -392,11 +399,7 @@ users:
     // The other order: the second file's context and users win, and it has no cluster
     // "nowhere".
     let list = format!("{}:{}", second.display(), first.display());
-    let out = w
-        .podalloc(&["reconcile", "--target", "2"])
-        .env("KUBECONFIG", &list)
-        .output()
-        .unwrap();
+    let out = tick_with(&list);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         error_line(&out).contains("cluster \"nowhere\" (used by context \"loser\") not found"),

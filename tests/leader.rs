@@ -14,7 +14,7 @@
 //! overshoot and no duplicate executor id through any of it.
 
 use crate::both::{both, Act, Env, Pods, CANDIDATES};
-use crate::util::{agent, stderr, SimWorld, FAST_LEADER_ELECT};
+use crate::util::{agent, spawn_replica, stderr, with_fast_leader_elect, SimWorld};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -32,16 +32,10 @@ fn candidate(e: &Env, who: &str) -> Child {
 fn candidate_with(e: &Env, who: &str, env: &[(&str, &str)]) -> Child {
     let metrics = metrics_path(e, who);
     let (metrics, target) = (metrics.to_str().unwrap(), TARGET.to_string());
-    e.candidate_cmd(
-        who,
-        &crate::util::ha_run_args(&["--metrics-file", metrics], &target),
-    )
-    .env("POD_NAME", format!("pod-{who}"))
-    .envs(env.iter().copied())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap()
+    let args = crate::util::ha_run_args(&["--metrics-file", metrics], &target);
+    let mut cmd = e.candidate_cmd(who, &args);
+    cmd.envs(env.iter().copied());
+    spawn_replica(&mut cmd, &format!("pod-{who}"), Stdio::piped())
 }
 
 fn metrics_path(e: &Env, who: &str) -> std::path::PathBuf {
@@ -766,31 +760,21 @@ mod a_create_delivered_late_by_a_partition_is_refused {
 /// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
 /// (`podalloc-state-<app id>`) that every replica reads.
 fn apps_candidate(e: &Env, who: &str) -> Child {
-    e.connect(&e.candidate_token(who))
-        .args(
-            [
-                "--batch-delay",
-                "200ms",
-                "--image",
-                "spark:3.5",
-                "apps",
-                "--discover",
-                "spark-role=driver",
-                "--state-configmaps",
-                "podalloc-state",
-                "--interval",
-                "200ms",
-            ]
-            .iter()
-            .chain(&FAST_LEADER_ELECT)
-            .copied()
-            .collect::<Vec<_>>(),
-        )
-        .env("POD_NAME", format!("pod-{who}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut cmd = e.connect(&e.candidate_token(who));
+    cmd.args(with_fast_leader_elect(&[
+        "--batch-delay",
+        "200ms",
+        "--image",
+        "spark:3.5",
+        "apps",
+        "--discover",
+        "spark-role=driver",
+        "--state-configmaps",
+        "podalloc-state",
+        "--interval",
+        "200ms",
+    ]));
+    spawn_replica(&mut cmd, &format!("pod-{who}"), Stdio::piped())
 }
 
 const DRIVERS: usize = 20;
@@ -806,17 +790,9 @@ fn live_by_app(e: &Env) -> std::collections::BTreeMap<String, u64> {
         None,
     );
     assert_eq!(code, 200, "{list}");
-    let mut out = std::collections::BTreeMap::new();
-    for p in list["items"].as_array().unwrap() {
-        let phase = p["status"]["phase"].as_str().unwrap_or("");
-        if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
-            let app = p["metadata"]["labels"]["spark-app-selector"]
-                .as_str()
-                .unwrap();
-            *out.entry(app.to_string()).or_insert(0) += 1;
-        }
-    }
-    out
+    (crate::util::live_by_app(&list).into_iter())
+        .map(|(app, n)| (app, n as u64))
+        .collect()
 }
 
 both!(

@@ -153,10 +153,7 @@ fn run_ticks_again_when_the_plan_is_due_before_the_interval() {
 /// The metrics file says why nothing is created while the target is not reached.
 #[test]
 fn the_metrics_file_names_the_blocked_reason() {
-    let w = SimWorld::new()
-        .app("blocked")
-        .startup(Duration::from_secs(60))
-        .start();
+    let w = SimWorld::pending_for("blocked", Duration::from_secs(60)).start();
     let metrics = w.path("podalloc.prom");
     let m = metrics.to_str().unwrap();
     w.ok(&["--metrics-file", m, "reconcile", "--target", "7"]);

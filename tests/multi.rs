@@ -37,17 +37,7 @@ fn live_by_app(w: &World) -> BTreeMap<String, usize> {
         None,
     );
     assert_eq!(code, 200, "{list}");
-    let mut out = BTreeMap::new();
-    for p in list["items"].as_array().unwrap() {
-        let phase = p["status"]["phase"].as_str().unwrap_or("");
-        if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
-            let app = p["metadata"]["labels"]["spark-app-selector"]
-                .as_str()
-                .unwrap();
-            *out.entry(app.to_string()).or_insert(0) += 1;
-        }
-    }
-    out
+    crate::util::live_by_app(&list)
 }
 
 /// Waits up to 30 s for `f`.
@@ -392,29 +382,7 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
     use clap::Parser;
     let d = recipe();
-    let mut rules: Vec<(String, Vec<String>)> = of_kind(&d, "Role")["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let mut v: Vec<String> = (r["verbs"].as_array().unwrap().iter())
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect();
-            v.sort();
-            (r["resources"][0].as_str().unwrap().to_string(), v)
-        })
-        .collect();
-    rules.sort();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    assert_eq!(
-        rules,
-        vec![
-            ("configmaps".into(), s(&["create", "get", "update"])),
-            ("events".into(), s(&["create", "get", "patch"])),
-            ("leases".into(), s(&["create", "get", "update"])),
-            ("pods".into(), s(&["create", "delete", "get", "list"])),
-        ]
-    );
+    crate::deploy::assert_documented_minimum(of_kind(&d, "Role"));
     let dep = of_kind(&d, "Deployment");
     assert_eq!(dep["spec"]["replicas"], 2, "highly available");
     let env = &dep["spec"]["template"]["spec"]["containers"][0]["env"][0];

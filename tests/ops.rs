@@ -318,10 +318,7 @@ fn usage_errors_keep_clap_s_whole_message_and_name_the_source_of_a_bad_value() {
 
 #[test]
 fn status_says_why_not_converged_and_lists_the_ids() {
-    let w = SimWorld::new()
-        .app("why")
-        .startup(Duration::from_secs(60))
-        .start();
+    let w = SimWorld::pending_for("why", Duration::from_secs(60)).start();
     w.ok(&["reconcile", "--target", "8"]);
     let out = w.ok(&["status", "--output", "json"]);
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -559,10 +556,7 @@ fn a_cleanly_stopped_loop_releases_the_configmap_holder() {
 /// batch at 100 ms ticks says "waiting for … pending pods" once per batch.
 #[test]
 fn run_logs_the_blocked_reason_when_it_changes_not_every_tick() {
-    let w = SimWorld::new()
-        .app("quiet")
-        .startup(Duration::from_millis(1500))
-        .start();
+    let w = SimWorld::pending_for("quiet", Duration::from_millis(1500)).start();
     let out = w.run(&[
         "--batch-size",
         "2",

@@ -13,14 +13,6 @@ fn world() -> World {
     SimWorld::quick(APP).pod_ms(50, 150).start()
 }
 
-/// Writes the pod template `spec` to `template.json` and returns its path.
-fn template(w: &World, spec: Value) -> String {
-    let path = w.path("template.json");
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": spec});
-    write(&path, &pod.to_string());
-    path.display().to_string()
-}
-
 /// Sets executor `id`'s phase through the simulator's side door, with `extra` fields
 /// (`disruption`, `waiting`, `exitCode`, …).
 fn set_phase(w: &World, id: u64, phase: &str, extra: Value) {
@@ -33,13 +25,9 @@ fn set_phase(w: &World, id: u64, phase: &str, extra: Value) {
     assert_eq!(status, 200, "{out}");
 }
 
-fn pod(w: &World, id: u64) -> Option<Value> {
-    let name = format!("{APP}-exec-{id}");
-    (w.pods("default").into_iter()).find(|p| p["metadata"]["name"] == name.as_str())
-}
-
 fn gone_or_terminating(w: &World, id: u64) -> bool {
-    pod(w, id).is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+    w.executor_pod(id)
+        .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
 }
 
 /// KEP-3329: four pods ended by Kubernetes (eviction API, preemption, kubelet evictions) in
@@ -97,8 +85,7 @@ fn disruptions_are_replaced_and_never_halt_but_crashes_still_do() {
 #[test]
 fn scheduling_gated_pods_do_not_block_the_next_batch() {
     let w = world();
-    let tpl = template(
-        &w,
+    let tpl = w.template(
         json!({"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
                "containers": [{"name": "executor", "image": "placeholder"}]}),
     );
@@ -114,7 +101,7 @@ fn scheduling_gated_pods_do_not_block_the_next_batch() {
     let gated = |ids: std::ops::RangeInclusive<u64>| {
         move |w: &World| {
             ids.clone().all(|i| {
-                pod(w, i).is_some_and(|p| {
+                w.executor_pod(i).is_some_and(|p| {
                     p["status"]["conditions"]
                         .to_string()
                         .contains("SchedulingGated")
@@ -220,11 +207,8 @@ fn an_unknown_pod_counts_until_lost_then_is_replaced() {
 #[test]
 fn count_terminating_stops_counting_a_pod_stuck_on_a_lost_node() {
     let w = world();
-    let tpl = template(
-        &w,
-        json!({"terminationGracePeriodSeconds": 1,
-               "containers": [{"name": "executor", "image": "placeholder"}]}),
-    );
+    let tpl = w.template(json!({"terminationGracePeriodSeconds": 1,
+               "containers": [{"name": "executor", "image": "placeholder"}]}));
     let flags = [
         "--template",
         tpl.as_str(),
@@ -243,7 +227,7 @@ fn count_terminating_stops_counting_a_pod_stuck_on_a_lost_node() {
     run(&["reconcile"]);
     std::thread::sleep(Duration::from_millis(600));
     run(&["reconcile"]);
-    let p = pod(&w, 1).expect("still there: its node is lost");
+    let p = w.executor_pod(1).expect("still there: its node is lost");
     assert!(!p["metadata"]["deletionTimestamp"].is_null());
     let log = stderr(&run(&["reconcile"]));
     assert!(
@@ -260,7 +244,7 @@ fn count_terminating_stops_counting_a_pod_stuck_on_a_lost_node() {
     // Past deletionTimestamp (delete + 1 s) + the grace (1 s), quota no longer charges it.
     std::thread::sleep(Duration::from_millis(2100));
     assert_eq!(code(&run(&args("run --until-converged --timeout 30s"))), 0);
-    assert!(pod(&w, 1).is_some(), "still stuck terminating");
+    assert!(w.executor_pod(1).is_some(), "still stuck terminating");
     assert_eq!(w.live(), vec![2, 3, 4]);
 }
 
@@ -412,33 +396,22 @@ fn state_files_keep_the_limits_and_ids_are_never_handed_out_twice() {
 #[test]
 fn an_executor_container_not_in_the_template_is_refused() {
     let w = world();
-    let tpl = template(
-        &w,
-        json!({"containers": [{"name": "executor", "image": "x"}, {"name": "istio-proxy", "image": "y"}]}),
-    );
-    let (code, err) = finishes(&mut w.cmd(&[
-        "reconcile",
-        "--target",
-        "1",
-        "--template",
-        &tpl,
-        "--executor-container",
-        "spark",
-    ]));
+    let tpl = w.template(json!({"containers": [{"name": "executor", "image": "x"}, {"name": "istio-proxy", "image": "y"}]}));
+    // One tick toward one executor, `--executor-container` naming `c`.
+    let tick_with = |c| {
+        let args = ["reconcile", "--target", "1", "--template", &tpl];
+        let mut cmd = w.cmd(&args);
+        cmd.args(["--executor-container", c]);
+        cmd
+    };
+    let (code, err) = finishes(&mut tick_with("spark"));
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("--executor-container \"spark\" is not a container of the executor pod template (it has: executor, istio-proxy)"),
         "{err}"
     );
     assert!(w.executors().is_empty());
-    w.ok(&[
-        "reconcile",
-        "--target",
-        "1",
-        "--template",
-        &tpl,
-        "--executor-container",
-        "executor",
-    ]);
+    let out = tick_with("executor").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(w.executors().len(), 1);
 }

@@ -1,7 +1,7 @@
 //! Real clusters are messier than one container per pod: the real binary against the
 //! simulator's kubelet with sidecars, init containers and images that cannot be pulled.
 
-use crate::util::{args, stderr, write, SimWorld, World};
+use crate::util::{args, stderr, SimWorld, World};
 use podalloc_sim::SimOptions;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -13,23 +13,6 @@ fn world(tweak: impl FnOnce(&mut SimOptions)) -> World {
     SimWorld::quick(APP).pod_ms(50, 200).options(tweak).start()
 }
 
-/// Writes the pod template `spec` to `template.json` and returns its path.
-fn template(w: &World, spec: Value) -> String {
-    let path = w.path("template.json");
-    write(
-        &path,
-        &json!({"apiVersion": "v1", "kind": "Pod", "spec": spec}).to_string(),
-    );
-    path.display().to_string()
-}
-
-fn pod(w: &World, id: u64) -> Option<Value> {
-    let name = format!("{APP}-exec-{id}");
-    w.pods("default")
-        .into_iter()
-        .find(|p| p["metadata"]["name"] == name.as_str())
-}
-
 fn waiting_reason(p: &Value, list: &str) -> String {
     p["status"][list][0]["state"]["waiting"]["reason"]
         .as_str()
@@ -37,17 +20,24 @@ fn waiting_reason(p: &Value, list: &str) -> String {
         .to_string()
 }
 
+/// A world and the path of a pod template of `containers` (name, image), in that order.
+fn with_containers(containers: &[(&str, &str)]) -> (World, String) {
+    let w = world(|_| {});
+    let list: Vec<Value> = (containers.iter())
+        .map(|(name, image)| json!({"name": name, "image": image}))
+        .collect();
+    let tpl = w.template(json!({ "containers": list }));
+    (w, tpl)
+}
+
 /// The executor container exits 52 while the istio-proxy sidecar keeps the pod Running: the
 /// executor failed, so its pod is deleted and replaced (the phase alone says Running).
 #[test]
 fn an_executor_whose_container_exits_while_a_sidecar_runs_is_replaced() {
-    let w = world(|_| {});
-    let tpl = template(
-        &w,
-        json!({"containers": [
-            {"name": "spark-kubernetes-executor", "image": "placeholder"},
-            {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.20.0"}]}),
-    );
+    let (w, tpl) = with_containers(&[
+        ("spark-kubernetes-executor", "placeholder"),
+        ("istio-proxy", "docker.io/istio/proxyv2:1.20.0"),
+    ]);
     let flags = ["--template", tpl.as_str(), "--max-failures", "10"];
     let run = |extra: &[&str]| w.ok(&[&flags[..], extra].concat());
     run(&args("run --target 2 --until-converged --timeout 30s"));
@@ -57,12 +47,13 @@ fn an_executor_whose_container_exits_while_a_sidecar_runs_is_replaced() {
     w.sim
         .terminate_container("default", &name, "spark-kubernetes-executor", 52, None)
         .unwrap();
-    assert_eq!(pod(&w, 1).unwrap()["status"]["phase"], "Running");
+    assert_eq!(w.executor_pod(1).unwrap()["status"]["phase"], "Running");
 
     let out = run(&["reconcile"]);
     let log = stderr(&out);
     assert!(
-        pod(&w, 1).is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        w.executor_pod(1)
+            .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null()),
         "executor 1 must be deleted: {log}"
     );
     let failures = w.state()["failures"].clone();
@@ -78,8 +69,7 @@ fn an_executor_whose_container_exits_while_a_sidecar_runs_is_replaced() {
 #[test]
 fn a_stuck_init_container_is_deleted_after_the_grace_naming_the_image() {
     let w = world(|o| o.missing_images = vec![BAD_IMAGE.to_string()]);
-    let tpl = template(
-        &w,
+    let tpl = w.template(
         json!({"initContainers": [{"name": "fetch-deps", "image": BAD_IMAGE}],
                "containers": [{"name": "executor", "image": "placeholder"}]}),
     );
@@ -94,9 +84,10 @@ fn a_stuck_init_container_is_deleted_after_the_grace_naming_the_image() {
     let run = |extra: &[&str]| w.ok(&[&flags[..], extra].concat());
     run(&["reconcile", "--target", "1"]);
     w.wait_for("the image pull to fail", |w| {
-        pod(w, 1).is_some_and(|p| waiting_reason(&p, "initContainerStatuses") == "ImagePullBackOff")
+        w.executor_pod(1)
+            .is_some_and(|p| waiting_reason(&p, "initContainerStatuses") == "ImagePullBackOff")
     });
-    let p = pod(&w, 1).unwrap();
+    let p = w.executor_pod(1).unwrap();
     assert_eq!(p["status"]["phase"], "Pending");
     assert_eq!(waiting_reason(&p, "containerStatuses"), "PodInitializing");
 
@@ -105,12 +96,13 @@ fn a_stuck_init_container_is_deleted_after_the_grace_naming_the_image() {
     let want = format!("ImagePullBackOff (init container fetch-deps, image {BAD_IMAGE})");
     let st = w.state();
     assert_eq!(st["stuck"][0]["reason"], want.as_str(), "{st}");
-    assert!(pod(&w, 1).unwrap()["metadata"]["deletionTimestamp"].is_null());
+    assert!(w.executor_pod(1).unwrap()["metadata"]["deletionTimestamp"].is_null());
 
     std::thread::sleep(Duration::from_millis(1200));
     run(&["reconcile"]);
     assert!(
-        pod(&w, 1).is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        w.executor_pod(1)
+            .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null()),
         "the stuck pod is deleted"
     );
     let st = w.state();
@@ -122,13 +114,10 @@ fn a_stuck_init_container_is_deleted_after_the_grace_naming_the_image() {
 /// its exit (OOMKilled) ends the executor, and the reason is its own, not the sidecar's.
 #[test]
 fn executor_container_flag_picks_the_container_that_decides() {
-    let w = world(|_| {});
-    let tpl = template(
-        &w,
-        json!({"containers": [
-            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
-            {"name": "spark", "image": "registry.example/spark:3.5.0"}]}),
-    );
+    let (w, tpl) = with_containers(&[
+        ("log-shipper", "fluent/fluent-bit:3.0"),
+        ("spark", "registry.example/spark:3.5.0"),
+    ]);
     let flags = [
         "--template",
         tpl.as_str(),

@@ -7,7 +7,9 @@
 //! every request was applied exactly once: the target is the sum of the requests, the pods
 //! match it, and no executor id was reused or pods ever exceeded the target.
 
-use crate::util::{agent, code, stderr, SimWorld, World, FAST_LEADER_ELECT};
+use crate::util::{
+    agent, code, spawn_replica, stderr, with_fast_leader_elect, SimWorld, World, FAST_LEADER_ELECT,
+};
 use podalloc::reconcile::CRASH_POINTS;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -115,13 +117,8 @@ fn a_running_loop_is_steered_by_add_remove_and_scale_on_its_next_tick() {
     let run = spawn_run(&w, &["--target", "2", "--idle-interval", "30s"]);
     wait_until(&w, 15, "2 running", |w| settled(w, 2));
     let started = Instant::now();
-    let out = w.run(&["add", "2"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let e = stderr(&out);
-    assert!(
-        e.contains("handed to the loop") && e.contains("podalloc run") && e.contains("pid"),
-        "{e}"
-    );
+    let e = assert_handed_to(&w.run(&["add", "2"]), "podalloc run");
+    assert!(e.contains("pid"), "{e}");
     wait_until(&w, 10, "4 running", |w| settled(w, 4));
     assert!(started.elapsed() < Duration::from_secs(10));
     let victim = running(&w)[0];
@@ -181,6 +178,32 @@ fn status_lists_the_requests_a_stopped_loop_has_not_applied() {
     let v: Value = serde_json::from_str(&crate::util::stdout(&out)).unwrap();
     assert!(v.get("queued_requests").is_none(), "{v}");
     stop(run);
+}
+
+/// Checks that the steering command that printed `out` exited 0 saying it handed its request
+/// to the loop `owner` (`podalloc run`, `podalloc apps`); returns its standard error.
+pub(crate) fn assert_handed_to(out: &std::process::Output, owner: &str) -> String {
+    assert_eq!(code(out), 0, "{}", stderr(out));
+    let e = stderr(out);
+    assert!(e.contains("handed to the loop") && e.contains(owner), "{e}");
+    e
+}
+
+/// Removes the first running executor with `steer(["remove", ID])` (a steering command with
+/// its store flags, which must exit 0) and waits until it is gone and `left` executors run.
+/// Returns the command's standard error.
+pub(crate) fn remove_first_running(
+    w: &World,
+    steer: &dyn Fn(&[&str]) -> std::process::Output,
+    left: usize,
+) -> String {
+    let victim = running(w)[0];
+    let out = steer(&["remove", &victim.to_string()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    wait_until(w, 10, &format!("{left} running without {victim}"), |w| {
+        settled(w, left) && !w.live().contains(&victim)
+    });
+    stderr(&out)
 }
 
 /// One request of the crash test (with the store flags `store`) and what it does to the
@@ -354,20 +377,24 @@ fn killed_loops_apply_every_request_exactly_once() {
     assert!(r.kills >= 50, "only {} kills", r.kills);
 }
 
+/// Leader-election timings under which a killed holder's Lease (or an apps process's claim)
+/// goes stale in 1 s: the crash rounds' (a 800 ms renew deadline, a 300 ms retry period).
+pub(crate) const CRASH_LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "1s",
+    "--leader-elect-renew-deadline",
+    "800ms",
+    "--leader-elect-retry-period",
+    "300ms",
+];
+
 #[test]
 fn killed_loops_on_the_configmap_store_apply_every_request_exactly_once() {
     let w = cm_world("steer-crash-cm");
     // Leader election (a killed loop's Lease expires in 1 s; a killed holder record would
     // keep others out for its 90 s staleness).
-    let elect = [
-        "--leader-elect",
-        "--leader-elect-lease-duration",
-        "1s",
-        "--leader-elect-renew-deadline",
-        "800ms",
-        "--leader-elect-retry-period",
-        "300ms",
-    ];
+    let mut elect = vec!["--leader-elect"];
+    elect.extend(CRASH_LEASE);
     let store = ["--state-store", "configmap:crash-cm"];
     let r = crash_rounds(&w, &store, &elect, 30, 0xc0ffee);
     let (_, cm) = w.api(
@@ -431,12 +458,32 @@ fn at_rest(w: &World, args: &[&str], secs: u64) -> (BTreeMap<String, u64>, u64) 
             .spawn()
             .unwrap(),
     ));
+    requests_at_rest(w, child, secs)
+}
+
+/// Asserts that `by` (requests by verb and resource, of `what` at rest) writes nothing but
+/// Leases: no create, update, patch or delete of another resource.
+pub(crate) fn assert_only_lease_writes(what: &str, by: &BTreeMap<String, u64>) {
+    for (k, n) in by {
+        let write = ["create", "update", "patch", "delete"]
+            .iter()
+            .any(|v| k.starts_with(v));
+        assert!(
+            !write || k.ends_with(" leases"),
+            "{what}: {n} × {k} at rest: {by:?}"
+        );
+    }
+}
+
+/// Once the loop `bg` has 3 executors running (and 1.5 s more), the requests by verb and
+/// resource it makes in the next `secs` seconds, and its ticks in them (pod lists). Stops it.
+pub(crate) fn requests_at_rest(w: &World, bg: Bg, secs: u64) -> (BTreeMap<String, u64>, u64) {
     wait_until(w, 15, "3 running", |w| settled(w, 3));
     std::thread::sleep(Duration::from_millis(1500));
     let since = last_seq(w);
     std::thread::sleep(Duration::from_secs(secs));
     let (by, _) = requests_by_verb(w, since);
-    stop(child);
+    stop(bg);
     let ticks = by.get("list pods").copied().unwrap_or(0);
     (by, ticks)
 }
@@ -445,29 +492,15 @@ fn at_rest(w: &World, args: &[&str], secs: u64) -> (BTreeMap<String, u64>, u64) 
 fn a_converged_tick_writes_nothing_lease_renewals_aside() {
     for (name, args) in [
         ("holder", &[][..]),
-        (
-            "leader-elect",
-            &[].iter()
-                .chain(&FAST_LEADER_ELECT)
-                .copied()
-                .collect::<Vec<_>>()[..],
-        ),
+        ("leader-elect", &FAST_LEADER_ELECT[..]),
     ] {
         let w = cm_world(&format!("rest-{name}"));
         let (by, ticks) = at_rest(&w, args, 4);
         eprintln!("{name}: {ticks} converged ticks: {by:?}");
         assert!(ticks >= 10, "{name}: {ticks} ticks: {by:?}");
-        for (k, n) in &by {
-            let write = ["create", "update", "patch", "delete"]
-                .iter()
-                .any(|v| k.starts_with(v));
-            // The ConfigMap holder record is renewed every 15 s at most (half of 3 × 10 s):
-            // none in a 4 s window; a Lease renewal every retry period.
-            assert!(
-                !write || k.ends_with(" leases"),
-                "{name}: {n} × {k} at rest: {by:?}"
-            );
-        }
+        // The ConfigMap holder record is renewed every 15 s at most (half of 3 × 10 s):
+        // none in a 4 s window; a Lease renewal every retry period.
+        assert_only_lease_writes(name, &by);
         assert!(
             by.get("get configmaps").copied().unwrap_or(0) <= ticks,
             "{by:?}"
@@ -511,30 +544,22 @@ fn annotate(w: &World, name: &str, key: &str, value: &str) {
 }
 
 fn replica(w: &World, who: &str) -> Bg {
-    Bg(Some(
-        w.cmd(
-            &[
-                "--state-store",
-                "configmap:roll-state",
-                "run",
-                "--target",
-                "4",
-                "--interval",
-                "100ms",
-                "--idle-interval",
-                "1s",
-            ]
-            .iter()
-            .chain(&FAST_LEADER_ELECT)
-            .copied()
-            .collect::<Vec<_>>(),
-        )
-        .env("POD_NAME", format!("roll-{who}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
-    ))
+    let mut cmd = w.cmd(&with_fast_leader_elect(&[
+        "--state-store",
+        "configmap:roll-state",
+        "run",
+        "--target",
+        "4",
+        "--interval",
+        "100ms",
+        "--idle-interval",
+        "1s",
+    ]));
+    Bg(Some(spawn_replica(
+        &mut cmd,
+        &format!("roll-{who}"),
+        Stdio::null(),
+    )))
 }
 
 fn cm_target(w: &World) -> (Option<u64>, Option<String>) {
@@ -599,6 +624,17 @@ fn ms_until(w: &World, max: Duration, mut f: impl FnMut(&World) -> bool) -> u128
     panic!("not within {max:?}: {:?}", w.executors());
 }
 
+/// Turns the first running executor of app `idle-app` Failed and returns the ms until
+/// `count(w)` (a simulator counter: creates, deletes) grows.
+fn fail_one_and_time(w: &World, count: impl Fn(&World) -> u64) -> u128 {
+    let victim = running(w)[0];
+    let before = count(w);
+    w.sim
+        .set_pod_phase("default", &format!("idle-app-exec-{victim}"), "Failed")
+        .unwrap();
+    ms_until(w, Duration::from_secs(10), |w| count(w) > before)
+}
+
 #[test]
 fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in_flight() {
     let w = world("idle-app");
@@ -606,14 +642,7 @@ fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in
     wait_until(&w, 15, "3 running", |w| settled(w, 3));
     std::thread::sleep(Duration::from_millis(2500));
     // At rest: a tick every 2 s. A failed executor is deleted and replaced by the next one.
-    let victim = running(&w)[0];
-    let creates = w.sim.stats().creates;
-    w.sim
-        .set_pod_phase("default", &format!("idle-app-exec-{victim}"), "Failed")
-        .unwrap();
-    let ms = ms_until(&w, Duration::from_secs(10), |w| {
-        w.sim.stats().creates > creates
-    });
+    let ms = fail_one_and_time(&w, |w| w.sim.stats().creates);
     eprintln!("at rest: the failed executor was replaced after {ms} ms");
     assert!(ms <= 2000 + 100 + 900, "replaced after {ms} ms at rest");
     wait_until(&w, 10, "3 running again", |w| settled(w, 3));
@@ -623,14 +652,7 @@ fn a_failed_executor_is_noticed_within_the_idle_interval_at_rest_and_one_tick_in
         .set_pod_phase("default", &format!("idle-app-exec-{held}"), "Pending")
         .unwrap();
     std::thread::sleep(Duration::from_millis(2500));
-    let victim = running(&w)[0];
-    let deletes = w.sim.stats().deletes;
-    w.sim
-        .set_pod_phase("default", &format!("idle-app-exec-{victim}"), "Failed")
-        .unwrap();
-    let ms = ms_until(&w, Duration::from_secs(10), |w| {
-        w.sim.stats().deletes > deletes
-    });
+    let ms = fail_one_and_time(&w, |w| w.sim.stats().deletes);
     eprintln!("in flight: the failed executor was deleted after {ms} ms");
     assert!(ms <= 100 + 900, "noticed after {ms} ms in flight");
     stop(run);
@@ -664,19 +686,9 @@ fn a_loop_on_the_configmap_store_is_steered_through_its_configmap() {
         w.run(&a)
     };
     let out = with(&["add", "2", "--wait", "--timeout", "30s"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let e = stderr(&out);
-    assert!(
-        e.contains("handed to the loop") && e.contains("podalloc run"),
-        "{e}"
-    );
+    assert_handed_to(&out, "podalloc run");
     assert!(settled(&w, 4), "{:?}", w.executors());
-    let victim = running(&w)[0];
-    let out = with(&["remove", &victim.to_string()]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    wait_until(&w, 10, "3 running", |w| {
-        settled(w, 3) && !w.live().contains(&victim)
-    });
+    remove_first_running(&w, &with, 3);
     let out = with(&["remove", "77"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     let (_, cm) = w.api(

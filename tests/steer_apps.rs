@@ -6,8 +6,8 @@
 //! while the API server stalls a list: the runner exits at once.
 
 use crate::steer::{
-    cm_world, crash_rounds_of, last_seq, requests_by_verb, running, settled, stop, wait_until,
-    world, Bg,
+    assert_handed_to, assert_only_lease_writes, cm_world, crash_rounds_of, remove_first_running,
+    requests_at_rest, settled, stop, wait_until, world, Bg, CRASH_LEASE,
 };
 use crate::util::{code, podalloc, stderr, write, SimWorld, World};
 use std::process::{Command, Stdio};
@@ -24,6 +24,14 @@ fn apps_file(w: &World, target: Option<u32>) -> std::path::PathBuf {
     );
     write(&path, &text);
     path
+}
+
+/// [`apps_file`] without the state file: with `--state-configmaps PREFIX` the app's state
+/// lives in the ConfigMap PREFIX-<app id>.
+fn configmap_apps_file(w: &World, target: Option<u32>) {
+    let path = apps_file(w, target);
+    let text = std::fs::read_to_string(&path).unwrap();
+    write(&path, &text.replace("  state-file: state.json\n", ""));
 }
 
 /// `podalloc apps --file apps.yaml` connected to the world's simulator (no app flags), then
@@ -63,22 +71,11 @@ fn steer_an_apps_owner(w: &World, store: &[&str]) {
     let said = crate::util::stdout(&out);
     assert!(said.contains("owner: held by `podalloc apps`"), "{said}");
     let started = Instant::now();
-    let out = with(&["add", "2"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let e = stderr(&out);
-    assert!(
-        e.contains("handed to the loop") && e.contains("podalloc apps"),
-        "{e}"
-    );
+    assert_handed_to(&with(&["add", "2"]), "podalloc apps");
     wait_until(w, 10, "4 running", |w| settled(w, 4));
     assert!(started.elapsed() < Duration::from_secs(10));
-    let victim = running(w)[0];
-    let out = with(&["remove", &victim.to_string()]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(stderr(&out).contains("podalloc apps"), "{}", stderr(&out));
-    wait_until(w, 10, "3 running without the removed one", |w| {
-        settled(w, 3) && !w.live().contains(&victim)
-    });
+    let e = remove_first_running(w, &with, 3);
+    assert!(e.contains("podalloc apps"), "{e}");
     let out = with(&["scale", "5", "--wait", "--timeout", "30s"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let e = stderr(&out);
@@ -128,13 +125,8 @@ fn an_apps_process_is_steered_by_add_remove_and_scale_on_its_next_tick() {
 #[test]
 fn an_apps_process_on_configmaps_is_steered_through_the_state_configmap() {
     let w = cm_world("steer-apps-cm");
-    apps_file(&w, Some(2));
-    let text = std::fs::read_to_string(w.path("apps.yaml")).unwrap();
     // The file entry names no state file: the state lives in PREFIX-<app id>.
-    write(
-        &w.path("apps.yaml"),
-        &text.replace("  state-file: state.json\n", ""),
-    );
+    configmap_apps_file(&w, Some(2));
     let prefix = ["--state-configmaps", "steer"];
     let mut args = prefix.to_vec();
     args.extend(["--interval", "100ms", "--idle-interval", "500ms"]);
@@ -158,16 +150,8 @@ fn killed_apps_processes_apply_every_request_exactly_once() {
     let w = world("steer-apps-crash");
     apps_file(&w, None);
     // The claim Lease of a killed process goes stale in 1 s.
-    let claim = [
-        "--leader-elect-lease-duration",
-        "1s",
-        "--leader-elect-renew-deadline",
-        "800ms",
-        "--leader-elect-retry-period",
-        "300ms",
-    ];
     let looper = |extra: &[&str]| {
-        let mut args = claim.to_vec();
+        let mut args = CRASH_LEASE.to_vec();
         args.extend_from_slice(extra);
         apps_cmd(&w, &args)
     };
@@ -193,6 +177,21 @@ fn lease_holder(w: &World, name: &str) -> String {
         .as_str()
         .unwrap_or("")
         .to_string()
+}
+
+/// Sends SIGTERM to `child` (the loop `what`, its list stalled) and checks that it stops at
+/// once: exit 0 within 2 s, saying `stopping now`. Returns its standard error.
+fn sigterm_stops_at_once(what: &str, child: std::process::Child) -> String {
+    let sent = Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("{what}: SIGTERM during a stalled list: exited in {took:?}");
+    assert_eq!(code(&out), 0, "{what}: {err}");
+    assert!(took < Duration::from_secs(2), "{what}: {took:?}: {err}");
+    assert!(err.contains("stopping now"), "{what}: {err}");
+    err
 }
 
 #[test]
@@ -237,15 +236,7 @@ fn sigterm_during_a_stalled_list_stops_run_and_apps_at_once() {
             !lease_holder(w, lease).is_empty()
         });
         std::thread::sleep(Duration::from_millis(500));
-        let sent = Instant::now();
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let out = child.wait_with_output().unwrap();
-        let took = sent.elapsed();
-        let err = String::from_utf8_lossy(&out.stderr);
-        eprintln!("{what}: SIGTERM during a stalled list: exited in {took:?}");
-        assert_eq!(code(&out), 0, "{what}: {err}");
-        assert!(took < Duration::from_secs(2), "{what}: {took:?}: {err}");
-        assert!(err.contains("stopping now"), "{what}: {err}");
+        sigterm_stops_at_once(what, child);
         // Nothing was written by the tick, and the Lease was given up.
         assert!(!w.state_file().exists(), "{what}");
         assert_eq!(lease_holder(&w, lease), "", "{what}");
@@ -294,15 +285,7 @@ fn sigterm_during_a_stalled_list_gives_up_the_configmap_holder_record() {
     });
     std::thread::sleep(Duration::from_millis(800));
     let (_, before) = cm_holder_and_state(&w, "stall-cm");
-    let sent = Instant::now();
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let took = sent.elapsed();
-    let err = String::from_utf8_lossy(&out.stderr);
-    eprintln!("run on a ConfigMap store: SIGTERM during a stalled list: exited in {took:?}");
-    assert_eq!(code(&out), 0, "{err}");
-    assert!(took < Duration::from_secs(2), "{took:?}: {err}");
-    assert!(err.contains("stopping now"), "{err}");
+    let err = sigterm_stops_at_once("run on a ConfigMap store", child);
     // The record is given up (a loop started now is not refused), the state as it was.
     let (holder, after) = cm_holder_and_state(&w, "stall-cm");
     assert_eq!(holder, None, "{err}");
@@ -325,39 +308,18 @@ fn apps_at_rest(
         "--idle-interval",
         idle,
     ];
-    let apps = spawn(apps_cmd(w, &args));
-    wait_until(w, 15, "3 running", |w| settled(w, 3));
-    std::thread::sleep(Duration::from_millis(1500));
-    let since = last_seq(w);
-    std::thread::sleep(Duration::from_secs(secs));
-    let (by, _) = requests_by_verb(w, since);
-    stop(apps);
-    let ticks = by.get("list pods").copied().unwrap_or(0);
-    (by, ticks)
+    requests_at_rest(w, spawn(apps_cmd(w, &args)), secs)
 }
 
 #[test]
 fn a_converged_apps_process_writes_nothing_and_ticks_at_the_idle_interval() {
     let w = cm_world("rest-apps");
-    apps_file(&w, Some(3));
-    let text = std::fs::read_to_string(w.path("apps.yaml")).unwrap();
-    write(
-        &w.path("apps.yaml"),
-        &text.replace("  state-file: state.json\n", ""),
-    );
+    configmap_apps_file(&w, Some(3));
     let (by, ticks) = apps_at_rest(&w, "100ms", 4);
     assert!(ticks >= 10, "{ticks} ticks: {by:?}");
-    for (k, n) in &by {
-        let write = ["create", "update", "patch", "delete"]
-            .iter()
-            .any(|v| k.starts_with(v));
-        // The holder record is renewed every 15 s at most: none in 4 s; the claim Lease
-        // every retry period.
-        assert!(
-            !write || k.ends_with(" leases"),
-            "{n} × {k} at rest: {by:?}"
-        );
-    }
+    // The holder record is renewed every 15 s at most: none in 4 s; the claim Lease every
+    // retry period.
+    assert_only_lease_writes("apps", &by);
     // At the default idle interval (30 s) a converged app does not tick in 3 s at all.
     let (by, ticks) = apps_at_rest(&w, "30s", 3);
     assert_eq!(ticks, 0, "{by:?}");

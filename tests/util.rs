@@ -11,7 +11,7 @@
 use podalloc_sim::{FaultRule, SimOptions, SimServer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// The checkout's root (where `Cargo.toml`, `fixtures/` and `deploy/` are).
@@ -71,6 +71,11 @@ pub const FAST_LEADER_ELECT: [&str; 7] = [
     "500ms",
 ];
 
+/// `args` followed by [`FAST_LEADER_ELECT`].
+pub fn with_fast_leader_elect<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    args.iter().chain(&FAST_LEADER_ELECT).copied().collect()
+}
+
 /// The Spark image the end-to-end tests name.
 pub const SPARK_IMAGE: &str = "registry.example/spark:3.5.0";
 
@@ -123,6 +128,12 @@ impl SimWorld {
             .batch_delay("200ms")
             .pod_ms(50, 300)
             .stop(Duration::from_millis(100))
+    }
+
+    /// `app` whose pods stay Pending for `startup` once scheduled (the tests of what
+    /// waits on pending pods).
+    pub fn pending_for(app: &str, startup: Duration) -> SimWorld {
+        SimWorld::new().app(app).startup(startup)
     }
 
     /// `app` with [`SPARK_IMAGE`].
@@ -347,15 +358,7 @@ impl World {
     /// succeed (`--force-target`: the target becomes N even when the state has one).
     pub fn run_to(&self, target: u32, timeout: &str) -> Output {
         let t = target.to_string();
-        self.ok(&[
-            "run",
-            "--target",
-            &t,
-            "--force-target",
-            "--until-converged",
-            "--timeout",
-            timeout,
-        ])
+        self.ok(&run_to_args(&t, timeout))
     }
 
     /// [`World::run_to`] with a minute's timeout; then there must be exactly N live pods,
@@ -436,6 +439,21 @@ impl World {
         v
     }
 
+    /// Executor `id`'s pod (`<app>-exec-<id>` in `default`), if there is one.
+    pub fn executor_pod(&self, id: u64) -> Option<Value> {
+        let name = format!("{}-exec-{id}", self.app);
+        (self.pods("default").into_iter()).find(|p| p["metadata"]["name"] == name.as_str())
+    }
+
+    /// Writes a pod template (a Pod of spec `spec`) to `template.json` in the directory and
+    /// returns its path, for `--template`.
+    pub fn template(&self, spec: Value) -> String {
+        let path = self.path("template.json");
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "spec": spec});
+        write(&path, &pod.to_string());
+        path.display().to_string()
+    }
+
     /// The ids of the executors that are Pending or Running and not being deleted.
     pub fn live(&self) -> Vec<u64> {
         self.executors()
@@ -502,11 +520,68 @@ pub fn ha_run_args<'a>(front: &[&'a str], target: &'a str) -> Vec<&'a str> {
         "--target",
         target,
     ];
-    (front
-        .iter()
-        .chain(&run)
-        .chain(&["--idle-interval", "200ms"]))
-    .chain(&FAST_LEADER_ELECT)
-    .copied()
-    .collect()
+    let mut args = front.to_vec();
+    args.extend(run);
+    args.extend(["--idle-interval", "200ms"]);
+    with_fast_leader_elect(&args)
+}
+
+/// Live executor pods (not terminating; Pending or Running) per app (`spark-app-selector`)
+/// in `list`, a PodList.
+pub fn live_by_app(list: &Value) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for p in list["items"].as_array().unwrap() {
+        let phase = p["status"]["phase"].as_str().unwrap_or("");
+        if p["metadata"]["deletionTimestamp"].is_null() && matches!(phase, "Pending" | "Running") {
+            let app = p["metadata"]["labels"]["spark-app-selector"]
+                .as_str()
+                .unwrap();
+            *out.entry(app.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Starts `cmd` as the replica in pod `pod` (`POD_NAME`, the holder identity), its standard
+/// output dropped and its standard error `stderr` (piped to be read, or null).
+pub fn spawn_replica(cmd: &mut Command, pod: &str, stderr: Stdio) -> std::process::Child {
+    cmd.env("POD_NAME", pod)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// `run --target TARGET --force-target --until-converged --timeout TIMEOUT`: converge on
+/// `target` even when the state has another one, within `timeout`.
+pub fn run_to_args<'a>(target: &'a str, timeout: &'a str) -> [&'a str; 7] {
+    [
+        "run",
+        "--target",
+        target,
+        "--force-target",
+        "--until-converged",
+        "--timeout",
+        timeout,
+    ]
+}
+
+/// `GET url` with bearer `token` and `Accept: accept`, as kubectl sends it, and the
+/// response's `Content-Type` (empty when it has none). Panics when no response came.
+pub fn get_accepting(
+    agent: &ureq::Agent,
+    url: &str,
+    token: &str,
+    accept: &str,
+) -> (ureq::http::Response<ureq::Body>, String) {
+    let resp = agent
+        .get(url)
+        .header("Authorization", &format!("Bearer {token}"))
+        .header("Accept", accept)
+        .call()
+        .unwrap();
+    let ctype = (resp.headers().get("content-type"))
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (resp, ctype)
 }

@@ -37,8 +37,7 @@ pub fn find(args: &[String]) -> Option<String> {
 /// string, number or boolean, a flag without an environment variable.
 pub fn load(cmd: &clap::Command, path: &Path) -> Result<Vec<(String, String)>> {
     let what = path.display();
-    let text = crate::kube::read_regular_text(path, crate::kube::MAX_INPUT_FILE_BYTES)
-        .map_err(|e| Error::usage(format!("cannot read the config file {what}: {e}")))?;
+    let text = super::read_input_file(path, "the config file")?;
     let map: BTreeMap<String, serde_json::Value> = serde_saphyr::from_str(&text).map_err(|e| {
         let first = e.to_string();
         Error::usage(format!(

@@ -224,6 +224,17 @@ where
     Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
 }
 
+/// Reads the input file `path` as text, bounded as every input file is (a regular file of
+/// at most [`crate::kube::MAX_INPUT_FILE_BYTES`], UTF-8: [`crate::kube::read_regular_text`]).
+///
+/// Errors (exit 2): `cannot read WHAT PATH: why` (`what`: `the pod template`, `the apps
+/// file`, …).
+pub(crate) fn read_input_file(path: &std::path::Path, what: &str) -> crate::error::Result<String> {
+    crate::kube::read_regular_text(path, crate::kube::MAX_INPUT_FILE_BYTES).map_err(|e| {
+        crate::error::Error::usage(format!("cannot read {what} {}: {e}", path.display()))
+    })
+}
+
 /// The executor image `--simulate` uses when neither `--template` nor `--image` is given.
 const SIMULATE_IMAGE: &str = "registry.example/spark-executor:3.5.0";
 
@@ -1054,21 +1065,24 @@ mod tests {
         e.render().to_string()
     }
 
+    /// Checks that the help text `text` (of `what`) lists each of `flags`.
+    fn assert_lists(what: &str, text: &str, flags: &[&str]) {
+        for flag in flags {
+            assert!(text.contains(flag), "{what} lacks {flag}:\n{text}");
+        }
+    }
+
     #[test]
     fn short_help_shows_the_commands_own_flags_and_the_globals_that_matter() {
         let reconcile = help(&["reconcile", "-h"]);
-        for flag in [
+        let own = [
             "--target",
             "--dry-run",
             "--app-id",
             "--kubeconfig",
             "--template",
-        ] {
-            assert!(
-                reconcile.contains(flag),
-                "reconcile -h lacks {flag}:\n{reconcile}"
-            );
-        }
+        ];
+        assert_lists("reconcile -h", &reconcile, &own);
         for flag in ["--token ", "--max-pending", "--log-format", "--client-key"] {
             assert!(!reconcile.contains(flag), "reconcile -h shows {flag}");
         }
@@ -1108,14 +1122,13 @@ mod tests {
             &["sim", "--help"],
         ] {
             let text = help(args);
-            for flag in [
+            let flags = [
                 "--batch-size",
                 "--token-file",
                 "--max-pending",
                 "--log-format",
-            ] {
-                assert!(text.contains(flag), "{args:?} lacks {flag}");
-            }
+            ];
+            assert_lists(&format!("{args:?}"), &text, &flags);
         }
     }
 

@@ -21,13 +21,7 @@ pub(crate) fn load_template(
             .map(Some)
             .map_err(|e| Error::usage(e.0)),
         (Some(path), image) => {
-            let max = crate::kube::MAX_INPUT_FILE_BYTES;
-            let text = crate::kube::read_regular_text(path, max).map_err(|e| {
-                Error::usage(format!(
-                    "cannot read the pod template {}: {e}",
-                    path.display()
-                ))
-            })?;
+            let text = crate::cli::read_input_file(path, "the pod template")?;
             let value = parse_yaml_or_json(&text).map_err(|e| {
                 Error::usage(format!(
                     "pod template {} is not valid JSON or YAML: {e}",

@@ -223,9 +223,7 @@ fn load_file(
     file: &Path,
     failed: &mut Vec<(String, Error)>,
 ) -> Result<Vec<Entry>> {
-    let max = crate::kube::MAX_INPUT_FILE_BYTES;
-    let text = crate::kube::read_regular_text(file, max)
-        .map_err(|e| Error::usage(format!("cannot read the apps file {}: {e}", file.display())))?;
+    let text = crate::cli::read_input_file(file, "the apps file")?;
     let parsed = multi::parse_apps_file(&text, &conn.default_ns)
         .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
     let dir = file.parent().unwrap_or(Path::new("."));

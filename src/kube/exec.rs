@@ -1197,6 +1197,15 @@ mod tests {
     // ---- running real plugins (shell scripts) --------------------------------------------
 
     #[cfg(unix)]
+    /// The error message of running `program` in `dir` as a v1 plugin of user "u", which
+    /// must fail.
+    fn plugin_error(dir: &Path, program: &str) -> String {
+        let e = ExecConfig::new(program, dir, ExecApiVersion::V1, "user \"u\"");
+        run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string()
+    }
+
     fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt as _;
         let p = dir.join(name);
@@ -1307,10 +1316,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
                 .ends_with("; Install it with: brew install thing"),
             "{err}"
         );
-        let e = ExecConfig::new("./missing", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string();
+        let msg = plugin_error(dir.path(), "./missing");
         assert!(msg.contains("does not exist"), "{msg}");
 
         // Non-zero exit: code and first stderr line, never stdout.
@@ -1327,10 +1333,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             "exec plugin \"./fail\" (user \"u\") failed with exit code 3: error: SSO session expired"
         );
         script(dir.path(), "quiet", "exit 1");
-        let e = ExecConfig::new("./quiet", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        assert!(run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string()
+        assert!(plugin_error(dir.path(), "./quiet")
             .ends_with("failed with exit code 1 (nothing on stderr)"));
 
         // Its stderr never carries its token into our message.
@@ -1339,10 +1342,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             "leaky",
             "echo 'refresh failed, token=abcdef0123456789abcdef0123 is stale' >&2\nexit 2",
         );
-        let e = ExecConfig::new("./leaky", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string();
+        let msg = plugin_error(dir.path(), "./leaky");
         assert!(
             msg.ends_with("exit code 2: refresh failed, token=[redacted] is stale"),
             "{msg}"
@@ -1357,10 +1357,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
                 "printf '%s' '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{big}\"}}}}'"
             ),
         );
-        let e = ExecConfig::new("./huge", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string();
+        let msg = plugin_error(dir.path(), "./huge");
         assert!(
             msg.ends_with("printed a token of 921600 bytes; at most 65536 bytes fit in the Authorization header"),
             "{}",
@@ -1409,10 +1406,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 
         // Not executable.
         std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();
-        let e = ExecConfig::new("./plain", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string();
+        let msg = plugin_error(dir.path(), "./plain");
         assert!(msg.contains("not executable"), "{msg}");
 
         // interactiveMode: Always is refused before anything runs.
@@ -1426,10 +1420,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 
         // Garbage on stdout with exit 0.
         script(dir.path(), "garbage", "echo 'password=hunter2'");
-        let e = ExecConfig::new("./garbage", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let msg = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT)
-            .unwrap_err()
-            .to_string();
+        let msg = plugin_error(dir.path(), "./garbage");
         assert!(
             msg.contains("not JSON") && !msg.contains("hunter2"),
             "{msg}"

@@ -39,6 +39,13 @@ fn create(s: &SimServer, name: &str, spec: Value) {
     assert_eq!(r.status(), 201);
 }
 
+/// A server ([`server`], every image there) with pod `p` of spec `spec` created.
+fn with_pod_p(spec: Value) -> SimServer {
+    let s = server(&[]);
+    create(&s, "p", spec);
+    s
+}
+
 fn get(s: &SimServer, name: &str) -> Value {
     let url = format!("{}/api/v1/namespaces/{NS}/pods/{name}", s.url());
     let text = (agent().get(&url).call().unwrap().body_mut())
@@ -74,13 +81,8 @@ fn condition<'a>(p: &'a Value, ty: &str) -> &'a Value {
 
 #[test]
 fn a_sidecar_keeps_the_pod_running_after_the_executor_exits() {
-    let s = server(&[]);
-    create(
-        &s,
-        "p",
-        json!({"restartPolicy": "Never", "containers": [
-            {"name": "executor", "image": "spark:3.5"}, {"name": "istio-proxy", "image": "proxy:1"}]}),
-    );
+    let s = with_pod_p(json!({"restartPolicy": "Never", "containers": [
+            {"name": "executor", "image": "spark:3.5"}, {"name": "istio-proxy", "image": "proxy:1"}]}));
     until(&s, "p", |p| p["status"]["phase"] == "Running");
     s.terminate_container(NS, "p", "executor", 52, None)
         .unwrap();
@@ -116,15 +118,10 @@ fn a_sidecar_keeps_the_pod_running_after_the_executor_exits() {
 
 #[test]
 fn init_containers_then_native_sidecars_then_containers() {
-    let s = server(&[]);
-    create(
-        &s,
-        "p",
-        json!({"restartPolicy": "Never",
+    let s = with_pod_p(json!({"restartPolicy": "Never",
                "initContainers": [{"name": "setup", "image": "busybox:1"},
                                   {"name": "log-shipper", "image": "fluent:3", "restartPolicy": "Always"}],
-               "containers": [{"name": "executor", "image": "spark:3.5"}]}),
-    );
+               "containers": [{"name": "executor", "image": "spark:3.5"}]}));
     let p = until(&s, "p", |p| p["spec"]["nodeName"].is_string());
     if p["status"]["phase"] == "Pending" && p["status"]["initContainerStatuses"].is_array() {
         let w = &status(&p, "initContainerStatuses", "setup")["state"]["waiting"]["reason"];
@@ -192,14 +189,9 @@ fn a_missing_image_waits_in_err_image_pull_then_back_off_naming_it() {
 
 #[test]
 fn a_volume_that_never_mounts_keeps_the_pod_in_container_creating() {
-    let s = server(&[]);
-    create(
-        &s,
-        "p",
-        json!({"restartPolicy": "Never",
+    let s = with_pod_p(json!({"restartPolicy": "Never",
                "volumes": [{"name": "creds", "secret": {"secretName": "spark-creds"}}],
-               "containers": [{"name": "executor", "image": "spark:3.5"}]}),
-    );
+               "containers": [{"name": "executor", "image": "spark:3.5"}]}));
     until(&s, "p", |p| p["spec"]["nodeName"].is_string());
     std::thread::sleep(Duration::from_millis(300));
     let p = get(&s, "p");
@@ -219,10 +211,7 @@ fn a_volume_that_never_mounts_keeps_the_pod_in_container_creating() {
 
 #[test]
 fn set_pod_phase_from_rust() {
-    let s = server(&[]);
-    create(
-        &s,
-        "p",
+    let s = with_pod_p(
         json!({"restartPolicy": "Never", "containers": [{"name": "executor", "image": "spark:3.5"}]}),
     );
     until(&s, "p", |p| p["status"]["phase"] == "Running");

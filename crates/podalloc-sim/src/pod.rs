@@ -124,18 +124,47 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
+/// The 400 that Go's JSON decoder makes of `v`, the value of struct field `go_field` of a
+/// `kind` object (`Pod`, `ConfigMap`, `Lease`: version `v1`), when it is no `go_type`:
+/// `KIND in version "v1" cannot be handled as a KIND: json: cannot unmarshal <v's JSON kind>
+/// into Go struct field GO_FIELD of type GO_TYPE`.
+pub(crate) fn unmarshal_error(kind: &str, v: &Value, go_field: &str, go_type: &str) -> ApiError {
     ApiError::bad_request(format!(
-        "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal {} into Go struct field {go_field} of type {go_type}",
+        "{kind} in version \"v1\" cannot be handled as a {kind}: json: cannot unmarshal {} into Go struct field {go_field} of type {go_type}",
         json_kind(v)
     ))
 }
 
-fn check_str(parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
+/// Checks that `parent[key]` (struct field `go_field` of a `kind` object) is absent, null or
+/// a string, as Go's decoder does; else [`unmarshal_error`].
+fn check_str_of(kind: &str, parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
     match parent.get(key) {
         None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
-        Some(other) => Err(decode_error(other, go_field, "string")),
+        Some(other) => Err(unmarshal_error(kind, other, go_field, "string")),
     }
+}
+
+/// Checks the string fields of `meta`, the `metadata` of a `kind` object (name,
+/// generateName, namespace, resourceVersion, uid), as Go's decoder does.
+pub(crate) fn check_meta_strings(kind: &str, meta: &Value) -> Result<(), ApiError> {
+    for k in [
+        "name",
+        "generateName",
+        "namespace",
+        "resourceVersion",
+        "uid",
+    ] {
+        check_str_of(kind, meta, k, &format!("ObjectMeta.metadata.{k}"))?;
+    }
+    Ok(())
+}
+
+fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
+    unmarshal_error("Pod", v, go_field, go_type)
+}
+
+fn check_str(parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
+    check_str_of("Pod", parent, key, go_field)
 }
 
 fn check_obj(parent: &Value, key: &str, go_field: &str, go_type: &str) -> Result<(), ApiError> {
@@ -177,15 +206,7 @@ fn check_types(pod: &Value) -> Result<(), ApiError> {
 
 /// [`check_types`] of `metadata`: the string fields, labels, annotations, owner references.
 fn check_meta_types(meta: &Value) -> Result<(), ApiError> {
-    for k in [
-        "name",
-        "generateName",
-        "namespace",
-        "resourceVersion",
-        "uid",
-    ] {
-        check_str(meta, k, &format!("ObjectMeta.metadata.{k}"))?;
-    }
+    check_meta_strings("Pod", meta)?;
     check_string_map(meta, "labels", "ObjectMeta.metadata.labels")?;
     check_string_map(meta, "annotations", "ObjectMeta.metadata.annotations")?;
     match meta.get("ownerReferences") {
@@ -673,6 +694,14 @@ const CONDITION_ORDER: [&str; 5] = [
     "PodScheduled",
 ];
 
+/// The objects of `list` (an array, else none) by their string field `key` (conditions by
+/// `type`, container statuses by `name`); objects without it are left out.
+fn keyed_by(list: Option<&Value>, key: &str) -> BTreeMap<String, Value> {
+    (list.and_then(Value::as_array).into_iter().flatten())
+        .filter_map(|c| Some((c.get(key)?.as_str()?.to_string(), c.clone())))
+        .collect()
+}
+
 /// One condition to set: (type, status, reason, message).
 pub(crate) type Cond<'a> = (&'a str, &'a str, Option<&'a str>, Option<String>);
 
@@ -680,15 +709,7 @@ pub(crate) type Cond<'a> = (&'a str, &'a str, Option<&'a str>, Option<String>);
 /// the canonical order the kubelet writes them in.
 pub(crate) fn set_conditions(pod: &mut Value, conds: &[Cond<'_>], now: &str) {
     let status = obj_mut(pod, "status");
-    let mut existing: BTreeMap<String, Value> = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| Some((c.get("type")?.as_str()?.to_string(), c.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut existing = keyed_by(status.get("conditions"), "type");
     for (ty, st, reason, message) in conds {
         let since = existing
             .get(*ty)
@@ -825,6 +846,12 @@ pub(crate) fn mark_running(pod: &mut Value, uid: &str, pod_ip: &str, now: &str) 
                    "containerID": container_id(uid, &name), "started": true})
         })
         .collect();
+    set_running(pod, statuses, now);
+}
+
+/// Phase `Running` since `now` (a start time already set stays) with the container
+/// statuses `statuses`.
+fn set_running(pod: &mut Value, statuses: Vec<Value>, now: &str) {
     let status = obj_mut(pod, "status");
     status.insert("phase".into(), json!("Running"));
     status.entry("startTime").or_insert_with(|| json!(now));
@@ -852,10 +879,7 @@ pub(crate) fn mark_crash_loop(pod: &mut Value, uid: &str, pod_ip: &str, now: &st
                    "containerID": container_id(uid, &cname), "started": false})
         })
         .collect();
-    let status = obj_mut(pod, "status");
-    status.insert("phase".into(), json!("Running"));
-    status.entry("startTime").or_insert_with(|| json!(now));
-    status.insert("containerStatuses".into(), Value::Array(statuses));
+    set_running(pod, statuses, now);
 }
 
 /// How the containers of a pod ended.
@@ -923,15 +947,7 @@ pub(crate) fn mark_terminated(pod: &mut Value, uid: &str, term: &Termination, no
         conds.push(("PodScheduled", "True", None, None));
     }
     set_conditions(pod, &conds, now);
-    let old: BTreeMap<String, Value> = pod
-        .pointer("/status/containerStatuses")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| Some((c.get("name")?.as_str()?.to_string(), c.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let old = keyed_by(pod.pointer("/status/containerStatuses"), "name");
     let statuses: Vec<Value> = containers(pod)
         .into_iter()
         .map(|(cname, image)| {
@@ -1140,22 +1156,9 @@ mod tests {
         );
         mark_running(&mut p, "u", "10.244.0.2", "T2");
         assert_eq!(p["status"]["phase"], "Running");
-        let ready = p["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .unwrap()
-            .clone();
-        assert_eq!(ready["status"], "True");
-        let sched = p["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "PodScheduled")
-            .unwrap()
-            .clone();
-        assert_eq!(sched["lastTransitionTime"], "T1");
+        let conds = keyed_by(p.pointer("/status/conditions"), "type");
+        assert_eq!(conds["Ready"]["status"], "True");
+        assert_eq!(conds["PodScheduled"]["lastTransitionTime"], "T1");
         mark_terminated(&mut p, "u", &Termination::killed(143), "T3");
         assert_eq!(p["status"]["phase"], "Failed");
         let term = &p["status"]["containerStatuses"][0]["state"]["terminated"];

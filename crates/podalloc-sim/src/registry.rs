@@ -109,6 +109,13 @@ impl Registry {
         self.rv.to_string()
     }
 
+    /// Stores `v` under `key` with the next resourceVersion (a write) and returns it.
+    fn write(&mut self, key: Key, mut v: Value) -> Value {
+        v["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.objects.insert(key, v.clone());
+        v
+    }
+
     /// Sets the namespaces that exist (`None`: every valid name does).
     pub(crate) fn set_namespaces(&mut self, namespaces: Option<BTreeSet<String>>) {
         self.namespaces = namespaces;
@@ -220,9 +227,7 @@ impl Registry {
         if dry_run {
             return Ok(v);
         }
-        v["metadata"]["resourceVersion"] = json!(self.next_rv());
-        self.objects.insert(key, v.clone());
-        Ok(v)
+        Ok(self.write(key, v))
     }
 
     /// Replaces `ns/name` (PUT), as `Store.Update` does: conditional on
@@ -270,9 +275,7 @@ impl Registry {
         if &v == old || dry_run {
             return Ok(v);
         }
-        v["metadata"]["resourceVersion"] = json!(self.next_rv());
-        self.objects.insert(key, v.clone());
-        Ok(v)
+        Ok(self.write(key, v))
     }
 
     /// Applies a JSON merge patch (RFC 7386) to `ns/name` and stores the result, as the
@@ -308,9 +311,7 @@ impl Registry {
         if &new == old {
             return Ok(new);
         }
-        new["metadata"]["resourceVersion"] = json!(self.next_rv());
-        self.objects.insert(key, new.clone());
-        Ok(new)
+        Ok(self.write(key, new))
     }
 
     /// Deletes `ns/name` at once (no finalizers here); returns its uid. Errors: 404, 409 for

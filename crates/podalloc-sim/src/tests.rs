@@ -21,6 +21,41 @@ fn fast_opts() -> SimOptions {
     }
 }
 
+/// The body of a failure `Status` as kube-apiserver writes it: `code`, `reason`, `message`
+/// and, when given, `details`.
+fn failure(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+    let mut v = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "reason": reason, "code": code});
+    if let Some(d) = details {
+        v["details"] = d;
+    }
+    v
+}
+
+/// The `metadata.resourceVersion` of object `v`, which must be a number in a string.
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A server started on [`fast_opts`] changed by `tweak`, and a client with the test token.
+fn started(tweak: impl FnOnce(&mut SimOptions)) -> (SimServer, Client) {
+    let mut opts = fast_opts();
+    tweak(&mut opts);
+    let server = SimServer::start(opts).unwrap();
+    let c = Client::new(&server, Some(TOKEN));
+    (server, c)
+}
+
+/// `resp`'s body, to be read whole up to 1 GiB (a list of 50,000 pods is far over ureq's
+/// 10 MiB default).
+fn whole_body(resp: &mut ureq::http::Response<ureq::Body>) -> ureq::BodyWithConfig<'_> {
+    resp.body_mut().with_config().limit(1 << 30)
+}
+
 struct Client {
     agent: ureq::Agent,
     base: String,
@@ -111,11 +146,7 @@ impl Client {
         let mut resp = result.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 30)
-            .read_to_string()
+        let text = (whole_body(&mut resp).read_to_string())
             .map_err(|e| format!("reading the body: {e}"))?;
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Ok(Reply {
@@ -191,9 +222,12 @@ fn https_create_conflict_auth_and_validation() {
     assert_eq!(dup.status, 409);
     assert_eq!(
         dup.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"exec-1\" already exists","reason":"AlreadyExists",
-               "details":{"name":"exec-1","kind":"pods"},"code":409})
+        failure(
+            409,
+            "AlreadyExists",
+            "pods \"exec-1\" already exists",
+            Some(json!({"name":"exec-1","kind":"pods"}))
+        )
     );
 
     for client in [
@@ -202,11 +236,7 @@ fn https_create_conflict_auth_and_validation() {
     ] {
         let r = client.get(PODS);
         assert_eq!(r.status, 401);
-        assert_eq!(
-            r.body,
-            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-                   "message":"Unauthorized","reason":"Unauthorized","code":401})
-        );
+        assert_eq!(r.body, failure(401, "Unauthorized", "Unauthorized", None));
     }
     // No token needed for the side door.
     assert_eq!(Client::new(&server, None).get("/sim/stats").status, 200);
@@ -264,9 +294,12 @@ fn https_create_conflict_auth_and_validation() {
     assert_eq!(missing.status, 404);
     assert_eq!(
         missing.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"nope\" not found","reason":"NotFound",
-               "details":{"name":"nope","kind":"pods"},"code":404})
+        failure(
+            404,
+            "NotFound",
+            "pods \"nope\" not found",
+            Some(json!({"name":"nope","kind":"pods"}))
+        )
     );
     let unknown = c.get("/api/v1/namespaces/spark/services");
     assert_eq!(
@@ -288,12 +321,7 @@ fn https_create_conflict_auth_and_validation() {
 
 #[test]
 fn label_and_field_selectors() {
-    let server = SimServer::start(SimOptions {
-        schedule_latency: Duration::from_secs(3600),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.schedule_latency = Duration::from_secs(3600));
     let fixtures = [
         ("a-1", json!({"app": "a", "role": "executor", "tier": "x"})),
         ("a-2", json!({"app": "a", "role": "driver"})),
@@ -362,12 +390,7 @@ fn label_and_field_selectors() {
 
 #[test]
 fn pagination_serves_a_consistent_snapshot() {
-    let server = SimServer::start(SimOptions {
-        max_page: Some(4),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.max_page = Some(4));
     for i in 0..23 {
         let labels = json!({"parity": if i % 2 == 0 { "even" } else { "odd" }});
         assert_eq!(
@@ -445,12 +468,7 @@ fn pagination_serves_a_consistent_snapshot() {
 
 #[test]
 fn expired_continue_token_is_410_with_a_fresh_token() {
-    let server = SimServer::start(SimOptions {
-        continue_ttl: Duration::from_millis(200),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.continue_ttl = Duration::from_millis(200));
     for i in 0..5 {
         c.call("POST", PODS, Some(&pod(&format!("p-{i}"), json!({}))));
     }
@@ -482,13 +500,10 @@ fn phase(c: &Client, name: &str) -> String {
 #[test]
 fn pods_start_and_deletes_are_graceful_or_immediate() {
     // Latencies leave room for a loaded machine between a step and the check after it.
-    let server = SimServer::start(SimOptions {
-        startup_latency: Duration::from_millis(400),
-        stop_latency: Duration::from_millis(1000),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| {
+        o.startup_latency = Duration::from_millis(400);
+        o.stop_latency = Duration::from_millis(1000);
+    });
     let t0 = Instant::now();
     c.call(
         "POST",
@@ -703,16 +718,7 @@ fn sim_side_door_seeds_a_pod_list_in_one_request() {
         .map(|p| p["metadata"]["uid"].as_str().unwrap())
         .collect();
     assert_eq!(uids.len(), 301);
-    let rvs: Vec<u64> = got
-        .iter()
-        .map(|p| {
-            p["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let rvs: Vec<u64> = got.iter().map(rv_of).collect();
     assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
     assert_eq!(
         r.body["metadata"]["resourceVersion"],
@@ -992,12 +998,7 @@ fn big_list_of_50k_pods() {
                 req = req.header("Accept-Encoding", "identity");
             }
             let mut resp = req.call().unwrap();
-            let body = resp
-                .body_mut()
-                .with_config()
-                .limit(1 << 30)
-                .read_to_vec()
-                .unwrap();
+            let body = whole_body(&mut resp).read_to_vec().unwrap();
             let took = t.elapsed();
             let list: Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(list["items"].as_array().unwrap().len(), 50_000);
@@ -1076,18 +1077,24 @@ fn injected_errors_have_the_real_shapes() {
     assert_eq!(header(&r, "retry-after"), Some("3"));
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"storage is (re)initializing","reason":"TooManyRequests",
-               "details":{"retryAfterSeconds":3},"code":429})
+        failure(
+            429,
+            "TooManyRequests",
+            "storage is (re)initializing",
+            Some(json!({"retryAfterSeconds":3}))
+        )
     );
 
     let r = c.get(&path);
     assert_eq!(r.status, 500);
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"Internal error occurred: etcdserver: leader changed","reason":"InternalError",
-               "details":{"causes":[{"message":"etcdserver: leader changed"}]},"code":500})
+        failure(
+            500,
+            "InternalError",
+            "Internal error occurred: etcdserver: leader changed",
+            Some(json!({"causes":[{"message":"etcdserver: leader changed"}]}))
+        )
     );
 
     let r = c.get(&path);
@@ -1307,12 +1314,7 @@ fn probabilistic_faults_follow_the_seed() {
 
 #[test]
 fn pod_quota_is_enforced_like_the_admission_plugin() {
-    let server = SimServer::start(SimOptions {
-        pod_quota: Some(2),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| o.pod_quota = Some(2));
     for n in ["q-1", "q-2"] {
         assert_eq!(c.call("POST", PODS, Some(&pod(n, json!({})))).status, 201);
     }
@@ -1320,9 +1322,7 @@ fn pod_quota_is_enforced_like_the_admission_plugin() {
     assert_eq!(over.status, 403);
     assert_eq!(
         over.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods \"q-3\" is forbidden: exceeded quota: sim-quota, requested: pods=1, used: pods=2, limited: pods=2",
-               "reason":"Forbidden","details":{"name":"q-3","kind":"pods"},"code":403})
+        failure(403, "Forbidden", "pods \"q-3\" is forbidden: exceeded quota: sim-quota, requested: pods=1, used: pods=2, limited: pods=2", Some(json!({"name":"q-3","kind":"pods"})))
     );
     // A generated name appears in the message; validation still comes first.
     let gen = c.call("POST", PODS, Some(r#"{"metadata":{"generateName":"exec-"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#));
@@ -1381,19 +1381,13 @@ fn pod_quota_is_enforced_like_the_admission_plugin() {
 
 #[test]
 fn forbidden_verbs_get_the_rbac_message() {
-    let server = SimServer::start(SimOptions {
-        forbid: vec!["create".into(), "get".into(), "cm-update".into()],
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) =
+        started(|o| o.forbid = vec!["create".into(), "get".into(), "cm-update".into()]);
     let r = c.call("POST", PODS, Some(&pod("x", json!({}))));
     assert_eq!(r.status, 403);
     assert_eq!(
         r.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot create resource \"pods\" in API group \"\" in the namespace \"spark\"",
-               "reason":"Forbidden","details":{"kind":"pods"},"code":403})
+        failure(403, "Forbidden", "pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot create resource \"pods\" in API group \"\" in the namespace \"spark\"", Some(json!({"kind":"pods"})))
     );
     let r = c.get(&format!("{PODS}/x"));
     assert_eq!(r.status, 403);
@@ -1500,12 +1494,7 @@ fn executor_id_stats_catch_duplicates_and_reuse() {
 
 #[test]
 fn request_log_keeps_the_last_requests_without_secrets() {
-    let server = SimServer::start(SimOptions {
-        faults: faults(&["get:500@1"]),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (server, c) = started(|o| o.faults = faults(&["get:500@1"]));
     c.get(&format!("{PODS}/nope"));
     c.get(&format!("{PODS}?limit=5&access_token=hunter2"));
     Client::new(&server, Some("wrong-token")).get(PODS);
@@ -1661,27 +1650,22 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     assert_eq!(cm["metadata"]["uid"].as_str().unwrap().len(), 36);
     assert!(cm["metadata"]["creationTimestamp"].is_string());
     assert_eq!(cm["data"], json!({"epoch": "1"}));
-    let rv1: u64 = cm["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv1 = rv_of(cm);
 
     // The resource version is the pods' counter.
     let p = c.call("POST", PODS, Some(&pod("p", json!({}))));
-    let pod_rv: u64 = p.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pod_rv = rv_of(&p.body);
     assert!(pod_rv > rv1);
 
     let dup = c.call("POST", CMS, Some(r#"{"metadata":{"name":"state"}}"#));
     assert_eq!(
         dup.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"configmaps \"state\" already exists","reason":"AlreadyExists",
-               "details":{"name":"state","kind":"configmaps"},"code":409})
+        failure(
+            409,
+            "AlreadyExists",
+            "configmaps \"state\" already exists",
+            Some(json!({"name":"state","kind":"configmaps"}))
+        )
     );
     let got = c.get(&format!("{CMS}/state"));
     assert_eq!(got.status, 200);
@@ -1689,21 +1673,21 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     let missing = c.get(&format!("{CMS}/nope"));
     assert_eq!(
         missing.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"configmaps \"nope\" not found","reason":"NotFound",
-               "details":{"name":"nope","kind":"configmaps"},"code":404})
+        failure(
+            404,
+            "NotFound",
+            "configmaps \"nope\" not found",
+            Some(json!({"name":"nope","kind":"configmaps"}))
+        )
     );
 
     // Conditional update with the current resourceVersion.
+    let put = |name: &str, body: &str| c.call("PUT", &format!("{CMS}/{name}"), Some(body));
     let mut next = got.body.clone();
     next["data"]["epoch"] = json!("2");
-    let upd = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    let upd = put("state", &next.to_string());
     assert_eq!(upd.status, 200, "{}", upd.body);
-    let rv2: u64 = upd.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv2 = rv_of(&upd.body);
     assert!(rv2 > pod_rv);
     assert_eq!(upd.body["metadata"]["uid"], cm["metadata"]["uid"]);
     assert_eq!(
@@ -1711,35 +1695,24 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
         cm["metadata"]["creationTimestamp"]
     );
     // The same stale body again: 409 Conflict.
-    let stale = c.call("PUT", &format!("{CMS}/state"), Some(&next.to_string()));
+    let stale = put("state", &next.to_string());
     assert_eq!(
         stale.body,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"Operation cannot be fulfilled on configmaps \"state\": the object has been modified; please apply your changes to the latest version and try again",
-               "reason":"Conflict","details":{"name":"state","kind":"configmaps"},"code":409})
+        failure(409, "Conflict", "Operation cannot be fulfilled on configmaps \"state\": the object has been modified; please apply your changes to the latest version and try again", Some(json!({"name":"state","kind":"configmaps"})))
     );
     // Without a resourceVersion: unconditional.
-    let blind = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"3"}}"#),
+    let blind = put(
+        "state",
+        r#"{"metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"3"}}"#,
     );
     assert_eq!(blind.status, 200);
     assert_eq!(blind.body["data"]["epoch"], "3");
     let rv3 = blind.body["metadata"]["resourceVersion"].clone();
     // Writing the same content again changes nothing, not even the resourceVersion.
-    let same = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(&blind.body.to_string()),
-    );
+    let same = put("state", &blind.body.to_string());
     assert_eq!(same.body["metadata"]["resourceVersion"], rv3);
 
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"other"}}"#),
-    );
+    let r = put("state", r#"{"metadata":{"name":"other"}}"#);
     assert_eq!(
         (r.status, r.body["message"].as_str()),
         (
@@ -1747,19 +1720,14 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
             Some("the name of the object (other) does not match the name on the URL (state)")
         )
     );
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/nope"),
-        Some(r#"{"metadata":{"name":"nope"}}"#),
-    );
+    let r = put("nope", r#"{"metadata":{"name":"nope"}}"#);
     assert_eq!(
         (r.status, r.body["reason"].as_str()),
         (404, Some("NotFound"))
     );
-    let r = c.call(
-        "PUT",
-        &format!("{CMS}/state"),
-        Some(r#"{"metadata":{"name":"state","uid":"00000000-0000-4000-8000-000000000000"}}"#),
+    let r = put(
+        "state",
+        r#"{"metadata":{"name":"state","uid":"00000000-0000-4000-8000-000000000000"}}"#,
     );
     assert_eq!(r.status, 422);
     assert!(r.body["message"].as_str().unwrap().contains(
@@ -1821,12 +1789,7 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
 
 #[test]
 fn configmap_validation_and_size_limits() {
-    let server = SimServer::start(SimOptions {
-        tls: false,
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+    let (_server, c) = started(|o| o.tls = false);
     let bad_key = c.call(
         "POST",
         CMS,

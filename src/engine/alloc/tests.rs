@@ -21,6 +21,34 @@ fn settings(batch: u32) -> Settings {
     }
 }
 
+/// The step on `s` from a fresh start (no state) toward `target`, at `now_ms`.
+fn from_fresh(s: &Snapshot, set: &Settings, target: u32, now_ms: u64) -> Plan {
+    step(
+        s,
+        &AllocatorState::new(),
+        set,
+        &Request::set(target),
+        now_ms,
+    )
+    .unwrap()
+}
+
+/// A state at `target` with every id up to it handed out and `unacked` (id, created ms,
+/// retry) unacknowledged.
+fn awaiting(target: u32, unacked: &[(u64, u64, bool)]) -> AllocatorState {
+    let mut st = AllocatorState::new();
+    st.target = Some(target);
+    st.last_executor_id = u64::from(target);
+    st.unacknowledged = (unacked.iter())
+        .map(|&(executor_id, created_ms, retry)| Unacknowledged {
+            executor_id,
+            created_ms,
+            retry,
+        })
+        .collect();
+    st
+}
+
 fn ids_c(p: &Plan) -> Vec<u64> {
     p.create.iter().map(|c| c.executor_id).collect()
 }
@@ -89,21 +117,7 @@ fn first_batch_then_wait_then_next() {
 #[test]
 fn excess_takes_unacknowledged_then_unscheduled_pending_newest_first() {
     use ExecutorState::*;
-    let mut st = AllocatorState::new();
-    st.target = Some(6);
-    st.last_executor_id = 6;
-    st.unacknowledged = vec![
-        Unacknowledged {
-            executor_id: 5,
-            created_ms: 0,
-            retry: false,
-        },
-        Unacknowledged {
-            executor_id: 6,
-            created_ms: 0,
-            retry: false,
-        },
-    ];
+    let st = awaiting(6, &[(5, 0, false), (6, 0, false)]);
     let mut s = snap(&[(1, Running), (2, Pending), (3, Pending), (4, Pending)]);
     s.executors.get_mut(&2).unwrap().scheduled = true;
     // known = 1 + 3 + 2 = 6; target 2 → excess 4: 6, 5, then unscheduled 4, 3 (not 2).
@@ -194,14 +208,7 @@ fn quota_backoff_holds_creates_until_it_expires() {
 
 #[test]
 fn clock_going_backwards_does_not_time_out() {
-    let mut st = AllocatorState::new();
-    st.target = Some(1);
-    st.last_executor_id = 1;
-    st.unacknowledged = vec![Unacknowledged {
-        executor_id: 1,
-        created_ms: 1_000_000,
-        retry: false,
-    }];
+    let st = awaiting(1, &[(1, 1_000_000, false)]);
     let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 0).unwrap();
     assert!(p.delete.is_empty() && p.create.is_empty());
 }
@@ -384,14 +391,7 @@ proptest! {
 // ---- record: outcomes folded into the next state ------------------------------------------
 
 fn planned(n: u32) -> Plan {
-    step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &settings(5),
-        &Request::set(n),
-        1_000,
-    )
-    .unwrap()
+    from_fresh(&snap(&[]), &settings(5), n, 1_000)
 }
 
 #[test]
@@ -437,14 +437,7 @@ fn quota_sets_a_doubling_backoff_and_a_create_clears_it() {
 fn throttling_is_remembered_for_adaptive_batches_and_api_errors_counted() {
     let mut set = settings(4);
     set.policies.adaptive_max_batch = Some(16);
-    let plan = step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(10),
-        0,
-    )
-    .unwrap();
+    let plan = from_fresh(&snap(&[]), &set, 10, 0);
     let out = Outcomes {
         created: vec![1, 2, 3, 4],
         throttled: true,
@@ -500,14 +493,7 @@ fn idle_timeout_protects_fresh_requests_and_pending_pods() {
     set.policies.executor_idle_timeout_ms = Some(60_000);
     set.policies.max_pending = Some(u32::MAX);
     set.creation_timeout_floor_ms = SPARK3X_CREATION_TIMEOUT_MS;
-    let p1 = step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(5),
-        0,
-    )
-    .unwrap();
+    let p1 = from_fresh(&snap(&[]), &set, 5, 0);
     assert_eq!(p1.create.len(), 5);
     let mut pods = snap(&[(1, ExecutorState::Pending), (2, ExecutorState::Pending)]);
     for p in pods.executors.values_mut() {
@@ -534,14 +520,7 @@ fn with_driver(mut s: Snapshot, d: DriverState) -> Snapshot {
 #[test]
 fn a_pending_driver_blocks_creation_and_says_so() {
     let s = with_driver(snap(&[]), DriverState::Pending);
-    let p = step(
-        &s,
-        &AllocatorState::new(),
-        &settings(5),
-        &Request::set(3),
-        0,
-    )
-    .unwrap();
+    let p = from_fresh(&s, &settings(5), 3, 0);
     assert!(p.create.is_empty());
     assert_eq!(p.blocked, Some(Blocked::DriverPending));
     let running = with_driver(snap(&[]), DriverState::Running);
@@ -553,14 +532,7 @@ fn a_pending_driver_blocks_creation_and_says_so() {
 #[test]
 fn a_finished_or_deleted_driver_takes_every_executor_with_it() {
     use ExecutorState::*;
-    let mut st = AllocatorState::new();
-    st.target = Some(5);
-    st.last_executor_id = 5;
-    st.unacknowledged = vec![Unacknowledged {
-        executor_id: 5,
-        created_ms: 0,
-        retry: true,
-    }];
+    let st = awaiting(5, &[(5, 0, true)]);
     let pods = snap(&[(1, Running), (2, Pending), (3, Failed), (4, Deleted)]);
     for d in [
         DriverState::Finished("Succeeded".into()),
@@ -644,14 +616,7 @@ fn a_pod_that_stays_unschedulable_halves_the_adaptive_batch_once() {
     let mut set = settings(8);
     set.policies.adaptive_max_batch = Some(16);
     set.policies.max_pending = Some(100);
-    let p = step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(100),
-        0,
-    )
-    .unwrap();
+    let p = from_fresh(&snap(&[]), &set, 100, 0);
     assert_eq!(ids_c(&p), (1..=8).collect::<Vec<_>>());
     let out = Outcomes {
         created: ids_c(&p),
@@ -735,24 +700,10 @@ fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
     set.policies.adaptive_max_batch = Some(20);
     set.policies.slow_start = true;
     set.policies.max_pending = Some(u32::MAX);
-    let p = step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(50),
-        0,
-    )
-    .unwrap();
+    let p = from_fresh(&snap(&[]), &set, 50, 0);
     assert_eq!(p.create.len(), 20, "the whole cap in one tick");
     assert_eq!(p.create_groups, vec![1, 2, 4, 8, 5]);
-    let small = step(
-        &snap(&[]),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(3),
-        0,
-    )
-    .unwrap();
+    let small = from_fresh(&snap(&[]), &set, 3, 0);
     assert_eq!(small.create_groups, vec![1, 2]);
     // Throttled last tick: the cap halves, as adaptive batches do.
     let out = Outcomes {
@@ -829,14 +780,7 @@ fn scheduling_gated_pods_count_but_do_not_hold_the_next_batch() {
         ..pod(id, ExecutorState::Pending)
     };
     let mut pods = vec![pod(1, ExecutorState::Running), gated(2)];
-    let p = step(
-        &of(pods.clone()),
-        &AllocatorState::new(),
-        &settings(5),
-        &Request::set(4),
-        0,
-    )
-    .unwrap();
+    let p = from_fresh(&of(pods.clone()), &settings(5), 4, 0);
     assert_eq!(ids_c(&p), vec![3, 4], "room = 4 - running 1 - gated 1");
     pods.extend([gated(3), gated(4)]);
     let p = step(
@@ -856,14 +800,7 @@ fn scheduling_gated_pods_count_but_do_not_hold_the_next_batch() {
     // With --max-pending, gated pods take no pending slot.
     let mut set = settings(5);
     set.policies.max_pending = Some(1);
-    let p = step(
-        &of(pods[..2].to_vec()),
-        &AllocatorState::new(),
-        &set,
-        &Request::set(3),
-        0,
-    )
-    .unwrap();
+    let p = from_fresh(&of(pods[..2].to_vec()), &set, 3, 0);
     assert_eq!(ids_c(&p), vec![3]);
 }
 
@@ -913,14 +850,7 @@ fn count_terminating_counts_as_quota_charges_and_says_what_holds_the_app() {
         terminating(2, false),
         terminating(3, true),
     ]);
-    let p = step(
-        &s,
-        &AllocatorState::new(),
-        &set,
-        &Request::set(3),
-        at + 5_000,
-    )
-    .unwrap();
+    let p = from_fresh(&s, &set, 3, at + 5_000);
     assert_eq!(
         ids_c(&p),
         vec![4],

@@ -45,41 +45,67 @@ pub(super) struct Checked;
 
 impl<'de> de::Deserialize<'de> for Checked {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Checked;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_unit<E>(self) -> Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Checked, A::Error> {
-                while a.next_element::<Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Checked, A::Error> {
-                while a.next_entry::<Checked, Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-        }
-        d.deserialize_any(V)
+        deserialize_checked(d)
     }
+}
+
+impl KeptOfAny for Checked {
+    fn of_str(_: &str) -> Self {
+        Checked
+    }
+    fn other() -> Self {
+        Checked
+    }
+}
+
+/// What a value decoded as [`Checked`] is (checked in full) keeps of itself: something of
+/// a string, the same thing of any other value.
+pub(super) trait KeptOfAny: Sized {
+    /// What a string value keeps.
+    fn of_str(s: &str) -> Self;
+    /// What any other value (a number, a bool, null, a list, an object) keeps.
+    fn other() -> Self;
+}
+
+/// Decodes any value, checked in full as serde_json would check it (the elements of a list
+/// and the entries of an object as [`Checked`]), into `T` ([`KeptOfAny`]).
+pub(super) fn deserialize_checked<'de, D: de::Deserializer<'de>, T: KeptOfAny>(
+    d: D,
+) -> Result<T, D::Error> {
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: KeptOfAny> Visitor<'de> for V<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<T, E> {
+            Ok(T::other())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<T, E> {
+            Ok(T::other())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<T, E> {
+            Ok(T::other())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<T, E> {
+            Ok(T::other())
+        }
+        fn visit_str<E>(self, v: &str) -> Result<T, E> {
+            Ok(T::of_str(v))
+        }
+        fn visit_unit<E>(self) -> Result<T, E> {
+            Ok(T::other())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<T, A::Error> {
+            while a.next_element::<Checked>()?.is_some() {}
+            Ok(T::other())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<T, A::Error> {
+            while a.next_entry::<Checked, Checked>()?.is_some() {}
+            Ok(T::other())
+        }
+    }
+    d.deserialize_any(V(std::marker::PhantomData))
 }
 
 /// The most elements [`Capped`] takes.

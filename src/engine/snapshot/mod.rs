@@ -1058,40 +1058,16 @@ struct Stamp(Option<u64>);
 
 impl<'de> Deserialize<'de> for Stamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Stamp;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Stamp, E> {
-                Ok(Stamp(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Stamp, E> {
-                Ok(Stamp(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Stamp, E> {
-                Ok(Stamp(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Stamp, E> {
-                Ok(Stamp(None))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Stamp, E> {
-                Ok(Stamp(rfc3339_ms(v)))
-            }
-            fn visit_unit<E>(self) -> Result<Stamp, E> {
-                Ok(Stamp(None))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
-                while a.next_element::<json::Checked>()?.is_some() {}
-                Ok(Stamp(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
-                while a.next_entry::<json::Checked, json::Checked>()?.is_some() {}
-                Ok(Stamp(None))
-            }
-        }
-        d.deserialize_any(V)
+        json::deserialize_checked(d)
+    }
+}
+
+impl json::KeptOfAny for Stamp {
+    fn of_str(s: &str) -> Self {
+        Stamp(rfc3339_ms(s))
+    }
+    fn other() -> Self {
+        Stamp(None)
     }
 }
 

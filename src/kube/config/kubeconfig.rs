@@ -487,20 +487,9 @@ fn cluster_trust(
     let ca_overridden = flags.certificate_authority.is_some() || flags.insecure_skip_tls_verify;
     if ca_overridden {
         // Replaced later by the flags.
-    } else if let Some(data) = non_empty(&c.certificate_authority_data) {
-        if non_empty(&c.certificate_authority).is_some() {
-            log::debug!("{cowner}: certificate-authority-data overrides certificate-authority");
-        }
-        p.ca = Some(PemData {
-            source: format!("certificate-authority-data of {cowner}"),
-            pem: decode_data(data, "certificate-authority-data", cowner)?,
-        });
-    } else if let Some(path) = non_empty(&c.certificate_authority) {
-        let path = resolve_rel(cfile, path);
-        p.ca = Some(PemData {
-            source: path.display().to_string(),
-            pem: read_pem_file(&path, &format!("certificate-authority of {cowner}"))?,
-        });
+    } else {
+        let (data, path) = (&c.certificate_authority_data, &c.certificate_authority);
+        p.ca = pem_setting(data, path, "certificate-authority", cfile, cowner)?;
     }
     if p.insecure && p.ca.is_some() {
         return Err(KubeError::Config(format!(
@@ -509,6 +498,36 @@ fn cluster_trust(
         )));
     }
     Ok(())
+}
+
+/// A PEM setting of `owner` in a kubeconfig: `NAME-data` (base64, `data`), which beats
+/// `NAME` (`path`, a file relative to the kubeconfig `file`); `None` when neither is set.
+/// Errors: bad base64, an unreadable file.
+fn pem_setting(
+    data: &Option<String>,
+    path: &Option<String>,
+    name: &str,
+    file: &Path,
+    owner: &str,
+) -> Result<Option<PemData>, KubeError> {
+    if let Some(data) = non_empty(data) {
+        if non_empty(path).is_some() {
+            log::debug!("{owner}: {name}-data overrides {name}");
+        }
+        let field = format!("{name}-data");
+        return Ok(Some(PemData {
+            pem: decode_data(data, &field, owner)?,
+            source: format!("{field} of {owner}"),
+        }));
+    }
+    let Some(path) = non_empty(path) else {
+        return Ok(None);
+    };
+    let path = resolve_rel(file, path);
+    Ok(Some(PemData {
+        source: path.display().to_string(),
+        pem: read_pem_file(&path, &format!("{name} of {owner}"))?,
+    }))
 }
 
 /// The user's static credential: `token` (beats `tokenFile`), `tokenFile`, and the client
@@ -536,30 +555,23 @@ fn user_credential(
     }
     if flags.client_certificate.is_some() {
         // Replaced later by the flag.
-    } else if let Some(data) = non_empty(&u.client_certificate_data) {
-        p.client_cert = Some(PemData {
-            source: format!("client-certificate-data of {uowner}"),
-            pem: decode_data(data, "client-certificate-data", uowner)?,
-        });
-    } else if let Some(path) = non_empty(&u.client_certificate) {
-        let path = resolve_rel(ufile, path);
-        p.client_cert = Some(PemData {
-            source: path.display().to_string(),
-            pem: read_pem_file(&path, &format!("client-certificate of {uowner}"))?,
-        });
+    } else {
+        let (data, path) = (&u.client_certificate_data, &u.client_certificate);
+        p.client_cert = pem_setting(data, path, "client-certificate", ufile, uowner)?;
     }
     if flags.client_key.is_some() {
         // Replaced later by the flag.
-    } else if let Some(data) = non_empty(&u.client_key_data) {
-        p.client_key = Some(KeyData {
-            source: format!("client-key-data of {uowner}"),
-            pem: Secret::new(decode_data(data, "client-key-data", uowner)?),
-        });
-    } else if let Some(path) = non_empty(&u.client_key) {
-        let path = resolve_rel(ufile, path);
-        p.client_key = Some(KeyData {
-            source: path.display().to_string(),
-            pem: Secret::new(read_pem_file(&path, &format!("client-key of {uowner}"))?),
+    } else {
+        let key = pem_setting(
+            &u.client_key_data,
+            &u.client_key,
+            "client-key",
+            ufile,
+            uowner,
+        )?;
+        p.client_key = key.map(|k| KeyData {
+            source: k.source,
+            pem: Secret::new(k.pem),
         });
     }
     Ok(())
@@ -632,10 +644,7 @@ mod tests {
 
     #[test]
     fn kubeconfig_basics_and_relative_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "kube/config", SIMPLE);
-        write(dir.path(), "kube/certs/ca.pem", "PEM");
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let (dir, kc, env) = simple_kubeconfig("kube");
         let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
         assert_eq!(c.server, "https://dev.example:6443");
         assert_eq!(c.namespace, "team-a");
@@ -664,42 +673,38 @@ mod tests {
 
     #[test]
     fn missing_names_are_listed() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "config", SIMPLE);
-        write(dir.path(), "certs/ca.pem", "PEM");
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
-        let flags = ConnectionFlags {
-            context: Some("prod".into()),
-            ..Default::default()
-        };
-        let e = err(resolve_env(&flags, &env, dir.path()));
-        assert!(
-            e.contains("context \"prod\" not found") && e.contains("\"dev\", \"other\""),
-            "{e}"
-        );
-        let flags = ConnectionFlags {
-            context: Some("other".into()),
-            ..Default::default()
-        };
-        let e = err(resolve_env(&flags, &env, dir.path()));
-        assert!(
-            e.contains("user \"nobody\"") && e.contains("users: \"dev-user\""),
-            "{e}"
-        );
+        let (dir, _, env) = simple_kubeconfig("");
         let kc2 = write(
             dir.path(),
             "config2",
             "contexts: [{name: x, context: {cluster: gone, user: u}}]\ncurrent-context: x\n",
         );
-        let e = err(resolve_env(
-            &ConnectionFlags::default(),
-            &Env::new(&[("KUBECONFIG", kc2.to_str().unwrap())]),
-            dir.path(),
-        ));
-        assert!(
-            e.contains("cluster \"gone\"") && e.contains("clusters: none"),
-            "{e}"
-        );
+        let env2 = Env::new(&[("KUBECONFIG", kc2.to_str().unwrap())]);
+        let context = |name: &str| ConnectionFlags {
+            context: Some(name.into()),
+            ..Default::default()
+        };
+        // (flags, environment, what the error says)
+        for (flags, env, says) in [
+            (
+                context("prod"),
+                &env,
+                ["context \"prod\" not found", "\"dev\", \"other\""],
+            ),
+            (
+                context("other"),
+                &env,
+                ["user \"nobody\"", "users: \"dev-user\""],
+            ),
+            (
+                ConnectionFlags::default(),
+                &env2,
+                ["cluster \"gone\"", "clusters: none"],
+            ),
+        ] {
+            let e = err(resolve_env(&flags, env, dir.path()));
+            assert!(says.iter().all(|s| e.contains(s)), "{e}");
+        }
     }
 
     #[test]
@@ -813,10 +818,8 @@ contexts:
 
     #[test]
     fn exec_and_other_unsupported_users() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, _, env) = kubeconfig_file(
+            "",
             "
 current-context: eks
 clusters: [{name: c, cluster: {server: 'https://eks.example'}}]
@@ -838,7 +841,6 @@ users:
 - {name: gcp, user: {auth-provider: {name: gcp, config: {access-token: zzz}}}}
 ",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
         match &c.credential {
             Credential::Exec(e) => {
@@ -1017,10 +1019,8 @@ contexts:
 
     #[test]
     fn certificate_authority_data_with_newlines_and_bad_base64() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, kc, env) = kubeconfig_file(
+            "",
             "current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters:
@@ -1038,7 +1038,6 @@ users:
   user: {client-key-data: '!!notbase64', client-certificate-data: UEVN}
 ",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
         assert!(
             e.contains("client-key-data") && e.contains("not valid base64"),
@@ -1071,13 +1070,10 @@ users:
 
     #[test]
     fn parse_errors_do_not_quote_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(
-            dir.path(),
-            "config",
+        let (dir, _, env) = kubeconfig_file(
+            "",
             "current-context: c\nclusters:\n- name: k\n  cluster:\n    insecure-skip-tls-verify: \"supersecret\"\n",
         );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
         let e = err(resolve_env(&ConnectionFlags::default(), &env, dir.path()));
         assert!(
             e.contains("cannot parse kubeconfig") && e.contains("line 5"),

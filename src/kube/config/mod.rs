@@ -499,6 +499,25 @@ mod test_support {
         p
     }
 
+    /// A temporary directory DIR with [`SIMPLE`] written to `DIR/SUB/config` and its CA to
+    /// `DIR/SUB/certs/ca.pem`, and an environment whose `KUBECONFIG` names the file: (DIR,
+    /// the kubeconfig's path, the environment).
+    pub(super) fn simple_kubeconfig(sub: &str) -> (tempfile::TempDir, PathBuf, Env) {
+        let (dir, kc, env) = kubeconfig_file(sub, SIMPLE);
+        write(&dir.path().join(sub), "certs/ca.pem", "PEM");
+        (dir, kc, env)
+    }
+
+    /// A temporary directory DIR with the kubeconfig `text` written to `DIR/SUB/config`, and
+    /// an environment whose `KUBECONFIG` names it: (DIR, the kubeconfig's path, the
+    /// environment).
+    pub(super) fn kubeconfig_file(sub: &str, text: &str) -> (tempfile::TempDir, PathBuf, Env) {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = write(&dir.path().join(sub), "config", text);
+        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        (dir, kc, env)
+    }
+
     pub(super) fn err(r: Result<ClusterConfig, KubeError>) -> String {
         match r {
             Ok(c) => panic!("expected an error, got {c:?}"),
@@ -547,10 +566,7 @@ mod tests {
 
     #[test]
     fn server_flag_overrides_the_server_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "config", SIMPLE);
-        write(dir.path(), "certs/ca.pem", "PEM");
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let (dir, _, env) = simple_kubeconfig("");
         let flags = ConnectionFlags {
             server: Some("https://api.example:6443/".into()),
             ..Default::default()

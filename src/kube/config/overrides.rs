@@ -193,10 +193,7 @@ mod tests {
 
     #[test]
     fn flags_override_the_kubeconfig_per_field() {
-        let dir = tempfile::tempdir().unwrap();
-        let kc = write(dir.path(), "kube/config", SIMPLE);
-        write(dir.path(), "kube/certs/ca.pem", "PEM");
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
+        let (dir, _, env) = simple_kubeconfig("kube");
         // Flags override per field.
         let cert_dir = tempfile::tempdir().unwrap();
         let flag_ca = write(cert_dir.path(), "flag-ca.pem", "FLAGCA");

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use super::Strategy;
-use crate::pod::{json_kind, validate_meta};
+use crate::pod::{check_meta_strings, unmarshal_error, validate_meta};
 use crate::status::ApiError;
 use crate::validation::{config_map_key, FieldError};
 
@@ -29,17 +29,7 @@ impl Strategy for ConfigMaps {
 }
 
 fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
-    ApiError::bad_request(format!(
-        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal {} into Go struct field {go_field} of type {go_type}",
-        json_kind(v)
-    ))
-}
-
-fn check_str(parent: &Value, key: &str, go_field: &str) -> Result<(), ApiError> {
-    match parent.get(key) {
-        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
-        Some(other) => Err(decode_error(other, go_field, "string")),
-    }
+    unmarshal_error("ConfigMap", v, go_field, go_type)
 }
 
 /// A `map[string]string` field: an object of strings (a JSON null value decodes as "").
@@ -69,15 +59,7 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
     match cm.get_mut("metadata") {
         None | Some(Value::Null) => {}
         Some(meta @ Value::Object(_)) => {
-            for k in [
-                "name",
-                "generateName",
-                "namespace",
-                "resourceVersion",
-                "uid",
-            ] {
-                check_str(meta, k, &format!("ObjectMeta.metadata.{k}"))?;
-            }
+            check_meta_strings("ConfigMap", meta)?;
             check_string_map(meta, "labels", "ObjectMeta.metadata.labels")?;
             check_string_map(meta, "annotations", "ObjectMeta.metadata.annotations")?;
         }

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use super::Strategy;
-use crate::pod::{json_kind, object_of, parse_body, validate_meta};
+use crate::pod::{object_of, parse_body, unmarshal_error, validate_meta};
 use crate::status::ApiError;
 use crate::validation::FieldError;
 
@@ -34,10 +34,7 @@ impl Strategy for Leases {
 }
 
 fn decode_error(v: &Value, go_field: &str, go_type: &str) -> ApiError {
-    ApiError::bad_request(format!(
-        "Lease in version \"v1\" cannot be handled as a Lease: json: cannot unmarshal {} into Go struct field {go_field} of type {go_type}",
-        json_kind(v)
-    ))
+    unmarshal_error("Lease", v, go_field, go_type)
 }
 
 /// Go's layout for `MicroTime` (`metav1.RFC3339Micro`).

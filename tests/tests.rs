@@ -31,5 +31,6 @@ mod overlap;
 mod real_clusters;
 mod real_pods;
 mod reliability;
+mod sim_watch;
 mod steer;
 mod steer_apps;

@@ -32,6 +32,7 @@ use super::status::{self, ApiError};
 use super::store::{
     decode_continue, encode_continue, CreateMode, Store, StoredPod, EXPIRED_CONTINUE,
 };
+use super::watch;
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
     shared.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -316,6 +317,15 @@ fn handle_api(
     let now = Instant::now();
     let result = dispatch(shared, req, &r, now);
     let resp = result.unwrap_or_else(error_response);
+    // A watch's body never ends: the faults that rewrite or cut a body leave it alone.
+    let watch = matches!(resp.body, Body::Watch(_));
+    let fault = fault.filter(|f| {
+        !(watch
+            && matches!(
+                f,
+                Fault::Truncate | Fault::Trickle(_) | Fault::Garbage | Fault::NoKind
+            ))
+    });
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
         Some(Fault::Truncate) => Reply::Truncate(resp),
@@ -346,7 +356,7 @@ fn dispatch(
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
-        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        (Kind::Pod, Verb::Get) => get_pod(shared, req, ns, name, now),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
         (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
@@ -400,6 +410,8 @@ fn without_kind(resp: Response) -> Response {
             }
             b
         }
+        // Its events keep their objects whole.
+        Body::Watch(_) => return resp,
     };
     let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
         return Response {
@@ -594,9 +606,7 @@ fn list(
     now: Instant,
 ) -> Result<Response, ApiError> {
     if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by the podalloc simulator",
-        ));
+        return watch_pods(shared, req, ns, now);
     }
     let (label, field) = parse_selectors(req)?;
     let limit = match req.param("limit").unwrap_or("") {
@@ -656,6 +666,43 @@ fn list(
         ));
     }
     Ok(pod_list(snap.rv, continue_token, remaining, page))
+}
+
+/// `GET` of one pod: the object, or a one-row `Table` for kubectl's `get pod NAME` (the
+/// apiserver converts a single object as it does a list).
+fn get_pod(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let p = lock(shared).get(ns, name, now)?;
+    if !discovery::wants_table(req) {
+        return Ok(object(200, &p));
+    }
+    let pod: Value = serde_json::from_str(&p.json).unwrap_or_default();
+    let rv = p.rv.parse().unwrap_or(0);
+    Ok(discovery::pod_table(
+        rv,
+        None,
+        &[pod],
+        std::time::SystemTime::now(),
+    ))
+}
+
+/// `GET …/pods?watch=true`: the change feed from the store streamed (see `watch.rs`).
+fn watch_pods(
+    shared: &Shared,
+    req: &Request,
+    ns: Option<&str>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let (label, field) = parse_selectors(req)?;
+    let table = discovery::wants_table(req);
+    let w = watch::WatchParams::parse(|k| req.param(k), ns, label, field, table)?;
+    let start = lock(shared).watch_start(ns, now);
+    Ok(watch::response(start, w))
 }
 
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {

@@ -300,7 +300,26 @@ pub(crate) type BodyFn = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send
 /// A response body: bytes, or a writer run as the body streams out.
 pub(crate) enum Body {
     Bytes(Vec<u8>),
+    /// Buffered up to the gzip threshold, then chunked (see [`write_response`]).
     Stream(BodyFn),
+    /// A stream of events (a watch): the head goes out at once, chunked and never gzipped,
+    /// and every `flush()` of the writer sends what was written since as one chunk.
+    Watch(BodyFn),
+}
+
+impl Body {
+    /// The whole body in memory; `None` for a watch, which may never end.
+    pub(crate) fn into_bytes(self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            Body::Bytes(b) => Ok(Some(b)),
+            Body::Stream(f) => {
+                let mut b = Vec::new();
+                f(&mut b)?;
+                Ok(Some(b))
+            }
+            Body::Watch(_) => Ok(None),
+        }
+    }
 }
 
 /// A response to write.
@@ -519,8 +538,47 @@ impl Write for BodyWriter<'_, '_> {
     }
 }
 
+/// A chunk per `flush()`: what a watch writes goes out as soon as it flushes, as Go's
+/// `http.Flusher` does under the apiserver's watch handler.
+struct FlushingChunked<'a> {
+    out: &'a mut dyn Write,
+    buf: Vec<u8>,
+}
+
+impl Write for FlushingChunked<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            write!(self.out, "{:x}\r\n", self.buf.len())?;
+            self.out.write_all(&self.buf)?;
+            self.out.write_all(b"\r\n")?;
+            self.buf.clear();
+        }
+        self.out.flush()
+    }
+}
+
+/// Writes a watch: the head at once (chunked), then the events as `f` flushes them, then
+/// the last chunk when `f` returns.
+fn write_watch(out: &mut dyn Write, head: &Head<'_>, f: BodyFn) -> io::Result<()> {
+    write_head(out, head, Framing::Chunked, false)?;
+    out.flush()?;
+    let mut w = FlushingChunked {
+        out,
+        buf: Vec::new(),
+    };
+    f(&mut w)?;
+    w.flush()?;
+    w.out.write_all(b"0\r\n\r\n")?;
+    w.out.flush()
+}
+
 /// Writes `resp`. Bodies up to 128 KiB go out with Content-Length; larger ones are
-/// chunked, and gzipped when `gzip_ok`.
+/// chunked, and gzipped when `gzip_ok`. A watch streams chunk by chunk, never gzipped.
 pub(crate) fn write_response(
     out: &mut dyn Write,
     resp: Response,
@@ -533,15 +591,20 @@ pub(crate) fn write_response(
         headers: &resp.headers,
         keep_alive,
     };
+    let body = match resp.body {
+        Body::Watch(f) => return write_watch(out, &head, f),
+        b => b,
+    };
     let mut w = BodyWriter {
         out: Some(out),
         head,
         gzip_ok,
         stage: Stage::Buffering(Vec::new()),
     };
-    match resp.body {
+    match body {
         Body::Bytes(b) => w.write_all(&b)?,
         Body::Stream(f) => f(&mut w)?,
+        Body::Watch(_) => return Err(io::Error::other("a watch is written by write_watch")),
     }
     w.finish()
 }
@@ -550,13 +613,8 @@ pub(crate) fn write_response(
 /// `Connection: close`), but only the first half of the body follows. The caller then
 /// closes the connection.
 pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result<()> {
-    let body = match resp.body {
-        Body::Bytes(b) => b,
-        Body::Stream(f) => {
-            let mut b = Vec::new();
-            f(&mut b)?;
-            b
-        }
+    let Some(body) = resp.body.into_bytes()? else {
+        return Err(io::Error::other("a watch cannot be cut short or trickled"));
     };
     let head = Head {
         status: resp.status,
@@ -576,13 +634,8 @@ pub(crate) fn write_trickled(
     resp: Response,
     every: std::time::Duration,
 ) -> io::Result<()> {
-    let body = match resp.body {
-        Body::Bytes(b) => b,
-        Body::Stream(f) => {
-            let mut b = Vec::new();
-            f(&mut b)?;
-            b
-        }
+    let Some(body) = resp.body.into_bytes()? else {
+        return Err(io::Error::other("a watch cannot be cut short or trickled"));
     };
     let head = Head {
         status: resp.status,

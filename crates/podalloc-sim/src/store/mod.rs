@@ -28,6 +28,7 @@ use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Regis
 use super::resources::Kind;
 use super::status::ApiError;
 use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
+use super::watch::{self, Change, Feed};
 
 /// How long after the containers stop the kubelet's final delete removes the object.
 const REMOVAL_DELAY: Duration = Duration::from_millis(100);
@@ -318,6 +319,8 @@ pub(crate) struct Store {
     counters: Counters,
     /// Images the simulated registry does not have (exact references).
     missing_images: Vec<String>,
+    /// Every pod change, for watches (`watch.rs`).
+    feed: Arc<Feed<StoredPod>>,
 }
 
 fn secs(n: i64) -> Duration {
@@ -328,6 +331,7 @@ impl Store {
     pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
         let mut reg = Registry::new(SplitMix64::from_entropy(), clock);
         reg.rv = 1000;
+        let feed = Arc::new(Feed::new(watch::HISTORY, reg.rv));
         Store {
             cfg,
             reg,
@@ -340,7 +344,21 @@ impl Store {
             snapshots: HashMap::new(),
             counters: Counters::default(),
             missing_images: Vec::new(),
+            feed,
         }
+    }
+
+    /// The pod feed watches read.
+    pub(crate) fn feed(&self) -> &Arc<Feed<StoredPod>> {
+        &self.feed
+    }
+
+    /// Where a pod watch in `ns` (every namespace with `None`) starts: the current pods,
+    /// the resourceVersion they are at, and the feed of the changes after it.
+    pub(crate) fn watch_start(&mut self, ns: Option<&str>, now: Instant) -> watch::Start {
+        self.advance(now);
+        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        watch::Start::new(&self.feed, self.reg.rv, self.collect(&prefix))
     }
 
     /// The current (global) resource version.
@@ -362,7 +380,12 @@ impl Store {
         let ns_len = entry.pod.ns_len;
         let stored = Arc::new(StoredPod::new(key, ns_len, &v));
         entry.phase = Phase::parse(&stored.fields.phase).unwrap_or(entry.phase);
-        entry.pod = Arc::clone(&stored);
+        let prev = std::mem::replace(&mut entry.pod, Arc::clone(&stored));
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: Some(Arc::clone(&stored)),
+            prev: Some(prev),
+        });
         self.refresh_live(key);
         Some(stored)
     }
@@ -405,6 +428,11 @@ impl Store {
     fn remove(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
         let e = self.pods.remove(key)?;
         self.reg.rv += 1;
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: None,
+            prev: Some(Arc::clone(&e.pod)),
+        });
         if e.live {
             self.count_live(e.app.as_deref(), false);
         }
@@ -498,6 +526,11 @@ impl Store {
         let entry = Entry::new(&stored, &v, &uid, seq, stage, seeded_phase.is_some());
         let gc = !entry.pod_owners.is_empty() && !entry.other_owners;
         self.index(&key, entry);
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: Some(Arc::clone(&stored)),
+            prev: None,
+        });
         if mode == CreateMode::Api {
             self.counters.creates += 1;
         }

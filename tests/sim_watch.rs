@@ -259,10 +259,36 @@ fn label_and_field_selectors_filter_events() {
     by_name.assert_quiet(Duration::from_millis(300));
 }
 
+/// Pod changes the simulator's watch history holds (`watch::HISTORY`).
+const HISTORY: u64 = 8192;
+
 #[test]
-fn a_watch_from_an_expired_resource_version_gets_410_and_ends() {
+fn a_watch_from_before_the_history_gets_410_and_ends() {
     let w = still_world();
     create(&w, "p", "a");
+    // The history starts with the simulator: from resourceVersion 1, every change so far.
+    let early = Watch::open(
+        &w,
+        "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1",
+        "application/json",
+    );
+    assert_eq!(early.next_about("p")["type"], "ADDED");
+    // 8 more changes than the ring holds, seeded in one request: the first 9 are dropped.
+    let items: Vec<Value> = (0..HISTORY + 8)
+        .map(|i| pod(&format!("s-{i}"), "seed"))
+        .collect();
+    let (code, list) = w.api(
+        "POST",
+        "/sim/pods/default",
+        Some(&json!({"kind": "PodList", "items": items})),
+    );
+    assert_eq!(code, 201);
+    let last: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let oldest = last - HISTORY;
     let watch = Watch::open(
         &w,
         "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1",
@@ -276,8 +302,19 @@ fn a_watch_from_an_expired_resource_version_gets_410_and_ends() {
     assert_eq!(status["kind"], "Status");
     assert_eq!(status["code"], 410);
     assert_eq!(status["reason"], "Expired");
-    let msg = status["message"].as_str().unwrap();
-    assert!(msg.starts_with("too old resource version: 1 ("), "{msg}");
+    assert_eq!(
+        status["message"],
+        format!("too old resource version: 1 ({oldest})")
+    );
+    // From the oldest resourceVersion it still has, the watch replays what follows it.
+    let from_oldest = Watch::open(
+        &w,
+        &format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={oldest}"),
+        "application/json",
+    );
+    let first = from_oldest.next();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(rv_of(&first), oldest + 1);
 }
 
 #[test]

@@ -10,9 +10,12 @@
 //! - `resourceVersion` unset or `"0"`: a synthetic `ADDED` for every current pod the
 //!   selectors match (in key order), then every change after that state, as the cacher
 //!   serves "Get State and Start at Most Recent"/"Start at Any".
-//! - `resourceVersion=N`: the changes after N. N older than the ring's start is the
-//!   cacher's `too old resource version: N (OLDEST)`, sent as an `ERROR` event carrying a
-//!   410 `Expired` Status, after which the stream ends (the client relists).
+//! - `resourceVersion=N`: the changes after N. The history starts with the store (as a
+//!   fresh cluster's watch cache starts at etcd's first revision), so until the ring has
+//!   dropped a change every N replays all changes after it; N older than the oldest change
+//!   the ring still holds is the cacher's `too old resource version: N (OLDEST)`, sent as an
+//!   `ERROR` event carrying a 410 `Expired` Status, after which the stream ends (the client
+//!   relists).
 //! - `labelSelector`/`fieldSelector` filter as `cacheWatcher.convertToWatchEvent` does: a
 //!   change that makes a pod match is an `ADDED`, one that makes it stop matching a
 //!   `DELETED` (the old object with the change's resourceVersion), and a `DELETED` carries

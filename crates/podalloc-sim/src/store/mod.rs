@@ -331,7 +331,10 @@ impl Store {
     pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
         let mut reg = Registry::new(SplitMix64::from_entropy(), clock);
         reg.rv = 1000;
-        let feed = Arc::new(Feed::new(watch::HISTORY, reg.rv));
+        // The history starts with the store, as a fresh cluster's watch cache starts at
+        // etcd's first revision: a watch from any older resourceVersion replays every change
+        // until the ring has dropped one.
+        let feed = Arc::new(Feed::new(watch::HISTORY, 0));
         Store {
             cfg,
             reg,

@@ -94,6 +94,12 @@ impl Watch {
     }
 }
 
+/// A JSON watch of the pods in `default`, `query` after `watch=true`.
+fn pod_watch(w: &World, query: &str) -> Watch {
+    let path = format!("/api/v1/namespaces/default/pods?watch=true{query}");
+    Watch::open(w, &path, "application/json")
+}
+
 /// A pod in `default` named `name` with label `app`.
 fn pod(name: &str, app: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -141,11 +147,7 @@ fn a_watch_from_a_list_streams_added_modified_deleted_in_order() {
     let w = still_world();
     create(&w, "before", "a");
     let rv = list_rv(&w, "");
-    let watch = Watch::open(
-        &w,
-        &format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}"),
-        "application/json",
-    );
+    let watch = pod_watch(&w, &format!("&resourceVersion={rv}"));
     create(&w, "p1", "a");
     let (code, _) = w.api(
         "PATCH",
@@ -184,6 +186,7 @@ fn a_watch_without_a_resource_version_starts_with_the_current_pods() {
     let w = still_world();
     create(&w, "old-1", "a");
     create(&w, "old-2", "a");
+    // `watch=1` is true too.
     let watch = Watch::open(
         &w,
         "/api/v1/namespaces/default/pods?watch=1",
@@ -205,16 +208,10 @@ fn a_watch_without_a_resource_version_starts_with_the_current_pods() {
 fn label_and_field_selectors_filter_events() {
     let w = still_world();
     let rv = list_rv(&w, "");
-    let base = format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}");
-    let by_label = Watch::open(
+    let by_label = pod_watch(&w, &format!("&resourceVersion={rv}&labelSelector=app%3Da"));
+    let by_name = pod_watch(
         &w,
-        &format!("{base}&labelSelector=app%3Da"),
-        "application/json",
-    );
-    let by_name = Watch::open(
-        &w,
-        &format!("{base}&fieldSelector=metadata.name%3Dtwo"),
-        "application/json",
+        &format!("&resourceVersion={rv}&fieldSelector=metadata.name%3Dtwo"),
     );
     create(&w, "one", "a");
     create(&w, "two", "b");
@@ -267,11 +264,7 @@ fn a_watch_from_before_the_history_gets_410_and_ends() {
     let w = still_world();
     create(&w, "p", "a");
     // The history starts with the simulator: from resourceVersion 1, every change so far.
-    let early = Watch::open(
-        &w,
-        "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1",
-        "application/json",
-    );
+    let early = pod_watch(&w, "&resourceVersion=1");
     assert_eq!(early.next_about("p")["type"], "ADDED");
     // 8 more changes than the ring holds, seeded in one request: the first 9 are dropped.
     let items: Vec<Value> = (0..HISTORY + 8)
@@ -289,11 +282,7 @@ fn a_watch_from_before_the_history_gets_410_and_ends() {
         .parse()
         .unwrap();
     let oldest = last - HISTORY;
-    let watch = Watch::open(
-        &w,
-        "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1",
-        "application/json",
-    );
+    let watch = pod_watch(&w, "&resourceVersion=1");
     let events = watch.until_end(Duration::from_secs(10));
     assert_eq!(events.len(), 1, "{events:?}");
     let e = &events[0];
@@ -307,11 +296,7 @@ fn a_watch_from_before_the_history_gets_410_and_ends() {
         format!("too old resource version: 1 ({oldest})")
     );
     // From the oldest resourceVersion it still has, the watch replays what follows it.
-    let from_oldest = Watch::open(
-        &w,
-        &format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={oldest}"),
-        "application/json",
-    );
+    let from_oldest = pod_watch(&w, &format!("&resourceVersion={oldest}"));
     let first = from_oldest.next();
     assert_eq!(first["type"], "ADDED");
     assert_eq!(rv_of(&first), oldest + 1);
@@ -321,11 +306,7 @@ fn a_watch_from_before_the_history_gets_410_and_ends() {
 fn timeout_seconds_ends_the_stream() {
     let w = still_world();
     let t = Instant::now();
-    let watch = Watch::open(
-        &w,
-        "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1",
-        "application/json",
-    );
+    let watch = pod_watch(&w, "&timeoutSeconds=1");
     let events = watch.until_end(Duration::from_secs(10));
     assert!(events.is_empty(), "{events:?}");
     let took = t.elapsed();
@@ -340,9 +321,8 @@ fn watch_list_ends_its_initial_events_with_a_bookmark() {
     let w = still_world();
     create(&w, "p", "a");
     let rv = list_rv(&w, "");
-    let q = "/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true\
-             &allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
-    let watch = Watch::open(&w, q, "application/json");
+    let q = "&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    let watch = pod_watch(&w, q);
     assert_eq!(watch.next()["type"], "ADDED");
     let b = watch.next();
     assert_eq!(b["type"], "BOOKMARK", "{b}");
@@ -427,6 +407,17 @@ struct SimProcess {
 }
 
 impl SimProcess {
+    /// A started simulator with pod `name` created by kubectl; `None` when kubectl is
+    /// missing (see [`no_kubectl`]).
+    fn with_pod(name: &str) -> Option<SimProcess> {
+        if no_kubectl() {
+            return None;
+        }
+        let sim = SimProcess::start();
+        sim.create(name);
+        Some(sim)
+    }
+
     fn start() -> SimProcess {
         let dir = tempfile::tempdir().unwrap();
         let kc = dir.path().join("kubeconfig");
@@ -481,11 +472,9 @@ impl Drop for SimProcess {
 
 #[test]
 fn kubectl_get_pods_watch_shows_a_new_pod() {
-    if no_kubectl() {
+    let Some(sim) = SimProcess::with_pod("first") else {
         return;
-    }
-    let sim = SimProcess::start();
-    sim.create("first");
+    };
     let mut get = sim
         .kubectl()
         .args(["get", "pods", "-w"])
@@ -532,11 +521,9 @@ fn kubectl_get_pods_watch_shows_a_new_pod() {
 
 #[test]
 fn kubectl_delete_pod_returns_once_the_pod_is_gone() {
-    if no_kubectl() {
+    let Some(sim) = SimProcess::with_pod("doomed") else {
         return;
-    }
-    let sim = SimProcess::start();
-    sim.create("doomed");
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let phase = || sim.kubectl_ok(&["get", "pod", "doomed", "-o", "jsonpath={.status.phase}"]);
     while phase() != "Running" {

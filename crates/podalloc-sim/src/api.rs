@@ -23,7 +23,7 @@ use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
-use super::respond::{error_response, object, pod_list};
+use super::respond::{error_response, object, pod_list, pod_table_of};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -316,7 +316,11 @@ fn handle_api(
     }
     let now = Instant::now();
     let result = dispatch(shared, req, &r, now);
-    let resp = result.unwrap_or_else(error_response);
+    reply_with(result.unwrap_or_else(error_response), fault)
+}
+
+/// The reply carrying `resp`, as the fault that applies after the handler (if any) changes it.
+fn reply_with(resp: Response, fault: Option<Fault>) -> Reply {
     // A watch's body never ends: the faults that rewrite or cut a body leave it alone.
     let watch = matches!(resp.body, Body::Watch(_));
     let fault = fault.filter(|f| {
@@ -356,7 +360,14 @@ fn dispatch(
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
-        (Kind::Pod, Verb::Get) => get_pod(shared, req, ns, name, now),
+        // A one-row Table for kubectl's `get pod NAME`, as the apiserver converts one object.
+        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| {
+            if discovery::wants_table(req) {
+                pod_table_of(p.json.as_bytes())
+            } else {
+                object(200, &p)
+            }
+        }),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
         (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
@@ -606,7 +617,8 @@ fn list(
     now: Instant,
 ) -> Result<Response, ApiError> {
     if matches!(req.param("watch"), Some("true" | "1")) {
-        return watch_pods(shared, req, ns, now);
+        let w = watch_params(req, ns)?;
+        return Ok(watch::response(lock(shared).watch_start(ns, now), w));
     }
     let (label, field) = parse_selectors(req)?;
     let limit = match req.param("limit").unwrap_or("") {
@@ -668,41 +680,12 @@ fn list(
     Ok(pod_list(snap.rv, continue_token, remaining, page))
 }
 
-/// `GET` of one pod: the object, or a one-row `Table` for kubectl's `get pod NAME` (the
-/// apiserver converts a single object as it does a list).
-fn get_pod(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    let p = lock(shared).get(ns, name, now)?;
-    if !discovery::wants_table(req) {
-        return Ok(object(200, &p));
-    }
-    let pod: Value = serde_json::from_str(&p.json).unwrap_or_default();
-    let rv = p.rv.parse().unwrap_or(0);
-    Ok(discovery::pod_table(
-        rv,
-        None,
-        &[pod],
-        std::time::SystemTime::now(),
-    ))
-}
-
-/// `GET …/pods?watch=true`: the change feed from the store streamed (see `watch.rs`).
-fn watch_pods(
-    shared: &Shared,
-    req: &Request,
-    ns: Option<&str>,
-    now: Instant,
-) -> Result<Response, ApiError> {
+/// The parameters of `GET …/pods?watch=true`, which streams the store's change feed (see
+/// `watch.rs`).
+fn watch_params(req: &Request, ns: Option<&str>) -> Result<watch::WatchParams, ApiError> {
     let (label, field) = parse_selectors(req)?;
     let table = discovery::wants_table(req);
-    let w = watch::WatchParams::parse(|k| req.param(k), ns, label, field, table)?;
-    let start = lock(shared).watch_start(ns, now);
-    Ok(watch::response(start, w))
+    watch::WatchParams::parse(|k| req.param(k), ns, label, field, table)
 }
 
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {

@@ -423,6 +423,17 @@ fn audit_id() -> String {
     RNG.with(|r| super::util::uuid_v4(&mut r.borrow_mut()))
 }
 
+/// Writes `buf` as one chunk of chunked transfer encoding (nothing when empty) and empties it.
+fn write_chunk(out: &mut dyn Write, buf: &mut Vec<u8>) -> io::Result<()> {
+    if !buf.is_empty() {
+        write!(out, "{:x}\r\n", buf.len())?;
+        out.write_all(buf)?;
+        out.write_all(b"\r\n")?;
+        buf.clear();
+    }
+    Ok(())
+}
+
 /// Chunked transfer encoding with its own 32 KiB buffer, so chunks are not tiny.
 struct Chunked<'a> {
     out: &'a mut dyn Write,
@@ -431,13 +442,7 @@ struct Chunked<'a> {
 
 impl Chunked<'_> {
     fn flush_chunk(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            write!(self.out, "{:x}\r\n", self.buf.len())?;
-            self.out.write_all(&self.buf)?;
-            self.out.write_all(b"\r\n")?;
-            self.buf.clear();
-        }
-        Ok(())
+        write_chunk(self.out, &mut self.buf)
     }
 
     fn finish(mut self) -> io::Result<()> {
@@ -552,12 +557,7 @@ impl Write for FlushingChunked<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            write!(self.out, "{:x}\r\n", self.buf.len())?;
-            self.out.write_all(&self.buf)?;
-            self.out.write_all(b"\r\n")?;
-            self.buf.clear();
-        }
+        write_chunk(self.out, &mut self.buf)?;
         self.out.flush()
     }
 }

@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::discovery;
 use super::http::{Body, Response};
+use super::respond::pod_table_of;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::StoredPod;
@@ -72,8 +72,11 @@ const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// for a delete) and the state before it (`None` for a create).
 #[derive(Debug)]
 pub(crate) struct Change<T> {
+    /// The resourceVersion of the change (the object's, or the delete's).
     pub rv: u64,
+    /// The object after the change; `None` for a delete.
     pub obj: Option<Arc<T>>,
+    /// The object before the change; `None` for a create.
     pub prev: Option<Arc<T>>,
 }
 
@@ -180,14 +183,21 @@ impl<T> Feed<T> {
 
 /// The parameters of a pod watch (`ListOptions` as a watch reads them).
 pub(crate) struct WatchParams {
-    /// `None`: unset or `"0"` (start from the current state).
+    /// `resourceVersion`; `None`: unset or `"0"` (start from the current state).
     pub rv: Option<u64>,
+    /// `timeoutSeconds`, or the random default.
     pub timeout: Duration,
+    /// `allowWatchBookmarks=true`.
     pub bookmarks: bool,
+    /// `sendInitialEvents=true` (a watch-list).
     pub initial_events: bool,
+    /// The client asked for Tables (`Accept`).
     pub table: bool,
+    /// The namespace of the request; `None` across namespaces.
     pub ns: Option<String>,
+    /// `labelSelector`.
     pub label: LabelSelector,
+    /// `fieldSelector` (the pod fields).
     pub field: FieldSelector,
 }
 
@@ -277,8 +287,11 @@ fn random_timeout() -> Duration {
 /// Where a watch starts: the current pods (for a start from the current state) and the
 /// resourceVersion they are at, taken under the store's lock with the feed it appends to.
 pub(crate) struct Start {
+    /// The feed the store appends to.
     pub feed: Arc<Feed<StoredPod>>,
+    /// The resourceVersion of `current`.
     pub rv: u64,
+    /// The pods at `rv` (of the request's namespace), in key order.
     pub current: Vec<Arc<StoredPod>>,
 }
 
@@ -338,13 +351,7 @@ impl Encoder<'_> {
 
     /// A one-row Table of the pod `object`, at its resourceVersion.
     fn as_table(&mut self, object: &[u8]) -> Vec<u8> {
-        let pod: Value = serde_json::from_slice(object).unwrap_or_default();
-        let rv = pod["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let now = std::time::SystemTime::now();
-        let Body::Bytes(b) = discovery::pod_table(rv, None, &[pod], now).body else {
+        let Body::Bytes(b) = pod_table_of(object).body else {
             return Vec::new();
         };
         if !self.headers_sent {

@@ -401,10 +401,16 @@ fn stream(out: &mut dyn Write, start: Start, w: &WatchParams) -> io::Result<()> 
         .bookmarks
         .then(|| bookmark_after(begun, deadline))
         .flatten();
+    // Only a start from the client's resourceVersion can be too old; later, the ring
+    // dropped changes this watcher had not read, and the cacher closes such a watcher.
+    let mut client_rv = w.rv.is_some() && !w.initial_events;
     loop {
         let until = next_bookmark.map_or(deadline, |b| b.min(deadline));
-        match start.feed.wait_after(seen, until) {
+        let got = start.feed.wait_after(seen, until);
+        let first = std::mem::replace(&mut client_rv, false);
+        match got {
             Wait::Stopped => return Ok(()),
+            Wait::TooOld(_) if !first => return Ok(()),
             Wait::TooOld(oldest) => {
                 let e =
                     ApiError::expired(format!("too old resource version: {seen} ({oldest})"), None);
@@ -508,6 +514,80 @@ mod tests {
         feed.stop();
         assert_eq!(waiter.join().unwrap(), (7, true));
         assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    /// A writer that, at its first flush, pushes `burst` changes into `feed` (a watcher that
+    /// reads too slowly: the ring moves past it between two waits).
+    struct Burst {
+        out: Vec<u8>,
+        feed: Arc<Feed<StoredPod>>,
+        burst: u64,
+    }
+
+    impl Write for Burst {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.out.extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            for rv in 1..=std::mem::take(&mut self.burst) {
+                let name = format!("p{rv}");
+                let v = json!({"metadata": {"name": name, "namespace": "ns",
+                                            "resourceVersion": rv.to_string()}});
+                let p = Arc::new(StoredPod::new(&format!("ns/{name}"), 2, &v));
+                self.feed.push(Change {
+                    rv,
+                    obj: Some(p),
+                    prev: None,
+                });
+            }
+            Ok(())
+        }
+    }
+
+    /// A watch of every namespace with a 5 s timeout, from `rv`.
+    fn params(rv: Option<u64>) -> WatchParams {
+        let param = |k: &str| (k == "timeoutSeconds").then_some("5");
+        let (label, field) = (LabelSelector::default(), FieldSelector::default());
+        let mut w = WatchParams::parse(param, None, label, field, false).unwrap();
+        w.rv = rv;
+        w
+    }
+
+    #[test]
+    fn a_watcher_the_ring_left_behind_is_closed_without_an_error_event() {
+        let feed = Arc::new(Feed::new(4, 0));
+        let mut out = Burst {
+            out: Vec::new(),
+            feed: Arc::clone(&feed),
+            burst: 10,
+        };
+        let t = Instant::now();
+        stream(&mut out, Start::new(&feed, 0, Vec::new()), &params(None)).unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "it waited for the timeout"
+        );
+        assert!(out.out.is_empty(), "{}", String::from_utf8_lossy(&out.out));
+        // The same start given by the client is a 410 ERROR event.
+        let mut out = Burst {
+            out: Vec::new(),
+            feed: Arc::clone(&feed),
+            burst: 0,
+        };
+        stream(
+            &mut out,
+            Start::new(&feed, 10, Vec::new()),
+            &params(Some(1)),
+        )
+        .unwrap();
+        let text = String::from_utf8(out.out).unwrap();
+        assert!(
+            text.starts_with(r#"{"type":"ERROR","object":{"kind":"Status""#),
+            "{text}"
+        );
+        assert!(text.contains("too old resource version: 1 (6)"), "{text}");
     }
 
     #[test]

@@ -76,7 +76,9 @@ pub(crate) struct StoredPod {
 }
 
 impl StoredPod {
-    fn new(key: &str, ns_len: usize, v: &Value) -> Self {
+    /// The stored form of pod `v` under `key` (`namespace/name`, the namespace `ns_len`
+    /// bytes long).
+    pub(crate) fn new(key: &str, ns_len: usize, v: &Value) -> Self {
         let (labels, fields) = pod::extract(v);
         StoredPod {
             key: key.to_string(),

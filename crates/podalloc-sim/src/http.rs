@@ -1,7 +1,8 @@
 //! A small HTTP/1.1 server side: request parsing with `httparse` (Content-Length and
 //! chunked bodies, `Expect: 100-continue`, keep-alive, pipelining) and response writing
 //! that buffers small bodies (sent with Content-Length) and streams large ones chunked,
-//! gzipped above 128 KiB when the client accepts gzip, as kube-apiserver does.
+//! gzipped above 128 KiB when the client accepts gzip, as kube-apiserver does; a watch
+//! (`Body::Watch`) goes out chunked from the start, a chunk per flush, never gzipped.
 
 use std::io::{self, Read, Write};
 
@@ -798,5 +799,53 @@ mod tests {
         assert!(split_response(&raw)
             .0
             .contains(&format!("Content-Length: {GZIP_THRESHOLD}")));
+    }
+
+    /// Records what was written and how much of it at each flush.
+    #[derive(Default)]
+    struct Recorder {
+        data: Vec<u8>,
+        flushed_at: Vec<usize>,
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.data.extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.flushed_at.push(self.data.len());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_watch_goes_out_a_chunk_per_flush_and_never_gzipped() {
+        let resp = Response {
+            status: 200,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: Body::Watch(Box::new(|w: &mut dyn Write| {
+                w.write_all(b"a\n")?;
+                w.flush()?;
+                w.write_all(b"bc")?;
+                w.write_all(b"\n")?;
+                w.flush()
+            })),
+        };
+        let mut out = Recorder::default();
+        write_response(&mut out, resp, true, true).unwrap();
+        let (head, body) = split_response(&out.data);
+        assert!(head.contains("Transfer-Encoding: chunked"), "{head}");
+        assert!(
+            !head.contains("Content-Length") && !head.contains("gzip"),
+            "{head}"
+        );
+        assert_eq!(body, b"2\r\na\n\r\n3\r\nbc\n\r\n0\r\n\r\n");
+        // The head went out before any event, and each event as soon as it was flushed.
+        let head_len = head.len() + 4;
+        let after: Vec<usize> = out.flushed_at.iter().map(|n| n - head_len).collect();
+        assert_eq!(after, [0, 7, 15, 15, 20]);
     }
 }

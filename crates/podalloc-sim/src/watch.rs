@@ -88,6 +88,8 @@ struct Ring<T> {
     /// `oldest - 1`): a watch from below it is too old.
     since: u64,
     stopped: bool,
+    /// Watchers waiting now: a push with none skips the wake-up (a system call).
+    waiters: usize,
 }
 
 /// A bounded ring of the most recent changes of one kind, and a Condvar its watchers wait
@@ -119,6 +121,7 @@ impl<T> Feed<T> {
                 cap: cap.max(1),
                 since: start_rv,
                 stopped: false,
+                waiters: 0,
             }),
             cv: Condvar::new(),
         }
@@ -138,8 +141,11 @@ impl<T> Feed<T> {
             }
         }
         r.changes.push_back(Arc::new(change));
+        let waiting = r.waiters > 0;
         drop(r);
-        self.cv.notify_all();
+        if waiting {
+            self.cv.notify_all();
+        }
     }
 
     /// Ends every watch (server shutdown); later waits return `Stopped` at once.
@@ -172,11 +178,13 @@ impl<T> Feed<T> {
             if now >= until {
                 return Wait::Timeout;
             }
+            r.waiters += 1;
             r = self
                 .cv
                 .wait_timeout(r, until - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            r.waiters -= 1;
         }
     }
 }

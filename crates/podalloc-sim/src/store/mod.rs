@@ -7,6 +7,9 @@
 //! objects are those of the events themselves. So behaviour is deterministic given the
 //! clock, whether or not the background thread has run.
 //!
+//! Every change of a pod (create, update, delete) also goes into the watch feed
+//! (`watch.rs`) under the same lock, with its resourceVersion.
+//!
 //! This file is the API half (create, get, patch, delete, lists, quota); `kubelet.rs` is the
 //! simulated scheduler and kubelet that carry out the queued events. ConfigMaps, Leases and
 //! Events, and the resourceVersion counter, RNG and clock every kind shares, are the

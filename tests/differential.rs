@@ -94,6 +94,11 @@ fn cases() -> Vec<Case> {
         Case { name: "list bad selector", method: "GET", path: "/api/v1/namespaces/{ns}/pods?labelSelector=a%3D%3Db%3Dc", body: None, fields: STATUS, admin: false },
         Case { name: "list bad field selector", method: "GET", path: "/api/v1/namespaces/{ns}/pods?fieldSelector=spec.nope%3Dx", body: None, fields: STATUS, admin: false },
         Case { name: "create", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(pod("diff-1")), fields: created, admin: false },
+        // A watch from the current state (synthetic ADDED, filtered by name), ended by its
+        // timeout; one from resourceVersion 1, which a fresh cluster's watch cache still holds
+        // the history after (it started at etcd's first revision): the namespace's changes.
+        Case { name: "watch by name", method: "GET", path: "/api/v1/namespaces/{ns}/pods?watch=true&fieldSelector=metadata.name%3Ddiff-1&timeoutSeconds=1", body: None, fields: &["/type", "/object/kind", "/object/metadata/name"], admin: true },
+        Case { name: "watch from resourceVersion 1", method: "GET", path: "/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion=1&timeoutSeconds=1", body: None, fields: &["/type", "/object/kind", "/object/metadata/name"], admin: true },
         Case { name: "create again", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(pod("diff-1")), fields: STATUS, admin: false },
         Case { name: "create strict unknown field", method: "POST", path: "/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", body: Some(strict), fields: &["/kind", "/reason", "/code", "/message"], admin: false },
         Case { name: "create invalid name", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(invalid), fields: &["/kind", "/reason", "/code", "/details/name", "/details/kind", "/details/causes/0/field", "/details/causes/0/reason"], admin: false },

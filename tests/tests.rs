@@ -32,5 +32,6 @@ mod quiet;
 mod real_clusters;
 mod real_pods;
 mod reliability;
+mod sim_watch;
 mod steer;
 mod steer_apps;

@@ -23,7 +23,7 @@ use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
-use super::respond::{error_response, object, pod_list};
+use super::respond::{error_response, object, pod_list, pod_table_of};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -32,6 +32,7 @@ use super::status::{self, ApiError};
 use super::store::{
     decode_continue, encode_continue, CreateMode, Store, StoredPod, EXPIRED_CONTINUE,
 };
+use super::watch;
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
     shared.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -315,7 +316,20 @@ fn handle_api(
     }
     let now = Instant::now();
     let result = dispatch(shared, req, &r, now);
-    let resp = result.unwrap_or_else(error_response);
+    reply_with(result.unwrap_or_else(error_response), fault)
+}
+
+/// The reply carrying `resp`, as the fault that applies after the handler (if any) changes it.
+fn reply_with(resp: Response, fault: Option<Fault>) -> Reply {
+    // A watch's body never ends: the faults that rewrite or cut a body leave it alone.
+    let watch = matches!(resp.body, Body::Watch(_));
+    let fault = fault.filter(|f| {
+        !(watch
+            && matches!(
+                f,
+                Fault::Truncate | Fault::Trickle(_) | Fault::Garbage | Fault::NoKind
+            ))
+    });
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
         Some(Fault::Truncate) => Reply::Truncate(resp),
@@ -346,7 +360,14 @@ fn dispatch(
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
-        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        // A one-row Table for kubectl's `get pod NAME`, as the apiserver converts one object.
+        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| {
+            if discovery::wants_table(req) {
+                pod_table_of(p.json.as_bytes())
+            } else {
+                object(200, &p)
+            }
+        }),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
         (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
@@ -400,6 +421,8 @@ fn without_kind(resp: Response) -> Response {
             }
             b
         }
+        // Its events keep their objects whole.
+        Body::Watch(_) => return resp,
     };
     let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
         return Response {
@@ -594,9 +617,8 @@ fn list(
     now: Instant,
 ) -> Result<Response, ApiError> {
     if matches!(req.param("watch"), Some("true" | "1")) {
-        return Err(ApiError::bad_request(
-            "watch is not supported by the podalloc simulator",
-        ));
+        let w = watch_params(req, ns)?;
+        return Ok(watch::response(lock(shared).watch_start(ns, now), w));
     }
     let (label, field) = parse_selectors(req)?;
     let limit = match req.param("limit").unwrap_or("") {
@@ -656,6 +678,14 @@ fn list(
         ));
     }
     Ok(pod_list(snap.rv, continue_token, remaining, page))
+}
+
+/// The parameters of `GET …/pods?watch=true`, which streams the store's change feed (see
+/// `watch.rs`).
+fn watch_params(req: &Request, ns: Option<&str>) -> Result<watch::WatchParams, ApiError> {
+    let (label, field) = parse_selectors(req)?;
+    let table = discovery::wants_table(req);
+    watch::WatchParams::parse(|k| req.param(k), ns, label, field, table)
 }
 
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {

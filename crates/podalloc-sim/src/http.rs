@@ -1,7 +1,8 @@
 //! A small HTTP/1.1 server side: request parsing with `httparse` (Content-Length and
 //! chunked bodies, `Expect: 100-continue`, keep-alive, pipelining) and response writing
 //! that buffers small bodies (sent with Content-Length) and streams large ones chunked,
-//! gzipped above 128 KiB when the client accepts gzip, as kube-apiserver does.
+//! gzipped above 128 KiB when the client accepts gzip, as kube-apiserver does; a watch
+//! (`Body::Watch`) goes out chunked from the start, a chunk per flush, never gzipped.
 
 use std::io::{self, Read, Write};
 
@@ -300,7 +301,26 @@ pub(crate) type BodyFn = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send
 /// A response body: bytes, or a writer run as the body streams out.
 pub(crate) enum Body {
     Bytes(Vec<u8>),
+    /// Buffered up to the gzip threshold, then chunked (see [`write_response`]).
     Stream(BodyFn),
+    /// A stream of events (a watch): the head goes out at once, chunked and never gzipped,
+    /// and every `flush()` of the writer sends what was written since as one chunk.
+    Watch(BodyFn),
+}
+
+impl Body {
+    /// The whole body in memory; `None` for a watch, which may never end.
+    pub(crate) fn into_bytes(self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            Body::Bytes(b) => Ok(Some(b)),
+            Body::Stream(f) => {
+                let mut b = Vec::new();
+                f(&mut b)?;
+                Ok(Some(b))
+            }
+            Body::Watch(_) => Ok(None),
+        }
+    }
 }
 
 /// A response to write.
@@ -404,6 +424,17 @@ fn audit_id() -> String {
     RNG.with(|r| super::util::uuid_v4(&mut r.borrow_mut()))
 }
 
+/// Writes `buf` as one chunk of chunked transfer encoding (nothing when empty) and empties it.
+fn write_chunk(out: &mut dyn Write, buf: &mut Vec<u8>) -> io::Result<()> {
+    if !buf.is_empty() {
+        write!(out, "{:x}\r\n", buf.len())?;
+        out.write_all(buf)?;
+        out.write_all(b"\r\n")?;
+        buf.clear();
+    }
+    Ok(())
+}
+
 /// Chunked transfer encoding with its own 32 KiB buffer, so chunks are not tiny.
 struct Chunked<'a> {
     out: &'a mut dyn Write,
@@ -412,13 +443,7 @@ struct Chunked<'a> {
 
 impl Chunked<'_> {
     fn flush_chunk(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            write!(self.out, "{:x}\r\n", self.buf.len())?;
-            self.out.write_all(&self.buf)?;
-            self.out.write_all(b"\r\n")?;
-            self.buf.clear();
-        }
-        Ok(())
+        write_chunk(self.out, &mut self.buf)
     }
 
     fn finish(mut self) -> io::Result<()> {
@@ -519,8 +544,42 @@ impl Write for BodyWriter<'_, '_> {
     }
 }
 
+/// A chunk per `flush()`: what a watch writes goes out as soon as it flushes, as Go's
+/// `http.Flusher` does under the apiserver's watch handler.
+struct FlushingChunked<'a> {
+    out: &'a mut dyn Write,
+    buf: Vec<u8>,
+}
+
+impl Write for FlushingChunked<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        write_chunk(self.out, &mut self.buf)?;
+        self.out.flush()
+    }
+}
+
+/// Writes a watch: the head at once (chunked), then the events as `f` flushes them, then
+/// the last chunk when `f` returns.
+fn write_watch(out: &mut dyn Write, head: &Head<'_>, f: BodyFn) -> io::Result<()> {
+    write_head(out, head, Framing::Chunked, false)?;
+    out.flush()?;
+    let mut w = FlushingChunked {
+        out,
+        buf: Vec::new(),
+    };
+    f(&mut w)?;
+    w.flush()?;
+    w.out.write_all(b"0\r\n\r\n")?;
+    w.out.flush()
+}
+
 /// Writes `resp`. Bodies up to 128 KiB go out with Content-Length; larger ones are
-/// chunked, and gzipped when `gzip_ok`.
+/// chunked, and gzipped when `gzip_ok`. A watch streams chunk by chunk, never gzipped.
 pub(crate) fn write_response(
     out: &mut dyn Write,
     resp: Response,
@@ -533,15 +592,20 @@ pub(crate) fn write_response(
         headers: &resp.headers,
         keep_alive,
     };
+    let body = match resp.body {
+        Body::Watch(f) => return write_watch(out, &head, f),
+        b => b,
+    };
     let mut w = BodyWriter {
         out: Some(out),
         head,
         gzip_ok,
         stage: Stage::Buffering(Vec::new()),
     };
-    match resp.body {
+    match body {
         Body::Bytes(b) => w.write_all(&b)?,
         Body::Stream(f) => f(&mut w)?,
+        Body::Watch(_) => return Err(io::Error::other("a watch is written by write_watch")),
     }
     w.finish()
 }
@@ -550,13 +614,8 @@ pub(crate) fn write_response(
 /// `Connection: close`), but only the first half of the body follows. The caller then
 /// closes the connection.
 pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result<()> {
-    let body = match resp.body {
-        Body::Bytes(b) => b,
-        Body::Stream(f) => {
-            let mut b = Vec::new();
-            f(&mut b)?;
-            b
-        }
+    let Some(body) = resp.body.into_bytes()? else {
+        return Err(io::Error::other("a watch cannot be cut short or trickled"));
     };
     let head = Head {
         status: resp.status,
@@ -576,13 +635,8 @@ pub(crate) fn write_trickled(
     resp: Response,
     every: std::time::Duration,
 ) -> io::Result<()> {
-    let body = match resp.body {
-        Body::Bytes(b) => b,
-        Body::Stream(f) => {
-            let mut b = Vec::new();
-            f(&mut b)?;
-            b
-        }
+    let Some(body) = resp.body.into_bytes()? else {
+        return Err(io::Error::other("a watch cannot be cut short or trickled"));
     };
     let head = Head {
         status: resp.status,
@@ -745,5 +799,53 @@ mod tests {
         assert!(split_response(&raw)
             .0
             .contains(&format!("Content-Length: {GZIP_THRESHOLD}")));
+    }
+
+    /// Records what was written and how much of it at each flush.
+    #[derive(Default)]
+    struct Recorder {
+        data: Vec<u8>,
+        flushed_at: Vec<usize>,
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.data.extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.flushed_at.push(self.data.len());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_watch_goes_out_a_chunk_per_flush_and_never_gzipped() {
+        let resp = Response {
+            status: 200,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: Body::Watch(Box::new(|w: &mut dyn Write| {
+                w.write_all(b"a\n")?;
+                w.flush()?;
+                w.write_all(b"bc")?;
+                w.write_all(b"\n")?;
+                w.flush()
+            })),
+        };
+        let mut out = Recorder::default();
+        write_response(&mut out, resp, true, true).unwrap();
+        let (head, body) = split_response(&out.data);
+        assert!(head.contains("Transfer-Encoding: chunked"), "{head}");
+        assert!(
+            !head.contains("Content-Length") && !head.contains("gzip"),
+            "{head}"
+        );
+        assert_eq!(body, b"2\r\na\n\r\n3\r\nbc\n\r\n0\r\n\r\n");
+        // The head went out before any event, and each event as soon as it was flushed.
+        let head_len = head.len() + 4;
+        let after: Vec<usize> = out.flushed_at.iter().map(|n| n - head_len).collect();
+        assert_eq!(after, [0, 7, 15, 15, 20]);
     }
 }

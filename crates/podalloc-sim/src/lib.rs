@@ -88,6 +88,7 @@ mod store;
 mod tls;
 mod util;
 mod validation;
+mod watch;
 
 #[cfg(test)]
 mod container_tests;

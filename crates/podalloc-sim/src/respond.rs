@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::discovery;
 use super::http::{Body, Response};
 use super::status::ApiError;
 use super::store::StoredPod;
@@ -22,6 +23,17 @@ pub(crate) fn error_response(e: ApiError) -> Response {
 /// A pod as a single-object response with status `code`.
 pub(crate) fn object(code: u16, p: &StoredPod) -> Response {
     Response::json(code, p.object_json())
+}
+
+/// A one-row `Table` of the pod whose JSON is `json`, at its resourceVersion: what the
+/// apiserver converts a single pod to (kubectl's `get pod NAME`, each event of `get -w`).
+pub(crate) fn pod_table_of(json: &[u8]) -> Response {
+    let pod: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let rv = pod["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    discovery::pod_table(rv, None, &[pod], std::time::SystemTime::now())
 }
 
 /// A streamed `PodList` response.

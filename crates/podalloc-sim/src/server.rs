@@ -110,8 +110,10 @@ impl Shared {
         // Wake the acceptor blocked in accept(); if that fails it is left detached.
         let woke = TcpStream::connect_timeout(&self.wake_addr, Duration::from_secs(1)).is_ok();
         {
-            let _g = relock(&self.store);
+            let store = relock(&self.store);
             self.kubelet.notify_all();
+            // Open watches end now, so the connection threads below can be joined.
+            store.feed().stop();
         }
         let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *relock(&self.threads));
         for (i, h) in threads.into_iter().enumerate() {

@@ -7,6 +7,9 @@
 //! objects are those of the events themselves. So behaviour is deterministic given the
 //! clock, whether or not the background thread has run.
 //!
+//! Every change of a pod (create, update, delete) also goes into the watch feed
+//! (`watch.rs`) under the same lock, with its resourceVersion.
+//!
 //! This file is the API half (create, get, patch, delete, lists, quota); `kubelet.rs` is the
 //! simulated scheduler and kubelet that carry out the queued events. ConfigMaps, Leases and
 //! Events, and the resourceVersion counter, RNG and clock every kind shares, are the
@@ -28,6 +31,7 @@ use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Regis
 use super::resources::Kind;
 use super::status::ApiError;
 use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
+use super::watch::{self, Change, Feed};
 
 /// How long after the containers stop the kubelet's final delete removes the object.
 const REMOVAL_DELAY: Duration = Duration::from_millis(100);
@@ -75,7 +79,9 @@ pub(crate) struct StoredPod {
 }
 
 impl StoredPod {
-    fn new(key: &str, ns_len: usize, v: &Value) -> Self {
+    /// The stored form of pod `v` under `key` (`namespace/name`, the namespace `ns_len`
+    /// bytes long).
+    pub(crate) fn new(key: &str, ns_len: usize, v: &Value) -> Self {
         let (labels, fields) = pod::extract(v);
         StoredPod {
             key: key.to_string(),
@@ -318,6 +324,8 @@ pub(crate) struct Store {
     counters: Counters,
     /// Images the simulated registry does not have (exact references).
     missing_images: Vec<String>,
+    /// Every pod change, for watches (`watch.rs`).
+    feed: Arc<Feed<StoredPod>>,
 }
 
 fn secs(n: i64) -> Duration {
@@ -328,6 +336,10 @@ impl Store {
     pub(crate) fn new(cfg: StoreConfig, clock: WallClock) -> Self {
         let mut reg = Registry::new(SplitMix64::from_entropy(), clock);
         reg.rv = 1000;
+        // The history starts with the store, as a fresh cluster's watch cache starts at
+        // etcd's first revision: a watch from any older resourceVersion replays every change
+        // until the ring has dropped one.
+        let feed = Arc::new(Feed::new(watch::HISTORY, 0));
         Store {
             cfg,
             reg,
@@ -340,7 +352,21 @@ impl Store {
             snapshots: HashMap::new(),
             counters: Counters::default(),
             missing_images: Vec::new(),
+            feed,
         }
+    }
+
+    /// The pod feed watches read.
+    pub(crate) fn feed(&self) -> &Arc<Feed<StoredPod>> {
+        &self.feed
+    }
+
+    /// Where a pod watch in `ns` (every namespace with `None`) starts: the current pods,
+    /// the resourceVersion they are at, and the feed of the changes after it.
+    pub(crate) fn watch_start(&mut self, ns: Option<&str>, now: Instant) -> watch::Start {
+        self.advance(now);
+        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        watch::Start::new(&self.feed, self.reg.rv, self.collect(&prefix))
     }
 
     /// The current (global) resource version.
@@ -362,7 +388,12 @@ impl Store {
         let ns_len = entry.pod.ns_len;
         let stored = Arc::new(StoredPod::new(key, ns_len, &v));
         entry.phase = Phase::parse(&stored.fields.phase).unwrap_or(entry.phase);
-        entry.pod = Arc::clone(&stored);
+        let prev = std::mem::replace(&mut entry.pod, Arc::clone(&stored));
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: Some(Arc::clone(&stored)),
+            prev: Some(prev),
+        });
         self.refresh_live(key);
         Some(stored)
     }
@@ -405,6 +436,11 @@ impl Store {
     fn remove(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
         let e = self.pods.remove(key)?;
         self.reg.rv += 1;
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: None,
+            prev: Some(Arc::clone(&e.pod)),
+        });
         if e.live {
             self.count_live(e.app.as_deref(), false);
         }
@@ -498,6 +534,11 @@ impl Store {
         let entry = Entry::new(&stored, &v, &uid, seq, stage, seeded_phase.is_some());
         let gc = !entry.pod_owners.is_empty() && !entry.other_owners;
         self.index(&key, entry);
+        self.feed.push(Change {
+            rv: self.reg.rv,
+            obj: Some(Arc::clone(&stored)),
+            prev: None,
+        });
         if mode == CreateMode::Api {
             self.counters.creates += 1;
         }

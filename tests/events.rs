@@ -504,12 +504,7 @@ fn a_create_in_a_namespace_that_does_not_exist_is_404() {
 /// strict create against the simulator.
 #[test]
 fn real_kubectl_reads_the_simulator() {
-    if std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
-        eprintln!("kubectl is not installed: skipped");
+    if crate::util::kubectl_missing() {
         return;
     }
     let w = world(|_| {});

@@ -382,23 +382,6 @@ fn shutdown_ends_open_watches_at_once() {
     }
 }
 
-/// Fails under `CI=true` when kubectl is missing; otherwise skips (true) with one line.
-fn no_kubectl() -> bool {
-    let found = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return false;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "kubectl is not installed, and CI=true needs it"
-    );
-    eprintln!("kubectl is not installed: skipped");
-    true
-}
-
 /// `podalloc sim` writing a kubeconfig into a fresh directory, pods Running 250 ms after
 /// their creation and stopping 500 ms after a graceful delete (the default); killed on drop.
 struct SimProcess {
@@ -410,7 +393,7 @@ impl SimProcess {
     /// A started simulator with pod `name` created by kubectl; `None` when kubectl is
     /// missing (see [`no_kubectl`]).
     fn with_pod(name: &str) -> Option<SimProcess> {
-        if no_kubectl() {
+        if crate::util::kubectl_missing() {
             return None;
         }
         let sim = SimProcess::start();

@@ -585,3 +585,21 @@ pub fn get_accepting(
         .unwrap_or_default();
     (resp, ctype)
 }
+
+/// Whether kubectl is missing, for the tests that run it: fails under `CI=true` (CI must run
+/// them); otherwise says so in one line and returns true, so the test can skip.
+pub fn kubectl_missing() -> bool {
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "kubectl is not installed, and CI=true needs it"
+    );
+    eprintln!("kubectl is not installed: skipped");
+    true
+}

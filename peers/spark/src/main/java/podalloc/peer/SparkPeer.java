@@ -150,8 +150,12 @@ public final class SparkPeer {
     }
     Config cfg = Config.fromKubeconfig(Files.readString(Path.of(req(a, "kubeconfig"))));
     cfg.setNamespace(ns);
-    cfg.setRequestTimeout(10000);
-    cfg.setConnectionTimeout(10000);
+    // A driver's defaults are 10 s (spark.kubernetes.driver.{request,connection}Timeout); 30 s
+    // here, because on a loaded 2-core CI machine the first connection of a cold JVM (Vert.x
+    // in Spark 4.0) took longer than 10 s and the harness did not start. No scenario times a
+    // request out, so the peer's decisions are the same.
+    cfg.setRequestTimeout(30000);
+    cfg.setConnectionTimeout(30000);
     cfg.setRequestRetryBackoffLimit(3);
     KubernetesClient client =
         new KubernetesClientBuilder()

@@ -115,7 +115,7 @@ class RealServer(Server):
     def __init__(self, cp, work):
         super().__init__(cp.url, cp.ca, cp.read("admin.token"),
                          ["--server", cp.url, "--token", cp.read("podalloc-a.token"),
-                          "--certificate-authority", cp.ca], work)
+                          "--certificate-authority", cp.ca, "-n", "apps"], work)
         self.cp = cp
 
     def requests(self):

@@ -25,7 +25,7 @@ leg's and a scale-down leg's requests include the 5 s after the goal was reached
 client's confirming tick). The first row, a window with no client, is the control plane and
 the emulator alone (apiserver_request_total, watches left out).
 
-    scripts/bench_real.py [--executors 100] [--window 120] [--podalloc-args "..."]
+    scripts/bench_real.py [--executors 100] [--window 120] [--podalloc-args="--no-events ..."]
 
 Needs: scripts/controlplane.sh build, cargo, go, kubectl. Prints a Markdown table.
 """

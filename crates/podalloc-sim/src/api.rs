@@ -23,7 +23,7 @@ use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
-use super::respond::{error_response, object, pod_list};
+use super::respond::{error_for, error_response, object_for, pod_list_for};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -114,15 +114,15 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
         Fault::TooManyRequestsText => apf_too_many_requests(),
         Fault::TooManyRequestsStatus {
             retry_after_seconds,
-        } => error_response(ApiError::too_many_requests(
+        } => error_for(req, ApiError::too_many_requests(
             "storage is (re)initializing",
             (*retry_after_seconds).max(1),
         )),
         Fault::InternalError => {
-            error_response(ApiError::internal_error("etcdserver: leader changed"))
+            error_for(req, ApiError::internal_error("etcdserver: leader changed"))
         }
         Fault::ServiceUnavailable => {
-            let mut r = error_response(ApiError::service_unavailable("apiserver is shutting down"));
+            let mut r = error_for(req, ApiError::service_unavailable("apiserver is shutting down"));
             r.headers.push(("Retry-After", "1".to_string()));
             r
         }
@@ -130,7 +130,7 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
         Fault::Reset => return Some(Reply::Drop),
         Fault::Expired => {
             let c = decode_continue(req.param("continue").unwrap_or("")).ok()?;
-            error_response(ApiError::expired(
+            error_for(req, ApiError::expired(
                 EXPIRED_CONTINUE,
                 Some(encode_continue(-1, &c.start)),
             ))
@@ -186,9 +186,10 @@ fn rbac_denied(user: &str, r: &RequestInfo<'_>) -> ApiError {
 /// certificate (it authenticates the request without a bearer token).
 pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) -> Reply {
     let Some(segs) = req.segments() else {
-        let reply = Reply::Send(error_response(ApiError::bad_request(
-            "invalid URL escape in path",
-        )));
+        let reply = Reply::Send(error_for(
+            req,
+            ApiError::bad_request("invalid URL escape in path"),
+        ));
         shared.requests.fetch_add(1, Ordering::Relaxed);
         record(shared, req, None, None, None, &reply);
         return reply;
@@ -251,7 +252,7 @@ fn handle_api(
     verb_out: &mut Option<String>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
-    let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(error_response));
+    let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(|e| error_for(req, e)));
     let get = req.method == "GET";
     match segs {
         ["healthz"] | ["livez"] | ["readyz"] if get => return Reply::Send(Response::text(200, "ok")),
@@ -315,7 +316,7 @@ fn handle_api(
     }
     let now = Instant::now();
     let result = dispatch(shared, req, &r, now);
-    let resp = result.unwrap_or_else(error_response);
+    let resp = result.unwrap_or_else(|e| error_for(req, e));
     match fault {
         Some(Fault::LostResponse) => Reply::Drop,
         Some(Fault::Truncate) => Reply::Truncate(resp),
@@ -346,7 +347,9 @@ fn dispatch(
         (Kind::Pod, Verb::List) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
-        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| object(200, &p)),
+        (Kind::Pod, Verb::Get) => lock(shared)
+            .get(ns, name, now)
+            .map(|p| object_for(req, 200, &p)),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
         (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
@@ -385,8 +388,8 @@ fn dispatch(
 const PROXY_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\
 <body><h1>Sign in to continue</h1><form action=\"/oauth2/start\"></form></body></html>\n";
 
-/// The response with `kind` and `apiVersion` taken out of its JSON object (fault
-/// `no-kind`); other bodies unchanged.
+/// The response with `kind` and `apiVersion` taken out of its JSON object, or its Protobuf
+/// envelope's `typeMeta` emptied (fault `no-kind`); other bodies unchanged.
 fn without_kind(resp: Response) -> Response {
     let bytes = match resp.body {
         Body::Bytes(b) => b,
@@ -401,6 +404,12 @@ fn without_kind(resp: Response) -> Response {
             b
         }
     };
+    if let Some(b) = super::protobuf::without_kind(&bytes) {
+        return Response {
+            body: Body::Bytes(b),
+            ..resp
+        };
+    }
     let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
         return Response {
             body: Body::Bytes(bytes),
@@ -655,7 +664,7 @@ fn list(
             now,
         ));
     }
-    Ok(pod_list(snap.rv, continue_token, remaining, page))
+    Ok(pod_list_for(req, snap.rv, continue_token, remaining, page))
 }
 
 fn dry_run(req: &Request, from_body: Option<&Value>) -> Result<bool, ApiError> {
@@ -695,7 +704,7 @@ fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Resp
     let v = pod::decode(&req.body)?;
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
-    let mut resp = object(201, &p);
+    let mut resp = object_for(req, 201, &p);
     for f in unknown {
         resp.headers
             .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
@@ -750,7 +759,7 @@ fn patch_pod(
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let p = lock(shared).patch(ns, name, &patch, now)?;
     shared.kubelet.notify_all();
-    Ok(object(200, &p))
+    Ok(object_for(req, 200, &p))
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in
@@ -810,7 +819,7 @@ fn delete(
     let (opts, dry) = delete_options(req)?;
     let p = lock(shared).delete(ns, name, &opts, dry, now)?;
     shared.kubelet.notify_all();
-    Ok(object(200, &p))
+    Ok(object_for(req, 200, &p))
 }
 
 fn delete_collection(
@@ -836,5 +845,5 @@ fn delete_collection(
     let rv = store.rv();
     drop(store);
     shared.kubelet.notify_all();
-    Ok(pod_list(rv, None, None, out))
+    Ok(pod_list_for(req, rv, None, None, out))
 }

@@ -478,27 +478,45 @@ pub(crate) fn without_kind(body: &[u8]) -> Option<Vec<u8>> {
 /// empty header, `*/*` and `application/*` pick JSON; a clause asking for a conversion
 /// (`as=Table`…) or a stream is not this module's to answer (Tables are JSON here).
 pub(crate) fn accepted(accept: &str) -> bool {
-    for (ty, sub, params) in clauses(accept) {
-        let protobuf = (ty, sub) == ("application", "vnd.kubernetes.protobuf");
+    for c in clauses(accept) {
+        let protobuf = (c.ty, c.sub) == ("application", "vnd.kubernetes.protobuf");
         let served = protobuf
-            || (ty, sub) == ("application", "json")
-            || (ty, sub) == ("application", "yaml")
-            || (ty == "application" && sub == "*")
-            || (ty, sub) == ("*", "*");
+            || (c.ty, c.sub) == ("application", "json")
+            || (c.ty, c.sub) == ("application", "yaml")
+            || (c.ty == "application" && c.sub == "*")
+            || (c.ty, c.sub) == ("*", "*");
         if served {
-            let plain = !params.iter().any(|(k, _)| *k == "as" || *k == "stream");
+            let plain = !c.params.iter().any(|(k, _)| *k == "as" || *k == "stream");
             return protobuf && plain;
         }
     }
     false
 }
 
-/// The clauses of an `Accept` header (type, subtype, parameters other than `q`), ordered as
-/// goautoneg's `ParseAccept` orders them: its insertion sort by a higher `q`, then a
-/// concrete type before `*`, then a concrete subtype before `*`. As goautoneg does, a clause
-/// with `q=0` is kept and an unparseable `q` reads as 0.
-fn clauses(accept: &str) -> Vec<(&str, &str, Vec<(&str, &str)>)> {
-    let mut out: Vec<(f64, &str, &str, Vec<(&str, &str)>)> = Vec::new();
+/// One clause of an `Accept` header.
+struct Clause<'a> {
+    q: f64,
+    ty: &'a str,
+    sub: &'a str,
+    /// Its parameters other than `q`.
+    params: Vec<(&'a str, &'a str)>,
+}
+
+impl Clause<'_> {
+    /// goautoneg's `Less`: a higher `q`, or a concrete type before `*`, or a concrete
+    /// subtype before `*` (not a strict order; its insertion sort is what counts).
+    fn before(&self, other: &Clause<'_>) -> bool {
+        self.q > other.q
+            || (self.ty != "*" && other.ty == "*")
+            || (self.sub != "*" && other.sub == "*")
+    }
+}
+
+/// The clauses of an `Accept` header, ordered as goautoneg's `ParseAccept` orders them (an
+/// insertion sort by [`Clause::before`]). As goautoneg does, a clause with `q=0` is kept and
+/// an unparseable `q` reads as 0.
+fn clauses(accept: &str) -> Vec<Clause<'_>> {
+    let mut out: Vec<Clause<'_>> = Vec::new();
     for part in accept.split(',') {
         let mut it = part.trim_matches(' ').split(';');
         let media = it.next().unwrap_or("");
@@ -507,29 +525,31 @@ fn clauses(accept: &str) -> Vec<(&str, &str, Vec<(&str, &str)>)> {
             None if media.trim_matches(' ') == "*" => ("*", "*"),
             _ => continue,
         };
-        let (mut q, mut params) = (1.0, Vec::new());
+        let mut c = Clause {
+            q: 1.0,
+            ty,
+            sub,
+            params: Vec::new(),
+        };
         for p in it {
             let Some((k, v)) = p.split_once('=').filter(|(_, v)| !v.contains('=')) else {
                 continue;
             };
             match k.trim_matches(' ') {
-                "q" => q = v.parse().unwrap_or(0.0),
-                k => params.push((k, v.trim_matches(' '))),
+                "q" => c.q = v.parse().unwrap_or(0.0),
+                k => c.params.push((k, v.trim_matches(' '))),
             }
         }
-        out.push((q, ty, sub, params));
+        out.push(c);
     }
-    let less = |a: &(f64, &str, &str, _), b: &(f64, &str, &str, _)| {
-        a.0 > b.0 || (a.1 != "*" && b.1 == "*") || (a.2 != "*" && b.2 == "*")
-    };
     for i in 1..out.len() {
         let mut j = i;
-        while j > 0 && less(&out[j], &out[j - 1]) {
+        while j > 0 && out[j].before(&out[j - 1]) {
             out.swap(j, j - 1);
             j -= 1;
         }
     }
-    out.into_iter().map(|(_, t, s, p)| (t, s, p)).collect()
+    out
 }
 
 #[cfg(test)]

@@ -27,7 +27,11 @@
 //! are served in Protobuf; ConfigMaps, Leases, Events, Namespaces, Tables and discovery
 //! documents stay JSON whatever the `Accept` (also listed as deliberate).
 
+use std::sync::Arc;
+
 use serde_json::Value;
+
+use super::store::StoredPod;
 
 /// The media type of Kubernetes' Protobuf encoding.
 pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -415,18 +419,24 @@ fn pod_message(json: &str) -> Vec<u8> {
     out
 }
 
-/// A `Pod` response body from the pod's JSON.
-pub(crate) fn pod(json: &str) -> Vec<u8> {
-    envelope("Pod", &pod_message(json))
+/// A stored pod's `v1.Pod` message, encoded once per stored version (a stored pod never
+/// changes: a write stores a new one), so that a list costs a copy, as in JSON.
+fn stored_message(p: &StoredPod) -> &[u8] {
+    p.protobuf.get_or_init(|| pod_message(&p.json))
+}
+
+/// A `Pod` response body.
+pub(crate) fn pod(p: &StoredPod) -> Vec<u8> {
+    envelope("Pod", stored_message(p))
 }
 
 /// A `PodList` response body: the list's `resourceVersion`, its `continue` token and
-/// `remainingItemCount` when set, and the pods' JSON, in order.
-pub(crate) fn pod_list<'a>(
+/// `remainingItemCount` when set, and the pods, in order.
+pub(crate) fn pod_list(
     rv: u64,
     continue_token: Option<&str>,
     remaining: Option<usize>,
-    items: impl Iterator<Item = &'a str>,
+    items: &[Arc<StoredPod>],
 ) -> Vec<u8> {
     let meta = serde_json::json!({"resourceVersion": rv.to_string(),
         "continue": continue_token, "remainingItemCount": remaining});
@@ -434,8 +444,8 @@ pub(crate) fn pod_list<'a>(
     let mut m = Vec::new();
     message(&mut m, &meta, LIST_META);
     delimited(&mut list, 1, &m);
-    for json in items {
-        delimited(&mut list, 2, &pod_message(json));
+    for p in items {
+        delimited(&mut list, 2, stored_message(p));
     }
     envelope("PodList", &list)
 }
@@ -643,7 +653,7 @@ mod tests {
 
     #[test]
     fn no_kind_empties_the_type_meta_only() {
-        let body = pod(r#"{"metadata":{"name":"p"}}"#);
+        let body = envelope("Pod", &pod_message(r#"{"metadata":{"name":"p"}}"#));
         let bare = without_kind(&body).unwrap();
         assert!(bare.starts_with(b"k8s\0\x0a\x00\x12"));
         assert_eq!(

@@ -58,7 +58,7 @@ pub(crate) fn object(code: u16, p: &StoredPod) -> Response {
 /// [`object`] in the encoding `req` negotiates.
 pub(crate) fn object_for(req: &Request, code: u16, p: &StoredPod) -> Response {
     match wants_protobuf(req) {
-        true => protobuf_response(code, protobuf::pod(&p.json)),
+        true => protobuf_response(code, protobuf::pod(p)),
         false => object(code, p),
     }
 }
@@ -75,8 +75,7 @@ pub(crate) fn pod_list_for(
     if !wants_protobuf(req) {
         return pod_list(rv, continue_token, remaining, items);
     }
-    let pods = items.iter().map(|p| p.json.as_str());
-    let body = protobuf::pod_list(rv, continue_token.as_deref(), remaining, pods);
+    let body = protobuf::pod_list(rv, continue_token.as_deref(), remaining, &items);
     protobuf_response(200, body)
 }
 

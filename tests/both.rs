@@ -458,6 +458,39 @@ impl Env {
         )
     }
 
+    /// The admin's bearer token (the simulator's token on the simulator).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The PEM of the CA the server's certificate chains to.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A `GET` of `path` with `Accept: accept`, as the admin or (`admin` false) the
+    /// `podalloc` user: its status, `Content-Type` and body as received (gzip decoded).
+    pub fn get_raw(&self, admin: bool, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
+        let token = if admin {
+            &self.admin_token
+        } else {
+            &self.token
+        };
+        let mut resp = crate::util::agent(self.ca_pem.as_bytes())
+            .get(&format!("{}{path}", self.url))
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Accept", accept)
+            .call()
+            .unwrap();
+        let ctype = (resp.headers().get("content-type"))
+            .map(|v| v.to_str().unwrap_or("").to_string())
+            .unwrap_or_default();
+        let body = (resp.body_mut().with_config().limit(64 << 20))
+            .read_to_vec()
+            .unwrap();
+        (resp.status().as_u16(), ctype, body)
+    }
+
     /// A call to the API as the `podalloc` user.
     pub fn as_podalloc(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         real::call(&self.url, &self.ca_pem, &self.token, method, path, body)

@@ -28,6 +28,7 @@ mod mtls;
 mod multi;
 mod ops;
 mod overlap;
+mod protobuf;
 mod quiet;
 mod real_clusters;
 mod real_pods;

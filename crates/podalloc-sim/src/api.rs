@@ -23,7 +23,7 @@ use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
 use super::resources::{of, Kind, Resource, Verb};
-use super::respond::{error_response, object, pod_list, pod_table_of};
+use super::respond::{error_for, error_response, object_for, pod_list_for, pod_table_of};
 use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::shared::Shared;
@@ -115,15 +115,15 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
         Fault::TooManyRequestsText => apf_too_many_requests(),
         Fault::TooManyRequestsStatus {
             retry_after_seconds,
-        } => error_response(ApiError::too_many_requests(
+        } => error_for(req, ApiError::too_many_requests(
             "storage is (re)initializing",
             (*retry_after_seconds).max(1),
         )),
         Fault::InternalError => {
-            error_response(ApiError::internal_error("etcdserver: leader changed"))
+            error_for(req, ApiError::internal_error("etcdserver: leader changed"))
         }
         Fault::ServiceUnavailable => {
-            let mut r = error_response(ApiError::service_unavailable("apiserver is shutting down"));
+            let mut r = error_for(req, ApiError::service_unavailable("apiserver is shutting down"));
             r.headers.push(("Retry-After", "1".to_string()));
             r
         }
@@ -131,7 +131,7 @@ fn fault_reply(f: &Fault, req: &Request) -> Option<Reply> {
         Fault::Reset => return Some(Reply::Drop),
         Fault::Expired => {
             let c = decode_continue(req.param("continue").unwrap_or("")).ok()?;
-            error_response(ApiError::expired(
+            error_for(req, ApiError::expired(
                 EXPIRED_CONTINUE,
                 Some(encode_continue(-1, &c.start)),
             ))
@@ -187,9 +187,10 @@ fn rbac_denied(user: &str, r: &RequestInfo<'_>) -> ApiError {
 /// certificate (it authenticates the request without a bearer token).
 pub(crate) fn handle(shared: &Shared, req: &Request, client_user: Option<&str>) -> Reply {
     let Some(segs) = req.segments() else {
-        let reply = Reply::Send(error_response(ApiError::bad_request(
-            "invalid URL escape in path",
-        )));
+        let reply = Reply::Send(error_for(
+            req,
+            ApiError::bad_request("invalid URL escape in path"),
+        ));
         shared.requests.fetch_add(1, Ordering::Relaxed);
         record(shared, req, None, None, None, &reply);
         return reply;
@@ -252,7 +253,7 @@ fn handle_api(
     verb_out: &mut Option<String>,
     fault_out: &mut Option<Fault>,
 ) -> Reply {
-    let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(error_response));
+    let send = |r: Result<Response, ApiError>| Reply::Send(r.unwrap_or_else(|e| error_for(req, e)));
     let get = req.method == "GET";
     match segs {
         ["healthz"] | ["livez"] | ["readyz"] if get => return Reply::Send(Response::text(200, "ok")),
@@ -316,7 +317,7 @@ fn handle_api(
     }
     let now = Instant::now();
     let result = dispatch(shared, req, &r, now);
-    reply_with(result.unwrap_or_else(error_response), fault)
+    reply_with(result.unwrap_or_else(|e| error_for(req, e)), fault)
 }
 
 /// The reply carrying `resp`, as the fault that applies after the handler (if any) changes it.
@@ -365,7 +366,7 @@ fn dispatch(
             if discovery::wants_table(req) {
                 pod_table_of(p.json.as_bytes())
             } else {
-                object(200, &p)
+                object_for(req, 200, &p)
             }
         }),
         (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
@@ -406,8 +407,8 @@ fn dispatch(
 const PROXY_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\
 <body><h1>Sign in to continue</h1><form action=\"/oauth2/start\"></form></body></html>\n";
 
-/// The response with `kind` and `apiVersion` taken out of its JSON object (fault
-/// `no-kind`); other bodies unchanged.
+/// The response with `kind` and `apiVersion` taken out of its JSON object, or its Protobuf
+/// envelope's `typeMeta` emptied (fault `no-kind`); other bodies unchanged.
 fn without_kind(resp: Response) -> Response {
     let bytes = match resp.body {
         Body::Bytes(b) => b,
@@ -424,6 +425,12 @@ fn without_kind(resp: Response) -> Response {
         // Its events keep their objects whole.
         Body::Watch(_) => return resp,
     };
+    if let Some(b) = super::protobuf::without_kind(&bytes) {
+        return Response {
+            body: Body::Bytes(b),
+            ..resp
+        };
+    }
     let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(&bytes) else {
         return Response {
             body: Body::Bytes(bytes),
@@ -677,7 +684,7 @@ fn list(
             now,
         ));
     }
-    Ok(pod_list(snap.rv, continue_token, remaining, page))
+    Ok(pod_list_for(req, snap.rv, continue_token, remaining, page))
 }
 
 /// The parameters of `GET …/pods?watch=true`, which streams the store's change feed (see
@@ -725,7 +732,7 @@ fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Resp
     let v = pod::decode(&req.body)?;
     let p = lock(shared).create(ns, v, CreateMode::Api, dry, now)?;
     shared.kubelet.notify_all();
-    let mut resp = object(201, &p);
+    let mut resp = object_for(req, 201, &p);
     for f in unknown {
         resp.headers
             .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
@@ -780,7 +787,7 @@ fn patch_pod(
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let p = lock(shared).patch(ns, name, &patch, now)?;
     shared.kubelet.notify_all();
-    Ok(object(200, &p))
+    Ok(object_for(req, 200, &p))
 }
 
 /// DeleteOptions from the body if there is one, else from the query (never both, as in
@@ -840,7 +847,7 @@ fn delete(
     let (opts, dry) = delete_options(req)?;
     let p = lock(shared).delete(ns, name, &opts, dry, now)?;
     shared.kubelet.notify_all();
-    Ok(object(200, &p))
+    Ok(object_for(req, 200, &p))
 }
 
 fn delete_collection(
@@ -866,5 +873,5 @@ fn delete_collection(
     let rv = store.rv();
     drop(store);
     shared.kubelet.notify_all();
-    Ok(pod_list(rv, None, None, out))
+    Ok(pod_list_for(req, rv, None, None, out))
 }

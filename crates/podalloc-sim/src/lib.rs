@@ -73,6 +73,7 @@ mod kinds;
 mod options;
 mod patch;
 mod pod;
+mod protobuf;
 mod registry;
 mod reqlog;
 mod request;

@@ -76,6 +76,8 @@ pub(crate) struct StoredPod {
     /// `metadata.resourceVersion`.
     pub rv: String,
     pub json: String,
+    /// Its `v1.Pod` Protobuf message, made from `json` when first asked for (`protobuf.rs`).
+    pub protobuf: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl StoredPod {
@@ -94,6 +96,7 @@ impl StoredPod {
                 .unwrap_or("")
                 .to_string(),
             json: serde_json::to_string(v).unwrap_or_else(|_| "{}".into()),
+            protobuf: std::sync::OnceLock::new(),
         }
     }
 

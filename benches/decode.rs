@@ -91,6 +91,12 @@ fn main() {
         s.add_page(body, APP).unwrap();
         assert_eq!(s.executors.len(), n);
     };
+    let streamed = |body: &[u8], n: usize| {
+        let mut s = Snapshot::default();
+        s.add_page_reader(body, APP, None, ListSource::ApiServer)
+            .unwrap();
+        assert_eq!(s.executors.len(), n);
+    };
     type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
     let cases: Vec<Case<'_>> = vec![
         (
@@ -103,12 +109,7 @@ fn main() {
             "streamed",
             page.len(),
             pods,
-            Box::new(|| {
-                let mut s = Snapshot::default();
-                s.add_page_reader(&page[..], APP, None, ListSource::ApiServer)
-                    .unwrap();
-                assert_eq!(s.executors.len(), pods);
-            }),
+            Box::new(|| streamed(&page, pods)),
         ),
         (
             "serde_json skip",
@@ -142,12 +143,7 @@ fn main() {
             "kube pb streamed",
             kube_pb.len(),
             kube_n,
-            Box::new(|| {
-                let mut s = Snapshot::default();
-                s.add_page_reader(&kube_pb[..], APP, None, ListSource::ApiServer)
-                    .unwrap();
-                assert_eq!(s.executors.len(), kube_n);
-            }),
+            Box::new(|| streamed(&kube_pb, kube_n)),
         ),
     ];
     let only = std::env::var("PODALLOC_BENCH_ONLY").ok();

@@ -74,7 +74,9 @@ pub(crate) fn each<'a>(
 }
 
 /// A base-128 varint at `*pos` (at most 10 bytes), advancing `pos`. Errors: `buf` ends
-/// inside it, or it is longer than 10 bytes.
+/// inside it, or it is longer than 10 bytes. Inlined: it reads every key and length of a
+/// page (about 6 % of a Protobuf tick's CPU as a call of its own, `perf` on the tick benchmark).
+#[inline]
 pub(crate) fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
     let mut v: u64 = 0;
     for i in 0..10 {

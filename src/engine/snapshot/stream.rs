@@ -803,6 +803,22 @@ mod tests {
         Ok(snap)
     }
 
+    /// Applies `edits` to `body`: each (where, as a fraction of the length; 0 replace, 1
+    /// insert, 2 remove; the byte).
+    fn mangle(body: &mut Vec<u8>, edits: &[(f64, u8, u8)]) {
+        for &(at, op, byte) in edits {
+            let i = ((body.len() as f64) * at) as usize;
+            match op {
+                0 if i < body.len() => body[i] = byte,
+                1 => body.insert(i, byte),
+                _ if i < body.len() => {
+                    body.remove(i);
+                }
+                _ => {}
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
             crate::engine::snapshot::json::tests::cases(3000)
@@ -816,15 +832,7 @@ mod tests {
             edits in proptest::collection::vec((0.0f64..1.0, 0u8..3, proptest::sample::select(b"\"\\{}[],:0-e.tnu \x01\xc3\xa9x".to_vec())), 1..4),
         ) {
             let mut body = bodies()[which].clone().into_bytes();
-            for (at, op, byte) in edits {
-                let i = ((body.len() as f64) * at) as usize;
-                match op {
-                    0 if i < body.len() => body[i] = byte,
-                    1 => body.insert(i, byte),
-                    _ if i < body.len() => { body.remove(i); }
-                    _ => {}
-                }
-            }
+            mangle(&mut body, &edits);
             let theirs = with_serde_json(&body, ListSource::ApiServer);
             let mut whole = Snapshot::default();
             let ours = whole.add_page_from(&body, "app-1", None, ListSource::ApiServer).map(|_| whole);
@@ -848,22 +856,8 @@ mod tests {
         )
         .unwrap();
         let before = s.clone();
-        for fail_at in [0, 1, 100, body.len() / 2, body.len() - 1] {
-            let reader = Trickle {
-                data: body.as_bytes(),
-                step: 50,
-                fail_at: Some(fail_at),
-                pos: 0,
-            };
-            let e = s
-                .read_page(reader, APP1, ListSource::ApiServer, 64)
-                .unwrap_err();
-            assert!(
-                matches!(e, SnapshotError::Read(ref m) if m == "reset"),
-                "{e:?}"
-            );
-            assert_eq!(s, before);
-        }
+        let fail_ats = [0, 1, 100, body.len() / 2, body.len() - 1];
+        failed_reads_add_nothing(&mut s, body.as_bytes(), APP1, 50, &fail_ats);
         // A duplicate of an id from an earlier page adds nothing of the page either.
         let dup = format!(
             r#"{{"kind":"PodList","items":[{},{}]}}"#,
@@ -1085,15 +1079,7 @@ mod tests {
             size in 0usize..5,
         ) {
             let mut body = pb_bodies().swap_remove(which);
-            for (at, op, byte) in edits {
-                let i = ((body.len() as f64) * at) as usize;
-                match op {
-                    0 if i < body.len() => body[i] = byte,
-                    1 => body.insert(i, byte),
-                    _ if i < body.len() => { body.remove(i); }
-                    _ => {}
-                }
-            }
+            mangle(&mut body, &edits);
             body.truncate(((body.len() as f64) * cut) as usize);
             check_agrees(&body, APP, ListSource::ApiServer, SIZES[size], "mangled");
         }
@@ -1128,22 +1114,35 @@ mod tests {
         let mut s = Snapshot::default();
         s.add_page(&list(&[pb_pod("99", "Running", None, false)], ""), "app")
             .unwrap();
+        let fail_ats = [0, 3, 4, 10, body.len() / 2, body.len() - 5, body.len() - 1];
+        failed_reads_add_nothing(&mut s, &body, APP, 9, &fail_ats);
+    }
+
+    /// Reading `body` into `s`, `step` bytes at a time, fails at each of `fail_ats` with the
+    /// reader's error, and leaves `s` as it was.
+    fn failed_reads_add_nothing(
+        s: &mut Snapshot,
+        body: &[u8],
+        app: For<'_>,
+        step: usize,
+        fail_ats: &[usize],
+    ) {
         let before = s.clone();
-        for fail_at in [0, 3, 4, 10, body.len() / 2, body.len() - 5, body.len() - 1] {
+        for &fail_at in fail_ats {
             let reader = Trickle {
-                data: &body,
-                step: 9,
+                data: body,
+                step,
                 fail_at: Some(fail_at),
                 pos: 0,
             };
             let e = s
-                .read_page(reader, APP, ListSource::ApiServer, 64)
+                .read_page(reader, app, ListSource::ApiServer, 64)
                 .unwrap_err();
             assert!(
                 matches!(e, SnapshotError::Read(ref m) if m == "reset"),
                 "{fail_at}: {e:?}"
             );
-            assert_eq!(s, before);
+            assert_eq!(*s, before);
         }
     }
 }

@@ -15,7 +15,9 @@
 //! spec, status and the server's managedFields):
 //!
 //! - `kube json`: [`Snapshot::add_page`] on the JSON page;
-//! - `kube protobuf`: [`Snapshot::add_page`] on the Protobuf page (same pods, same snapshot).
+//! - `kube protobuf`: [`Snapshot::add_page`] on the Protobuf page (same pods, same snapshot);
+//! - `kube pb streamed`: [`Snapshot::add_page_reader`] on the Protobuf page in memory (what the
+//!   tick runs: the envelope read field by field, each pod decoded once its bytes are in).
 //!
 //! All run interleaved, round after round; the medians (ms per 10,000 pods and MB/s of each
 //! case's own bytes) and each one's ratio to `snapshot` are printed, and `kube protobuf`'s to
@@ -89,6 +91,12 @@ fn main() {
         s.add_page(body, APP).unwrap();
         assert_eq!(s.executors.len(), n);
     };
+    let streamed = |body: &[u8], n: usize| {
+        let mut s = Snapshot::default();
+        s.add_page_reader(body, APP, None, ListSource::ApiServer)
+            .unwrap();
+        assert_eq!(s.executors.len(), n);
+    };
     type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
     let cases: Vec<Case<'_>> = vec![
         (
@@ -101,12 +109,7 @@ fn main() {
             "streamed",
             page.len(),
             pods,
-            Box::new(|| {
-                let mut s = Snapshot::default();
-                s.add_page_reader(&page[..], APP, None, ListSource::ApiServer)
-                    .unwrap();
-                assert_eq!(s.executors.len(), pods);
-            }),
+            Box::new(|| streamed(&page, pods)),
         ),
         (
             "serde_json skip",
@@ -136,6 +139,12 @@ fn main() {
             kube_n,
             Box::new(|| decode(&kube_pb, kube_n)),
         ),
+        (
+            "kube pb streamed",
+            kube_pb.len(),
+            kube_n,
+            Box::new(|| streamed(&kube_pb, kube_n)),
+        ),
     ];
     let only = std::env::var("PODALLOC_BENCH_ONLY").ok();
     let cases: Vec<Case<'_>> = (cases.into_iter())
@@ -160,7 +169,8 @@ fn main() {
          body arrives (add_page_reader); serde_json skip: serde_json only validating and \
          skipping the page (no snapshot: a lower bound of a serde_json-based decoder); utf8 \
          check: reading the bytes once; kube json / kube protobuf: add_page on one list of the \
-         same pods as kube-apiserver encodes it in each (fixtures/bench/)."
+         same pods as kube-apiserver encodes it in each (fixtures/bench/); kube pb streamed: \
+         add_page_reader on the Protobuf one."
     );
     println!(
         "{pods} pods, {:.2} MB per page ({kube_n} pods: {:.2} MB JSON, {:.2} MB Protobuf), \

@@ -10,10 +10,11 @@ repeated to N with each copy's name, uid and spark-exec-id rewritten, in both en
 pageserver serves them as JSON only (a server without Protobuf: podalloc falls back to JSON),
 one also as Protobuf (podalloc asks for it, as client-go does); curl asks each for what
 podalloc gets. Rounds are interleaved; medians of wall time and user+sys CPU are printed
-with podalloc's ratio to curl on the same bytes.
+with podalloc's ratio to curl on the same bytes. `--compare NAME=PATH` runs another podalloc
+binary (e.g. the previous commit's, copied aside) in the same rounds, as `podalloc:NAME`.
 
     cargo build --release && cargo build --release -p podalloc-sim --example pageserver
-    scripts/bench_tick_protobuf.py [--pods 10000] [--rounds 5]
+    scripts/bench_tick_protobuf.py [--pods 10000] [--rounds 5] [--compare base=/tmp/podalloc-old]
 """
 import argparse
 import gzip
@@ -119,8 +120,17 @@ def main():
     ap.add_argument("--pods", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--podalloc", default=os.path.join(ROOT, "target/release/podalloc"))
+    ap.add_argument("--compare", action="append", default=[], metavar="NAME=PATH",
+                    help="another podalloc binary run interleaved with the first, reported as "
+                         "podalloc:NAME")
     ap.add_argument("--pageserver", default=os.path.join(ROOT, "target/release/examples/pageserver"))
     a = ap.parse_args()
+    a.binaries = {"podalloc": a.podalloc}
+    for c in a.compare:
+        name, _, path = c.partition("=")
+        if not name or not path:
+            sys.exit(f"bench_tick_protobuf: --compare {c!r}: expected NAME=PATH")
+        a.binaries[f"podalloc:{name}"] = path
     work = tempfile.mkdtemp(prefix="podalloc-bench-pb-")
     jsonl, records = os.path.join(work, "pods.jsonl"), os.path.join(work, "pods.pb")
     write_pods(a.pods, jsonl, records)
@@ -149,10 +159,11 @@ def run(a, work, servers):
         for gz in (True, False):
             kc = srv.kubeconfig if gz else srv.kubeconfig_nogzip
             row = f"{enc}{' + gzip' if gz else ''}"
-            tools[(row, "podalloc")] = [a.podalloc, "--kubeconfig", kc, "--app-id", APP,
-                                        "--state-file", os.path.join(work, "state.json"),
-                                        "--image", "busybox", "--log-level", "warn",
-                                        "reconcile", "--dry-run", "--target", str(a.pods)]
+            for tool, binary in a.binaries.items():
+                tools[(row, tool)] = [binary, "--kubeconfig", kc, "--app-id", APP,
+                                      "--state-file", os.path.join(work, f"state-{tool}.json"),
+                                      "--image", "busybox", "--log-level", "warn",
+                                      "reconcile", "--dry-run", "--target", str(a.pods)]
             tools[(row, "curl")] = ["curl", "-sS", "--fail", "--cacert", srv.ca_file,
                                     "-H", "Authorization: Bearer " + srv.token, "-H", f"Accept: {accept}",
                                     *(["--compressed"] if gz else []), "-K", cfg]
@@ -169,12 +180,14 @@ def run(a, work, servers):
            for k, rs in runs.items()}
     print(f"{a.pods} pods (kube-apiserver's own bytes, managedFields included), pages of 500, "
           f"{a.rounds} interleaved rounds, medians:")
-    print("| list | podalloc wall s | curl wall s | podalloc / curl wall | podalloc CPU s | curl CPU s | podalloc peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| list | podalloc | wall s | curl wall s | / curl wall | CPU s | curl CPU s | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in dict.fromkeys(r for r, _ in tools):
-        p, c = med[(row, "podalloc")], med[(row, "curl")]
-        print(f"| {row} | {p['wall']:.3f} | {c['wall']:.3f} | {p['wall'] / c['wall']:.2f}× | "
-              f"{p['cpu']:.3f} | {c['cpu']:.3f} | {p['rss_mib']:.0f} |")
+        c = med[(row, "curl")]
+        for tool in a.binaries:
+            p = med[(row, tool)]
+            print(f"| {row} | {tool} | {p['wall']:.3f} | {c['wall']:.3f} | {p['wall'] / c['wall']:.2f}× | "
+                  f"{p['cpu']:.3f} | {c['cpu']:.3f} | {p['rss_mib']:.0f} |")
 
 
 if __name__ == "__main__":

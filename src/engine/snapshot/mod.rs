@@ -62,8 +62,6 @@ mod json;
 mod proto;
 mod stream;
 
-pub use stream::MAX_PROTOBUF_PAGE;
-
 /// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
 pub const LABEL_APP: &str = "spark-app-selector";
 /// Label carrying the role (Spark's `SPARK_ROLE_LABEL`); executors carry `executor`.

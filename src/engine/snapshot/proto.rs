@@ -56,8 +56,15 @@ fn push<T>(list: &mut Option<Capped<T>>, x: T, what: &str) -> Result<(), String>
 /// Decodes one Protobuf-encoded pod list page (the whole body, prefix included).
 pub(super) fn decode_page(body: &[u8]) -> Result<PodListPage<'_>, String> {
     let (kind, raw) = crate::kube::protowire::envelope(body)?;
+    check_kind(kind)?;
+    pod_list(raw)
+}
+
+/// Errors unless the envelope's kind is `PodList` (a Protobuf list is never kubectl's
+/// `List`: that one is only ever a file, in JSON or YAML).
+pub(super) fn check_kind(kind: Option<&str>) -> Result<(), String> {
     match kind {
-        Some("PodList") => pod_list(raw),
+        Some("PodList") => Ok(()),
         Some(k) => Err(format!(
             "kind is {:?}, expected \"PodList\"",
             super::clip(k)
@@ -66,18 +73,31 @@ pub(super) fn decode_page(body: &[u8]) -> Result<PodListPage<'_>, String> {
     }
 }
 
+/// The `continue` token (field 3) of one `ListMeta` message: `None` when the message has
+/// none, `Some(None)` when it is empty (the last page). A later `ListMeta` with a token
+/// replaces an earlier one, as proto2 merges repeated messages.
+pub(super) fn list_continue(buf: &[u8]) -> Result<Option<Option<Str<'_>>>, String> {
+    let mut cont = None;
+    each(buf, |n, v| {
+        if n == 3 {
+            cont = Some(string(v, "metadata.continue")?);
+        }
+        Ok(())
+    })?;
+    Ok(cont)
+}
+
 /// A `v1.PodList`: metadata 1, items 2.
 fn pod_list(buf: &[u8]) -> Result<PodListPage<'_>, String> {
     let mut cont = None;
     let mut items = Vec::new();
     each(buf, |num, v| {
         match num {
-            1 => each(bytes(v, "metadata")?, |n, v| {
-                if n == 3 {
-                    cont = string(v, "metadata.continue")?;
+            1 => {
+                if let Some(c) = list_continue(bytes(v, "metadata")?)? {
+                    cont = c;
                 }
-                Ok(())
-            })?,
+            }
             2 => items.push(pod(bytes(v, "items")?)?),
             _ => {}
         }
@@ -90,8 +110,8 @@ fn pod_list(buf: &[u8]) -> Result<PodListPage<'_>, String> {
     })
 }
 
-/// A `v1.Pod`: metadata 1, spec 2, status 3.
-fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
+/// A `v1.Pod`: metadata 1, spec 2, status 3; only the fields the snapshot reads.
+pub(super) fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
     let mut p = RawPod {
         metadata: None,
         spec: None,
@@ -363,12 +383,12 @@ pub(super) fn is_protobuf(body: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::Snapshot;
     use proptest::prelude::*;
 
     /// A field for the test encoder.
-    enum V<'a> {
+    pub(in crate::engine::snapshot) enum V<'a> {
         S(&'a str),
         N(u64),
         M(Vec<u8>),
@@ -383,7 +403,7 @@ mod tests {
     }
 
     /// A message of `fields` (number, value), as gogo's generated code writes them.
-    fn msg(fields: Vec<(u64, V<'_>)>) -> Vec<u8> {
+    pub(in crate::engine::snapshot) fn msg(fields: Vec<(u64, V<'_>)>) -> Vec<u8> {
         let mut out = Vec::new();
         for (n, v) in fields {
             let (wire, payload) = match v {
@@ -410,7 +430,12 @@ mod tests {
 
     /// An executor pod the way kube-apiserver encodes one: "always" fields written even when
     /// empty (nodeName, status.reason, an empty creationTimestamp on a deleted one's lastState).
-    fn pod(id: &str, phase: &str, terminated: Option<(i64, &str)>, deleting: bool) -> Vec<u8> {
+    pub(in crate::engine::snapshot) fn pod(
+        id: &str,
+        phase: &str,
+        terminated: Option<(i64, &str)>,
+        deleting: bool,
+    ) -> Vec<u8> {
         let mut meta = vec![
             (
                 1,
@@ -492,7 +517,7 @@ mod tests {
         )
     }
 
-    fn list(items: &[Vec<u8>], cont: &str) -> Vec<u8> {
+    pub(in crate::engine::snapshot) fn list(items: &[Vec<u8>], cont: &str) -> Vec<u8> {
         let mut l = vec![(
             1,
             V::M(msg(vec![(1, V::S("")), (2, V::S("7")), (3, V::S(cont))])),
@@ -508,13 +533,13 @@ mod tests {
         [b"k8s\0".to_vec(), unknown].concat()
     }
 
-    type Case = (
+    pub(in crate::engine::snapshot) type Case = (
         &'static str,
         &'static str,
         Option<(i64, &'static str)>,
         bool,
     );
-    const CASES: [Case; 4] = [
+    pub(in crate::engine::snapshot) const CASES: [Case; 4] = [
         ("1", "Running", None, false),
         ("2", "Failed", Some((137, "OOMKilled")), false),
         ("3", "Running", Some((-1, "Error")), false),

@@ -9,6 +9,12 @@
 //! still needs a few hundred KiB beyond the snapshot itself. (A hostile pod is bounded too:
 //! its JSON by `MAX_VALUE`, its decoded container and condition lists by 10,000 entries each.)
 //!
+//! A Protobuf page (`k8s\0`, then a `runtime.Unknown` whose `raw` is the `v1.PodList`) streams
+//! the same way: the envelope is read field by field, and inside `raw` each length-prefixed
+//! item (one pod) is decoded by the same `proto` functions as a whole page once its bytes are
+//! in the buffer. The list's `metadata` (field 1) comes before the items, so the continue
+//! token is known from the page's first bytes.
+//!
 //! Every value is still decoded by serde_json into the same structs as [`Snapshot::add_page`],
 //! which validates what it skips the same way, so a body decodes here exactly when it decodes
 //! there, to the same snapshot. Error messages differ only in where they say the fault is:
@@ -20,6 +26,7 @@ use serde::de::IgnoredAny;
 
 use super::json;
 use super::{check_kind, excerpt, ListMeta, ListSource, RawPod, Snapshot, SnapshotError, Str};
+use crate::kube::protowire;
 
 /// The refill buffer's first size. It doubles only when a single value (one pod, the list
 /// metadata) does not fit.
@@ -317,9 +324,220 @@ fn items<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<()
     }
 }
 
-/// The largest Protobuf page [`Snapshot::add_page_reader`] holds (48 MiB: a process stays
-/// under 64 MiB whatever the server sends).
-pub const MAX_PROTOBUF_PAGE: usize = 48 << 20;
+/// What a Protobuf page's envelope held so far (see [`protobuf`]).
+#[derive(Default)]
+struct Envelope {
+    /// `typeMeta.kind`, the last one given (as [`protowire::envelope`] reads it).
+    kind: Option<String>,
+    /// `contentEncoding`, the last one given.
+    encoding: String,
+    /// The first fault inside the current `raw` message: reported once the body has been
+    /// read, unless a later `raw` replaces this one (the whole-page decoder reads only the
+    /// last `raw`, as proto2 does; kube-apiserver writes one).
+    fault: Option<String>,
+}
+
+impl<R: Read> Stream<R> {
+    /// Makes at least `n` unconsumed bytes available (growing the buffer to hold them, up to
+    /// [`MAX_VALUE`]); `false` when the body ends first.
+    fn need(&mut self, n: usize) -> Result<bool, Fail> {
+        while self.end - self.start < n {
+            if !self.fill()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A Protobuf varint, which must end within the next `left` bytes of the message.
+    fn varint(&mut self, left: u64) -> Result<u64, Fail> {
+        let want = left.min(10) as usize;
+        self.need(want)?;
+        let have = &self.buf[self.start..self.end];
+        let mut pos = 0;
+        let v = protowire::varint(&have[..have.len().min(want)], &mut pos).map_err(Fail::Bad)?;
+        self.start += pos;
+        Ok(v)
+    }
+
+    /// The next `len` bytes, which must lie within the next `left` bytes of the message and
+    /// be at most [`MAX_VALUE`]: one item, the list metadata, a small envelope field.
+    fn take(&mut self, len: u64, left: u64, num: u64) -> Result<&[u8], Fail> {
+        if len > left {
+            return Err(past(num, len));
+        }
+        if len > MAX_VALUE as u64 {
+            return Err(Fail::Bad(format!(
+                "field {num} at byte {} is over {} MiB (etcd stores objects of at most 1.5 MiB)",
+                self.at(),
+                MAX_VALUE >> 20
+            )));
+        }
+        let len = len as usize;
+        if !self.need(len)? {
+            return Err(past(num, len as u64));
+        }
+        self.start += len;
+        Ok(&self.buf[self.start - len..self.start])
+    }
+
+    /// Consumes the next `n` bytes without holding them (one buffer at a time, however
+    /// large). `false` when the body ends first.
+    fn skip(&mut self, mut n: u64) -> Result<bool, Fail> {
+        loop {
+            let k = ((self.end - self.start) as u64).min(n);
+            self.start += k as usize;
+            n -= k;
+            if n == 0 {
+                return Ok(true);
+            }
+            if !self.fill()? {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Skips one value of wire type `wire` (field `num`), which must end within the next
+    /// `left` bytes of its message (as [`protowire::each`] reads one).
+    fn skip_value(&mut self, num: u64, wire: u64, left: u64) -> Result<(), Fail> {
+        let n = match wire {
+            0 => return self.varint(left).map(drop),
+            2 => {
+                let at = self.at();
+                let len = self.varint(left)?;
+                if len > left - (self.at() - at) {
+                    return Err(past(num, len));
+                }
+                len
+            }
+            1 => 8,
+            5 => 4,
+            w => {
+                return Err(Fail::Bad(format!(
+                    "field {num}: wire type {w} is not used by Kubernetes"
+                )))
+            }
+        };
+        if n > left || !self.skip(n)? {
+            return Err(past(num, n));
+        }
+        Ok(())
+    }
+}
+
+/// A field's value that runs past its message or the body.
+fn past(num: u64, len: u64) -> Fail {
+    Fail::Bad(format!("field {num}: length {len} runs past the message"))
+}
+
+/// Decodes a Protobuf page (its `k8s\0` prefix consumed) while it arrives: the envelope
+/// (`runtime.Unknown`, see [`protowire::envelope`]) field by field, and inside its `raw`
+/// message ([`raw`]) each item as soon as its bytes are in. Accepts and refuses exactly what
+/// `proto::decode_page` does on the whole body, except a single field over [`MAX_VALUE`]
+/// (one pod, the list metadata), which etcd could not have stored.
+fn protobuf<R: Read>(s: &mut Stream<R>, page: &mut Page, app: For<'_>) -> Result<(), Fail> {
+    let mut env = Envelope::default();
+    while s.need(1)? {
+        let key = s.varint(u64::MAX)?;
+        let (num, wire) = (key >> 3, key & 7);
+        match (num, wire) {
+            (1, 2) => {
+                let len = s.varint(u64::MAX)?;
+                let mut kind = env.kind.as_deref();
+                let meta = s.take(len, u64::MAX, num)?;
+                protowire::type_meta_kind(meta, &mut kind).map_err(Fail::Bad)?;
+                env.kind = kind.map(str::to_string);
+            }
+            (2, 2) => {
+                let len = s.varint(u64::MAX)?;
+                raw(s, len, page, &mut env, app)?;
+            }
+            (3, 2) => {
+                let len = s.varint(u64::MAX)?;
+                let v = s.take(len, u64::MAX, num)?;
+                let text = std::str::from_utf8(v)
+                    .map_err(|_| Fail::Bad("contentEncoding is not UTF-8".to_string()))?;
+                env.encoding = text.to_string();
+            }
+            (1..=3, w) => {
+                s.skip_value(num, w, u64::MAX)?;
+                return Err(Fail::Bad(format!(
+                    "envelope field {num} is not length-delimited"
+                )));
+            }
+            (_, w) => s.skip_value(num, w, u64::MAX)?,
+        }
+    }
+    protowire::no_content_encoding(&env.encoding).map_err(Fail::Bad)?;
+    super::proto::check_kind(env.kind.as_deref()).map_err(Fail::Bad)?;
+    match env.fault {
+        Some(why) => Err(Fail::Bad(why)),
+        None => Ok(()),
+    }
+}
+
+/// The envelope's `raw` message of `len` bytes, a `v1.PodList` (metadata 1, items 2): its
+/// pods go into `page` one by one. A fault inside it is kept in `env` and the rest of the
+/// message skipped; a body that ends inside it is an error at once.
+fn raw<R: Read>(
+    s: &mut Stream<R>,
+    len: u64,
+    page: &mut Page,
+    env: &mut Envelope,
+    app: For<'_>,
+) -> Result<(), Fail> {
+    // Only the last `raw` counts.
+    page.part = Snapshot::default();
+    page.duplicate = None;
+    page.cont = None;
+    env.fault = None;
+    let end = s.at().saturating_add(len);
+    while s.at() < end {
+        match list_field(s, end, page, app) {
+            Ok(()) => {}
+            Err(Fail::Bad(why)) => {
+                env.fault = Some(why);
+                if !s.skip(end.saturating_sub(s.at()))? {
+                    return Err(past(2, len));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One field of the `v1.PodList` that ends at byte `end` of the body.
+fn list_field<R: Read>(
+    s: &mut Stream<R>,
+    end: u64,
+    page: &mut Page,
+    app: For<'_>,
+) -> Result<(), Fail> {
+    let key = s.varint(end - s.at())?;
+    let (num, wire) = (key >> 3, key & 7);
+    if !matches!(num, 1 | 2) || wire != 2 {
+        s.skip_value(num, wire, end - s.at())?;
+        return match num {
+            1 | 2 => Err(Fail::Bad(format!(
+                "PodList field {num} is not length-delimited"
+            ))),
+            _ => Ok(()),
+        };
+    }
+    let len = s.varint(end - s.at())?;
+    let left = end - s.at();
+    let v = s.take(len, left, num)?;
+    if num == 1 {
+        if let Some(c) = super::proto::list_continue(v).map_err(Fail::Bad)? {
+            page.cont = Some(c.map(Str::into_owned));
+        }
+    } else {
+        let pod = super::proto::pod(v).map_err(Fail::Bad)?;
+        page.pod(pod, app);
+    }
+    Ok(())
+}
 
 /// Reads until `buf` is full or the body ends; how many bytes were read.
 fn read_up_to<R: Read>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -342,12 +560,13 @@ impl Snapshot {
     /// snapshot, however large the page. Returns the page's `metadata.continue` as
     /// [`Snapshot::add_page`] does; a page that fails adds nothing.
     ///
-    /// A Protobuf body (it begins `k8s\0`) is read whole instead, up to
-    /// [`MAX_PROTOBUF_PAGE`].
+    /// A body that begins `k8s\0` is Protobuf and streams the same way: its pods are
+    /// length-prefixed items of one message, each decoded once its bytes are in.
     ///
     /// Errors: [`SnapshotError::Read`] when `reader` fails (the connection, gzip, a body
-    /// limit, a Protobuf page over the cap), else those of [`Snapshot::add_page_from`]. When a page has several duplicate
-    /// ids, which pair is named may differ from `add_page_from`.
+    /// limit), else those of [`Snapshot::add_page_from`]. When a page has several duplicate
+    /// ids, which pair is named may differ from `add_page_from`; a single value over
+    /// 16 MiB (one pod, which etcd could not store) is malformed here only.
     pub fn add_page_reader<R: Read>(
         &mut self,
         reader: R,
@@ -374,15 +593,19 @@ impl Snapshot {
         let mut first = [0u8; 4];
         let n =
             read_up_to(&mut reader, &mut first).map_err(|e| SnapshotError::Read(e.to_string()))?;
-        if first[..n] == super::proto::MAGIC[..] {
-            return self.read_protobuf_page(reader, app, source);
-        }
         let mut s = Stream::new(std::io::Read::chain(&first[..n], reader), buffer);
         let mut page = Page::default();
-        let checked = decode(&mut s, &mut page, app).and_then(|()| {
-            let kind = page.kind.clone().flatten();
-            check_kind(kind.as_deref(), page.items == Some(true), source).map_err(Fail::Bad)
-        });
+        let checked = if first[..n] == super::proto::MAGIC[..] {
+            s.need(n).and_then(|_| {
+                s.start = n;
+                protobuf(&mut s, &mut page, app)
+            })
+        } else {
+            decode(&mut s, &mut page, app).and_then(|()| {
+                let kind = page.kind.clone().flatten();
+                check_kind(kind.as_deref(), page.items == Some(true), source).map_err(Fail::Bad)
+            })
+        };
         match checked {
             Ok(()) => {}
             Err(Fail::Read(e)) => return Err(SnapshotError::Read(e.to_string())),
@@ -398,30 +621,6 @@ impl Snapshot {
         }
         self.merge(page.part)?;
         Ok(page.cont.flatten().filter(|c| !c.is_empty()))
-    }
-
-    /// The rest of a Protobuf page (its `k8s\0` prefix already read), decoded whole: a
-    /// Protobuf page is read into memory, at most [`MAX_PROTOBUF_PAGE`] bytes (a page of the
-    /// tick's `limit` is a few MB), since its items are length-prefixed inside one message.
-    fn read_protobuf_page<R: Read>(
-        &mut self,
-        reader: R,
-        app: For<'_>,
-        source: ListSource,
-    ) -> Result<Option<String>, SnapshotError> {
-        let mut body = super::proto::MAGIC.to_vec();
-        let cap = (MAX_PROTOBUF_PAGE - body.len()) as u64;
-        let mut limited = reader.take(cap + 1);
-        limited
-            .read_to_end(&mut body)
-            .map_err(|e| SnapshotError::Read(e.to_string()))?;
-        if body.len() as u64 > cap + 4 {
-            return Err(SnapshotError::Read(format!(
-                "a Protobuf pod list page over {} MiB: list in smaller pages",
-                MAX_PROTOBUF_PAGE >> 20
-            )));
-        }
-        self.add_page_from(&body, app.app_id, app.container, source)
     }
 
     /// Adds the pods of `part` (one page), or none of them when one's id is already here.
@@ -532,44 +731,56 @@ mod tests {
         ]
     }
 
+    /// Whole-page decoding and streamed decoding agree on `body` from `source`, read through a
+    /// buffer of `buffer` bytes `step` bytes at a time: the same snapshot and continue token,
+    /// or both an error of one kind; a failed page adds nothing either way.
+    fn check_agrees(
+        body: &[u8],
+        app: For<'_>,
+        source: ListSource,
+        sizes: (usize, usize),
+        what: &str,
+    ) {
+        let (buffer, step) = sizes;
+        let mut whole = Snapshot::default();
+        let want = whole.add_page_from(body, app.app_id, None, source);
+        let mut streamed = Snapshot::default();
+        let reader = Trickle {
+            data: body,
+            step,
+            fail_at: None,
+            pos: 0,
+        };
+        let got = streamed.read_page(reader, app, source, buffer);
+        let ctx = format!("{what} {source:?} buffer {buffer} step {step}: {got:?} vs {want:?}");
+        match (&want, &got) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{ctx}"),
+            (Err(SnapshotError::Malformed(_)), Err(SnapshotError::Malformed(m))) => {
+                assert!(m.contains("the body begins: "), "{ctx}")
+            }
+            (Err(a @ SnapshotError::DuplicateId { .. }), Err(b)) => assert_eq!(a, b, "{ctx}"),
+            _ => panic!("{ctx}"),
+        }
+        match got {
+            Ok(_) => assert_eq!(whole, streamed, "{ctx}"),
+            Err(_) => {
+                assert_eq!(streamed, Snapshot::default(), "{ctx}");
+                assert_eq!(whole, Snapshot::default(), "{ctx}");
+            }
+        }
+    }
+
+    /// The buffer and read sizes [`check_agrees`] runs each body at.
+    const SIZES: [(usize, usize); 5] = [(1, 1), (3, 2), (64, 7), (700, 4096), (START_BUFFER, 1)];
+
     /// Whole-page decoding and streamed decoding agree on every body, at every buffer size
-    /// and read size: the same snapshot and continue token, or both an error of one kind.
+    /// and read size.
     #[test]
     fn streaming_agrees_with_the_whole_page() {
         for (i, body) in bodies().iter().enumerate() {
             for source in [ListSource::ApiServer, ListSource::Offline] {
-                let mut whole = Snapshot::default();
-                let want = whole.add_page_from(body.as_bytes(), "app-1", None, source);
-                for (buffer, step) in [(1, 1), (3, 2), (64, 7), (700, 4096), (START_BUFFER, 1)] {
-                    let mut streamed = Snapshot::default();
-                    let reader = Trickle {
-                        data: body.as_bytes(),
-                        step,
-                        fail_at: None,
-                        pos: 0,
-                    };
-                    let got = streamed.read_page(reader, APP1, source, buffer);
-                    let ctx = format!(
-                        "body {i} {source:?} buffer {buffer} step {step}: {got:?} vs {want:?}"
-                    );
-                    match (&want, &got) {
-                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{ctx}"),
-                        (Err(SnapshotError::Malformed(_)), Err(SnapshotError::Malformed(m))) => {
-                            assert!(m.contains("the body begins: "), "{ctx}")
-                        }
-                        (Err(a @ SnapshotError::DuplicateId { .. }), Err(b)) => {
-                            assert_eq!(a, b, "{ctx}")
-                        }
-                        _ => panic!("{ctx}"),
-                    }
-                    // A failed page adds nothing, whole or streamed.
-                    match got {
-                        Ok(_) => assert_eq!(whole, streamed, "{ctx}"),
-                        Err(_) => {
-                            assert_eq!(streamed, Snapshot::default(), "{ctx}");
-                            assert_eq!(whole, Snapshot::default(), "{ctx}");
-                        }
-                    }
+                for sizes in SIZES {
+                    check_agrees(body.as_bytes(), APP1, source, sizes, &format!("body {i}"));
                 }
             }
         }
@@ -592,6 +803,22 @@ mod tests {
         Ok(snap)
     }
 
+    /// Applies `edits` to `body`: each (where, as a fraction of the length; 0 replace, 1
+    /// insert, 2 remove; the byte).
+    fn mangle(body: &mut Vec<u8>, edits: &[(f64, u8, u8)]) {
+        for &(at, op, byte) in edits {
+            let i = ((body.len() as f64) * at) as usize;
+            match op {
+                0 if i < body.len() => body[i] = byte,
+                1 => body.insert(i, byte),
+                _ if i < body.len() => {
+                    body.remove(i);
+                }
+                _ => {}
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
             crate::engine::snapshot::json::tests::cases(3000)
@@ -605,15 +832,7 @@ mod tests {
             edits in proptest::collection::vec((0.0f64..1.0, 0u8..3, proptest::sample::select(b"\"\\{}[],:0-e.tnu \x01\xc3\xa9x".to_vec())), 1..4),
         ) {
             let mut body = bodies()[which].clone().into_bytes();
-            for (at, op, byte) in edits {
-                let i = ((body.len() as f64) * at) as usize;
-                match op {
-                    0 if i < body.len() => body[i] = byte,
-                    1 => body.insert(i, byte),
-                    _ if i < body.len() => { body.remove(i); }
-                    _ => {}
-                }
-            }
+            mangle(&mut body, &edits);
             let theirs = with_serde_json(&body, ListSource::ApiServer);
             let mut whole = Snapshot::default();
             let ours = whole.add_page_from(&body, "app-1", None, ListSource::ApiServer).map(|_| whole);
@@ -637,22 +856,8 @@ mod tests {
         )
         .unwrap();
         let before = s.clone();
-        for fail_at in [0, 1, 100, body.len() / 2, body.len() - 1] {
-            let reader = Trickle {
-                data: body.as_bytes(),
-                step: 50,
-                fail_at: Some(fail_at),
-                pos: 0,
-            };
-            let e = s
-                .read_page(reader, APP1, ListSource::ApiServer, 64)
-                .unwrap_err();
-            assert!(
-                matches!(e, SnapshotError::Read(ref m) if m == "reset"),
-                "{e:?}"
-            );
-            assert_eq!(s, before);
-        }
+        let fail_ats = [0, 1, 100, body.len() / 2, body.len() - 1];
+        failed_reads_add_nothing(&mut s, body.as_bytes(), APP1, 50, &fail_ats);
         // A duplicate of an id from an earlier page adds nothing of the page either.
         let dup = format!(
             r#"{{"kind":"PodList","items":[{},{}]}}"#,
@@ -691,5 +896,253 @@ mod tests {
         assert_eq!(page.part.executors.len(), 2000);
         assert!(body.len() > 1_000_000);
         assert_eq!(stream.buf.len(), 4096, "a pod of ~900 bytes fits in 4 KiB");
+    }
+
+    use super::super::proto::tests::{list, msg, pod as pb_pod, CASES, V};
+
+    /// App `app`, the app of the `proto` tests' pods.
+    const APP: For<'static> = For {
+        app_id: "app",
+        container: None,
+    };
+
+    /// The four executor pods of the `proto` tests, as kube-apiserver encodes them, in one
+    /// page whose continue token is `next`.
+    fn pb_page() -> Vec<u8> {
+        let items: Vec<_> = CASES.iter().map(|c| pb_pod(c.0, c.1, c.2, c.3)).collect();
+        list(&items, "next")
+    }
+
+    /// A Protobuf body of the given envelope fields (typeMeta, raw, …).
+    fn envelope(fields: Vec<(u64, V<'_>)>) -> Vec<u8> {
+        [b"k8s\0".to_vec(), msg(fields)].concat()
+    }
+
+    /// `typeMeta` with kind `kind`.
+    fn tm(kind: &'static str) -> V<'static> {
+        V::M(msg(vec![(1, V::S("v1")), (2, V::S(kind))]))
+    }
+
+    /// A `v1.PodList` message of `items`, continue token `cont`.
+    fn pod_list(items: &[&str], cont: &'static str) -> V<'static> {
+        let mut l = vec![(1, V::M(msg(vec![(3, V::S(cont))])))];
+        for id in items {
+            l.push((2, V::M(pb_pod(id, "Running", None, false))));
+        }
+        V::M(msg(l))
+    }
+
+    /// Protobuf pages the envelope reader has to get right: field order, repeated fields,
+    /// skipped ones of every wire type, faults inside and outside `raw`.
+    fn pb_bodies() -> Vec<Vec<u8>> {
+        let big = "x".repeat(70_000);
+        let big: &'static str = Box::leak(big.into_boxed_str());
+        vec![
+            pb_page(),
+            list(&[], ""),
+            envelope(vec![(1, tm("PodList")), (2, pod_list(&["4", "4"], ""))]),
+            // raw before typeMeta; metadata after the items; metadata twice.
+            envelope(vec![(2, pod_list(&["1", "2"], "a")), (1, tm("PodList"))]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (
+                    2,
+                    V::M(msg(vec![
+                        (2, V::M(pb_pod("5", "Running", None, false))),
+                        (1, V::M(msg(vec![(3, V::S("late"))]))),
+                        (1, V::M(msg(vec![(2, V::S("9"))]))),
+                        (9, V::N(3)),
+                    ])),
+                ),
+            ]),
+            // Two raw messages: only the last counts, a fault in the first included.
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, V::M(b"\x12\x05\xff".to_vec())),
+                (2, pod_list(&["6"], "b")),
+            ]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, pod_list(&["6"], "b")),
+                (2, V::M(b"\x12\x05\xff".to_vec())),
+            ]),
+            // Kinds: wrong, none, given twice (the last counts), emptied.
+            envelope(vec![(1, tm("Status")), (2, pod_list(&["1"], ""))]),
+            envelope(vec![(2, pod_list(&["1"], ""))]),
+            envelope(vec![
+                (1, tm("Status")),
+                (1, tm("PodList")),
+                (2, pod_list(&[], "")),
+            ]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (1, tm("")),
+                (2, pod_list(&[], "")),
+            ]),
+            // A content encoding; skipped fields of every wire type, one larger than a buffer.
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, pod_list(&["1"], "")),
+                (3, V::S("gzip")),
+            ]),
+            [
+                envelope(vec![
+                    (1, tm("PodList")),
+                    (2, pod_list(&["1"], "")),
+                    (4, V::S(big)),
+                ]),
+                b"\x29\x01\x02\x03\x04\x05\x06\x07\x08\x35\x01\x02\x03\x04\x30\x96\x01".to_vec(),
+            ]
+            .concat(),
+            envelope(vec![(1, tm("PodList")), (2, V::N(5))]),
+            envelope(vec![(1, V::N(5)), (2, pod_list(&[], ""))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(msg(vec![(2, V::N(1))])))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(msg(vec![(1, V::N(1))])))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(b"\x0b".to_vec()))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(b"\x12\x80".to_vec()))]),
+            b"k8s\0\x0b".to_vec(),
+            b"k8s\0\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(),
+            b"k8s\0\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(),
+            b"k8s\0".to_vec(),
+            b"k8s".to_vec(),
+        ]
+    }
+
+    /// A Protobuf page streams to exactly what it decodes to whole, at every buffer and read
+    /// size (one byte at a time included).
+    #[test]
+    fn protobuf_streaming_agrees_with_the_whole_page() {
+        for (i, body) in pb_bodies().iter().enumerate() {
+            for sizes in SIZES {
+                check_agrees(body, APP, ListSource::ApiServer, sizes, &format!("pb {i}"));
+            }
+        }
+        let mut s = Snapshot::default();
+        let page = pb_page();
+        let cont = s.read_page(
+            Trickle {
+                data: &page,
+                step: 1,
+                fail_at: None,
+                pos: 0,
+            },
+            APP,
+            ListSource::ApiServer,
+            1,
+        );
+        assert_eq!(cont.unwrap().as_deref(), Some("next"));
+        assert_eq!(s.executors.len(), 4);
+    }
+
+    /// A page cut anywhere streams as it decodes whole; cut inside `raw` (mid-item
+    /// included) it is an error and adds nothing.
+    #[test]
+    fn a_truncated_protobuf_page_agrees_and_fails_inside_raw() {
+        let page = pb_page();
+        // `k8s\0`, typeMeta (key, one-byte length, message), then raw; the envelope ends with
+        // two empty fields (contentEncoding, contentType), 2 bytes each.
+        let raw_start = 6 + usize::from(page[5]);
+        let raw_end = page.len() - 4;
+        for cut in 0..=page.len() {
+            let body = &page[..cut];
+            for sizes in [(1, 1), (64, 7), (START_BUFFER, 4096)] {
+                check_agrees(
+                    body,
+                    APP,
+                    ListSource::ApiServer,
+                    sizes,
+                    &format!("cut {cut}"),
+                );
+            }
+            if raw_start < cut && cut < raw_end {
+                let mut s = Snapshot::default();
+                let got = s.add_page_reader(body, "app", None, ListSource::ApiServer);
+                assert!(
+                    got.is_err() && s == Snapshot::default(),
+                    "cut {cut}: {got:?}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+            crate::engine::snapshot::json::tests::cases(2000)
+        ))]
+        /// Mangled Protobuf pages (bytes changed, inserted, removed, the end cut) stream to
+        /// exactly what they decode to whole, at any buffer and read size.
+        #[test]
+        fn mangled_protobuf_pages_stream_as_they_decode_whole(
+            which in 0usize..24,
+            edits in proptest::collection::vec((0.0f64..1.0, 0u8..3, proptest::prelude::any::<u8>()), 0..4),
+            cut in 0.0f64..1.2,
+            size in 0usize..5,
+        ) {
+            let mut body = pb_bodies().swap_remove(which);
+            mangle(&mut body, &edits);
+            body.truncate(((body.len() as f64) * cut) as usize);
+            check_agrees(&body, APP, ListSource::ApiServer, SIZES[size], "mangled");
+        }
+    }
+
+    /// Streaming a Protobuf page holds one item, not the page: a buffer of 4 KiB decodes
+    /// 2,000 pods and skips a 1 MiB envelope field without growing.
+    #[test]
+    fn protobuf_memory_is_one_item_not_the_page() {
+        let ids: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let filler: &'static str = Box::leak("y".repeat(1 << 20).into_boxed_str());
+        let body = envelope(vec![
+            (1, tm("PodList")),
+            (2, pod_list(&ids, "")),
+            (4, V::S(filler)),
+        ]);
+        assert!(body.len() > 1_500_000);
+        let mut stream = Stream::new(&body[..], 4096);
+        assert!(stream.need(4).is_ok_and(|full| full));
+        stream.start = 4;
+        let mut page = Page::default();
+        assert!(protobuf(&mut stream, &mut page, APP).is_ok());
+        assert_eq!(page.part.executors.len(), 2000);
+        assert_eq!(stream.buf.len(), 4096, "a pod of ~400 bytes fits in 4 KiB");
+    }
+
+    /// A read that fails anywhere in a Protobuf page adds nothing of it.
+    #[test]
+    fn a_failed_read_of_a_protobuf_page_adds_nothing() {
+        let body = pb_page();
+        let mut s = Snapshot::default();
+        s.add_page(&list(&[pb_pod("99", "Running", None, false)], ""), "app")
+            .unwrap();
+        let fail_ats = [0, 3, 4, 10, body.len() / 2, body.len() - 5, body.len() - 1];
+        failed_reads_add_nothing(&mut s, &body, APP, 9, &fail_ats);
+    }
+
+    /// Reading `body` into `s`, `step` bytes at a time, fails at each of `fail_ats` with the
+    /// reader's error, and leaves `s` as it was.
+    fn failed_reads_add_nothing(
+        s: &mut Snapshot,
+        body: &[u8],
+        app: For<'_>,
+        step: usize,
+        fail_ats: &[usize],
+    ) {
+        let before = s.clone();
+        for &fail_at in fail_ats {
+            let reader = Trickle {
+                data: body,
+                step,
+                fail_at: Some(fail_at),
+                pos: 0,
+            };
+            let e = s
+                .read_page(reader, app, ListSource::ApiServer, 64)
+                .unwrap_err();
+            assert!(
+                matches!(e, SnapshotError::Read(ref m) if m == "reset"),
+                "{fail_at}: {e:?}"
+            );
+            assert_eq!(*s, before);
+        }
     }
 }

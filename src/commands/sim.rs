@@ -98,6 +98,11 @@ pub(super) fn sim(a: &SimArgs) -> Result<()> {
     let server = SimServer::start(a.options(token.clone()))
         .map_err(|e| Error::runtime(format!("cannot start the simulated API server: {e}")))?;
     println!("serving {}", server.url());
+    println!(
+        "serves only {}: other kinds (Deployments, CronJobs, ServiceAccounts, RBAC) are not \
+         served, so `kubectl apply -f deploy/` needs a real cluster",
+        crate::sim::served_kinds().join(", ")
+    );
     if let Some(p) = &a.ca_out {
         println!("CA certificate: {}", p.display());
     }

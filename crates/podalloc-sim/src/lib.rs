@@ -104,6 +104,13 @@ use shared::{collect_stats, relock, Shared};
 use util::invalid_input;
 
 pub use args::SimArgs;
+/// The resources the simulator serves, one entry each as `plural (group/version)`: what
+/// `podalloc sim` prints at start, so that a `kubectl apply` of other kinds (Deployments,
+/// RBAC, CronJobs: "no matches for kind") is not a surprise.
+pub fn served_kinds() -> Vec<String> {
+    resources::served_kinds()
+}
+
 pub use faults::{Fault, FaultRule, When};
 pub use options::{SimOptions, SimStats};
 

@@ -255,6 +255,15 @@ pub(crate) fn group_versions() -> Vec<(&'static str, &'static str)> {
     out
 }
 
+/// The kinds served, for people: `pods (v1)`, `leases (coordination.k8s.io/v1)`, …, in table
+/// order, each once per group version.
+pub(crate) fn served_kinds() -> Vec<String> {
+    RESOURCES
+        .iter()
+        .map(|r| format!("{} ({})", r.plural, r.group_version()))
+        .collect()
+}
+
 /// Every verb name a fault rule or `forbid` may use, in table order and [`Verb::ALL`]
 /// order within a row (`list`, `get`, `create`, `patch`, …, `cm-list`, …).
 pub(crate) fn fault_verbs() -> Vec<String> {

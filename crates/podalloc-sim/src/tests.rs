@@ -1892,3 +1892,17 @@ fn the_server_handle_can_be_shared_across_threads() {
     send_sync::<SimServer>();
     send_sync::<super::FaultRule>();
 }
+
+#[test]
+fn served_kinds_names_each_resource_with_its_group_version() {
+    let kinds = crate::served_kinds();
+    for want in [
+        "pods (v1)",
+        "configmaps (v1)",
+        "leases (coordination.k8s.io/v1)",
+        "namespaces (v1)",
+    ] {
+        assert!(kinds.iter().any(|k| k == want), "{want} in {kinds:?}");
+    }
+    assert!(!kinds.iter().any(|k| k.starts_with("deployments")), "{kinds:?}");
+}

@@ -84,10 +84,10 @@ pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
 static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
 
 /// The `(app id, namespace)` of this log line: the app the runner is ticking on this
-/// thread ([`crate::controller::runner::app_log_context`]; `apps` ticks one app after
+/// thread ([`crate::controller::context::app_log_context`]; `apps` ticks one app after
 /// another), else the command's once connected.
 pub fn log_context() -> Option<(String, String)> {
-    crate::controller::runner::app_log_context().or_else(|| LOG_CONTEXT.get().cloned())
+    crate::controller::context::app_log_context().or_else(|| LOG_CONTEXT.get().cloned())
 }
 
 /// Sets [`log_context`] (the first call wins).

@@ -7,9 +7,11 @@
 //! - `events`: Kubernetes Events for what a tick did.
 //! - `metrics`: the Prometheus text (the `--metrics-file` textfile and `/metrics`).
 //! - `serve`: the opt-in `/metrics`, `/healthz` and `/readyz` endpoints.
+//! - `context`: which app this thread's log lines are about (set by the runner).
 //! - `runner`: the one loop that keeps 1..N apps at their targets (`run` is the runner
 //!   with one app; `apps` the same runner fed by an apps file or by discovery).
 
+pub(crate) mod context;
 pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;

@@ -230,24 +230,6 @@ fn on_signal(shared: &Shared, name: &str) {
     eprintln!("podalloc: {name} received: finishing the current tick, Ctrl-C again to abort");
 }
 
-thread_local! {
-    /// The app the runner is ticking on this thread.
-    static APP_CONTEXT: std::cell::RefCell<Option<(String, String)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// The `(app id, namespace)` the runner is ticking on this thread, for the log lines of its
-/// tick (`None` between ticks and on other threads).
-pub(crate) fn app_log_context() -> Option<(String, String)> {
-    APP_CONTEXT.with(|c| c.borrow().clone())
-}
-
-/// Sets (`Some((app id, namespace))`) or clears [`app_log_context`].
-fn set_app_log_context(app: Option<(&str, &str)>) {
-    let app = app.map(|(a, n)| (a.to_string(), n.to_string()));
-    APP_CONTEXT.with(|c| *c.borrow_mut() = app);
-}
-
 /// What one tick of an app found.
 #[derive(Debug, Clone, Copy)]
 struct TickDone {
@@ -349,7 +331,7 @@ impl<'c> Slot<'c> {
         if shared.requested() {
             return None;
         }
-        set_app_log_context(Some((&self.app.app_id, &self.ns)));
+        super::context::set_app_log_context(Some((&self.app.app_id, &self.ns)));
         // Read before the tick lists the queue: a request queued from then on wakes it.
         self.mark = self.store.inner.queue_marker();
         let res = match self.store.inner.claim() {
@@ -368,7 +350,7 @@ impl<'c> Slot<'c> {
         };
         // The next app's tick (or the next round) has written nothing yet.
         shared.set_phase(Phase::Fresh);
-        set_app_log_context(None);
+        super::context::set_app_log_context(None);
         Some(res)
     }
 }
@@ -623,7 +605,7 @@ fn settle<'c>(
     for (i, outcome) in outcomes {
         let s = &mut slots[i];
         // The tick line and the warnings below are about this app (JSON: `app`, `namespace`).
-        set_app_log_context(Some((&s.app.app_id, &s.ns)));
+        super::context::set_app_log_context(Some((&s.app.app_id, &s.ns)));
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
@@ -659,15 +641,15 @@ fn settle<'c>(
             Some((e, _)) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
             None => {}
         }
-        set_app_log_context(None);
+        super::context::set_app_log_context(None);
     }
     // Highest index first, so the others keep theirs.
     for (i, e) in ended.into_iter().rev() {
         let mut s = slots.remove(i);
-        set_app_log_context(Some((&s.app.app_id, &s.ns)));
+        super::context::set_app_log_context(Some((&s.app.app_id, &s.ns)));
         let stop = feed.finish(&mut s, e);
         release(&mut s);
-        set_app_log_context(None);
+        super::context::set_app_log_context(None);
         if let Some(e) = stop {
             return Err(e);
         }

@@ -550,7 +550,7 @@ static LAST_BLOCKED: std::sync::Mutex<BTreeMap<String, Option<String>>> =
 
 /// Which app a tick's log lines are about (its log context), for [`blocked_changed`].
 fn app_key() -> String {
-    match crate::controller::runner::app_log_context() {
+    match crate::controller::context::app_log_context() {
         Some((app, ns)) => format!("{ns}/{app}"),
         None => String::new(),
     }

@@ -68,6 +68,7 @@ mod containers;
 mod discovery;
 pub mod emulator;
 mod faults;
+mod feed;
 mod http;
 mod kinds;
 mod options;

@@ -1904,5 +1904,8 @@ fn served_kinds_names_each_resource_with_its_group_version() {
     ] {
         assert!(kinds.iter().any(|k| k == want), "{want} in {kinds:?}");
     }
-    assert!(!kinds.iter().any(|k| k.starts_with("deployments")), "{kinds:?}");
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("deployments")),
+        "{kinds:?}"
+    );
 }

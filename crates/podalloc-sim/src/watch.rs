@@ -2,7 +2,7 @@
 //! and its watch handler (`endpoints/handlers/watch.go`).
 //!
 //! The store appends every pod create, update (spec, metadata or status) and delete to a
-//! [`Feed`]: a bounded ring of the most recent changes, each with its resourceVersion, under
+//! `Feed` (`feed.rs`): a bounded ring of the most recent changes, each with its resourceVersion, under
 //! the store's lock (so a list snapshot and the feed never disagree). A watch then streams
 //! newline-delimited `{"type":…,"object":…}` events, one HTTP chunk per batch, flushed as
 //! they happen:
@@ -39,13 +39,13 @@
 //! annotation; watch over WebSocket, Protobuf and CBOR are not served; ConfigMaps, Leases
 //! and Events do not serve watch (a 400 says so).
 
-use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::feed::{Change, Start, Wait};
 use super::http::{Body, Response};
 use super::respond::pod_table_of;
 use super::selector::{FieldSelector, LabelSelector};
@@ -54,10 +54,6 @@ use super::store::StoredPod;
 use super::util::SplitMix64;
 use super::validation::FieldError;
 
-/// How many changes the ring keeps. The real watch cache starts at 100 and grows up to
-/// 100 Ki entries to hold at least 75 s of history; a fixed 8 Ki is plenty for the
-/// simulator's rates and keeps memory bounded (entries share the stored pods).
-pub(crate) const HISTORY: usize = 8 * 1024;
 /// The cacher's bookmark period (`bookmarkFrequency`).
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// A bookmark goes this long before the watch's timeout (the cacher's `nextBookmarkTime`).
@@ -67,127 +63,6 @@ const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The annotation of the bookmark that ends a watch-list's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
-
-/// One change of an object: the resourceVersion it was stored at, the new state (`None`
-/// for a delete) and the state before it (`None` for a create).
-#[derive(Debug)]
-pub(crate) struct Change<T> {
-    /// The resourceVersion of the change (the object's, or the delete's).
-    pub rv: u64,
-    /// The object after the change; `None` for a delete.
-    pub obj: Option<Arc<T>>,
-    /// The object before the change; `None` for a create.
-    pub prev: Option<Arc<T>>,
-}
-
-/// The ring behind a [`Feed`].
-struct Ring<T> {
-    changes: VecDeque<Arc<Change<T>>>,
-    cap: usize,
-    /// Every change with a resourceVersion above this is in the ring (the cacher's
-    /// `oldest - 1`): a watch from below it is too old.
-    since: u64,
-    stopped: bool,
-    /// Watchers waiting now: a push with none skips the wake-up (a system call).
-    waiters: usize,
-}
-
-/// A bounded ring of the most recent changes of one kind, and a Condvar its watchers wait
-/// on (no polling). Generic over the stored object; the pods' is the one served.
-pub(crate) struct Feed<T> {
-    ring: Mutex<Ring<T>>,
-    cv: Condvar,
-}
-
-/// What a watcher waiting on a [`Feed`] gets.
-pub(crate) enum Wait<T> {
-    /// Changes after the resourceVersion asked for, oldest first (never empty).
-    Changes(Vec<Arc<Change<T>>>),
-    /// The deadline passed with nothing new.
-    Timeout,
-    /// The server is shutting down.
-    Stopped,
-    /// Changes after the resourceVersion asked for are gone from the ring; the value is the
-    /// oldest resourceVersion a watch can still start from.
-    TooOld(u64),
-}
-
-impl<T> Feed<T> {
-    /// An empty feed holding up to `cap` changes, whose history starts after `start_rv`.
-    pub(crate) fn new(cap: usize, start_rv: u64) -> Self {
-        Feed {
-            ring: Mutex::new(Ring {
-                changes: VecDeque::with_capacity(cap.min(1024)),
-                cap: cap.max(1),
-                since: start_rv,
-                stopped: false,
-                waiters: 0,
-            }),
-            cv: Condvar::new(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Ring<T>> {
-        self.ring.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Appends a change (resourceVersions must grow), drops the oldest when full, and wakes
-    /// every watcher.
-    pub(crate) fn push(&self, change: Change<T>) {
-        let mut r = self.lock();
-        if r.changes.len() >= r.cap {
-            if let Some(old) = r.changes.pop_front() {
-                r.since = old.rv;
-            }
-        }
-        r.changes.push_back(Arc::new(change));
-        let waiting = r.waiters > 0;
-        drop(r);
-        if waiting {
-            self.cv.notify_all();
-        }
-    }
-
-    /// Ends every watch (server shutdown); later waits return `Stopped` at once.
-    pub(crate) fn stop(&self) {
-        self.lock().stopped = true;
-        self.cv.notify_all();
-    }
-
-    /// The oldest resourceVersion a watch can start from.
-    #[cfg(test)]
-    pub(crate) fn oldest(&self) -> u64 {
-        self.lock().since
-    }
-
-    /// Waits until there are changes after `rv`, `until` passes, or the feed stops.
-    pub(crate) fn wait_after(&self, rv: u64, until: Instant) -> Wait<T> {
-        let mut r = self.lock();
-        loop {
-            if r.stopped {
-                return Wait::Stopped;
-            }
-            if rv < r.since {
-                return Wait::TooOld(r.since);
-            }
-            let first = r.changes.partition_point(|c| c.rv <= rv);
-            if first < r.changes.len() {
-                return Wait::Changes(r.changes.range(first..).cloned().collect());
-            }
-            let now = Instant::now();
-            if now >= until {
-                return Wait::Timeout;
-            }
-            r.waiters += 1;
-            r = self
-                .cv
-                .wait_timeout(r, until - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            r.waiters -= 1;
-        }
-    }
-}
 
 /// The parameters of a pod watch (`ListOptions` as a watch reads them).
 pub(crate) struct WatchParams {
@@ -292,17 +167,6 @@ fn random_timeout() -> Duration {
     MIN_REQUEST_TIMEOUT.mul_f64(1.0 + draw)
 }
 
-/// Where a watch starts: the current pods (for a start from the current state) and the
-/// resourceVersion they are at, taken under the store's lock with the feed it appends to.
-pub(crate) struct Start {
-    /// The feed the store appends to.
-    pub feed: Arc<Feed<StoredPod>>,
-    /// The resourceVersion of `current`.
-    pub rv: u64,
-    /// The pods at `rv` (of the request's namespace), in key order.
-    pub current: Vec<Arc<StoredPod>>,
-}
-
 /// The pod's JSON as a single object with `metadata.resourceVersion` set to `rv` (a
 /// `DELETED` event's object).
 fn with_rv(p: &StoredPod, rv: u64) -> Vec<u8> {
@@ -373,7 +237,7 @@ impl Encoder<'_> {
 }
 
 /// The 200 response streaming the watch `w` from `start` (see the module docs).
-pub(crate) fn response(start: Start, w: WatchParams) -> Response {
+pub(crate) fn response(start: Start<StoredPod>, w: WatchParams) -> Response {
     Response {
         status: 200,
         content_type: "application/json",
@@ -384,7 +248,7 @@ pub(crate) fn response(start: Start, w: WatchParams) -> Response {
 
 /// Runs a watch until its timeout, the server's shutdown, a write error or a too-old
 /// resourceVersion; each batch of events is one flushed chunk.
-fn stream(out: &mut dyn Write, start: Start, w: &WatchParams) -> io::Result<()> {
+fn stream(out: &mut dyn Write, start: Start<StoredPod>, w: &WatchParams) -> io::Result<()> {
     let begun = Instant::now();
     let deadline = begun + w.timeout;
     let mut enc = Encoder {
@@ -462,21 +326,11 @@ fn bookmark_after(from: Instant, deadline: Instant) -> Option<Instant> {
     }
 }
 
-impl Start {
-    /// A watch's start: `current` is the state at `rv`, and `feed` holds every change after
-    /// it (both taken under the store's lock).
-    pub(crate) fn new(feed: &Arc<Feed<StoredPod>>, rv: u64, current: Vec<Arc<StoredPod>>) -> Self {
-        Start {
-            feed: Arc::clone(feed),
-            rv,
-            current,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feed::Feed;
+    use std::sync::Arc;
 
     fn change(rv: u64) -> Change<u64> {
         Change {

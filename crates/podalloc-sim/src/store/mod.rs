@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::containers;
+use super::feed::{self, Change, Feed};
 use super::options::SimStats;
 use super::pod::{self, Phase, PodFields, APP_LABEL, DEFAULT_GRACE_SECONDS, EXEC_ID_LABEL};
 use super::registry::{assign_name, prepare_create_metadata, DeleteOptions, Registry};
 use super::resources::Kind;
 use super::status::ApiError;
 use super::util::{fnv64, unit_draw, uuid_v4, SplitMix64, WallClock};
-use super::watch::{self, Change, Feed};
 
 /// How long after the containers stop the kubelet's final delete removes the object.
 const REMOVAL_DELAY: Duration = Duration::from_millis(100);
@@ -342,7 +342,7 @@ impl Store {
         // The history starts with the store, as a fresh cluster's watch cache starts at
         // etcd's first revision: a watch from any older resourceVersion replays every change
         // until the ring has dropped one.
-        let feed = Arc::new(Feed::new(watch::HISTORY, 0));
+        let feed = Arc::new(Feed::new(feed::HISTORY, 0));
         Store {
             cfg,
             reg,
@@ -366,10 +366,10 @@ impl Store {
 
     /// Where a pod watch in `ns` (every namespace with `None`) starts: the current pods,
     /// the resourceVersion they are at, and the feed of the changes after it.
-    pub(crate) fn watch_start(&mut self, ns: Option<&str>, now: Instant) -> watch::Start {
+    pub(crate) fn watch_start(&mut self, ns: Option<&str>, now: Instant) -> feed::Start<StoredPod> {
         self.advance(now);
         let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
-        watch::Start::new(&self.feed, self.reg.rv, self.collect(&prefix))
+        feed::Start::new(&self.feed, self.reg.rv, self.collect(&prefix))
     }
 
     /// The current (global) resource version.

@@ -48,6 +48,15 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `/metrics` at `addr` once it counts at least `n` pod creates answered 201.
+fn until_created(addr: &str, n: u32) -> String {
+    let creates = r#"podalloc_api_requests_total{verb="create",resource="pods",code="201"}"#;
+    until(addr, "/metrics", 20, |_, b| {
+        sample(b, creates) >= f64::from(n)
+    })
+    .1
+}
+
 fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -83,12 +92,7 @@ fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
     );
     assert_eq!(body.matches("# TYPE podalloc_target ").count(), 1, "{body}");
     // The process's requests by verb, resource and code: at least the 3 creates and a list.
-    let (_, body) = until(&m, "/metrics", 20, |_, b| {
-        sample(
-            b,
-            r#"podalloc_api_requests_total{verb="create",resource="pods",code="201"}"#,
-        ) >= 3.0
-    });
+    let body = until_created(&m, 3);
     assert!(
         sample(
             &body,
@@ -130,12 +134,7 @@ fn apps_serves_one_series_per_app_on_one_address() {
     });
     assert_eq!(body.matches("# HELP podalloc_target ").count(), 1, "{body}");
     // One client serves both namespaces: one series of requests, every app's creates in it.
-    let (_, body) = until(&addr, "/metrics", 20, |_, b| {
-        sample(
-            b,
-            r#"podalloc_api_requests_total{verb="create",resource="pods",code="201"}"#,
-        ) >= 4.0
-    });
+    let body = until_created(&addr, 4);
     assert_eq!(
         body.matches("# TYPE podalloc_api_requests_total ").count(),
         1,

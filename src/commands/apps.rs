@@ -347,9 +347,6 @@ impl<'c> AppsFeed<'c> {
             );
             crate::controller::serve::app_metrics(&slot.ns, &id, &text);
             self.metrics.insert(key(&slot.ns, &id), text);
-            let requests = crate::controller::metrics::render_requests(&client.stats());
-            crate::controller::serve::process_metrics(&requests);
-            self.metrics.insert(String::new(), requests);
         }
         Some(outcome)
     }
@@ -440,6 +437,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
                     out.push((i, o));
                 }
             }
+        }
+        if self.metrics_file.is_some() || crate::controller::serve::enabled() {
+            // Once a round: every namespace's view shares the connection's counters.
+            let stats = self.conn.client(&self.conn.default_ns).stats();
+            let requests = crate::controller::metrics::render_requests(&stats);
+            crate::controller::serve::process_metrics(&requests);
+            self.metrics.insert(String::new(), requests);
         }
         self.write_metrics();
         out

@@ -165,7 +165,7 @@ def namespace(kubectl, ns, user, extra_verbs=()):
     """Namespace `ns` with deploy/rbac.yaml's Role, its pod verbs plus `extra_verbs`, bound to
     `user` (a static-token user of scripts/controlplane.sh)."""
     rbac = open(os.path.join(ROOT, "deploy/rbac.yaml")).read().replace("namespace: batch", f"namespace: {ns}")
-    verbs = '["get", "list", "create", "delete"]'
+    verbs = '["get", "list", "create", "delete", "deletecollection"]'
     rbac = rbac.replace(verbs, verbs[:-1] + "".join(f', "{v}"' for v in extra_verbs) + "]")
     doc = (f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n{rbac}\n---\n"
            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n"

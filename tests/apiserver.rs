@@ -28,7 +28,10 @@ fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
         String::from_utf8_lossy(&out.stdout).trim() == "yes"
     };
     for (verbs, resource) in [
-        (&["get", "list", "create", "delete"][..], "pods"),
+        (
+            &["get", "list", "create", "delete", "deletecollection"][..],
+            "pods",
+        ),
         (&["create", "patch", "get"][..], "events"),
         (&["get", "create", "update"][..], "configmaps"),
         (

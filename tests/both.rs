@@ -13,6 +13,7 @@ use crate::util::{podalloc, stderr, stdout};
 use podalloc_sim::emulator::EmulatorOptions;
 use podalloc_sim::{SimOptions, SimServer, SimStats};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -659,6 +660,36 @@ macro_rules! both {
 }
 pub(crate) use both;
 
+/// Runs podalloc `args` ([`Env::ok`]) with a `--metrics-file` of its own and returns the
+/// process's requests on pods by verb, from its `podalloc_api_requests_total` (every code).
+pub fn ok_pod_requests(e: &Env, args: &[&str]) -> BTreeMap<String, u64> {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().to_str().unwrap().to_string();
+    e.ok(&[args, &["--metrics-file", &path]].concat());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut by_verb = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("podalloc_api_requests_total{verb=\"") else {
+            continue;
+        };
+        let (verb, rest) = rest.split_once('"').unwrap();
+        if !rest.starts_with(",resource=\"pods\"") {
+            continue;
+        }
+        let n: u64 = rest.rsplit(' ').next().unwrap().parse().unwrap();
+        *by_verb.entry(verb.to_string()).or_insert(0) += n;
+    }
+    by_verb
+}
+
+/// `(verb, count)` pairs of [`ok_pod_requests`] for the deletes only.
+pub fn deletes_of(counts: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
+    (counts.iter())
+        .filter(|(v, _)| v.starts_with("delete"))
+        .map(|(v, n)| (v.as_str(), *n))
+        .collect()
+}
+
 both!(converge_from_zero, "conv", Pods::default(), |e| {
     let log = e.converge(7, &[]);
     assert!(
@@ -684,16 +715,26 @@ both!(
     |e| {
         e.ok(&["reconcile", "--target", "4"]);
         e.wait_for("4 pending pods", |e| e.live().len() == 4);
-        e.ok(&["scale", "1"]);
+        let mut deletes = deletes_of(&ok_pod_requests(e, &["scale", "1"]))
+            .into_iter()
+            .map(|(v, n)| (v.to_string(), n))
+            .collect::<Vec<_>>();
         for _ in 0..10 {
             if e.live().len() == 1 {
                 break;
             }
-            e.ok(&["reconcile"]);
+            let counts = ok_pod_requests(e, &["reconcile"]);
+            deletes.extend(
+                deletes_of(&counts)
+                    .into_iter()
+                    .map(|(v, n)| (v.to_string(), n)),
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         e.wait_for("the pending excess deleted", |e| e.live().len() == 1);
         assert_eq!(e.state()["target"], 1);
+        // The three pending pods in one request (by app, role, ids and status.phase=Pending).
+        assert_eq!(deletes, [("deletecollection".to_string(), 1)]);
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
@@ -715,7 +756,9 @@ both!(
     Pods::default(),
     |e| {
         e.converge(4, &[]);
-        e.ok(&["remove", "2", "3"]);
+        let counts = ok_pod_requests(e, &["remove", "2", "3"]);
+        // Both in one request, as Spark deletes many executors.
+        assert_eq!(deletes_of(&counts), [("deletecollection", 1)], "{counts:?}");
         assert_eq!(e.state()["target"], 2);
         e.wait_for("removed pods gone", |e| e.live() == vec![1, 4]);
         // Ids are never reused: scaling up again continues above 4.

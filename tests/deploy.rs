@@ -19,7 +19,7 @@ pub(crate) fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 }
 
 /// Checks that Role `role` grants exactly the documented minimum, one resource per rule in
-/// its API group: pods get/list/create/delete, configmaps get/create/update, events
+/// its API group: pods get/list/create/delete/deletecollection, configmaps get/create/update, events
 /// create/get/patch, leases (coordination.k8s.io) get/create/update.
 pub(crate) fn assert_documented_minimum(role: &Value) {
     let rules = role["rules"].as_array().unwrap();
@@ -52,7 +52,10 @@ pub(crate) fn assert_documented_minimum(role: &Value) {
             ("configmaps".to_string(), s(&["create", "get", "update"])),
             ("events".to_string(), s(&["create", "get", "patch"])),
             ("leases".to_string(), s(&["create", "get", "update"])),
-            ("pods".to_string(), s(&["create", "delete", "get", "list"])),
+            (
+                "pods".to_string(),
+                s(&["create", "delete", "deletecollection", "get", "list"])
+            ),
         ]
     );
 }
@@ -70,7 +73,7 @@ fn rbac_is_exactly_the_documented_minimum() {
     );
     // The README shows the same pod rule.
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete"]"#));
+    assert!(readme.contains(r#"verbs: ["get", "list", "create", "delete", "deletecollection"]"#));
     assert!(readme.contains(r#"verbs: ["create", "patch", "get"]"#));
 }
 

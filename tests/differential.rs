@@ -28,8 +28,13 @@ struct Case {
 const DELIBERATE: &[(&str, &str, &str)] = &[];
 
 fn pod(name: &str) -> Value {
+    pod_id(name, 1)
+}
+
+/// Executor `id` of app `diff`, named `name`.
+fn pod_id(name: &str, id: u64) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"spark-app-selector": "diff", "spark-role": "executor", "spark-exec-id": "1"}},
+        "metadata": {"name": name, "labels": {"spark-app-selector": "diff", "spark-role": "executor", "spark-exec-id": id.to_string()}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "executor", "image": "img"}]}})
 }
 
@@ -115,6 +120,13 @@ fn cases() -> Vec<Case> {
         Case { name: "delete unbound", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: Some(json!({"gracePeriodSeconds": 30})), fields: &["/kind", "/metadata/name"], admin: false },
         Case { name: "get deleted", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: None, fields: STATUS, admin: false },
         Case { name: "delete missing", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods/diff-3", body: None, fields: STATUS, admin: false },
+        // podalloc's delete of many executors: one deletecollection by app, role and ids,
+        // only while Pending for excess pods; the answer lists the pods it matched.
+        Case { name: "create 4", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(pod_id("diff-4", 4)), fields: &["/metadata/name"], admin: false },
+        Case { name: "create 5", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(pod_id("diff-5", 5)), fields: &["/metadata/name"], admin: false },
+        Case { name: "deletecollection of ids while Pending", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3Ddiff%2Cspark-role%3Dexecutor%2Cspark-exec-id%20in%20%284%2C5%2C6%29&fieldSelector=status.phase%3DPending", body: None, fields: &["/kind", "/apiVersion", "/items/0/metadata/name", "/items/1/metadata/name", "/items/2"], admin: false },
+        Case { name: "deletecollection matching nothing", method: "DELETE", path: "/api/v1/namespaces/{ns}/pods?labelSelector=spark-app-selector%3Ddiff%2Cspark-role%3Dexecutor%2Cspark-exec-id%20in%20%284%2C5%29", body: None, fields: &["/kind", "/items/0"], admin: false },
+        Case { name: "get after deletecollection", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-4", body: None, fields: STATUS, admin: false },
         Case { name: "configmap create", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: &["/kind", "/metadata/name", "/data"], admin: false },
         Case { name: "configmap create again", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: STATUS, admin: false },
         Case { name: "configmap stale update", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm", "resourceVersion": "1"}, "data": {"state": "{\"x\":1}"}})), fields: STATUS, admin: false },

@@ -181,6 +181,25 @@ fn rejected_token_file_is_a_credentials_error() {
 }
 
 #[test]
+fn without_deletecollection_many_executors_are_deleted_one_by_one() {
+    let w = world(&[], |o| o.forbid = vec!["deletecollection".into()]);
+    w.converge(4);
+    let out = w.run(&["remove", "1", "2", "3"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let e = err(&out);
+    assert_eq!(
+        e.matches("refused deletecollection on pods (403)").count(),
+        1,
+        "one warning naming the fix: {e}"
+    );
+    assert!(e.contains("deleting executor pods one by one"), "{e}");
+    for id in 1..=3 {
+        assert!(e.contains(&format!("deleted executor {id} ")), "{e}");
+    }
+    w.wait_for("executor 4 alone", |w| w.live() == vec![4]);
+}
+
+#[test]
 fn deleting_a_pod_that_is_already_gone_is_success() {
     let w = world(&[], |_| {});
     w.converge(3);

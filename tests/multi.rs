@@ -374,7 +374,7 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter().find(|d| d["kind"] == k).unwrap()
 }
 
-/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete,
+/// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete/deletecollection,
 /// configmaps get/create/update, events create/get/patch and leases get/create/update, it
 /// runs two replicas named by POD_NAME, its arguments parse, and one pass of them against the simulator
 /// manages the annotated drivers, a driver's own template ConfigMap included.

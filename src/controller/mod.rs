@@ -2,6 +2,7 @@
 //!
 //! - [`tick`]: one reconcile: list → snapshot → step → write-ahead save → calls → `record`
 //!   → save, and the Events and log lines of it.
+//! - `deletes`: the plan's deletes as calls (one `deletecollection` for many pods).
 //! - `leader`: leader election over a Lease (client-go's rules; the pure elector and its
 //!   thread), and the write fence it installs on a client.
 //! - `events`: Kubernetes Events for what a tick did.
@@ -12,6 +13,7 @@
 //!   with one app; `apps` the same runner fed by an apps file or by discovery).
 
 pub(crate) mod context;
+pub(crate) mod deletes;
 pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;

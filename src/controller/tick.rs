@@ -11,13 +11,10 @@ use crate::engine::alloc::{
 };
 use crate::engine::podspec::{Owner, PodTemplate};
 use crate::engine::snapshot::{
-    DriverState, ExecutorState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
+    DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
 };
 use crate::error::{Error, Result};
-use crate::kube::{
-    Deleted, FieldValidation, KubeClient, KubeError, ListParams, PageSink, PostParams,
-    Preconditions, PODS,
-};
+use crate::kube::{FieldValidation, KubeClient, KubeError, ListParams, PageSink, PostParams, PODS};
 use crate::store::file::{store_error, StateStore};
 use log::{info, warn};
 use serde_json::Value;
@@ -105,7 +102,7 @@ pub fn kube_error(e: KubeError) -> Error {
         KubeError::Config(_) => Error::usage(msg),
         KubeError::Api { ref status, .. } if status.code == 403 && !e.is_quota() => {
             Error::refused(format!(
-                "{msg} (grant the service account pods get/list/create/delete in this namespace)"
+                "{msg} (grant the service account pods get/list/create/delete/deletecollection in this namespace)"
             ))
         }
         KubeError::Api { ref status, .. } if status.code == 422 => {
@@ -630,8 +627,11 @@ fn apply(
         error: plan.halt.clone().map(Error::crash_loop),
         ..Applied::default()
     };
-    for d in &plan.delete {
-        delete_logged(client, app, d, &mut a);
+    let deleted = super::deletes::delete_all(client, app, &plan.delete);
+    a.out.deleted = deleted.ids.len() as u32;
+    a.out.deleted_ids = deleted.ids;
+    if let Some(e) = deleted.error {
+        a.error.get_or_insert(e);
     }
     let group_ends: Vec<usize> = (plan.create_groups.iter())
         .scan(0usize, |end, &g| {
@@ -722,98 +722,6 @@ impl Applied {
     }
 }
 
-/// One planned delete, logged, its outcome counted.
-fn delete_logged(client: &KubeClient, app: &App, d: &alloc::Delete, a: &mut Applied) {
-    crash_point("before-delete");
-    let res = delete_one(client, app, d);
-    crash_point("after-delete");
-    match res {
-        Ok(true) => {
-            a.out.deleted += 1;
-            a.out.deleted_ids.push(d.executor_id);
-            info!(
-                "deleted executor {} ({}, {})",
-                d.executor_id, d.pod_name, d.reason
-            );
-        }
-        Ok(false) => {}
-        Err(e) => {
-            warn!(
-                "could not delete executor {} ({}): {e}",
-                d.executor_id, d.pod_name
-            );
-            a.error.get_or_insert(kube_error(e));
-        }
-    }
-}
-
-/// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because
-/// it is no longer pending (excess deletes only) or changed since it was read.
-fn delete_one(
-    client: &KubeClient,
-    app: &App,
-    d: &alloc::Delete,
-) -> std::result::Result<bool, KubeError> {
-    if d.if_pending {
-        // Spark restricts excess deletes to status.phase=Pending: read the pod now, classify
-        // it as the snapshot does, and delete it only if still pending, with preconditions so
-        // a change in between is a 409.
-        let Some(pod) = still_ours(client, app, d)? else {
-            return Ok(true);
-        };
-        match pod.state {
-            ExecutorState::Pending => {}
-            ExecutorState::Deleted => return Ok(true),
-            now => {
-                info!(
-                    "executor {} ({}) is {now:?} now, not pending: not deleted as excess",
-                    d.executor_id, d.pod_name
-                );
-                return Ok(false);
-            }
-        }
-        let pre = Preconditions {
-            uid: &pod.uid,
-            resource_version: &pod.resource_version,
-        };
-        return match client.api(&PODS).delete(&d.pod_name, Some(pre)) {
-            Ok(_) => Ok(true),
-            Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
-                info!(
-                    "executor {} ({}) changed since it was read: left for the next tick",
-                    d.executor_id, d.pod_name
-                );
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        };
-    }
-    match client.api(&PODS).delete(&d.pod_name, None)? {
-        Deleted::Deleted | Deleted::NotFound => Ok(true),
-    }
-}
-
-/// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules; `None` when
-/// it is gone or is no longer executor `d.executor_id` of this app.
-fn still_ours(
-    client: &KubeClient,
-    app: &App,
-    d: &alloc::Delete,
-) -> std::result::Result<Option<crate::engine::snapshot::ExecutorPod>, KubeError> {
-    let Some(pod) = client.api(&PODS).get(&d.pod_name)? else {
-        return Ok(None);
-    };
-    let bytes = serde_json::to_vec(&pod).unwrap_or_default();
-    let mut one = Snapshot::default();
-    let container = app.settings.executor_container.as_deref();
-    one.add_pod_json(&bytes, &app.app_id, container)
-        .map_err(|e| KubeError::Decode {
-            what: format!("pod {}", d.pod_name),
-            message: e.to_string(),
-        })?;
-    Ok(one.executors.remove(&d.executor_id))
-}
-
 enum CreateOutcome {
     /// Created (201, or 409 for our own pod), with the pod's `metadata.uid` when the answer
     /// carried one.
@@ -896,7 +804,7 @@ pub const CRASH_POINTS: &[&str] = &[
     "after-final-save",
 ];
 
-fn crash_point(point: &str) {
+pub(crate) fn crash_point(point: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::OnceLock;
     static SPEC: OnceLock<Option<(String, u32)>> = OnceLock::new();

@@ -90,6 +90,8 @@ enum Call<'a> {
     Replace(&'a str, &'a Value),
     Patch(&'a str, Patch<'a>),
     Delete(&'a str, Option<Preconditions<'a>>),
+    /// `DELETE` of the collection: every object the selectors match.
+    DeleteCollection(&'a ListParams<'a>),
 }
 
 impl Call<'_> {
@@ -103,6 +105,7 @@ impl Call<'_> {
             Call::Replace(..) => (Method::PUT, "update"),
             Call::Patch(..) => (Method::PATCH, "patch"),
             Call::Delete(..) => (Method::DELETE, "delete"),
+            Call::DeleteCollection(..) => (Method::DELETE, "deletecollection"),
         }
     }
 
@@ -113,7 +116,7 @@ impl Call<'_> {
             Call::Get(n) | Call::Replace(n, _) | Call::Patch(n, _) | Call::Delete(n, _) => Some(n),
             Call::Create(obj, _) => (obj["metadata"]["name"].as_str())
                 .or_else(|| obj["metadata"]["generateName"].as_str()),
-            Call::List(..) => None,
+            Call::List(..) | Call::DeleteCollection(..) => None,
         }
     }
 
@@ -121,6 +124,7 @@ impl Call<'_> {
     fn query(&self) -> Vec<String> {
         match *self {
             Call::List(lp, cont) => list_query(lp, cont),
+            Call::DeleteCollection(lp) => list_query(&ListParams { limit: None, ..*lp }, None),
             Call::Create(_, p) => (p.field_validation.iter())
                 .map(|v| format!("fieldValidation={}", v.as_str()))
                 .collect(),
@@ -138,7 +142,9 @@ impl Call<'_> {
             }
             Call::Patch(_, Patch::Merge(p)) => (Some(p.clone()), "application/merge-patch+json"),
             Call::Delete(_, Some(pre)) => (Some(delete_options(pre)), JSON),
-            Call::Get(_) | Call::List(..) | Call::Delete(_, None) => (None, JSON),
+            Call::Get(_) | Call::List(..) | Call::Delete(_, None) | Call::DeleteCollection(_) => {
+                (None, JSON)
+            }
         }
     }
 }
@@ -208,14 +214,17 @@ impl Api<'_> {
         let (method, word) = call.method();
         let name = call.name().unwrap_or("");
         let verb = match call {
-            Call::List(..) => format!("{word} {}", r.plural),
+            Call::List(..) | Call::DeleteCollection(..) => format!("{word} {}", r.plural),
             _ if name.is_empty() => format!("{word} {}", r.singular),
             _ => format!("{word} {} {name}", r.singular),
         };
         let ns = encode_component(&self.ns);
         let base = self.client.base_url();
         let mut url = format!("{base}/{}/namespaces/{ns}/{}", r.api, r.plural);
-        if !matches!(call, Call::List(..) | Call::Create(..)) {
+        if !matches!(
+            call,
+            Call::List(..) | Call::Create(..) | Call::DeleteCollection(..)
+        ) {
             if name.is_empty() {
                 return Err(KubeError::Config(format!(
                     "{verb}: empty {} name",
@@ -343,6 +352,35 @@ impl Api<'_> {
             404 => Ok(Deleted::NotFound),
             200..=299 => Ok(Deleted::Deleted),
             _ => Err(KubeClient::api_error(&req.verb, &resp)),
+        }
+    }
+
+    /// Deletes every object `lp`'s selectors match in one request (`DELETE …/PLURAL?
+    /// labelSelector=…&fieldSelector=…`, kube-apiserver's verb `deletecollection`; `limit`
+    /// is not sent), each with its own grace period. Returns the names of the objects the
+    /// server matched: kube-apiserver lists them, deletes each (one already gone counts as
+    /// deleted) and answers the list as it read it; an object the selectors did not match
+    /// is not in it.
+    ///
+    /// Errors: [`KubeError::Api`] (403 when RBAC lacks `deletecollection`, 405 where the
+    /// resource does not serve it, 400 for a bad selector), `Transport`, `Auth`, `Decode` (an
+    /// answer that is not a list).
+    pub fn delete_collection(&self, lp: &ListParams<'_>) -> Result<Vec<String>, KubeError> {
+        let (req, resp) = self.send(Call::DeleteCollection(lp))?;
+        if !(200..300).contains(&resp.status) {
+            return Err(KubeClient::api_error(&req.verb, &resp));
+        }
+        let bad = |message: String| KubeError::Decode {
+            what: format!("the answer to {}", req.verb),
+            message,
+        };
+        let v: Value = serde_json::from_slice(&resp.body).map_err(|e| bad(e.to_string()))?;
+        match &v["items"] {
+            Value::Array(items) => Ok((items.iter())
+                .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+                .collect()),
+            Value::Null => Ok(Vec::new()),
+            _ => Err(bad("items is not an array".to_string())),
         }
     }
 

@@ -1,0 +1,238 @@
+//! The plan's deletes, as calls: one `deletecollection` request for two or more pods, one
+//! `delete` (or, for an excess pending pod, a read then a conditional delete) for a lone pod.
+//!
+//! Spark deletes its excess pending executors in one request, a DELETE of the pod
+//! collection by the app's labels, `spark-exec-id in (…)` and `status.phase=Pending`
+//! (`ExecutorPodsAllocator`, fabric8's filtered `delete()`), and kills executors the same
+//! way (`KubernetesClusterSchedulerBackend.doKillExecutors`). podalloc does the same for a
+//! tick that deletes two or more executors: 100 executors scaled away cost one request, not
+//! 100. The selector names each pod by its app, role and id, and ids are never reused, so
+//! it matches exactly the pods the plan named. The field selector keeps Spark's rule for
+//! excess deletes (a pod that turned Running since the snapshot is not killed), checked by
+//! the server at the moment of the delete.
+//!
+//! Where the Role grants no `deletecollection` (403) or the server does not serve it (405),
+//! the process says so once and deletes pod by pod from then on.
+
+use super::tick::{crash_point, kube_error, App};
+use crate::engine::alloc;
+use crate::engine::snapshot::{ExecutorState, Snapshot, LABEL_EXEC_ID};
+use crate::error::Error;
+use crate::kube::{Deleted, KubeClient, KubeError, ListParams, Preconditions, PODS};
+use log::{info, warn};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a server refused `deletecollection` (403 or 405): this process deletes pod by pod.
+static ONE_BY_ONE: AtomicBool = AtomicBool::new(false);
+
+/// Ids per `deletecollection` request: keeps the URL's label selector under about 2 KB.
+pub(crate) const MAX_PER_REQUEST: usize = 200;
+
+/// What the deletes did: the ids deleted (or already gone), the first error.
+#[derive(Debug, Default)]
+pub(crate) struct DeletesDone {
+    /// Executor ids deleted or found gone, in the plan's order.
+    pub ids: Vec<u64>,
+    /// The first error; the deletes it concerns did not happen.
+    pub error: Option<Error>,
+}
+
+/// Makes the plan's deletes `plan`, in two groups: the excess pending pods (deleted only
+/// while `status.phase=Pending`) and the rest. A group of two or more is one
+/// `deletecollection` per [`MAX_PER_REQUEST`] ids; a lone pod is deleted by name.
+pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete]) -> DeletesDone {
+    let mut done = DeletesDone::default();
+    let (pending, other): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
+        plan.iter().partition(|d| d.if_pending);
+    for group in [other, pending] {
+        if group.len() < 2 || ONE_BY_ONE.load(Ordering::Relaxed) {
+            group
+                .iter()
+                .for_each(|d| delete_logged(client, app, d, &mut done));
+            continue;
+        }
+        for chunk in group.chunks(MAX_PER_REQUEST) {
+            if let Err(e) = delete_chunk(client, app, chunk, &mut done) {
+                warn!("could not delete {} executor pods: {e}", chunk.len());
+                done.error.get_or_insert(kube_error(e));
+            }
+        }
+    }
+    done
+}
+
+/// The label selector of executors `ids` of the app:
+/// `spark-app-selector=APP,spark-role=executor,spark-exec-id in (1,2,3)`.
+pub(crate) fn selector_of(app: &App, ids: impl Iterator<Item = u64>) -> String {
+    let ids: Vec<String> = ids.map(|id| id.to_string()).collect();
+    format!(
+        "{},{LABEL_EXEC_ID} in ({})",
+        app.label_selector(),
+        ids.join(",")
+    )
+}
+
+/// One `deletecollection` for `chunk` (all excess pending, or none). On 403 or 405 the
+/// process turns to deleting one by one and does so for this chunk at once.
+fn delete_chunk(
+    client: &KubeClient,
+    app: &App,
+    chunk: &[&alloc::Delete],
+    done: &mut DeletesDone,
+) -> std::result::Result<(), KubeError> {
+    let if_pending = chunk[0].if_pending;
+    let selector = selector_of(app, chunk.iter().map(|d| d.executor_id));
+    let lp = ListParams {
+        label_selector: &selector,
+        field_selector: if_pending.then_some("status.phase=Pending"),
+        limit: None,
+    };
+    crash_point("before-delete");
+    let matched = match client.api(&PODS).delete_collection(&lp) {
+        Ok(names) => names,
+        Err(KubeError::Api { ref status, .. }) if matches!(status.code, 403 | 405) => {
+            if !ONE_BY_ONE.swap(true, Ordering::Relaxed) {
+                warn!(
+                    "the API server refused deletecollection on pods ({}): deleting executor \
+                     pods one by one from now on (grant the Role pods deletecollection, as \
+                     deploy/rbac.yaml does, to delete many in one request)",
+                    status.code
+                );
+            }
+            chunk
+                .iter()
+                .for_each(|d| delete_logged(client, app, d, done));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    crash_point("after-delete");
+    for d in chunk {
+        // Not matched: a plain delete's pod was already gone (deleted, as a 404 is); an
+        // excess pod was gone or no longer Pending, and the next tick's list tells which.
+        if if_pending && !matched.contains(&d.pod_name) {
+            info!(
+                "executor {} ({}) is no longer pending: not deleted as excess",
+                d.executor_id, d.pod_name
+            );
+            continue;
+        }
+        done.ids.push(d.executor_id);
+        info!(
+            "deleted executor {} ({}, {})",
+            d.executor_id, d.pod_name, d.reason
+        );
+    }
+    Ok(())
+}
+
+/// One planned delete by name, logged, its outcome counted.
+fn delete_logged(client: &KubeClient, app: &App, d: &alloc::Delete, done: &mut DeletesDone) {
+    crash_point("before-delete");
+    let res = delete_one(client, app, d);
+    crash_point("after-delete");
+    match res {
+        Ok(true) => {
+            done.ids.push(d.executor_id);
+            info!(
+                "deleted executor {} ({}, {})",
+                d.executor_id, d.pod_name, d.reason
+            );
+        }
+        Ok(false) => {}
+        Err(e) => {
+            warn!(
+                "could not delete executor {} ({}): {e}",
+                d.executor_id, d.pod_name
+            );
+            done.error.get_or_insert(kube_error(e));
+        }
+    }
+}
+
+/// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because
+/// it is no longer pending (excess deletes only) or changed since it was read.
+fn delete_one(
+    client: &KubeClient,
+    app: &App,
+    d: &alloc::Delete,
+) -> std::result::Result<bool, KubeError> {
+    if d.if_pending {
+        // Spark restricts excess deletes to status.phase=Pending: read the pod now, classify
+        // it as the snapshot does, and delete it only if still pending, with preconditions so
+        // a change in between is a 409.
+        let Some(pod) = still_ours(client, app, d)? else {
+            return Ok(true);
+        };
+        match pod.state {
+            ExecutorState::Pending => {}
+            ExecutorState::Deleted => return Ok(true),
+            now => {
+                info!(
+                    "executor {} ({}) is {now:?} now, not pending: not deleted as excess",
+                    d.executor_id, d.pod_name
+                );
+                return Ok(false);
+            }
+        }
+        let pre = Preconditions {
+            uid: &pod.uid,
+            resource_version: &pod.resource_version,
+        };
+        return match client.api(&PODS).delete(&d.pod_name, Some(pre)) {
+            Ok(_) => Ok(true),
+            Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
+                info!(
+                    "executor {} ({}) changed since it was read: left for the next tick",
+                    d.executor_id, d.pod_name
+                );
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        };
+    }
+    match client.api(&PODS).delete(&d.pod_name, None)? {
+        Deleted::Deleted | Deleted::NotFound => Ok(true),
+    }
+}
+
+/// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules; `None` when
+/// it is gone or is no longer executor `d.executor_id` of this app.
+fn still_ours(
+    client: &KubeClient,
+    app: &App,
+    d: &alloc::Delete,
+) -> std::result::Result<Option<crate::engine::snapshot::ExecutorPod>, KubeError> {
+    let Some(pod) = client.api(&PODS).get(&d.pod_name)? else {
+        return Ok(None);
+    };
+    let bytes = serde_json::to_vec(&pod).unwrap_or_default();
+    let mut one = Snapshot::default();
+    let container = app.settings.executor_container.as_deref();
+    one.add_pod_json(&bytes, &app.app_id, container)
+        .map_err(|e| KubeError::Decode {
+            what: format!("pod {}", d.pod_name),
+            message: e.to_string(),
+        })?;
+    Ok(one.executors.remove(&d.executor_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_names_the_app_the_role_and_each_id() {
+        let app = App {
+            app_id: "spark-1".into(),
+            settings: alloc::Settings::new("spark-1"),
+            template: None,
+            driver_pod: None,
+            page_size: 0,
+        };
+        assert_eq!(
+            selector_of(&app, [3, 10, 7].into_iter()),
+            "spark-app-selector=spark-1,spark-role=executor,spark-exec-id in (3,10,7)"
+        );
+    }
+}

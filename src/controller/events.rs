@@ -25,7 +25,12 @@
 //! - a spam filter: a token bucket per source and involved object, 25 events of burst
 //!   refilled at one per 5 minutes; events beyond it (new ones and repeats alike) are
 //!   dropped. The buckets live in the process: a long `run` is limited, each one-shot
-//!   `reconcile` starts with a full bucket;
+//!   `reconcile` starts with a full bucket. Without a driver pod, the Normal events of an
+//!   app's executor pods (`SuccessfulCreate`, `SuccessfulDelete`, …) share one bucket, the
+//!   app's: a ReplicaSet posts its pods' creates on itself, so client-go bounds them at 25 a
+//!   burst per ReplicaSet, and an app scaled to 100 executors is bounded the same way
+//!   instead of posting 100 events (one request each). Warnings keep their pod's own
+//!   bucket, so a failure is never dropped because creates used the app's tokens;
 //! - an aggregator: more than 10 events within 10 minutes that differ only in their message
 //!   (same source, involved object, type and reason) become one event whose message starts
 //!   `(combined from similar events): `;
@@ -107,6 +112,11 @@ pub(crate) struct EventSpec {
     pub reason: &'static str,
     /// One human line.
     pub message: String,
+    /// The spam filter's bucket when it is not the involved object's: the app's
+    /// (`app\0NAMESPACE\0APP`) for the Normal events a tick posts on executor pods when
+    /// there is no driver pod, so that they share one bucket as a ReplicaSet's events share
+    /// the ReplicaSet's. `None`: the involved object's, as client-go.
+    pub bucket: Option<String>,
 }
 
 /// What the logger remembers of a posted event.
@@ -160,8 +170,9 @@ impl Recorder {
         if self.buckets.len() >= MAX_CACHE {
             self.buckets.clear();
         }
-        // client-go's `getSpamKey`: the source and the involved object only.
-        let key = ev.involved.key();
+        // client-go's `getSpamKey`: the source and the involved object only (or the app's
+        // bucket, see `EventSpec::bucket`).
+        let key = ev.bucket.clone().unwrap_or_else(|| ev.involved.key());
         let (tokens, last) = self.buckets.entry(key).or_insert((SPAM_BURST, now_ms));
         let refill = now_ms.saturating_sub(*last) as f64 / SPAM_REFILL_MS as f64;
         *tokens = (*tokens + refill).min(SPAM_BURST);
@@ -533,6 +544,7 @@ pub(crate) fn warn_on_pod(
         kind: "Warning",
         reason,
         message: message.to_string(),
+        bucket: None,
     };
     enqueue(client, ev, now_ms);
 }
@@ -551,6 +563,9 @@ pub(crate) struct Done<'a> {
     /// gone): the tick's events go on it. Each tick passes its own, so that one process
     /// managing many apps (`podalloc apps`) posts each app's events on that app's driver.
     pub driver: Option<&'a Owner>,
+    /// The application id: without a driver, the Normal events on its executor pods share
+    /// the app's spam-filter bucket ([`EventSpec::bucket`]).
+    pub app_id: &'a str,
 }
 
 /// Posts the events of one tick (see the module docs): called once after the tick's calls
@@ -582,11 +597,14 @@ pub(crate) fn record_tick(
             },
             (None, None) => continue,
         };
+        let bucket = (driver.is_none() && kind == "Normal")
+            .then(|| format!("app\u{0}{}\u{0}{}", client.namespace(), done.app_id));
         let ev = EventSpec {
             involved,
             kind,
             reason,
             message,
+            bucket,
         };
         enqueue(client, ev, now_ms);
     }
@@ -812,6 +830,7 @@ mod tests {
             kind: "Warning",
             reason: "FailedCreate",
             message: msg.into(),
+            bucket: None,
         }
     }
 
@@ -872,6 +891,38 @@ mod tests {
         assert_eq!(sent, 25);
         assert_eq!(r.record(sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
         assert!(r.record(sink, ev("m0"), 1_000 + 301_000).unwrap().is_some());
+    }
+
+    #[test]
+    fn normal_events_of_an_apps_pods_share_the_apps_bucket_warnings_their_own() {
+        let events = Events::new(None);
+        let sink = &events.api();
+        let mut r = Recorder::default();
+        let on_pod = |i: u32, kind: &'static str, bucket: Option<&str>| EventSpec {
+            involved: ObjectRef::pod("ns", &format!("app-exec-{i}"), &format!("u{i}")),
+            kind,
+            reason: "SuccessfulCreate",
+            message: format!("Created executor pod: app-exec-{i}"),
+            bucket: bucket.map(str::to_string),
+        };
+        let app = Some("app\u{0}ns\u{0}app");
+        let sent = (0..100)
+            .filter(|&i| {
+                r.record(sink, on_pod(i, "Normal", app), 1_000)
+                    .unwrap()
+                    .is_some()
+            })
+            .count();
+        assert_eq!(sent, 25, "100 pods' creates, one app: a burst of 25");
+        let warned = (0..30)
+            .filter(|&i| {
+                r.record(sink, on_pod(i, "Warning", None), 2_000)
+                    .unwrap()
+                    .is_some()
+            })
+            .count();
+        assert_eq!(warned, 30, "each pod's warning has its pod's own bucket");
+        assert_eq!(events.calls().len(), 55);
     }
 
     #[test]

@@ -423,6 +423,7 @@ fn tick_inner(
         uids: &uids,
         error: error.as_ref(),
         driver: owner.as_ref(),
+        app_id: &app.app_id,
     };
     crate::controller::events::record_tick(client, &snapshot, &plan, &done, now_ms);
     let pending_requests = (queue.iter())

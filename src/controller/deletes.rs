@@ -5,8 +5,9 @@
 //! collection by the app's labels, `spark-exec-id in (…)` and `status.phase=Pending`
 //! (`ExecutorPodsAllocator`, fabric8's filtered `delete()`), and kills executors the same
 //! way (`KubernetesClusterSchedulerBackend.doKillExecutors`). podalloc does the same for a
-//! tick that deletes two or more executors: 100 executors scaled away cost one request, not
-//! 100. The selector names each pod by its app, role and id, and ids are never reused, so
+//! tick that deletes two or more executors it listed: 100 executors scaled away cost one
+//! request, not 100. A pod never listed (a timed-out create) is still deleted by name. The
+//! selector names each pod by its app, role and id, and ids are never reused, so
 //! it matches exactly the pods the plan named. The field selector keeps Spark's rule for
 //! excess deletes (a pod that turned Running since the snapshot is not killed), checked by
 //! the server at the moment of the delete.
@@ -37,15 +38,21 @@ pub(crate) struct DeletesDone {
     pub error: Option<Error>,
 }
 
-/// Makes the plan's deletes `plan`, in two groups: the excess pending pods (deleted only
-/// while `status.phase=Pending`) and the rest. A group of two or more is one
-/// `deletecollection` per [`MAX_PER_REQUEST`] ids; a lone pod is deleted by name.
+/// Makes the plan's deletes `plan`. The pods the snapshot showed go in two groups, the excess
+/// pending pods (deleted only while `status.phase=Pending`) and the rest; a group of two or
+/// more is one `deletecollection` per [`MAX_PER_REQUEST`] ids, a lone pod is deleted by name.
+/// Pods the snapshot did not show (timed-out creates) are deleted by name.
 pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete]) -> DeletesDone {
     let mut done = DeletesDone::default();
+    // A pod the snapshot did not show (an unacknowledged create timed out) goes by name: it
+    // may exist without the app's labels, which a selector would miss (docs/semantics.md D3).
+    let (seen, unseen): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
+        plan.iter().partition(|d| d.uid.is_some());
     let (pending, other): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
-        plan.iter().partition(|d| d.if_pending);
-    for group in [other, pending] {
-        if group.len() < 2 || ONE_BY_ONE.load(Ordering::Relaxed) {
+        seen.into_iter().partition(|d| d.if_pending);
+    for group in [unseen, other, pending] {
+        let by_name = group.first().is_some_and(|d| d.uid.is_none());
+        if by_name || group.len() < 2 || ONE_BY_ONE.load(Ordering::Relaxed) {
             group
                 .iter()
                 .for_each(|d| delete_logged(client, app, d, &mut done));

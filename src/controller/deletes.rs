@@ -227,19 +227,95 @@ fn still_ours(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::alloc::{Delete, DeleteReason};
+    use crate::kube::testutil::{FakeServer, Reply};
+    use crate::kube::{ClientOptions, ClusterConfig};
 
-    #[test]
-    fn the_selector_names_the_app_the_role_and_each_id() {
-        let app = App {
+    fn app() -> App {
+        App {
             app_id: "spark-1".into(),
             settings: alloc::Settings::new("spark-1"),
             template: None,
             driver_pod: None,
             page_size: 0,
+        }
+    }
+
+    fn seen(id: u64, reason: DeleteReason) -> Delete {
+        Delete {
+            uid: Some(format!("uid-{id}")),
+            ..Delete::unseen(id, format!("spark-1-exec-{id}"), reason)
+        }
+    }
+
+    #[test]
+    fn the_selector_names_the_app_the_role_and_each_id() {
+        assert_eq!(
+            selector_of(&app(), [3, 10, 7].into_iter()),
+            "spark-app-selector=spark-1,spark-role=executor,spark-exec-id in (3,10,7)"
+        );
+    }
+
+    /// Two failed pods go in one collection delete, two excess pending ones in another with
+    /// the Pending field selector (one of them no longer matched: not deleted), and a
+    /// timed-out create, never listed, by name.
+    #[test]
+    fn listed_pods_go_in_collections_by_kind_and_an_unlisted_one_by_name() {
+        let server = FakeServer::http(|req, _| match req.query("fieldSelector") {
+            _ if req.path().ends_with("/pods/spark-1-exec-9") => Reply::json(
+                200,
+                r#"{"kind":"Pod","metadata":{"name":"spark-1-exec-9"}}"#,
+            ),
+            Some(_) => Reply::json(
+                200,
+                r#"{"kind":"PodList","items":[{"metadata":{"name":"spark-1-exec-5"}}]}"#,
+            ),
+            None => Reply::json(
+                200,
+                r#"{"kind":"PodList","items":[{"metadata":{"name":"spark-1-exec-1"}},{"metadata":{"name":"spark-1-exec-2"}}]}"#,
+            ),
+        });
+        let mut cfg = ClusterConfig::for_server(&server.url(), "ns");
+        cfg.allow_insecure_http = true;
+        let client = KubeClient::with_options(cfg, ClientOptions::default()).unwrap();
+        let plan = [
+            seen(1, DeleteReason::Failed),
+            seen(5, DeleteReason::Excess).if_still_pending(),
+            Delete::unseen(9, "spark-1-exec-9".into(), DeleteReason::TimedOut),
+            seen(2, DeleteReason::Failed),
+            seen(6, DeleteReason::Excess).if_still_pending(),
+        ];
+        let done = delete_all(&client, &app(), &plan);
+        assert!(done.error.is_none(), "{:?}", done.error);
+        assert_eq!(done.ids, [9, 1, 2, 5], "6 turned Running: not deleted");
+        let sent: Vec<(String, Option<String>, Option<String>)> = (server.recorded().iter())
+            .map(|r| {
+                let q = |k| r.query(k);
+                (
+                    format!("{} {}", r.method, r.path()),
+                    q("labelSelector"),
+                    q("fieldSelector"),
+                )
+            })
+            .collect();
+        let coll = "DELETE /api/v1/namespaces/ns/pods".to_string();
+        let sel = |ids: &str| {
+            Some(format!(
+                "{},spark-exec-id in ({ids})",
+                app().label_selector()
+            ))
         };
         assert_eq!(
-            selector_of(&app, [3, 10, 7].into_iter()),
-            "spark-app-selector=spark-1,spark-role=executor,spark-exec-id in (3,10,7)"
+            sent,
+            [
+                (
+                    "DELETE /api/v1/namespaces/ns/pods/spark-1-exec-9".to_string(),
+                    None,
+                    None
+                ),
+                (coll.clone(), sel("1,2"), None),
+                (coll, sel("5,6"), Some("status.phase=Pending".to_string())),
+            ]
         );
     }
 }

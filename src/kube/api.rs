@@ -681,6 +681,47 @@ mod tests {
         assert!(r.body.is_none());
     }
 
+    /// A delete of a collection is `DELETE …/pods?labelSelector=…&fieldSelector=…` (no
+    /// limit, no body), counted as `deletecollection`; the answer's items are the names.
+    #[test]
+    fn a_collection_delete_sends_the_selectors_and_returns_the_names_it_matched() {
+        use crate::kube::testutil::{FakeServer, Reply};
+        let server = FakeServer::http(|_, _| {
+            Reply::json(
+                200,
+                r#"{"kind":"PodList","items":[{"metadata":{"name":"a-exec-3"}},{"metadata":{"name":"a-exec-4"}}]}"#,
+            )
+        });
+        let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+        cfg.allow_insecure_http = true;
+        let c = KubeClient::with_options(cfg, ClientOptions::default()).unwrap();
+        let lp = ListParams {
+            label_selector: "app=a,id in (3,4)",
+            field_selector: Some("status.phase=Pending"),
+            limit: Some(500),
+        };
+        let names = c.api(&PODS).delete_collection(&lp).unwrap();
+        assert_eq!(names, ["a-exec-3", "a-exec-4"]);
+        let sent = &server.recorded()[0];
+        assert_eq!(sent.method, "DELETE");
+        assert_eq!(sent.path(), "/api/v1/namespaces/spark/pods");
+        assert_eq!(
+            sent.query("labelSelector").as_deref(),
+            Some("app=a,id in (3,4)")
+        );
+        assert_eq!(
+            sent.query("fieldSelector").as_deref(),
+            Some("status.phase=Pending")
+        );
+        assert_eq!(sent.query("limit"), None);
+        assert!(sent.body.is_empty());
+        let counts: Vec<_> = c.stats().requests_by.into_iter().collect();
+        assert_eq!(
+            counts,
+            [(("deletecollection", "pods", "200".to_string()), 1)]
+        );
+    }
+
     #[test]
     fn an_empty_name_is_refused_before_anything_is_sent() {
         let c = client();

@@ -356,8 +356,8 @@ pub struct LockedStore {
 
 impl LockedStore {
     /// Takes the exclusive lock for `path` without waiting, creating the directory (0700) and
-    /// the lock file as needed, then removes stale temporary files of interrupted saves (see
-    /// the module doc).
+    /// the lock file as needed, then, the first time this process locks a state in that
+    /// directory, removes stale temporary files of interrupted saves (see the module doc).
     ///
     /// Errors: [`StoreError::Locked`] when another process holds it,
     /// [`StoreError::NotRegular`] when the state or lock path is a link, FIFO, socket or
@@ -391,7 +391,7 @@ impl LockedStore {
         match file.try_lock() {
             Ok(()) => {
                 write_holder(&file, holder).map_err(|e| StoreError::Io(lock_path.clone(), e))?;
-                remove_stale_temp_files(dir.unwrap_or(Path::new(".")));
+                sweep_once(dir.unwrap_or(Path::new(".")));
                 Ok(LockedStore {
                     path: path.to_owned(),
                     _lock: file,
@@ -449,6 +449,23 @@ fn is_temp_name(name: &std::ffi::OsStr) -> bool {
     name.strip_prefix(TEMP_PREFIX)
         .and_then(|rest| rest.strip_suffix(TEMP_SUFFIX))
         .is_some_and(|r| r.len() == TEMP_RAND_CHARS && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// The directories this process has swept ([`sweep_once`]).
+static SWEPT: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// [`remove_stale_temp_files`] in `dir`, the first time this process locks a state there.
+/// A temporary file is only left by a process killed while saving, so one sweep per
+/// directory and process finds them all; sweeping at every lock read the whole directory
+/// once per app, which made `apps` with 1,000 state files in one directory read 1,000
+/// directories of 2,000 entries at start (O(apps²)).
+fn sweep_once(dir: &Path) {
+    let key = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    let first = SWEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+    if first {
+        remove_stale_temp_files(dir);
+    }
 }
 
 /// Best effort: removes our temporary state files in `dir` older than [`STALE_TEMP_AGE`]
@@ -1093,6 +1110,19 @@ mod tests {
             crate::store::file::store_error(e).code,
             crate::error::ExitCode::Usage
         );
+    }
+
+    /// The sweep reads the directory once per process: a second app's lock in it does not.
+    #[test]
+    fn a_directory_is_swept_at_its_first_lock_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = LockedStore::lock(&dir.path().join("a.json")).unwrap();
+        let stale = dir.path().join(".podalloc-state-q1W2e3.tmp");
+        let f = File::create(&stale).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
+            .unwrap();
+        let _second = LockedStore::lock(&dir.path().join("b.json")).unwrap();
+        assert!(stale.exists(), "not swept again");
     }
 
     #[test]

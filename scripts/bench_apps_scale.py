@@ -15,7 +15,7 @@ podalloc's requests. That both read the same bytes is checked on the first pass,
 debug level: podalloc's page paths and byte counts against curl's on those very paths.
 
 `sim`: the built-in simulator over HTTPS on loopback (a fast kubelet model: 10 ms to
-schedule, 100 ms to start; it answers JSON), passes with gzip and without, requests from
+schedule, 100 ms to start; it answers Protobuf, as kube-apiserver does), passes with gzip and without, requests from
 /sim/stats, and the simulator's own peak RSS (VmHWM).
 
 `real`: kube-apiserver + etcd (scripts/controlplane.sh start, with bench_real.py's audit
@@ -45,7 +45,7 @@ ROOT = bench_real.ROOT
 BIN = os.path.join(ROOT, "target/release/podalloc")
 ACCEPT = "application/vnd.kubernetes.protobuf, application/json;q=0.9"
 # podalloc's debug line for each response: "GET URL -> 200 (N bytes of TYPE, M ms)".
-RESPONSE = re.compile(r"GET (https?://[^/\s]+)(/api/v1/namespaces/[^/]+/pods\?\S*) -> 200 \((\d+) bytes of ")
+RESPONSE = re.compile(r"GET (https?://[^/\s]+)(/api/v1/namespaces/[^/]+/pods\?\S*) -> 200 \((\d+) bytes of ([^,\s]+)")
 
 
 def apps_file(path, apps, execs, ns):
@@ -150,14 +150,16 @@ def same_bytes(srv, pa, work):
     naming the difference otherwise."""
     log = os.path.join(work, "check-pass.log")
     measured(pa(srv, "debug", "--once"), log)
-    pages = [(p, int(b)) for _, p, b in RESPONSE.findall(open(log).read())]
+    found = RESPONSE.findall(open(log).read())
+    pages = [(p, int(b)) for _, p, b, _ in found]
     if not pages:
         sys.exit(f"bench_apps_scale: no pod list in {log}")
     out = subprocess.run(srv.curl([p for p, _ in pages]), capture_output=True, text=True, check=True).stdout
     theirs, ours = [int(x) for x in out.split()], [b for _, b in pages]
     if theirs != ours:
         sys.exit(f"bench_apps_scale: bytes differ: podalloc {ours[:5]}…, curl {theirs[:5]}…")
-    return pages[0][0], len(ours), sum(ours)
+    kind = "Protobuf" if all("protobuf" in f[3] for f in found) else "JSON"
+    return pages[0][0], len(ours), sum(ours), kind
 
 
 def converge(pa, srv, work):
@@ -186,7 +188,7 @@ def run_sim(a, work, pa):
         live = sim.stats()["live_pods"]
         if live < a.apps * a.executors:
             sys.exit(f"bench_apps_scale: {live} live pods after converging")
-        first, pages, nbytes = same_bytes(srv[False], pa, work)
+        first, pages, nbytes, kind = same_bytes(srv[False], pa, work)
         runs = {}
         for rnd in range(a.rounds):
             for gz in (True, False):
@@ -203,7 +205,7 @@ def run_sim(a, work, pa):
     print(f"- converge from 0: {conv['wall']:.1f} s ({conv['passes']} rounds), {conv['requests']:,} requests, "
           f"podalloc CPU {conv['cpu']:.1f} s, peak RSS {conv['rss_mib']:.0f} MiB")
     per_pass = sorted({r["requests"][("all", "requests")] for gz in (True, False) for r in runs[("podalloc", gz)]})
-    print(f"- one steady pass: {pages} pages, {nbytes:,} bytes of JSON (podalloc's and curl's the same, page "
+    print(f"- one steady pass: {pages} pages, {nbytes:,} bytes of {kind} (podalloc's and curl's the same, page "
           f"by page); requests per pass: {', '.join(map(str, per_pass))}")
     print(f"- the simulator's peak RSS: {hwm:.0f} MiB\n")
     print("| one steady pass | podalloc wall s | curl wall s | podalloc / curl | podalloc CPU s | curl CPU s "
@@ -211,7 +213,7 @@ def run_sim(a, work, pa):
     print("|---|---|---|---|---|---|---|")
     for gz in (True, False):
         p, c = runs[("podalloc", gz)], runs[("curl", gz)]
-        print(f"| {'JSON + gzip' if gz else 'JSON'} | {med(p, 'wall'):.2f} | {med(c, 'wall'):.2f} "
+        print(f"| {kind + ' + gzip' if gz else kind} | {med(p, 'wall'):.2f} | {med(c, 'wall'):.2f} "
               f"| {med(p, 'wall') / med(c, 'wall'):.2f}× | {med(p, 'cpu'):.2f} | {med(c, 'cpu'):.2f} "
               f"| {med(p, 'rss_mib'):.0f} |")
 
@@ -223,7 +225,7 @@ def run_real(a, work, pa):
     try:
         srv = RealServer(cp, work)
         conv = converge(pa, srv, work)
-        first, pages, nbytes = same_bytes(srv, pa, work)
+        first, pages, nbytes, kind = same_bytes(srv, pa, work)
         rows = [one_pass(srv, pa, work, f"pass-{rnd}", first) for rnd in range(a.rounds)]
     finally:
         kubelet.terminate()
@@ -233,7 +235,7 @@ def run_real(a, work, pa):
           "the kubelet emulator running them:\n")
     print(f"- converge from 0: {conv['wall']:.1f} s ({conv['passes']} rounds), apiserver+etcd "
           f"{conv['server_cpu']:.1f} CPU s, podalloc CPU {conv['cpu']:.1f} s, peak RSS {conv['rss_mib']:.0f} MiB")
-    print(f"- one steady pass: {pages} pages, {nbytes:,} bytes of Protobuf (podalloc's and curl's the same, "
+    print(f"- one steady pass: {pages} pages, {nbytes:,} bytes of {kind} (podalloc's and curl's the same, "
           "page by page)\n")
     print("| pass | podalloc wall s | podalloc CPU s | podalloc peak RSS MiB | apiserver+etcd CPU s "
           "| podalloc's requests | curl (same list) wall s | apiserver+etcd CPU s for curl's |")

@@ -15,10 +15,10 @@
 //! Where the Role grants no `deletecollection` (403) or the server does not serve it (405),
 //! the process says so once and deletes pod by pod from then on.
 
-use super::tick::{crash_point, kube_error, App};
+use super::app::App;
+use super::points::crash_point;
 use crate::engine::alloc;
 use crate::engine::snapshot::{ExecutorState, Snapshot, LABEL_EXEC_ID};
-use crate::error::Error;
 use crate::kube::{Deleted, KubeClient, KubeError, ListParams, Preconditions, PODS};
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +35,7 @@ pub(crate) struct DeletesDone {
     /// Executor ids deleted or found gone, in the plan's order.
     pub ids: Vec<u64>,
     /// The first error; the deletes it concerns did not happen.
-    pub error: Option<Error>,
+    pub error: Option<KubeError>,
 }
 
 /// Makes the plan's deletes `plan`. The pods the snapshot showed go in two groups, the excess
@@ -61,7 +61,7 @@ pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete])
         for chunk in group.chunks(MAX_PER_REQUEST) {
             if let Err(e) = delete_chunk(client, app, chunk, &mut done) {
                 warn!("could not delete {} executor pods: {e}", chunk.len());
-                done.error.get_or_insert(kube_error(e));
+                done.error.get_or_insert(e);
             }
         }
     }
@@ -152,7 +152,7 @@ fn delete_logged(client: &KubeClient, app: &App, d: &alloc::Delete, done: &mut D
                 "could not delete executor {} ({}): {e}",
                 d.executor_id, d.pod_name
             );
-            done.error.get_or_insert(kube_error(e));
+            done.error.get_or_insert(e);
         }
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! - [`tick`]: one reconcile: list → snapshot → step → write-ahead save → calls → `record`
 //!   → save, and the Events and log lines of it.
+//! - `app`: the application a tick works for ([`tick::App`]).
+//! - `points`: the crash and pause points the test harnesses set by environment.
 //! - `deletes`: the plan's deletes as calls (one `deletecollection` for many pods).
 //! - `leader`: leader election over a Lease (client-go's rules; the pure elector and its
 //!   thread), and the write fence it installs on a client.
@@ -12,11 +14,13 @@
 //! - `runner`: the one loop that keeps 1..N apps at their targets (`run` is the runner
 //!   with one app; `apps` the same runner fed by an apps file or by discovery).
 
+pub(crate) mod app;
 pub(crate) mod context;
 pub(crate) mod deletes;
 pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;
+pub(crate) mod points;
 pub(crate) mod runner;
 pub(crate) mod serve;
 pub mod tick;

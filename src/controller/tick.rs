@@ -6,10 +6,8 @@
 //! so a crash between a create and the save can never lead to an id being reused or a pod
 //! created twice: the next tick either sees the pod or times the id out.
 
-use crate::engine::alloc::{
-    self, AllocatorState, Outcomes, Plan, Request, Settings, Steering, Summary,
-};
-use crate::engine::podspec::{Owner, PodTemplate};
+use crate::engine::alloc::{self, AllocatorState, Outcomes, Plan, Request, Steering, Summary};
+use crate::engine::podspec::Owner;
 use crate::engine::snapshot::{
     DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
 };
@@ -20,28 +18,9 @@ use log::{info, warn};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Everything a tick needs to know about the application.
-#[derive(Debug, Clone)]
-pub struct App {
-    /// The application id (`spark-app-selector`), already validated as a label value.
-    pub app_id: String,
-    /// Allocation settings.
-    pub settings: Settings,
-    /// The executor pod template; `None` only for read-only commands (status, dry run).
-    pub template: Option<PodTemplate>,
-    /// Driver pod name for ownerReferences.
-    pub driver_pod: Option<String>,
-    /// Pods per list page (0: no pagination).
-    pub page_size: u32,
-}
-
-impl App {
-    /// The label selector of the app's executor pods:
-    /// `spark-app-selector=<app id>,spark-role=executor`.
-    pub fn label_selector(&self) -> String {
-        format!("{LABEL_APP}={},{LABEL_ROLE}={ROLE_EXECUTOR}", self.app_id)
-    }
-}
+pub use super::app::App;
+pub use super::points::CRASH_POINTS;
+use super::points::{crash_point, pause_point};
 
 /// What one tick did.
 #[derive(Debug, Clone)]
@@ -632,7 +611,7 @@ fn apply(
     a.out.deleted = deleted.ids.len() as u32;
     a.out.deleted_ids = deleted.ids;
     if let Some(e) = deleted.error {
-        a.error.get_or_insert(e);
+        a.error.get_or_insert(kube_error(e));
     }
     let group_ends: Vec<usize> = (plan.create_groups.iter())
         .scan(0usize, |end, &g| {
@@ -786,60 +765,4 @@ fn is_our_pod(pod: &Value, app_id: &str, id: u64) -> bool {
     l[LABEL_APP] == app_id
         && l[LABEL_ROLE] == ROLE_EXECUTOR
         && l[LABEL_EXEC_ID] == id.to_string().as_str()
-}
-
-/// Crash points of a tick, for the crash-safety harness (tests/crash.rs): with
-/// `PODALLOC_CRASH_AT=POINT[:N]` in the environment the process kills itself with SIGKILL at
-/// the N-th (default first) time it reaches POINT. Points: `after-list`, `before-write-ahead`,
-/// `after-write-ahead`, `before-delete`, `after-delete`, `before-create`, `after-create`,
-/// `before-final-save`, `after-final-save`. Unset (always, outside tests), this does nothing.
-pub const CRASH_POINTS: &[&str] = &[
-    "after-list",
-    "before-write-ahead",
-    "after-write-ahead",
-    "before-delete",
-    "after-delete",
-    "before-create",
-    "after-create",
-    "before-final-save",
-    "after-final-save",
-];
-
-pub(crate) fn crash_point(point: &str) {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::OnceLock;
-    static SPEC: OnceLock<Option<(String, u32)>> = OnceLock::new();
-    static SEEN: AtomicU32 = AtomicU32::new(0);
-    let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("PODALLOC_CRASH_AT").ok()?;
-        let (p, n) = v.split_once(':').unwrap_or((v.as_str(), "1"));
-        Some((p.to_string(), n.parse().unwrap_or(1)))
-    });
-    if let Some((p, n)) = spec {
-        if p == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
-            let _ = signal_hook::low_level::raise(signal_hook::consts::SIGKILL);
-        }
-    }
-}
-
-/// Pause points, for the leader-election tests (tests/leader.rs): with
-/// `PODALLOC_PAUSE_AT=POINT:N:MS` the process sleeps MS milliseconds the N-th time it reaches
-/// POINT (one of [`CRASH_POINTS`]), as a tick stalled by a slow machine would. Unset (always,
-/// outside tests), this does nothing.
-fn pause_point(point: &str) {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::OnceLock;
-    static SPEC: OnceLock<Option<(String, u32, u64)>> = OnceLock::new();
-    static SEEN: AtomicU32 = AtomicU32::new(0);
-    let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("PODALLOC_PAUSE_AT").ok()?;
-        let mut it = v.splitn(3, ':');
-        let (p, n, ms) = (it.next()?, it.next()?, it.next()?);
-        Some((p.to_string(), n.parse().ok()?, ms.parse().ok()?))
-    });
-    if let Some((p, n, ms)) = spec {
-        if p == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
-            std::thread::sleep(std::time::Duration::from_millis(*ms));
-        }
-    }
 }

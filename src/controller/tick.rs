@@ -339,10 +339,7 @@ fn tick_inner(
     };
     let queue = store.requests().map_err(store_error)?;
     let (request, taken) = queued_requests(&state, &queue, request);
-    let mut snapshot = match listed {
-        Some(s) => s,
-        None => list_snapshot(client, app)?,
-    };
+    let mut snapshot = listed.map_or_else(|| list_snapshot(client, app), Ok)?;
     let owner = driver_owner(client, app, &state, &mut snapshot)?;
     crash_point("after-list");
     let mut plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)

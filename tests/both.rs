@@ -1205,7 +1205,7 @@ both!(
         // kubernetes/kubernetes#117015: a terminating pod whose containers have stopped
         // (phase Failed) holds nothing, whatever keeps the object (here a finalizer no one
         // removes): --count-terminating counts it as quota does, so not at all, and it is
-        // replaced. On the simulator (no finalizers) it is simply gone.
+        // replaced. Both servers keep the object until its finalizer is removed.
         let t = &e.template(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  finalizers:\n  - podalloc.test/hold\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: executor\n    image: img\n",
         );
@@ -1221,15 +1221,14 @@ both!(
         });
         e.converge(2, &flags);
         assert_eq!(e.live(), vec![2, 3]);
-        let kept = e.pod(&e.exec(1));
-        if e.control_plane().is_some() {
-            assert!(kept.is_some(), "the real server keeps it for its finalizer");
-        }
-        if let Some(p) = kept {
-            assert!(!p["metadata"]["deletionTimestamp"].is_null(), "{p}");
-            let patch = json!({"metadata": {"finalizers": null}});
-            let (code, out) = e.admin("PATCH", &path, Some(&patch));
-            assert_eq!(code, 200, "{out}");
-        }
+        let kept = e.pod(&e.exec(1)).expect("kept for its finalizer");
+        assert!(!kept["metadata"]["deletionTimestamp"].is_null(), "{kept}");
+        assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 0, "{kept}");
+        let patch = json!({"metadata": {"finalizers": null}});
+        let (code, out) = e.admin("PATCH", &path, Some(&patch));
+        assert_eq!(code, 200, "{out}");
+        e.wait_for("the pod gone once its finalizer is removed", |e| {
+            e.pod(&e.exec(1)).is_none()
+        });
     }
 );

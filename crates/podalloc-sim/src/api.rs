@@ -8,6 +8,8 @@
 //! Succeeded/Failed, is removed at once; otherwise `deletionTimestamp = now + grace` (grace
 //! from the request, else `spec.terminationGracePeriodSeconds`) and the kubelet finishes
 //! the job; a second delete can only shorten the grace period; grace 0 removes at once.
+//! A pod with `metadata.finalizers` is not removed but kept, with `deletionTimestamp` and
+//! `deletionGracePeriodSeconds: 0` (its containers stopped), until a patch empties them.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -314,7 +314,8 @@ impl Registry {
         Ok(self.write(key, new))
     }
 
-    /// Deletes `ns/name` at once (no finalizers here); returns its uid. Errors: 404, 409 for
+    /// Deletes `ns/name` at once (finalizers are modelled for pods only, in the pod store);
+    /// returns its uid. Errors: 404, 409 for
     /// a failed uid or resourceVersion precondition (`Preconditions.Check`). A dry run
     /// removes nothing.
     pub(crate) fn delete(

@@ -140,7 +140,11 @@ impl Client {
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
-                r.content_type("application/json").send(b.unwrap_or(""))
+                let ctype = match m {
+                    "PATCH" => "application/merge-patch+json",
+                    _ => "application/json",
+                };
+                r.content_type(ctype).send(b.unwrap_or(""))
             }
         };
         let mut resp = result.map_err(|e| e.to_string())?;
@@ -591,6 +595,60 @@ fn pods_start_and_deletes_are_graceful_or_immediate() {
     assert_eq!(s.deletes, 4);
     assert_eq!(s.max_live_pods, 1);
     assert_eq!(s.live_pods, 0);
+}
+
+/// A pod with a finalizer, as kube-apiserver keeps it: deleted, it stays with
+/// `deletionTimestamp` and `deletionGracePeriodSeconds: 0` (an unscheduled one at once, a
+/// running one once the kubelet has stopped it, as Failed) until a patch removes the last
+/// finalizer, which deletes it.
+#[test]
+fn a_finalizer_keeps_a_deleted_pod_until_a_patch_removes_it() {
+    let (server, c) = started(|o| {
+        o.startup_latency = Duration::from_millis(100);
+        o.stop_latency = Duration::from_millis(200);
+    });
+    let held = |name: &str| {
+        let mut p: Value = serde_json::from_str(&pod(name, json!({}))).unwrap();
+        p["metadata"]["finalizers"] = json!(["podalloc.test/hold"]);
+        p.to_string()
+    };
+    // Unscheduled (no node: the kubelet never sees it): kept at once.
+    let (_s, quiet) = started(|o| o.nodes = 0);
+    assert_eq!(quiet.call("POST", PODS, Some(&held("idle"))).status, 201);
+    let del = quiet.call("DELETE", &format!("{PODS}/idle"), None);
+    assert_eq!(del.status, 200, "{}", del.body);
+    let kept = quiet.get(&format!("{PODS}/idle"));
+    assert_eq!(kept.status, 200, "kept for its finalizer");
+    assert!(kept.body["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(kept.body["metadata"]["deletionGracePeriodSeconds"], 0);
+
+    // Running, deleted gracefully: the kubelet stops it, and the finalizer keeps it Failed.
+    assert_eq!(c.call("POST", PODS, Some(&held("fin"))).status, 201);
+    wait_for("Running", || phase(&c, "fin") == "Running");
+    let del = c.call("DELETE", &format!("{PODS}/fin?gracePeriodSeconds=5"), None);
+    assert_eq!(del.status, 200, "{}", del.body);
+    assert_eq!(del.body["metadata"]["deletionGracePeriodSeconds"], 5);
+    wait_for("stopped and held", || {
+        let p = c.get(&format!("{PODS}/fin")).body;
+        p["status"]["phase"] == "Failed" && p["metadata"]["deletionGracePeriodSeconds"] == 0
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(c.get(&format!("{PODS}/fin")).status, 200, "still held");
+    assert_eq!(server.stats().live_pods, 0);
+
+    // Removing the last finalizer deletes it.
+    let patch = json!({"metadata": {"finalizers": null}}).to_string();
+    let out = c.call("PATCH", &format!("{PODS}/fin"), Some(&patch));
+    assert_eq!(out.status, 200, "{}", out.body);
+    assert_eq!(c.get(&format!("{PODS}/fin")).status, 404);
+
+    // Grace 0 on a running pod with a finalizer: kept, and its containers stopped.
+    assert_eq!(c.call("POST", PODS, Some(&held("now"))).status, 201);
+    wait_for("Running", || phase(&c, "now") == "Running");
+    let del = c.call("DELETE", &format!("{PODS}/now?gracePeriodSeconds=0"), None);
+    assert_eq!(del.status, 200, "{}", del.body);
+    wait_for("stopped and held", || phase(&c, "now") == "Failed");
+    assert_eq!(c.get(&format!("{PODS}/now")).status, 200);
 }
 
 #[test]

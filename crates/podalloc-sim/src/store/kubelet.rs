@@ -60,7 +60,7 @@ impl Store {
                 EvKind::Stop => self.on_stop(&e.key, e.due),
                 EvKind::Remove => {
                     if self.pods.get(&e.key).is_some_and(|p| p.deletion.is_some()) {
-                        self.remove(&e.key, e.due);
+                        self.remove_or_hold(&e.key, e.due);
                     }
                 }
                 EvKind::Gc => self.on_gc(&e.key, e.due),

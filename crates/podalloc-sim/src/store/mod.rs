@@ -188,6 +188,19 @@ impl PartialOrd for Event {
     }
 }
 
+/// Whether `metadata.finalizers` of the pod is a non-empty list.
+fn has_finalizers(pod: &StoredPod) -> bool {
+    pod.json.contains("\"finalizers\"")
+        && serde_json::from_str::<Value>(&pod.json)
+            .ok()
+            .and_then(|v| {
+                v["metadata"]["finalizers"]
+                    .as_array()
+                    .map(|a| !a.is_empty())
+            })
+            .unwrap_or(false)
+}
+
 fn node_name(i: usize) -> String {
     format!("sim-node-{}", i + 1)
 }
@@ -221,6 +234,9 @@ struct Deletion {
     /// When the kubelet will have stopped the containers.
     stop_due: Instant,
     stopped: bool,
+    /// The deletion is complete (`deletionGracePeriodSeconds: 0`) but `metadata.finalizers`
+    /// keeps the object until an update empties them.
+    held: bool,
 }
 
 #[derive(Debug)]
@@ -432,6 +448,48 @@ impl Store {
                 *n = n.saturating_sub(1);
             }
         }
+    }
+
+    /// The end of a deletion (grace 0, a pod never scheduled or already terminal, or the
+    /// kubelet done): the etcd delete ([`Store::remove`]), unless `metadata.finalizers` is
+    /// not empty. Then, as kube-apiserver's generic registry does, the pod stays with
+    /// `deletionTimestamp` (now, if it had none) and `deletionGracePeriodSeconds: 0` until an
+    /// update empties its finalizers; a scheduled pod still running is stopped by the kubelet
+    /// at once. Returns the pod as removed or as kept.
+    fn remove_or_hold(&mut self, key: &str, now: Instant) -> Option<Arc<StoredPod>> {
+        let e = self.pods.get(key)?;
+        if !has_finalizers(&e.pod) {
+            return self.remove(key, now);
+        }
+        if e.deletion.as_ref().is_some_and(|d| d.held) {
+            return Some(Arc::clone(&e.pod));
+        }
+        let stop = !e.pod.fields.node_name.is_empty()
+            && !e.phase.is_terminal()
+            && !e.deletion.as_ref().is_some_and(|d| d.stopped);
+        let (ts, uid) = (self.reg.clock.rfc3339(now), e.uid.clone());
+        let out = self.rewrite(key, |v, e| {
+            if v["metadata"]["deletionTimestamp"].is_null() {
+                v["metadata"]["deletionTimestamp"] = json!(ts);
+            }
+            v["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            let d = e.deletion.get_or_insert(Deletion {
+                requested: now,
+                deadline: now,
+                grace: 0,
+                stop_due: now,
+                stopped: false,
+                held: false,
+            });
+            (d.grace, d.held) = (0, true);
+            if stop {
+                (d.deadline, d.stop_due) = (now, now);
+            }
+        });
+        if stop {
+            self.push(now, EvKind::Stop, key, &uid);
+        }
+        out
     }
 
     /// Removes a pod from the store (etcd delete) and lets the garbage collector look at
@@ -731,6 +789,13 @@ impl Store {
         let ungated = pod::is_gated(&old) && !pod::is_gated(&new);
         let out =
             (self.rewrite(&key, |v, _| *v = new)).ok_or_else(|| ApiError::pod_not_found(name))?;
+        // A deleted pod whose last finalizer this update removed is deleted now.
+        let held =
+            (self.pods.get(&key)).is_some_and(|e| e.deletion.as_ref().is_some_and(|d| d.held));
+        if held && !has_finalizers(&out) {
+            self.remove(&key, now);
+            return Ok(out);
+        }
         if let Some(e) = self
             .pods
             .get(&key)
@@ -812,7 +877,9 @@ impl Store {
             if dry_run {
                 Arc::clone(&pod)
             } else {
-                store.remove(&key, now).unwrap_or_else(|| Arc::clone(&pod))
+                store
+                    .remove_or_hold(&key, now)
+                    .unwrap_or_else(|| Arc::clone(&pod))
             }
         };
         if let Some(d) = deletion {
@@ -871,6 +938,7 @@ impl Store {
                 grace,
                 stop_due,
                 stopped: false,
+                held: false,
             });
         });
         self.push_current(stop_due, EvKind::Stop, key);

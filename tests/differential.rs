@@ -180,6 +180,7 @@ const USED_VERBS: &[(&str, &[&str])] = &[
             "get",
             "list",
             "patch",
+            "watch",
         ],
     ),
     ("configmaps", &["create", "delete", "get", "list", "update"]),

@@ -61,7 +61,7 @@ pub struct SimArgs {
     pub nodes: usize,
     /// Inject a fault (repeatable): VERB:FAULT[@WHEN], e.g. `create:lost-response@2,3`,
     /// `list:429-text@p=0.2`, `delete:500@always`. Verbs: list, get, create, patch, delete,
-    /// deletecollection (pods), and with a prefix cm-* (ConfigMaps: list, get, create, update,
+    /// deletecollection, watch (pods), and with a prefix cm-* (ConfigMaps: list, get, create, update,
     /// delete), lease-* (get, create, update, delete), ev-* (list, get, create, patch), ns-*
     /// (list, get, create). Faults: 429-text, 429-status,
     /// 500, 503, 504, 504-after-write, reset, delay:MS, lost-response, truncate, 410, garbage,

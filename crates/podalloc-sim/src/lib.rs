@@ -5,7 +5,7 @@
 //!
 //! | kind | path | verbs |
 //! |---|---|---|
-//! | Pod | `/api/v1/[namespaces/{ns}/]pods[/{name}]` | list, get, create, patch, delete, deletecollection |
+//! | Pod | `/api/v1/[namespaces/{ns}/]pods[/{name}]` | list, get, create, patch, delete, deletecollection, watch |
 //! | ConfigMap | `/api/v1/[namespaces/{ns}/]configmaps[/{name}]` | list, get, create, update, delete |
 //! | Lease | `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]` | get, create, update, delete |
 //! | Event | `/api/v1/[namespaces/{ns}/]events[/{name}]` | list, get, create, patch |

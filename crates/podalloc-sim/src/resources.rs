@@ -15,11 +15,13 @@ pub(crate) enum Verb {
     Patch,
     Delete,
     DeleteCollection,
+    /// `GET` of a collection with `watch=true` (kube-apiserver's `RequestInfo` verb).
+    Watch,
 }
 
 impl Verb {
     /// Every verb, in the order fault-rule error messages list them.
-    pub(crate) const ALL: [Verb; 7] = [
+    pub(crate) const ALL: [Verb; 8] = [
         Verb::List,
         Verb::Get,
         Verb::Create,
@@ -27,6 +29,7 @@ impl Verb {
         Verb::Patch,
         Verb::Delete,
         Verb::DeleteCollection,
+        Verb::Watch,
     ];
 
     /// The verb's name in RBAC, discovery and audit (`list`, `deletecollection`, …).
@@ -39,6 +42,7 @@ impl Verb {
             Verb::Patch => "patch",
             Verb::Delete => "delete",
             Verb::DeleteCollection => "deletecollection",
+            Verb::Watch => "watch",
         }
     }
 }
@@ -159,6 +163,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
             Verb::Patch,
             Verb::Delete,
             Verb::DeleteCollection,
+            Verb::Watch,
         ],
         short_names: &["po"],
         categories: &["all"],

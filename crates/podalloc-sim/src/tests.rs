@@ -651,6 +651,30 @@ fn a_finalizer_keeps_a_deleted_pod_until_a_patch_removes_it() {
     assert_eq!(c.get(&format!("{PODS}/now")).status, 200);
 }
 
+/// `GET …/pods?watch=true` is the verb `watch`, as kube-apiserver's RequestInfo says: a Role
+/// without it is refused (403) while lists still work, and a fault rule names it.
+#[test]
+fn a_watch_is_its_own_verb() {
+    let (_s, c) = started(|o| o.forbid = vec!["watch".into()]);
+    assert_eq!(c.get(PODS).status, 200);
+    let w = c.get(&format!("{PODS}?watch=true&timeoutSeconds=1"));
+    assert_eq!(w.status, 403, "{}", w.body);
+    assert!(
+        w.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot watch"),
+        "{}",
+        w.body
+    );
+    let (_s, c) = started(|o| o.faults = faults(&["watch:503@always"]));
+    assert_eq!(c.get(PODS).status, 200);
+    assert_eq!(
+        c.get(&format!("{PODS}?watch=1&timeoutSeconds=1")).status,
+        503
+    );
+}
+
 #[test]
 fn sim_side_door_seeds_and_fails_pods() {
     let server = SimServer::start(SimOptions {
@@ -1488,7 +1512,7 @@ fn forbidden_verbs_get_the_rbac_message() {
         "pods is forbidden: User \"system:serviceaccount:default:podalloc\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
     );
     assert!(SimServer::start(SimOptions {
-        forbid: vec!["watch".into()],
+        forbid: vec!["proxy".into()],
         ..fast_opts()
     })
     .is_err());

@@ -188,6 +188,39 @@ impl PartialOrd for Event {
     }
 }
 
+/// apimachinery's `ValidateNoNewFinalizers`: an update of a pod being deleted may remove
+/// finalizers but not add one (422, `metadata.finalizers: Forbidden`).
+fn no_new_finalizers(old: &Value, new: &Value, name: &str) -> Result<(), ApiError> {
+    if old["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(());
+    }
+    let list = |v: &Value| -> BTreeSet<String> {
+        (v["metadata"]["finalizers"].as_array().into_iter().flatten())
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect()
+    };
+    let before = list(old);
+    let extra: Vec<String> = (list(new).into_iter())
+        .filter(|f| !before.contains(f))
+        .map(|f| format!("{f:?}"))
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let detail = format!(
+        "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+        extra.join(", ")
+    );
+    Err(ApiError::invalid(
+        "Pod",
+        name,
+        &[crate::validation::FieldError::forbidden(
+            "metadata.finalizers",
+            detail,
+        )],
+    ))
+}
+
 /// Whether `metadata.finalizers` of the pod is a non-empty list.
 fn has_finalizers(pod: &StoredPod) -> bool {
     pod.json.contains("\"finalizers\"")
@@ -786,6 +819,7 @@ impl Store {
         let old: Value = serde_json::from_str(&e.pod.json)
             .map_err(|e| ApiError::internal_error(&e.to_string()))?;
         let new = crate::patch::apply(&old, patch, name)?;
+        no_new_finalizers(&old, &new, name)?;
         let ungated = pod::is_gated(&old) && !pod::is_gated(&new);
         let out =
             (self.rewrite(&key, |v, _| *v = new)).ok_or_else(|| ApiError::pod_not_found(name))?;

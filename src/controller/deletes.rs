@@ -50,8 +50,7 @@ pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete])
         plan.iter().partition(|d| d.uid.is_some());
     let (pending, other): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
         seen.into_iter().partition(|d| d.if_pending);
-    for group in [unseen, other, pending] {
-        let by_name = group.first().is_some_and(|d| d.uid.is_none());
+    for (group, by_name) in [(unseen, true), (other, false), (pending, false)] {
         if by_name || group.len() < 2 || ONE_BY_ONE.load(Ordering::Relaxed) {
             group
                 .iter()

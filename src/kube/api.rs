@@ -370,18 +370,15 @@ impl Api<'_> {
         if !(200..300).contains(&resp.status) {
             return Err(KubeClient::api_error(&req.verb, &resp));
         }
-        let bad = |message: String| KubeError::Decode {
+        // The answer is one page of a list: read as `list_items` reads its pages.
+        let mut sink = ItemsSink {
             what: format!("the answer to {}", req.verb),
-            message,
+            items: Vec::new(),
         };
-        let v: Value = serde_json::from_slice(&resp.body).map_err(|e| bad(e.to_string()))?;
-        match &v["items"] {
-            Value::Array(items) => Ok((items.iter())
-                .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
-                .collect()),
-            Value::Null => Ok(Vec::new()),
-            _ => Err(bad("items is not an array".to_string())),
-        }
+        sink.page(&resp.body)?;
+        Ok((sink.items.iter())
+            .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+            .collect())
     }
 
     /// Lists the objects matching `lp`, page by page with `limit`/`continue`, handing each

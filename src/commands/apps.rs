@@ -157,8 +157,8 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
 fn refuse_app_flags(cli: &Cli) -> Result<()> {
     for (given, flag) in [
         (
-            matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
-            "--state-store configmap:NAME",
+            !matches!(cli.app.state_store, StateStoreKind::File),
+            "--state-store configmap:NAME or executorset:NAME",
         ),
         (cli.app.app_id.is_some(), "--app-id"),
         (cli.app.state_file.is_some(), "--state-file"),
@@ -532,6 +532,7 @@ impl StateStore for Lazy<'_> {
         match &self.spec {
             StoreAt::File(p) => format!("state file {}", p.display()),
             StoreAt::ConfigMap(n) => format!("ConfigMap {n}"),
+            StoreAt::ExecutorSet(n) => format!("ExecutorSet {n}"),
         }
     }
     fn load(
@@ -561,6 +562,31 @@ impl StateStore for Lazy<'_> {
     }
     fn queue_marker(&self) -> Option<std::time::SystemTime> {
         self.inner.as_ref().and_then(|s| s.queue_marker())
+    }
+    fn home_target(&mut self) -> Option<u32> {
+        self.inner.as_mut().and_then(|s| s.home_target())
+    }
+    fn home_template(
+        &self,
+    ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
+        self.inner.as_ref().map_or(Ok(None), |s| s.home_template())
+    }
+    fn observe(
+        &mut self,
+        summary: &crate::engine::alloc::Summary,
+        blocked: Option<&crate::engine::alloc::Blocked>,
+    ) {
+        if let Some(s) = self.inner.as_mut() {
+            s.observe(summary, blocked);
+        }
+    }
+    fn publish(&mut self) -> std::result::Result<(), StoreError> {
+        self.inner.as_mut().map_or(Ok(()), |s| s.publish())
+    }
+    fn intent_changed(&mut self) -> std::result::Result<bool, StoreError> {
+        self.inner
+            .as_mut()
+            .map_or(Ok(false), |s| s.intent_changed())
     }
 }
 
@@ -668,6 +694,7 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Entr
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
         Some(Ok(StateStoreKind::ConfigMap(n))) => StoreAt::ConfigMap(n),
+        Some(Ok(StateStoreKind::ExecutorSet(n))) => StoreAt::ExecutorSet(n),
         _ => match e.state_file {
             Some(p) => StoreAt::File(dir.join(p)),
             None => conn.state_dir.store(&ns, &app.app_id),

@@ -333,7 +333,9 @@ fn tick_inner(
         loaded.clone().inherited()
     };
     let queue = store.requests().map_err(store_error)?;
-    let (request, taken) = queued_requests(&state, &queue, request);
+    let (mut request, taken) = queued_requests(&state, &queue, request);
+    let home_app = follow_home(store, app, &mut request)?;
+    let app = home_app.as_ref().unwrap_or(app);
     let mut snapshot = listed.map_or_else(|| list_snapshot(client, app), Ok)?;
     let owner = driver_owner(client, app, &state, &mut snapshot)?;
     crash_point("after-list");
@@ -375,19 +377,7 @@ fn tick_inner(
     out.throttled = throttled(&out.api_errors);
     let mut state = alloc::record(&plan, &out, &app.settings, now_ms);
     state.applied_requests.retain(|id| !gone.contains(id));
-    if changed_beyond_clock(&state, &plan.state) {
-        crash_point("before-final-save");
-        if let Err(e) = store.save(&state) {
-            // The store keeps the write-ahead state, whose unacknowledged creates this tick
-            // may or may not have made (a leader fenced mid-tick made none): this process
-            // reads it back as a successor would, so the next step settles them by name
-            // instead of waiting out the creation timeout.
-            forget_saved_here(&key);
-            return Err(store_error(e));
-        }
-        saved_here(&key, &state);
-    }
-    crash_point("after-final-save");
+    final_save(store, &key, &plan, &state)?;
     log_outcomes(&plan, &out, &state);
     let done = crate::controller::events::Done {
         out: &out,
@@ -426,6 +416,55 @@ fn queued_requests(
         .collect();
     let (request, n) = alloc::take_requests(request, &fresh);
     (request, fresh.into_iter().take(n).collect())
+}
+
+/// After the calls: hands the store what the tick saw ([`StateStore::observe`]), saves
+/// `state` when it changed beyond the clock, then publishes the rest
+/// ([`StateStore::publish`]: a failure there is a warning, written again next tick). Errors:
+/// the save's (this process then reads the store back as a successor would).
+fn final_save(
+    store: &mut dyn StateStore,
+    key: &str,
+    plan: &Plan,
+    state: &AllocatorState,
+) -> Result<()> {
+    store.observe(&plan.summary, plan.blocked.as_ref());
+    if changed_beyond_clock(state, &plan.state) {
+        crash_point("before-final-save");
+        if let Err(e) = store.save(state) {
+            // The store keeps the write-ahead state, whose unacknowledged creates this tick
+            // may or may not have made (a leader fenced mid-tick made none): this process
+            // reads it back as a successor would, so the next step settles them by name
+            // instead of waiting out the creation timeout.
+            forget_saved_here(key);
+            return Err(store_error(e));
+        }
+        saved_here(key, state);
+    }
+    crash_point("after-final-save");
+    if let Err(e) = store.publish() {
+        warn!("{e}; the status is written again next tick");
+    }
+    Ok(())
+}
+
+/// The step's request and app as the store's home sets them: its target
+/// ([`StateStore::home_target`]) as [`alloc::TargetChange::Absolute`] over `request`'s (a
+/// seed only fills an empty home), its template ([`StateStore::home_template`]) over the
+/// flags'; `None`: `app` as it is. Errors: an unusable template in the home (exit 2).
+fn follow_home(
+    store: &mut dyn StateStore,
+    app: &App,
+    request: &mut Request,
+) -> Result<Option<App>> {
+    if let Some(n) = store.home_target() {
+        request.target = alloc::TargetChange::Absolute(n);
+    }
+    let template = store.home_template().map_err(store_error)?;
+    Ok(template.map(|t| App {
+        template: Some(t),
+        ..app.clone()
+    }))
 }
 
 /// Logs the steering requests a tick applies, one line each.

@@ -26,6 +26,28 @@ use std::time::Duration;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Prints the process kubelet's lines (`podalloc_sim::process`, info and up) and every
+/// warning, each with the wall-clock time in epoch milliseconds.
+struct Log;
+
+impl log::Log for Log {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Warn
+            || (m.level() <= log::Level::Info && m.target().starts_with("podalloc_sim::process"))
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            println!("{ms} {} {}", r.level(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
@@ -85,6 +107,7 @@ fn main() {
         process,
         ..EmulatorOptions::default()
     };
+    let _ = log::set_logger(&Log).map(|()| log::set_max_level(log::LevelFilter::Info));
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);

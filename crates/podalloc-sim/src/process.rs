@@ -197,6 +197,8 @@ const HOST_ENV: [&str; 5] = ["PATH", "HOME", "LANG", "JAVA_HOME", "TMPDIR"];
 /// One executor process of a pod.
 #[derive(Debug)]
 pub(crate) struct Proc {
+    /// The pod's name (for the log).
+    name: String,
     /// The pod's uid: a pod recreated under the same name is another process.
     pub uid: String,
     child: Child,
@@ -256,6 +258,7 @@ pub(crate) fn spawn(
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", opts.java))?;
     log::info!("process kubelet: {name} started as pid {}", child.id());
     Ok(Proc {
+        name: name.to_string(),
         uid: uid.to_string(),
         child,
         term_at: None,
@@ -270,6 +273,7 @@ impl Proc {
     pub fn signal(&mut self, sig: i32) {
         if self.exit.is_none() {
             if let Ok(pid) = i32::try_from(self.child.id()) {
+                log::info!("process kubelet: {} signal {sig}", self.name);
                 // SAFETY: kill(2) with a process group we created; no memory is involved.
                 unsafe { libc::kill(-pid, sig) };
             }
@@ -285,10 +289,16 @@ impl Proc {
     pub fn poll(&mut self) -> Option<i64> {
         if self.exit.is_none() {
             if let Ok(Some(status)) = self.child.try_wait() {
-                self.exit = Some(exit_code(status));
+                self.ended(status);
             }
         }
         self.exit
+    }
+
+    fn ended(&mut self, status: ExitStatus) {
+        let code = exit_code(status);
+        log::info!("process kubelet: {} exited {code}", self.name);
+        self.exit = Some(code);
     }
 
     /// SIGTERM, then SIGKILL if it has not ended within `grace`; waits for it.
@@ -301,7 +311,7 @@ impl Proc {
         if self.exit.is_none() {
             self.signal(libc::SIGKILL);
             if let Ok(status) = self.child.wait() {
-                self.exit = Some(exit_code(status));
+                self.ended(status);
             }
         }
     }

@@ -449,7 +449,7 @@ pub(crate) fn executorset_table(rv: u64, items: &[Value], now: SystemTime) -> Re
 }
 
 /// The description of `metadata.name` (ObjectMeta's swagger doc), the Name column's.
-const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of a name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 
 /// A Namespace object (always `Active`).
 pub(crate) fn namespace_json(name: &str) -> Value {

@@ -153,6 +153,9 @@ fn strategic(target: &mut Value, patch: &Value, path: &str) {
         if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
             if let (Some(Value::Array(have)), Some(gone)) = (t.get_mut(list), v.as_array()) {
                 have.retain(|x| !gone.contains(x));
+                if have.is_empty() {
+                    t.remove(list);
+                }
             }
             continue;
         }
@@ -179,29 +182,45 @@ fn strategic(target: &mut Value, patch: &Value, path: &str) {
 
 /// A list with a merge strategy: primitives are added when absent; objects replace or merge
 /// into the item with the same `key`, or are appended; `{key: K, $patch: delete}` removes.
+/// The result is ordered as `mergeSlice` orders it: the patch's items in the patch's order,
+/// the others (in their stored order) placed before a patch item only when both were
+/// stored and they came first.
 fn merge_list(target: &mut Value, items: &[Value], key: Option<&str>) {
-    if !target.is_array() {
-        *target = Value::Array(Vec::new());
-    }
-    let have = target.as_array_mut().expect("an array");
+    let original = target.as_array().cloned().unwrap_or_default();
+    let id = |v: &Value| match key {
+        Some(k) => v.get(k).cloned().unwrap_or(Value::Null),
+        None => v.clone(),
+    };
+    let mut merged = original.clone();
     for item in items {
-        let Some(key) = key else {
-            if !have.contains(item) {
-                have.push(item.clone());
-            }
-            continue;
-        };
-        let pos = have.iter().position(|h| h.get(key) == item.get(key));
-        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        let pos = merged.iter().position(|h| id(h) == id(item));
+        let delete = key.is_some() && item.get("$patch").and_then(Value::as_str) == Some("delete");
         match (pos, delete) {
             (Some(i), true) => {
-                have.remove(i);
+                merged.remove(i);
             }
-            (Some(i), false) => strategic(&mut have[i], item, ""),
-            (None, false) => have.push(item.clone()),
-            (None, true) => {}
+            (Some(i), false) if key.is_some() => strategic(&mut merged[i], item, ""),
+            (None, false) => merged.push(item.clone()),
+            _ => {}
         }
     }
+    let in_patch: Vec<Value> = items.iter().map(id).collect();
+    let (mut right, left): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|m| in_patch.contains(&id(m)));
+    right.sort_by_key(|m| in_patch.iter().position(|p| *p == id(m)));
+    let stored = |v: &Value| original.iter().position(|o| id(o) == id(v));
+    let (mut l, mut r) = (left.into_iter().peekable(), right.into_iter().peekable());
+    let mut out = Vec::new();
+    loop {
+        let take_left = match (l.peek(), r.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => matches!((stored(a), stored(b)), (Some(x), Some(y)) if x < y),
+        };
+        out.extend(if take_left { l.next() } else { r.next() });
+    }
+    *target = Value::Array(out);
 }
 
 /// A JSON pointer's tokens (`~1` is `/`, `~0` is `~`).
@@ -395,16 +414,21 @@ mod tests {
             "data": {"k": "v", "l": "w"}});
         let p = json!({"metadata": {"finalizers": ["b"], "labels": {"x": null}},
             "data": {"$patch": "replace", "only": "this"}});
+        // The patch's new items first, as kube-apiserver orders them.
         assert_eq!(
             patched(PatchType::Strategic, doc.clone(), p).unwrap(),
-            json!({"metadata": {"finalizers": ["a", "b"], "labels": {"y": "2"}},
+            json!({"metadata": {"finalizers": ["b", "a"], "labels": {"y": "2"}},
                 "data": {"only": "this"}})
         );
-        let p = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}});
+        let p = json!({"metadata": {"finalizers": ["c", "a"]}});
+        let two = json!({"metadata": {"finalizers": ["a", "b"]}});
         assert_eq!(
-            patched(PatchType::Strategic, doc, p).unwrap()["metadata"]["finalizers"],
-            json!([])
+            patched(PatchType::Strategic, two, p).unwrap()["metadata"]["finalizers"],
+            json!(["c", "a", "b"])
         );
+        let p = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}});
+        let out = patched(PatchType::Strategic, doc, p).unwrap();
+        assert!(out["metadata"].get("finalizers").is_none(), "{out}");
     }
 
     #[test]

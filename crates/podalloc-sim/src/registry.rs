@@ -84,6 +84,28 @@ fn invalid(res: &Resource, name: &str, errs: &[FieldError]) -> ApiError {
     e
 }
 
+/// The 422 of an update without a resourceVersion where the kind needs one: a built-in
+/// kind's names the kind and prints the value as `0x0` (a uint64 in hex); a custom
+/// resource's names its group-qualified resource and prints `0`.
+fn unconditional_update(res: &Resource, name: &str) -> ApiError {
+    let mut e = FieldError::invalid(
+        "metadata.resourceVersion",
+        "",
+        "must be specified for an update",
+    );
+    if res.id != Kind::ExecutorSet {
+        e.value = "0x0".into();
+        return invalid(res, name, &[e]);
+    }
+    e.value = "0".into();
+    let mut err = ApiError::invalid(&res.qualified(), name, &[e]);
+    if let Some(d) = err.details.as_mut() {
+        d.group = res.group.into();
+        d.kind = res.plural.into();
+    }
+    err
+}
+
 /// Where an object is kept: (kind, `namespace/name`), in etcd's key order.
 type Key = (Kind, String);
 
@@ -267,13 +289,7 @@ impl Registry {
             meta_str(old, "resourceVersion"),
         );
         if want_rv.is_empty() && !s.allow_unconditional_update() {
-            let mut e = FieldError::invalid(
-                "metadata.resourceVersion",
-                "",
-                "must be specified for an update",
-            );
-            e.value = "0x0".into();
-            return Err(invalid(res, name, &[e]));
+            return Err(unconditional_update(res, name));
         }
         if !want_rv.is_empty() && want_rv != old_rv {
             let e = ApiError::conflict(&res.qualified(), name, OPTIMISTIC_LOCK);

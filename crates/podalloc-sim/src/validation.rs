@@ -43,16 +43,16 @@ impl FieldError {
     }
 
     /// `field.Invalid(path, value, detail)` for a JSON value, rendered as `field.Error`
-    /// renders a Go value: numbers and booleans plain, strings quoted, `null` for nil,
-    /// anything else as JSON.
+    /// renders a Go value: numbers, booleans and nil (`null`) plain, strings quoted, objects
+    /// and arrays not at all.
     pub(crate) fn invalid_json(
         field: impl Into<String>,
         value: &serde_json::Value,
         detail: impl Into<String>,
     ) -> Self {
         let value = match value {
-            serde_json::Value::Null => "\"null\"".to_string(),
             serde_json::Value::String(s) => go_quote(s),
+            serde_json::Value::Object(_) | serde_json::Value::Array(_) => String::new(),
             other => other.to_string(),
         };
         FieldError {
@@ -136,6 +136,10 @@ impl FieldError {
     /// `ErrorBody()`: the message without the field path (what `causes[].message` holds).
     pub(crate) fn body(&self) -> String {
         let head = match self.kind {
+            // A value `field.Error` does not print (an object's, from a CEL rule).
+            ErrorType::Invalid | ErrorType::TypeInvalid if self.value.is_empty() => {
+                "Invalid value".to_string()
+            }
             ErrorType::Invalid | ErrorType::TypeInvalid => format!("Invalid value: {}", self.value),
             ErrorType::Required => "Required value".to_string(),
             ErrorType::Duplicate => format!("Duplicate value: {}", self.value),

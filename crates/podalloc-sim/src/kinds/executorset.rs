@@ -246,7 +246,7 @@ fn blocked(errs: &mut Vec<FieldError>) -> bool {
         errs.push(FieldError {
             kind: ErrorType::Invalid,
             field: "<nil>".into(),
-            value: "\"null\"".into(),
+            value: "null".into(),
             detail: "some validation rules were not checked because the object was invalid; \
                      correct the existing errors to complete validation"
                 .into(),
@@ -260,17 +260,13 @@ fn cel(new: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = &new["spec"];
     if let (Some(min), Some(max)) = (spec["minReplicas"].as_i64(), spec["maxReplicas"].as_i64()) {
         if min > max {
-            errs.push(FieldError::invalid("spec", "object", MIN_MAX_MESSAGE));
+            errs.push(FieldError::invalid_json("spec", spec, MIN_MAX_MESSAGE));
         }
     }
     let was = old.and_then(|o| o["spec"]["appId"].as_str());
     if let (Some(was), Some(now)) = (was, spec["appId"].as_str()) {
         if was != now {
-            errs.push(FieldError::invalid(
-                "spec.appId",
-                "string",
-                "appId is immutable",
-            ));
+            errs.push(FieldError::invalid("spec.appId", now, "appId is immutable"));
         }
     }
 }
@@ -448,7 +444,7 @@ mod tests {
             messages(&validate(&es(json!({"replicas": 2})), None)),
             [
                 "spec.appId: Required value",
-                "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
+                "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
             ]
         );
         assert_eq!(
@@ -461,12 +457,12 @@ mod tests {
         let bounds = json!({"appId": "a", "minReplicas": 5, "maxReplicas": 2});
         assert_eq!(
             messages(&validate(&es(bounds), None)),
-            ["spec: Invalid value: \"object\": minReplicas must be less than or equal to maxReplicas"]
+            ["spec: Invalid value: minReplicas must be less than or equal to maxReplicas"]
         );
         let old = es(json!({"appId": "a"}));
         assert_eq!(
             messages(&validate(&es(json!({"appId": "b"})), Some(&old))),
-            ["spec.appId: Invalid value: \"string\": appId is immutable"]
+            ["spec.appId: Invalid value: \"b\": appId is immutable"]
         );
         let typed = validate(&es(json!({"appId": "a", "replicas": "3"})), None);
         assert_eq!(typed[0].to_string(), "spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"");

@@ -809,7 +809,7 @@ struct ListMeta<'a> {
     cont: Option<Str<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawPod<'a> {
     #[serde(borrow, default)]
     metadata: Option<RawMeta<'a>>,
@@ -857,7 +857,7 @@ struct RawSpec<'a> {
     scheduling_gates: Option<json::Capped<json::Checked>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawContainer<'a> {
     #[serde(borrow, default)]
@@ -1066,7 +1066,7 @@ impl RawStatus<'_> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawCondition<'a> {
     #[serde(borrow, default, rename = "type")]
     kind: Option<Str<'a>>,
@@ -1076,7 +1076,7 @@ struct RawCondition<'a> {
     reason: Option<Str<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawContainerStatus<'a> {
     #[serde(borrow, default)]
@@ -1089,7 +1089,7 @@ struct RawContainerStatus<'a> {
     state: Option<RawContainerState<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawContainerState<'a> {
     #[serde(borrow, default)]
     waiting: Option<RawReason<'a>>,
@@ -1099,13 +1099,13 @@ struct RawContainerState<'a> {
     terminated: Option<RawTerminated<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawReason<'a> {
     #[serde(borrow, default)]
     reason: Option<Str<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawTerminated<'a> {
     #[serde(default)]

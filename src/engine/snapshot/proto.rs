@@ -42,8 +42,15 @@ fn string<'a>(v: Field<'a>, what: &str) -> Result<Option<Str<'a>>, String> {
     Ok((!s.is_empty()).then_some(Str(Cow::Borrowed(s))))
 }
 
-/// Appends to a capped list (at most [`MAX_LIST`] elements, as the JSON decoder allows).
-fn push<T>(list: &mut Option<Capped<T>>, x: T, what: &str) -> Result<(), String> {
+/// Decodes the length-delimited field `what` with `decode` and appends it to a capped list
+/// (at most [`MAX_LIST`] elements, as the JSON decoder allows).
+fn push<'a, T>(
+    list: &mut Option<Capped<T>>,
+    v: Field<'a>,
+    decode: fn(&'a [u8]) -> Result<T, String>,
+    what: &str,
+) -> Result<(), String> {
+    let x = decode(bytes(v, what)?)?;
     let l = list.get_or_insert_with(|| Capped(Vec::new()));
     if l.0.len() == MAX_LIST {
         return Err(format!("more than {MAX_LIST} {what} in one pod"));
@@ -82,11 +89,7 @@ pub(super) fn list_continue(buf: &[u8]) -> Result<Option<Option<Str<'_>>>, Strin
 /// A `v1.Pod`: metadata 1 (exactly once), spec 2, status 3 (at most once each), nothing
 /// else; only the fields the snapshot reads are decoded.
 pub(super) fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
-    let mut p = RawPod {
-        metadata: None,
-        spec: None,
-        status: None,
-    };
+    let mut p = RawPod::default();
     each(buf, |num, v| {
         let twice = match num {
             1 => p
@@ -218,21 +221,15 @@ fn spec(buf: &[u8]) -> Result<RawSpec<'_>, String> {
     let mut s = RawSpec::default();
     each(buf, |num, v| {
         match num {
-            2 => push(
-                &mut s.containers,
-                container(bytes(v, "containers")?)?,
-                "containers",
-            )?,
+            2 => push(&mut s.containers, v, container, "containers")?,
             10 => s.node_name = string(v, "spec.nodeName")?,
-            20 => push(
-                &mut s.init_containers,
-                container(bytes(v, "initContainers")?)?,
-                "init containers",
+            20 => push(&mut s.init_containers, v, container, "initContainers")?,
+            38 => push(
+                &mut s.scheduling_gates,
+                v,
+                |_| Ok(Checked),
+                "schedulingGates",
             )?,
-            38 => {
-                bytes(v, "schedulingGates")?;
-                push(&mut s.scheduling_gates, Checked, "scheduling gates")?;
-            }
             _ => {}
         }
         Ok(())
@@ -242,10 +239,7 @@ fn spec(buf: &[u8]) -> Result<RawSpec<'_>, String> {
 
 /// A `v1.Container`: name 1, restartPolicy 24.
 fn container(buf: &[u8]) -> Result<RawContainer<'_>, String> {
-    let mut c = RawContainer {
-        name: None,
-        restart_policy: None,
-    };
+    let mut c = RawContainer::default();
     each(buf, |num, v| {
         match num {
             1 => c.name = string(v, "container name")?,
@@ -264,21 +258,19 @@ fn status(buf: &[u8]) -> Result<RawStatus<'_>, String> {
     each(buf, |num, v| {
         match num {
             1 => s.phase = string(v, "status.phase")?,
-            2 => push(
-                &mut s.conditions,
-                condition(bytes(v, "conditions")?)?,
-                "conditions",
-            )?,
+            2 => push(&mut s.conditions, v, condition, "conditions")?,
             4 => s.reason = string(v, "status.reason")?,
             8 => push(
                 &mut s.container_statuses,
-                container_status(bytes(v, "containerStatuses")?)?,
-                "container statuses",
+                v,
+                container_status,
+                "containerStatuses",
             )?,
             10 => push(
                 &mut s.init_container_statuses,
-                container_status(bytes(v, "initContainerStatuses")?)?,
-                "init container statuses",
+                v,
+                container_status,
+                "initContainerStatuses",
             )?,
             _ => {}
         }
@@ -289,11 +281,7 @@ fn status(buf: &[u8]) -> Result<RawStatus<'_>, String> {
 
 /// A `v1.PodCondition`: type 1, status 2, reason 5.
 fn condition(buf: &[u8]) -> Result<RawCondition<'_>, String> {
-    let mut c = RawCondition {
-        kind: None,
-        status: None,
-        reason: None,
-    };
+    let mut c = RawCondition::default();
     each(buf, |num, v| {
         match num {
             1 => c.kind = string(v, "condition type")?,
@@ -308,12 +296,7 @@ fn condition(buf: &[u8]) -> Result<RawCondition<'_>, String> {
 
 /// A `v1.ContainerStatus`: name 1, state 2, restartCount 5 (int32), image 6.
 fn container_status(buf: &[u8]) -> Result<RawContainerStatus<'_>, String> {
-    let mut c = RawContainerStatus {
-        name: None,
-        image: None,
-        restart_count: None,
-        state: None,
-    };
+    let mut c = RawContainerStatus::default();
     each(buf, |num, v| {
         match num {
             1 => c.name = string(v, "container status name")?,
@@ -330,15 +313,11 @@ fn container_status(buf: &[u8]) -> Result<RawContainerStatus<'_>, String> {
 /// A `v1.ContainerState`: waiting 1 {reason 1}, running 2, terminated 3 {exitCode 1 (int32),
 /// reason 3}; only the one set is on the wire.
 fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
-    let mut s = RawContainerState {
-        waiting: None,
-        running: None,
-        terminated: None,
-    };
+    let mut s = RawContainerState::default();
     each(buf, |num, v| {
         match num {
             1 => {
-                let mut w = RawReason { reason: None };
+                let mut w = RawReason::default();
                 each(bytes(v, "waiting")?, |n, v| {
                     if n == 1 {
                         w.reason = string(v, "waiting reason")?;
@@ -352,10 +331,7 @@ fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
                 s.running = Some(Checked);
             }
             3 => {
-                let mut t = RawTerminated {
-                    exit_code: None,
-                    reason: None,
-                };
+                let mut t = RawTerminated::default();
                 each(bytes(v, "terminated")?, |n, v| {
                     match n {
                         1 => t.exit_code = Some(i64::from(number(v, "exitCode")? as i32)),

@@ -20,8 +20,10 @@
 # The cache is $PODALLOC_CONTROLPLANE_CACHE or ~/.cache/podalloc/controlplane, one folder per
 # version pair (for example v1.37.2-etcd-v3.7.0/bin/{kube-apiserver,etcd}); nothing built is
 # ever written into the repository. `start` options, as environment variables:
-#   PODALLOC_CP_WATCH_PID=PID   stop the control plane once process PID has gone (the test
-#                               harness passes its own pid, so no server outlives a test run)
+#   PODALLOC_CP_WATCH_PID=PID   stop the control plane once process PID has gone, and remove
+#                               DIR (the test harness passes its own pid and a DIR in the
+#                               temporary directory, so no server and no file outlives a test
+#                               run; PODALLOC_CP_KEEP=1 keeps DIR, its logs and audit log)
 #   PODALLOC_CP_COMPACTION=DUR  --etcd-compaction-interval (default 5m, as the real default)
 #   PODALLOC_CP_EXTRA="FLAGS"   more kube-apiserver flags
 #   PODALLOC_CP_USERS="NAME..."  more users like `podalloc` (group podalloc:users, no
@@ -242,10 +244,12 @@ EOF
   printf '%s\n' "$throttled" >"$d/throttled.token"
   chmod 600 "$d/admin.token" "$d/podalloc.token" "$d/throttled.token"
   if [ -n "${PODALLOC_CP_WATCH_PID:-}" ]; then
-    # Stops the control plane once the process that asked for it has gone.
+    # Stops the control plane once the process that asked for it has gone, and removes its
+    # files unless asked to keep them.
     (
       while kill -0 "$PODALLOC_CP_WATCH_PID" 2>/dev/null; do sleep 1; done
       stop "$d"
+      if [ -z "${PODALLOC_CP_KEEP:-}" ]; then rm -rf "$d"; fi
     ) >/dev/null 2>&1 </dev/null &
     disown
   fi

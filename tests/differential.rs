@@ -29,7 +29,8 @@ struct Case {
 }
 
 /// Differences kept on purpose: (case, pointer, why). What the simulator's Protobuf leaves
-/// out (fields no case reads) is listed in `tests/real/README.md`.
+/// out (fields no case reads), and what it does not serve of the ExecutorSet CRD (watch,
+/// deletecollection, server-side apply), are listed in `tests/real/README.md`.
 const DELIBERATE: &[(&str, &str, &str)] = &[];
 
 fn pod(name: &str) -> Value {
@@ -615,6 +616,14 @@ fn es_cases() -> Vec<Req> {
             "",
             Some(es("diff-bad", json!({"appId": "a", "replicas": "3"}))),
             &["/kind", "/reason", "/code", "/details/causes/0"],
+        ),
+        req(
+            "es create with an undeclared field, strict",
+            "POST",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets?fieldValidation=Strict",
+            "",
+            Some(es("diff-strict", json!({"appId": "a", "undeclared": 1}))),
+            &["/kind", "/reason", "/code", "/message"],
         ),
         req(
             "es get",

@@ -420,13 +420,16 @@ fn registry_dispatch(
             Ok(stored(200, &v))
         }
         Verb::Create => {
+            let unknown = registry_field_validation(req, res)?;
             let (v, dry) = write_body(req, res)?;
-            Ok(stored(201, &lock(shared).reg.create(res, ns, v, dry, now)?))
+            let v = lock(shared).reg.create(res, ns, v, dry, now)?;
+            Ok(warned(stored(201, &v), &unknown))
         }
         Verb::Update => {
+            let unknown = registry_field_validation(req, res)?;
             let (v, dry) = write_body(req, res)?;
             let v = lock(shared).reg.update(res, ns, name, v, dry, part)?;
-            Ok(stored(200, &v))
+            Ok(warned(stored(200, &v), &unknown))
         }
         Verb::Patch => {
             let t = patch_type_of(req, res)?;
@@ -832,6 +835,18 @@ fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Resp
 /// parameter (`Strict`, `Warn` — the default — or `Ignore`). Under `Strict` an unknown field
 /// is a 400; otherwise returns the unknown fields to warn about (none under `Ignore`).
 fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
+    checked_fields(req, ("Pod", "v1"), |v| {
+        schema::unknown_fields(v, &schema::POD)
+    })
+}
+
+/// [`field_validation`] of a body of `kind` in `version`, whose undeclared fields `unknown`
+/// lists.
+fn checked_fields(
+    req: &Request,
+    (kind, version): (&str, &str),
+    unknown: impl Fn(&Value) -> Vec<String>,
+) -> Result<Vec<String>, ApiError> {
     let mode = req.param("fieldValidation").unwrap_or("");
     if !matches!(mode, "" | "Strict" | "Warn" | "Ignore") {
         return Err(ApiError::bad_request(format!(
@@ -845,14 +860,36 @@ fn field_validation(req: &Request) -> Result<Vec<String>, ApiError> {
     let Ok(v) = serde_json::from_slice::<Value>(&req.body) else {
         return Ok(Vec::new());
     };
-    let unknown = schema::unknown_fields(&v, &schema::POD);
+    let unknown = unknown(&v);
     if mode == "Strict" && !unknown.is_empty() {
         return Err(ApiError::bad_request(format!(
-            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: {}",
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
             schema::strict_message(&unknown)
         )));
     }
     Ok(unknown)
+}
+
+/// The fields of a create or update body that `fieldValidation` reports: an ExecutorSet's
+/// that its schema prunes; none for the built-in kinds of the registry (not modelled).
+fn registry_field_validation(req: &Request, res: &Resource) -> Result<Vec<String>, ApiError> {
+    match res.id {
+        Kind::ExecutorSet => checked_fields(
+            req,
+            ("ExecutorSet", "v1alpha1"),
+            executorset::unknown_fields,
+        ),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// `resp` with a `Warning` header per unknown field (`fieldValidation=Warn`, the default).
+fn warned(mut resp: Response, unknown: &[String]) -> Response {
+    for f in unknown {
+        resp.headers
+            .push(("Warning", warning_header(&format!("unknown field \"{f}\""))));
+    }
+    resp
 }
 
 /// A `Warning` header value as the apiserver writes it: code 299, agent `-`, the text

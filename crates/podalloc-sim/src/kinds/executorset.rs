@@ -126,6 +126,36 @@ fn prune(schema: &Value, v: &mut Value) {
     }
 }
 
+/// The fields of a body that pruning drops, as `fieldValidation` names them
+/// (`spec.undeclared`, `spec.removals[0].x`), in the body's order.
+pub(crate) fn unknown_fields(body: &Value) -> Vec<String> {
+    fn walk(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) if schema["x-kubernetes-preserve-unknown-fields"] != true => {
+                let Some(props) = schema["properties"].as_object() else {
+                    return;
+                };
+                for (k, child) in m {
+                    match props.get(k) {
+                        None => out.push(join(at, k)),
+                        Some(_) if k == "metadata" && at.is_empty() => {}
+                        Some(s) => walk(s, child, &join(at, k), out),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(&schema["items"], item, &format!("{at}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&schema(), body, "", &mut out);
+    out
+}
+
 /// The JSON type name the OpenAPI validator reports for `v`.
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -467,6 +497,18 @@ mod tests {
         let typed = validate(&es(json!({"appId": "a", "replicas": "3"})), None);
         assert_eq!(typed[0].to_string(), "spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"");
         assert_eq!(typed[0].cause_type(), "FieldValueTypeInvalid");
+    }
+
+    #[test]
+    fn unknown_fields_are_named_by_their_paths() {
+        let body = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+            "metadata": {"name": "etl", "whatever": 1}, "extra": 1,
+            "spec": {"appId": "a", "nope": true, "template": {"x": 1},
+                "removals": [{"request": "r", "executors": [1], "x": 2}]}});
+        assert_eq!(
+            unknown_fields(&body),
+            ["extra", "spec.nope", "spec.removals[0].x"]
+        );
     }
 
     #[test]

@@ -392,7 +392,7 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
             // change of the annotation while this process runs is a `scale` (discover.rs).
             let first = Some(Request {
                 target: TargetChange::Seed(target),
-                remove: Vec::new(),
+                ..Request::default()
             });
             let mut slot = self.slot(ns, app, store, first, shared);
             slot.driver_uid = Some(driver);

@@ -36,7 +36,7 @@ fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
             "pods",
         ),
         (&["create", "patch", "get"][..], "events"),
-        (&["get", "create", "update"][..], "configmaps"),
+        (&["get", "list", "create", "update"][..], "configmaps"),
         (
             &["get", "create", "update"][..],
             "leases.coordination.k8s.io",

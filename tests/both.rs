@@ -209,6 +209,14 @@ impl Env {
         }
     }
 
+    /// Simulator only: replaces its fault rules with `rules` (`VERB:FAULT[@WHEN]`).
+    pub fn sim_faults(&self, rules: &[&str]) {
+        match &self.server {
+            Server::Sim(s) => s.set_faults(crate::util::rules(rules)),
+            Server::Real(_) => panic!("fault rules are the simulator's"),
+        }
+    }
+
     /// The control plane (real server only).
     pub fn control_plane(&self) -> Option<&'static ControlPlane> {
         match self.server {

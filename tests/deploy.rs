@@ -19,7 +19,7 @@ pub(crate) fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 }
 
 /// Checks that Role `role` grants exactly the documented minimum, one resource per rule in
-/// its API group: pods get/list/create/delete/deletecollection, configmaps get/create/update, events
+/// its API group: pods get/list/create/delete/deletecollection, configmaps get/list/create/update, events
 /// create/get/patch, leases (coordination.k8s.io) get/create/update, executorsets
 /// (podalloc.io, `deploy/crd.yaml`) get/list/watch/create/update/patch and their `status`
 /// and `scale` subresources get/update/patch.
@@ -54,7 +54,10 @@ pub(crate) fn assert_documented_minimum(role: &Value) {
     assert_eq!(
         got,
         vec![
-            ("configmaps".to_string(), s(&["create", "get", "update"])),
+            (
+                "configmaps".to_string(),
+                s(&["create", "get", "list", "update"])
+            ),
             ("events".to_string(), s(&["create", "get", "patch"])),
             (
                 "executorsets".to_string(),

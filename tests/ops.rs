@@ -25,9 +25,15 @@ fn spawn(mut c: Command) -> Reap {
     )
 }
 
-/// Two loops on one app: the second (and a one-shot reconcile) exits 3 naming the first's
-/// host and pid, and the first keeps its target.
-fn second_loop_is_refused(w: &World, store: &[&str], wait_until: impl Fn(&World) -> bool) {
+/// Two loops on one app: the second exits 3 naming the first's host and pid (file store),
+/// or waits as a standby naming them until its `--timeout` (ConfigMap store: `standby`); a
+/// one-shot reconcile exits 3 naming them; the first keeps its target.
+fn second_loop_is_refused(
+    w: &World,
+    store: &[&str],
+    standby: bool,
+    wait_until: impl Fn(&World) -> bool,
+) {
     let with = |args: &[&str]| {
         let mut all = store.to_vec();
         all.extend_from_slice(args);
@@ -37,15 +43,21 @@ fn second_loop_is_refused(w: &World, store: &[&str], wait_until: impl Fn(&World)
     w.wait_for("the first loop's first tick", |w| wait_until(w));
     let pid = format!("pid {}", first.0.id());
     let host = podalloc::state::hostname();
-    for args in [
-        &args("run --target 4 --interval 200ms --timeout 5s")[..],
-        &["reconcile", "--target", "4"][..],
+    for (args, want) in [
+        (
+            &args("run --target 4 --interval 200ms --timeout 5s")[..],
+            if standby { 0 } else { 3 },
+        ),
+        (&["reconcile", "--target", "4"][..], 3),
     ] {
         let out = with(args).output().unwrap();
         let err = stderr(&out);
-        assert_eq!(code(&out), 3, "{args:?}: {err}");
+        assert_eq!(code(&out), want, "{args:?}: {err}");
         assert!(err.contains(&pid) && err.contains(&host), "{args:?}: {err}");
         assert!(err.contains("podalloc run"), "{err}");
+        if want == 0 {
+            assert!(err.contains("waiting as a standby"), "{err}");
+        }
     }
     w.wait_for("10 live executors", |w| w.live().len() == 10);
     std::thread::sleep(Duration::from_millis(600));
@@ -57,20 +69,25 @@ fn second_loop_is_refused(w: &World, store: &[&str], wait_until: impl Fn(&World)
 fn a_second_run_loop_on_the_same_state_file_exits_3_naming_the_first() {
     let w = SimWorld::new().app("own-file").start();
     let state = w.state_file();
-    second_loop_is_refused(&w, &[], |_| state.exists());
+    second_loop_is_refused(&w, &[], false, |_| state.exists());
 }
 
 #[test]
-fn a_second_run_loop_on_the_same_configmap_exits_3_naming_the_first() {
+fn a_second_run_loop_on_the_same_configmap_waits_as_a_standby_naming_the_first() {
     let w = SimWorld::new().app("own-cm").no_state_file().start();
-    second_loop_is_refused(&w, &["--state-store", "configmap:own-cm-state"], |w| {
-        w.api(
-            "GET",
-            "/api/v1/namespaces/default/configmaps/own-cm-state",
-            None,
-        )
-        .0 == 200
-    });
+    second_loop_is_refused(
+        &w,
+        &["--state-store", "configmap:own-cm-state"],
+        true,
+        |w| {
+            w.api(
+                "GET",
+                "/api/v1/namespaces/default/configmaps/own-cm-state",
+                None,
+            )
+            .0 == 200
+        },
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod executorset;
 mod faults;
 mod fixtures;
 mod fuzz;
+mod home;
 mod hostile;
 #[cfg(unix)]
 mod kube_auth;

@@ -405,12 +405,14 @@ pub struct AppArgs {
     /// `<cluster>` the API server's host_port, so each kubeconfig context has its own).
     #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
     pub state_file: Option<PathBuf>,
-    /// Where the state lives: `file` (--state-file, the default), `configmap:NAME` (a
-    /// ConfigMap in the app's namespace, with optimistic concurrency: for CronJobs and
-    /// several admin hosts) or `executorset:NAME` (an ExecutorSet in the app's namespace:
-    /// `kubectl scale`, HPA and KEDA set its target; created when missing, seeded by --target).
-    #[arg(long, global = true, env = "PODALLOC_STATE_STORE", value_name = "STORE", default_value = "file", value_parser = parse_state_store)]
-    pub state_store: StateStoreKind,
+    /// Where the state lives: `file` (--state-file), `configmap:NAME` (a ConfigMap in the
+    /// app's namespace, with optimistic concurrency: for CronJobs and several admin hosts) or
+    /// `executorset:NAME` (an ExecutorSet in the app's namespace: `kubectl scale`, HPA and
+    /// KEDA set its target; created when missing, seeded by --target). Not given: the app's
+    /// home found in its namespace (an ExecutorSet or a state ConfigMap labelled
+    /// `spark-app-selector=<app id>`), else the state file.
+    #[arg(long, global = true, env = "PODALLOC_STATE_STORE", value_name = "STORE", value_parser = parse_state_store)]
+    pub state_store: Option<StateStoreKind>,
     /// Executor pod template, JSON or YAML (a Pod; Spark's executor template files work).
     #[arg(long, global = true, env = "PODALLOC_TEMPLATE", value_name = "FILE")]
     pub template: Option<PathBuf>,

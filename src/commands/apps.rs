@@ -157,7 +157,7 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
 fn refuse_app_flags(cli: &Cli) -> Result<()> {
     for (given, flag) in [
         (
-            !matches!(cli.app.state_store, StateStoreKind::File),
+            (cli.app.state_store.as_ref()).is_some_and(|k| !matches!(k, StateStoreKind::File)),
             "--state-store configmap:NAME or executorset:NAME",
         ),
         (cli.app.app_id.is_some(), "--app-id"),
@@ -387,7 +387,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         for (driver, app, target) in found {
             let ns = self.conn.default_ns.clone();
             let store = self.conn.state_dir.store(&ns, &app.app_id);
-            let first = Some(Request::target(Some(target)));
+            // A seed: it fills an empty home only. After a failover (`--leader-elect`) or a
+            // restart, the home's target (steered meanwhile with `add`, `scale`) wins; a
+            // change of the annotation while this process runs is a `scale` (discover.rs).
+            let first = Some(Request {
+                target: TargetChange::Seed(target),
+                ..Request::default()
+            });
             let mut slot = self.slot(ns, app, store, first, shared);
             slot.driver_uid = Some(driver);
             slots.push(slot);

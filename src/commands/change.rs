@@ -75,6 +75,7 @@ fn steer(
     need_template: bool,
 ) -> Result<()> {
     let env = connect(cli, need_template)?;
+    refuse_unreachable(&env)?;
     check(&env, op)?;
     let req = crate::store::queue::request(op.clone(), command);
     if let Some(name) = env.executor_set() {
@@ -101,6 +102,9 @@ fn steer(
     {
         Ok(mut store) => match env.lease_leader() {
             Some(leader) => Some(leader),
+            None if awaits_seed(&env, op)? => {
+                return await_seed(&env, op, &req.id, wait);
+            }
             None if wait.is_none() => return apply_now(&env, store.as_mut(), &req.id),
             None => None,
         },
@@ -109,11 +113,7 @@ fn steer(
     let Some(owner) = owner else {
         return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
     };
-    info!(
-        "`{op}` handed to the loop that owns the app, {owner}, as request {}: it applies it \
-         at its next tick (`podalloc status` lists it until then)",
-        req.id
-    );
+    log_handed(op, &owner, &req.id);
     match wait {
         None => Ok(()),
         Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
@@ -151,6 +151,66 @@ fn steer_executor_set(
     }
     info!("ExecutorSet {name}: generation {generation} followed, target reached");
     Ok(())
+}
+
+/// Says who will apply request `id` (`op`).
+fn log_handed(op: &SteerOp, owner: &str, id: &str) {
+    info!(
+        "`{op}` handed to the loop that owns the app, {owner}, as request {id}: it applies it \
+         at its next tick (`podalloc status` lists it until then)"
+    );
+}
+
+/// Refuses (exit 2) a request that would go where the app's controller never reads it: a
+/// live leader holds the app's Lease, the namespace holds no home of the app (so the leader
+/// keeps its state in a file of its own host), no `--state-store` was given, and no process
+/// here holds the state file this command would write.
+fn refuse_unreachable(env: &Env) -> Result<()> {
+    let file = matches!(env.store_kind, crate::cli::StateStoreKind::File);
+    let (Some(leader), true, false, true) = (
+        &env.found.leader,
+        file,
+        env.store_given,
+        env.found.homes.is_empty(),
+    ) else {
+        return Ok(());
+    };
+    if crate::store::file::lock_holder(&env.state_path).is_some() {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "app {} is owned by {leader}, whose home is not in namespace {} (no ExecutorSet or \
+         state ConfigMap labelled spark-app-selector={}): it keeps its state in a file of its \
+         own host, which never reads {}: nothing queued. Run the command where the leader \
+         runs, or give the leader an in-cluster home (--state-store configmap:NAME)",
+        env.app.app_id,
+        env.client.namespace(),
+        env.app.app_id,
+        env.state_path.display()
+    )))
+}
+
+/// Whether `op` waits in the queue for a seed: an `add` or a `remove` for an in-cluster
+/// home that has no target yet (its controller has not acted: its `--target` seeds the
+/// target first, then applies the request on it). Errors: the state read's.
+fn awaits_seed(env: &Env, op: &SteerOp) -> Result<bool> {
+    let relative = matches!(op, SteerOp::Add { .. } | SteerOp::Remove { .. });
+    let in_cluster = !matches!(env.store_kind, crate::cli::StateStoreKind::File);
+    Ok(relative && in_cluster && env.read_state()?.target.is_none())
+}
+
+/// Leaves request `id` (`op`) queued for the controller's first tick, saying so; with
+/// `wait`, waits until it is applied and the app has converged.
+fn await_seed(env: &Env, op: &SteerOp, id: &str, wait: Option<Option<Duration>>) -> Result<()> {
+    info!(
+        "`{op}` queued as request {id} in {}, which has no target yet: the controller applies \
+         it after its --target seeds the target (`scale N` sets one now)",
+        env.state_location()
+    );
+    match wait {
+        None => Ok(()),
+        Some(timeout) => wait_applied(env, id, timeout.map(|t| Instant::now() + t)),
+    }
 }
 
 /// With no owner: ticks under the lock until request `id` is applied (one tick, unless

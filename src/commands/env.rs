@@ -17,19 +17,25 @@ use crate::store::file::{
 };
 use log::{info, warn};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 pub use crate::clock::now_ms;
 
 /// A connected environment: client, app, state path, and the simulator when `--simulate`.
 pub(super) struct Env {
     pub(super) client: KubeClient,
-    store_kind: StateStoreKind,
+    /// The store in use: `--state-store`, else the app's home found in its namespace
+    /// ([`super::home::choose`]).
+    pub(super) store_kind: StateStoreKind,
+    /// `--state-store` was given.
+    pub(super) store_given: bool,
+    /// What the app's namespace held for it when the command connected.
+    pub(super) found: super::home::Found,
     metrics_file: Option<PathBuf>,
     /// TLS verification is off (`--insecure-skip-tls-verify`): warned about every tick.
     insecure: bool,
     pub(super) app: App,
-    state_path: PathBuf,
+    pub(super) state_path: PathBuf,
     /// The cluster, namespace and app the state must belong to.
     owner: StateOwner,
     /// Where the connection settings came from (`flags`, `kubeconfig F (context C)`, …).
@@ -98,14 +104,17 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let conn_source = cfg.source.clone();
     let client =
         KubeClient::with_options(cfg, cli.conn.client_options()).map_err(reconcile::kube_error)?;
+    let given = cli.app.state_store.clone();
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
         (None, Some(s)) => s.state_file(),
         (None, None) => state::default_path_for(&owner.server, &namespace, &app.app_id),
     };
-    Ok(Env {
+    let mut env = Env {
         client,
-        store_kind: cli.app.state_store.clone(),
+        store_kind: given.clone().unwrap_or(StateStoreKind::File),
+        store_given: given.is_some(),
+        found: super::home::Found::default(),
         metrics_file: cli.metrics_file.clone(),
         insecure,
         app,
@@ -115,7 +124,9 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         _sim: sim,
         tick_budget: tick_budget(cli),
         run_deadline: None,
-    })
+    };
+    env.find_home(given.as_ref())?;
+    Ok(env)
 }
 
 /// Where an app's state lives: a state file, or a ConfigMap of its namespace.
@@ -213,6 +224,18 @@ fn check_namespace(namespace: &str) -> Result<()> {
 }
 
 impl Env {
+    /// Looks for the app's home in its namespace ([`super::home::look`]) and picks the store
+    /// from it and `given` (`--state-store`, [`super::home::choose`]). Errors: exit 2 as
+    /// `choose` says; the API's, explained.
+    fn find_home(&mut self, given: Option<&StateStoreKind>) -> Result<()> {
+        let found =
+            super::home::look(&self.client, &self.app.app_id).map_err(|e| self.explain(e))?;
+        let ns = self.client.namespace().to_string();
+        self.store_kind = super::home::choose(given, &found, &self.app.app_id, &ns)?;
+        self.found = found;
+        Ok(())
+    }
+
     /// Opens the state store for `command` ([`open_store`]), bound to this cluster,
     /// namespace and app; `loop_interval`: a `run` loop's holder-record heartbeat.
     pub(super) fn open_store(
@@ -314,19 +337,21 @@ impl Env {
     /// otherwise, also when the Lease cannot be read (logged at debug: RBAC may not grant
     /// leases).
     pub(super) fn lease_leader(&self) -> Option<String> {
-        let name = crate::controller::leader::default_lease_name(&self.app.app_id);
-        let lease = match self.client.api(&crate::kube::LEASES).get(&name) {
-            Ok(l) => l?,
-            Err(e) => {
-                log::debug!("lease {name} not read: {e}");
-                return None;
-            }
-        };
-        let r = crate::controller::leader::Observed::from_lease(&lease).record;
-        let renewed = humantime::parse_rfc3339_weak(&r.renew_time).ok()?;
-        let until = renewed + Duration::from_secs(r.lease_duration_seconds);
-        (!r.holder_identity.is_empty() && until > SystemTime::now())
-            .then(|| format!("the leader {} (lease {name})", r.holder_identity))
+        super::home::live_leader(&self.client, &self.app.app_id)
+    }
+
+    /// Refuses (exit 3) a command that acts on the app by itself (`reconcile`, a `run`
+    /// without `--leader-elect`) while another identity holds the app's Lease: that leader
+    /// owns the app, whichever store this command would use.
+    pub(super) fn refuse_under_leader(&self, command: &str) -> Result<()> {
+        match self.lease_leader() {
+            None => Ok(()),
+            Some(leader) => Err(Error::locked(format!(
+                "app {} is owned by {leader}, a `run --leader-elect` replica: this {command} \
+                 did nothing (exit 3); steer it with scale, add or remove, or stop it first",
+                self.app.app_id
+            ))),
+        }
     }
 
     /// Adds the API server and the source of the connection settings to an error of an API

@@ -3,6 +3,7 @@
 //! carrying its exit code.
 //!
 //! - `env`: the shared set-up of the connected commands (connect, the state store, a tick).
+//! - `home`: finding the app's home in its namespace before falling back to the state file.
 //! - `apps`: many apps in one process, the runner fed by an apps file or by `--discover`
 //!   (`discover`).
 //! - `reconcile`, `run` (the runner with one app), `status`, `change` (`scale`, `add`,
@@ -15,6 +16,7 @@ mod change;
 mod discover;
 mod elect;
 mod env;
+mod home;
 mod man;
 mod plan;
 mod reconcile;

@@ -15,6 +15,7 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
         return dry_run(cli, a);
     }
     let env = connect(cli, true)?;
+    env.refuse_under_leader("reconcile")?;
     let mut store = env.open_store("reconcile", None).map_err(store_error)?;
     let change = Request::target(a.target);
     finish(env.tick(store.as_mut(), &change)?)

@@ -52,6 +52,11 @@ impl Progress {
 
 /// `run`, and `scale --wait` (`progress`: the live progress line).
 pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+    // Bad leader-election flags are refused before any request.
+    if a.leader.leader_elect {
+        super::elect::timing(&a.leader)?;
+        super::elect::lease_name(a.leader.leader_elect_resource_name.as_deref(), "app")?;
+    }
     run_loop_in(connect(cli, true)?, cli, a, progress)
 }
 
@@ -82,6 +87,39 @@ struct RunFeed<'e> {
     env: &'e Env,
     cli: &'e Cli,
     progress: &'e Progress,
+    /// Waiting as a standby: another loop's fresh holder record is on the app's store.
+    standby: bool,
+}
+
+impl RunFeed<'_> {
+    /// Publishes whether this loop acts after a tick's `outcome`: while another loop owns
+    /// the store, the standby's metrics (`podalloc_is_leader 0`) on `/metrics` and in
+    /// `--metrics-file`; once it takes over, `podalloc_is_leader 1`.
+    fn publish(&mut self, outcome: &Outcome) {
+        let standby = matches!(outcome, Outcome::Standby(_));
+        if standby == self.standby {
+            if standby {
+                self.standby_metrics();
+            }
+            return;
+        }
+        self.standby = standby;
+        crate::controller::metrics::set_leader(!standby, 1);
+        if standby {
+            self.standby_metrics();
+        }
+    }
+
+    fn standby_metrics(&self) {
+        let (app, ns) = (&self.env.app.app_id, self.env.client.namespace());
+        let text = crate::controller::metrics::render_standby(app, ns);
+        crate::controller::serve::app_metrics(ns, app, &text);
+        if let Some(path) = &self.cli.metrics_file {
+            if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
+                log::warn!("cannot write the metrics file {}: {e}", path.display());
+            }
+        }
+    }
 }
 
 impl<'e> Feed<'e> for RunFeed<'e> {
@@ -96,12 +134,16 @@ impl<'e> Feed<'e> for RunFeed<'e> {
         shared: &Shared,
     ) -> Vec<(usize, Outcome)> {
         let env = self.env;
-        (due.iter())
+        let out: Vec<(usize, Outcome)> = (due.iter())
             .filter_map(|&i| {
                 let outcome = slots[i].tick(shared, |_, store, request| env.tick(store, request));
                 outcome.map(|o| (i, o))
             })
-            .collect()
+            .collect();
+        if let Some((_, o)) = out.last() {
+            self.publish(o);
+        }
+        out
     }
 
     fn ticked(&mut self, report: &TickReport) {
@@ -124,6 +166,9 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     };
     env.run_deadline = a.timeout.map(|t| o.started + t);
     let env = env;
+    if !a.leader.leader_elect {
+        env.refuse_under_leader("run")?;
+    }
     // The loop owns the app for its whole life: the file lock is held until it ends, the
     // ConfigMap's holder record is renewed by a write every half of its staleness. Under
     // --leader-elect the Lease says which replica acts, so no holder record is written.
@@ -152,6 +197,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         env: &env,
         cli,
         progress,
+        standby: false,
     };
     let res = runner::run(&o, vec![slot], &mut feed, &shutdown);
     // --leader-elect: the Lease released after the last tick (the fence keeps the Arc).

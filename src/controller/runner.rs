@@ -266,6 +266,8 @@ pub(crate) struct Slot<'c> {
     done: Option<TickDone>,
     ticks: u64,
     log: TickLog,
+    /// Waiting as a standby since its last tick (another loop owns its store).
+    standby: bool,
 }
 
 impl<'c> Slot<'c> {
@@ -294,6 +296,7 @@ impl<'c> Slot<'c> {
             mark: None,
             done: None,
             ticks: 0,
+            standby: false,
             log: TickLog {
                 last: None,
                 at: Instant::now(),
@@ -348,8 +351,9 @@ impl<'c> Slot<'c> {
                     Err(e) => Outcome::Failed(e),
                 }
             }
-            // Someone else now owns the store (a fresh holder record of another loop).
-            Err(e @ StoreError::Owned(_)) => Outcome::Final(store_error(e)),
+            // Someone else owns the store now (a fresh holder record of another loop): wait
+            // as a standby until the record is given up or goes stale.
+            Err(StoreError::Owned(msg)) => Outcome::Standby(msg),
             Err(e) => Outcome::Failed(store_error(e)),
         };
         // The next app's tick (or the next round) has written nothing yet.
@@ -365,8 +369,9 @@ pub(crate) enum Outcome {
     Done(Box<TickReport>),
     /// It failed before saving: [`after_error`] decides.
     Failed(Error),
-    /// It ends the app whatever the policy says (another loop owns the store).
-    Final(Error),
+    /// Another loop owns the app's store (a fresh holder record): nothing was done; the
+    /// app waits as a standby and tries again at its next tick.
+    Standby(String),
 }
 
 /// An app's store behind the phase watch: a save marks the tick in progress as writing.
@@ -662,14 +667,19 @@ fn settle<'c>(
             Outcome::Done(report) => {
                 s.ticks += 1;
                 s.first = None;
+                if std::mem::take(&mut s.standby) {
+                    info!("{}the app's store is free: taking over", s.label);
+                }
                 s.log.log(s.ticks, &report);
                 feed.ticked(&report);
                 s.done = Some(TickDone {
                     busy: !report.converged() || report.pending_requests > 0,
-                    converged: report.converged(),
+                    // Requests still queued (one step takes a seed alone) are part of
+                    // the target: not converged until they are applied.
+                    converged: report.converged() && report.pending_requests == 0,
                     requeue: report.requeue_after_ms.map(Duration::from_millis),
                 });
-                report.error.map(|e| (e, false))
+                report.error
             }
             Outcome::Failed(e) => {
                 s.ticks += 1;
@@ -682,15 +692,22 @@ fn settle<'c>(
                         s.ticks
                     )));
                 }
-                Some((e, false))
+                Some(e)
             }
-            Outcome::Final(e) => Some((e, true)),
+            Outcome::Standby(why) => {
+                s.done = None;
+                if !std::mem::replace(&mut s.standby, true) {
+                    let why = why.split("; this command").next().unwrap_or(&why);
+                    info!("{}waiting as a standby: {why}", s.label);
+                }
+                None
+            }
         };
         s.next = Instant::now() + next_tick(s.done.as_ref(), o.interval, o.idle_interval);
         match failed {
-            Some((e, fin)) if fin || after_error(&e) == Flow::Stop => ended.push((i, e)),
-            Some((e, _)) if e.code == ExitCode::Locked => warn!("{}tick {}: {e}", s.label, s.ticks),
-            Some((e, _)) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
+            Some(e) if after_error(&e) == Flow::Stop => ended.push((i, e)),
+            Some(e) if e.code == ExitCode::Locked => warn!("{}tick {}: {e}", s.label, s.ticks),
+            Some(e) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
             None => {}
         }
         super::context::set_app_log_context(None);

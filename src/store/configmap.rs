@@ -24,13 +24,21 @@
 //!
 //! Steering ([`crate::store::queue`]): the ConfigMap also holds the requests handed to its owner
 //! (data key [`REQUESTS_KEY`], a JSON array of [`Steering`], appended by [`submit`] with
-//! `resourceVersion`, retried on 409) and the target a running controller follows
-//! (annotation [`TARGET_KEY`], `kubectl annotate`-able: a value other than the state's target
-//! is a `scale` request of its own). A save keeps every annotation and key it does not own,
-//! writes the target annotation, and drops the requests the saved state has applied in the
-//! same write that records their effect: so each request is applied exactly once. A save
-//! answered 409 because a request was appended meanwhile (the state and the target
-//! annotation unchanged) is made again on the new version, keeping the new request.
+//! `resourceVersion`, retried on 409) and the target people set (annotation [`TARGET_KEY`],
+//! `kubectl annotate`-able). The annotation belongs to people: the controller never writes
+//! it. A change of it since the controller last took it into account (the value recorded
+//! under [`APPLIED_KEY`]) is a `scale` request of its own, placed among the queued requests
+//! in the order they were made (each queued request records the annotation it was made
+//! under, so one made before the edit comes before it, one made after comes after).
+//!
+//! Exactly once: a request carries an id; [`submit`] does not append an id already queued or
+//! already applied (a write whose answer was lost and whose retry got 409), and the
+//! controller records the ids it applied under [`APPLIED_KEY`] (the last [`APPLIED_KEEP`]),
+//! skipping them when it takes requests. A save keeps every annotation and key it does not
+//! own, and drops the requests the saved state has applied in the same write that records
+//! their effect. A save answered 409 because a request was appended meanwhile (the state and
+//! the target annotation unchanged) is made again on the new version, keeping the new
+//! request.
 //!
 //! At rest a tick writes nothing: a `run` loop's holder record is renewed by a write only
 //! when half its `stale_after_s` has passed since the last one (its heartbeat), and the
@@ -52,8 +60,17 @@ pub(crate) const HOLDER_KEY: &str = "podalloc.io/holder";
 pub(crate) const WRITE_ID_KEY: &str = "podalloc.io/write-id";
 /// The data key holding the queued steering requests (a JSON array of [`Steering`]).
 pub(crate) const REQUESTS_KEY: &str = "requests.json";
-/// The annotation holding the target a running controller follows (a whole number).
+/// The annotation holding the target people set (a whole number); never written by the
+/// controller.
 pub(crate) const TARGET_KEY: &str = "podalloc.io/executors";
+/// The data key holding what the controller has taken into account (JSON [`Applied`]): the
+/// last value of [`TARGET_KEY`] it followed and the ids of the requests it applied.
+pub(crate) const APPLIED_KEY: &str = "applied.json";
+/// The field of a queued request (in [`REQUESTS_KEY`]) holding the value of [`TARGET_KEY`]
+/// when it was queued: it orders the request against an edit of the annotation.
+const AT_SUBMIT: &str = "executors_at_submit";
+/// How many applied request ids [`APPLIED_KEY`] keeps (the newest).
+pub(crate) const APPLIED_KEEP: usize = 256;
 /// How many times a save or a submission is made again after a 409 caused by a request
 /// appended meanwhile.
 const RETRIES: u32 = 8;
@@ -84,6 +101,29 @@ pub(crate) struct ConfigMapStore<'a> {
     /// `loaded` was read by this tick's [`StateStore::claim`]: the tick's load uses it
     /// instead of a second GET.
     fresh: bool,
+    /// What [`StateStore::requests`] made of the target annotation of `loaded` (cleared by
+    /// each load): the next save records it.
+    intent: Option<Intent>,
+}
+
+/// What the controller has taken into account, kept in data key [`APPLIED_KEY`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Applied {
+    /// The value of annotation [`TARGET_KEY`] last followed (or found equal to the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) executors: Option<String>,
+    /// The ids of the requests applied, oldest first, the last [`APPLIED_KEEP`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) requests: Vec<String>,
+}
+
+/// The target annotation as one tick read it.
+#[derive(Clone, Debug)]
+struct Intent {
+    /// An edit not yet followed: the id of its `scale` request and the annotation's text.
+    edit: Option<(String, String)>,
+    /// The value to record when the edit is not applied (or there is none).
+    seen: Option<String>,
 }
 
 impl<'a> ConfigMapStore<'a> {
@@ -98,6 +138,7 @@ impl<'a> ConfigMapStore<'a> {
             writes: 0,
             loaded: None,
             fresh: false,
+            intent: None,
         }
     }
 
@@ -140,6 +181,14 @@ impl<'a> ConfigMapStore<'a> {
         if age_s > stale_after {
             log::warn!(
                 "{}: taking over from a stale owner ({theirs}; last renewed {age_s}s ago)",
+                self.what()
+            );
+            return Ok(());
+        }
+        if holder_gone(&theirs) {
+            log::warn!(
+                "{}: taking over from an owner whose process is gone ({theirs}: no such \
+                 process on this host)",
                 self.what()
             );
             return Ok(());
@@ -216,17 +265,11 @@ impl<'a> ConfigMapStore<'a> {
 
 impl ConfigMapStore<'_> {
     /// The ConfigMap `save` sends for `text` (the state JSON) on `base` (the object read
-    /// last, whose other annotations and keys are kept; `None`: a new one): our labels, the
-    /// nonce, the holder record of a loop (removed otherwise), the target annotation, and the
-    /// requests of `base` that `applied` does not list.
-    fn object(
-        &self,
-        base: Option<&Value>,
-        text: &str,
-        target: Option<u32>,
-        applied: &[String],
-        write_id: &str,
-    ) -> Value {
+    /// last, whose other annotations and keys are kept, the target annotation included:
+    /// never written here; `None`: a new one): our labels, the nonce, the holder record of a
+    /// loop (removed otherwise), the `record` of what was taken into account, and the
+    /// requests of `base` that `record` does not list.
+    fn object(&self, base: Option<&Value>, text: &str, record: &Applied, write_id: &str) -> Value {
         let mut cm = base.cloned().unwrap_or_else(|| json!({"metadata": {}}));
         cm["apiVersion"] = json!("v1");
         cm["kind"] = json!("ConfigMap");
@@ -253,19 +296,23 @@ impl ConfigMapStore<'_> {
                 ann.remove(HOLDER_KEY);
             }
         }
-        if let Some(t) = target {
-            ann.insert(TARGET_KEY.into(), json!(t.to_string()));
-        }
         if !cm["data"].is_object() {
             cm["data"] = json!({});
         }
-        let left: Vec<Steering> = queue_of(&cm)
+        let left: Vec<Value> = raw_queue(&cm)
             .unwrap_or_default()
             .into_iter()
-            .filter(|r| !applied.contains(&r.id))
+            .filter(|r| !record.requests.iter().any(|id| r["id"] == id.as_str()))
             .collect();
         let data = cm["data"].as_object_mut().expect("an object");
         data.insert(DATA_KEY.into(), json!(text));
+        match *record == Applied::default() {
+            true => data.remove(APPLIED_KEY),
+            false => data.insert(
+                APPLIED_KEY.into(),
+                json!(serde_json::to_string(record).expect("record")),
+            ),
+        };
         match left.is_empty() {
             true => data.remove(REQUESTS_KEY),
             false => data.insert(
@@ -277,15 +324,37 @@ impl ConfigMapStore<'_> {
     }
 
     /// After a 409 that is not our own write: re-reads the ConfigMap and returns it when only
-    /// the request queue changed since `base` (same state, same target annotation, no new
-    /// owner), so the save can be made again on it; `None`: a rival wrote.
+    /// people's part changed since `base` (a request appended, the target annotation edited;
+    /// the same state and record, no new owner), so the save can be made again on it, which
+    /// keeps their change for the next tick; `None`: a rival wrote.
     fn only_requests_changed(&self, base: Option<&Value>) -> Option<Value> {
         let base = base?;
         let cm = self.cms.get(&self.name).ok()??;
         let same = |k: &str| cm["data"][k] == base["data"][k];
-        let ann = |v: &Value| v["metadata"]["annotations"][TARGET_KEY].clone();
         let ours = self.check_holder(&cm).is_ok();
-        (same(DATA_KEY) && ann(&cm) == ann(base) && ours).then_some(cm)
+        (same(DATA_KEY) && same(APPLIED_KEY) && ours).then_some(cm)
+    }
+
+    /// The record of what is taken into account after a save on `base` that applies requests
+    /// `ids`: `base`'s record plus `ids` (the newest [`APPLIED_KEEP`] kept), and the target
+    /// annotation's value followed when this tick's edit of it is among `ids` (else the
+    /// value this tick found already followed; `base`'s when no tick read the requests).
+    fn record_after(&self, base: Option<&Value>, ids: &[String]) -> Applied {
+        let mut r = base.map(applied_of).unwrap_or_default();
+        for id in ids {
+            if !r.requests.contains(id) {
+                r.requests.push(id.clone());
+            }
+        }
+        let extra = r.requests.len().saturating_sub(APPLIED_KEEP);
+        r.requests.drain(..extra);
+        if let Some(i) = &self.intent {
+            r.executors = match &i.edit {
+                Some((id, text)) if ids.contains(id) => Some(text.clone()),
+                _ => i.seen.clone(),
+            };
+        }
+        r
     }
 
     /// Renews a loop's holder record with a write when half its `stale_after_s` has passed
@@ -309,45 +378,136 @@ impl ConfigMapStore<'_> {
     }
 }
 
-/// The steering requests queued in ConfigMap `cm` (none when the key is absent).
-/// Errors: the key does not hold a JSON array of requests.
-fn queue_of(cm: &Value) -> Result<Vec<Steering>, String> {
-    match cm["data"][REQUESTS_KEY].as_str() {
-        None => Ok(Vec::new()),
-        Some(text) => serde_json::from_str(text).map_err(|e| format!("key {REQUESTS_KEY}: {e}")),
+/// The steering requests queued in ConfigMap `cm` as JSON objects (none when the key is
+/// absent). Errors: the key does not hold a JSON array of requests.
+fn raw_queue(cm: &Value) -> Result<Vec<Value>, String> {
+    let Some(text) = cm["data"][REQUESTS_KEY].as_str() else {
+        return Ok(Vec::new());
+    };
+    let items: Vec<Value> =
+        serde_json::from_str(text).map_err(|e| format!("key {REQUESTS_KEY}: {e}"))?;
+    for item in &items {
+        serde_json::from_value::<Steering>(item.clone())
+            .map_err(|e| format!("key {REQUESTS_KEY}: {e}"))?;
     }
+    Ok(items)
 }
 
-/// The target annotation of `cm` as a `scale` request when it differs from `state_target`
-/// (`kubectl annotate … podalloc.io/executors=N`); an annotation that is not a whole number
-/// up to [`crate::engine::alloc::MAX_TARGET`] is ignored with a warning.
-fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Option<Steering> {
-    let text = cm["metadata"]["annotations"][TARGET_KEY].as_str()?;
+/// The steering requests queued in ConfigMap `cm` (none when the key is absent).
+/// Errors: as [`raw_queue`].
+fn queue_of(cm: &Value) -> Result<Vec<Steering>, String> {
+    Ok(raw_queue(cm)?
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect())
+}
+
+/// What the controller recorded in `cm` as taken into account ([`APPLIED_KEY`]); an
+/// unreadable record counts as none, with a warning.
+pub(crate) fn applied_of(cm: &Value) -> Applied {
+    let Some(text) = cm["data"][APPLIED_KEY].as_str() else {
+        return Applied::default();
+    };
+    serde_json::from_str(text).unwrap_or_else(|e| {
+        log::warn!("ConfigMap key {APPLIED_KEY} unreadable ({e}): taken as empty");
+        Applied::default()
+    })
+}
+
+/// The target annotation of `cm`, trimmed (`None`: absent).
+fn annotation_of(cm: &Value) -> Option<String> {
+    (cm["metadata"]["annotations"][TARGET_KEY].as_str()).map(|t| t.trim().to_string())
+}
+
+/// What the target annotation of `cm` asks, against `record` (what the controller followed)
+/// and `state_target`: an edit when its value differs from the one last followed (with no
+/// record: from the state's target), as a `scale` request; an annotation that is not a whole
+/// number up to [`crate::engine::alloc::MAX_TARGET`] is ignored with a warning.
+fn intent_of(cm: &Value, record: &Applied, state_target: Option<u32>, what: &str) -> Intent {
+    let seen = record.executors.clone();
+    let none = |seen| Intent { edit: None, seen };
+    let Some(text) = annotation_of(cm) else {
+        return none(seen);
+    };
+    if seen.as_deref() == Some(text.as_str()) {
+        return none(seen);
+    }
     let Some(n) = text
-        .trim()
         .parse::<u32>()
         .ok()
         .filter(|&n| n <= crate::engine::alloc::MAX_TARGET)
     else {
         log::warn!("{what}: annotation {TARGET_KEY}={text:?} is not a target (a whole number up to {}): ignored", crate::engine::alloc::MAX_TARGET);
-        return None;
+        return none(seen);
     };
-    if Some(n) == state_target {
-        return None;
+    if seen.is_none() && Some(n) == state_target {
+        return none(Some(text));
     }
     let rv = cm["metadata"]["resourceVersion"].as_str().unwrap_or("");
-    Some(Steering {
-        id: format!("annotation-{n}-rv{rv}"),
-        op: SteerOp::Scale { target: n },
-        submitted_ms: 0,
-        by: format!("the {TARGET_KEY} annotation"),
-    })
+    Intent {
+        edit: Some((format!("annotation-{n}-rv{rv}"), text)),
+        seen,
+    }
 }
 
-/// Appends `req` to the request queue of ConfigMap `name` (creating the ConfigMap when it
-/// does not exist), with `resourceVersion`, again after each 409 (at most [`RETRIES`]
-/// times). Errors: [`StoreError::Corrupt`] for a ConfigMap podalloc did not create or an
-/// unreadable queue, [`StoreError::Conflict`] after the retries, [`StoreError::Backend`].
+/// The queued requests of `cm` not yet applied, in the order they were made, the edit of
+/// the target annotation (`intent`) among them: after the requests queued under another
+/// value of the annotation (made before the edit), before those queued under its new value.
+fn ordered_requests(
+    cm: &Value,
+    record: &Applied,
+    intent: &Intent,
+) -> Result<Vec<Steering>, String> {
+    let raw = raw_queue(cm)?;
+    let fresh: Vec<&Value> = (raw.iter())
+        .filter(|r| !record.requests.iter().any(|id| r["id"] == id.as_str()))
+        .collect();
+    let mut out: Vec<Steering> = Vec::new();
+    let mut pending_edit = intent.edit.clone();
+    for r in fresh {
+        if let Some((id, text)) = pending_edit.as_ref() {
+            if r[AT_SUBMIT].as_str() == Some(text.as_str()) {
+                out.push(edit_request(id, text));
+                pending_edit = None;
+            }
+        }
+        out.push(serde_json::from_value(r.clone()).map_err(|e| e.to_string())?);
+    }
+    if let Some((id, text)) = pending_edit {
+        out.push(edit_request(&id, &text));
+    }
+    Ok(out)
+}
+
+/// The `scale` request of an edit of the target annotation to `text` (a whole number).
+fn edit_request(id: &str, text: &str) -> Steering {
+    Steering {
+        id: id.to_string(),
+        op: SteerOp::Scale {
+            target: text.parse().unwrap_or(0),
+        },
+        submitted_ms: 0,
+        by: format!("the {TARGET_KEY} annotation"),
+    }
+}
+
+/// Whether the process of holder record `h` is gone: it ran on this host and no process
+/// has its pid (`kill(pid, 0)` answers ESRCH). A holder on another host is never gone by
+/// this test (its record goes stale instead).
+pub(crate) fn holder_gone(h: &Holder) -> bool {
+    if h.host != crate::store::file::hostname() || h.pid == 0 {
+        return false;
+    }
+    let Some(pid) = i32::try_from(h.pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    // Signal 0 sends nothing: it only asks whether the process exists.
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+}
+
 /// A holder record's age (s since it was last renewed, by this host's clock) and the age
 /// after which it is stale (its `stale_after_s`, else 30 s).
 fn holder_age(h: &Holder) -> (u64, u64) {
@@ -369,14 +529,26 @@ pub(crate) fn fresh_holder(
     let Some(cm) = store.cms.get(name).map_err(|e| store.backend(e))? else {
         return Ok(None);
     };
-    let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
-    let Some(h) = text.and_then(|t| serde_json::from_str::<Holder>(t).ok()) else {
-        return Ok(None);
-    };
-    let (age_s, stale_after) = holder_age(&h);
-    Ok((age_s <= stale_after).then_some((h, age_s)))
+    Ok(fresh_holder_of(&cm))
 }
 
+/// The fresh holder record of ConfigMap `cm` (not older than its stale limit, its process
+/// not gone from this host) with its age in s; `None`: no record, an unreadable or a stale
+/// one.
+pub(crate) fn fresh_holder_of(cm: &Value) -> Option<(Holder, u64)> {
+    let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
+    let h = text.and_then(|t| serde_json::from_str::<Holder>(t).ok())?;
+    let (age_s, stale_after) = holder_age(&h);
+    (age_s <= stale_after && !holder_gone(&h)).then_some((h, age_s))
+}
+
+/// Appends `req` to the request queue of ConfigMap `name` (creating the ConfigMap when it
+/// does not exist), with `resourceVersion`, again after each 409 (at most [`RETRIES`]
+/// times), recording the target annotation it was made under. A request whose id is
+/// already queued or already applied is not appended again: a write that landed although
+/// its answer was lost (then retried, answered 409) counts once. Errors:
+/// [`StoreError::Corrupt`] for a ConfigMap podalloc did not create or an unreadable queue,
+/// [`StoreError::Conflict`] after the retries, [`StoreError::Backend`].
 pub(crate) fn submit(
     client: &KubeClient,
     name: &str,
@@ -386,12 +558,28 @@ pub(crate) fn submit(
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     for _ in 0..RETRIES {
         let cm = store.cms.get(name).map_err(|e| store.backend(e))?;
-        let mut cm = cm.unwrap_or_else(|| queue_only(store.object(None, "", None, &[], "")));
+        let mut cm =
+            cm.unwrap_or_else(|| queue_only(store.object(None, "", &Applied::default(), "")));
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
             return Err(store.not_ours());
         }
-        let mut queue = queue_of(&cm).map_err(|why| store.corrupt(why))?;
-        queue.push(req.clone());
+        let mut queue = raw_queue(&cm).map_err(|why| store.corrupt(why))?;
+        let known = |id: &str| {
+            queue.iter().any(|r| r["id"] == id) || applied_of(&cm).requests.iter().any(|a| a == id)
+        };
+        if known(&req.id) {
+            log::info!(
+                "request {} is already in {} (a write whose answer was lost): not queued twice",
+                req.id,
+                store.what()
+            );
+            return Ok(());
+        }
+        let mut item = serde_json::to_value(req).expect("request");
+        if let Some(a) = annotation_of(&cm) {
+            item[AT_SUBMIT] = json!(a);
+        }
+        queue.push(item);
         cm["data"][REQUESTS_KEY] = json!(serde_json::to_string(&queue).expect("requests"));
         let res = match cm["metadata"]["resourceVersion"].is_string() {
             true => store.cms.replace(name, &cm),
@@ -419,7 +607,14 @@ pub(crate) fn queued(
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     match store.cms.get(name).map_err(|e| store.backend(e))? {
         None => Ok(Vec::new()),
-        Some(cm) => queue_of(&cm).map_err(|why| store.corrupt(why)),
+        Some(cm) => {
+            let applied = applied_of(&cm).requests;
+            let queue = queue_of(&cm).map_err(|why| store.corrupt(why))?;
+            Ok(queue
+                .into_iter()
+                .filter(|r| !applied.contains(&r.id))
+                .collect())
+        }
     }
 }
 
@@ -444,6 +639,7 @@ impl StateStore for ConfigMapStore<'_> {
             true => self.loaded.clone(),
             false => self.cms.get(&self.name).map_err(|e| self.backend(e))?,
         };
+        self.intent = None;
         let Some(cm) = cm else {
             self.resource_version = None;
             self.loaded = None;
@@ -479,7 +675,8 @@ impl StateStore for ConfigMapStore<'_> {
         }
         let mut base = self.loaded.clone();
         for _ in 0..RETRIES {
-            let mut cm = self.object(base.as_ref(), &text, st.target, &applied, &write_id);
+            let record = self.record_after(base.as_ref(), &applied);
+            let mut cm = self.object(base.as_ref(), &text, &record, &write_id);
             let res = match &self.resource_version {
                 Some(rv) => {
                     cm["metadata"]["resourceVersion"] = Value::String(rv.clone());
@@ -537,13 +734,13 @@ impl StateStore for ConfigMapStore<'_> {
         let Some(cm) = &self.loaded else {
             return Ok(Vec::new());
         };
-        let mut queue = queue_of(cm).map_err(|why| self.corrupt(why))?;
         let target = (cm["data"][DATA_KEY].as_str())
             .and_then(|t| parse(t.as_bytes()).ok())
             .and_then(|st| st.target);
-        if let Some(r) = annotation_request(cm, target, &self.what()) {
-            queue.insert(0, r);
-        }
+        let record = applied_of(cm);
+        let intent = intent_of(cm, &record, target, &self.what());
+        let queue = ordered_requests(cm, &record, &intent).map_err(|why| self.corrupt(why))?;
+        self.intent = Some(intent);
         Ok(queue)
     }
 }

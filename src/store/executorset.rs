@@ -196,7 +196,8 @@ impl<'a> ExecutorSetStore<'a> {
 
     /// Writes `status` with `PUT …/status` on the loaded version (see the module doc for a
     /// 409). Nothing is written when it equals the stored status. Errors: as `save`.
-    fn put_status(&mut self, status: Value) -> Result<(), StoreError> {
+    fn put_status(&mut self, mut status: Value) -> Result<(), StoreError> {
+        without_nulls(&mut status);
         for _ in 0..RETRIES {
             let Some(base) = self.loaded.clone() else {
                 return Ok(());

@@ -1,0 +1,382 @@
+//! An app's one home, on both servers (`both!`): every command finds the app's
+//! home in its namespace before it falls back to the state file; the ConfigMap store never
+//! writes people's intent back, applies requests and annotation edits once and in the
+//! order they were made, and lets seeds fill only an empty home; a killed loop's successor
+//! waits as a standby instead of exiting 3. Each test plays one reported failure.
+
+use crate::both::{both, Env, Pods};
+use crate::util::{spawn_replica, stderr, with_fast_leader_elect};
+use serde_json::{json, Value};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The state ConfigMap every test here uses.
+const CM: &str = "home-state";
+const STORE: &str = "configmap:home-state";
+
+/// `run --leader-elect` as candidate `who` (`POD_NAME=pod-WHO`) on [`CM`], target `target`,
+/// ticking every 200 ms at rest, on a 3 s Lease.
+fn candidate(e: &Env, who: &str, target: &str) -> Child {
+    let args = [
+        "--state-store",
+        STORE,
+        "run",
+        "--target",
+        target,
+        "--idle-interval",
+        "200ms",
+    ];
+    let mut cmd = e.candidate_cmd(who, &with_fast_leader_elect(&args));
+    spawn_replica(&mut cmd, &format!("pod-{who}"), Stdio::piped())
+}
+
+/// A plain `run` on [`CM`] (30 s at rest), with `extra` flags after `run`.
+fn plain_run(e: &Env, extra: &[&str]) -> Child {
+    let mut args = vec!["--state-store", STORE, "run"];
+    args.extend_from_slice(extra);
+    (e.cmd(&args).stdout(Stdio::null()).stderr(Stdio::piped()))
+        .spawn()
+        .unwrap()
+}
+
+fn signal(c: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+}
+
+/// SIGTERMs `c` and waits for it; it must exit 0. Returns its standard error.
+fn stop(c: Child) -> String {
+    signal(&c, libc::SIGTERM);
+    let out = c.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    err
+}
+
+/// Kills `c` with SIGKILL and reaps it.
+fn kill(mut c: Child) {
+    signal(&c, libc::SIGKILL);
+    let _ = c.wait();
+}
+
+/// The state ConfigMap (`Value::Null` while it does not exist).
+fn configmap(e: &Env) -> Value {
+    let path = format!("/api/v1/namespaces/{}/configmaps/{CM}", e.ns);
+    match e.admin("GET", &path, None) {
+        (200, cm) => cm,
+        _ => Value::Null,
+    }
+}
+
+/// The target the state ConfigMap's state holds.
+fn cm_target(e: &Env) -> Option<u64> {
+    let cm = configmap(e);
+    let text = cm["data"]["state.json"].as_str()?;
+    serde_json::from_str::<Value>(text).ok()?["target"].as_u64()
+}
+
+/// `kubectl annotate configmap home-state podalloc.io/executors=N --overwrite`, as a read
+/// and a conditional update (a 409 read again).
+fn annotate(e: &Env, n: u32) {
+    let path = format!("/api/v1/namespaces/{}/configmaps/{CM}", e.ns);
+    for _ in 0..10 {
+        let mut cm = configmap(e);
+        assert!(!cm.is_null(), "no ConfigMap {CM}");
+        if !cm["metadata"]["annotations"].is_object() {
+            cm["metadata"]["annotations"] = json!({});
+        }
+        cm["metadata"]["annotations"]["podalloc.io/executors"] = json!(n.to_string());
+        match e.admin("PUT", &path, Some(&cm)) {
+            (200, _) => return,
+            (409, _) => continue,
+            (code, out) => panic!("annotate: {code} {out}"),
+        }
+    }
+    panic!("annotate: 409 ten times");
+}
+
+/// The annotation `podalloc.io/executors` of the state ConfigMap.
+fn annotation(e: &Env) -> Option<String> {
+    let cm = configmap(e);
+    (cm["metadata"]["annotations"]["podalloc.io/executors"].as_str()).map(str::to_string)
+}
+
+/// Waits (at most `secs`) until exactly `n` executors are live.
+fn until_live(e: &Env, n: usize, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if e.live().len() == n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("never {n} live executors: {:?}", e.live());
+}
+
+/// Waits (at most 20 s) until the Lease `podalloc-<app>` has a holder.
+fn until_leader(e: &Env) {
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/podalloc-{}",
+        e.ns, e.app
+    );
+    e.wait_for("a leader", |e| {
+        let (code, v) = e.admin("GET", &path, None);
+        code == 200
+            && v["spec"]["holderIdentity"]
+                .as_str()
+                .is_some_and(|h| !h.is_empty())
+    });
+}
+
+both!(
+    add_without_a_store_reaches_the_leader_s_configmap,
+    "home-add",
+    Pods::default(),
+    |e| {
+        // Reported: `add 2` without --state-store said "handed to the leader", exited 0 and
+        // wrote a request file the leader never reads.
+        let (a, b) = (candidate(e, "a", "3"), candidate(e, "b", "3"));
+        until_leader(e);
+        until_live(e, 3, 30);
+        let err = e.ok(&["add", "2"]);
+        assert!(err.contains("handed to"), "{err}");
+        until_live(e, 5, 30);
+        assert_eq!(cm_target(e), Some(5));
+        let queue = e.dir.path().join("state.json.requests");
+        assert!(!queue.exists(), "a request file was written: {queue:?}");
+        stop(a);
+        stop(b);
+    }
+);
+
+both!(
+    reconcile_and_a_plain_run_refuse_while_a_leader_holds_the_lease,
+    "home-ha",
+    Pods::default(),
+    |e| {
+        // Reported: `reconcile` without --state-store while an HA leader ran used an old
+        // state file (and deleted Running executors); a plain `run` on the leader's
+        // ConfigMap made both replicas exit 3.
+        e.ok(&["reconcile", "--target", "1"]);
+        assert!(
+            e.dir.path().join("state.json").exists(),
+            "the old state file"
+        );
+        let (a, b) = (candidate(e, "a", "4"), candidate(e, "b", "4"));
+        until_leader(e);
+        until_live(e, 4, 30);
+        let before = e.live();
+        let err = e.exits(&["reconcile", "--target", "1"], 3);
+        assert!(err.contains("the leader pod-"), "{err}");
+        let err = e.exits(&["--state-store", STORE, "reconcile"], 3);
+        assert!(err.contains("the leader pod-"), "{err}");
+        let out = plain_run(e, &["--target", "4", "--timeout", "10s"])
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        assert!(stderr(&out).contains("the leader pod-"), "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(e.live(), before, "nothing deleted, nothing created");
+        // The pair is still running and still steerable.
+        e.ok(&["--state-store", STORE, "scale", "5"]);
+        until_live(e, 5, 30);
+        stop(a);
+        stop(b);
+    }
+);
+
+both!(
+    an_annotation_edit_survives_a_sigterm_and_is_followed,
+    "home-ann",
+    Pods::default(),
+    |e| {
+        // Reported: `kubectl annotate configmap … podalloc.io/executors=5 --overwrite`, then
+        // SIGTERM within seconds: the annotation read 3 again.
+        let run = plain_run(e, &["--target", "3"]);
+        until_live(e, 3, 30);
+        e.wait_for("the state saved", |e| cm_target(e) == Some(3));
+        annotate(e, 5);
+        stop(run);
+        assert_eq!(annotation(e).as_deref(), Some("5"), "{}", configmap(e));
+        let args = [
+            "--state-store",
+            STORE,
+            "run",
+            "--target",
+            "3",
+            "--until-converged",
+        ];
+        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        assert_eq!(e.live().len(), 5);
+        assert_eq!(cm_target(e), Some(5));
+        assert_eq!(annotation(e).as_deref(), Some("5"));
+        // An `add` then changes the target; the annotation, untouched, is not applied again.
+        e.ok(&["--state-store", STORE, "add", "1"]);
+        let err = e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        assert_eq!(cm_target(e), Some(6), "{err}");
+        assert_eq!(annotation(e).as_deref(), Some("5"));
+    }
+);
+
+both!(
+    requests_and_annotation_edits_apply_in_the_order_made,
+    "home-order",
+    Pods::default(),
+    |e| {
+        // Reported: an older queued `scale` overrode a newer annotation (and rewrote it).
+        let converge = |t: &str| {
+            let args = [
+                "--state-store",
+                STORE,
+                "run",
+                "--target",
+                t,
+                "--until-converged",
+            ];
+            e.ok(&[&args[..], &["--timeout", "30s"]].concat())
+        };
+        converge("2");
+        for (first_scale, then_annotation, want) in [(true, 4, 4), (false, 1, 3)] {
+            // A loop at rest (30 s idle) holds the app: requests wait in the queue.
+            let run = plain_run(e, &[]);
+            e.wait_for("the loop's holder record", |e| {
+                !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
+            });
+            if first_scale {
+                let err = e.ok(&["--state-store", STORE, "scale", "3"]);
+                assert!(err.contains("handed to"), "{err}");
+                annotate(e, then_annotation);
+            } else {
+                annotate(e, then_annotation);
+                let err = e.ok(&["--state-store", STORE, "scale", "3"]);
+                assert!(err.contains("handed to"), "{err}");
+            }
+            stop(run);
+            converge("2");
+            assert_eq!(cm_target(e), Some(want), "{}", configmap(e));
+            assert_eq!(
+                annotation(e),
+                Some(then_annotation.to_string()),
+                "the annotation is people's: never rewritten"
+            );
+        }
+    }
+);
+
+both!(
+    an_add_before_the_first_leader_keeps_the_seed,
+    "home-seed",
+    Pods::default(),
+    |e| {
+        // Reported: an `add` made before the first leader acted was applied to an empty
+        // store, and the `--target 4` seed was lost for good.
+        let err = e.ok(&["--state-store", STORE, "add", "2"]);
+        assert!(err.contains("no target yet"), "{err}");
+        assert!(e.live().is_empty(), "{:?}", e.live());
+        let a = candidate(e, "a", "4");
+        until_live(e, 6, 30);
+        assert_eq!(cm_target(e), Some(6));
+        stop(a);
+    }
+);
+
+/// The value of `podalloc_is_leader` in the metrics file `path`.
+fn is_leader(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    (text.lines())
+        .find(|l| l.starts_with("podalloc_is_leader{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}
+
+both!(
+    a_killed_loop_s_successor_waits_as_a_standby_and_takes_over,
+    "home-kill",
+    Pods::default(),
+    |e| {
+        // Reported: after kill -9, a new `run` on the ConfigMap store exited 3 ("owned by a
+        // running loop … stale after 90s"): a Deployment crash-looped for 90 s.
+        let first = plain_run(e, &["--target", "2"]);
+        until_live(e, 2, 30);
+        let metrics = e.dir.path().join("second.prom");
+        let m = metrics.to_str().unwrap();
+        let mut args = vec!["--metrics-file", m, "--state-store", STORE, "run"];
+        args.extend([
+            "--target",
+            "2",
+            "--interval",
+            "200ms",
+            "--idle-interval",
+            "200ms",
+        ]);
+        let second = (e.cmd(&args).stdout(Stdio::null()).stderr(Stdio::piped()))
+            .spawn()
+            .unwrap();
+        e.wait_for("the standby's metrics", |_| {
+            is_leader(&metrics).as_deref() == Some("0")
+        });
+        kill(first);
+        let t = Instant::now();
+        e.wait_for("the standby taking over", |_| {
+            is_leader(&metrics).as_deref() == Some("1")
+        });
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(10), "took over after {took:?}");
+        e.ok(&["--state-store", STORE, "scale", "3"]);
+        until_live(e, 3, 30);
+        let err = stop(second);
+        assert!(err.contains("waiting as a standby"), "{err}");
+        assert!(err.contains("process is gone"), "{err}");
+        // Killed again and restarted at once: no exit 3, no wait for the record to go stale.
+        let third = plain_run(e, &["--target", "3"]);
+        e.wait_for("the third loop's holder record", |e| {
+            let cm = configmap(e);
+            let h = cm["metadata"]["annotations"]["podalloc.io/holder"].as_str();
+            h.is_some_and(|h| h.contains(&format!("\"pid\":{}", third.id())))
+        });
+        kill(third);
+        let args = [
+            "--state-store",
+            STORE,
+            "run",
+            "--target",
+            "3",
+            "--until-converged",
+        ];
+        let t = Instant::now();
+        e.ok(&[&args[..], &["--timeout", "20s"]].concat());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+);
+
+/// A lost answer to the request's write (the simulator's `cm-update:lost-response@2`: the
+/// update is applied, the connection closed before the answer) makes the client retry and
+/// get 409: the request must be queued once, and applied once.
+#[test]
+fn a_lost_answer_does_not_apply_an_add_twice() {
+    let e = Env::sim("home-lost", &Pods::default());
+    let args = [
+        "--state-store",
+        STORE,
+        "run",
+        "--target",
+        "2",
+        "--until-converged",
+    ];
+    e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+    let run = plain_run(&e, &[]);
+    e.wait_for("the loop's holder record", |e| {
+        !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
+    });
+    e.sim_faults(&["cm-update:lost-response@1"]);
+    let err = e.ok(&["--state-store", STORE, "add", "2"]);
+    e.sim_faults(&[]);
+    assert!(err.contains("handed to"), "{err}");
+    let cm = configmap(&e);
+    let queued: Vec<Value> =
+        serde_json::from_str(cm["data"]["requests.json"].as_str().unwrap()).unwrap();
+    assert_eq!(queued.len(), 1, "{cm}");
+    stop(run);
+    e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+    assert_eq!(cm_target(&e), Some(4), "{}", configmap(&e));
+}

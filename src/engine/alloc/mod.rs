@@ -54,6 +54,18 @@
 //! 12. **finish** — the counts, "converged" (the one definition every command uses:
 //!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
 //!     the state to persist if every call succeeds.
+//!
+//! **Resource profiles** (Spark 3.1+'s stage-level scheduling, SPARK-33288): the state keeps a
+//! target per profile ([`AllocatorState::targets`]); a pod's profile is its
+//! `spark-exec-resourceprofile-id` label (none: 0), a request's the one it was created for.
+//! While no profile but 0 has a target, everything counts as profile 0's (Spark's
+//! single-profile path). With several, rules 9 and 11 and "converged" run per profile, in
+//! profile id order as Spark 3.5 walks them: known, excess and its choice per profile; a batch
+//! per profile, waiting on that profile's own requests (and, under Spark 3.0's rule, pending
+//! pods); `--max-pending` counted over every profile, its free slots split among the profiles
+//! that want pods as Spark's `splitSlots` does; pods of a profile without a target are neither
+//! counted nor touched. Removal lowers its executor's profile's target. One id counter serves
+//! every profile.
 
 mod adaptive;
 mod guard;

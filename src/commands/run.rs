@@ -7,7 +7,7 @@
 
 use super::env::{connect, Env};
 use crate::cli::{Cli, LogFormat, RunArgs};
-use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
+use crate::controller::runner::{self, Control, Feed, Options, Outcome, Shutdown, Slot};
 use crate::controller::tick::TickReport;
 use crate::engine::alloc::{Request, TargetChange};
 use crate::error::{Error, Result};
@@ -85,7 +85,7 @@ struct RunFeed<'e> {
 }
 
 impl<'e> Feed<'e> for RunFeed<'e> {
-    fn may_act(&mut self, shared: &Shared) -> Result<bool> {
+    fn may_act(&mut self, shared: &Control) -> Result<bool> {
         Ok(shared.with_leader(|le| super::elect::may_act(le, self.cli, self.env)))
     }
 
@@ -93,12 +93,15 @@ impl<'e> Feed<'e> for RunFeed<'e> {
         &mut self,
         slots: &mut [Slot<'e>],
         due: &[usize],
-        shared: &Shared,
+        shared: &Control,
     ) -> Vec<(usize, Outcome)> {
         let env = self.env;
+        let leader = shared.with_leader(|le| le.map(|le| le.leadership()));
         (due.iter())
             .filter_map(|&i| {
-                let outcome = slots[i].tick(shared, |_, store, request| env.tick(store, request));
+                let outcome = slots[i].tick(shared, &env.services, |_, store, memory, request| {
+                    env.tick(store, request, memory, leader)
+                });
                 outcome.map(|o| (i, o))
             })
             .collect()
@@ -123,6 +126,11 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         started: Instant::now(),
     };
     env.run_deadline = a.timeout.map(|t| o.started + t);
+    let endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
+    let _endpoints = endpoints.map(|(e, probe)| {
+        env.services.probe = Some(probe);
+        e
+    });
     let env = env;
     // The loop owns the app for its whole life: the file lock is held until it ends, the
     // ConfigMap's holder record is renewed by a write every half of its staleness. Under
@@ -130,7 +138,6 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     let command = if progress.on { "scale --wait" } else { "run" };
     // The holder record's heartbeat follows the slowest tick (the idle interval).
     let holding = (!a.leader.leader_elect).then_some(o.interval.max(a.idle_interval));
-    let _endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
     let shutdown = Shutdown::install(env.run_deadline)?;
     let heartbeat = holding.map(|h| (h, shutdown.0.as_ref()));
     let store = env.open_store(command, heartbeat).map_err(store_error)?;
@@ -153,7 +160,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         cli,
         progress,
     };
-    let res = runner::run(&o, vec![slot], &mut feed, &shutdown);
+    let res = runner::run(&o, vec![slot], &mut feed, &shutdown, &env.services);
     // --leader-elect: the Lease released after the last tick (the fence keeps the Arc).
     shutdown.0.set_leader(None);
     res

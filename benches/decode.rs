@@ -3,9 +3,9 @@
 //! One 500-pod page of realistic Spark executor pods (`scripts/bench_pods.py --count 500
 //! --no-managed-fields`, about 2.7 MB, the pages the tick benchmark serves) is decoded by:
 //!
-//! - `snapshot`: [`Snapshot::add_page`], podalloc's decoder (the fields the snapshot keeps,
-//!   everything else skipped by structure);
-//! - `streamed`: [`Snapshot::add_page_reader`] over the same bytes in memory;
+//! - `snapshot`: [`Snapshot::read_page`], podalloc's one decoder (here JSON through
+//!   serde_json, each pod decoded once its bytes are in, everything else skipped as
+//!   `IgnoredAny`), over the bytes in memory;
 //! - `serde_json skip`: `serde_json::from_slice::<IgnoredAny>`, serde_json only validating
 //!   and skipping the whole page, a lower bound of any serde_json-based decoder of it;
 //! - `utf8 check`: `std::str::from_utf8` of the page, a floor of reading the bytes once.
@@ -14,10 +14,9 @@
 //! (`fixtures/bench/pods-500.{json,pb}.gz`, recorded by `scripts/record_bench_pages.py`:
 //! spec, status and the server's managedFields):
 //!
-//! - `kube json`: [`Snapshot::add_page`] on the JSON page;
-//! - `kube protobuf`: [`Snapshot::add_page`] on the Protobuf page (same pods, same snapshot);
-//! - `kube pb streamed`: [`Snapshot::add_page_reader`] on the Protobuf page in memory (what the
-//!   tick runs: the envelope read field by field, each pod decoded once its bytes are in).
+//! - `kube json`: [`Snapshot::read_page`] on the JSON page;
+//! - `kube protobuf`: [`Snapshot::read_page`] on the Protobuf page (same pods, same
+//!   snapshot: the envelope read field by field, each pod decoded once its bytes are in).
 //!
 //! All run interleaved, round after round; the medians (ms per 10,000 pods and MB/s of each
 //! case's own bytes) and each one's ratio to `snapshot` are printed, and `kube protobuf`'s to
@@ -28,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use podalloc::snapshot::{ListSource, Snapshot};
+use podalloc::snapshot::{For, ListSource, Snapshot};
 use serde::de::IgnoredAny;
 
 const APP: &str = "spark-bench";
@@ -65,6 +64,14 @@ fn recorded(name: &str) -> Vec<u8> {
     out
 }
 
+/// A page given offline (generated, or kubectl's), read whole.
+fn offline(body: &[u8]) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.read_page(body, For::app(APP).source(ListSource::Offline))
+        .expect("the page decodes");
+    s
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -72,15 +79,11 @@ fn median(v: &mut [Duration]) -> Duration {
 
 fn main() {
     let page = page();
-    let pods = Snapshot::from_pod_list(&page, APP)
-        .expect("the page decodes")
-        .executors
-        .len();
+    let pods = offline(&page).executors.len();
     assert!(pods > 0, "no executor of app {APP} in the page");
     let (kube_json, kube_pb) = (recorded("pods-500.json.gz"), recorded("pods-500.pb.gz"));
-    let kube_pods = Snapshot::from_pod_list(&kube_json, APP).unwrap();
-    let mut from_pb = Snapshot::default();
-    from_pb.add_page(&kube_pb, APP).unwrap();
+    let kube_pods = offline(&kube_json);
+    let from_pb = offline(&kube_pb);
     assert_eq!(
         from_pb, kube_pods,
         "the two encodings of one list read the same"
@@ -88,13 +91,7 @@ fn main() {
     let kube_n = kube_pods.executors.len();
     let decode = |body: &[u8], n: usize| {
         let mut s = Snapshot::default();
-        s.add_page(body, APP).unwrap();
-        assert_eq!(s.executors.len(), n);
-    };
-    let streamed = |body: &[u8], n: usize| {
-        let mut s = Snapshot::default();
-        s.add_page_reader(body, APP, None, ListSource::ApiServer)
-            .unwrap();
+        s.read_page(body, For::app(APP)).unwrap();
         assert_eq!(s.executors.len(), n);
     };
     type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
@@ -104,12 +101,6 @@ fn main() {
             page.len(),
             pods,
             Box::new(|| decode(&page, pods)),
-        ),
-        (
-            "streamed",
-            page.len(),
-            pods,
-            Box::new(|| streamed(&page, pods)),
         ),
         (
             "serde_json skip",
@@ -139,12 +130,6 @@ fn main() {
             kube_n,
             Box::new(|| decode(&kube_pb, kube_n)),
         ),
-        (
-            "kube pb streamed",
-            kube_pb.len(),
-            kube_n,
-            Box::new(|| streamed(&kube_pb, kube_n)),
-        ),
     ];
     let only = std::env::var("PODALLOC_BENCH_ONLY").ok();
     let cases: Vec<Case<'_>> = (cases.into_iter())
@@ -165,12 +150,11 @@ fn main() {
         }
     }
     println!(
-        "snapshot: podalloc's decoder (Snapshot::add_page); streamed: the same read while the \
-         body arrives (add_page_reader); serde_json skip: serde_json only validating and \
-         skipping the page (no snapshot: a lower bound of a serde_json-based decoder); utf8 \
-         check: reading the bytes once; kube json / kube protobuf: add_page on one list of the \
-         same pods as kube-apiserver encodes it in each (fixtures/bench/); kube pb streamed: \
-         add_page_reader on the Protobuf one."
+        "snapshot: podalloc's decoder (Snapshot::read_page, the JSON page in memory); \
+         serde_json skip: serde_json only validating and skipping the page (no snapshot: a \
+         lower bound of a serde_json-based decoder); utf8 check: reading the bytes once; kube \
+         json / kube protobuf: read_page on one list of the same pods as kube-apiserver \
+         encodes it in each (fixtures/bench/)."
     );
     println!(
         "{pods} pods, {:.2} MB per page ({kube_n} pods: {:.2} MB JSON, {:.2} MB Protobuf), \

@@ -26,8 +26,8 @@
 #   PODALLOC_CP_EXTRA="FLAGS"   more kube-apiserver flags
 # The audit log, DIR/audit.log (JSON lines, audit.k8s.io/v1 Events at ResponseComplete,
 # written before each response is sent: --audit-log-mode=blocking), records at Metadata
-# level what the candidate users podalloc-a, -b and -c do to pods, configmaps and leases,
-# and the admin's writes to leases; nothing else (DIR/audit-policy.yaml), so the rest of
+# level what the candidate users podalloc-a, -b and -c do to pods, configmaps, leases and
+# executorsets (and their subresources), and the admin's writes to leases; nothing else (DIR/audit-policy.yaml), so the rest of
 # the suite pays for none of it. The leader-election tests attribute requests with it.
 # What a cluster without kube-controller-manager, scheduler and kubelet does not do:
 # tests/real/README.md.
@@ -177,6 +177,8 @@ rules:
     resources: [pods, configmaps]
   - group: coordination.k8s.io
     resources: [leases]
+  - group: podalloc.io
+    resources: [executorsets, "executorsets/*"]
 - level: Metadata
   users: [admin]
   verbs: [create, update, patch, delete]

@@ -11,12 +11,13 @@
 //! ```
 //!
 //! The folders are the layers, each importing only from the layers below it
-//! (`commands → cli → controller → store → engine → kube / error / clock`):
+//! (`commands → cli → controller → store → engine | kube → wire`; `engine` and `kube` side by
+//! side, neither importing the other; `src/layers.rs` is the test that keeps it so):
 //! - [`engine`]: **pure** (no I/O, clock, log or thread; a unit test checks the folder):
 //!   the snapshot (a PodList, JSON or Protobuf → executor id → state), the allocation step
 //!   and `record` (the only place policy lives), the pod spec.
 //! - [`kube`]: the blocking HTTPS client and its configuration; imports nothing else of
-//!   podalloc.
+//!   podalloc but `wire` (the Protobuf wire format, which the engine reads too).
 //! - [`store`]: where the allocator state lives: the file store (atomic saves, an exclusive
 //!   lock), the ConfigMap store (optimistic concurrency, holder record), the file store's
 //!   steering queue.
@@ -42,8 +43,10 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod kube;
-pub(crate) mod multi;
+#[cfg(test)]
+mod layers;
 pub mod store;
+pub(crate) mod wire;
 #[cfg(feature = "sim")]
 pub use podalloc_sim as sim;
 

@@ -17,12 +17,15 @@ fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
         return;
     };
     let cp = e.control_plane().unwrap();
+    // `RESOURCE/SUB` is a subresource (kubectl's own `R/NAME` would name an object).
     let can = |verb: &str, resource: &str| -> bool {
+        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
         let out = cp
             .kubectl()
             .args([
                 "auth", "can-i", verb, resource, "-n", &e.ns, "--as", "podalloc",
             ])
+            .args((!sub.is_empty()).then(|| format!("--subresource={sub}")))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "yes"
@@ -38,6 +41,18 @@ fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
             &["get", "create", "update"][..],
             "leases.coordination.k8s.io",
         ),
+        (
+            &["get", "list", "watch", "create", "update", "patch"][..],
+            "executorsets.podalloc.io",
+        ),
+        (
+            &["get", "update", "patch"][..],
+            "executorsets.podalloc.io/status",
+        ),
+        (
+            &["get", "update", "patch"][..],
+            "executorsets.podalloc.io/scale",
+        ),
     ] {
         for v in verbs {
             assert!(can(v, resource), "podalloc cannot {v} {resource}");
@@ -47,6 +62,7 @@ fn kubectl_auth_can_i_agrees_with_the_recipe_role() {
         ("watch", "pods"),
         ("patch", "pods"),
         ("delete", "configmaps"),
+        ("delete", "executorsets.podalloc.io"),
         ("get", "secrets"),
         ("list", "nodes"),
     ] {

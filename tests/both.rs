@@ -464,6 +464,28 @@ impl Env {
         &self.admin_token
     }
 
+    /// A kubeconfig file (in the test's directory) for kubectl as the `podalloc` user in the
+    /// test's namespace; kubectl with it and a discovery cache of the test's own:
+    /// `kubectl --kubeconfig K --cache-dir D`.
+    pub fn kubectl(&self) -> Command {
+        let kc = self.dir.path().join("podalloc.kubeconfig");
+        if !kc.exists() {
+            let config = json!({"apiVersion": "v1", "kind": "Config", "current-context": "t",
+                "clusters": [{"name": "t", "cluster": {"server": self.url,
+                    "certificate-authority": self.ca}}],
+                "users": [{"name": "podalloc", "user": {"token": self.token}}],
+                "contexts": [{"name": "t",
+                    "context": {"cluster": "t", "user": "podalloc", "namespace": self.ns}}]});
+            std::fs::write(&kc, config.to_string()).unwrap();
+        }
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig")
+            .arg(kc)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kcache"));
+        c
+    }
+
     /// The PEM of the CA the server's certificate chains to.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem

@@ -20,7 +20,9 @@ pub(crate) fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 
 /// Checks that Role `role` grants exactly the documented minimum, one resource per rule in
 /// its API group: pods get/list/create/delete/deletecollection, configmaps get/create/update, events
-/// create/get/patch, leases (coordination.k8s.io) get/create/update.
+/// create/get/patch, leases (coordination.k8s.io) get/create/update, executorsets
+/// (podalloc.io, `deploy/crd.yaml`) get/list/watch/create/update/patch and their `status`
+/// and `scale` subresources get/update/patch.
 pub(crate) fn assert_documented_minimum(role: &Value) {
     let rules = role["rules"].as_array().unwrap();
     let mut got: Vec<(String, Vec<String>)> = rules
@@ -28,8 +30,11 @@ pub(crate) fn assert_documented_minimum(role: &Value) {
         .map(|r| {
             let res = r["resources"].as_array().unwrap();
             assert_eq!(res.len(), 1);
-            let group = if res[0] == "leases" {
+            let name = res[0].as_str().unwrap();
+            let group = if name == "leases" {
                 "coordination.k8s.io"
+            } else if name.starts_with("executorsets") {
+                "podalloc.io"
             } else {
                 ""
             };
@@ -51,6 +56,18 @@ pub(crate) fn assert_documented_minimum(role: &Value) {
         vec![
             ("configmaps".to_string(), s(&["create", "get", "update"])),
             ("events".to_string(), s(&["create", "get", "patch"])),
+            (
+                "executorsets".to_string(),
+                s(&["create", "get", "list", "patch", "update", "watch"])
+            ),
+            (
+                "executorsets/scale".to_string(),
+                s(&["get", "patch", "update"])
+            ),
+            (
+                "executorsets/status".to_string(),
+                s(&["get", "patch", "update"])
+            ),
             ("leases".to_string(), s(&["create", "get", "update"])),
             (
                 "pods".to_string(),

@@ -322,7 +322,7 @@ fn protobuf_view(code: u16, ctype: &str, body: &[u8]) -> (Value, Option<String>)
         return (view, None);
     }
     let mut snap = podalloc::snapshot::Snapshot::default();
-    let cont = match snap.add_page(body, "diff") {
+    let cont = match snap.read_page(body, podalloc::snapshot::For::app("diff")) {
         Ok(c) => c,
         Err(e) => return (json!({"type": ctype, "error": e.to_string()}), None),
     };

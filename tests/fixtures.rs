@@ -4,8 +4,15 @@
 use crate::util::root;
 use podalloc::alloc::{step, AllocatorState, DeleteReason, Plan, Request, Settings, TargetChange};
 use podalloc::podspec::PodTemplate;
-use podalloc::snapshot::{ExecutorState, Snapshot};
+use podalloc::snapshot::{ExecutorState, For, ListSource, Snapshot};
 use serde_json::Value;
+
+/// A whole pod list given offline (as `plan --pods` reads a file), for app `app_id`.
+fn offline_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, podalloc::snapshot::SnapshotError> {
+    let mut s = Snapshot::default();
+    s.read_page(bytes, For::app(app_id).source(ListSource::Offline))?;
+    Ok(s)
+}
 
 fn fixture(path: &str) -> Vec<u8> {
     let p = root().join("fixtures").join(path);
@@ -14,7 +21,7 @@ fn fixture(path: &str) -> Vec<u8> {
 
 /// One of our recordings (fixtures/recorded) of the app `spark-rec-1`.
 fn recorded(file: &str) -> Snapshot {
-    Snapshot::from_pod_list(&fixture(&format!("recorded/{file}")), "spark-rec-1").unwrap()
+    offline_list(&fixture(&format!("recorded/{file}")), "spark-rec-1").unwrap()
 }
 
 /// The step for `spark-rec-1` from `st` to `target` executors, removing none, at time 0.
@@ -105,7 +112,7 @@ fn recorded_pending_and_terminating() {
 #[test]
 fn real_kube_system_list_has_no_executors() {
     // A real PodList recorded against Kubernetes v1.36 (k8s-openapi): none of it is ours.
-    let s = Snapshot::from_pod_list(
+    let s = offline_list(
         &fixture("external/k8s-openapi_v1-36_pod-list.body.json"),
         "spark-app-1",
     )
@@ -137,7 +144,7 @@ fn real_pods_relabelled_classify_as_running() {
     let mut list: Value =
         serde_json::from_slice(&fixture("external/k8s-openapi_v1-36_pod-list.body.json")).unwrap();
     relabel(&mut list, "spark-app-1");
-    let s = Snapshot::from_pod_list(list.to_string().as_bytes(), "spark-app-1").unwrap();
+    let s = offline_list(list.to_string().as_bytes(), "spark-app-1").unwrap();
     assert_eq!(s.executors.len(), 8);
     assert!(s
         .executors
@@ -167,7 +174,7 @@ fn real_failed_job_pod_classifies_as_failed() {
         .unwrap();
     let mut list: Value = serde_json::from_str(&body).unwrap();
     relabel(&mut list, "spark-app-1");
-    let s = Snapshot::from_pod_list(list.to_string().as_bytes(), "spark-app-1").unwrap();
+    let s = offline_list(list.to_string().as_bytes(), "spark-app-1").unwrap();
     let p = &s.executors[&1];
     assert_eq!(p.state, ExecutorState::Failed);
     assert_eq!(p.detail.as_deref(), Some("Error exit 5"));

@@ -375,7 +375,8 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 }
 
 /// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete/deletecollection,
-/// configmaps get/create/update, events create/get/patch and leases get/create/update, it
+/// configmaps get/create/update, events create/get/patch, leases get/create/update and the
+/// ExecutorSet rules (`crate::deploy::assert_documented_minimum`), it
 /// runs two replicas named by POD_NAME, its arguments parse, and one pass of them against the simulator
 /// manages the annotated drivers, a driver's own template ConfigMap included.
 #[test]

@@ -7,7 +7,7 @@ use crate::both::{both, Env, Pods};
 use podalloc::kube::{
     ClientOptions, ClusterConfig, Credential, KubeClient, KubeError, PageSink, PemData,
 };
-use podalloc::snapshot::Snapshot;
+use podalloc::snapshot::{For, Snapshot};
 use serde_json::{json, Value};
 
 /// The Protobuf media type.
@@ -27,7 +27,7 @@ pub fn list_as(e: &Env, accept: &str) -> (Snapshot, Vec<String>) {
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         types.push(ctype);
         cont = snap
-            .add_page(&body, "proto")
+            .read_page(&body[..], For::app("proto"))
             .unwrap_or_else(|e| panic!("{accept}: {e}"));
         if cont.is_none() {
             return (snap, types);
@@ -229,7 +229,7 @@ impl PageSink for Recorder {
     }
     fn page(&mut self, body: &[u8]) -> Result<Option<String>, KubeError> {
         self.protobuf_pages.push(body.starts_with(b"k8s\0"));
-        (self.snap.add_page(body, "proto")).map_err(|e| KubeError::Decode {
+        (self.snap.read_page(body, For::app("proto"))).map_err(|e| KubeError::Decode {
             what: "pod list page".into(),
             message: e.to_string(),
         })

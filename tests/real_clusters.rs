@@ -1,4 +1,4 @@
-//! Real clusters fail in real ways (issue 3/6): the real binary against the simulator for
+//! Real clusters fail in real ways: the real binary against the simulator for
 //! each condition Kubernetes produces — disruptions (`DisruptionTarget`), scheduling gates,
 //! the kubelet's permanent start-up errors, pods on a lost node (phase Unknown, stuck
 //! terminating) — and for inputs read from files (apps files, templates, kubeconfigs).

@@ -16,6 +16,7 @@ mod differential;
 mod e2e;
 mod endpoints;
 mod events;
+mod executorset;
 mod faults;
 mod fixtures;
 mod fuzz;

@@ -5,6 +5,7 @@
 //! validated ones: [`AppArgs::app`] (app id, pod template, allocation settings) and
 //! [`ConnArgs::connection_flags`] (what the kube client resolves).
 
+pub(crate) mod apps_file;
 pub mod config_file;
 pub(crate) mod template;
 
@@ -917,59 +918,10 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Largest target accepted (executors): [`crate::engine::alloc::MAX_TARGET`].
-pub const MAX_TARGET: u32 = crate::engine::alloc::MAX_TARGET;
-/// Largest batch size accepted (pods per tick).
-pub const MAX_BATCH: u32 = 10_000;
-
-/// Parses a target: a whole number ≥ 0 that fits in u32.
-pub fn parse_target(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let n: i128 = t
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number of executors"))?;
-    if n < 0 {
-        return Err(format!(
-            "{n} is negative; the target is a count of executors (0 or more)"
-        ));
-    }
-    if n > MAX_TARGET as i128 {
-        return Err(format!("{t} is too large: at most {MAX_TARGET}"));
-    }
-    Ok(n as u32)
-}
-
-/// `--batch-size`: a fixed size or adaptive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchSize {
-    /// At most this many per tick.
-    Fixed(u32),
-    /// Adaptive, up to `--max-batch`.
-    Auto,
-    /// Slow-start within a tick: groups of 1, 2, 4, … back to back while every create
-    /// succeeds, up to `--max-batch` a tick (adaptive across ticks).
-    SlowStart,
-}
-
-/// Parses `--batch-size`: a whole number ≥ 1, or `auto`.
-pub fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
-    if s.trim() == "auto" {
-        return Ok(BatchSize::Auto);
-    }
-    if s.trim() == "slow-start" {
-        return Ok(BatchSize::SlowStart);
-    }
-    parse_batch_size_n(s).map(BatchSize::Fixed)
-}
-
-/// Parses a count that must be 1 or more.
-pub fn parse_batch_size_n(s: &str) -> Result<u32, String> {
-    match parse_target(s)? {
-        0 => Err("must be at least 1".into()),
-        n if n > MAX_BATCH => Err(format!("{n} is too large: at most {MAX_BATCH}")),
-        n => Ok(n),
-    }
-}
+pub use crate::engine::counts::{
+    parse_batch_size, parse_batch_size_n, parse_max_pending, parse_target, BatchSize, MAX_BATCH,
+    MAX_TARGET,
+};
 
 /// The allocation policy (`--policy`): which Spark version's allocator to behave as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -981,17 +933,6 @@ pub enum Policy {
     /// protection from excess deletion (SPARK-33099, SPARK-34334, SPARK-33231, SPARK-36052).
     #[value(name = "spark-3.x")]
     Spark3x,
-}
-
-/// Parses `--max-pending`: a count from 1 to [`MAX_TARGET`], or `unlimited` (`u32::MAX`).
-pub fn parse_max_pending(s: &str) -> Result<u32, String> {
-    if s.trim() == "unlimited" {
-        return Ok(u32::MAX);
-    }
-    match parse_target(s)? {
-        0 => Err("must be at least 1 (or `unlimited`)".into()),
-        n => Ok(n),
-    }
 }
 
 /// Parses an executor id: a whole number ≥ 1.
@@ -1057,7 +998,7 @@ pub struct AppsArgs {
 /// `--state-configmaps PREFIX`: a DNS-1123 subdomain of at most 200 characters (the app id
 /// is added). Errors: a message naming the rule.
 fn parse_prefix(s: &str) -> Result<String, String> {
-    if s.len() <= 200 && crate::controller::leader::valid_lease_name(s) {
+    if s.len() <= 200 && crate::engine::podspec::validate_dns1123_subdomain("", s).is_ok() {
         Ok(s.to_string())
     } else {
         Err(format!(

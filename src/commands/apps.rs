@@ -7,7 +7,7 @@
 //! that `scale`, `add` and `remove` hand their requests to this process; the watchdog, the
 //! leader gate, Events, `--metrics-file` (one series per app) and `app=`/`ns=` on the log
 //! lines. A round lists each namespace's executor pods once (`spark-role=executor`,
-//! paginated) and splits the list by app ([`crate::multi::Split`]); each due app's tick runs
+//! paginated) and splits the list by app ([`crate::engine::snapshot::Split`]); each due app's tick runs
 //! on its share ([`reconcile::tick_listed`]). One app's failure is one log line naming it
 //! and never stops the others: a runtime error (exit 1) or a held lock (3) is retried at its
 //! next tick; anything else (bad template, RBAC, the crash-loop guard) stops that app. An
@@ -18,15 +18,16 @@
 use super::discover::Discovery;
 use super::env::{now_ms, StoreAt};
 use super::sim::{start_simulator, SimGuard};
+use crate::cli::apps_file::{self, AppEntry};
 use crate::cli::AppsArgs;
 use crate::cli::{AppArgs, Cli, StateStoreKind};
 use crate::controller::runner::{self, Control, Feed, Options, Outcome, Shutdown, Slot};
 use crate::controller::tick::{self as reconcile, App, TickCx};
 use crate::engine::alloc::{Request, StateOwner, TargetChange};
+use crate::engine::snapshot::Split;
 use crate::engine::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
 use crate::error::{Error, ExitCode, Result};
 use crate::kube::{self, KubeClient, KubeError, PageSink};
-use crate::multi::{self, AppEntry, Split};
 use crate::store::file::{self as state, StateStore, StoreError};
 use log::{error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
@@ -233,7 +234,7 @@ fn load_file(
     failed: &mut Vec<(String, Error)>,
 ) -> Result<Vec<Entry>> {
     let text = crate::cli::read_input_file(file, "the apps file")?;
-    let parsed = multi::parse_apps_file(&text, &conn.default_ns)
+    let parsed = apps_file::parse_apps_file(&text, &conn.default_ns)
         .map_err(|e| Error::usage(format!("apps file {}: {e}", file.display())))?;
     let dir = file.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
@@ -614,9 +615,25 @@ impl PageSink for SplitSink {
         self.split.restart();
     }
 
+    /// Pages are decoded as they arrive ([`Split::read_page`]).
+    fn bounded_memory(&self) -> bool {
+        true
+    }
+
     fn page(&mut self, body: &[u8]) -> std::result::Result<Option<String>, KubeError> {
-        self.split.add_page(body).map_err(|e| {
-            self.parse_error = Some(e.to_string());
+        self.page_reader(&mut &body[..])
+    }
+
+    /// Decodes the page while it arrives. A failed read is the client's to report, so it is
+    /// not recorded as an unusable list.
+    fn page_reader(
+        &mut self,
+        body: &mut dyn std::io::Read,
+    ) -> std::result::Result<Option<String>, KubeError> {
+        self.split.read_page(body).map_err(|e| {
+            if !matches!(e, crate::engine::snapshot::SnapshotError::Read(_)) {
+                self.parse_error = Some(e.to_string());
+            }
             KubeError::Decode {
                 what: "pod list".into(),
                 message: e.to_string(),
@@ -666,7 +683,7 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Entr
     }
     args.driver_pod = e.driver_pod;
     if let Some(b) = &e.batch_size {
-        args.batch_size = multi::batch_size_of(b).map_err(Error::usage)?;
+        args.batch_size = apps_file::batch_size_of(b).map_err(Error::usage)?;
     }
     let app = args.app(cli.conn.simulate, true)?;
     conn.prepare(&ns)?;

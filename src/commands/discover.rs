@@ -1,5 +1,5 @@
 //! `apps --discover SELECTOR`: the driver pods matching the selector, what their
-//! annotations ask for (the pure parsing is [`crate::multi::Driver`]), the apps they make,
+//! annotations ask for (the pure parsing is [`crate::engine::driver::Driver`]), the apps they make,
 //! and what became of them (ended, stopped by an error, badly annotated: one warning and one
 //! Warning Event on the driver).
 
@@ -7,9 +7,9 @@ use crate::cli::{AppArgs, Cli};
 use crate::controller::runner::Slot;
 use crate::controller::tick::App;
 use crate::engine::alloc::Request;
+use crate::engine::driver::{self, Driver};
 use crate::error::Result;
 use crate::kube::KubeClient;
-use crate::multi::{self, Driver};
 use log::{info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -200,7 +200,7 @@ impl Discovery {
         s.app = app;
         match before {
             Some((_, target)) if target != wanted.target => {
-                let key = multi::ANNOTATION_EXECUTORS;
+                let key = driver::ANNOTATION_EXECUTORS;
                 info!("app {app_id}: target {} (annotation {key})", wanted.target);
                 s.first = Some(Request::target(Some(wanted.target)));
                 s.wake();
@@ -219,7 +219,7 @@ impl Discovery {
         d: &Driver,
         app_id: &str,
         slots: &[Slot<'_>],
-    ) -> std::result::Result<(multi::Wanted, App), String> {
+    ) -> std::result::Result<(driver::Wanted, App), String> {
         let wanted = d.wanted()?;
         let mine = slots
             .iter()
@@ -241,7 +241,7 @@ impl Discovery {
         &mut self,
         client: &KubeClient,
         d: &Driver,
-        wanted: &multi::Wanted,
+        wanted: &driver::Wanted,
     ) -> std::result::Result<crate::engine::podspec::PodTemplate, String> {
         let template = match &wanted.template {
             None => self.template.clone(),
@@ -256,12 +256,12 @@ impl Discovery {
             format!(
                 "driver pod {:?}: no executor template: annotate it with {} or give --template/--image",
                 d.name,
-                multi::ANNOTATION_TEMPLATE
+                driver::ANNOTATION_TEMPLATE
             )
         })
     }
 
-    /// The template in ConfigMap `name` (key [`multi::TEMPLATE_KEY`]), read at most once a
+    /// The template in ConfigMap `name` (key [`driver::TEMPLATE_KEY`]), read at most once a
     /// [`TEMPLATE_TTL`].
     fn template_from(
         &mut self,
@@ -273,7 +273,7 @@ impl Discovery {
                 return Ok(t.clone());
             }
         }
-        let key = multi::TEMPLATE_KEY;
+        let key = driver::TEMPLATE_KEY;
         let cm = client
             .api(&crate::kube::CONFIG_MAPS)
             .get(name)
@@ -281,7 +281,7 @@ impl Discovery {
             .ok_or_else(|| {
                 format!(
                     "no ConfigMap {name:?} (annotation {})",
-                    multi::ANNOTATION_TEMPLATE
+                    driver::ANNOTATION_TEMPLATE
                 )
             })?;
         let text = cm["data"][key]
@@ -303,7 +303,7 @@ impl Discovery {
 fn discovered_app(
     args: &AppArgs,
     app_id: &str,
-    wanted: &multi::Wanted,
+    wanted: &driver::Wanted,
     template: crate::engine::podspec::PodTemplate,
     driver: &str,
 ) -> std::result::Result<App, String> {

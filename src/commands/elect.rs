@@ -12,10 +12,12 @@ use log::warn;
 /// ([`leader::default_lease_name`]). Errors (exit 2): not a valid name.
 pub(super) fn lease_name(given: Option<&str>, app_id: &str) -> Result<String> {
     let name = given.map_or_else(|| leader::default_lease_name(app_id), str::to_string);
-    if !leader::valid_lease_name(&name) {
+    // A Lease name is a DNS-1123 subdomain, as the API server validates it (`a..b` refused).
+    if crate::engine::podspec::validate_dns1123_subdomain("", &name).is_err() {
         return Err(Error::usage(format!(
-            "--leader-elect-resource-name {name:?} is not a valid Lease name (lower-case \
-             letters, digits, '-' and '.', at most 253, alphanumeric at both ends)"
+            "--leader-elect-resource-name {name:?} is not a valid Lease name (a DNS-1123 \
+             subdomain: lower-case letters, digits, '-' and '.', at most 253, each dot-separated \
+             part alphanumeric at both ends)"
         )));
     }
     Ok(name)

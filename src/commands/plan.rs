@@ -3,7 +3,7 @@
 
 use crate::cli::{AppArgs, PlanArgs};
 use crate::engine::alloc::{self, AllocatorState, Request, TargetChange};
-use crate::engine::snapshot::{DriverState, Snapshot};
+use crate::engine::snapshot::{DriverState, For, ListSource, Snapshot};
 use crate::error::{Error, Result};
 use crate::store::file as state;
 use log::warn;
@@ -29,9 +29,12 @@ pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     } else {
         a.pods.display().to_string()
     };
-    let mut snapshot =
-        Snapshot::from_pod_list_for(&bytes, &app_id, settings.executor_container.as_deref())
-            .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
+    let mut snapshot = Snapshot::default();
+    let of = For::app(&app_id)
+        .container(settings.executor_container.as_deref())
+        .source(ListSource::Offline);
+    (snapshot.read_page(&bytes[..], of))
+        .map_err(|e| Error::usage(format!("PodList {what}: {e}")))?;
     snapshot.driver = a.driver_phase.as_deref().map(|p| match p {
         "Deleting" => DriverState::Deleting,
         phase => DriverState::of(false, phase),

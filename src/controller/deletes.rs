@@ -18,7 +18,7 @@
 use super::app::App;
 use super::services::Services;
 use crate::engine::alloc;
-use crate::engine::snapshot::{ExecutorState, Snapshot, LABEL_EXEC_ID};
+use crate::engine::snapshot::{ExecutorState, For, Snapshot, LABEL_EXEC_ID};
 use crate::kube::{Deleted, KubeClient, KubeError, ListParams, Preconditions, PODS};
 use log::{info, warn};
 
@@ -223,7 +223,7 @@ fn still_ours(
     let bytes = serde_json::to_vec(&pod).unwrap_or_default();
     let mut one = Snapshot::default();
     let container = app.settings.executor_container.as_deref();
-    one.add_pod_json(&bytes, &app.app_id, container)
+    one.read_pod(&bytes, For::app(&app.app_id).container(container))
         .map_err(|e| KubeError::Decode {
             what: format!("pod {}", d.pod_name),
             message: e.to_string(),

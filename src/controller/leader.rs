@@ -587,17 +587,6 @@ pub(crate) fn dns_subdomain(s: &str) -> String {
     name
 }
 
-/// Whether `name` is a valid Lease name (a DNS-1123 subdomain: lower-case alphanumerics, '-'
-/// and '.', at most 253, alphanumeric at both ends).
-pub(crate) fn valid_lease_name(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
-        && name.starts_with(alnum)
-        && name.ends_with(alnum)
-}
-
 /// This process's identity: the `POD_NAME` environment variable (set from the downward
 /// API's `metadata.name`), else the host name plus `_` and a random suffix (as client-go's
 /// examples do), so two processes on one host differ.
@@ -1282,8 +1271,9 @@ mod tests {
     fn lease_names_and_objects() {
         assert_eq!(default_lease_name("spark-etl"), "podalloc-spark-etl");
         assert_eq!(default_lease_name("Spark_App 1-"), "podalloc-spark-app-1");
-        assert!(valid_lease_name(&default_lease_name("Spark_App 1-")));
-        assert!(!valid_lease_name("-x") && !valid_lease_name("X") && !valid_lease_name(""));
+        let valid = |n: &str| crate::engine::podspec::validate_dns1123_subdomain("", n).is_ok();
+        assert!(valid(&default_lease_name("Spark_App 1-")));
+        assert!(!valid("-x") && !valid("X") && !valid("") && !valid("a..b"));
         let l = lease("a", "9", "t", 2).record.to_lease("n", Some("9"));
         assert_eq!(l["kind"], "Lease");
         assert_eq!(l["apiVersion"], "coordination.k8s.io/v1");

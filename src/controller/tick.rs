@@ -9,7 +9,7 @@
 use crate::engine::alloc::{self, AllocatorState, Outcomes, Plan, Request, Steering, Summary};
 use crate::engine::podspec::Owner;
 use crate::engine::snapshot::{
-    DriverState, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
+    DriverState, For, Snapshot, LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR,
 };
 use crate::error::{Error, Result};
 use crate::kube::{FieldValidation, KubeClient, KubeError, ListParams, PageSink, PostParams, PODS};
@@ -160,7 +160,7 @@ struct SnapshotSink<'a> {
 impl PageSink for SnapshotSink<'_> {
     type Error = KubeError;
 
-    /// Pages are decoded as they arrive (`Snapshot::add_page_reader`).
+    /// Pages are decoded as they arrive (`Snapshot::read_page`).
     fn bounded_memory(&self) -> bool {
         true
     }
@@ -176,7 +176,7 @@ impl PageSink for SnapshotSink<'_> {
 
     fn page(&mut self, body: &[u8]) -> std::result::Result<Option<String>, KubeError> {
         self.snap
-            .add_page_for(body, self.app_id, self.container)
+            .read_page(body, For::app(self.app_id).container(self.container))
             .map_err(|e| {
                 self.parse_error = Some(e.to_string());
                 KubeError::Decode {
@@ -192,12 +192,7 @@ impl PageSink for SnapshotSink<'_> {
         &mut self,
         body: &mut dyn std::io::Read,
     ) -> std::result::Result<Option<String>, KubeError> {
-        let res = self.snap.add_page_reader(
-            body,
-            self.app_id,
-            self.container,
-            crate::engine::snapshot::ListSource::ApiServer,
-        );
+        let res = (self.snap).read_page(body, For::app(self.app_id).container(self.container));
         res.map_err(|e| {
             if !matches!(e, crate::engine::snapshot::SnapshotError::Read(_)) {
                 self.parse_error = Some(e.to_string());

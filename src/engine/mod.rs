@@ -4,9 +4,14 @@
 //!
 //! - [`snapshot`]: a PodList (JSON, whole or streamed page by page) → executor id → state.
 //! - [`alloc`]: the allocation step, `record`, the persisted state's schema.
-//! - [`podspec`]: a checked pod template + executor id → the Pod to create.
+//! - [`podspec`]: a checked pod template + executor id → the Pod to create; the DNS-1123
+//!   name checks.
+//! - [`counts`]: the target and batch-size parsers and their limits.
+//! - `driver`: what a discovered driver pod's annotations ask for (`apps --discover`).
 
 pub mod alloc;
+pub mod counts;
+pub(crate) mod driver;
 pub mod podspec;
 pub mod snapshot;
 

@@ -21,6 +21,11 @@ use super::client::{
 use super::error::KubeError;
 pub use super::resource::{Resource, CONFIG_MAPS, EVENTS, LEASES, PODS};
 
+/// The `Accept` header of a list that may come back in Protobuf (what client-go sends for
+/// built-in types since Kubernetes 1.32), JSON the fallback when the server has no Protobuf
+/// for the kind (custom resources, simulators).
+const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json;q=0.9";
+
 /// The calls of one [`Resource`] in one namespace, through one [`KubeClient`] (kube-rs's
 /// `Api::namespaced`). Cheap to make: one client, with its one TLS agent, token cache and
 /// exec-plugin cache, serves every namespace.
@@ -406,7 +411,7 @@ impl Api<'_> {
             let mut req = self.request(Call::List(lp, cont.as_deref()))?;
             req.limit = cap;
             if sink.accepts_protobuf() && self.client.options().protobuf_lists {
-                req.accept = super::protowire::ACCEPT_PROTOBUF;
+                req.accept = ACCEPT_PROTOBUF;
             }
             // The body is decoded by the sink while it arrives; `outcome` is what the sink
             // made of the last attempt that was read to its end.

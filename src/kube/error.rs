@@ -251,8 +251,8 @@ struct RawDetails {
 /// message 2, field 3}, retryAfterSeconds 5}, code 6), as kube-apiserver encodes error
 /// answers to a client that asked for Protobuf. Errors: not such a body.
 fn protobuf_status(body: &[u8]) -> Result<RawStatus, String> {
-    use super::protowire::{bytes, each, number, text};
-    let (kind, raw) = super::protowire::envelope(body)?;
+    use crate::wire::protobuf::{bytes, each, number, text};
+    let (kind, raw) = crate::wire::protobuf::envelope(body)?;
     if kind != Some("Status") {
         return Err(format!("kind {kind:?}, not Status"));
     }
@@ -300,7 +300,7 @@ impl ApiStatus {
     /// trimmed and cut to [`MAX_TEXT_MESSAGE_CHARS`]. `retry_after_seconds` is the body's
     /// `details.retryAfterSeconds` when positive, else the header.
     pub fn from_body(code: u16, body: &[u8], retry_after_header: Option<u64>) -> ApiStatus {
-        let parsed = match body.starts_with(super::protowire::MAGIC) {
+        let parsed = match body.starts_with(crate::wire::protobuf::MAGIC) {
             // Asked for Protobuf, kube-apiserver answers most errors in it too.
             true => protobuf_status(body).ok(),
             false => serde_json::from_slice::<serde_json::Value>(body)

@@ -850,11 +850,11 @@ fn wait_for_plugin(
 /// that processes it started die with it; elsewhere only the plugin itself.
 fn kill_group(child: &mut Child, pid: u32) {
     #[cfg(unix)]
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill(2) with a negative pid signals the process group we created.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
     let _ = child.kill();
 }

@@ -37,7 +37,6 @@ mod config;
 mod error;
 mod exec;
 mod files;
-pub(crate) mod protowire;
 mod resource;
 mod secret;
 #[cfg(test)]

@@ -1616,12 +1616,7 @@ impl PageSink for StreamSink {
     }
 
     fn page_reader(&mut self, body: &mut dyn std::io::Read) -> Result<Option<String>, KubeError> {
-        let r = self.snap.add_page_reader(
-            body,
-            "app",
-            None,
-            crate::engine::snapshot::ListSource::ApiServer,
-        );
+        let r = (self.snap).read_page(body, crate::engine::snapshot::For::app("app"));
         r.map_err(|e| {
             if matches!(e, crate::engine::snapshot::SnapshotError::Read(_)) {
                 self.read_errors += 1;

@@ -320,16 +320,16 @@ fn queue_of(cm: &Value) -> Result<Vec<Steering>, String> {
 
 /// The target annotation of `cm` as a `scale` request when it differs from `state_target`
 /// (`kubectl annotate … podalloc.io/executors=N`); an annotation that is not a whole number
-/// up to [`crate::cli::MAX_TARGET`] is ignored with a warning.
+/// up to [`crate::engine::alloc::MAX_TARGET`] is ignored with a warning.
 fn annotation_request(cm: &Value, state_target: Option<u32>, what: &str) -> Option<Steering> {
     let text = cm["metadata"]["annotations"][TARGET_KEY].as_str()?;
     let Some(n) = text
         .trim()
         .parse::<u32>()
         .ok()
-        .filter(|&n| n <= crate::cli::MAX_TARGET)
+        .filter(|&n| n <= crate::engine::alloc::MAX_TARGET)
     else {
-        log::warn!("{what}: annotation {TARGET_KEY}={text:?} is not a target (a whole number up to {}): ignored", crate::cli::MAX_TARGET);
+        log::warn!("{what}: annotation {TARGET_KEY}={text:?} is not a target (a whole number up to {}): ignored", crate::engine::alloc::MAX_TARGET);
         return None;
     };
     if Some(n) == state_target {

@@ -494,8 +494,7 @@ fn remove_stale_temp_files(dir: &Path) {
         #[cfg(unix)]
         let ours = {
             use std::os::unix::fs::MetadataExt;
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            meta.uid() == unsafe { libc::geteuid() }
+            meta.uid() == rustix::process::geteuid().as_raw()
         };
         #[cfg(not(unix))]
         let ours = true;
@@ -680,14 +679,8 @@ impl fmt::Display for Holder {
 
 /// The host name, or `unknown`.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".to_string();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match String::from_utf8_lossy(&buf[..end]).trim() {
+    let uname = rustix::system::uname();
+    match uname.nodename().to_string_lossy().trim() {
         "" => "unknown".to_string(),
         h => h.to_string(),
     }

@@ -38,8 +38,8 @@ pub struct ControlPlane {
     /// The leader-election candidates' users (`podalloc-a`, `-b`, `-c`) and their tokens:
     /// the audit log names each one's requests.
     pub candidates: Vec<(String, String)>,
-    /// The audit log (`scripts/controlplane.sh`: the candidates' pod, configmap and lease
-    /// requests and the admin's lease writes, at ResponseComplete).
+    /// The audit log (`scripts/controlplane.sh`: the candidates' pod, configmap, lease and
+    /// executorset requests and the admin's lease writes, at ResponseComplete).
     pub audit_log: PathBuf,
     /// The kubelet emulator for the test namespaces.
     pub emulator: KubeletEmulator,
@@ -132,6 +132,7 @@ fn start() -> Result<ControlPlane, String> {
     let ca_pem = std::fs::read_to_string(&ca_file).map_err(|e| e.to_string())?;
     let url = read(&dir, "url")?;
     let admin_token = read(&dir, "admin.token")?;
+    install_crd(&dir)?;
     let emulator = KubeletEmulator::start(&url, &ca_pem, &admin_token)
         .map_err(|e| format!("kubelet emulator: {e}"))?;
     Ok(ControlPlane {
@@ -153,6 +154,52 @@ fn start() -> Result<ControlPlane, String> {
         emulator,
         next_ns: AtomicU64::new(0),
     })
+}
+
+/// Installs `deploy/crd.yaml` (the ExecutorSet CRD) as the admin and waits until it is
+/// Established and its resource is served (discovery lists it, so `kubectl get es` works),
+/// at most 60 s.
+fn install_crd(dir: &Path) -> Result<(), String> {
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(dir.join("admin.kubeconfig"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("kubectl: {e}"))
+    };
+    let crd = crate::util::root().join("deploy/crd.yaml");
+    let said = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
+    };
+    let out = kubectl(&["apply", "-f", crd.to_str().unwrap()])?;
+    if !out.status.success() {
+        return Err(format!("kubectl apply -f deploy/crd.yaml: {}", said(&out)));
+    }
+    let out = kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/executorsets.podalloc.io",
+    ])?;
+    if !out.status.success() {
+        return Err(format!(
+            "the ExecutorSet CRD is not Established: {}",
+            said(&out)
+        ));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = kubectl(&["get", "executorsets.podalloc.io", "-A"])?;
+        if out.status.success() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("executorsets are not served: {}", said(&out)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 impl ControlPlane {

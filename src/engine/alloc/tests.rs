@@ -724,7 +724,7 @@ fn slow_start_sends_the_batch_in_doubling_groups_up_to_the_cap() {
     assert!(planned(3).create_groups.is_empty());
 }
 
-// ---- real clusters: disruptions, gates, terminating and Unknown pods (issue 3/6) ---------
+// ---- real clusters: disruptions, gates, terminating and Unknown pods ------------
 
 fn failed_by(id: u64, disruption: Option<&str>) -> ExecutorPod {
     ExecutorPod {

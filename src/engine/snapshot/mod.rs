@@ -6,9 +6,14 @@
 //! termination details); unknown fields are skipped without being built, so a 5 KB executor pod
 //! costs a scan, not an allocation per field.
 //!
-//! Both encodings the API server speaks are read: JSON, and Kubernetes' Protobuf (a body
-//! that begins `k8s\0`, `proto.rs`), into the same raw values, so a pod reads the same
-//! whichever way it came (held by a differential test on kube-apiserver's own encoding).
+//! Both encodings the API server speaks are read, each by one decoder, page by page while
+//! the body arrives (`stream.rs`): Kubernetes' Protobuf (a body that begins `k8s\0`,
+//! `proto.rs`) and JSON through serde_json (`json.rs`), into the same raw values, so a pod
+//! reads the same whichever way it came (held by a differential test on kube-apiserver's own
+//! encoding). Two entry points: [`Snapshot::read_page`] (a page of a list, from any
+//! [`std::io::Read`]: a connection, or bytes already in memory) and [`Snapshot::read_pod`]
+//! (one Pod object); the split of a namespace-wide list by app reads its pages with the same
+//! decoder (`Split`).
 //!
 //! What counts as a pod list (anything else is [`SnapshotError::Malformed`], quoting the
 //! body's first bytes): a Protobuf `PodList`, a JSON object whose `kind` is `PodList` — what the API server sends —
@@ -52,7 +57,7 @@
 //! KEP-753): they are not init steps, so their exit never explains a failure; deleting the pod
 //! deletes them with it.
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -60,7 +65,10 @@ use std::fmt;
 
 mod json;
 mod proto;
+mod split;
 mod stream;
+
+pub(crate) use split::Split;
 
 /// Label carrying the application id (Spark's `SPARK_APP_ID_LABEL`).
 pub const LABEL_APP: &str = "spark-app-selector";
@@ -82,6 +90,56 @@ pub enum ListSource {
     ApiServer,
     /// A file given offline (`plan --pods`): `PodList`, or kubectl's `List` with `items`.
     Offline,
+}
+
+/// Whose pods a list is read for, and where it comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct For<'a> {
+    /// The app id: pods whose `spark-app-selector` is another are not ours.
+    pub app_id: &'a str,
+    /// The container whose state decides the executor's (`--executor-container`); `None`:
+    /// each pod's first container in `spec.containers`.
+    pub container: Option<&'a str>,
+    /// Which list kinds are accepted.
+    pub source: ListSource,
+}
+
+impl<'a> For<'a> {
+    /// App `app_id`'s pods from the API server, each pod's first container the executor's.
+    pub fn app(app_id: &'a str) -> Self {
+        For {
+            app_id,
+            container: None,
+            source: ListSource::ApiServer,
+        }
+    }
+
+    /// The same with the executor container named (`None`: each pod's first).
+    pub fn container(self, container: Option<&'a str>) -> Self {
+        For { container, ..self }
+    }
+
+    /// The same for a list from `source`.
+    pub fn source(self, source: ListSource) -> Self {
+        For { source, ..self }
+    }
+}
+
+/// One app's page while it is read: its pods classified into a part of their own, added to
+/// the snapshot only once the whole page has been read.
+struct AppPage<'a> {
+    of: For<'a>,
+    part: Snapshot,
+    /// The first duplicate id inside the page, reported once the page has been read.
+    duplicate: Option<SnapshotError>,
+}
+
+impl stream::Sink for AppPage<'_> {
+    fn pod(&mut self, pod: RawPod<'_>) {
+        if let Err(e) = self.part.add_pod(pod, self.of.app_id, self.of.container) {
+            self.duplicate.get_or_insert(e);
+        }
+    }
 }
 
 /// What a pod's state means for allocation.
@@ -201,6 +259,37 @@ impl ExecutorPod {
 }
 
 #[cfg(test)]
+impl Snapshot {
+    /// Tests: a whole list given offline (`plan --pods`), in memory.
+    pub(crate) fn from_pod_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, SnapshotError> {
+        let mut s = Snapshot::default();
+        s.read_page(bytes, For::app(app_id).source(ListSource::Offline))?;
+        Ok(s)
+    }
+
+    /// Tests: [`Snapshot::from_pod_list`] with the executor container named.
+    pub(crate) fn from_pod_list_for(
+        bytes: &[u8],
+        app_id: &str,
+        container: Option<&str>,
+    ) -> Result<Snapshot, SnapshotError> {
+        let mut s = Snapshot::default();
+        let of = For::app(app_id).container(container);
+        s.read_page(bytes, of.source(ListSource::Offline))?;
+        Ok(s)
+    }
+
+    /// Tests: one page from the API server, in memory.
+    pub(crate) fn add_page(
+        &mut self,
+        bytes: &[u8],
+        app_id: &str,
+    ) -> Result<Option<String>, SnapshotError> {
+        self.read_page(bytes, For::app(app_id))
+    }
+}
+
+#[cfg(test)]
 impl ExecutorPod {
     /// A pod for tests: executor `id` in `state`, named `app-exec-ID`, scheduled unless
     /// pending, nothing else set.
@@ -286,7 +375,7 @@ pub enum SnapshotError {
         /// The second pod's name.
         second: String,
     },
-    /// The body could not be read to its end ([`Snapshot::add_page_reader`]: the connection
+    /// The body could not be read to its end ([`Snapshot::read_page`]: the connection
     /// failed, bad gzip, over a body limit); the I/O error's message.
     Read(String),
 }
@@ -328,134 +417,85 @@ impl Snapshot {
         self.executors.values().filter(|p| p.state == state).count()
     }
 
-    /// Parses a whole list given offline (a file, standard input): a `PodList`, or kubectl's
-    /// `List` ([`ListSource::Offline`]). The executor container is each pod's first container
-    /// (see [`Snapshot::from_pod_list_for`]).
+    /// Reads one page of a pod list from `body` (see the module doc), while it arrives, for
+    /// the app `of` names, and returns the page's `metadata.continue` token (`None` when
+    /// absent or empty: the last page). Each pod is decoded as soon as it is complete and
+    /// its bytes are dropped, so memory stays at one buffer of 256 KiB (more only for a
+    /// single pod larger than that) plus the snapshot, however large the page. A page that
+    /// fails adds nothing.
     ///
-    /// Errors: [`SnapshotError::Malformed`] for bytes that are not such a list,
-    /// [`SnapshotError::DuplicateId`] when two pods carry the same executor id.
-    pub fn from_pod_list(bytes: &[u8], app_id: &str) -> Result<Snapshot, SnapshotError> {
-        Snapshot::from_pod_list_for(bytes, app_id, None)
-    }
-
-    /// [`Snapshot::from_pod_list`] with the executor container named: `Some(name)` is the
-    /// container whose state decides the executor's (`--executor-container`); `None` is each
-    /// pod's first container in `spec.containers`. Errors as [`Snapshot::from_pod_list`].
-    pub fn from_pod_list_for(
-        bytes: &[u8],
-        app_id: &str,
-        executor_container: Option<&str>,
-    ) -> Result<Snapshot, SnapshotError> {
-        let mut s = Snapshot::default();
-        s.add_page_from(bytes, app_id, executor_container, ListSource::Offline)?;
-        Ok(s)
-    }
-
-    /// Adds one page of a paginated list from the API server ([`ListSource::ApiServer`]: `kind`
-    /// must be `PodList`) and returns its `metadata.continue` token (`None` when absent or
-    /// empty: the last page). The executor container is each pod's first container. Errors
-    /// as [`Snapshot::from_pod_list`].
-    pub fn add_page(
+    /// Errors: [`SnapshotError::Read`] when `body` fails (the connection, gzip, a body
+    /// limit); [`SnapshotError::Malformed`] for a body that is not a pod list from
+    /// `of.source` (see the module doc), or one value over 16 MiB (one pod, which etcd could
+    /// not store); [`SnapshotError::DuplicateId`] when two pods carry the same executor id.
+    pub fn read_page<R: std::io::Read>(
         &mut self,
-        bytes: &[u8],
-        app_id: &str,
+        body: R,
+        of: For<'_>,
     ) -> Result<Option<String>, SnapshotError> {
-        self.add_page_from(bytes, app_id, None, ListSource::ApiServer)
+        self.read_sized(body, of, stream::START_BUFFER)
     }
 
-    /// [`Snapshot::add_page`] with the executor container named (see
-    /// [`Snapshot::from_pod_list_for`]).
-    pub fn add_page_for(
+    /// [`Snapshot::read_page`] with a first buffer of `buffer` bytes.
+    fn read_sized<R: std::io::Read>(
         &mut self,
-        bytes: &[u8],
-        app_id: &str,
-        executor_container: Option<&str>,
+        body: R,
+        of: For<'_>,
+        buffer: usize,
     ) -> Result<Option<String>, SnapshotError> {
-        self.add_page_from(bytes, app_id, executor_container, ListSource::ApiServer)
-    }
-
-    /// [`Snapshot::add_page_for`] for a list from `source`. A page that fails (malformed, or
-    /// a duplicate id) adds nothing.
-    pub fn add_page_from(
-        &mut self,
-        bytes: &[u8],
-        app_id: &str,
-        executor_container: Option<&str>,
-        source: ListSource,
-    ) -> Result<Option<String>, SnapshotError> {
-        let page = decode_page(bytes, source).map_err(|why| {
-            SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
-        })?;
-        let mut part = Snapshot::default();
-        for item in page.items.flatten().into_iter().flatten() {
-            part.add_pod(item, app_id, executor_container)?;
+        let mut sink = AppPage {
+            of,
+            part: Snapshot::default(),
+            duplicate: None,
+        };
+        let offline = of.source == ListSource::Offline;
+        let page = stream::read(body, &mut sink, offline, buffer)?;
+        if let Some(e) = sink.duplicate {
+            return Err(e);
         }
-        self.merge(part)?;
-        Ok(page
-            .metadata
-            .and_then(|m| m.cont)
-            .map(Str::into_owned)
-            .filter(|c| !c.is_empty()))
+        self.merge(sink.part)?;
+        Ok(page.cont.flatten().filter(|c| !c.is_empty()))
     }
 
-    /// Adds one Pod object (`GET …/pods/NAME`'s body), classified exactly as a listed pod:
-    /// the tick asks it whether a pod is still pending before deleting it as excess. Errors:
-    /// [`SnapshotError::Malformed`] for bytes that are not a Pod object.
-    pub fn add_pod_json(
-        &mut self,
-        bytes: &[u8],
-        app_id: &str,
-        executor_container: Option<&str>,
-    ) -> Result<(), SnapshotError> {
-        let pod: RawPod<'_> = json::from_slice(bytes).map_err(|e| {
+    /// Adds one Pod object (`GET …/pods/NAME`'s body, JSON or Protobuf), classified exactly
+    /// as a listed pod: the tick asks it whether a pod is still pending before deleting it
+    /// as excess. Errors: [`SnapshotError::Malformed`] for bytes that are not a Pod object,
+    /// [`SnapshotError::DuplicateId`] as [`Snapshot::read_page`].
+    pub fn read_pod(&mut self, body: &[u8], of: For<'_>) -> Result<(), SnapshotError> {
+        let pod = match body.starts_with(crate::wire::protobuf::MAGIC) {
+            true => proto::pod_object(body),
+            false => serde_json::from_slice::<RawPod<'_>>(body).map_err(|e| e.to_string()),
+        };
+        let pod = pod.map_err(|e| {
             SnapshotError::Malformed(format!(
-                "not a Pod: {}; the body begins: {}",
-                e.with_line(bytes),
-                excerpt(bytes)
+                "not a Pod: {e}; the body begins: {}",
+                excerpt(body)
             ))
         })?;
-        self.add_pod(pod, app_id, executor_container)
+        self.add_pod(pod, of.app_id, of.container)
     }
 
-    /// One page of a namespace-wide executor list (`spark-role=executor`), split by the
-    /// `spark-app-selector` label into the snapshots of `snaps` (keyed by app id): each pod is
-    /// decoded once and classified by the same code as [`Snapshot::add_page`], so every app's
-    /// snapshot equals the one its own list would give. Pods of apps not in `snaps` are
-    /// skipped. A pod that breaks one app's snapshot ([`SnapshotError::DuplicateId`]) records
-    /// that app in `failed` and leaves the others alone. `containers` names an app's executor
-    /// container (as [`Snapshot::add_page_for`]); an app not in it uses each pod's first. Returns the `metadata.continue` token.
-    ///
-    /// Errors: [`SnapshotError::Malformed`] for a page that is not a `PodList`.
-    pub fn add_page_split(
-        bytes: &[u8],
-        snaps: &mut BTreeMap<String, Snapshot>,
-        containers: &BTreeMap<String, String>,
-        failed: &mut BTreeMap<String, SnapshotError>,
-    ) -> Result<Option<String>, SnapshotError> {
-        let page = decode_page(bytes, ListSource::ApiServer).map_err(|why| {
-            SnapshotError::Malformed(format!("{why}; the body begins: {}", excerpt(bytes)))
-        })?;
-        for item in page.items.flatten().into_iter().flatten() {
-            let app = (item.metadata.as_ref())
-                .and_then(|m| m.labels.as_ref())
-                .and_then(|l| l.0[0].as_deref())
-                .map(str::to_string);
-            let Some((app, snap)) = app.and_then(|a| snaps.get_mut(&a).map(|s| (a, s))) else {
-                continue;
-            };
-            if failed.contains_key(&app) {
-                continue;
-            }
-            let container = containers.get(&app).map(String::as_str);
-            if let Err(e) = snap.add_pod(item, &app, container) {
-                failed.insert(app, e);
-            }
+    /// Adds the pods of `part` (one page), or none of them when one's id is already here.
+    fn merge(&mut self, part: Snapshot) -> Result<(), SnapshotError> {
+        if let Some((id, pod)) = part
+            .executors
+            .iter()
+            .find(|(id, _)| self.executors.contains_key(id))
+        {
+            return Err(SnapshotError::DuplicateId {
+                id: *id,
+                first: self.executors[id].name.clone(),
+                second: pod.name.clone(),
+            });
         }
-        Ok(page
-            .metadata
-            .and_then(|m| m.cont)
-            .map(Str::into_owned)
-            .filter(|c| !c.is_empty()))
+        if self.executors.is_empty() {
+            self.executors = part.executors;
+        } else {
+            self.executors.extend(part.executors);
+        }
+        self.warnings.extend(part.warnings);
+        self.foreign += part.foreign;
+        Ok(())
     }
 
     fn add_pod(
@@ -608,28 +648,6 @@ fn is_canonical_decimal(v: &str) -> bool {
     !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && !v.starts_with('0')
 }
 
-/// Decodes one page and checks that it is a pod list from `source` (see the module doc).
-/// Errors: why not, without the excerpt.
-fn decode_page(bytes: &[u8], source: ListSource) -> Result<PodListPage<'_>, String> {
-    if proto::is_protobuf(bytes) {
-        return proto::decode_page(bytes);
-    }
-    // serde's derived struct decoding also accepts a JSON array; a PodList is an object.
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(match bytes.is_empty() {
-            true => "the input is empty".to_string(),
-            false => "expected a JSON object".to_string(),
-        });
-    }
-    let page: PodListPage<'_> = json::from_slice(bytes).map_err(|e| e.with_line(bytes))?;
-    check_kind(
-        page.kind.as_deref(),
-        matches!(page.items, Some(Some(_))),
-        source,
-    )?;
-    Ok(page)
-}
-
 /// Whether a list whose `kind` is `kind` (and that has an `items` array or not) is a pod
 /// list from `source` (see the module doc). Errors: why not.
 fn check_kind(kind: Option<&str>, items_array: bool, source: ListSource) -> Result<(), String> {
@@ -675,6 +693,7 @@ fn excerpt(bytes: &[u8]) -> String {
 
 /// Deserializes a field that is present (even as `null`) to `Some`; with `#[serde(default)]`
 /// an absent one stays `None`.
+#[cfg(test)]
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
 }
@@ -727,11 +746,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 
 // ---- the decoded subset of the API's JSON -------------------------------------------------
 
+/// A whole JSON page as serde_json decodes it: the reference the streamed decoder is tested
+/// against.
+#[cfg(test)]
 #[derive(Deserialize)]
 struct PodListPage<'a> {
     #[serde(borrow, default)]
     kind: Option<Str<'a>>,
     #[serde(borrow, default)]
+    #[allow(dead_code)] // decoded and checked as the streamed reader does, not read
     metadata: Option<ListMeta<'a>>,
     /// `None`: no `items` key; `Some(None)`: `"items": null`.
     #[serde(borrow, default, deserialize_with = "present")]
@@ -1049,23 +1072,47 @@ struct RawTerminated<'a> {
     reason: Option<Str<'a>>,
 }
 
-/// A timestamp field (`metadata.deletionTimestamp`): any JSON value, checked in full as
-/// [`json::Checked`] is (its presence decides whether the pod is terminating); an RFC 3339
-/// string is kept as ms since the Unix epoch, anything else as `None`.
+/// A timestamp field (`metadata.deletionTimestamp`): any JSON value (its presence decides
+/// whether the pod is terminating), checked in full; an RFC 3339 string is kept as ms since
+/// the Unix epoch, anything else as `None`.
 struct Stamp(Option<u64>);
 
 impl<'de> Deserialize<'de> for Stamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        json::deserialize_checked(d)
-    }
-}
-
-impl json::KeptOfAny for Stamp {
-    fn of_str(s: &str) -> Self {
-        Stamp(rfc3339_ms(s))
-    }
-    fn other() -> Self {
-        Stamp(None)
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Stamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Stamp, E> {
+                Ok(Stamp(rfc3339_ms(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_unit<E>(self) -> Result<Stamp, E> {
+                Ok(Stamp(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Stamp, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Stamp(None))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -1486,8 +1533,9 @@ mod tests {
             b"{\"kind\":\"PodList\",\"items\":[{\"status\":{\"phase\":\"\\u0041\xffY\"}}]}",
         )
         .unwrap_err();
+        // serde_json's column 54 of the one line is byte 53, counted from 0.
         assert_eq!(theirs.column(), 54);
-        assert!(e.to_string().contains("column 54"), "{e}");
+        assert!(e.to_string().contains("at byte 53"), "{e}");
         // A page with a duplicate of an earlier page's id adds none of its pods.
         let mut s = Snapshot::default();
         let one = |id: &str| {

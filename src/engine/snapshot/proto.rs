@@ -17,7 +17,7 @@
 //! (`omitempty`): an empty string here reads as absent, and a zero-length `Time` as no time
 //! (apimachinery's `Time.ProtoTime`), so both encodings give the same values.
 //!
-//! The wire reading itself is `crate::kube::protowire` (pure; the client reads error
+//! The wire reading itself is `crate::wire::protobuf` (pure; the client reads error
 //! `Status` bodies with it too).
 //!
 //! Errors (a string saying what and where): the prefix or envelope missing, a kind other than
@@ -27,15 +27,14 @@
 //! one pod.
 
 use super::json::{Capped, Checked, MAX_LIST};
+use super::stream::{Fail, Page, Sink, Stream, MAX_VALUE};
 use super::{
-    ListMeta, OurAnnotations, OurLabels, Picked, PodListPage, RawCondition, RawContainer,
-    RawContainerState, RawContainerStatus, RawMeta, RawPod, RawReason, RawSpec, RawStatus,
-    RawTerminated, Stamp, Str,
+    OurAnnotations, OurLabels, Picked, RawCondition, RawContainer, RawContainerState,
+    RawContainerStatus, RawMeta, RawPod, RawReason, RawSpec, RawStatus, RawTerminated, Stamp, Str,
 };
+use crate::wire::protobuf::{self as wire, bytes, each, number, text, Field};
 use std::borrow::Cow;
-
-pub(super) use crate::kube::protowire::MAGIC;
-use crate::kube::protowire::{bytes, each, number, text, Field};
+use std::io::Read;
 
 /// The string field `what`, borrowed; empty reads as absent (JSON's `omitempty`).
 fn string<'a>(v: Field<'a>, what: &str) -> Result<Option<Str<'a>>, String> {
@@ -51,13 +50,6 @@ fn push<T>(list: &mut Option<Capped<T>>, x: T, what: &str) -> Result<(), String>
     }
     l.0.push(x);
     Ok(())
-}
-
-/// Decodes one Protobuf-encoded pod list page (the whole body, prefix included).
-pub(super) fn decode_page(body: &[u8]) -> Result<PodListPage<'_>, String> {
-    let (kind, raw) = crate::kube::protowire::envelope(body)?;
-    check_kind(kind)?;
-    pod_list(raw)
 }
 
 /// Errors unless the envelope's kind is `PodList` (a Protobuf list is never kubectl's
@@ -87,30 +79,8 @@ pub(super) fn list_continue(buf: &[u8]) -> Result<Option<Option<Str<'_>>>, Strin
     Ok(cont)
 }
 
-/// A `v1.PodList`: metadata 1, items 2.
-fn pod_list(buf: &[u8]) -> Result<PodListPage<'_>, String> {
-    let mut cont = None;
-    let mut items = Vec::new();
-    each(buf, |num, v| {
-        match num {
-            1 => {
-                if let Some(c) = list_continue(bytes(v, "metadata")?)? {
-                    cont = c;
-                }
-            }
-            2 => items.push(pod(bytes(v, "items")?)?),
-            _ => {}
-        }
-        Ok(())
-    })?;
-    Ok(PodListPage {
-        kind: Some(Str(Cow::Borrowed("PodList"))),
-        metadata: Some(ListMeta { cont }),
-        items: Some(Some(items)),
-    })
-}
-
-/// A `v1.Pod`: metadata 1, spec 2, status 3; only the fields the snapshot reads.
+/// A `v1.Pod`: metadata 1 (exactly once), spec 2, status 3 (at most once each), nothing
+/// else; only the fields the snapshot reads are decoded.
 pub(super) fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
     let mut p = RawPod {
         metadata: None,
@@ -118,15 +88,41 @@ pub(super) fn pod(buf: &[u8]) -> Result<RawPod<'_>, String> {
         status: None,
     };
     each(buf, |num, v| {
-        match num {
-            1 => p.metadata = Some(object_meta(bytes(v, "metadata")?)?),
-            2 => p.spec = Some(spec(bytes(v, "spec")?)?),
-            3 => p.status = Some(status(bytes(v, "status")?)?),
-            _ => {}
+        let twice = match num {
+            1 => p
+                .metadata
+                .replace(object_meta(bytes(v, "metadata")?)?)
+                .is_some(),
+            2 => p.spec.replace(spec(bytes(v, "spec")?)?).is_some(),
+            3 => p.status.replace(status(bytes(v, "status")?)?).is_some(),
+            n => {
+                return Err(format!(
+                    "a Pod has no field {n} (metadata 1, spec 2, status 3)"
+                ))
+            }
+        };
+        match twice {
+            true => Err(format!("Pod field {num} given twice")),
+            false => Ok(()),
         }
-        Ok(())
     })?;
-    Ok(p)
+    match p.metadata {
+        Some(_) => Ok(p),
+        None => Err("a Pod without metadata".to_string()),
+    }
+}
+
+/// One `Pod` object (`GET …/pods/NAME` in Protobuf, prefix included). Errors: see
+/// [`pod`]; an envelope that is not exactly one `Pod`.
+pub(super) fn pod_object(body: &[u8]) -> Result<RawPod<'_>, String> {
+    let (kind, raw) = wire::envelope(body)?;
+    match kind {
+        Some("Pod") => pod(raw),
+        k => Err(format!(
+            "kind is {:?}, expected \"Pod\"",
+            super::clip(k.unwrap_or(""))
+        )),
+    }
 }
 
 /// A `meta.v1.Time` (seconds 1, nanos 2) as ms since the Unix epoch; `None` for the zero
@@ -377,14 +373,163 @@ fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
     Ok(s)
 }
 
-/// Whether `body` is Protobuf-encoded (starts with [`MAGIC`]); JSON never does.
-pub(super) fn is_protobuf(body: &[u8]) -> bool {
-    body.starts_with(MAGIC)
+impl<R: Read> Stream<R> {
+    /// A Protobuf varint, which must end within the next `left` bytes of the message.
+    fn varint(&mut self, left: u64) -> Result<u64, Fail> {
+        let want = left.min(10) as usize;
+        self.need(want)?;
+        let have = self.rest();
+        let mut pos = 0;
+        let v = wire::varint(&have[..have.len().min(want)], &mut pos).map_err(Fail::Bad)?;
+        self.start += pos;
+        Ok(v)
+    }
+
+    /// The next `len` bytes, which must lie within the next `left` bytes of the message and
+    /// be at most [`MAX_VALUE`]: one item, the list metadata, a small envelope field.
+    fn take(&mut self, len: u64, left: u64, num: u64) -> Result<&[u8], Fail> {
+        if len > left {
+            return Err(past(num, len));
+        }
+        if len > MAX_VALUE as u64 {
+            return Err(Fail::Bad(format!(
+                "field {num} at byte {} is over {} MiB (etcd stores objects of at most 1.5 MiB)",
+                self.at(),
+                MAX_VALUE >> 20
+            )));
+        }
+        let len = len as usize;
+        if !self.need(len)? {
+            return Err(past(num, len as u64));
+        }
+        self.start += len;
+        Ok(&self.buf[self.start - len..self.start])
+    }
+
+    /// The length of a length-delimited field `num` (its key read) that must end within the
+    /// next `left` bytes of its message. Errors: another wire type, a length past the message.
+    fn len_of(&mut self, num: u64, wire: u64, left: u64, what: &str) -> Result<u64, Fail> {
+        match wire {
+            2 => {}
+            0 | 1 | 5 => {
+                return Err(Fail::Bad(format!(
+                    "{what} field {num} is not length-delimited"
+                )))
+            }
+            w => {
+                return Err(Fail::Bad(format!(
+                    "field {num}: wire type {w} is not used by Kubernetes"
+                )))
+            }
+        }
+        let at = self.at();
+        let len = self.varint(left)?;
+        match len > left - (self.at() - at) {
+            true => Err(past(num, len)),
+            false => Ok(len),
+        }
+    }
 }
 
+/// A field's value that runs past its message or the body.
+fn past(num: u64, len: u64) -> Fail {
+    Fail::Bad(format!("field {num}: length {len} runs past the message"))
+}
+
+/// What a Protobuf page's envelope held (see [`page`]).
+#[derive(Default)]
+struct Envelope {
+    /// `typeMeta.kind`, when given.
+    kind: Option<String>,
+    /// Which of fields 1–4 were given.
+    seen: [bool; 5],
+}
+
+/// Reads a Protobuf page (its `k8s\0` prefix consumed) from `s`: the envelope
+/// (`runtime.Unknown`) field by field, and inside its `raw` message ([`raw`]) each item as
+/// soon as its bytes are in, into `sink`. See the module doc for what is refused.
+pub(super) fn page<R: Read>(
+    s: &mut Stream<R>,
+    page: &mut Page,
+    sink: &mut dyn Sink,
+) -> Result<(), Fail> {
+    let mut env = Envelope::default();
+    while s.need(1)? {
+        let key = s.varint(u64::MAX)?;
+        let (num, wire) = (key >> 3, key & 7);
+        if !(1..=4).contains(&num) {
+            return Err(Fail::Bad(format!(
+                "the envelope (runtime.Unknown) has no field {num}"
+            )));
+        }
+        if std::mem::replace(&mut env.seen[num as usize], true) {
+            return Err(Fail::Bad(format!("envelope field {num} given twice")));
+        }
+        let len = s.len_of(num, wire, u64::MAX, "envelope")?;
+        match num {
+            1 => {
+                let mut kind = None;
+                wire::type_meta_kind(s.take(len, len, num)?, &mut kind).map_err(Fail::Bad)?;
+                env.kind = kind.map(str::to_string);
+            }
+            2 => raw(s, len, page, sink)?,
+            3 => {
+                let v = s.take(len, len, num)?;
+                let text = String::from_utf8_lossy(v).into_owned();
+                wire::no_content_encoding(&text).map_err(Fail::Bad)?;
+            }
+            _ => {
+                if !s.skip(len)? {
+                    return Err(past(num, len));
+                }
+            }
+        }
+    }
+    check_kind(env.kind.as_deref()).map_err(Fail::Bad)?;
+    match env.seen[2] {
+        true => Ok(()),
+        false => Err(Fail::Bad("no PodList (raw) in the envelope".to_string())),
+    }
+}
+
+/// The envelope's `raw` message of `len` bytes, a `v1.PodList` (metadata 1, items 2): its
+/// pods go to `sink` one by one.
+fn raw<R: Read>(
+    s: &mut Stream<R>,
+    len: u64,
+    page: &mut Page,
+    sink: &mut dyn Sink,
+) -> Result<(), Fail> {
+    let end = s.at().saturating_add(len);
+    while s.at() < end {
+        let key = s.varint(end - s.at())?;
+        let (num, wire) = (key >> 3, key & 7);
+        if !matches!(num, 1 | 2) {
+            return Err(Fail::Bad(format!(
+                "a PodList has no field {num} (metadata 1, items 2)"
+            )));
+        }
+        let len = s.len_of(num, wire, end - s.at(), "PodList")?;
+        let left = end - s.at();
+        let v = s.take(len, left, num)?;
+        if num == 1 {
+            if page.cont.is_some() {
+                return Err(Fail::Bad("PodList metadata given twice".to_string()));
+            }
+            let cont = list_continue(v).map_err(Fail::Bad)?;
+            page.cont = Some(cont.flatten().map(Str::into_owned));
+        } else {
+            sink.pod(pod(v).map_err(Fail::Bad)?);
+        }
+    }
+    Ok(())
+}
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::Snapshot;
+    use super::super::json::tests::{cases, mangle};
+    use super::super::stream::tests::{check_agrees, failed_reads_add_nothing, Trickle, SIZES};
+    use super::super::stream::{Page, Sink, Stream, START_BUFFER};
+    use super::super::{ExecutorState, For, RawPod, Snapshot};
     use proptest::prelude::*;
 
     /// A field for the test encoder.
@@ -566,39 +711,20 @@ pub(super) mod tests {
         assert_eq!(a.executors[&1].created_ms, Some(1_767_225_600_000));
     }
 
-    /// A reader that hands out one byte per call, as a slow connection would.
-    struct Trickle<'a>(&'a [u8]);
-    impl std::io::Read for Trickle<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let Some((&b, rest)) = self.0.split_first() else {
-                return Ok(0);
-            };
-            buf[0] = b;
-            self.0 = rest;
-            Ok(1)
-        }
-    }
-
     #[test]
     fn a_protobuf_page_read_as_it_arrives_reads_as_a_whole_one() {
         let items: Vec<_> = CASES.iter().map(|c| pod(c.0, c.1, c.2, c.3)).collect();
         let body = list(&items, "next");
         let (mut a, mut b) = (Snapshot::default(), Snapshot::default());
-        let src = super::super::ListSource::ApiServer;
-        let ca = a.add_page_reader(Trickle(&body), "app", None, src).unwrap();
+        let ca = a.read_page(Trickle::new(&body, 1), APP).unwrap();
         let cb = b.add_page(&body, "app").unwrap();
         assert_eq!((ca, &a), (cb, &b));
         assert_eq!(a.executors.len(), 4);
         // And a JSON page still streams after the four bytes peeked at.
         let mut c = Snapshot::default();
         let json = br#"{"kind":"PodList","items":[]}"#;
-        assert_eq!(
-            c.add_page_reader(Trickle(json), "app", None, src).unwrap(),
-            None
-        );
-        let short = c
-            .add_page_reader(Trickle(b"k8"), "app", None, src)
-            .unwrap_err();
+        assert_eq!(c.read_page(Trickle::new(json, 1), APP).unwrap(), None);
+        let short = c.read_page(Trickle::new(b"k8", 1), APP).unwrap_err();
         assert!(short.to_string().contains("JSON"), "{short}");
     }
 
@@ -658,5 +784,322 @@ pub(super) mod tests {
                 prop_assert!(s.executors.len() <= 4);
             }
         }
+    }
+
+    /// App `app`, the app of these tests' pods.
+    const APP: For<'static> = For {
+        app_id: "app",
+        container: None,
+        source: super::super::ListSource::ApiServer,
+    };
+
+    /// R8: one changed byte in a Protobuf list (the tag of the envelope's `raw`, made an
+    /// unknown field's and skipped) read six running pods as none, and five more were
+    /// created. Now any one byte changed (each bit of each byte flipped in turn) gives an
+    /// error, or a page that still reads at least five of the six pods, five of them running:
+    /// one byte can spoil one pod, never the list.
+    #[test]
+    fn one_changed_byte_never_reads_six_pods_as_fewer_than_five() {
+        let ids = ["1", "2", "3", "4", "5", "6"];
+        let items: Vec<_> = ids
+            .iter()
+            .map(|id| pod(id, "Running", None, false))
+            .collect();
+        let body = list(&items, "");
+        let mut whole = Snapshot::default();
+        whole.add_page(&body, "app").unwrap();
+        assert_eq!(whole.count(ExecutorState::Running), 6);
+        let raw_tag = 6 + usize::from(body[5]);
+        assert_eq!(body[raw_tag], 0x12, "raw is field 2, length-delimited");
+        let mut refused = 0;
+        for at in 0..body.len() {
+            for bit in 0..8 {
+                let mut b = body.clone();
+                b[at] ^= 1 << bit;
+                let mut s = Snapshot::default();
+                match s.add_page(&b, "app") {
+                    Ok(_) => assert!(
+                        s.executors.len() >= 5 && s.count(ExecutorState::Running) >= 5,
+                        "byte {at} bit {bit}: {:?}",
+                        s.executors.values().map(|p| p.state).collect::<Vec<_>>()
+                    ),
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        assert!(refused > 0);
+        // The report's byte: `raw` (0x12) as field 5 (0x2a) or contentType (0x22).
+        for tag in [0x2a, 0x22, 0x1a] {
+            let mut b = body.clone();
+            b[raw_tag] = tag;
+            let e = Snapshot::default().add_page(&b, "app").unwrap_err();
+            assert!(e.to_string().contains("not a PodList"), "{tag:#x}: {e}");
+        }
+    }
+
+    /// A list whose shape is not exactly a `PodList` is refused, not read short.
+    #[test]
+    fn fields_outside_the_list_shapes_are_errors() {
+        let one = || pod_list(&["1"], "");
+        for (body, why) in [
+            (envelope(vec![(1, tm("PodList"))]), "no PodList (raw)"),
+            (
+                envelope(vec![(1, tm("PodList")), (2, one()), (5, V::S(""))]),
+                "has no field 5",
+            ),
+            (
+                envelope(vec![(1, tm("PodList")), (2, one()), (2, one())]),
+                "field 2 given twice",
+            ),
+            (
+                envelope(vec![
+                    (1, tm("PodList")),
+                    (2, V::M(msg(vec![(3, V::S("x"))]))),
+                ]),
+                "a PodList has no field 3",
+            ),
+            (
+                envelope(vec![
+                    (1, tm("PodList")),
+                    (2, V::M(msg(vec![(2, V::M(msg(vec![(4, V::S("x"))])))]))),
+                ]),
+                "a Pod has no field 4",
+            ),
+            (
+                envelope(vec![
+                    (1, tm("PodList")),
+                    (2, V::M(msg(vec![(2, V::M(Vec::new()))]))),
+                ]),
+                "a Pod without metadata",
+            ),
+        ] {
+            let e = Snapshot::default().add_page(&body, "app").unwrap_err();
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+    }
+
+    /// One Pod object (a GET by name) in Protobuf reads as its list twin.
+    #[test]
+    fn a_protobuf_pod_object_reads_as_a_listed_pod() {
+        let tm = msg(vec![(1, V::S("v1")), (2, V::S("Pod"))]);
+        let one = pod("2", "Failed", Some((137, "OOMKilled")), false);
+        let body = [
+            b"k8s\0".to_vec(),
+            msg(vec![(1, V::M(tm)), (2, V::M(one.clone()))]),
+        ]
+        .concat();
+        let mut a = Snapshot::default();
+        a.read_pod(&body, APP).unwrap();
+        let mut b = Snapshot::default();
+        b.add_page(&list(&[one], ""), "app").unwrap();
+        assert_eq!(a, b);
+        let e = Snapshot::default()
+            .read_pod(&list(&[], ""), APP)
+            .unwrap_err();
+        assert!(e.to_string().contains("expected \"Pod\""), "{e}");
+    }
+
+    /// The four executor pods of these tests, as kube-apiserver encodes them, in one page
+    /// whose continue token is `next`.
+    fn pb_page() -> Vec<u8> {
+        let items: Vec<_> = CASES.iter().map(|c| pod(c.0, c.1, c.2, c.3)).collect();
+        list(&items, "next")
+    }
+
+    /// A Protobuf body of the given envelope fields (typeMeta, raw, …).
+    fn envelope(fields: Vec<(u64, V<'_>)>) -> Vec<u8> {
+        [b"k8s\0".to_vec(), msg(fields)].concat()
+    }
+
+    /// `typeMeta` with kind `kind`.
+    fn tm(kind: &'static str) -> V<'static> {
+        V::M(msg(vec![(1, V::S("v1")), (2, V::S(kind))]))
+    }
+
+    /// A `v1.PodList` message of `items`, continue token `cont`.
+    fn pod_list(items: &[&str], cont: &'static str) -> V<'static> {
+        let mut l = vec![(1, V::M(msg(vec![(3, V::S(cont))])))];
+        for id in items {
+            l.push((2, V::M(pod(id, "Running", None, false))));
+        }
+        V::M(msg(l))
+    }
+
+    /// Protobuf pages the envelope reader has to get right: field order, repeated fields,
+    /// skipped ones of every wire type, faults inside and outside `raw`.
+    fn pb_bodies() -> Vec<Vec<u8>> {
+        let big = "x".repeat(70_000);
+        let big: &'static str = Box::leak(big.into_boxed_str());
+        vec![
+            pb_page(),
+            list(&[], ""),
+            envelope(vec![(1, tm("PodList")), (2, pod_list(&["4", "4"], ""))]),
+            // raw before typeMeta; metadata after the items; metadata twice.
+            envelope(vec![(2, pod_list(&["1", "2"], "a")), (1, tm("PodList"))]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (
+                    2,
+                    V::M(msg(vec![
+                        (2, V::M(pod("5", "Running", None, false))),
+                        (1, V::M(msg(vec![(3, V::S("late"))]))),
+                    ])),
+                ),
+            ]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (
+                    2,
+                    V::M(msg(vec![
+                        (1, V::M(msg(vec![(3, V::S("late"))]))),
+                        (1, V::M(msg(vec![(2, V::S("9"))]))),
+                    ])),
+                ),
+            ]),
+            // Two raw messages.
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, V::M(b"\x12\x05\xff".to_vec())),
+                (2, pod_list(&["6"], "b")),
+            ]),
+            // Kinds: wrong, none, given twice, emptied.
+            envelope(vec![(1, tm("Status")), (2, pod_list(&["1"], ""))]),
+            envelope(vec![(2, pod_list(&["1"], ""))]),
+            envelope(vec![
+                (1, tm("Status")),
+                (1, tm("PodList")),
+                (2, pod_list(&[], "")),
+            ]),
+            envelope(vec![(1, tm("")), (2, pod_list(&[], ""))]),
+            // A content encoding; a content type larger than a buffer; fields of every wire
+            // type after the envelope.
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, pod_list(&["1"], "")),
+                (3, V::S("gzip")),
+            ]),
+            envelope(vec![
+                (1, tm("PodList")),
+                (2, pod_list(&["1"], "")),
+                (4, V::S(big)),
+            ]),
+            [
+                envelope(vec![(1, tm("PodList")), (2, pod_list(&["1"], ""))]),
+                b"\x29\x01\x02\x03\x04\x05\x06\x07\x08\x35\x01\x02\x03\x04\x30\x96\x01".to_vec(),
+            ]
+            .concat(),
+            envelope(vec![(1, tm("PodList")), (2, V::N(5))]),
+            envelope(vec![(1, V::N(5)), (2, pod_list(&[], ""))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(msg(vec![(2, V::N(1))])))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(msg(vec![(1, V::N(1))])))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(b"\x0b".to_vec()))]),
+            envelope(vec![(1, tm("PodList")), (2, V::M(b"\x12\x80".to_vec()))]),
+            b"k8s\0\x0b".to_vec(),
+            b"k8s\0\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(),
+            b"k8s\0\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(),
+            b"k8s\0".to_vec(),
+            b"k8s".to_vec(),
+        ]
+    }
+
+    /// A Protobuf page reads the same at every buffer and read size (one byte at a time
+    /// included).
+    #[test]
+    fn protobuf_pages_read_the_same_at_every_buffer_size() {
+        let pb = pb_bodies();
+        let ok = |i: usize| Snapshot::default().add_page(&pb[i], "app").is_ok();
+        assert!(ok(0) && ok(1) && ok(3) && ok(4) && ok(12));
+        assert!(!ok(5) && !ok(6) && !ok(7) && !ok(9) && !ok(10) && !ok(13));
+        for (i, body) in pb.iter().enumerate() {
+            for sizes in SIZES {
+                check_agrees(body, APP, sizes, &format!("pb {i}"));
+            }
+        }
+        let mut s = Snapshot::default();
+        let page = pb_page();
+        let cont = s.read_sized(Trickle::new(&page, 1), APP, 1);
+        assert_eq!(cont.unwrap().as_deref(), Some("next"));
+        assert_eq!(s.executors.len(), 4);
+    }
+
+    /// A page cut anywhere reads the same at every buffer size; cut inside `raw` (mid-item
+    /// included) or after it, it is an error and adds nothing.
+    #[test]
+    fn a_truncated_protobuf_page_is_an_error() {
+        let page = pb_page();
+        // `k8s\0`, typeMeta (key, one-byte length, message), then raw; the envelope ends with
+        // two empty fields (contentEncoding, contentType), 2 bytes each.
+        let raw_start = 6 + usize::from(page[5]);
+        for cut in 0..=page.len() {
+            let body = &page[..cut];
+            for sizes in [(1, 1), (64, 7), (START_BUFFER, 4096)] {
+                check_agrees(body, APP, sizes, &format!("cut {cut}"));
+            }
+            if raw_start < cut && cut < page.len() - 4 {
+                let mut s = Snapshot::default();
+                let got = s.read_page(body, APP);
+                assert!(
+                    got.is_err() && s == Snapshot::default(),
+                    "cut {cut}: {got:?}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases(2000)))]
+        /// Mangled Protobuf pages (bytes changed, inserted, removed, the end cut) read the
+        /// same at any buffer and read size, and never panic.
+        #[test]
+        fn mangled_protobuf_pages_read_the_same_at_every_buffer_size(
+            which in 0usize..25,
+            edits in proptest::collection::vec((0.0f64..1.0, 0u8..3, any::<u8>()), 0..4),
+            cut in 0.0f64..1.2,
+            size in 0usize..5,
+        ) {
+            let mut body = pb_bodies().swap_remove(which);
+            mangle(&mut body, &edits);
+            body.truncate(((body.len() as f64) * cut) as usize);
+            check_agrees(&body, APP, SIZES[size], "mangled");
+        }
+    }
+
+    /// Reading a Protobuf page holds one item, not the page: a buffer of 4 KiB decodes
+    /// 2,000 pods and skips a 1 MiB envelope field without growing.
+    #[test]
+    fn protobuf_memory_is_one_item_not_the_page() {
+        struct Count(usize);
+        impl Sink for Count {
+            fn pod(&mut self, _: RawPod<'_>) {
+                self.0 += 1;
+            }
+        }
+        let ids: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let filler: &'static str = Box::leak("y".repeat(1 << 20).into_boxed_str());
+        let body = envelope(vec![
+            (1, tm("PodList")),
+            (2, pod_list(&ids, "")),
+            (4, V::S(filler)),
+        ]);
+        assert!(body.len() > 1_500_000);
+        let mut stream = Stream::new(&body[..], 4096);
+        assert!(stream.need(4).is_ok_and(|full| full));
+        stream.start = 4;
+        let mut count = Count(0);
+        assert!(super::page(&mut stream, &mut Page::default(), &mut count).is_ok());
+        assert_eq!(count.0, 2000);
+        assert_eq!(stream.buf.len(), 4096, "a pod of ~400 bytes fits in 4 KiB");
+    }
+
+    /// A read that fails anywhere in a Protobuf page adds nothing of it.
+    #[test]
+    fn a_failed_read_of_a_protobuf_page_adds_nothing() {
+        let body = pb_page();
+        let mut s = Snapshot::default();
+        s.add_page(&list(&[pod("99", "Running", None, false)], ""), "app")
+            .unwrap();
+        let fail_ats = [0, 3, 4, 10, body.len() / 2, body.len() - 5, body.len() - 1];
+        failed_reads_add_nothing(&mut s, &body, APP, 9, &fail_ats);
     }
 }

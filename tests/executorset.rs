@@ -1,0 +1,184 @@
+//! The ExecutorSet custom resource (`deploy/crd.yaml`, contract `docs/executorset.md`): the
+//! CRD says what the contract says, and kubectl drives it as it drives a Deployment
+//! (`kubectl scale es NAME --replicas N`, `kubectl get es` with the printer columns), as the
+//! `podalloc` user under the recipe's Role.
+
+use crate::both::{Env, Pods};
+use crate::util::{stderr, stdout};
+use serde_json::{json, Value};
+
+fn crd() -> Value {
+    crate::deploy::docs("crd.yaml").remove(0)
+}
+
+/// The CRD's one version.
+fn version(crd: &Value) -> &Value {
+    let versions = crd["spec"]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 1);
+    &versions[0]
+}
+
+#[test]
+fn the_crd_is_the_contract_of_docs_executorset() {
+    let crd = crd();
+    assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(crd["kind"], "CustomResourceDefinition");
+    assert_eq!(crd["metadata"]["name"], "executorsets.podalloc.io");
+    let spec = &crd["spec"];
+    assert_eq!(spec["group"], "podalloc.io");
+    assert_eq!(spec["scope"], "Namespaced");
+    assert_eq!(
+        spec["names"],
+        json!({"kind": "ExecutorSet", "listKind": "ExecutorSetList", "plural": "executorsets",
+               "singular": "executorset", "shortNames": ["es"]})
+    );
+    let v = version(&crd);
+    assert_eq!(
+        (&v["name"], &v["served"], &v["storage"]),
+        (&json!("v1alpha1"), &json!(true), &json!(true))
+    );
+    assert_eq!(
+        v["subresources"],
+        json!({"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}})
+    );
+    let cols: Vec<(&str, &str)> = (v["additionalPrinterColumns"].as_array().unwrap().iter())
+        .map(|c| (c["name"].as_str().unwrap(), c["jsonPath"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        cols,
+        [
+            ("TARGET", ".spec.replicas"),
+            ("RUNNING", ".status.replicas"),
+            ("PENDING", ".status.pending"),
+            ("AGE", ".metadata.creationTimestamp")
+        ]
+    );
+    let schema = &v["schema"]["openAPIV3Schema"]["properties"];
+    let es = &schema["spec"];
+    assert_eq!(es["required"], json!(["appId"]));
+    assert_eq!(
+        es["properties"]["appId"]["x-kubernetes-validations"][0]["rule"],
+        "self == oldSelf"
+    );
+    for f in ["replicas", "minReplicas", "maxReplicas"] {
+        let p = &es["properties"][f];
+        assert_eq!(
+            (&p["type"], &p["format"], &p["minimum"]),
+            (&json!("integer"), &json!("int32"), &json!(0)),
+            "{f}"
+        );
+    }
+    let rule = es["x-kubernetes-validations"][0]["rule"].as_str().unwrap();
+    assert!(
+        rule.contains("self.minReplicas <= self.maxReplicas"),
+        "{rule}"
+    );
+    assert_eq!(
+        es["properties"]["template"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    assert_eq!(es["properties"]["removals"]["type"], "array");
+    let status: Vec<&str> = (schema["status"]["properties"].as_object().unwrap().keys())
+        .map(String::as_str)
+        .collect();
+    for f in [
+        "observedGeneration",
+        "target",
+        "replicas",
+        "readyReplicas",
+        "pending",
+        "unacknowledged",
+        "selector",
+        "conditions",
+        "appliedRemovals",
+        "allocator",
+    ] {
+        assert!(status.contains(&f), "status.{f} missing: {status:?}");
+    }
+}
+
+/// kubectl as the `podalloc` user ([`Env::kubectl`]): its standard output; panics with its
+/// standard error when it fails.
+fn kubectl(e: &Env, args: &[&str], input: Option<&str>) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = (e.kubectl().args(args))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.unwrap_or("").as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kubectl {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+fn es_path(e: &Env, name: &str) -> String {
+    format!(
+        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets/{name}",
+        e.ns
+    )
+}
+
+#[test]
+fn kubectl_scales_an_executorset_and_gets_its_columns_on_real() {
+    let Some(e) = Env::real("es-kubectl", "spark-etl", &Pods::default()) else {
+        return;
+    };
+    let e = &e;
+    let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+        "metadata": {"name": "etl", "labels": {"spark-app-selector": "spark-etl"}},
+        "spec": {"appId": "spark-etl", "replicas": 1}});
+    let out = kubectl(e, &["create", "-f", "-"], Some(&es.to_string()));
+    assert_eq!(out.trim(), "executorset.podalloc.io/etl created");
+    let out = kubectl(e, &["scale", "es", "etl", "--replicas", "3"], None);
+    assert_eq!(out.trim(), "executorset.podalloc.io/etl scaled");
+    let (code, got) = e.as_podalloc("GET", &es_path(e, "etl"), None);
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"]["replicas"], 3);
+    assert_eq!(
+        got["metadata"]["generation"], 2,
+        "the scale changed the spec"
+    );
+    // The controller's status, through /status.
+    let mut with_status = got.clone();
+    with_status["status"] = json!({"replicas": 2, "pending": 1,
+        "selector": "spark-app-selector=spark-etl,spark-role=executor"});
+    let (code, put) = e.as_podalloc(
+        "PUT",
+        &format!("{}/status", es_path(e, "etl")),
+        Some(&with_status),
+    );
+    assert_eq!(code, 200, "{put}");
+    assert_eq!(
+        put["metadata"]["generation"], 2,
+        "a status write is not a spec change"
+    );
+    let (code, scale) = e.as_podalloc("GET", &format!("{}/scale", es_path(e, "etl")), None);
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!(
+        (&scale["apiVersion"], &scale["kind"]),
+        (&json!("autoscaling/v1"), &json!("Scale"))
+    );
+    assert_eq!(scale["spec"], json!({"replicas": 3}));
+    assert_eq!(
+        scale["status"],
+        json!({"replicas": 2, "selector": "spark-app-selector=spark-etl,spark-role=executor"})
+    );
+    let out = kubectl(e, &["get", "es"], None);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "TARGET", "RUNNING", "PENDING", "AGE"],
+        "{out}"
+    );
+    assert_eq!(lines[1][..4], ["etl", "3", "2", "1"], "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+}

@@ -24,6 +24,12 @@
 #                               harness passes its own pid, so no server outlives a test run)
 #   PODALLOC_CP_COMPACTION=DUR  --etcd-compaction-interval (default 5m, as the real default)
 #   PODALLOC_CP_EXTRA="FLAGS"   more kube-apiserver flags
+#   PODALLOC_CP_USERS="NAME..."  more users like `podalloc` (group podalloc:users, no
+#                               rights until a RoleBinding grants some), each with its token in
+#                               DIR/NAME.token (scripts/spark-app.sh: its Spark driver)
+#   PODALLOC_CP_AUDIT_NAMESPACES="NS..."  also audit, at Metadata level, every request in
+#                               these namespaces, by any user (scripts/spark-app.sh: who
+#                               created and deleted each executor pod, requests by verb)
 # The audit log, DIR/audit.log (JSON lines, audit.k8s.io/v1 Events at ResponseComplete,
 # written before each response is sent: --audit-log-mode=blocking), records at Metadata
 # level what the candidate users podalloc-a, -b and -c do to pods, configmaps, leases and
@@ -162,6 +168,12 @@ start() {
       chmod 600 "$d/podalloc-$who.token"
       printf '%s,podalloc-%s,podalloc-%s-uid,"podalloc:users"\n' "$tok" "$who" "$who"
     done
+    for who in ${PODALLOC_CP_USERS:-}; do
+      tok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+      printf '%s\n' "$tok" >"$d/$who.token"
+      chmod 600 "$d/$who.token"
+      printf '%s,%s,%s-uid,"podalloc:users"\n' "$tok" "$who" "$who"
+    done
   } >"$d/tokens.csv"
   chmod 600 "$d/tokens.csv"
   cat >"$d/audit-policy.yaml" <<'EOF'
@@ -185,8 +197,13 @@ rules:
   resources:
   - group: coordination.k8s.io
     resources: [leases]
-- level: None
 EOF
+  if [ -n "${PODALLOC_CP_AUDIT_NAMESPACES:-}" ]; then
+    # shellcheck disable=SC2086
+    printf -- '- level: Metadata\n  namespaces: [%s]\n' \
+      "$(printf '%s\n' $PODALLOC_CP_AUDIT_NAMESPACES | paste -sd, -)" >>"$d/audit-policy.yaml"
+  fi
+  printf -- '- level: None\n' >>"$d/audit-policy.yaml"
   ec=$(free_port); ep=$(free_port); port=$(free_port)
   local started
   started=$(date +%s.%N)

@@ -29,6 +29,8 @@ mod mtls;
 mod multi;
 mod ops;
 mod overlap;
+#[cfg(unix)]
+mod process_kubelet;
 mod protobuf;
 mod quiet;
 mod real_clusters;

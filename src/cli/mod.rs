@@ -420,9 +420,10 @@ pub struct AppArgs {
     /// `<cluster>` the API server's host_port, so each kubeconfig context has its own).
     #[arg(long, global = true, env = "PODALLOC_STATE_FILE", value_name = "FILE")]
     pub state_file: Option<PathBuf>,
-    /// Where the state lives: `file` (--state-file, the default) or `configmap:NAME` (a
+    /// Where the state lives: `file` (--state-file, the default), `configmap:NAME` (a
     /// ConfigMap in the app's namespace, with optimistic concurrency: for CronJobs and
-    /// several admin hosts).
+    /// several admin hosts) or `executorset:NAME` (an ExecutorSet in the app's namespace:
+    /// `kubectl scale`, HPA and KEDA set its target; created when missing, seeded by --target).
     #[arg(long, global = true, env = "PODALLOC_STATE_STORE", value_name = "STORE", default_value = "file", value_parser = parse_state_store)]
     pub state_store: StateStoreKind,
     /// Executor pod template, JSON or YAML (a Pod; Spark's executor template files work).
@@ -716,7 +717,8 @@ pub struct RunArgs {
     pub interval: Option<Duration>,
     /// Time between ticks at rest (converged, nothing queued), as Spark's
     /// `spark.kubernetes.executor.apiPollingInterval`. A steering request (file store), a
-    /// signal or a deadline of the plan wakes the loop sooner.
+    /// changed ExecutorSet spec (read every --interval), a signal or a deadline of the plan
+    /// wakes the loop sooner.
     #[arg(long, env = "PODALLOC_IDLE_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub idle_interval: Duration,
     /// Exit 0 once running = target with nothing pending or unacknowledged.
@@ -870,29 +872,37 @@ pub enum StateStoreKind {
     File,
     /// A ConfigMap of this name in the app's namespace.
     ConfigMap(String),
+    /// An ExecutorSet of this name in the app's namespace (`docs/executorset.md`).
+    ExecutorSet(String),
 }
 
-/// Parses `file` or `configmap:NAME` (NAME a DNS-1123 subdomain).
+/// Parses `file`, `configmap:NAME` or `executorset:NAME` (NAME a DNS-1123 subdomain).
 pub fn parse_state_store(s: &str) -> Result<StateStoreKind, String> {
-    match s.trim() {
-        "file" => Ok(StateStoreKind::File),
-        other => match other.strip_prefix("configmap:") {
-            Some(name)
-                if !name.is_empty()
-                    && name.len() <= 253
-                    && name.bytes().all(|b| {
-                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
-                    })
-                    && name.as_bytes()[0].is_ascii_alphanumeric()
-                    && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric() =>
-            {
-                Ok(StateStoreKind::ConfigMap(name.to_string()))
+    let s = s.trim();
+    if s == "file" {
+        return Ok(StateStoreKind::File);
+    }
+    let (kind, name, make): (&str, &str, fn(String) -> StateStoreKind) =
+        match (s.strip_prefix("configmap:"), s.strip_prefix("executorset:")) {
+            (Some(name), _) => ("ConfigMap", name, StateStoreKind::ConfigMap),
+            (_, Some(name)) => ("ExecutorSet", name, StateStoreKind::ExecutorSet),
+            _ => {
+                return Err(format!(
+                    "{s:?}: use `file`, `configmap:NAME` or `executorset:NAME`"
+                ))
             }
-            Some(name) => Err(format!(
-                "{name:?} is not a valid ConfigMap name (lower-case letters, digits, '-' and '.')"
-            )),
-            None => Err(format!("{s:?}: use `file` or `configmap:NAME`")),
-        },
+        };
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && (name.bytes())
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    match valid {
+        true => Ok(make(name.to_string())),
+        false => Err(format!(
+            "{name:?} is not a valid {kind} name (lower-case letters, digits, '-' and '.')"
+        )),
     }
 }
 

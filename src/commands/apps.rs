@@ -166,8 +166,8 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
 fn refuse_app_flags(cli: &Cli) -> Result<()> {
     for (given, flag) in [
         (
-            matches!(cli.app.state_store, StateStoreKind::ConfigMap(_)),
-            "--state-store configmap:NAME",
+            !matches!(cli.app.state_store, StateStoreKind::File),
+            "--state-store configmap:NAME or executorset:NAME",
         ),
         (cli.app.app_id.is_some(), "--app-id"),
         (cli.app.state_file.is_some(), "--state-file"),
@@ -296,7 +296,7 @@ impl<'c> AppsFeed<'c> {
             },
             holding: self.holding,
             shared: Arc::clone(shared),
-            swept: &self.conn.services.swept,
+            services: &self.conn.services,
             inner: None,
         };
         let label = format!("app {}: ", app.app_id);
@@ -527,8 +527,8 @@ struct Lazy<'c> {
     holding: Option<Duration>,
     /// The runner (a stop at once gives up the holder record).
     shared: Arc<Control>,
-    /// The process's swept directories ([`state::SweptDirs`]).
-    swept: &'c state::SweptDirs,
+    /// The process's services (its swept directories, whether Events are on).
+    services: &'c crate::controller::services::Services,
     inner: Option<Box<dyn StateStore + 'c>>,
 }
 
@@ -537,7 +537,7 @@ impl<'c> Lazy<'c> {
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
             let heartbeat = self.holding.map(|h| (h, self.shared.as_ref()));
-            let by = ("apps", self.swept);
+            let by = ("apps", self.services);
             let store =
                 super::env::open_store(self.client, &self.spec, &self.owner, by, heartbeat)?;
             self.inner = Some(store);
@@ -554,6 +554,7 @@ impl StateStore for Lazy<'_> {
         match &self.spec {
             StoreAt::File(p) => format!("state file {}", p.display()),
             StoreAt::ConfigMap(n) => format!("ConfigMap {n}"),
+            StoreAt::ExecutorSet(n) => format!("ExecutorSet {n}"),
         }
     }
     fn load(
@@ -583,6 +584,31 @@ impl StateStore for Lazy<'_> {
     }
     fn queue_marker(&self) -> Option<std::time::SystemTime> {
         self.inner.as_ref().and_then(|s| s.queue_marker())
+    }
+    fn home_target(&mut self) -> Option<u32> {
+        self.inner.as_mut().and_then(|s| s.home_target())
+    }
+    fn home_template(
+        &self,
+    ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
+        self.inner.as_ref().map_or(Ok(None), |s| s.home_template())
+    }
+    fn observe(
+        &mut self,
+        summary: &crate::engine::alloc::Summary,
+        blocked: Option<&crate::engine::alloc::Blocked>,
+    ) {
+        if let Some(s) = self.inner.as_mut() {
+            s.observe(summary, blocked);
+        }
+    }
+    fn publish(&mut self) -> std::result::Result<(), StoreError> {
+        self.inner.as_mut().map_or(Ok(()), |s| s.publish())
+    }
+    fn intent_changed(&mut self) -> std::result::Result<bool, StoreError> {
+        self.inner
+            .as_mut()
+            .map_or(Ok(false), |s| s.intent_changed())
     }
 }
 
@@ -690,6 +716,7 @@ fn entry_app(cli: &Cli, conn: &mut Conn, dir: &Path, e: AppEntry) -> Result<Entr
     let store = match e.state_store.as_deref().map(crate::cli::parse_state_store) {
         Some(Err(msg)) => return Err(Error::usage(format!("state-store: {msg}"))),
         Some(Ok(StateStoreKind::ConfigMap(n))) => StoreAt::ConfigMap(n),
+        Some(Ok(StateStoreKind::ExecutorSet(n))) => StoreAt::ExecutorSet(n),
         _ => match e.state_file {
             Some(p) => StoreAt::File(dir.join(p)),
             None => conn.state_dir.store(&ns, &app.app_id),

@@ -77,6 +77,14 @@ fn steer(
     let env = connect(cli, need_template)?;
     check(&env, op)?;
     let req = crate::store::queue::request(op.clone(), command);
+    if let Some(name) = env.executor_set() {
+        return steer_executor_set(
+            &env,
+            name,
+            &req,
+            wait.map(|t| t.map(|t| Instant::now() + t)),
+        );
+    }
     // Queued before the owner is looked for, so a tick that follows sees it.
     env.submit(&req)?;
     let queued = |mut e: Error| {
@@ -110,6 +118,39 @@ fn steer(
         None => Ok(()),
         Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
     }
+}
+
+/// The ExecutorSet home (`docs/executorset.md`): writes request `req` into ExecutorSet
+/// `name`'s spec ([`crate::store::executorset::submit`]) and leaves it to its controller,
+/// which follows spec within about one `--interval`; with `deadline` (`--wait`), waits until
+/// its status has observed the write and reached the target. Errors: the store's; exit 5 at
+/// the deadline.
+fn steer_executor_set(
+    env: &Env,
+    name: &str,
+    req: &crate::engine::alloc::Steering,
+    deadline: Option<Option<Instant>>,
+) -> Result<()> {
+    use crate::store::executorset::{followed, submit};
+    let app = &env.app.app_id;
+    let generation = submit(&env.client, name, app, req).map_err(store_error)?;
+    info!(
+        "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}):          its controller follows it",
+        req.op, req.id
+    );
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    while !followed(&env.client, name, app, generation).map_err(store_error)? {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::timeout(format!(
+                "--timeout passed before the controller of ExecutorSet {name} reached its                  target (`kubectl get es {name}` shows it)"
+            )));
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+    info!("ExecutorSet {name}: generation {generation} followed, target reached");
+    Ok(())
 }
 
 /// With no owner: ticks under the lock until request `id` is applied (one tick, unless

@@ -12,6 +12,7 @@ use crate::engine::alloc::{AllocatorState, StateOwner, Steering};
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
 use crate::store::configmap::ConfigMapStore;
+use crate::store::executorset::ExecutorSetStore;
 use crate::store::file::{
     self as state, store_error, Bound, Holder, LockedStore, StateStore, StoreError,
 };
@@ -147,6 +148,8 @@ pub(super) enum StoreAt {
     File(PathBuf),
     /// The ConfigMap of this name.
     ConfigMap(String),
+    /// The ExecutorSet of this name.
+    ExecutorSet(String),
 }
 
 /// Opens the store `at` of app `owner` for `command` (`run`, `apps`, a one-shot command):
@@ -160,12 +163,15 @@ pub(super) fn open_store<'a>(
     client: &'a KubeClient,
     at: &StoreAt,
     owner: &StateOwner,
-    (command, swept): (&str, &state::SweptDirs),
+    (command, services): (&str, &Services),
     loop_interval: Option<(Duration, &Control)>,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
     let holder = Holder::current(command);
     let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
-        StoreAt::File(path) => (Box::new(LockedStore::lock_as(path, &holder, swept)?), true),
+        StoreAt::File(path) => (
+            Box::new(LockedStore::lock_as(path, &holder, &services.swept)?),
+            true,
+        ),
         StoreAt::ConfigMap(name) => {
             let cm = ConfigMapStore::new(client, name, &owner.app_id);
             let cm = match loop_interval {
@@ -177,6 +183,11 @@ pub(super) fn open_store<'a>(
                 None => cm,
             };
             (Box::new(cm), false)
+        }
+        StoreAt::ExecutorSet(name) => {
+            let events = services.events.enabled();
+            let es = ExecutorSetStore::new(client, name, &owner.app_id, events);
+            (Box::new(es), false)
         }
     };
     Ok(Box::new(Bound::new(inner, owner.clone(), check_server)))
@@ -238,8 +249,9 @@ impl Env {
         let at = match &self.store_kind {
             StateStoreKind::File => StoreAt::File(self.state_path.clone()),
             StateStoreKind::ConfigMap(name) => StoreAt::ConfigMap(name.clone()),
+            StateStoreKind::ExecutorSet(name) => StoreAt::ExecutorSet(name.clone()),
         };
-        let by = (command, &self.services.swept);
+        let by = (command, &self.services);
         open_store(&self.client, &at, &self.owner, by, loop_interval)
     }
 
@@ -252,6 +264,10 @@ impl Env {
                 ConfigMapStore::new(&self.client, name, &self.app.app_id)
                     .read_only()
                     .load(),
+                false,
+            ),
+            StateStoreKind::ExecutorSet(name) => (
+                ExecutorSetStore::new(&self.client, name, &self.app.app_id, false).load(),
                 false,
             ),
         };
@@ -274,6 +290,10 @@ impl Env {
             StateStoreKind::ConfigMap(name) => {
                 crate::store::configmap::submit(&self.client, name, &self.app.app_id, req)
             }
+            StateStoreKind::ExecutorSet(name) => {
+                crate::store::executorset::submit(&self.client, name, &self.app.app_id, req)
+                    .map(|_| ())
+            }
         }
         .map_err(store_error)
     }
@@ -285,6 +305,9 @@ impl Env {
             StateStoreKind::File => crate::store::queue::FileQueue::beside(&self.state_path).list(),
             StateStoreKind::ConfigMap(name) => {
                 crate::store::configmap::queued(&self.client, name, &self.app.app_id)
+            }
+            StateStoreKind::ExecutorSet(name) => {
+                ExecutorSetStore::new(&self.client, name, &self.app.app_id, false).queued()
             }
         }
         .map_err(store_error)?;
@@ -308,6 +331,8 @@ impl Env {
                     .map_err(store_error)?
                     .map(|(h, age)| format!("{h} (renewed {age}s ago)"))
             }
+            // Replicas of an ExecutorSet's controller coordinate through the Lease.
+            StateStoreKind::ExecutorSet(_) => None,
         })
     }
 
@@ -347,11 +372,20 @@ impl Env {
         e
     }
 
+    /// The ExecutorSet the app's intent lives in (`--state-store executorset:NAME`), if so.
+    pub(super) fn executor_set(&self) -> Option<&str> {
+        match &self.store_kind {
+            StateStoreKind::ExecutorSet(name) => Some(name),
+            _ => None,
+        }
+    }
+
     /// Where the state lives, for `status`.
     pub(super) fn state_location(&self) -> String {
         match &self.store_kind {
             StateStoreKind::File => self.state_path.display().to_string(),
             StateStoreKind::ConfigMap(name) => format!("configmap:{name}"),
+            StateStoreKind::ExecutorSet(name) => format!("executorset:{name}"),
         }
     }
 

@@ -646,6 +646,11 @@ impl Poster {
         }
     }
 
+    /// Whether Events are posted (not `--no-events`).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// The Event client for `client`'s server and namespace: its own short deadline
     /// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec
     /// plugin is not run again for Events), made again after [`CLIENT_TTL`]. `None` when

@@ -24,7 +24,7 @@ use crate::controller::tick::{App, Memory, TickReport};
 use crate::engine::alloc::Request;
 use crate::error::{Error, ExitCode, Result};
 use crate::store::file::{store_error, StateStore, StoreError};
-use log::{info, warn};
+use log::{debug, info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -261,6 +261,8 @@ pub(crate) struct Slot<'c> {
     /// for `apps`).
     pub(crate) label: String,
     next: Instant,
+    /// When its home's intent was last read ([`StateStore::intent_changed`]) or ticked.
+    intent_read: Instant,
     mark: Option<SystemTime>,
     done: Option<TickDone>,
     ticks: u64,
@@ -291,6 +293,7 @@ impl<'c> Slot<'c> {
             ending: false,
             label: String::new(),
             next: Instant::now(),
+            intent_read: Instant::now(),
             mark: None,
             done: None,
             ticks: 0,
@@ -340,6 +343,7 @@ impl<'c> Slot<'c> {
         services.log.set_app(Some((&self.app.app_id, &self.ns)));
         // Read before the tick lists the queue: a request queued from then on wakes it.
         self.mark = self.store.inner.queue_marker();
+        self.intent_read = Instant::now();
         let res = match self.store.inner.claim() {
             Ok(()) => {
                 shared.set_phase(Phase::Fresh);
@@ -408,6 +412,28 @@ impl StateStore for Watched<'_> {
     }
     fn queue_marker(&self) -> Option<SystemTime> {
         self.inner.queue_marker()
+    }
+    fn home_target(&mut self) -> Option<u32> {
+        self.inner.home_target()
+    }
+    fn home_template(
+        &self,
+    ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
+        self.inner.home_template()
+    }
+    fn observe(
+        &mut self,
+        summary: &crate::engine::alloc::Summary,
+        blocked: Option<&crate::engine::alloc::Blocked>,
+    ) {
+        self.inner.observe(summary, blocked)
+    }
+    fn publish(&mut self) -> std::result::Result<(), StoreError> {
+        self.shared.writing();
+        self.inner.publish()
+    }
+    fn intent_changed(&mut self) -> std::result::Result<bool, StoreError> {
+        self.inner.intent_changed()
     }
 }
 
@@ -511,6 +537,7 @@ pub(crate) fn run<'c>(
                 feed.refresh(&mut slots, shared);
                 refreshed = Some(at);
             }
+            poll_intents(o, &mut slots, services);
             // After the refresh: the apps it found are due at once.
             let now = Instant::now();
             let due: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].due(now)).collect();
@@ -556,6 +583,31 @@ pub(crate) fn run<'c>(
         release(s);
     }
     res
+}
+
+/// Reads the intent of each app not yet due whose last read or tick is `--interval` old
+/// (its home's cheap read, [`StateStore::intent_changed`]): a change makes it due at once, so
+/// a `kubectl scale` reaches a loop at rest within about one interval while its pods are
+/// still listed only every `--idle-interval`. A failed read is logged at debug level and made
+/// again one interval later.
+fn poll_intents(o: &Options, slots: &mut [Slot<'_>], services: &Services) {
+    let now = Instant::now();
+    for s in slots.iter_mut() {
+        if now >= s.next || now < s.intent_read + o.interval {
+            continue;
+        }
+        s.intent_read = now;
+        services.log.set_app(Some((&s.app.app_id, &s.ns)));
+        match s.store.inner.intent_changed() {
+            Ok(true) => {
+                debug!("{}its intent changed: ticking now", s.label);
+                s.wake();
+            }
+            Ok(false) => {}
+            Err(e) => debug!("{}intent not read: {e}", s.label),
+        }
+        services.log.set_app(None);
+    }
 }
 
 /// When the feed next needs a refresh round.
@@ -688,7 +740,13 @@ fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Inst
     if !acting {
         return now + o.interval.min(STANDBY_POLL);
     }
-    let earliest = slots.iter().map(|s| s.next).chain(refresh).min();
+    let reads = slots.iter().map(|s| s.intent_read + o.interval);
+    let earliest = slots
+        .iter()
+        .map(|s| s.next)
+        .chain(reads)
+        .chain(refresh)
+        .min();
     earliest.unwrap_or(now + o.interval)
 }
 

@@ -351,7 +351,9 @@ fn tick_inner(
         loaded.clone().inherited()
     };
     let queue = store.requests().map_err(store_error)?;
-    let (request, taken) = queued_requests(&state, &queue, request);
+    let (mut request, taken) = queued_requests(&state, &queue, request);
+    let home_app = follow_home(store, app, &mut request)?;
+    let app = home_app.as_ref().unwrap_or(app);
     let mut snapshot = listed.map_or_else(|| list_snapshot(client, app), Ok)?;
     let owner = driver_owner(client, app, &state, &mut snapshot)?;
     points.crash("after-list");
@@ -399,7 +401,7 @@ fn tick_inner(
     out.throttled = throttled(&out.api_errors);
     let mut state = alloc::record(&plan, &out, &app.settings, now_ms);
     state.applied_requests.retain(|id| !gone.contains(id));
-    final_save(cx, store, &state, &plan.state)?;
+    final_save(cx, store, &plan, &state)?;
     log_outcomes(&plan, &out, &state);
     let done = crate::controller::events::Done {
         out: &out,
@@ -426,15 +428,18 @@ fn tick_inner(
     })
 }
 
-/// Saves the tick's recorded `state` unless it differs from the write-ahead one only in the
-/// time of the last success (a converged tick writes nothing).
+/// After the calls: hands the store what the tick saw ([`StateStore::observe`]), saves
+/// `state` when it changed beyond the clock (a converged tick writes nothing), then publishes
+/// the rest ([`StateStore::publish`]: a failure there is a warning, written again next
+/// tick). Errors: the save's (this process then reads the store back as a successor would).
 fn final_save(
     cx: &mut TickCx<'_>,
     store: &mut dyn StateStore,
+    plan: &Plan,
     state: &AllocatorState,
-    write_ahead: &AllocatorState,
 ) -> Result<()> {
-    if changed_beyond_clock(state, write_ahead) {
+    store.observe(&plan.summary, plan.blocked.as_ref());
+    if changed_beyond_clock(state, &plan.state) {
         cx.services.points.crash("before-final-save");
         if let Err(e) = store.save(state) {
             // The store keeps the write-ahead state, whose unacknowledged creates this tick
@@ -447,6 +452,9 @@ fn final_save(
         cx.memory.saved = Some(state.clone());
     }
     cx.services.points.crash("after-final-save");
+    if let Err(e) = store.publish() {
+        warn!("{e}; the status is written again next tick");
+    }
     Ok(())
 }
 
@@ -463,6 +471,25 @@ fn queued_requests(
         .collect();
     let (request, n) = alloc::take_requests(request, &fresh);
     (request, fresh.into_iter().take(n).collect())
+}
+
+/// The step's request and app as the store's home sets them: its target
+/// ([`StateStore::home_target`]) as [`alloc::TargetChange::Absolute`] over `request`'s (a
+/// seed only fills an empty home), its template ([`StateStore::home_template`]) over the
+/// flags'; `None`: `app` as it is. Errors: an unusable template in the home (exit 2).
+fn follow_home(
+    store: &mut dyn StateStore,
+    app: &App,
+    request: &mut Request,
+) -> Result<Option<App>> {
+    if let Some(n) = store.home_target() {
+        request.target = alloc::TargetChange::Absolute(n);
+    }
+    let template = store.home_template().map_err(store_error)?;
+    Ok(template.map(|t| App {
+        template: Some(t),
+        ..app.clone()
+    }))
 }
 
 /// Logs the steering requests a tick applies, one line each.

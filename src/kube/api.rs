@@ -19,7 +19,7 @@ use super::client::{
     MAX_LIST_RESTARTS,
 };
 use super::error::KubeError;
-pub use super::resource::{Resource, CONFIG_MAPS, EVENTS, LEASES, PODS};
+pub use super::resource::{Resource, CONFIG_MAPS, EVENTS, EXECUTOR_SETS, LEASES, PODS};
 
 /// The `Accept` header of a list that may come back in Protobuf (what client-go sends for
 /// built-in types since Kubernetes 1.32), JSON the fallback when the server has no Protobuf
@@ -93,6 +93,8 @@ enum Call<'a> {
     List(&'a ListParams<'a>, Option<&'a str>),
     Create(&'a Value, &'a PostParams),
     Replace(&'a str, &'a Value),
+    /// `PUT …/NAME/status`: the status subresource.
+    ReplaceStatus(&'a str, &'a Value),
     Patch(&'a str, Patch<'a>),
     Delete(&'a str, Option<Preconditions<'a>>),
     /// `DELETE` of the collection: every object the selectors match.
@@ -107,7 +109,7 @@ impl Call<'_> {
             Call::Get(_) => (Method::GET, "get"),
             Call::List(..) => (Method::GET, "list"),
             Call::Create(..) => (Method::POST, "create"),
-            Call::Replace(..) => (Method::PUT, "update"),
+            Call::Replace(..) | Call::ReplaceStatus(..) => (Method::PUT, "update"),
             Call::Patch(..) => (Method::PATCH, "patch"),
             Call::Delete(..) => (Method::DELETE, "delete"),
             Call::DeleteCollection(..) => (Method::DELETE, "deletecollection"),
@@ -118,7 +120,11 @@ impl Call<'_> {
     /// `generateName`; `None` for a list.
     fn name(&self) -> Option<&str> {
         match *self {
-            Call::Get(n) | Call::Replace(n, _) | Call::Patch(n, _) | Call::Delete(n, _) => Some(n),
+            Call::Get(n)
+            | Call::Replace(n, _)
+            | Call::ReplaceStatus(n, _)
+            | Call::Patch(n, _)
+            | Call::Delete(n, _) => Some(n),
             Call::Create(obj, _) => (obj["metadata"]["name"].as_str())
                 .or_else(|| obj["metadata"]["generateName"].as_str()),
             Call::List(..) | Call::DeleteCollection(..) => None,
@@ -141,7 +147,9 @@ impl Call<'_> {
     fn body(&self) -> (Option<Value>, &'static str) {
         const JSON: &str = "application/json";
         match *self {
-            Call::Create(obj, _) | Call::Replace(_, obj) => (Some(obj.clone()), JSON),
+            Call::Create(obj, _) | Call::Replace(_, obj) | Call::ReplaceStatus(_, obj) => {
+                (Some(obj.clone()), JSON)
+            }
             Call::Patch(_, Patch::Strategic(p)) => {
                 (Some(p.clone()), "application/strategic-merge-patch+json")
             }
@@ -221,6 +229,7 @@ impl Api<'_> {
         let verb = match call {
             Call::List(..) | Call::DeleteCollection(..) => format!("{word} {}", r.plural),
             _ if name.is_empty() => format!("{word} {}", r.singular),
+            Call::ReplaceStatus(..) => format!("{word} {} {name}/status", r.singular),
             _ => format!("{word} {} {name}", r.singular),
         };
         let ns = encode_component(&self.ns);
@@ -237,6 +246,9 @@ impl Api<'_> {
                 )));
             }
             url = format!("{url}/{}", encode_component(name));
+            if matches!(call, Call::ReplaceStatus(..)) {
+                url.push_str("/status");
+            }
         }
         let query = call.query();
         if !query.is_empty() {
@@ -334,6 +346,18 @@ impl Api<'_> {
     /// `Decode`, `Config` (empty name).
     pub fn replace(&self, name: &str, obj: &Value) -> Result<Value, KubeError> {
         Ok(self.write(Call::Replace(name, obj))?.0)
+    }
+
+    /// Replaces the status of object `name` with `obj`'s (`PUT …/PLURAL/NAME/status`, the
+    /// status subresource; kube-apiserver's verb `update` on `PLURAL/status`): the server
+    /// keeps the stored `spec`, labels and annotations and takes only `status`. With
+    /// `metadata.resourceVersion` set, 409 Conflict unless it is the stored version. Returns
+    /// the object as stored.
+    ///
+    /// Errors: [`KubeError::Api`] (409 Conflict, 404, 403 when RBAC lacks `PLURAL/status`
+    /// update, 422), `Transport`, `Auth`, `Decode`, `Config` (empty name).
+    pub fn replace_status(&self, name: &str, obj: &Value) -> Result<Value, KubeError> {
+        Ok(self.write(Call::ReplaceStatus(name, obj))?.0)
     }
 
     /// Patches object `name` (`PATCH …/PLURAL/NAME`, the content type of `patch`'s kind).
@@ -601,6 +625,23 @@ mod tests {
         assert_eq!(r.verb, "update configmap a b");
         assert_eq!(r.body.as_deref(), Some(&b"{}"[..]));
         assert_eq!(r.content_type, "application/json");
+    }
+
+    #[test]
+    fn a_status_update_goes_to_the_status_subresource_of_its_group() {
+        let c = client();
+        let body = serde_json::json!({"status": {"replicas": 2}});
+        let r = (c.api(&EXECUTOR_SETS))
+            .request(Call::ReplaceStatus("etl", &body))
+            .unwrap();
+        assert_eq!(r.method, Method::PUT);
+        assert_eq!(
+            r.url,
+            format!("{BASE}/apis/podalloc.io/v1alpha1/namespaces/spark/executorsets/etl/status")
+        );
+        assert_eq!(r.verb, "update executorset etl/status");
+        assert_eq!(r.res, &EXECUTOR_SETS);
+        assert_eq!(r.body, Some(serde_json::to_vec(&body).unwrap()));
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub(crate) mod testutil;
 
 pub use api::{
     Api, Created, ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS, EVENTS,
-    LEASES, PODS,
+    EXECUTOR_SETS, LEASES, PODS,
 };
 pub use client::{
     encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,

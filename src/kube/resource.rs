@@ -48,3 +48,13 @@ pub const LEASES: Resource = Resource {
     singular: "lease",
     kind: "Lease",
 };
+
+/// podalloc.io/v1alpha1 ExecutorSets (`docs/executorset.md`, the CRD in `deploy/crd.yaml`):
+/// the in-cluster home of an app's intent. People and scalers write `spec`; the controller
+/// writes only `status`, through [`super::Api::replace_status`].
+pub const EXECUTOR_SETS: Resource = Resource {
+    api: "apis/podalloc.io/v1alpha1",
+    plural: "executorsets",
+    singular: "executorset",
+    kind: "ExecutorSet",
+};

@@ -101,6 +101,40 @@ pub trait StateStore {
     fn consumed(&mut self, ids: &[String]) -> Vec<String> {
         ids.to_vec()
     }
+    /// The target the store's home sets, as of the last [`StateStore::load`] (an ExecutorSet:
+    /// clamp(`spec.replicas`, `spec.minReplicas`, `spec.maxReplicas`)). It already accounts
+    /// for the removals [`StateStore::requests`] returns, so the tick follows it as
+    /// [`crate::engine::alloc::TargetChange::Absolute`] over any seed. `None`: the store holds
+    /// no target of its own (file, ConfigMap), or its home sets none yet.
+    fn home_target(&mut self) -> Option<u32> {
+        None
+    }
+    /// The executor pod template the store's home sets, as of the last load (an
+    /// ExecutorSet's `spec.template`); `None`: the flags' (`--template`, `--image`).
+    /// Errors: a template that cannot be used ([`StoreError::Mismatch`], exit 2).
+    fn home_template(&self) -> Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
+        Ok(None)
+    }
+    /// What the tick saw and decided, for a store that publishes it (an ExecutorSet's
+    /// `status`); no I/O: the next save or [`StateStore::publish`] writes it.
+    fn observe(
+        &mut self,
+        _summary: &crate::engine::alloc::Summary,
+        _blocked: Option<&crate::engine::alloc::Blocked>,
+    ) {
+    }
+    /// After the tick's saves: writes what [`StateStore::observe`] was given when it differs
+    /// from what the home shows (one conditional write; none at rest). Errors: as `save`.
+    fn publish(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// A cheap read of the home's intent, made by a loop at rest every `--interval`: whether
+    /// it changed since the last load, so the loop ticks at once (an ExecutorSet: one GET,
+    /// `metadata.generation` compared). Default: nothing to read, `Ok(false)`. Errors: the
+    /// read's (the loop logs it and reads again later).
+    fn intent_changed(&mut self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
     /// A change marker of the queue that costs no API call (file store: the queue
     /// directory's mtime), polled by an idle loop to wake at once; `None`: none is cheap.
     fn queue_marker(&self) -> Option<std::time::SystemTime> {
@@ -606,6 +640,25 @@ impl StateStore for Bound<'_> {
     }
     fn queue_marker(&self) -> Option<std::time::SystemTime> {
         self.inner.queue_marker()
+    }
+    fn home_target(&mut self) -> Option<u32> {
+        self.inner.home_target()
+    }
+    fn home_template(&self) -> Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
+        self.inner.home_template()
+    }
+    fn observe(
+        &mut self,
+        summary: &crate::engine::alloc::Summary,
+        blocked: Option<&crate::engine::alloc::Blocked>,
+    ) {
+        self.inner.observe(summary, blocked)
+    }
+    fn publish(&mut self) -> Result<(), StoreError> {
+        self.inner.publish()
+    }
+    fn intent_changed(&mut self) -> Result<bool, StoreError> {
+        self.inner.intent_changed()
     }
 }
 

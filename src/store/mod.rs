@@ -6,8 +6,12 @@
 //! - `configmap`: the ConfigMap store (`--state-store configmap:NAME`): optimistic
 //!   concurrency on `resourceVersion`, the holder record, the steering requests and the
 //!   target annotation.
+//! - [`executorset`]: the ExecutorSet store (`--state-store executorset:NAME`,
+//!   `docs/executorset.md`): the target and removals read from `spec`, the allocator state
+//!   and what the tick saw written to `status`, and the steering commands' spec writes.
 //! - [`queue`]: the file store's steering queue (a directory of request files).
 
 pub(crate) mod configmap;
+pub mod executorset;
 pub mod file;
 pub mod queue;

@@ -26,6 +26,7 @@
 use crate::containers;
 use crate::options::SimStats;
 use crate::pod::{self, Phase, Termination};
+use crate::process::{self, Proc, ProcessOptions};
 use crate::util::{rfc3339, unit_draw};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -61,6 +62,13 @@ pub struct EmulatorOptions {
     pub seed: u64,
     /// Images the registry does not have (`ErrImagePull`, then `ImagePullBackOff`).
     pub missing_images: Vec<String>,
+    /// The process kubelet ([`crate::process`]): run each Spark executor pod (label
+    /// `spark-role=executor`) as a local JVM and leave every other pod alone. The pod is
+    /// Running while the process runs and Succeeded/Failed with its exit code when it ends;
+    /// a deleted pod's process gets SIGTERM, SIGKILL once the grace period is over, and the
+    /// pod is then removed (grace 0, uid precondition). The latencies but `schedule_latency`
+    /// and `startup_latency`, the failure rate and the missing images do not apply.
+    pub process: Option<ProcessOptions>,
 }
 
 impl Default for EmulatorOptions {
@@ -74,6 +82,7 @@ impl Default for EmulatorOptions {
             failure_rate: 0.0,
             seed: 0,
             missing_images: Vec::new(),
+            process: None,
         }
     }
 }
@@ -122,6 +131,8 @@ struct State {
     pods: HashMap<String, Tracked>,
     stats: HashMap<String, NsStats>,
     held: HashSet<String>,
+    /// The executor processes of the process kubelet, by pod key.
+    procs: HashMap<String, Proc>,
     seq: u64,
     watch_error: Option<String>,
 }
@@ -146,7 +157,12 @@ enum Action {
     Bind(String, String, String),
     Hold(String),
     Status(String, Value, Stage),
-    Finish(String, Value),
+    /// Finish a deleted pod; with the exit code of its process (process kubelet).
+    Finish(String, Value, Option<i64>),
+    /// Start the executor process of a pod (process kubelet).
+    Spawn(String),
+    /// Report that a pod's process ended with this exit code (process kubelet).
+    Exited(String, i64),
 }
 
 /// A blocking HTTPS client that trusts the CA in `ca_pem` (PEM), returns error statuses as
@@ -316,11 +332,21 @@ impl KubeletEmulator {
         })
     }
 
-    /// Stops both threads.
+    /// Stops both threads, then the process kubelet's processes (SIGTERM, SIGKILL after
+    /// 5 s), so no executor outlives the emulator. Their pods are left as they are.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        let procs = std::mem::take(&mut self.shared.state.lock().unwrap().procs);
+        let mut procs: Vec<Proc> = procs.into_values().collect();
+        for p in &mut procs {
+            p.signal(libc::SIGTERM);
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        for p in &mut procs {
+            p.stop(until.saturating_duration_since(Instant::now()));
         }
     }
 }
@@ -526,6 +552,13 @@ impl Shared {
             if let Some(t) = st.pods.remove(&key).filter(|t| t.uid == uid) {
                 count_live(stats, t.app.as_deref(), t.live, false);
             }
+            // The pod is gone (ended before its delete, never bound, or removed by someone
+            // else): its process, if still alive, goes at once.
+            if st.procs.get(&key).is_some_and(|p| p.uid == uid) {
+                if let Some(mut p) = st.procs.remove(&key) {
+                    p.stop(Duration::ZERO);
+                }
+            }
             return;
         }
         let fresh = st.pods.get(&key).is_none_or(|t| t.uid != uid);
@@ -591,7 +624,8 @@ impl Shared {
 
     /// What fell due at `now`, decided under the lock (the calls are made outside it).
     fn due_actions(&self, now: Instant) -> Vec<Action> {
-        let st = self.state.lock().unwrap();
+        let mut guard = self.state.lock().unwrap();
+        let st = &mut *guard;
         let mut out = Vec::new();
         for (key, t) in &st.pods {
             if t.obj.is_null() {
@@ -599,13 +633,18 @@ impl Shared {
             }
             let ns = key.split('/').next().unwrap_or("");
             let Some(o) = st.opts.get(ns) else { continue };
+            if o.process.is_some() {
+                if !process::is_executor(&t.obj) {
+                    continue;
+                }
+                if let Some(p) = st.procs.get_mut(key).filter(|p| p.uid == t.uid) {
+                    out.extend(process_step(key, t, p, now));
+                    continue;
+                }
+            }
             if let Some(since) = t.deleting_at {
-                let grace = t.obj["metadata"]["deletionGracePeriodSeconds"]
-                    .as_u64()
-                    .map(Duration::from_secs)
-                    .unwrap_or(Duration::ZERO);
-                if now >= since + o.stop_latency.min(grace) {
-                    out.push(Action::Finish(key.clone(), t.obj.clone()));
+                if now >= since + o.stop_latency.min(grace_of(&t.obj)) {
+                    out.push(Action::Finish(key.clone(), t.obj.clone(), None));
                 }
                 continue;
             }
@@ -625,7 +664,9 @@ impl Shared {
                 Ok(())
             }),
             Action::Status(key, obj, stage) => self.put_status(&key, &obj, stage),
-            Action::Finish(key, obj) => self.finish(&key, obj),
+            Action::Finish(key, obj, code) => self.finish(&key, obj, code),
+            Action::Spawn(key) => self.spawn(&key),
+            Action::Exited(key, code) => self.exited(&key, code),
         };
         if let Err(e) = result {
             log::debug!("emulator: {e}");
@@ -698,14 +739,15 @@ impl Shared {
         Ok(())
     }
 
-    /// The kubelet's end of a graceful delete: containers stopped (143), then the object
-    /// removed with grace 0 under a uid precondition.
-    fn finish(&self, key: &str, mut obj: Value) -> io::Result<()> {
+    /// The kubelet's end of a graceful delete: containers stopped (143, or the exit code of
+    /// the pod's process), then the object removed with grace 0 under a uid precondition.
+    fn finish(&self, key: &str, mut obj: Value, code: Option<i64>) -> io::Result<()> {
         let (ns, name) = key.split_once('/').unwrap_or(("", ""));
         let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();
         let phase = obj["status"]["phase"].as_str().unwrap_or("");
         if phase == "Pending" || phase == "Running" {
-            pod::mark_terminated(&mut obj, &uid, &Termination::killed(143), &now_str());
+            let term = code.map_or(Termination::killed(143), exit_termination);
+            pod::mark_terminated(&mut obj, &uid, &term, &now_str());
             let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
             let _ = self.call("PUT", &path, Some(&obj))?;
         }
@@ -721,10 +763,55 @@ impl Shared {
                     t.deleting_at = None;
                     t.stage = Stage::Settled;
                 }
+                if st.procs.get(key).is_some_and(|p| p.uid == uid) {
+                    st.procs.remove(key);
+                }
                 Ok(())
             }
             _ => Err(io::Error::other(format!("deleting {key}: {code} {resp}"))),
         }
+    }
+
+    /// Starts the executor process of pod `key` (process kubelet); its Running status follows
+    /// at the next step ([`process_step`]). A process that cannot start ends the pod Failed
+    /// (exit 128, `StartError`, the error as the message), as a container runtime's refusal.
+    fn spawn(&self, key: &str) -> io::Result<()> {
+        let (obj, uid, opts) = {
+            let st = self.state.lock().unwrap();
+            let t = st.pods.get(key).ok_or_else(|| io::Error::other("gone"))?;
+            let ns = key.split('/').next().unwrap_or("");
+            let opts = st.opts.get(ns).and_then(|o| o.process.clone());
+            (t.obj.clone(), t.uid.clone(), opts)
+        };
+        let opts = opts.ok_or_else(|| io::Error::other("not a process namespace"))?;
+        let name = key.split_once('/').map_or("", |(_, n)| n);
+        match process::spawn(&opts, &obj, name, &uid) {
+            Ok(p) => {
+                self.state.lock().unwrap().procs.insert(key.to_string(), p);
+                Ok(())
+            }
+            Err(msg) => {
+                log::warn!("process kubelet: {key}: {msg}");
+                self.update(key, Stage::Settled, |v, uid, t| {
+                    let mut term = Termination::exited(Phase::Failed, 128, "StartError");
+                    term.message = Some(msg);
+                    pod::mark_terminated(v, uid, &term, t);
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    /// Reports that the process of pod `key` ended with `code`: Succeeded for 0, else Failed.
+    fn exited(&self, key: &str, code: i64) -> io::Result<()> {
+        self.update(key, Stage::Settled, |v, uid, t| {
+            pod::mark_terminated(v, uid, &exit_termination(code), t);
+            Ok(())
+        })?;
+        if let Some(p) = self.state.lock().unwrap().procs.get_mut(key) {
+            p.reported = true;
+        }
+        Ok(())
     }
 
     /// Pins the pod (no more kubelet transitions but a deletion) and writes `f`'s status,
@@ -785,13 +872,24 @@ fn next_transition(
             let mut v = t.obj.clone();
             let node = v["spec"]["nodeName"].as_str().unwrap_or(NODE).to_string();
             let at = now_str();
-            pod::mark_scheduled(&mut v, &node, HOST_IP, &at);
+            let host_ip = if o.process.is_some() {
+                process::POD_IP
+            } else {
+                HOST_IP
+            };
+            pod::mark_scheduled(&mut v, &node, host_ip, &at);
             containers::mark_initializing(&mut v, &at);
             Some(Action::Status(key.to_string(), v, Stage::Creating))
         }
         Stage::Creating => {
             let due = t.bound_at.unwrap_or(t.seen) + startup_latency(o, t.seq);
-            (now >= due).then(|| start_action(key, t, o))?
+            if now < due {
+                None
+            } else if o.process.is_some() {
+                Some(Action::Spawn(key.to_string()))
+            } else {
+                start_action(key, t, o)
+            }
         }
         Stage::PullFailed => {
             let due = t.pull_failed_at.unwrap_or(t.seen) + o.startup_latency;
@@ -800,6 +898,53 @@ fn next_transition(
             }
             let mut v = t.obj.clone();
             containers::back_off(&mut v);
+            Some(Action::Status(key.to_string(), v, Stage::Settled))
+        }
+        _ => None,
+    }
+}
+
+/// The grace period of a pod being deleted (`metadata.deletionGracePeriodSeconds`; 0 if absent).
+fn grace_of(obj: &Value) -> Duration {
+    obj["metadata"]["deletionGracePeriodSeconds"]
+        .as_u64()
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::ZERO)
+}
+
+/// How a container that exited with `code` ends its pod: Succeeded (`Completed`) for 0, else
+/// Failed (`Error`).
+fn exit_termination(code: i64) -> Termination {
+    if code == 0 {
+        Termination::exited(Phase::Succeeded, 0, "Completed")
+    } else {
+        Termination::exited(Phase::Failed, code, "Error")
+    }
+}
+
+/// The process kubelet's next step for a pod whose process exists: signals sent at once
+/// (SIGTERM when its deletion is seen, SIGKILL when the grace period has run out), and the
+/// status call that is due: Running once started, the end once the process has ended, the
+/// final delete once a deleted pod's process has ended.
+fn process_step(key: &str, t: &Tracked, p: &mut Proc, now: Instant) -> Option<Action> {
+    let code = p.poll();
+    if let Some(since) = t.deleting_at {
+        if let Some(c) = code {
+            p.reported = true;
+            return Some(Action::Finish(key.to_string(), t.obj.clone(), Some(c)));
+        }
+        if p.term_at.is_none() {
+            p.signal(libc::SIGTERM);
+        } else if !p.killed && now >= since + grace_of(&t.obj) {
+            p.signal(libc::SIGKILL);
+        }
+        return None;
+    }
+    match code {
+        Some(c) if !p.reported => Some(Action::Exited(key.to_string(), c)),
+        None if t.stage != Stage::Settled => {
+            let mut v = t.obj.clone();
+            pod::mark_running(&mut v, &t.uid, process::POD_IP, &now_str());
             Some(Action::Status(key.to_string(), v, Stage::Settled))
         }
         _ => None,

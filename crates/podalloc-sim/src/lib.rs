@@ -74,6 +74,7 @@ mod kinds;
 mod options;
 mod patch;
 mod pod;
+pub mod process;
 mod protobuf;
 mod registry;
 mod reqlog;

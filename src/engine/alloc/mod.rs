@@ -22,7 +22,8 @@
 //!    forgotten, so they get replaced.
 //! 4. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
 //!    deletes the named executors whatever their state and lowers the target by the number of
-//!    them that count (running, pending, unknown or unacknowledged).
+//!    them that count (running, pending, unknown or unacknowledged), unless the request's
+//!    target is [`TargetChange::Absolute`] (it already accounts for them).
 //! 5. **census** — the snapshot's executors sorted into running and pending (removed ones no
 //!    longer count); failed and succeeded executors do not count and their pods are deleted
 //!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
@@ -99,7 +100,8 @@ pub fn step(
         return Ok(s.wind_down(why));
     }
     s.time_out_unseen();
-    s.remove_requested(&request.remove);
+    let lowers = !matches!(request.target, TargetChange::Absolute(_));
+    s.remove_requested(&request.remove, lowers);
     let mut pods = s.census();
     s.delete_lost(&mut pods);
     s.delete_stuck(&mut pods);

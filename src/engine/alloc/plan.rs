@@ -22,6 +22,10 @@ pub enum TargetChange {
     /// a restarted or rolled-out loop never overrides the target kept in the store (the
     /// target's one home; `--force-target` overrides with [`TargetChange::Set`]).
     Seed(u32),
+    /// Set the target to this count, which already accounts for this step's removals: they
+    /// do not lower it further. An ExecutorSet's `spec.replicas` (`docs/executorset.md`):
+    /// `podalloc remove` lowers it in the same write that asks for the removal.
+    Absolute(u32),
 }
 
 impl TargetChange {
@@ -29,7 +33,7 @@ impl TargetChange {
     pub fn apply(self, current: Option<u32>) -> Option<u32> {
         match self {
             TargetChange::Keep => current,
-            TargetChange::Set(n) => Some(n),
+            TargetChange::Set(n) | TargetChange::Absolute(n) => Some(n),
             TargetChange::Add(n) => Some(current.unwrap_or(0).saturating_add(n)),
             TargetChange::Seed(n) => Some(current.unwrap_or(n)),
         }

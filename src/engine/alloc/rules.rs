@@ -162,8 +162,10 @@ impl<'a> Step<'a> {
     }
 
     /// Rule 6 (Spark's `killExecutors`, SPARK-9493): named executors are deleted whatever their
-    /// state; each that counts (running, pending, unknown, unacknowledged) lowers the target.
-    pub(super) fn remove_requested(&mut self, ids: &[u64]) {
+    /// state; with `lowers`, each that counts (running, pending, unknown, unacknowledged) lowers
+    /// the target (not when the request's target already accounts for them:
+    /// [`super::TargetChange::Absolute`]).
+    pub(super) fn remove_requested(&mut self, ids: &[u64], lowers: bool) {
         for &id in ids {
             if !self.removed.insert(id) {
                 continue;
@@ -188,7 +190,7 @@ impl<'a> Step<'a> {
                     continue;
                 }
             };
-            if counts {
+            if counts && lowers {
                 self.target = self.target.saturating_sub(1);
             }
             self.delete.push(delete);

@@ -94,7 +94,7 @@ fn compose(first: TargetChange, op: &SteerOp) -> Option<TargetChange> {
     use TargetChange::*;
     match (first, op) {
         (_, SteerOp::Scale { target }) => Some(Set(*target)),
-        (Seed(_), _) => None,
+        (Seed(_) | Absolute(_), _) => None,
         (Keep, SteerOp::Add { count }) => Some(Add(*count)),
         (Set(n), SteerOp::Add { count }) => Some(Set(n.saturating_add(*count))),
         (Add(a), SteerOp::Add { count }) => Some(Add(a.saturating_add(*count))),

@@ -159,6 +159,26 @@ fn remove_lowers_target_only_for_existing() {
 }
 
 #[test]
+fn an_absolute_target_already_accounts_for_the_removals() {
+    use ExecutorState::*;
+    // An ExecutorSet's spec.replicas went 4 → 2 in the write that asked to remove 2 and 3.
+    let s = snap(&[(1, Running), (2, Running), (3, Running), (4, Pending)]);
+    let req = Request {
+        target: TargetChange::Absolute(2),
+        remove: vec![2, 3],
+    };
+    let p = step(&s, &AllocatorState::new(), &settings(5), &req, 0).unwrap();
+    assert_eq!(p.state.target, Some(2));
+    assert_eq!(ids_d(&p), vec![2, 3]);
+    assert!(
+        p.create.is_empty(),
+        "running 1 + pending 1 = 2: {:?}",
+        p.create
+    );
+    assert_eq!(TargetChange::Absolute(7).apply(Some(3)), Some(7));
+}
+
+#[test]
 fn keep_terminated_does_not_delete_but_still_replaces() {
     use ExecutorState::*;
     let mut set = settings(5);

@@ -1,0 +1,1006 @@
+//! The ExecutorSet store (`--state-store executorset:NAME`): an app's intent and the
+//! allocator's own state in an `ExecutorSet` of the app's namespace (group `podalloc.io`,
+//! version `v1alpha1`; the contract is `docs/executorset.md`, the CRD `deploy/crd.yaml`).
+//!
+//! - **Spec is read, never written** by the controller: the target followed is
+//!   clamp(`spec.replicas`, `spec.minReplicas`, `spec.maxReplicas`) ([`StateStore::home_target`],
+//!   one log line and one Event each time the clamp changes it); `spec.removals` not yet in
+//!   `status.appliedRemovals` are the steering requests ([`StateStore::requests`]: one `remove`
+//!   each, its request id the entry's, an id seen twice taken once); `spec.template`, when
+//!   present, is the executor pod template ([`StateStore::home_template`]).
+//! - **Status is the controller's**: every write is `PUT …/status` carrying the
+//!   `resourceVersion` last read, made only when the status it would write differs from the
+//!   stored one (none at rest). It holds the allocator state (`status.allocator`, the state
+//!   file's JSON), the removals applied (`status.appliedRemovals`, written in the same write
+//!   as the state that reflects them: exactly once), and what the tick saw (`replicas`,
+//!   `readyReplicas`, `pending`, `unacknowledged`, `target`, `selector`,
+//!   `observedGeneration`, conditions `Progressing` and `Blocked`).
+//! - **A retried write**: a 409 after a status write whose answer was lost is our own write
+//!   when the stored status is exactly the one sent (counted as saved); a 409 caused by a
+//!   change of `spec` or metadata only (the stored status is the one read) is made again on
+//!   the new version; any other status means another writer: [`StoreError::Conflict`] (exit
+//!   3), so a tick that loses its write-ahead save does not act.
+//! - **Missing**: a tick's first save creates the object (label `spark-app-selector`,
+//!   `spec.appId`, `spec.replicas` seeded by the state's target, i.e. `--target`), then
+//!   writes its status. An existing object of another app (`spec.appId`) is refused (exit 2,
+//!   naming both).
+//! - **Instant, still polling**: [`StateStore::intent_changed`] is one GET, compared by
+//!   `metadata.generation` (every `spec` change bumps it), which a loop at rest makes every
+//!   `--interval`.
+//!
+//! The steering commands write `spec` ([`submit`]): `scale` sets `spec.replicas`, `add`
+//! raises it, `remove` appends to `spec.removals` and lowers it, each one write conditional on
+//! the version read and carrying its request id in annotation [`REQUEST_KEY`], so that a
+//! retry after a lost answer (409) sees that it landed.
+
+use crate::engine::alloc::{AllocatorState, Blocked, SteerOp, Steering, Summary};
+use crate::engine::podspec::PodTemplate;
+use crate::engine::snapshot::{LABEL_APP, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::kube::{Api, KubeClient, KubeError, PostParams, EVENTS, EXECUTOR_SETS};
+use crate::store::file::{parse, StateStore, StoreError};
+use serde_json::{json, Value};
+
+/// The annotation holding the request id of the last podalloc write of `spec`.
+pub const REQUEST_KEY: &str = "podalloc.io/request";
+/// The `apiVersion` of an ExecutorSet.
+pub const API_VERSION: &str = "podalloc.io/v1alpha1";
+/// How many times a write is made again after a 409 that is not another writer's status.
+const RETRIES: u32 = 8;
+
+/// What a tick saw and decided ([`StateStore::observe`]), published in `status`.
+#[derive(Clone, Debug, PartialEq)]
+struct Observed {
+    running: u32,
+    pending: u32,
+    /// The `Blocked` condition's reason (CamelCase) and message, when blocked.
+    blocked: Option<(String, String)>,
+}
+
+/// A state store in ExecutorSet `name` of the client's namespace (see the module doc).
+pub(crate) struct ExecutorSetStore<'a> {
+    sets: Api<'a>,
+    events: Option<Api<'a>>,
+    name: String,
+    app_id: String,
+    /// The object as last read or written; `None`: it does not exist (yet).
+    loaded: Option<Value>,
+    /// `metadata.generation` of the spec the loaded state follows (`status.observedGeneration`).
+    generation: Option<i64>,
+    observed: Option<Observed>,
+    /// The last (spec.replicas, min, max, clamped) logged as clamped: logged once per change.
+    clamp_said: Option<(u64, u64, u64, u32)>,
+}
+
+impl<'a> ExecutorSetStore<'a> {
+    /// A store for ExecutorSet `name` (a DNS-1123 subdomain) of app `app_id`, in the client's
+    /// namespace; `events`: post an Event when the target is clamped (off: `--no-events`).
+    pub(crate) fn new(
+        client: &'a KubeClient,
+        name: &str,
+        app_id: &str,
+        events: bool,
+    ) -> ExecutorSetStore<'a> {
+        ExecutorSetStore {
+            sets: client.api(&EXECUTOR_SETS),
+            events: events.then(|| client.api(&EVENTS)),
+            name: name.to_string(),
+            app_id: app_id.to_string(),
+            loaded: None,
+            generation: None,
+            observed: None,
+            clamp_said: None,
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("ExecutorSet {}/{}", self.sets.namespace(), self.name)
+    }
+
+    fn backend(&self, e: KubeError) -> StoreError {
+        let hint = match e.status_code() {
+            Some(404) => " (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
+            Some(403) => " (grant executorsets get/create and executorsets/status update)",
+            _ => "",
+        };
+        StoreError::Backend(format!("{}: {e}{hint}", self.what()))
+    }
+
+    fn conflict(&self) -> StoreError {
+        StoreError::Conflict(format!(
+            "another podalloc instance updated the status of {} first; this tick did nothing",
+            self.what()
+        ))
+    }
+
+    /// Reads the object; `None` when it does not exist. Errors: the API's, or an object of
+    /// another app ([`StoreError::Mismatch`], exit 2, naming both).
+    fn read(&self) -> Result<Option<Value>, StoreError> {
+        let es = self.sets.get(&self.name).map_err(|e| self.backend(e))?;
+        if let Some(es) = &es {
+            check_app(es, &self.app_id, &self.what())?;
+        }
+        Ok(es)
+    }
+
+    /// Creates the object, seeded by `target` (`spec.replicas`), and returns it as stored; an
+    /// object created meanwhile by someone else is read instead. Errors: the API's.
+    fn create(&mut self, target: Option<u32>) -> Result<Value, StoreError> {
+        let mut spec = json!({"appId": self.app_id});
+        if let Some(t) = target {
+            spec["replicas"] = json!(t);
+        }
+        let es = json!({
+            "apiVersion": API_VERSION,
+            "kind": "ExecutorSet",
+            "metadata": {"name": self.name, "labels": {LABEL_APP: self.app_id}},
+            "spec": spec,
+        });
+        match self.sets.create(&es, &PostParams::default()) {
+            Ok(c) => {
+                log::info!("created {} (spec.replicas {target:?})", self.what());
+                Ok(c.object)
+            }
+            Err(e) if e.is_already_exists() => match self.read()? {
+                Some(es) => Ok(es),
+                None => Err(self.conflict()),
+            },
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    /// The status to store for `state` (`None`: the loaded one's allocator state) on the
+    /// loaded object's status, with what was observed; conditions keep their transition time
+    /// while their status stays.
+    fn compose(&self, state: Option<&AllocatorState>) -> Value {
+        let loaded = self.loaded.as_ref();
+        let old = loaded.map_or(Value::Null, |es| es["status"].clone());
+        let mut status = match &old {
+            Value::Object(_) => old.clone(),
+            _ => json!({}),
+        };
+        if let Some(st) = state {
+            let mut own = st.clone();
+            let applied = std::mem::take(&mut own.applied_requests);
+            status["allocator"] = serde_json::to_value(&own).expect("state serializes");
+            status["appliedRemovals"] = json!(applied);
+        }
+        let allocator = &status["allocator"];
+        let unack = allocator["unacknowledged"].as_array().map_or(0, Vec::len);
+        status["target"] = allocator["target"].clone();
+        status["unacknowledged"] = json!(unack);
+        status["selector"] = json!(format!(
+            "{LABEL_APP}={},{LABEL_ROLE}={ROLE_EXECUTOR}",
+            self.app_id
+        ));
+        if let Some(g) = self.generation {
+            status["observedGeneration"] = json!(g);
+        }
+        if let Some(o) = &self.observed {
+            status["replicas"] = json!(o.running);
+            // A running executor is one the driver can use: Spark counts it as registered.
+            status["readyReplicas"] = json!(o.running);
+            status["pending"] = json!(o.pending);
+            let target = status["target"].as_u64().unwrap_or(0);
+            let known = u64::from(o.running) + u64::from(o.pending) + unack as u64;
+            let progressing = known != target;
+            status["conditions"] = conditions(&old, progressing, o.blocked.as_ref());
+        }
+        if status["appliedRemovals"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+        {
+            status.as_object_mut().map(|m| m.remove("appliedRemovals"));
+        }
+        status
+    }
+
+    /// Writes `status` with `PUT …/status` on the loaded version (see the module doc for a
+    /// 409). Nothing is written when it equals the stored status. Errors: as `save`.
+    fn put_status(&mut self, status: Value) -> Result<(), StoreError> {
+        for _ in 0..RETRIES {
+            let Some(base) = self.loaded.clone() else {
+                return Ok(());
+            };
+            if base["status"] == status {
+                return Ok(());
+            }
+            let mut es = base.clone();
+            es["status"] = status.clone();
+            match self.sets.replace_status(&self.name, &es) {
+                Ok(stored) => {
+                    self.loaded = Some(stored);
+                    return Ok(());
+                }
+                Err(e) if e.status_code() == Some(409) => {
+                    let now = self.read()?.ok_or_else(|| self.conflict())?;
+                    if now["status"] == status {
+                        log::info!(
+                            "{}: the status write answered 409 had already been applied (a \
+                             retried request); counted as saved",
+                            self.what()
+                        );
+                        self.loaded = Some(now);
+                        return Ok(());
+                    }
+                    if now["status"] != base["status"] {
+                        return Err(self.conflict());
+                    }
+                    self.loaded = Some(now);
+                }
+                Err(e) => return Err(self.backend(e)),
+            }
+        }
+        Err(self.conflict())
+    }
+
+    /// The clamped target of the loaded spec, logged (and an Event posted) when the clamp
+    /// changes it, once per change. `None`: no `spec.replicas`.
+    fn clamped(&mut self) -> Option<u32> {
+        let es = self.loaded.as_ref()?;
+        let spec = &es["spec"];
+        let replicas = spec["replicas"].as_u64()?;
+        let min = spec["minReplicas"].as_u64().unwrap_or(0);
+        let max = spec["maxReplicas"].as_u64().unwrap_or(u64::MAX).max(min);
+        let limit = u64::from(crate::engine::alloc::MAX_TARGET);
+        let t = replicas.clamp(min, max).min(limit) as u32;
+        let said = (replicas, min, max, t);
+        if u64::from(t) != replicas && self.clamp_said != Some(said) {
+            let why = format!(
+                "{}: spec.replicas {replicas} is outside [{min}, {}]: following {t}",
+                self.what(),
+                match spec["maxReplicas"].as_u64() {
+                    Some(m) => m.to_string(),
+                    None => limit.to_string(),
+                }
+            );
+            log::warn!("{why}");
+            let uid = es["metadata"]["uid"].as_str().unwrap_or("").to_string();
+            self.event("TargetClamped", &why, &uid);
+        }
+        self.clamp_said = Some(said);
+        Some(t)
+    }
+
+    /// Posts a Normal Event about the ExecutorSet (never fails the tick: a failure is logged).
+    fn event(&self, reason: &str, message: &str, uid: &str) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let ns = self.sets.namespace();
+        let ev = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": format!("{}.", self.name), "namespace": ns},
+            "involvedObject": {
+                "apiVersion": API_VERSION, "kind": "ExecutorSet", "namespace": ns,
+                "name": self.name, "uid": uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "podalloc"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": "podalloc",
+            "reportingInstance": "",
+        });
+        if let Err(e) = events.create(&ev, &PostParams::default()) {
+            log::debug!("event {reason} about {} not posted: {e}", self.what());
+        }
+    }
+}
+
+impl ExecutorSetStore<'_> {
+    /// The removals of the ExecutorSet not yet applied, oldest first, for `status` and
+    /// `--wait`. Errors: as `load`.
+    pub(crate) fn queued(mut self) -> Result<Vec<Steering>, StoreError> {
+        let state = self.load()?.unwrap_or_default();
+        let all = self.requests()?;
+        Ok((all.into_iter())
+            .filter(|r| !state.applied_requests.contains(&r.id))
+            .collect())
+    }
+}
+
+/// Errors with [`StoreError::Mismatch`] (exit 2, naming both apps) when ExecutorSet `es`
+/// belongs to another app than `app_id` (`spec.appId`).
+fn check_app(es: &Value, app_id: &str, what: &str) -> Result<(), StoreError> {
+    match es["spec"]["appId"].as_str() {
+        Some(a) if a == app_id => Ok(()),
+        Some(a) => Err(StoreError::Mismatch(format!(
+            "{what} belongs to app {a:?} (spec.appId), not {app_id:?}; this command did \
+             nothing (exit 2): choose another name for --state-store executorset:NAME"
+        ))),
+        None => Err(StoreError::Mismatch(format!(
+            "{what} has no spec.appId (it must name app {app_id:?}); this command did nothing \
+             (exit 2)"
+        ))),
+    }
+}
+
+/// The conditions `Progressing` and `Blocked` (`metav1.Condition`), each keeping the
+/// `lastTransitionTime` of `old`'s when its status did not change.
+fn conditions(old: &Value, progressing: bool, blocked: Option<&(String, String)>) -> Value {
+    let word = |b: bool| if b { "True" } else { "False" };
+    let (reason, message) = match blocked {
+        Some((r, m)) => (r.clone(), m.clone()),
+        None => ("NotBlocked".to_string(), String::new()),
+    };
+    let (p_reason, p_message) = match progressing {
+        true => (
+            "Scaling",
+            "running + pending + unacknowledged differ from the target",
+        ),
+        false => (
+            "AtTarget",
+            "running + pending + unacknowledged equal the target",
+        ),
+    };
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let one = |kind: &str, status: &str, reason: &str, message: &str| {
+        let prior = (old["conditions"].as_array().into_iter().flatten())
+            .find(|c| c["type"] == kind && c["status"] == status);
+        let at = prior.map_or(json!(now), |c| c["lastTransitionTime"].clone());
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": at})
+    };
+    json!([
+        one("Progressing", word(progressing), p_reason, p_message),
+        one("Blocked", word(blocked.is_some()), &reason, &message),
+    ])
+}
+
+/// The `Blocked` condition's reason (kebab-case tag → CamelCase) and message of `b`; a quota
+/// back-off's message leaves out its time left, which changes every tick.
+fn blocked_condition(b: &Blocked) -> (String, String) {
+    let tag = serde_json::to_value(b).expect("blocked serializes")["reason"]
+        .as_str()
+        .unwrap_or("blocked")
+        .to_string();
+    let reason: String = (tag.split('-'))
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    let message = match b {
+        Blocked::Backoff { message, .. } => {
+            format!("creation backs off after a quota rejection: {message}")
+        }
+        other => other.to_string(),
+    };
+    (reason, message)
+}
+
+/// The entries of `spec.removals` of `es`, in order, as `remove` requests, those already
+/// applied included (the tick leaves out the ids the state lists, i.e.
+/// `status.appliedRemovals`: dedupe on take); an id seen twice is taken once. Entries that
+/// are not `{request, executors}` are skipped with a warning.
+fn removals(es: &Value, what: &str) -> Vec<Steering> {
+    let mut out: Vec<Steering> = Vec::new();
+    for r in es["spec"]["removals"].as_array().into_iter().flatten() {
+        let id = r["request"].as_str().unwrap_or_default();
+        let ids: Option<Vec<u64>> =
+            (r["executors"].as_array()).map(|a| a.iter().filter_map(Value::as_u64).collect());
+        let Some(ids) = ids.filter(|_| !id.is_empty()) else {
+            log::warn!("{what}: spec.removals entry {r} is not {{request, executors}}: ignored");
+            continue;
+        };
+        if out.iter().any(|s| s.id == id) {
+            continue;
+        }
+        out.push(Steering {
+            id: id.to_string(),
+            op: SteerOp::Remove { ids },
+            submitted_ms: 0,
+            by: format!("spec.removals of {what}"),
+        });
+    }
+    out
+}
+
+impl StateStore for ExecutorSetStore<'_> {
+    fn describe(&self) -> String {
+        self.what()
+    }
+
+    fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
+        let es = self.read()?;
+        self.generation = es
+            .as_ref()
+            .and_then(|e| e["metadata"]["generation"].as_i64());
+        self.loaded = es;
+        let Some(es) = &self.loaded else {
+            return Ok(None);
+        };
+        let allocator = &es["status"]["allocator"];
+        if !allocator.is_object() {
+            return Ok(None);
+        }
+        let bytes = serde_json::to_vec(allocator).expect("JSON serializes");
+        let mut state = parse(&bytes).map_err(|why| {
+            StoreError::Corrupt(
+                std::path::PathBuf::from(format!("executorset:{}", self.name)),
+                format!("status.allocator: {why}"),
+            )
+        })?;
+        state.applied_requests = (es["status"]["appliedRemovals"].as_array().into_iter())
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+        Ok(Some(state))
+    }
+
+    fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
+        if self.loaded.is_none() {
+            let created = self.create(state.target)?;
+            self.generation = created["metadata"]["generation"].as_i64();
+            self.loaded = Some(created);
+        }
+        let status = self.compose(Some(state));
+        self.put_status(status)
+    }
+
+    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
+        Ok(self
+            .loaded
+            .as_ref()
+            .map(|es| removals(es, &self.what()))
+            .unwrap_or_default())
+    }
+
+    /// The ids of `spec.removals` stay in the spec until a `remove` prunes them: none is gone.
+    fn consumed(&mut self, _ids: &[String]) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn home_target(&mut self) -> Option<u32> {
+        self.clamped()
+    }
+
+    fn home_template(&self) -> Result<Option<PodTemplate>, StoreError> {
+        let Some(t) = self.loaded.as_ref().map(|es| &es["spec"]["template"]) else {
+            return Ok(None);
+        };
+        if t.is_null() {
+            return Ok(None);
+        }
+        let mut pod = t.clone();
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        PodTemplate::from_value(pod, None)
+            .map(Some)
+            .map_err(|e| StoreError::Mismatch(format!("{}: spec.template: {}", self.what(), e.0)))
+    }
+
+    fn observe(&mut self, summary: &Summary, blocked: Option<&Blocked>) {
+        self.observed = Some(Observed {
+            running: summary.running,
+            pending: summary.pending,
+            blocked: blocked.map(blocked_condition),
+        });
+    }
+
+    fn publish(&mut self) -> Result<(), StoreError> {
+        if self.loaded.is_none() || self.observed.is_none() {
+            return Ok(());
+        }
+        let status = self.compose(None);
+        self.put_status(status)
+    }
+
+    fn intent_changed(&mut self) -> Result<bool, StoreError> {
+        let es = self.read()?;
+        let generation = es
+            .as_ref()
+            .and_then(|e| e["metadata"]["generation"].as_i64());
+        Ok(es.is_some() != self.loaded.is_some() || generation != self.generation)
+    }
+}
+
+/// Hands steering request `req` to the controller of app `app_id` through ExecutorSet
+/// `name` of the client's namespace (`docs/executorset.md`): `scale N` sets `spec.replicas`,
+/// `add N` raises it, `remove ID…` appends `{request, executors}` to `spec.removals` and
+/// lowers `spec.replicas` by the number of ids, pruning the entries `status.appliedRemovals`
+/// lists. One `PUT` conditional on the version read, with the request id in annotation
+/// [`REQUEST_KEY`]; after a 409 it reads again and is done when the object already carries
+/// the id (its write landed, the answer was lost), else applies itself to the new version.
+/// Returns the object's `metadata.generation` with the request in it (`--wait` waits until
+/// `status.observedGeneration` reaches it: [`followed`]).
+/// Errors: a missing ExecutorSet or one of another app (exit 2), the API's, a conflict after
+/// [`RETRIES`] attempts.
+pub fn submit(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    req: &Steering,
+) -> Result<i64, StoreError> {
+    let store = ExecutorSetStore::new(client, name, app_id, false);
+    let generation = |es: &Value| es["metadata"]["generation"].as_i64().unwrap_or(0);
+    for _ in 0..RETRIES {
+        let Some(mut es) = store.read()? else {
+            return Err(StoreError::Mismatch(format!(
+                "{} does not exist: start the controller with --state-store executorset:{name} \
+                 --target N (it creates it), or kubectl apply one; this command did nothing",
+                store.what()
+            )));
+        };
+        if carries(&es, &req.id) {
+            return Ok(generation(&es));
+        }
+        edit_spec(&mut es, req);
+        match store.sets.replace(name, &es) {
+            Ok(stored) => return Ok(generation(&stored)),
+            Err(e) if e.status_code() == Some(409) => {
+                if let Some(now) = store.read()?.filter(|now| carries(now, &req.id)) {
+                    return Ok(generation(&now));
+                }
+            }
+            Err(e) => return Err(store.backend(e)),
+        }
+    }
+    Err(StoreError::Conflict(format!(
+        "{} changed at every attempt; the request was not made",
+        store.what()
+    )))
+}
+
+/// Whether the controller of ExecutorSet `name` has followed its spec up to `generation`
+/// (`status.observedGeneration`) and reached the target it follows (condition `Progressing`
+/// False), for `--wait`. Errors: a missing ExecutorSet or one of another app (exit 2), the
+/// API's.
+pub fn followed(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    generation: i64,
+) -> Result<bool, StoreError> {
+    let store = ExecutorSetStore::new(client, name, app_id, false);
+    let Some(es) = store.read()? else {
+        return Err(StoreError::Mismatch(format!(
+            "{} does not exist",
+            store.what()
+        )));
+    };
+    let status = &es["status"];
+    let seen = status["observedGeneration"].as_i64().unwrap_or(0) >= generation;
+    let at_target = (status["conditions"].as_array().into_iter().flatten())
+        .any(|c| c["type"] == "Progressing" && c["status"] == "False");
+    Ok(seen && at_target)
+}
+
+/// Whether ExecutorSet `es` already carries request `id`: in its [`REQUEST_KEY`]
+/// annotation, in `spec.removals` or in `status.appliedRemovals`.
+fn carries(es: &Value, id: &str) -> bool {
+    let in_list = |v: &Value, key: Option<&str>| {
+        (v.as_array().into_iter().flatten()).any(|e| match key {
+            Some(k) => e[k] == id,
+            None => e == id,
+        })
+    };
+    es["metadata"]["annotations"][REQUEST_KEY] == id
+        || in_list(&es["spec"]["removals"], Some("request"))
+        || in_list(&es["status"]["appliedRemovals"], None)
+}
+
+/// Applies request `req` to the `spec` of `es` (see [`submit`]) and sets its id in the
+/// [`REQUEST_KEY`] annotation. Without `spec.replicas`, `add` and `remove` start from
+/// `status.target` (else 0).
+fn edit_spec(es: &mut Value, req: &Steering) {
+    let current = (es["spec"]["replicas"].as_u64())
+        .or_else(|| es["status"]["target"].as_u64())
+        .unwrap_or(0);
+    let limit = u64::from(crate::engine::alloc::MAX_TARGET);
+    match &req.op {
+        SteerOp::Scale { target } => es["spec"]["replicas"] = json!(target),
+        SteerOp::Add { count } => {
+            es["spec"]["replicas"] = json!((current + u64::from(*count)).min(limit));
+        }
+        SteerOp::Remove { ids } => {
+            let applied = es["status"]["appliedRemovals"].clone();
+            let mut list: Vec<Value> = (es["spec"]["removals"].as_array().cloned())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| !(applied.as_array().into_iter().flatten()).any(|a| *a == r["request"]))
+                .collect();
+            list.push(json!({"request": req.id, "executors": ids}));
+            es["spec"]["removals"] = json!(list);
+            es["spec"]["replicas"] = json!(current.saturating_sub(ids.len() as u64));
+        }
+    }
+    if !es["metadata"]["annotations"].is_object() {
+        es["metadata"]["annotations"] = json!({});
+    }
+    es["metadata"]["annotations"][REQUEST_KEY] = json!(req.id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::testutil::{FakeServer, Recorded, Reply};
+    use std::sync::{Arc, Mutex};
+
+    /// A one-object ExecutorSet API (`etl` in namespace `ns`) keeping `resourceVersion` and
+    /// `generation` as kube-apiserver does (a spec change bumps the generation, a status
+    /// write does not; a write of another version is 409); `lose` status or spec writes are
+    /// applied and then answered 503, so the client sends them again (409).
+    struct FakeEs {
+        server: FakeServer,
+        obj: Arc<Mutex<Option<Value>>>,
+        lose: Arc<Mutex<(u32, u32)>>,
+        client: KubeClient,
+    }
+
+    fn status(code: u16, reason: &str) -> Reply {
+        let body = json!({"kind": "Status", "code": code, "reason": reason, "message": reason});
+        Reply::json(code, &body.to_string())
+    }
+
+    fn answer(obj: &Mutex<Option<Value>>, lose: &Mutex<(u32, u32)>, r: &Recorded) -> Reply {
+        let mut obj = obj.lock().unwrap();
+        let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        let path = r.path();
+        if path.contains("/events") {
+            return Reply::json(201, &body.to_string());
+        }
+        let status_write = path.ends_with("/status");
+        match (r.method.as_str(), obj.as_mut()) {
+            ("GET", None) => status(404, "NotFound"),
+            ("GET", Some(o)) => Reply::json(200, &o.to_string()),
+            ("POST", None) => {
+                let mut o = body.clone();
+                o["metadata"]["resourceVersion"] = json!("1");
+                o["metadata"]["generation"] = json!(1);
+                o["metadata"]["uid"] = json!("u-1");
+                *obj = Some(o.clone());
+                Reply::json(201, &o.to_string())
+            }
+            ("POST", Some(_)) => status(409, "AlreadyExists"),
+            ("PUT", Some(o))
+                if o["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"] =>
+            {
+                status(409, "Conflict")
+            }
+            ("PUT", Some(o)) => {
+                let rv: u64 = o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                o["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                if status_write {
+                    o["status"] = body["status"].clone();
+                } else {
+                    if o["spec"] != body["spec"] {
+                        let g = o["metadata"]["generation"].as_i64().unwrap();
+                        o["metadata"]["generation"] = json!(g + 1);
+                    }
+                    o["spec"] = body["spec"].clone();
+                    o["metadata"]["annotations"] = body["metadata"]["annotations"].clone();
+                }
+                let mut lose = lose.lock().unwrap();
+                let left = if status_write {
+                    &mut lose.0
+                } else {
+                    &mut lose.1
+                };
+                if *left > 0 {
+                    *left -= 1;
+                    return status(503, "ServiceUnavailable");
+                }
+                Reply::json(200, &o.to_string())
+            }
+            _ => status(404, "NotFound"),
+        }
+    }
+
+    impl FakeEs {
+        fn new() -> FakeEs {
+            let obj = Arc::new(Mutex::new(None::<Value>));
+            let lose = Arc::new(Mutex::new((0, 0)));
+            let (o, l) = (Arc::clone(&obj), Arc::clone(&lose));
+            let server = FakeServer::http(move |r, _| answer(&o, &l, r));
+            let cfg = crate::kube::ClusterConfig::for_server(&server.url(), "ns");
+            let options = crate::kube::ClientOptions {
+                retry: crate::kube::RetryPolicy {
+                    base_delay: std::time::Duration::from_millis(1),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let client = KubeClient::with_options(cfg, options).unwrap();
+            FakeEs {
+                server,
+                obj,
+                lose,
+                client,
+            }
+        }
+
+        fn obj(&self) -> Value {
+            self.obj.lock().unwrap().clone().unwrap()
+        }
+
+        /// The requests made so far by method and whether they went to `/status`.
+        fn writes(&self, status_only: bool) -> usize {
+            (self.server.recorded().iter())
+                .filter(|r| r.method == "PUT" && r.path().ends_with("/status") == status_only)
+                .count()
+        }
+    }
+
+    #[test]
+    fn a_tick_creates_it_seeded_and_a_restart_changes_nothing() {
+        let f = FakeEs::new();
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        assert_eq!(store.load().unwrap(), None);
+        assert_eq!(store.home_target(), None);
+        let mut st = AllocatorState::new();
+        st.target = Some(4);
+        store.save(&st).unwrap();
+        let o = f.obj();
+        assert_eq!(o["spec"], json!({"appId": "app", "replicas": 4}));
+        assert_eq!(o["metadata"]["labels"][LABEL_APP], "app");
+        assert_eq!(o["status"]["target"], 4);
+        assert_eq!(
+            o["status"]["selector"],
+            "spark-app-selector=app,spark-role=executor"
+        );
+        assert_eq!(o["status"]["observedGeneration"], 1);
+        // Another process: the spec is the target, whatever its own seed; nothing written.
+        let mut again = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        assert_eq!(again.load().unwrap(), Some(st.clone()));
+        assert_eq!(again.home_target(), Some(4));
+        let before = f.server.recorded().len();
+        again.save(&st).unwrap();
+        again.observe(
+            &Summary {
+                target: 4,
+                ..Summary::default()
+            },
+            None,
+        );
+        again.publish().unwrap();
+        again.observe(
+            &Summary {
+                target: 4,
+                ..Summary::default()
+            },
+            None,
+        );
+        again.publish().unwrap();
+        let puts = (f.server.recorded()[before..].iter())
+            .filter(|r| r.method == "PUT")
+            .count();
+        assert_eq!(puts, 1, "the observation once, then nothing at rest");
+        assert!(!again.intent_changed().unwrap());
+    }
+
+    #[test]
+    fn a_removal_is_applied_once_when_its_status_write_is_retried() {
+        let f = FakeEs::new();
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        store.load().unwrap();
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        store.save(&st).unwrap();
+        let rm = req("r1", SteerOp::Remove { ids: vec![2] });
+        let generation = submit(&f.client, "etl", "app", &rm).unwrap();
+        assert_eq!(generation, 2);
+        assert!(
+            store.intent_changed().unwrap(),
+            "a spec change is seen by one GET"
+        );
+        let loaded = store.load().unwrap().unwrap();
+        assert_eq!(store.home_target(), Some(2), "remove lowered spec.replicas");
+        let queued = store.requests().unwrap();
+        assert_eq!(
+            queued,
+            vec![Steering {
+                by: queued[0].by.clone(),
+                ..rm.clone()
+            }]
+        );
+        // The tick's write-ahead save records it; the answer is lost, the retry gets 409.
+        f.lose.lock().unwrap().0 = 1;
+        let before = f.writes(true);
+        let mut next = loaded.clone();
+        next.target = Some(2);
+        next.applied_requests = vec!["r1".into()];
+        store.save(&next).unwrap();
+        assert_eq!(f.writes(true) - before, 2, "one write, sent twice");
+        assert_eq!(f.obj()["status"]["appliedRemovals"], json!(["r1"]));
+        // A fresh load lists it as applied: the tick leaves it out.
+        let mut other = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        assert_eq!(
+            other.load().unwrap().unwrap().applied_requests,
+            vec!["r1".to_string()]
+        );
+        assert!(ExecutorSetStore::new(&f.client, "etl", "app", false)
+            .queued()
+            .unwrap()
+            .is_empty());
+        // A later remove prunes it from the spec in its own write.
+        submit(
+            &f.client,
+            "etl",
+            "app",
+            &req("r2", SteerOp::Remove { ids: vec![3] }),
+        )
+        .unwrap();
+        assert_eq!(
+            f.obj()["spec"]["removals"],
+            json!([{"request": "r2", "executors": [3]}])
+        );
+        assert_eq!(f.obj()["spec"]["replicas"], 1);
+    }
+
+    #[test]
+    fn an_add_whose_answer_is_lost_is_applied_once() {
+        let f = FakeEs::new();
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        store.load().unwrap();
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        store.save(&st).unwrap();
+        f.lose.lock().unwrap().1 = 1;
+        submit(
+            &f.client,
+            "etl",
+            "app",
+            &req("a1", SteerOp::Add { count: 2 }),
+        )
+        .unwrap();
+        assert_eq!(f.writes(false), 2, "sent twice: the retry met 409");
+        assert_eq!(f.obj()["spec"]["replicas"], 5);
+        assert_eq!(f.obj()["metadata"]["annotations"][REQUEST_KEY], "a1");
+    }
+
+    #[test]
+    fn another_writers_status_is_a_conflict() {
+        let f = FakeEs::new();
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        store.load().unwrap();
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        store.save(&st).unwrap();
+        let mut rival = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        rival.load().unwrap();
+        store.load().unwrap();
+        st.target = Some(5);
+        rival.save(&st).unwrap();
+        st.target = Some(6);
+        assert!(matches!(store.save(&st), Err(StoreError::Conflict(_))));
+        // A spec change alone is not: the status is written on the new version.
+        store.load().unwrap();
+        submit(
+            &f.client,
+            "etl",
+            "app",
+            &req("s", SteerOp::Scale { target: 9 }),
+        )
+        .unwrap();
+        st.target = Some(7);
+        store.save(&st).unwrap();
+        assert_eq!(f.obj()["status"]["target"], 7);
+        assert_eq!(f.obj()["spec"]["replicas"], 9);
+    }
+
+    #[test]
+    fn the_target_is_clamped_with_one_line_and_one_event() {
+        let f = FakeEs::new();
+        *f.obj.lock().unwrap() = Some(json!({
+            "kind": "ExecutorSet",
+            "metadata": {"name": "etl", "generation": 1, "resourceVersion": "1", "uid": "u"},
+            "spec": {"appId": "app", "replicas": 10, "minReplicas": 1, "maxReplicas": 3},
+        }));
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", true);
+        store.load().unwrap();
+        assert_eq!(store.home_target(), Some(3));
+        assert_eq!(store.home_target(), Some(3));
+        let events: Vec<Value> = (f.server.recorded().iter())
+            .filter(|r| r.path().contains("/events"))
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect();
+        assert_eq!(events.len(), 1, "once per change");
+        assert_eq!(events[0]["reason"], "TargetClamped");
+        assert_eq!(events[0]["involvedObject"]["kind"], "ExecutorSet");
+        f.obj.lock().unwrap().as_mut().unwrap()["spec"]["replicas"] = json!(0);
+        store.load().unwrap();
+        assert_eq!(store.home_target(), Some(1));
+    }
+
+    fn es(spec: Value, status: Value) -> Value {
+        json!({"metadata": {"name": "etl", "generation": 3, "resourceVersion": "7"},
+               "spec": spec, "status": status})
+    }
+
+    fn req(id: &str, op: SteerOp) -> Steering {
+        Steering {
+            id: id.into(),
+            op,
+            submitted_ms: 0,
+            by: String::new(),
+        }
+    }
+
+    #[test]
+    fn removals_are_requests_each_id_once() {
+        let e = es(
+            json!({"appId": "a", "removals": [
+                {"request": "r1", "executors": [5, 7]},
+                {"request": "r2", "executors": [9]},
+                {"request": "r2", "executors": [9]},
+                {"request": "", "executors": [1]},
+            ]}),
+            json!({"appliedRemovals": ["r1"]}),
+        );
+        let got = removals(&e, "es");
+        let ids: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["r1", "r2"]);
+        assert_eq!(got[1].op, SteerOp::Remove { ids: vec![9] });
+    }
+
+    #[test]
+    fn requests_edit_the_spec_and_carry_their_id() {
+        let mut e = es(
+            json!({"appId": "a", "replicas": 5, "removals": [{"request": "old", "executors": [1]}]}),
+            json!({"appliedRemovals": ["old"], "target": 5}),
+        );
+        edit_spec(&mut e, &req("x1", SteerOp::Add { count: 2 }));
+        assert_eq!(e["spec"]["replicas"], 7);
+        assert!(carries(&e, "x1") && !carries(&e, "x2"));
+        edit_spec(&mut e, &req("x2", SteerOp::Remove { ids: vec![3, 4] }));
+        assert_eq!(e["spec"]["replicas"], 5);
+        assert_eq!(
+            e["spec"]["removals"],
+            json!([{"request": "x2", "executors": [3, 4]}]),
+            "the applied entry is pruned in the same write"
+        );
+        edit_spec(&mut e, &req("x3", SteerOp::Scale { target: 9 }));
+        assert_eq!(e["spec"]["replicas"], 9);
+        assert_eq!(e["metadata"]["annotations"][REQUEST_KEY], "x3");
+        assert!(carries(&e, "x2"), "a removal is found in spec.removals");
+    }
+
+    #[test]
+    fn another_apps_executorset_is_refused_naming_both() {
+        let e = es(json!({"appId": "other"}), json!({}));
+        let err = check_app(&e, "mine", "ExecutorSet ns/etl").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("\"other\"") && text.contains("\"mine\""),
+            "{text}"
+        );
+        assert_eq!(
+            crate::store::file::store_error(err).code,
+            crate::error::ExitCode::Usage
+        );
+        assert!(check_app(&es(json!({"appId": "mine"}), json!({})), "mine", "x").is_ok());
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_while_their_status_stays() {
+        let old = json!({"conditions": [
+            {"type": "Progressing", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Blocked", "status": "False", "lastTransitionTime": "2026-01-02T00:00:00Z"},
+        ]});
+        let c = conditions(&old, false, None);
+        assert_eq!(c[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(c[1]["lastTransitionTime"], "2026-01-02T00:00:00Z");
+        let b = ("Waiting".to_string(), "2 pending".to_string());
+        let c = conditions(&old, true, Some(&b));
+        assert_eq!(c[0]["status"], "True");
+        assert_ne!(c[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            (c[1]["reason"].as_str(), c[1]["status"].as_str()),
+            (Some("Waiting"), Some("True"))
+        );
+        let (r, _) = blocked_condition(&Blocked::MaxPending { pending: 2, cap: 2 });
+        assert_eq!(r, "MaxPending");
+    }
+}

@@ -464,16 +464,25 @@ impl Env {
         &self.admin_token
     }
 
-    /// A kubeconfig file (in the test's directory) for kubectl as the `podalloc` user in the
-    /// test's namespace; kubectl with it and a discovery cache of the test's own:
+    /// The `podalloc` user's bearer token (the simulator's token on the simulator).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// kubectl as the `podalloc` user (`admin`: as the admin) in the test's namespace, with a
+    /// kubeconfig file and a discovery cache in the test's directory:
     /// `kubectl --kubeconfig K --cache-dir D`.
-    pub fn kubectl(&self) -> Command {
-        let kc = self.dir.path().join("podalloc.kubeconfig");
+    pub fn kubectl(&self, admin: bool) -> Command {
+        let (user, token) = match admin {
+            true => ("admin", &self.admin_token),
+            false => ("podalloc", &self.token),
+        };
+        let kc = self.dir.path().join(format!("{user}.kubeconfig"));
         if !kc.exists() {
             let config = json!({"apiVersion": "v1", "kind": "Config", "current-context": "t",
                 "clusters": [{"name": "t", "cluster": {"server": self.url,
                     "certificate-authority": self.ca}}],
-                "users": [{"name": "podalloc", "user": {"token": self.token}}],
+                "users": [{"name": "podalloc", "user": {"token": token}}],
                 "contexts": [{"name": "t",
                     "context": {"cluster": "t", "user": "podalloc", "namespace": self.ns}}]});
             std::fs::write(&kc, config.to_string()).unwrap();

@@ -75,7 +75,15 @@ fn real_pods_corpus_passes() {
 /// `--policy spark-3.x` (fixtures/conformance-spark3x/README.md lists what was translated).
 #[test]
 fn spark3x_corpus_passes() {
-    corpus_passes("conformance-spark3x", 9);
+    corpus_passes("conformance-spark3x", 11);
+}
+
+/// Resource profiles (Spark 3.1+'s stage-level scheduling, SPARK-33288): a target per
+/// profile, pods counted by their `spark-exec-resourceprofile-id` label, one id counter, the
+/// batch and excess per profile, the pending cap across profiles, old states as profile 0.
+#[test]
+fn profiles_corpus_passes() {
+    corpus_passes("conformance-profiles", 10);
 }
 
 #[test]

@@ -5,6 +5,11 @@
 //! errors in Protobuf, read through podalloc's own decoders. A difference is a bug
 //! in the simulator, unless [`DELIBERATE`] lists it with the reason it is kept.
 //!
+//! The second test does the same for the ExecutorSet custom resource (`deploy/crd.yaml`,
+//! which the harness installs on kube-apiserver): the object, `/status`, `/scale`, the
+//! schema's and CEL rules' 422s, the 409s, and each PATCH type on ExecutorSets and
+//! ConfigMaps.
+//!
 //! Without a built control plane the test says so in one line (see `tests/real/`).
 
 use crate::both::{Env, Pods};
@@ -187,10 +192,19 @@ const USED_VERBS: &[(&str, &[&str])] = &[
             "watch",
         ],
     ),
-    ("configmaps", &["create", "delete", "get", "list", "update"]),
+    (
+        "configmaps",
+        &["create", "delete", "get", "list", "patch", "update"],
+    ),
     ("events", &["create", "get", "list", "patch"]),
     ("namespaces", &["create", "get", "list"]),
     ("leases", &["create", "delete", "get", "update"]),
+    (
+        "executorsets",
+        &["create", "delete", "get", "list", "patch", "update"],
+    ),
+    ("executorsets/status", &["get", "patch", "update"]),
+    ("executorsets/scale", &["get", "patch", "update"]),
 ];
 
 /// An `APIResourceList` as a client reads it: for each resource of [`USED_VERBS`] it lists,
@@ -207,8 +221,9 @@ fn resource_view(doc: &Value) -> Value {
             .collect();
         out.insert(
             name.into(),
-            json!({"kind": r["kind"], "namespaced": r["namespaced"],
-            "singularName": r["singularName"], "shortNames": r["shortNames"], "verbs": listed}),
+            json!({"kind": r["kind"], "namespaced": r["namespaced"], "group": r["group"],
+            "version": r["version"], "singularName": r["singularName"],
+            "shortNames": r["shortNames"], "verbs": listed}),
         );
     }
     json!({"kind": doc["kind"], "groupVersion": doc["groupVersion"], "resources": out})
@@ -216,12 +231,16 @@ fn resource_view(doc: &Value) -> Value {
 
 fn discoveries() -> Vec<Discovery> {
     let coordination = |doc: &Value| -> Value {
-        let g = (doc["groups"].as_array().into_iter().flatten())
-            .find(|g| g["name"] == "coordination.k8s.io")
-            .cloned()
-            .unwrap_or(Value::Null);
-        json!({"kind": doc["kind"], "preferred": g["preferredVersion"],
-               "v1": g["versions"].as_array().is_some_and(|v| v.iter().any(|v| v["version"] == "v1"))})
+        let group = |name: &str, version: &str| {
+            let g = (doc["groups"].as_array().into_iter().flatten())
+                .find(|g| g["name"] == name)
+                .cloned()
+                .unwrap_or(Value::Null);
+            json!({"preferred": g["preferredVersion"],
+                "served": g["versions"].as_array().is_some_and(|v| v.iter().any(|v| v["version"] == version))})
+        };
+        json!({"kind": doc["kind"], "coordination.k8s.io": group("coordination.k8s.io", "v1"),
+            "podalloc.io": group("podalloc.io", "v1alpha1")})
     };
     vec![
         Discovery {
@@ -242,6 +261,14 @@ fn discoveries() -> Vec<Discovery> {
         },
         Discovery {
             path: "/apis/coordination.k8s.io/v1",
+            view: resource_view,
+        },
+        Discovery {
+            path: "/apis/podalloc.io",
+            view: |d| json!({"kind": d["kind"], "name": d["name"], "preferred": d["preferredVersion"]}),
+        },
+        Discovery {
+            path: "/apis/podalloc.io/v1alpha1",
             view: resource_view,
         },
         Discovery {
@@ -421,6 +448,748 @@ fn the_simulator_answers_as_kube_apiserver_does() {
             ));
         }
     }
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
+
+/// One request of [`es_cases`]: like [`Case`], with the body's `Content-Type` (`""`:
+/// `application/json`) and the `Accept` header (`""`: `application/json`). `{ns}` in the
+/// path and body is the test's namespace, `{rv}` the resourceVersion of the last answer that
+/// carried one.
+struct Req {
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+    ctype: &'static str,
+    accept: &'static str,
+    body: Option<Value>,
+    fields: &'static [&'static str],
+    admin: bool,
+}
+
+const ES: &str = "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets";
+const MERGE: &str = "application/merge-patch+json";
+const JSONP: &str = "application/json-patch+json";
+const SMP: &str = "application/strategic-merge-patch+json";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// What a client reads of a 4xx: the Status with its message and causes.
+const ERROR: &[&str] = &[
+    "/kind",
+    "/status",
+    "/reason",
+    "/code",
+    "/message",
+    "/details/name",
+    "/details/group",
+    "/details/kind",
+    "/details/causes",
+];
+
+fn es(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+        "metadata": {"name": name, "labels": {"spark-app-selector": "diff"}}, "spec": spec})
+}
+
+fn scale(name: &str, replicas: i64, rv: &str) -> Value {
+    let mut s = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": name}, "spec": {"replicas": replicas}});
+    if !rv.is_empty() {
+        s["metadata"]["resourceVersion"] = json!(rv);
+    }
+    s
+}
+
+/// A request as the `podalloc` user (the recipe's Role grants every ExecutorSet verb used).
+fn req(
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+    ctype: &'static str,
+    body: Option<Value>,
+    fields: &'static [&'static str],
+) -> Req {
+    Req {
+        name,
+        method,
+        path,
+        ctype,
+        accept: "",
+        body,
+        fields,
+        admin: false,
+    }
+}
+
+/// The ExecutorSet cases: the object, its `/status` and `/scale`, each patch type, the
+/// schema's and CEL rules' 422s, the optimistic lock's 409s, the Table.
+fn es_cases() -> Vec<Req> {
+    let admin = |r: Req| Req { admin: true, ..r };
+    let obj: &[&str] = &[
+        "/kind",
+        "/apiVersion",
+        "/metadata/name",
+        "/metadata/generation",
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/spec",
+        "/status",
+    ];
+    let scale_f: &[&str] = &["/kind", "/apiVersion", "/metadata/name", "/spec", "/status"];
+    let full = json!({"appId": "diff", "replicas": 2, "minReplicas": 0, "maxReplicas": 10,
+        "undeclared": 1, "template": {"spec": {"anything": true}}});
+    let mut with_status = es("diff-es", full.clone());
+    with_status["status"] = json!({"replicas": 7});
+    let mut update = es("diff-es", json!({"appId": "diff", "replicas": 3}));
+    update["metadata"]["resourceVersion"] = json!("{rv}");
+    update["status"] = json!({"replicas": 9});
+    let mut stale = update.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let mut unconditional = update.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let mut labels_only = update.clone();
+    labels_only["metadata"]["labels"]["extra"] = json!("y");
+    let mut app_id = update.clone();
+    app_id["spec"]["appId"] = json!("other");
+    let mut status = update.clone();
+    status["spec"]["replicas"] = json!(99);
+    status["metadata"]["labels"] = json!({"changed": "by-status"});
+    status["status"] = json!({"replicas": 2, "pending": 1, "readyReplicas": 2,
+        "selector": "spark-app-selector=diff,spark-role=executor", "undeclared": 1,
+        "allocator": {"nextId": 3}});
+    let mut bad_status = status.clone();
+    bad_status["status"]["replicas"] = json!(-1);
+    let mut status_unconditional = status.clone();
+    status_unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    vec![
+        req("es create", "POST", ES, "", Some(with_status), obj),
+        req(
+            "es create again",
+            "POST",
+            ES,
+            "",
+            Some(es("diff-es", full)),
+            ERROR,
+        ),
+        req(
+            "es create without appId",
+            "POST",
+            ES,
+            "",
+            Some(es("diff-bad", json!({"replicas": 1}))),
+            ERROR,
+        ),
+        req(
+            "es create with negative replicas",
+            "POST",
+            ES,
+            "",
+            Some(es("diff-bad", json!({"appId": "a", "replicas": -1}))),
+            ERROR,
+        ),
+        req(
+            "es create with minReplicas above maxReplicas",
+            "POST",
+            ES,
+            "",
+            Some(es(
+                "diff-bad",
+                json!({"appId": "a", "minReplicas": 5, "maxReplicas": 2}),
+            )),
+            ERROR,
+        ),
+        req(
+            "es create with a string for replicas",
+            "POST",
+            ES,
+            "",
+            Some(es("diff-bad", json!({"appId": "a", "replicas": "3"}))),
+            &["/kind", "/reason", "/code", "/details/causes/0"],
+        ),
+        req(
+            "es get",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            None,
+            obj,
+        ),
+        req(
+            "es update without resourceVersion",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            Some(unconditional),
+            ERROR,
+        ),
+        req(
+            "es stale update",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            Some(stale),
+            ERROR,
+        ),
+        req(
+            "es update ignores status",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            Some(update),
+            obj,
+        ),
+        req(
+            "es update of labels only",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            Some(labels_only),
+            obj,
+        ),
+        req(
+            "es update of appId",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            Some(app_id),
+            ERROR,
+        ),
+        req(
+            "es status update ignores spec and metadata",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/status",
+            "",
+            Some(status),
+            obj,
+        ),
+        req(
+            "es status update without resourceVersion",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/status",
+            "",
+            Some(status_unconditional),
+            ERROR,
+        ),
+        req(
+            "es status update with negative replicas",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/status",
+            "",
+            Some(bad_status),
+            ERROR,
+        ),
+        req(
+            "es status get",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/status",
+            "",
+            None,
+            obj,
+        ),
+        req(
+            "es scale get",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            "",
+            None,
+            scale_f,
+        ),
+        req(
+            "es scale update",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            "",
+            Some(scale("diff-es", 4, "")),
+            scale_f,
+        ),
+        req(
+            "es scale stale update",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            "",
+            Some(scale("diff-es", 4, "1")),
+            ERROR,
+        ),
+        req(
+            "es scale update of another name",
+            "PUT",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            "",
+            Some(scale("other", 4, "")),
+            ERROR,
+        ),
+        req(
+            "es scale merge patch",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            MERGE,
+            Some(json!({"spec": {"replicas": 5}})),
+            scale_f,
+        ),
+        req(
+            "es scale json patch",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            JSONP,
+            Some(json!([{"op": "replace", "path": "/spec/replicas", "value": 6}])),
+            scale_f,
+        ),
+        req(
+            "es scale strategic merge patch",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            SMP,
+            Some(json!({"spec": {"replicas": 1}})),
+            ERROR,
+        ),
+        req(
+            "es scale to a negative count",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/scale",
+            MERGE,
+            Some(json!({"spec": {"replicas": -1}})),
+            ERROR,
+        ),
+        req(
+            "es after scaling",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            "",
+            None,
+            obj,
+        ),
+        req(
+            "es merge patch of an annotation",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            MERGE,
+            Some(json!({"metadata": {"annotations": {"podalloc.io/request": "r1"}}})),
+            obj,
+        ),
+        req(
+            "es merge patch with a stale resourceVersion",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            MERGE,
+            Some(json!({"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 1}})),
+            ERROR,
+        ),
+        req(
+            "es merge patch with the current resourceVersion",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            MERGE,
+            Some(json!({"metadata": {"resourceVersion": "{rv}"}, "spec": {"replicas": 7}})),
+            obj,
+        ),
+        req(
+            "es json patch",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            JSONP,
+            Some(
+                json!([{"op": "test", "path": "/spec/replicas", "value": 7}, {"op": "add", "path": "/spec/removals", "value": [{"request": "r2", "executors": [1, 2]}]}, {"op": "replace", "path": "/spec/replicas", "value": 5}]),
+            ),
+            obj,
+        ),
+        req(
+            "es json patch whose test fails",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            JSONP,
+            Some(json!([{"op": "test", "path": "/spec/replicas", "value": 99}])),
+            ERROR,
+        ),
+        req(
+            "es json patch removing a missing key",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            JSONP,
+            Some(json!([{"op": "remove", "path": "/spec/nope"}])),
+            ERROR,
+        ),
+        req(
+            "es strategic merge patch",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            SMP,
+            Some(json!({"spec": {"replicas": 1}})),
+            ERROR,
+        ),
+        req(
+            "es merge patch of appId",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            MERGE,
+            Some(json!({"spec": {"appId": "other"}})),
+            ERROR,
+        ),
+        req(
+            "es merge patch of minReplicas above maxReplicas",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es",
+            MERGE,
+            Some(json!({"spec": {"minReplicas": 20}})),
+            ERROR,
+        ),
+        req(
+            "es status merge patch ignores spec",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es/status",
+            MERGE,
+            Some(json!({"spec": {"replicas": 1}, "status": {"pending": 3}})),
+            obj,
+        ),
+        req(
+            "es list",
+            "GET",
+            ES,
+            "",
+            None,
+            &[
+                "/kind",
+                "/apiVersion",
+                "/items/0/kind",
+                "/items/0/apiVersion",
+                "/items/0/metadata/name",
+                "/items/0/spec",
+                "/items/1",
+            ],
+        ),
+        Req {
+            accept: TABLE,
+            ..req(
+                "es table",
+                "GET",
+                ES,
+                "",
+                None,
+                &[
+                    "/kind",
+                    "/apiVersion",
+                    "/columnDefinitions",
+                    "/rows/0/cells/0",
+                    "/rows/0/cells/1",
+                    "/rows/0/cells/2",
+                    "/rows/0/cells/3",
+                    "/rows/0/object/kind",
+                    "/rows/0/object/metadata/name",
+                    "/rows/1",
+                ],
+            )
+        },
+        req(
+            "es without replicas",
+            "POST",
+            ES,
+            "",
+            Some(es("diff-es2", json!({"appId": "diff2"}))),
+            obj,
+        ),
+        req(
+            "es scale get without replicas",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es2/scale",
+            "",
+            None,
+            ERROR,
+        ),
+        req(
+            "es scale patch leaving replicas unset",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es2/scale",
+            MERGE,
+            Some(json!({"metadata": {"labels": {"a": "b"}}})),
+            ERROR,
+        ),
+        req(
+            "es scale patch setting replicas",
+            "PATCH",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es2/scale",
+            MERGE,
+            Some(json!({"spec": {"replicas": 1}})),
+            scale_f,
+        ),
+        // As the admin: the recipe's Role grants no delete of ExecutorSets.
+        admin(req(
+            "es delete",
+            "DELETE",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es2",
+            "",
+            None,
+            &[
+                "/kind",
+                "/status",
+                "/details/name",
+                "/details/group",
+                "/details/kind",
+            ],
+        )),
+        req(
+            "es get deleted",
+            "GET",
+            "/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets/diff-es2",
+            "",
+            None,
+            ERROR,
+        ),
+    ]
+}
+
+/// The ConfigMap PATCH cases (as the admin: the recipe's Role grants no patch of
+/// ConfigMaps), each patch type as `kubectl annotate`, `kubectl label` and `kubectl patch`
+/// send them.
+fn cm_patch_cases() -> Vec<Req> {
+    const CM: &str = "/api/v1/namespaces/{ns}/configmaps/diff-pcm";
+    let cm_f: &[&str] = &[
+        "/kind",
+        "/metadata/name",
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/metadata/finalizers",
+        "/data",
+    ];
+    let admin = |r: Req| Req { admin: true, ..r };
+    vec![
+        admin(req(
+            "cm create for patches",
+            "POST",
+            "/api/v1/namespaces/{ns}/configmaps",
+            "",
+            Some(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-pcm"}, "data": {"a": "1"}}),
+            ),
+            cm_f,
+        )),
+        admin(req(
+            "cm merge patch of an annotation",
+            "PATCH",
+            CM,
+            MERGE,
+            Some(json!({"metadata": {"annotations": {"podalloc.io/executors": "5"}}})),
+            cm_f,
+        )),
+        admin(req(
+            "cm strategic merge patch",
+            "PATCH",
+            CM,
+            SMP,
+            Some(
+                json!({"metadata": {"labels": {"x": "y"}, "finalizers": ["podalloc.test/a"]}, "data": {"b": "2"}}),
+            ),
+            cm_f,
+        )),
+        admin(req(
+            "cm strategic merge patch merges finalizers",
+            "PATCH",
+            CM,
+            SMP,
+            Some(json!({"metadata": {"finalizers": ["podalloc.test/b"]}})),
+            cm_f,
+        )),
+        admin(req(
+            "cm strategic merge patch deletes from finalizers",
+            "PATCH",
+            CM,
+            SMP,
+            Some(
+                json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["podalloc.test/a", "podalloc.test/b"]}}),
+            ),
+            cm_f,
+        )),
+        admin(req(
+            "cm strategic merge patch replacing data",
+            "PATCH",
+            CM,
+            SMP,
+            Some(json!({"data": {"$patch": "replace", "c": "3"}})),
+            cm_f,
+        )),
+        admin(req(
+            "cm json patch",
+            "PATCH",
+            CM,
+            JSONP,
+            Some(
+                json!([{"op": "add", "path": "/data/d", "value": "4"}, {"op": "remove", "path": "/data/c"}]),
+            ),
+            cm_f,
+        )),
+        admin(req(
+            "cm json patch whose test fails",
+            "PATCH",
+            CM,
+            JSONP,
+            Some(json!([{"op": "test", "path": "/data/d", "value": "5"}])),
+            ERROR,
+        )),
+        admin(req(
+            "cm json patch that is not a list",
+            "PATCH",
+            CM,
+            JSONP,
+            Some(json!({"op": "add"})),
+            &["/kind", "/reason", "/code"],
+        )),
+        admin(req(
+            "cm merge patch with a stale resourceVersion",
+            "PATCH",
+            CM,
+            MERGE,
+            Some(json!({"metadata": {"resourceVersion": "1"}, "data": {"e": "5"}})),
+            ERROR,
+        )),
+        admin(req(
+            "cm merge patch with the current resourceVersion",
+            "PATCH",
+            CM,
+            MERGE,
+            Some(json!({"metadata": {"resourceVersion": "{rv}"}, "data": {"e": "5"}})),
+            cm_f,
+        )),
+        admin(req(
+            "cm merge patch renaming it",
+            "PATCH",
+            CM,
+            MERGE,
+            Some(json!({"metadata": {"name": "other"}})),
+            &["/kind", "/reason", "/code", "/message"],
+        )),
+        admin(req(
+            "cm patch of another type",
+            "PATCH",
+            CM,
+            "application/json",
+            Some(json!({"data": {"f": "6"}})),
+            &["/kind", "/reason", "/code"],
+        )),
+        admin(req(
+            "cm patch of a missing one",
+            "PATCH",
+            "/api/v1/namespaces/{ns}/configmaps/diff-none",
+            MERGE,
+            Some(json!({"data": {"f": "6"}})),
+            ERROR,
+        )),
+    ]
+}
+
+/// Sends `r` to `env` (`rv`: the `{rv}` to fill in): its status and JSON body.
+fn send(env: &Env, r: &Req, rv: &str) -> (u16, Value) {
+    let fill = |s: &str| s.replace("{ns}", &env.ns).replace("{rv}", rv);
+    let url = format!("{}{}", env.url(), fill(r.path));
+    let token = if r.admin {
+        env.admin_token()
+    } else {
+        env.token()
+    };
+    let auth = format!("Bearer {token}");
+    let accept = if r.accept.is_empty() {
+        "application/json"
+    } else {
+        r.accept
+    };
+    let agent = crate::util::agent(env.ca_pem().as_bytes());
+    let body = r.body.as_ref().map(|b| fill(&b.to_string()));
+    let ctype = if r.ctype.is_empty() {
+        "application/json"
+    } else {
+        r.ctype
+    };
+    let resp = match (r.method, body) {
+        ("GET", _) => agent
+            .get(&url)
+            .header("Authorization", &auth)
+            .header("Accept", accept)
+            .call(),
+        ("DELETE", _) => agent.delete(&url).header("Authorization", &auth).call(),
+        (m, body) => {
+            let b = match m {
+                "POST" => agent.post(&url),
+                "PUT" => agent.put(&url),
+                _ => agent.patch(&url),
+            };
+            b.header("Authorization", &auth)
+                .content_type(ctype)
+                .send(body.unwrap_or_default())
+        }
+    };
+    let mut resp = resp.unwrap();
+    let code = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Sends `reqs` to `env` in order, `{rv}` following the answers.
+fn req_answers(env: &Env, reqs: &[Req]) -> Vec<(u16, Value)> {
+    let mut rv = String::new();
+    (reqs.iter())
+        .map(|r| {
+            let a = send(env, r, &rv);
+            if let Some(v) =
+                a.1.pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+            {
+                rv = v.to_string();
+            }
+            a
+        })
+        .collect()
+}
+
+/// The differences between the two servers' answers to `reqs`.
+fn req_diffs(sim: &Env, real: &Env, reqs: &[Req]) -> Vec<String> {
+    let (s, r) = (req_answers(sim, reqs), req_answers(real, reqs));
+    let mut diffs = Vec::new();
+    for (i, c) in reqs.iter().enumerate() {
+        if s[i].0 != r[i].0 {
+            diffs.push(format!(
+                "{}: status {} on the simulator ({}), {} on kube-apiserver ({})",
+                c.name, s[i].0, s[i].1, r[i].0, r[i].1
+            ));
+            continue;
+        }
+        for f in c.fields {
+            let (a, b) = (
+                norm(s[i].1.pointer(f), &sim.ns),
+                norm(r[i].1.pointer(f), &real.ns),
+            );
+            if a != b && !DELIBERATE.iter().any(|(n, p, _)| *n == c.name && p == f) {
+                diffs.push(format!(
+                    "{}: {f} is {a} on the simulator, {b} on kube-apiserver",
+                    c.name
+                ));
+            }
+        }
+    }
+    diffs
+}
+
+#[test]
+fn executorsets_and_patches_answer_as_kube_apiserver_does() {
+    let idle = Pods {
+        schedule_ms: 3_600_000,
+        ..Pods::default()
+    };
+    let Some(real) = Env::real("differential-es", "diff", &idle) else {
+        return;
+    };
+    let sim = Env::sim_in("diff", &idle, "diff-sim");
+    let mut diffs = req_diffs(&sim, &real, &es_cases());
+    diffs.extend(req_diffs(&sim, &real, &cm_patch_cases()));
     assert!(
         diffs.is_empty(),
         "{} differences:\n{}",

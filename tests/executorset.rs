@@ -1,9 +1,10 @@
 //! The ExecutorSet custom resource (`deploy/crd.yaml`, contract `docs/executorset.md`): the
-//! CRD says what the contract says, and kubectl drives it as it drives a Deployment
-//! (`kubectl scale es NAME --replicas N`, `kubectl get es` with the printer columns), as the
-//! `podalloc` user under the recipe's Role.
+//! CRD says what the contract says, the simulator validates with the CRD's schema, and
+//! kubectl drives it as it drives a Deployment (`kubectl scale es NAME --replicas N`,
+//! `kubectl get es` with the printer columns, `kubectl patch`), as the `podalloc` user
+//! under the recipe's Role, on both servers; `kubectl annotate configmap` works on both.
 
-use crate::both::{Env, Pods};
+use crate::both::{both, Env, Pods};
 use crate::util::{stderr, stdout};
 use serde_json::{json, Value};
 
@@ -98,12 +99,43 @@ fn the_crd_is_the_contract_of_docs_executorset() {
     }
 }
 
+/// The CRD's schema without its descriptions.
+fn strip_descriptions(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            (m.iter())
+                .filter(|(k, _)| *k != "description")
+                .map(|(k, v)| (k.clone(), strip_descriptions(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_simulator_validates_with_the_crds_schema_and_columns() {
+    let crd = crd();
+    let v = version(&crd);
+    assert_eq!(
+        strip_descriptions(&v["schema"]["openAPIV3Schema"]),
+        podalloc_sim::executorset_schema()
+    );
+}
+
 /// kubectl as the `podalloc` user ([`Env::kubectl`]): its standard output; panics with its
 /// standard error when it fails.
 fn kubectl(e: &Env, args: &[&str], input: Option<&str>) -> String {
+    let (ok, out, err) = kubectl_as(e, false, args, input);
+    assert!(ok, "kubectl {args:?}: {err}");
+    out
+}
+
+/// kubectl as the `podalloc` user or (`admin`) the admin: whether it succeeded, its standard
+/// output and its standard error.
+fn kubectl_as(e: &Env, admin: bool, args: &[&str], input: Option<&str>) -> (bool, String, String) {
     use std::io::Write;
     use std::process::Stdio;
-    let mut child = (e.kubectl().args(args))
+    let mut child = (e.kubectl(admin).args(args))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -113,8 +145,7 @@ fn kubectl(e: &Env, args: &[&str], input: Option<&str>) -> String {
     stdin.write_all(input.unwrap_or("").as_bytes()).unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "kubectl {args:?}: {}", stderr(&out));
-    stdout(&out)
+    (out.status.success(), stdout(&out), stderr(&out))
 }
 
 fn es_path(e: &Env, name: &str) -> String {
@@ -124,61 +155,124 @@ fn es_path(e: &Env, name: &str) -> String {
     )
 }
 
-#[test]
-fn kubectl_scales_an_executorset_and_gets_its_columns_on_real() {
-    let Some(e) = Env::real("es-kubectl", "spark-etl", &Pods::default()) else {
-        return;
-    };
-    let e = &e;
-    let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+both!(
+    kubectl_scales_an_executorset_and_gets_its_columns,
+    "spark-etl",
+    Pods::default(),
+    |e| {
+        if crate::util::kubectl_missing() {
+            return;
+        }
+        let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
         "metadata": {"name": "etl", "labels": {"spark-app-selector": "spark-etl"}},
         "spec": {"appId": "spark-etl", "replicas": 1}});
-    let out = kubectl(e, &["create", "-f", "-"], Some(&es.to_string()));
-    assert_eq!(out.trim(), "executorset.podalloc.io/etl created");
-    let out = kubectl(e, &["scale", "es", "etl", "--replicas", "3"], None);
-    assert_eq!(out.trim(), "executorset.podalloc.io/etl scaled");
-    let (code, got) = e.as_podalloc("GET", &es_path(e, "etl"), None);
-    assert_eq!(code, 200, "{got}");
-    assert_eq!(got["spec"]["replicas"], 3);
-    assert_eq!(
-        got["metadata"]["generation"], 2,
-        "the scale changed the spec"
-    );
-    // The controller's status, through /status.
-    let mut with_status = got.clone();
-    with_status["status"] = json!({"replicas": 2, "pending": 1,
+        let out = kubectl(e, &["create", "-f", "-"], Some(&es.to_string()));
+        assert_eq!(out.trim(), "executorset.podalloc.io/etl created");
+        let out = kubectl(e, &["scale", "es", "etl", "--replicas", "3"], None);
+        assert_eq!(out.trim(), "executorset.podalloc.io/etl scaled");
+        let (code, got) = e.as_podalloc("GET", &es_path(e, "etl"), None);
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(got["spec"]["replicas"], 3);
+        assert_eq!(
+            got["metadata"]["generation"], 2,
+            "the scale changed the spec"
+        );
+        // The controller's status, through /status.
+        let mut with_status = got.clone();
+        with_status["status"] = json!({"replicas": 2, "pending": 1,
         "selector": "spark-app-selector=spark-etl,spark-role=executor"});
-    let (code, put) = e.as_podalloc(
-        "PUT",
-        &format!("{}/status", es_path(e, "etl")),
-        Some(&with_status),
-    );
-    assert_eq!(code, 200, "{put}");
-    assert_eq!(
-        put["metadata"]["generation"], 2,
-        "a status write is not a spec change"
-    );
-    let (code, scale) = e.as_podalloc("GET", &format!("{}/scale", es_path(e, "etl")), None);
-    assert_eq!(code, 200, "{scale}");
-    assert_eq!(
-        (&scale["apiVersion"], &scale["kind"]),
-        (&json!("autoscaling/v1"), &json!("Scale"))
-    );
-    assert_eq!(scale["spec"], json!({"replicas": 3}));
-    assert_eq!(
-        scale["status"],
-        json!({"replicas": 2, "selector": "spark-app-selector=spark-etl,spark-role=executor"})
-    );
-    let out = kubectl(e, &["get", "es"], None);
-    let lines: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(
-        lines[0],
-        ["NAME", "TARGET", "RUNNING", "PENDING", "AGE"],
-        "{out}"
-    );
-    assert_eq!(lines[1][..4], ["etl", "3", "2", "1"], "{out}");
-    assert_eq!(lines.len(), 2, "{out}");
-}
+        let (code, put) = e.as_podalloc(
+            "PUT",
+            &format!("{}/status", es_path(e, "etl")),
+            Some(&with_status),
+        );
+        assert_eq!(code, 200, "{put}");
+        assert_eq!(
+            put["metadata"]["generation"], 2,
+            "a status write is not a spec change"
+        );
+        let (code, scale) = e.as_podalloc("GET", &format!("{}/scale", es_path(e, "etl")), None);
+        assert_eq!(code, 200, "{scale}");
+        assert_eq!(
+            (&scale["apiVersion"], &scale["kind"]),
+            (&json!("autoscaling/v1"), &json!("Scale"))
+        );
+        assert_eq!(scale["spec"], json!({"replicas": 3}));
+        assert_eq!(
+            scale["status"],
+            json!({"replicas": 2, "selector": "spark-app-selector=spark-etl,spark-role=executor"})
+        );
+        let out = kubectl(e, &["get", "es"], None);
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            ["NAME", "TARGET", "RUNNING", "PENDING", "AGE"],
+            "{out}"
+        );
+        assert_eq!(lines[1][..4], ["etl", "3", "2", "1"], "{out}");
+        assert_eq!(lines.len(), 2, "{out}");
+        // `kubectl patch`: a merge patch works; a strategic merge patch (its default) is refused,
+        // as for every custom resource.
+        let out = kubectl(
+            e,
+            &[
+                "patch",
+                "es",
+                "etl",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"maxReplicas":10}}"#,
+            ],
+            None,
+        );
+        assert_eq!(out.trim(), "executorset.podalloc.io/etl patched");
+        let (ok, _, err) = kubectl_as(
+            e,
+            false,
+            &["patch", "es", "etl", "-p", r#"{"spec":{"maxReplicas":9}}"#],
+            None,
+        );
+        assert!(!ok);
+        assert!(err.contains("application/merge-patch+json"), "{err}");
+        let (_, got) = e.as_podalloc("GET", &es_path(e, "etl"), None);
+        assert_eq!(got["spec"]["maxReplicas"], 10);
+    }
+);
+
+both!(
+    kubectl_annotates_a_configmap,
+    "spark-etl",
+    Pods::default(),
+    |e| {
+        if crate::util::kubectl_missing() {
+            return;
+        }
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "podalloc-spark-etl"}, "data": {"state": "{}"}});
+        let path = format!("/api/v1/namespaces/{}/configmaps", e.ns);
+        let (code, made) = e.admin("POST", &path, Some(&cm));
+        assert_eq!(code, 201, "{made}");
+        let args = [
+            "annotate",
+            "configmap",
+            "podalloc-spark-etl",
+            "podalloc.io/executors=5",
+            "--overwrite",
+        ];
+        let (ok, out, err) = kubectl_as(e, true, &args, None);
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "configmap/podalloc-spark-etl annotated");
+        let (_, got) = e.admin("GET", &format!("{path}/podalloc-spark-etl"), None);
+        assert_eq!(got["metadata"]["annotations"]["podalloc.io/executors"], "5");
+        assert_eq!(got["data"]["state"], "{}");
+        let args = ["label", "configmap", "podalloc-spark-etl", "team=batch"];
+        let (ok, _, err) = kubectl_as(e, true, &args, None);
+        assert!(ok, "{err}");
+        let (_, got) = e.admin("GET", &format!("{path}/podalloc-spark-etl"), None);
+        assert_eq!(got["metadata"]["labels"]["team"], "batch");
+    }
+);

@@ -33,6 +33,7 @@ fn plan_to(s: &Snapshot, st: &AllocatorState, target: u32) -> Plan {
         &Request {
             target: TargetChange::Set(target),
             remove: vec![],
+            ..Request::default()
         },
         0,
     )

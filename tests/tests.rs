@@ -15,6 +15,7 @@ mod deploy;
 mod differential;
 mod e2e;
 mod endpoints;
+mod es_store;
 mod events;
 mod executorset;
 mod faults;

@@ -432,6 +432,11 @@ pub struct AppArgs {
     /// Container image: a minimal executor pod, or the first container's image in --template.
     #[arg(long, global = true, env = "PODALLOC_IMAGE", value_name = "IMAGE")]
     pub image: Option<String>,
+    /// The executor pod template of resource profile P (repeatable; Spark 3.1+'s stage-level
+    /// scheduling): executors of profile P are built from it, labelled
+    /// `spark-exec-resourceprofile-id=P`. Profiles without one use --template/--image.
+    #[arg(long, global = true, value_name = "P=FILE", value_parser = parse_profile_template)]
+    pub profile_template: Vec<(u32, PathBuf)>,
     /// The executor container: when it terminates the executor is over (exit 0: succeeded,
     /// else failed), whatever its sidecars do. Default: the template's first container (the
     /// single container of --image pods); `plan`: each pod's first container.
@@ -588,9 +593,25 @@ impl AppArgs {
             settings,
             app_id,
             template,
+            profile_templates: self.profile_templates()?,
             driver_pod: self.driver_pod.clone(),
             page_size: self.page_size,
         })
+    }
+
+    /// The templates of `--profile-template P=FILE`, by profile (errors: an unreadable or
+    /// invalid template, exit 2).
+    pub fn profile_templates(
+        &self,
+    ) -> crate::error::Result<std::collections::BTreeMap<u32, crate::engine::podspec::PodTemplate>>
+    {
+        let mut all = std::collections::BTreeMap::new();
+        for (p, path) in &self.profile_template {
+            if let Some(t) = crate::cli::template::load_template(Some(path), None)? {
+                all.insert(*p, t);
+            }
+        }
+        Ok(all)
     }
 
     /// The allocation settings these flags give for `app_id`.
@@ -845,6 +866,11 @@ pub struct PlanArgs {
     /// Executor id to remove (repeatable): deleted whatever its state, target lowered.
     #[arg(long, value_name = "ID", value_parser = parse_id)]
     pub remove: Vec<u64>,
+    /// Set the target of resource profile P to N (repeatable; Spark 3.1+'s stage-level
+    /// scheduling, SPARK-33288): `--target N` is profile 0's; profiles without one here keep
+    /// the state's. Executors of profile P carry label `spark-exec-resourceprofile-id=P`.
+    #[arg(long, value_name = "P=N", value_parser = parse_profile_target)]
+    pub profile_target: Vec<(u32, u32)>,
     /// The driver pod's phase, as a tick with --driver-pod would read it: Pending (no
     /// executors yet), Running, Succeeded or Failed (every executor deleted), or Deleting.
     #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed", "Deleting"])]
@@ -932,6 +958,31 @@ pub use crate::engine::counts::{
     parse_batch_size, parse_batch_size_n, parse_max_pending, parse_target, BatchSize, MAX_BATCH,
     MAX_TARGET,
 };
+
+/// A resource profile id (Spark's `ResourceProfile.id`: 0 is the default profile, ids are
+/// non-negative `Int`s).
+pub fn parse_profile(s: &str) -> Result<u32, String> {
+    let p: u32 = (s.trim().parse().ok())
+        .filter(|&p| p <= i32::MAX as u32)
+        .ok_or_else(|| format!("{s:?} is not a resource profile id (0..={})", i32::MAX))?;
+    Ok(p)
+}
+
+/// `P=FILE`: resource profile P's pod template.
+pub fn parse_profile_template(s: &str) -> Result<(u32, PathBuf), String> {
+    let (p, f) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: write PROFILE=FILE, e.g. 1=gpu-executor.yaml"))?;
+    Ok((parse_profile(p)?, PathBuf::from(f)))
+}
+
+/// `P=N`: resource profile P's target N.
+pub fn parse_profile_target(s: &str) -> Result<(u32, u32), String> {
+    let (p, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: write PROFILE=TARGET, e.g. 1=4"))?;
+    Ok((parse_profile(p)?, parse_target(n)?))
+}
 
 /// The allocation policy (`--policy`): which Spark version's allocator to behave as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -216,7 +216,7 @@ fn run_apps(
         .map(|e| {
             let request = e.target.map(|n| Request {
                 target: TargetChange::Seed(n),
-                remove: Vec::new(),
+                ..Request::default()
             });
             feed.slot(e.ns, e.app, e.store, request, &shutdown.0)
         })

@@ -324,6 +324,7 @@ fn discovered_app(
         settings,
         app_id: app_id.to_string(),
         template: Some(template),
+        profile_templates: Default::default(),
         driver_pod: Some(driver.to_string()),
         page_size: args.page_size,
     })

@@ -13,6 +13,9 @@ use std::io::Read;
 pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     let app_id = app.app_id(false)?;
     let settings = app.settings(&app_id);
+    // Checked here (an unreadable or invalid one is an error); used by the commands that
+    // create pods.
+    app.profile_templates()?;
     let bytes = if a.pods.as_os_str() == "-" {
         let mut v = Vec::new();
         std::io::stdin()
@@ -52,6 +55,9 @@ pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     let request = Request {
         target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
         remove: a.remove.clone(),
+        profiles: (a.profile_target.iter())
+            .map(|&(p, n)| (p, TargetChange::Set(n)))
+            .collect(),
     };
     if snapshot.executors.is_empty() && snapshot.foreign > 0 {
         warn!(

@@ -153,7 +153,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
             true => TargetChange::Set(n),
             false => TargetChange::Seed(n),
         },
-        remove: Vec::new(),
+        ..Request::default()
     });
     let mut feed = RunFeed {
         env: &env,

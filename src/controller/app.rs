@@ -3,6 +3,7 @@
 use crate::engine::alloc::Settings;
 use crate::engine::podspec::PodTemplate;
 use crate::engine::snapshot::{LABEL_APP, LABEL_ROLE, ROLE_EXECUTOR};
+use std::collections::BTreeMap;
 
 /// Everything a tick needs to know about the application.
 #[derive(Debug, Clone)]
@@ -11,8 +12,12 @@ pub struct App {
     pub app_id: String,
     /// Allocation settings.
     pub settings: Settings,
-    /// The executor pod template; `None` only for read-only commands (status, dry run).
+    /// The executor pod template (of resource profile 0, and of every profile without its
+    /// own); `None` only for read-only commands (status, dry run).
     pub template: Option<PodTemplate>,
+    /// The templates of resource profiles that have their own (`--profile-template P=FILE`),
+    /// by profile id.
+    pub profile_templates: BTreeMap<u32, PodTemplate>,
     /// Driver pod name for ownerReferences.
     pub driver_pod: Option<String>,
     /// Pods per list page (0: no pagination).
@@ -20,6 +25,14 @@ pub struct App {
 }
 
 impl App {
+    /// The template executors of resource profile `profile` are built from: its own, else
+    /// profile 0's (the pod then differs only by its profile label and env).
+    pub fn template_for(&self, profile: u32) -> Option<&PodTemplate> {
+        self.profile_templates
+            .get(&profile)
+            .or(self.template.as_ref())
+    }
+
     /// The label selector of the app's executor pods:
     /// `spark-app-selector=<app id>,spark-role=executor`.
     pub fn label_selector(&self) -> String {

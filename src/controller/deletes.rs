@@ -243,6 +243,7 @@ mod tests {
             app_id: "spark-1".into(),
             settings: alloc::Settings::new("spark-1"),
             template: None,
+            profile_templates: Default::default(),
             driver_pod: None,
             page_size: 0,
         }

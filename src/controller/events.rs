@@ -1014,6 +1014,7 @@ mod tests {
             executor_id: 9,
             pod_name: "app-exec-9".into(),
             retry: false,
+            profile: 0,
         });
         let err = Error::crash_loop("halted");
         let mut snap = Snapshot::default();
@@ -1047,6 +1048,7 @@ mod tests {
             executor_id: 5,
             pod_name: "app-exec-5".into(),
             retry: false,
+            profile: 0,
         });
         let snap = Snapshot::default();
         let uids = BTreeMap::from([(5, "uid-5".to_string())]);

@@ -654,7 +654,7 @@ fn apply(
         .collect();
     for (i, c) in plan.create.iter().enumerate() {
         let rest = &plan.create[i..];
-        let Some(template) = app.template.as_ref() else {
+        let Some(template) = app.template_for(c.profile) else {
             // Only `remove` runs without a template: it never creates replacements.
             a.stop_batch(rest);
             warn!(
@@ -664,7 +664,7 @@ fn apply(
             );
             break;
         };
-        let pod = template.build(&app.app_id, c.executor_id, &c.pod_name, owner);
+        let pod = template.build_for(&app.app_id, c.executor_id, c.profile, &c.pod_name, owner);
         services.points.crash("before-create");
         let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
         services.points.crash("after-create");

@@ -6,14 +6,15 @@
 //!   DNS-1123 label of at most 63 characters for any app id and any u64 id, and different app
 //!   ids get different names: a short stable hash of the app id is added whenever it had to be
 //!   sanitised or shortened ([`name_prefix`], [`pod_name`]);
-//! - labels `spark-app-selector=<app id>`, `spark-role=executor`, `spark-exec-id=<id>` merged
-//!   over the template's labels;
-//! - env `SPARK_EXECUTOR_ID` and `SPARK_APPLICATION_ID` on every container;
+//! - labels `spark-app-selector=<app id>`, `spark-role=executor`, `spark-exec-id=<id>` and
+//!   `spark-exec-resourceprofile-id=<profile>` (Spark 3.1+'s) merged over the template's labels;
+//! - env `SPARK_EXECUTOR_ID`, `SPARK_APPLICATION_ID` and `SPARK_RESOURCE_PROFILE_ID` on every
+//!   container;
 //! - `restartPolicy: Never` (as Spark: a failed executor is replaced, not restarted in place);
 //! - an ownerReference (controller: true) to the driver pod when one is named, so Kubernetes
 //!   garbage-collects the executors with the driver.
 
-use crate::engine::snapshot::{LABEL_APP, LABEL_EXEC_ID, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::engine::snapshot::{LABEL_APP, LABEL_EXEC_ID, LABEL_PROFILE, LABEL_ROLE, ROLE_EXECUTOR};
 use serde_json::{json, Map, Value};
 use std::fmt;
 
@@ -334,8 +335,24 @@ impl PodTemplate {
         Ok(PodTemplate { pod })
     }
 
-    /// Builds the Pod to create for executor `id` of `app_id`, named `name` (see [`pod_name`]).
+    /// Builds the Pod to create for executor `id` of `app_id` in the default resource
+    /// profile, named `name` (see [`pod_name`]): [`PodTemplate::build_for`] with profile 0.
     pub fn build(&self, app_id: &str, id: u64, name: &str, owner: Option<&Owner>) -> Value {
+        self.build_for(app_id, id, 0, name, owner)
+    }
+
+    /// Builds the Pod to create for executor `id` of `app_id` in resource profile `profile`,
+    /// named `name` (see [`pod_name`]): Spark's executor labels, `spark-exec-resourceprofile-id`
+    /// included (as Spark 3.1+'s `BasicExecutorFeatureStep` sets it, profile 0 too), and env
+    /// `SPARK_RESOURCE_PROFILE_ID` on every container.
+    pub fn build_for(
+        &self,
+        app_id: &str,
+        id: u64,
+        profile: u32,
+        name: &str,
+        owner: Option<&Owner>,
+    ) -> Value {
         let mut pod = self.pod.clone();
         let obj = pod.as_object_mut().expect("validated as an object");
         obj.insert("apiVersion".into(), json!("v1"));
@@ -362,6 +379,7 @@ impl PodTemplate {
         labels.insert(LABEL_APP.into(), json!(app_id));
         labels.insert(LABEL_ROLE.into(), json!(ROLE_EXECUTOR));
         labels.insert(LABEL_EXEC_ID.into(), json!(id.to_string()));
+        labels.insert(LABEL_PROFILE.into(), json!(profile.to_string()));
         if let Some(owner) = owner {
             let refs = meta.entry("ownerReferences").or_insert_with(|| json!([]));
             if !refs.is_array() {
@@ -388,6 +406,7 @@ impl PodTemplate {
             for c in containers.iter_mut().filter_map(Value::as_object_mut) {
                 set_env(c, "SPARK_EXECUTOR_ID", &id.to_string());
                 set_env(c, "SPARK_APPLICATION_ID", app_id);
+                set_env(c, "SPARK_RESOURCE_PROFILE_ID", &profile.to_string());
             }
         }
         pod

@@ -304,6 +304,20 @@ impl ExecutorSetStore<'_> {
     }
 }
 
+/// Removes every `null` member of `v`'s objects, at any depth: kube-apiserver prunes a null
+/// field the schema does not declare nullable, so a status sent with one would never equal
+/// the stored one (a write at every tick, and a lost answer not recognised as our write).
+fn without_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(without_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(without_nulls),
+        _ => {}
+    }
+}
+
 /// Errors with [`StoreError::Mismatch`] (exit 2, naming both apps) when ExecutorSet `es`
 /// belongs to another app than `app_id` (`spec.appId`).
 fn check_app(es: &Value, app_id: &str, what: &str) -> Result<(), StoreError> {
@@ -550,9 +564,9 @@ pub fn submit(
 }
 
 /// Whether the controller of ExecutorSet `name` has followed its spec up to `generation`
-/// (`status.observedGeneration`) and reached the target it follows (condition `Progressing`
-/// False), for `--wait`. Errors: a missing ExecutorSet or one of another app (exit 2), the
-/// API's.
+/// (`status.observedGeneration`) and converged on the target it follows (`status.replicas`
+/// = `status.target`, nothing pending or unacknowledged), for `--wait`. Errors: a missing
+/// ExecutorSet or one of another app (exit 2), the API's.
 pub fn followed(
     client: &KubeClient,
     name: &str,
@@ -566,11 +580,13 @@ pub fn followed(
             store.what()
         )));
     };
-    let status = &es["status"];
-    let seen = status["observedGeneration"].as_i64().unwrap_or(0) >= generation;
-    let at_target = (status["conditions"].as_array().into_iter().flatten())
-        .any(|c| c["type"] == "Progressing" && c["status"] == "False");
-    Ok(seen && at_target)
+    let s = &es["status"];
+    let seen = s["observedGeneration"].as_i64().unwrap_or(0) >= generation;
+    let converged = s["target"].is_u64()
+        && s["replicas"] == s["target"]
+        && s["pending"] == 0
+        && s["unacknowledged"] == 0;
+    Ok(seen && converged)
 }
 
 /// Whether ExecutorSet `es` already carries request `id`: in its [`REQUEST_KEY`]
@@ -751,6 +767,7 @@ mod tests {
             "spark-app-selector=app,spark-role=executor"
         );
         assert_eq!(o["status"]["observedGeneration"], 1);
+        assert!(!o.to_string().contains("null"), "no null is sent: {o}");
         // Another process: the spec is the target, whatever its own seed; nothing written.
         let mut again = ExecutorSetStore::new(&f.client, "etl", "app", false);
         assert_eq!(again.load().unwrap(), Some(st.clone()));

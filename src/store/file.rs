@@ -968,6 +968,7 @@ mod tests {
             executor_id: 9,
             created_ms: 5,
             retry: false,
+            profile: 0,
         });
         store.save(&st).unwrap();
         assert_eq!(store.load().unwrap(), Some(st));

@@ -20,7 +20,8 @@ use serde_json::{json, Value};
 use super::discovery;
 use super::faults::Fault;
 use super::http::{Body, Request, Response};
-use super::kinds::{configmap, event, lease};
+use super::kinds::{configmap, event, executorset, lease};
+use super::objpatch;
 use super::pod;
 use super::registry::{self, DeleteOptions};
 use super::request::RequestInfo;
@@ -180,7 +181,8 @@ fn rbac_denied(user: &str, r: &RequestInfo<'_>) -> ApiError {
         r.name.unwrap_or(""),
         &format!(
             "User \"{user}\" cannot {verb} resource \"{}\" in API group \"{}\" {scope}",
-            res.plural, res.group
+            r.rbac_resource(),
+            res.group
         ),
     )
 }
@@ -367,7 +369,6 @@ fn dispatch(
     // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
     // object verb its name.
     let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
-    let stored = |code, v: &Value| Response::json(code, registry::object_json(res, v));
     match (res.id, r.verb) {
         (Kind::Pod, Verb::List | Verb::Watch) => list(shared, req, r.ns, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
@@ -386,30 +387,128 @@ fn dispatch(
         (Kind::Namespace, Verb::Get) => ns_get(shared, name),
         (Kind::Namespace, Verb::Create) => ns_create(shared, req),
         // Every other kind is the registry's.
-        (_, Verb::List) => reg_list(shared, req, res, r.ns),
-        (_, Verb::Get) => lock(shared).reg.get(res, ns, name).map(|v| stored(200, &v)),
-        (_, Verb::Create) => {
+        _ => registry_dispatch(shared, req, r, now),
+    }
+}
+
+/// The handler of a kind the registry stores, by subresource and verb: the object itself,
+/// its `status` (read and written as the object, the status strategy deciding what a write
+/// keeps) or its `scale` (`scale_dispatch`).
+fn registry_dispatch(
+    shared: &Shared,
+    req: &Request,
+    r: &RequestInfo<'_>,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let stored = |code, v: &Value| Response::json(code, registry::object_json(res, v));
+    let part = match r.sub.map(|s| s.name) {
+        None => registry::Part::Main,
+        Some("status") => registry::Part::Status,
+        Some(_) => return scale_dispatch(shared, req, r),
+    };
+    match r.verb {
+        Verb::List => reg_list(shared, req, res, r.ns),
+        Verb::Get => {
+            let v = lock(shared).reg.get(res, ns, name)?;
+            if res.id == Kind::ExecutorSet && discovery::wants_table(req) {
+                let now = std::time::SystemTime::now();
+                let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("0");
+                let rv = rv.parse().unwrap_or(0);
+                return Ok(discovery::executorset_table(rv, &[v], now));
+            }
+            Ok(stored(200, &v))
+        }
+        Verb::Create => {
             let (v, dry) = write_body(req, res)?;
             Ok(stored(201, &lock(shared).reg.create(res, ns, v, dry, now)?))
         }
-        (_, Verb::Update) => {
+        Verb::Update => {
             let (v, dry) = write_body(req, res)?;
-            Ok(stored(
-                200,
-                &lock(shared).reg.update(res, ns, name, v, dry)?,
-            ))
+            let v = lock(shared).reg.update(res, ns, name, v, dry, part)?;
+            Ok(stored(200, &v))
         }
-        (_, Verb::Patch) => {
-            let patch = merge_patch_body(req, res)?;
-            Ok(stored(200, &lock(shared).reg.patch(res, ns, name, &patch)?))
+        Verb::Patch => {
+            let t = patch_type_of(req, res)?;
+            let dry = dry_run(req, None)?;
+            let decode = decoder(res.id);
+            let patched = |served: &Value| {
+                let new = objpatch::apply(t, served, &req.body)?;
+                decode(&serde_json::to_vec(&new).unwrap_or_default())
+            };
+            let v = lock(shared).reg.patch(res, ns, name, patched, dry, part)?;
+            Ok(stored(200, &v))
         }
-        (_, Verb::Delete) => {
+        Verb::Delete => {
             let (opts, dry) = delete_options(req)?;
             let uid = lock(shared).reg.delete(res, ns, name, &opts, dry)?;
             let body = status::delete_success(res.group, res.plural, name, &uid);
             Ok(Response::json(200, body))
         }
         // The table lists no other verb, so `RequestInfo::parse` let none through.
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// The patch type of a PATCH of `res` (a custom resource refuses strategic merge patches).
+fn patch_type_of(req: &Request, res: &Resource) -> Result<objpatch::PatchType, ApiError> {
+    let custom = res.id == Kind::ExecutorSet;
+    objpatch::patch_type(req.header("content-type").unwrap_or(""), custom)
+}
+
+/// `…/scale` of an ExecutorSet (`kinds/executorset.rs`): GET reads the `autoscaling/v1`
+/// Scale (500 when the object has no `.spec.replicas`); PUT and PATCH write its
+/// `spec.replicas` into the object's, through the object's own update (its validation, its
+/// generation), conditional on the Scale's resourceVersion when it names one.
+fn scale_dispatch(
+    shared: &Shared,
+    req: &Request,
+    r: &RequestInfo<'_>,
+) -> Result<Response, ApiError> {
+    use super::kinds::executorset::{no_spec_replicas, scale_of, with_scale, NO_REPLICAS};
+    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let answer = |v: &Value| Response::json(200, scale_of(ns, v, 0).to_string().into_bytes());
+    let decode_scale = |bytes: &[u8]| -> Result<Value, ApiError> {
+        let v = pod::parse_body(bytes)?;
+        Ok(Value::Object(pod::object_of(v, "Scale", "autoscaling/v1")?))
+    };
+    match r.verb {
+        Verb::Get => {
+            let v = lock(shared).reg.get(res, ns, name)?;
+            if v.pointer("/spec/replicas").is_none() {
+                return Err(no_spec_replicas());
+            }
+            Ok(answer(&v))
+        }
+        Verb::Update => {
+            check_json_content_type(req)?;
+            let dry = dry_run(req, None)?;
+            let scale = decode_scale(&req.body)?;
+            registry::check_update_target(&scale, ns, name)?;
+            let mut store = lock(shared);
+            let new = with_scale(&store.reg.get(res, ns, name)?, &scale)?;
+            let v = store
+                .reg
+                .update(res, ns, name, new, dry, registry::Part::Main)?;
+            Ok(answer(&v))
+        }
+        Verb::Patch => {
+            let t = patch_type_of(req, res)?;
+            let dry = dry_run(req, None)?;
+            let patched = |served: &Value| {
+                let scale = scale_of(ns, served, NO_REPLICAS);
+                let new = objpatch::apply(t, &scale, &req.body)?;
+                let new = decode_scale(&serde_json::to_vec(&new).unwrap_or_default())?;
+                let mut old = served.clone();
+                if let Some(m) = old.as_object_mut() {
+                    m.remove("kind");
+                    m.remove("apiVersion");
+                }
+                with_scale(&old, &new)
+            };
+            let v = (lock(shared).reg).patch(res, ns, name, patched, dry, registry::Part::Main)?;
+            Ok(answer(&v))
+        }
         _ => Err(ApiError::method_not_allowed()),
     }
 }
@@ -482,6 +581,7 @@ fn decoder(id: Kind) -> fn(&[u8]) -> Result<Value, ApiError> {
     match id {
         Kind::ConfigMap => configmap::decode,
         Kind::Lease => lease::decode,
+        Kind::ExecutorSet => executorset::decode,
         _ => event::decode,
     }
 }
@@ -510,9 +610,13 @@ fn reg_list(
     let field = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), res.fields)
         .map_err(ApiError::bad_request)?;
     let (rv, items) = lock(shared).reg.list(res, ns, &label, &field);
-    if res.id == Kind::Event && discovery::wants_table(req) {
+    if discovery::wants_table(req) {
         let now = std::time::SystemTime::now();
-        return Ok(discovery::event_table(rv, &items, now));
+        match res.id {
+            Kind::Event => return Ok(discovery::event_table(rv, &items, now)),
+            Kind::ExecutorSet => return Ok(discovery::executorset_table(rv, &items, now)),
+            _ => {}
+        }
     }
     Ok(Response::json(200, registry::list_json(res, rv, &items)))
 }
@@ -523,22 +627,6 @@ fn write_body(req: &Request, res: &Resource) -> Result<(Value, bool), ApiError> 
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
     Ok((decoder(res.id)(&req.body)?, dry))
-}
-
-/// The body of a `PATCH` of a registry kind: a JSON merge patch, or a strategic merge patch
-/// (the same thing for objects without lists of objects, such as Events); a JSON patch is
-/// a 400.
-fn merge_patch_body(req: &Request, res: &Resource) -> Result<Value, ApiError> {
-    let kind = patch_media_type(req)?;
-    let patch: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    if kind == "json" || !patch.is_object() {
-        return Err(ApiError::bad_request(format!(
-            "the podalloc simulator applies merge and strategic merge patches to {} (a JSON object)",
-            res.plural
-        )));
-    }
-    Ok(patch)
 }
 
 fn ns_list(shared: &Shared, req: &Request) -> Response {
@@ -600,17 +688,6 @@ fn content_type(req: &Request) -> (&str, String) {
     let ct = req.header("content-type").unwrap_or("");
     let media = ct.split(';').next().unwrap_or("").trim();
     (ct, media.to_ascii_lowercase())
-}
-
-/// The patch types the apiserver accepts, and the 415 for any other.
-fn patch_media_type(req: &Request) -> Result<&'static str, ApiError> {
-    let (ct, media) = content_type(req);
-    match media.as_str() {
-        "application/merge-patch+json" => Ok("merge"),
-        "application/strategic-merge-patch+json" => Ok("strategic"),
-        "application/json-patch+json" => Ok("json"),
-        _ => Err(ApiError::unsupported_patch_type(ct)),
-    }
 }
 
 fn parse_selectors(req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {

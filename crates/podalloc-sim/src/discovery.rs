@@ -2,9 +2,11 @@
 //! format) and namespaces.
 //!
 //! - Discovery, from the kind table (`resources.rs`): `GET /api` (`APIVersions`), `/apis`
-//!   (`APIGroupList`: `coordination.k8s.io`), `/apis/coordination.k8s.io` (`APIGroup`),
-//!   `/api/v1` and `/apis/coordination.k8s.io/v1` (`APIResourceList`: pods, configmaps,
-//!   events, namespaces; leases, each with exactly the verbs the router serves). kubectl 1.26+ first asks for aggregated discovery
+//!   (`APIGroupList`: `coordination.k8s.io`, `podalloc.io`), `/apis/GROUP` (`APIGroup`),
+//!   `/api/v1`, `/apis/coordination.k8s.io/v1` and `/apis/podalloc.io/v1alpha1`
+//!   (`APIResourceList`: pods, configmaps, events, namespaces; leases; executorsets with
+//!   `executorsets/status` and `executorsets/scale`, each with exactly the verbs the router
+//!   serves). kubectl 1.26+ first asks for aggregated discovery
 //!   (`Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,…,
 //!   application/json`); a server answering with plain `application/json` gets the legacy
 //!   documents read instead, which is what kube-apiserver did before 1.26.
@@ -89,20 +91,36 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
         .filter(|r| r.group == group && r.version == version)
         .collect();
     let first = rows.first()?;
+    let sorted = |vs: &[super::resources::Verb]| {
+        let mut verbs: Vec<&str> = vs.iter().map(|v| v.as_str()).collect();
+        verbs.sort_unstable();
+        verbs
+    };
     let resources: Vec<Value> = rows
         .iter()
-        .map(|r| {
-            let mut verbs: Vec<&str> = r.verbs.iter().map(|v| v.as_str()).collect();
-            verbs.sort_unstable();
+        .flat_map(|r| {
             let mut doc = json!({"name": r.plural, "singularName": r.singular,
-                "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+                "namespaced": r.namespaced, "kind": r.kind, "verbs": sorted(r.verbs)});
             if !r.short_names.is_empty() {
                 doc["shortNames"] = json!(r.short_names);
             }
             if !r.categories.is_empty() {
                 doc["categories"] = json!(r.categories);
             }
-            doc
+            // Each subresource after its resource, as the CRD discovery controller lists
+            // them (`executorsets/scale` names its group, version and kind: Scale).
+            let subs = r.subresources.iter().map(|s| {
+                let mut sub = json!({"name": format!("{}/{}", r.plural, s.name),
+                    "singularName": "", "namespaced": r.namespaced, "kind": r.kind,
+                    "verbs": sorted(s.verbs)});
+                if let Some((g, v, k)) = s.gvk {
+                    sub["group"] = json!(g);
+                    sub["version"] = json!(v);
+                    sub["kind"] = json!(k);
+                }
+                sub
+            });
+            std::iter::once(doc).chain(subs).collect::<Vec<_>>()
         })
         .collect();
     let mut doc = json!({"kind": "APIResourceList", "groupVersion": first.group_version(),
@@ -401,6 +419,38 @@ pub(crate) fn event_table(rv: u64, events: &[Value], now: SystemTime) -> Respons
     table(rv, None, columns, rows)
 }
 
+/// The `Table` of ExecutorSets (a list's, or one object's): the Name column, then the CRD's
+/// printer columns (`kinds/executorset.rs`), as apiextensions' table convertor makes them:
+/// integers as numbers, a missing value as `null`, a date as its age.
+pub(crate) fn executorset_table(rv: u64, items: &[Value], now: SystemTime) -> Response {
+    use super::kinds::executorset::PRINTER_COLUMNS;
+    let mut columns = vec![column("Name", "name", NAME_DOC, 0)];
+    for (name, kind, _, description) in PRINTER_COLUMNS {
+        let mut c = column(name, "", description, 0);
+        c["type"] = json!(kind);
+        columns.push(c);
+    }
+    let rows = items
+        .iter()
+        .map(|es| {
+            let mut cells = vec![es["metadata"]["name"].clone()];
+            for (_, kind, ptr, _) in PRINTER_COLUMNS {
+                let v = es.pointer(ptr);
+                cells.push(match (kind, v) {
+                    ("date", Some(Value::String(t))) => json!(age(Some(t), now)),
+                    ("integer", Some(n)) => n.as_i64().map_or(Value::Null, |n| json!(n)),
+                    _ => Value::Null,
+                });
+            }
+            json!({"cells": cells, "object": partial(es)})
+        })
+        .collect();
+    table(rv, None, columns, rows)
+}
+
+/// The description of `metadata.name` (ObjectMeta's swagger doc), the Name column's.
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
 /// A Namespace object (always `Active`).
 pub(crate) fn namespace_json(name: &str) -> Value {
     json!({"kind": "Namespace", "apiVersion": "v1",
@@ -468,10 +518,16 @@ mod tests {
         for (g, v) in group_versions() {
             let doc = resource_list(g, v).unwrap();
             for r in doc["resources"].as_array().unwrap() {
-                let row = crate::resources::find(g, v, r["name"].as_str().unwrap()).unwrap();
-                let mut want: Vec<&str> = row.verbs.iter().map(|v| v.as_str()).collect();
+                let name = r["name"].as_str().unwrap();
+                let (plural, sub) = name.split_once('/').unwrap_or((name, ""));
+                let row = crate::resources::find(g, v, plural).unwrap();
+                let verbs = match sub {
+                    "" => row.verbs,
+                    s => row.subresource(s).unwrap().verbs,
+                };
+                let mut want: Vec<&str> = verbs.iter().map(|v| v.as_str()).collect();
                 want.sort_unstable();
-                assert_eq!(r["verbs"], json!(want), "{}", row.plural);
+                assert_eq!(r["verbs"], json!(want), "{name}");
             }
         }
         let core = resource_list("", "v1").unwrap();
@@ -489,5 +545,16 @@ mod tests {
             "coordination.k8s.io/v1"
         );
         assert!(resource_list("", "v2").is_none());
+        let es = resource_list("podalloc.io", "v1alpha1").unwrap();
+        let names: Vec<&str> = (es["resources"].as_array().unwrap().iter())
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["executorsets", "executorsets/status", "executorsets/scale"]
+        );
+        assert_eq!(es["resources"][0]["shortNames"], json!(["es"]));
+        assert_eq!(es["resources"][2]["kind"], "Scale");
+        assert_eq!(es["resources"][2]["group"], "autoscaling");
     }
 }

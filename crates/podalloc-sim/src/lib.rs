@@ -1,15 +1,16 @@
 //! A simulated Kubernetes API server, with a simulated scheduler and kubelet.
 //!
-//! It serves five kinds, listed once in a kind table (`resources.rs`) that routing, RBAC
+//! It serves six kinds, listed once in a kind table (`resources.rs`) that routing, RBAC
 //! messages, fault and `forbid` verb names, discovery, OpenAPI and field selectors all read:
 //!
 //! | kind | path | verbs |
 //! |---|---|---|
 //! | Pod | `/api/v1/[namespaces/{ns}/]pods[/{name}]` | list, get, create, patch, delete, deletecollection, watch |
-//! | ConfigMap | `/api/v1/[namespaces/{ns}/]configmaps[/{name}]` | list, get, create, update, delete |
+//! | ConfigMap | `/api/v1/[namespaces/{ns}/]configmaps[/{name}]` | list, get, create, update, patch, delete |
 //! | Lease | `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]` | get, create, update, delete |
 //! | Event | `/api/v1/[namespaces/{ns}/]events[/{name}]` | list, get, create, patch |
 //! | Namespace | `/api/v1/namespaces[/{name}]` | list, get, create |
+//! | ExecutorSet | `/apis/podalloc.io/v1alpha1/namespaces/{ns}/executorsets[/{name}[/status\|/scale]]` | list, get, create, update, patch, delete; `status` and `scale`: get, update, patch |
 //!
 //! over HTTPS with a generated CA, or plain HTTP, and answers the way kube-apiserver does:
 //! the same `Status` bodies, codes, validation messages, pod defaulting, graceful deletion
@@ -19,8 +20,12 @@
 //! registry with a strategy per kind): one lock and one resourceVersion counter with the
 //! pods (etcd's revision), uids and timestamps from the seeded RNG and the wall clock,
 //! dry runs (`dryRun=All`) that store nothing and take no resourceVersion, the optimistic
-//! lock (Leases allow no update without a resourceVersion), delete preconditions, merge
-//! and strategic merge patch. A create in a namespace that does not exist
+//! lock (Leases and ExecutorSets allow no update without a resourceVersion), delete
+//! preconditions, and merge, JSON and strategic merge patches (`objpatch.rs`; a custom
+//! resource answers a strategic merge patch 415, as kube-apiserver does). The ExecutorSet
+//! is the custom resource of `deploy/crd.yaml`, served as kube-apiserver serves that CRD
+//! (`kinds/executorset.rs`: pruning, its schema's and CEL rules' 422s, the generation,
+//! `/status`, `/scale` as an `autoscaling/v1` Scale, its printer columns). A create in a namespace that does not exist
 //! ([`SimOptions::namespaces`]) is 404, as the NamespaceLifecycle admission plugin answers.
 //! Pod creates honour `fieldValidation` (Strict: 400 `strict decoding error: unknown field
 //! "…"`; Warn, the default: `Warning: 299` headers).
@@ -35,10 +40,12 @@
 //! with [`SimServer::terminate_container`] or force a phase with
 //! [`SimServer::set_pod_phase`].
 //!
-//! kubectl works against it: API discovery (`/api`, `/apis` with `coordination.k8s.io`,
-//! `/api/v1`, `/apis/coordination.k8s.io[/v1]`, each resource with exactly the verbs the
-//! router serves), the OpenAPI v3 entries its `--validate=strict` checks, and the `Table`
-//! format of `kubectl get` for pods, events and namespaces.
+//! kubectl works against it: API discovery (`/api`, `/apis` with `coordination.k8s.io` and
+//! `podalloc.io`, `/api/v1`, `/apis/GROUP[/VERSION]`, each resource with exactly the verbs
+//! the router serves, subresources included), the OpenAPI v3 entries its
+//! `--validate=strict` checks, and the `Table` format of `kubectl get` for pods, events,
+//! namespaces and executorsets (`kubectl scale es`, `kubectl annotate`, `kubectl patch`
+//! work too).
 //!
 //! For testing clients against a misbehaving cluster it can inject faults per verb
 //! ([`FaultRule`]: 429s in both shapes, 500/503/504, dropped connections, lost or
@@ -71,6 +78,7 @@ mod faults;
 mod feed;
 mod http;
 mod kinds;
+mod objpatch;
 mod options;
 mod patch;
 mod pod;
@@ -111,6 +119,12 @@ pub use args::SimArgs;
 /// RBAC, CronJobs: "no matches for kind") is not a surprise.
 pub fn served_kinds() -> Vec<String> {
     resources::served_kinds()
+}
+
+/// The `openAPIV3Schema` the simulator validates ExecutorSets with: `deploy/crd.yaml`'s,
+/// without descriptions (tests hold the two to each other).
+pub fn executorset_schema() -> serde_json::Value {
+    kinds::executorset::schema()
 }
 
 pub use faults::{Fault, FaultRule, When};

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
-use super::kinds::{configmap, event, lease, MetaOnly, Strategy};
+use super::kinds::{configmap, event, executorset, lease, MetaOnly, Strategy};
 use super::resources::{Kind, Resource};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
@@ -45,8 +45,17 @@ fn strategy(id: Kind) -> &'static dyn Strategy {
         Kind::ConfigMap => &configmap::ConfigMaps,
         Kind::Lease => &lease::Leases,
         Kind::Event => &event::Events,
+        Kind::ExecutorSet => &executorset::ExecutorSets,
         Kind::Pod | Kind::Namespace => &MetaOnly,
     }
+}
+
+/// What a write changes: the object itself, or (for a kind that has one) its `status`
+/// subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Main,
+    Status,
 }
 
 /// An error about `res`: for a resource outside the core group, `details.group` is the
@@ -73,6 +82,28 @@ fn invalid(res: &Resource, name: &str, errs: &[FieldError]) -> ApiError {
         d.kind = res.kind.into();
     }
     e
+}
+
+/// The 422 of an update without a resourceVersion where the kind needs one: a built-in
+/// kind's names the kind and prints the value as `0x0` (a uint64 in hex); a custom
+/// resource's names its group-qualified resource and prints `0`.
+fn unconditional_update(res: &Resource, name: &str) -> ApiError {
+    let mut e = FieldError::invalid(
+        "metadata.resourceVersion",
+        "",
+        "must be specified for an update",
+    );
+    if res.id != Kind::ExecutorSet {
+        e.value = "0x0".into();
+        return invalid(res, name, &[e]);
+    }
+    e.value = "0".into();
+    let mut err = ApiError::invalid(&res.qualified(), name, &[e]);
+    if let Some(d) = err.details.as_mut() {
+        d.group = res.group.into();
+        d.kind = res.plural.into();
+    }
+    err
 }
 
 /// Where an object is kept: (kind, `namespace/name`), in etcd's key order.
@@ -207,6 +238,7 @@ impl Registry {
         let (name, generated) = assign_name(&mut self.rng, &mut v, |c| {
             objects.contains_key(&(res.id, format!("{ns}/{c}")))
         });
+        strategy(res.id).prepare_create(&mut v);
         let errs = strategy(res.id).validate(&v, ns);
         if !errs.is_empty() {
             return Err(invalid(res, &name, &errs));
@@ -234,7 +266,9 @@ impl Registry {
     /// `metadata.resourceVersion` when set (409 Conflict when stale); without one, 422
     /// unless the kind allows unconditional updates. Errors also: 400 name/namespace
     /// mismatch, 404, 422 (uid changed, the kind's validation). An update that changes
-    /// nothing, or a dry run, writes nothing (the resourceVersion stays).
+    /// nothing, or a dry run, writes nothing (the resourceVersion stays). `part`: the
+    /// object (its strategy's `PrepareForUpdate`), or its `status` subresource (only the
+    /// body's status is kept).
     pub(crate) fn update(
         &mut self,
         res: &Resource,
@@ -242,6 +276,7 @@ impl Registry {
         name: &str,
         mut v: Value,
         dry_run: bool,
+        part: Part,
     ) -> Result<Value, ApiError> {
         if !v.get("metadata").is_some_and(Value::is_object) {
             v["metadata"] = json!({});
@@ -254,13 +289,7 @@ impl Registry {
             meta_str(old, "resourceVersion"),
         );
         if want_rv.is_empty() && !s.allow_unconditional_update() {
-            let mut e = FieldError::invalid(
-                "metadata.resourceVersion",
-                "",
-                "must be specified for an update",
-            );
-            e.value = "0x0".into();
-            return Err(invalid(res, name, &[e]));
+            return Err(unconditional_update(res, name));
         }
         if !want_rv.is_empty() && want_rv != old_rv {
             let e = ApiError::conflict(&res.qualified(), name, OPTIMISTIC_LOCK);
@@ -268,7 +297,16 @@ impl Registry {
         }
         keep_server_fields(&mut v, old, ns);
         let mut errs = uid_unchanged(&v, old);
-        errs.extend(s.validate_update(&v, old, ns));
+        match (part, s.status()) {
+            (Part::Status, Some(st)) => {
+                st.prepare_update(&mut v, old);
+                errs.extend(st.validate_update(&v, old));
+            }
+            _ => {
+                s.prepare_update(&mut v, old);
+                errs.extend(s.validate_update(&v, old, ns));
+            }
+        }
         if !errs.is_empty() {
             return Err(invalid(res, name, &errs));
         }
@@ -278,40 +316,23 @@ impl Registry {
         Ok(self.write(key, v))
     }
 
-    /// Applies a JSON merge patch (RFC 7386) to `ns/name` and stores the result, as the
-    /// apiserver's patcher does before its update. Errors: 404, 422 when the result changes
-    /// the name, namespace or uid or fails the kind's validation. A patch that changes
-    /// nothing writes nothing.
+    /// A PATCH of `ns/name`, as the apiserver's patcher does it: `patched` makes the new
+    /// object from the stored one as served (with type meta; its answer without), and the
+    /// result is an update of `part` conditional on the stored resourceVersion, or on the
+    /// one the patch itself sets (409 when stale). Errors: 404, those of `patched`, those of
+    /// [`Registry::update`].
     pub(crate) fn patch(
         &mut self,
         res: &Resource,
         ns: &str,
         name: &str,
-        patch: &Value,
+        patched: impl FnOnce(&Value) -> Result<Value, ApiError>,
+        dry_run: bool,
+        part: Part,
     ) -> Result<Value, ApiError> {
-        let (key, old) = self.stored(res, ns, name)?;
-        let mut new = old.clone();
-        merge_patch(&mut new, patch);
-        let mut errs = Vec::new();
-        for f in ["name", "namespace", "uid"] {
-            let ptr = format!("/metadata/{f}");
-            if new.pointer(&ptr) != old.pointer(&ptr) {
-                let v = new.pointer(&ptr).and_then(Value::as_str).unwrap_or("");
-                errs.push(FieldError::invalid(
-                    format!("metadata.{f}"),
-                    v,
-                    "field is immutable",
-                ));
-            }
-        }
-        errs.extend(strategy(res.id).validate_update(&new, old, ns));
-        if !errs.is_empty() {
-            return Err(invalid(res, name, &errs));
-        }
-        if &new == old {
-            return Ok(new);
-        }
-        Ok(self.write(key, new))
+        let (_, old) = self.stored(res, ns, name)?;
+        let new = patched(&with_type_meta(res, old))?;
+        self.update(res, ns, name, new, dry_run, part)
     }
 
     /// Deletes `ns/name` at once (finalizers are modelled for pods only, in the pod store);
@@ -395,34 +416,14 @@ fn labels_of(v: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// RFC 7386 JSON merge patch: objects merge key by key, `null` removes, anything else
-/// replaces.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
-
 /// An object as a single-object response or list item of `res`: `kind` and `apiVersion`
 /// first, then the stored fields.
 pub(crate) fn object_json(res: &Resource, obj: &Value) -> Vec<u8> {
     serde_json::to_vec(&with_type_meta(res, obj)).unwrap_or_default()
 }
 
-fn with_type_meta(res: &Resource, obj: &Value) -> Value {
+/// `obj` as served: `kind` and `apiVersion` first, then the stored fields.
+pub(crate) fn with_type_meta(res: &Resource, obj: &Value) -> Value {
     let mut out = Map::new();
     out.insert("kind".into(), json!(res.kind));
     out.insert("apiVersion".into(), json!(res.group_version()));
@@ -432,9 +433,14 @@ fn with_type_meta(res: &Resource, obj: &Value) -> Value {
     Value::Object(out)
 }
 
-/// A `KindList` body of `res`'s objects at resourceVersion `rv`. The items carry no type
-/// meta, as in every list kube-apiserver serves.
+/// A `KindList` body of `res`'s objects at resourceVersion `rv`. The items of a built-in
+/// kind carry no type meta, as in every list kube-apiserver serves; a custom resource's
+/// keep theirs (apiextensions serves them as stored, unstructured).
 pub(crate) fn list_json(res: &Resource, rv: u64, items: &[Value]) -> Vec<u8> {
+    let items: Vec<Value> = match res.id {
+        Kind::ExecutorSet => items.iter().map(|i| with_type_meta(res, i)).collect(),
+        _ => items.to_vec(),
+    };
     serde_json::to_vec(&json!({
         "kind": format!("{}List", res.kind),
         "apiVersion": res.group_version(),
@@ -496,8 +502,13 @@ fn meta_str<'a>(v: &'a Value, k: &str) -> &'a str {
 /// A PUT's body names the object of its URL: its `metadata.name` is `name`, and its
 /// `metadata.namespace`, when set, is `ns` (kube-apiserver answers 400 BadRequest with these
 /// messages otherwise).
-fn check_update_target(v: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_update_target(v: &Value, ns: &str, name: &str) -> Result<(), ApiError> {
     let body_name = meta_str(v, "name");
+    if body_name.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name} based on URL) was undeterminable: name must be provided"
+        )));
+    }
     if body_name != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"

@@ -1,9 +1,10 @@
 //! A resource request parsed once from its method and path, as kube-apiserver's
 //! `RequestInfoFactory.NewRequestInfo` parses it: `/api/v1/…` or `/apis/GROUP/VERSION/…`,
-//! then `namespaces/NS/PLURAL[/NAME]` or `PLURAL[/NAME]`; the verb from the method (GET with a
-//! name is `get`, without one `list`; DELETE without a name is `deletecollection`).
+//! then `namespaces/NS/PLURAL[/NAME[/SUBRESOURCE]]` or `PLURAL[/NAME]`; the verb from the
+//! method (GET with a name is `get`, without one `list`; DELETE without a name is
+//! `deletecollection`).
 
-use super::resources::{self, Resource, Verb};
+use super::resources::{self, Resource, SubResource, Verb};
 use super::status::ApiError;
 
 /// What a resource request asks for.
@@ -16,6 +17,8 @@ pub(crate) struct RequestInfo<'a> {
     pub ns: Option<&'a str>,
     /// The object's name; `None` for collection verbs (list, create, deletecollection).
     pub name: Option<&'a str>,
+    /// The subresource (`status`, `scale`) of a row that has it.
+    pub sub: Option<&'static SubResource>,
 }
 
 impl<'a> RequestInfo<'a> {
@@ -34,12 +37,17 @@ impl<'a> RequestInfo<'a> {
             ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(*ns), more),
             _ => (None, rest),
         };
-        let (plural, name) = match rest {
-            [plural] => (*plural, None),
-            [plural, name] => (*plural, Some(*name)),
+        let (plural, name, sub) = match rest {
+            [plural] => (*plural, None, None),
+            [plural, name] => (*plural, Some(*name), None),
+            [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
             _ => return Err(ApiError::path_not_found()),
         };
         let res = resources::find(group, version, plural).ok_or_else(ApiError::path_not_found)?;
+        let sub = match sub {
+            None => None,
+            Some(s) => Some(res.subresource(s).ok_or_else(ApiError::path_not_found)?),
+        };
         let scoped = match (res.namespaced, ns, name) {
             // A namespaced object needs its namespace (without one, the collection is the
             // list across all namespaces); a cluster-scoped resource has none.
@@ -52,7 +60,8 @@ impl<'a> RequestInfo<'a> {
         let verb = verb_of(method, name.is_some()).ok_or_else(ApiError::method_not_allowed)?;
         // Across all namespaces only list is served.
         let all_namespaces = res.namespaced && ns.is_none();
-        if !res.serves(verb) || all_namespaces && verb != Verb::List {
+        let served = sub.map_or(res.serves(verb), |s| s.serves(verb));
+        if !served || all_namespaces && verb != Verb::List {
             return Err(ApiError::method_not_allowed());
         }
         Ok(RequestInfo {
@@ -60,12 +69,25 @@ impl<'a> RequestInfo<'a> {
             res,
             ns,
             name,
+            sub,
         })
     }
 
-    /// The verb name fault rules, `forbid` and the request log use (`cm-update`).
+    /// The verb name fault rules, `forbid` and the request log use (`cm-update`,
+    /// `es-status-update`).
     pub(crate) fn fault_verb(&self) -> String {
-        self.res.fault_verb(self.verb)
+        match self.sub {
+            Some(s) => self.res.sub_fault_verb(s, self.verb),
+            None => self.res.fault_verb(self.verb),
+        }
+    }
+
+    /// The resource as RBAC names it: `executorsets/status` for a subresource.
+    pub(crate) fn rbac_resource(&self) -> String {
+        match self.sub {
+            Some(s) => format!("{}/{}", self.res.plural, s.name),
+            None => self.res.plural.to_string(),
+        }
     }
 }
 
@@ -135,13 +157,27 @@ mod tests {
         for (m, p, code) in [
             ("GET", "/api/v1/namespaces/a/secrets", 404),
             ("GET", "/api/v1/namespaces/a/pods/p/status", 404),
+            (
+                "GET",
+                "/apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/x",
+                404,
+            ),
+            (
+                "DELETE",
+                "/apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/scale",
+                405,
+            ),
             ("GET", "/api/v1/namespaces//pods", 404),
             ("GET", "/api/v1/pods/p", 404),
             ("GET", "/api/v1/namespaces/a/leases/l", 404),
             ("GET", "/api/v1/namespaces/a/namespaces", 404),
             ("PUT", "/api/v1/namespaces/a/pods/p", 405),
             ("POST", "/api/v1/pods", 405),
-            ("PATCH", "/api/v1/namespaces/a/configmaps/c", 405),
+            (
+                "PATCH",
+                "/apis/coordination.k8s.io/v1/namespaces/a/leases/l",
+                405,
+            ),
             (
                 "GET",
                 "/apis/coordination.k8s.io/v1/namespaces/a/leases",
@@ -151,6 +187,28 @@ mod tests {
         ] {
             assert_eq!(parse(m, p).map(|_| ()), Err(code), "{m} {p}");
         }
+    }
+
+    #[test]
+    fn subresources_are_parsed_with_their_verbs() {
+        let segs = [
+            "apis",
+            "podalloc.io",
+            "v1alpha1",
+            "namespaces",
+            "a",
+            "executorsets",
+            "e",
+            "scale",
+        ];
+        let r = RequestInfo::parse("PATCH", &segs).unwrap();
+        assert_eq!(
+            (r.verb, r.res.id, r.name),
+            (Verb::Patch, Kind::ExecutorSet, Some("e"))
+        );
+        assert_eq!(r.sub.map(|s| s.name), Some("scale"));
+        assert_eq!(r.fault_verb(), "es-scale-patch");
+        assert_eq!(r.rbac_resource(), "executorsets/scale");
     }
 
     /// Every verb the table lists (and so discovery advertises) is routed, and no other.

@@ -55,6 +55,27 @@ pub(crate) enum Kind {
     Lease,
     Event,
     Namespace,
+    /// The `podalloc.io/v1alpha1` custom resource of `deploy/crd.yaml`.
+    ExecutorSet,
+}
+
+/// A subresource of a row (`executorsets/status`, `executorsets/scale`), as a CRD's
+/// `subresources` serve them and discovery lists them.
+#[derive(Debug)]
+pub(crate) struct SubResource {
+    /// The path segment after the object's name (`status`).
+    pub name: &'static str,
+    /// The verbs served (kube-apiserver serves get, update and patch on both).
+    pub verbs: &'static [Verb],
+    /// The group, version and kind of its body when it is not the parent's (`/scale`:
+    /// `autoscaling`, `v1`, `Scale`); `None`: the parent's own.
+    pub gvk: Option<(&'static str, &'static str, &'static str)>,
+}
+
+impl SubResource {
+    pub(crate) fn serves(&self, verb: Verb) -> bool {
+        self.verbs.contains(&verb)
+    }
 }
 
 /// One served resource (see the module docs).
@@ -80,6 +101,8 @@ pub(crate) struct Resource {
     pub fault_prefix: &'static str,
     /// The field labels a `fieldSelector` may name (the kind's `ToSelectableFields`).
     pub fields: &'static [&'static str],
+    /// Its subresources (none but a custom resource's here).
+    pub subresources: &'static [SubResource],
 }
 
 impl Resource {
@@ -103,6 +126,16 @@ impl Resource {
     /// The name fault rules give `verb` on this resource (`cm-update`).
     pub(crate) fn fault_verb(&self, verb: Verb) -> String {
         format!("{}{}", self.fault_prefix, verb.as_str())
+    }
+
+    /// The name fault rules give `verb` on subresource `sub` (`es-status-update`).
+    pub(crate) fn sub_fault_verb(&self, sub: &SubResource, verb: Verb) -> String {
+        format!("{}{}-{}", self.fault_prefix, sub.name, verb.as_str())
+    }
+
+    /// The subresource named `name`, if the row has it.
+    pub(crate) fn subresource(&self, name: &str) -> Option<&'static SubResource> {
+        self.subresources.iter().find(|s| s.name == name)
     }
 
     pub(crate) fn serves(&self, verb: Verb) -> bool {
@@ -169,6 +202,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
         categories: &["all"],
         fault_prefix: "",
         fields: POD_FIELDS,
+        subresources: &[],
     },
     Resource {
         id: Kind::ConfigMap,
@@ -183,12 +217,14 @@ pub(crate) static RESOURCES: &[Resource] = &[
             Verb::Get,
             Verb::Create,
             Verb::Update,
+            Verb::Patch,
             Verb::Delete,
         ],
         short_names: &["cm"],
         categories: &[],
         fault_prefix: "cm-",
         fields: META_FIELDS,
+        subresources: &[],
     },
     Resource {
         id: Kind::Lease,
@@ -203,6 +239,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
         categories: &[],
         fault_prefix: "lease-",
         fields: META_FIELDS,
+        subresources: &[],
     },
     Resource {
         id: Kind::Event,
@@ -217,6 +254,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
         categories: &[],
         fault_prefix: "ev-",
         fields: EVENT_FIELDS,
+        subresources: &[],
     },
     Resource {
         id: Kind::Namespace,
@@ -231,8 +269,48 @@ pub(crate) static RESOURCES: &[Resource] = &[
         categories: &[],
         fault_prefix: "ns-",
         fields: &["metadata.name", "status.phase"],
+        subresources: &[],
+    },
+    // The CRD of `deploy/crd.yaml`, as kube-apiserver serves it once installed (its verbs
+    // but `watch` and `deletecollection`, which the simulator does not serve for it).
+    Resource {
+        id: Kind::ExecutorSet,
+        group: "podalloc.io",
+        version: "v1alpha1",
+        plural: "executorsets",
+        singular: "executorset",
+        kind: "ExecutorSet",
+        namespaced: true,
+        verbs: &[
+            Verb::List,
+            Verb::Get,
+            Verb::Create,
+            Verb::Update,
+            Verb::Patch,
+            Verb::Delete,
+        ],
+        short_names: &["es"],
+        categories: &[],
+        fault_prefix: "es-",
+        fields: META_FIELDS,
+        // In the order the CRD discovery controller lists them.
+        subresources: &[
+            SubResource {
+                name: "status",
+                verbs: SUB_VERBS,
+                gvk: None,
+            },
+            SubResource {
+                name: "scale",
+                verbs: SUB_VERBS,
+                gvk: Some(("autoscaling", "v1", "Scale")),
+            },
+        ],
     },
 ];
+
+/// The verbs of a custom resource's `status` and `scale` subresources.
+const SUB_VERBS: &[Verb] = &[Verb::Get, Verb::Update, Verb::Patch];
 
 /// The row of `id`.
 pub(crate) fn of(id: Kind) -> &'static Resource {
@@ -275,10 +353,15 @@ pub(crate) fn fault_verbs() -> Vec<String> {
     RESOURCES
         .iter()
         .flat_map(|r| {
-            Verb::ALL
-                .iter()
+            let own = (Verb::ALL.iter())
                 .filter(|v| r.serves(**v))
-                .map(|v| r.fault_verb(*v))
+                .map(|v| r.fault_verb(*v));
+            let subs = r.subresources.iter().flat_map(|s| {
+                (Verb::ALL.iter())
+                    .filter(|v| s.serves(**v))
+                    .map(|v| r.sub_fault_verb(s, *v))
+            });
+            own.chain(subs).collect::<Vec<_>>()
         })
         .collect()
 }
@@ -298,6 +381,9 @@ mod tests {
             "lease-get",
             "ev-patch",
             "ns-create",
+            "es-patch",
+            "es-status-update",
+            "es-scale-get",
         ] {
             assert!(v.iter().any(|n| n == want), "{want} in {v:?}");
         }
@@ -314,7 +400,11 @@ mod tests {
         assert!(find("", "v1", "leases").is_none());
         assert_eq!(
             group_versions(),
-            [("", "v1"), ("coordination.k8s.io", "v1")]
+            [
+                ("", "v1"),
+                ("coordination.k8s.io", "v1"),
+                ("podalloc.io", "v1alpha1")
+            ]
         );
     }
 }

@@ -263,6 +263,30 @@ impl ApiError {
         )
     }
 
+    /// 415 for a PATCH of a custom resource whose Content-Type is not one of `accepted`
+    /// (`negotiation.NewUnsupportedMediaTypeError`).
+    pub(crate) fn unsupported_patch_type_of(accepted: &[&str]) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        )
+    }
+
+    /// 422 for a JSON patch whose operation fails (`NewGenericServerResponse(422, …)`:
+    /// the generic message, empty details).
+    pub(crate) fn json_patch_failed() -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        )
+        .with_details(Details::default())
+    }
+
     /// 422 Invalid with one cause per field error; `kind` is the Kind (`Pod`).
     pub(crate) fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Self {
         let agg = if errs.len() == 1 {

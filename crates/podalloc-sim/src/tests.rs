@@ -1962,10 +1962,21 @@ fn configmap_validation_and_size_limits() {
         (s.status, s.body["details"]["kind"].as_str()),
         (404, Some("namespaces"))
     );
-    assert_eq!(
-        c.call("PATCH", &format!("{CMS}/frozen"), Some("{}")).status,
-        405
+    // A patch (what `kubectl annotate` sends) may change the metadata of an immutable
+    // ConfigMap, not its data.
+    let r = c.call(
+        "PATCH",
+        &format!("{CMS}/frozen"),
+        Some(r#"{"metadata":{"annotations":{"a":"b"}}}"#),
     );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["metadata"]["annotations"]["a"], "b");
+    let r = c.call(
+        "PATCH",
+        &format!("{CMS}/frozen"),
+        Some(r#"{"data":{"a":"3"}}"#),
+    );
+    assert_eq!(r.status, 422, "{}", r.body);
 }
 
 #[test]

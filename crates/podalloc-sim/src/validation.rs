@@ -12,6 +12,8 @@ pub(crate) enum ErrorType {
     NotSupported,
     Forbidden,
     TooLong,
+    /// `field.TypeInvalid`: rendered as `Invalid value`, cause `FieldValueTypeInvalid`.
+    TypeInvalid,
 }
 
 /// One validation failure on one field, as `field.Error`.
@@ -36,6 +38,27 @@ impl FieldError {
             kind: ErrorType::Invalid,
             field: field.into(),
             value: go_quote(value),
+            detail: detail.into(),
+        }
+    }
+
+    /// `field.Invalid(path, value, detail)` for a JSON value, rendered as `field.Error`
+    /// renders a Go value: numbers, booleans and nil (`null`) plain, strings quoted, objects
+    /// and arrays not at all.
+    pub(crate) fn invalid_json(
+        field: impl Into<String>,
+        value: &serde_json::Value,
+        detail: impl Into<String>,
+    ) -> Self {
+        let value = match value {
+            serde_json::Value::String(s) => go_quote(s),
+            serde_json::Value::Object(_) | serde_json::Value::Array(_) => String::new(),
+            other => other.to_string(),
+        };
+        FieldError {
+            kind: ErrorType::Invalid,
+            field: field.into(),
+            value,
             detail: detail.into(),
         }
     }
@@ -106,13 +129,18 @@ impl FieldError {
             ErrorType::NotSupported => "FieldValueNotSupported",
             ErrorType::Forbidden => "FieldValueForbidden",
             ErrorType::TooLong => "FieldValueTooLong",
+            ErrorType::TypeInvalid => "FieldValueTypeInvalid",
         }
     }
 
     /// `ErrorBody()`: the message without the field path (what `causes[].message` holds).
     pub(crate) fn body(&self) -> String {
         let head = match self.kind {
-            ErrorType::Invalid => format!("Invalid value: {}", self.value),
+            // A value `field.Error` does not print (an object's, from a CEL rule).
+            ErrorType::Invalid | ErrorType::TypeInvalid if self.value.is_empty() => {
+                "Invalid value".to_string()
+            }
+            ErrorType::Invalid | ErrorType::TypeInvalid => format!("Invalid value: {}", self.value),
             ErrorType::Required => "Required value".to_string(),
             ErrorType::Duplicate => format!("Duplicate value: {}", self.value),
             ErrorType::NotSupported => format!("Unsupported value: {}", self.value),

@@ -4,6 +4,7 @@
 use super::state::AllocatorState;
 use crate::engine::snapshot::ExecutorPod;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// How this step changes the target (total expected executors).
@@ -48,6 +49,10 @@ pub struct Request {
     /// Executors to delete now whatever their state, lowering the target by those that count
     /// (Spark's `killExecutors` with `adjustTargetNumExecutors = true`, SPARK-9493).
     pub remove: Vec<u64>,
+    /// How the targets of resource profiles other than 0 change (profile id → change;
+    /// Spark's `requestTotalExecutors` with a map of profiles). [`Request::target`] is
+    /// profile 0's.
+    pub profiles: BTreeMap<u32, TargetChange>,
 }
 
 impl Request {
@@ -55,7 +60,7 @@ impl Request {
     pub fn set(n: u32) -> Request {
         Request {
             target: TargetChange::Set(n),
-            remove: Vec::new(),
+            ..Request::default()
         }
     }
 
@@ -63,7 +68,7 @@ impl Request {
     pub fn target(target: Option<u32>) -> Request {
         Request {
             target: target.map_or(TargetChange::Keep, TargetChange::Set),
-            remove: Vec::new(),
+            ..Request::default()
         }
     }
 }
@@ -124,6 +129,16 @@ pub struct Create {
     /// unknown ([`crate::engine::alloc::Unacknowledged::retry`]); not a new id.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retry: bool,
+    /// The resource profile (Spark 3.1+, SPARK-33288): the pod carries label
+    /// `spark-exec-resourceprofile-id` and env `SPARK_RESOURCE_PROFILE_ID` with it, and is
+    /// built from that profile's template (absent in the plan JSON: 0, the default profile).
+    #[serde(skip_serializing_if = "is_default_profile")]
+    pub profile: u32,
+}
+
+/// Whether a profile id is the default profile's (the plan JSON then omits it).
+fn is_default_profile(p: &u32) -> bool {
+    *p == 0
 }
 
 /// A pod to delete.

@@ -20,9 +20,14 @@ pub(super) struct Step<'a> {
     prev: &'a AllocatorState,
     cfg: &'a Settings,
     now_ms: u64,
+    /// Profile 0's target.
     target: u32,
+    /// The targets of the other resource profiles (empty: profile 0 only).
+    profile_targets: BTreeMap<u32, u32>,
     last_id: u64,
     unack: BTreeMap<u64, u64>,
+    /// The profile of each unacknowledged id not of profile 0.
+    unack_profile: BTreeMap<u64, u32>,
     /// Unacknowledged ids whose create's outcome is unknown: sent again by name.
     retry: BTreeSet<u64>,
     removed: BTreeSet<u64>,
@@ -46,11 +51,11 @@ pub(super) struct Census<'a> {
     stuck: Vec<StuckRecord>,
     /// Since when each pod in `unknown` has been Unknown.
     unknown_since: Vec<StuckRecord>,
-    /// Pods lost (deleted from phase Unknown) in this step: with `--count-terminating` they
-    /// count as the terminating pods they are about to be.
-    lost: u32,
+    /// Pods lost (deleted from phase Unknown) in this step, by their profile label: with
+    /// `--count-terminating` they count as the terminating pods they are about to be.
+    lost: Vec<u32>,
     /// Pending pods deleted as excess in this step.
-    excess_pending: u32,
+    excess_pending: BTreeSet<u64>,
 }
 
 impl<'a> Step<'a> {
@@ -64,17 +69,23 @@ impl<'a> Step<'a> {
         req: &Request,
         now_ms: u64,
     ) -> Result<Step<'a>, StepError> {
+        let (target, profile_targets) = targets_after(prev, req)?;
         Ok(Step {
             snap,
             prev,
             cfg,
             now_ms,
-            target: req.target.apply(prev.target).ok_or(StepError::NoTarget)?,
+            target,
+            profile_targets,
             last_id: prev.highest_id().max(snap.max_id()),
             unack: prev
                 .unacknowledged
                 .iter()
                 .map(|u| (u.executor_id, u.created_ms))
+                .collect(),
+            unack_profile: (prev.unacknowledged.iter())
+                .filter(|u| u.profile != 0)
+                .map(|u| (u.executor_id, u.profile))
                 .collect(),
             retry: (prev.unacknowledged.iter())
                 .filter(|u| u.retry)
@@ -163,14 +174,14 @@ impl<'a> Step<'a> {
 
     /// Rule 6 (Spark's `killExecutors`, SPARK-9493): named executors are deleted whatever their
     /// state; with `lowers`, each that counts (running, pending, unknown, unacknowledged) lowers
-    /// the target (not when the request's target already accounts for them:
-    /// [`super::TargetChange::Absolute`]).
+    /// the target of its resource profile (not when the request's target already accounts
+    /// for them: [`super::TargetChange::Absolute`]).
     pub(super) fn remove_requested(&mut self, ids: &[u64], lowers: bool) {
         for &id in ids {
             if !self.removed.insert(id) {
                 continue;
             }
-            let (delete, counts) = match self.snap.executors.get(&id) {
+            let (delete, counts, profile) = match self.snap.executors.get(&id) {
                 Some(p) if p.state == ExecutorState::Deleted => {
                     self.warnings
                         .push(format!("executor {id} is already being deleted"));
@@ -179,11 +190,14 @@ impl<'a> Step<'a> {
                 Some(p) => (
                     Delete::seen(p, DeleteReason::Removed),
                     !matches!(p.state, ExecutorState::Failed | ExecutorState::Succeeded),
+                    self.profile_of(p),
                 ),
-                None if self.unack.remove(&id).is_some() => (
-                    Delete::unseen(id, self.name(id), DeleteReason::Removed),
-                    true,
-                ),
+                None if self.unack.contains_key(&id) => {
+                    let profile = self.unack_profile_of(id);
+                    self.unack.remove(&id);
+                    let d = Delete::unseen(id, self.name(id), DeleteReason::Removed);
+                    (d, true, profile)
+                }
                 None => {
                     self.warnings
                         .push(format!("executor {id} does not exist: nothing to remove"));
@@ -191,7 +205,7 @@ impl<'a> Step<'a> {
                 }
             };
             if counts && lowers {
-                self.target = self.target.saturating_sub(1);
+                self.lower_target(profile);
             }
             self.delete.push(delete);
         }
@@ -208,8 +222,8 @@ impl<'a> Step<'a> {
             summary: Summary::default(),
             stuck: Vec::new(),
             unknown_since: Vec::new(),
-            lost: 0,
-            excess_pending: 0,
+            lost: Vec::new(),
+            excess_pending: BTreeSet::new(),
         };
         c.summary.unacknowledged = self.unack.len() as u32;
         let snap = self.snap;
@@ -295,7 +309,7 @@ impl<'a> Step<'a> {
                     humantime::format_duration(std::time::Duration::from_millis(timeout))
                 ));
                 self.delete.push(Delete::seen(p, DeleteReason::Lost));
-                c.lost += 1;
+                c.lost.push(p.profile);
                 continue;
             }
             c.unknown_since.push(StuckRecord {
@@ -357,60 +371,95 @@ impl<'a> Step<'a> {
         CrashLoopGuard::observe(self.prev, &self.cfg.policies, failed, self.now_ms)
     }
 
-    /// Rule 8 (excess): known = running + pending + unacknowledged; above the target, the
-    /// excess requests and pending pods are deleted, each only if still pending at the call.
+    /// Rule 8 (excess), per resource profile (Spark 3.1+, SPARK-33288): known = running +
+    /// pending + unacknowledged of the profile; above its target, the excess requests and
+    /// pending pods of that profile are deleted, each only if still pending at the call.
     /// Running pods only with `--scale-down-running`, lowest deletion cost first, then most
     /// restarts, then newest.
     pub(super) fn delete_excess(&mut self, c: &mut Census<'a>) {
-        let known = c.running.len() as u64 + c.pending.len() as u64 + self.unack.len() as u64;
-        let Some(excess) = known.checked_sub(self.target as u64).filter(|&e| e > 0) else {
+        for (profile, target) in self.targets() {
+            self.delete_excess_of(c, profile, target);
+        }
+    }
+
+    /// Rule 8 for one profile and its target.
+    fn delete_excess_of(&mut self, c: &mut Census<'a>, profile: u32, target: u32) {
+        let mut running: Vec<&'a ExecutorPod> = (c.running.iter().copied())
+            .filter(|p| self.profile_of(p) == profile)
+            .collect();
+        let pending = (c.pending.iter()).filter(|p| self.profile_of(p) == profile);
+        let known =
+            running.len() as u64 + pending.count() as u64 + self.unack_of(profile).len() as u64;
+        let Some(excess) = known.checked_sub(target as u64).filter(|&e| e > 0) else {
             return;
         };
         let left = match self.cfg.policies.executor_idle_timeout_ms {
-            Some(idle) => self.delete_idle_excess(c, excess, idle),
-            None => self.delete_newest_excess(c, excess),
+            Some(idle) => self.delete_idle_excess(c, excess, idle, profile),
+            None => self.delete_newest_excess(c, excess, profile),
         };
         if self.cfg.policies.scale_down_running && left > 0 {
-            c.running
-                .sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
-            for p in c.running.iter().take(left as usize) {
+            running.sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
+            for p in running.iter().take(left as usize) {
                 self.delete.push(Delete::seen(p, DeleteReason::Excess));
             }
         }
     }
 
-    /// Rule 8 under Spark 3.0's policy (SPARK-28487): unacknowledged requests first, newest
-    /// first, then pending pods as ReplicaSet ranks them for scale-down (unscheduled, lower
-    /// pod-deletion-cost, newest). Returns the excess left.
-    fn delete_newest_excess(&mut self, c: &mut Census<'a>, mut excess: u64) -> u64 {
-        while excess > 0 {
-            let Some((id, _)) = self.unack.pop_last() else {
+    /// Rule 8 under Spark 3.0's policy (SPARK-28487), in one profile: unacknowledged requests
+    /// first, newest first, then pending pods as ReplicaSet ranks them for scale-down
+    /// (unscheduled, lower pod-deletion-cost, newest). Returns the excess left.
+    fn delete_newest_excess(&mut self, c: &mut Census<'a>, mut excess: u64, profile: u32) -> u64 {
+        for id in self.unack_of(profile).into_iter().rev() {
+            if excess == 0 {
                 break;
-            };
+            }
+            self.unack.remove(&id);
             let d = Delete::unseen(id, self.name(id), DeleteReason::Excess);
             self.delete.push(d.if_still_pending());
             excess -= 1;
         }
         c.pending
             .sort_by_key(|p| (p.scheduled, p.deletion_cost, Reverse(p.id)));
-        for p in c.pending.iter().take(excess as usize) {
-            self.delete
-                .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
-            c.excess_pending += 1;
-        }
-        excess - c.excess_pending as u64
+        self.delete_pending_excess(c, excess, profile, |_| true)
     }
 
-    /// Rule 8 under Spark 3.1+'s policy (SPARK-33099, SPARK-34334): only requests and pending
-    /// pods older than the executor idle timeout may go, oldest first — requests by their
-    /// create time, pending pods by `creationTimestamp` (SPARK-37049; none counts as old), ties
-    /// by id; pending pods taken = excess − requests deleted. Returns the excess left.
-    fn delete_idle_excess(&mut self, c: &mut Census<'a>, mut excess: u64, idle: u64) -> u64 {
+    /// Deletes up to `excess` pending pods of `profile` that `may_go`, in `c.pending`'s order,
+    /// each only if still pending at the call. Returns the excess left.
+    fn delete_pending_excess(
+        &mut self,
+        c: &mut Census<'a>,
+        excess: u64,
+        profile: u32,
+        may_go: impl Fn(&ExecutorPod) -> bool,
+    ) -> u64 {
+        let chosen: Vec<&'a ExecutorPod> = (c.pending.iter().copied())
+            .filter(|p| self.profile_of(p) == profile && may_go(p))
+            .take(excess as usize)
+            .collect();
+        for p in &chosen {
+            self.delete
+                .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
+            c.excess_pending.insert(p.id);
+        }
+        excess - chosen.len() as u64
+    }
+
+    /// Rule 8 under Spark 3.1+'s policy (SPARK-33099, SPARK-34334), in one profile: only
+    /// requests and pending pods older than the executor idle timeout may go, oldest first —
+    /// requests by their create time, pending pods by `creationTimestamp` (SPARK-37049; none
+    /// counts as old), ties by id; pending pods taken = excess − requests deleted. Returns the
+    /// excess left.
+    fn delete_idle_excess(
+        &mut self,
+        c: &mut Census<'a>,
+        mut excess: u64,
+        idle: u64,
+        profile: u32,
+    ) -> u64 {
         let now = self.now_ms;
-        let old = |t: u64| now.saturating_sub(t) > idle;
-        let requests: Vec<u64> = (self.unack.iter())
-            .filter(|&(_, &t)| old(t))
-            .map(|(&id, _)| id)
+        let old = move |t: u64| now.saturating_sub(t) > idle;
+        let requests: Vec<u64> = (self.unack_of(profile).into_iter())
+            .filter(|id| old(self.unack[id]))
             .take(excess as usize)
             .collect();
         for id in requests {
@@ -420,13 +469,7 @@ impl<'a> Step<'a> {
             excess -= 1;
         }
         c.pending.sort_by_key(|p| (p.created_ms.unwrap_or(0), p.id));
-        let idle_pending = (c.pending.iter()).filter(|p| p.created_ms.is_none_or(old));
-        for p in idle_pending.take(excess as usize) {
-            self.delete
-                .push(Delete::seen(p, DeleteReason::Excess).if_still_pending());
-            c.excess_pending += 1;
-        }
-        excess - c.excess_pending as u64
+        self.delete_pending_excess(c, excess, profile, |p| p.created_ms.is_none_or(old))
     }
 
     /// Ambiguous creates (5xx, a lost connection or an unreadable 2xx after the retries) are
@@ -441,15 +484,16 @@ impl<'a> Step<'a> {
                 executor_id: id,
                 pod_name,
                 retry: true,
+                profile: self.unack_profile.get(&id).copied().unwrap_or(0),
             });
         }
     }
 
     /// The quota back-off in force, with a warning while it blocks growth.
-    fn backoff_in_force(&mut self, running: u32) -> Option<Blocked> {
+    fn backoff_in_force(&mut self, short: bool) -> Option<Blocked> {
         let b = self.prev.create_backoff.as_ref()?;
         let remaining_ms = b.until_ms.checked_sub(self.now_ms).filter(|&r| r > 0)?;
-        if running < self.target {
+        if short {
             self.warnings.push(format!(
                 "not creating executors for {remaining_ms} ms more: the last create was rejected ({})",
                 b.reason
@@ -462,18 +506,21 @@ impl<'a> Step<'a> {
     }
 
     /// Rule 9 (Spark 3.0: a new batch only when nothing is unacknowledged or pending;
-    /// `--max-pending`: Spark 3.1+'s `maxPendingPods`, SPARK-36052): min(room, batch size)
-    /// fresh ids, unless a quota back-off or a crash-loop halt is in force. When the target is
-    /// not reached and nothing is created, says why ([`Blocked`], as SPARK-42261 logs it).
+    /// `--max-pending`: Spark 3.1+'s `maxPendingPods`, SPARK-36052), per resource profile in
+    /// Spark's order (profile ids ascending, SPARK-33288): min(room, batch size) fresh ids of
+    /// the app's one counter for each profile, unless a quota back-off or a crash-loop halt is
+    /// in force. When a target is not reached and nothing is created, says why ([`Blocked`],
+    /// as SPARK-42261 logs it).
     pub(super) fn create_batch(&mut self, c: &Census<'a>, halted: bool) -> CreateBatch {
-        let running = c.running.len() as u32;
-        let backing_off = self.backoff_in_force(running);
+        let short = self.short(c);
+        let backing_off = self.backoff_in_force(short);
         let adaptive =
             AdaptiveBatch::before(self.prev, self.cfg, &c.pending, self.unack.is_empty());
         let batch = adaptive.as_ref().map_or(self.cfg.batch_size, |a| a.size());
-        let (room, waiting) = self.room(c, running);
+        let (rooms, waiting) = self.rooms(c);
+        let wanted: u64 = rooms.iter().map(|&(_, room)| room.min(batch) as u64).sum();
         let ids_left = MAX_EXECUTOR_ID.saturating_sub(self.last_id);
-        if ids_left < room.min(batch) as u64 {
+        if ids_left < wanted {
             self.warnings.push(format!(
                 "executor ids are exhausted (the highest id seen is {}): no more executors \
                  can be created for this app id; use a new app id",
@@ -485,70 +532,157 @@ impl<'a> Step<'a> {
             _ if driver_pending => Some(Blocked::DriverPending),
             _ if halted => Some(Blocked::CrashLoop),
             _ if backing_off.is_some() => backing_off.clone(),
-            _ if waiting.is_some() => waiting,
-            _ if room > 0 && ids_left == 0 => Some(Blocked::IdsExhausted),
+            _ if wanted == 0 => waiting,
+            _ if ids_left == 0 => Some(Blocked::IdsExhausted),
             _ => None,
         };
-        let made = blocked.is_none() && room > 0;
+        let made = blocked.is_none() && wanted > 0;
         if made {
-            for _ in 0..(room.min(batch) as u64).min(ids_left) {
-                self.last_id += 1;
-                self.unack.insert(self.last_id, self.now_ms);
-                let name = self.name(self.last_id);
-                self.create.push(Create {
-                    executor_id: self.last_id,
-                    pod_name: name,
-                    retry: false,
-                });
+            let mut left = ids_left;
+            for (profile, room) in rooms {
+                let n = (room.min(batch) as u64).min(left);
+                left -= n;
+                (0..n).for_each(|_| self.create_one(profile));
             }
         }
         CreateBatch {
             backing_off: backing_off.is_some(),
-            blocked: blocked.filter(|_| self.create.is_empty() && running < self.target),
+            blocked: blocked.filter(|_| self.create.is_empty() && short),
             adaptive: adaptive.map(|a| a.after(made, self.prev)),
         }
     }
 
-    /// How many executors may be created (before the batch size), and what makes the rule
-    /// wait, if anything. Pods in phase Unknown (not yet lost) and scheduling-gated pods count
-    /// toward the target but never hold back a batch; with `--count-terminating`, terminating
-    /// pods count as a ResourceQuota charges them ([`ExecutorPod::terminating_counts`]).
-    fn room(&self, c: &Census<'a>, running: u32) -> (u32, Option<Blocked>) {
-        let gated = c.pending.iter().filter(|p| p.gated).count() as u32;
-        let pending = c.pending.len() as u32 - c.excess_pending;
-        let ungated = c.pending.len() as u32 - gated;
-        let unacknowledged = self.unack.len() as u32;
-        let terminating = self.counted_terminating(c);
+    /// One fresh id of the app's counter, created for `profile`.
+    fn create_one(&mut self, profile: u32) {
+        self.last_id += 1;
+        self.unack.insert(self.last_id, self.now_ms);
+        if profile != 0 {
+            self.unack_profile.insert(self.last_id, profile);
+        }
+        self.create.push(Create {
+            executor_id: self.last_id,
+            pod_name: self.name(self.last_id),
+            retry: false,
+            profile,
+        });
+    }
+
+    /// Whether some profile runs fewer executors than its target.
+    fn short(&self, c: &Census<'a>) -> bool {
+        (self.targets().into_iter()).any(|(profile, target)| {
+            let mine = c.running.iter().filter(|p| self.profile_of(p) == profile);
+            (mine.count() as u64) < target as u64
+        })
+    }
+
+    /// Each profile's room (before the batch size), in Spark's order, and what makes the
+    /// first profile below its target wait, if anything.
+    fn rooms(&self, c: &Census<'a>) -> (Vec<(u32, u32)>, Option<Blocked>) {
+        let counts: Vec<Counts> = (self.targets().into_iter())
+            .map(|(profile, target)| self.counts(c, profile, target))
+            .collect();
+        let shares = self.shares(&counts);
+        let total_pending = counts
+            .iter()
+            .map(|k| k.pending)
+            .fold(0, u32::saturating_add);
+        let mut rooms = Vec::new();
+        let mut blocked = None;
+        for (k, share) in counts.iter().zip(shares) {
+            let (room, why) = self.room(c, k, share, total_pending);
+            rooms.push((k.profile, room));
+            if blocked.is_none() && k.running < k.target {
+                blocked = why;
+            }
+        }
+        (rooms, blocked)
+    }
+
+    /// One profile's counts for rule 9. Pods in phase Unknown (not yet lost) and
+    /// scheduling-gated pods count toward the target but never hold back a batch; with
+    /// `--count-terminating`, terminating pods count as a ResourceQuota charges them
+    /// ([`ExecutorPod::terminating_counts`]).
+    fn counts(&self, c: &Census<'a>, profile: u32, target: u32) -> Counts {
+        let mine = |p: &&&'a ExecutorPod| self.profile_of(p) == profile;
+        let of = |v: &[&'a ExecutorPod]| v.iter().filter(mine).count() as u32;
+        let gated = c.pending.iter().filter(mine).filter(|p| p.gated).count() as u32;
+        let all_pending = of(&c.pending);
+        let excess = (c.pending.iter().filter(mine))
+            .filter(|p| c.excess_pending.contains(&p.id))
+            .count() as u32;
         let lost = match self.cfg.policies.count_terminating {
-            true => c.lost,
+            true => c
+                .lost
+                .iter()
+                .filter(|&&l| self.profile_in(l) == profile)
+                .count() as u32,
             false => 0,
         };
-        let counted = (running.saturating_add(terminating.len() as u32))
-            .saturating_add(c.unknown.len() as u32)
+        let running = of(&c.running);
+        let counted = (running.saturating_add(of(&self.counted_terminating(c))))
+            .saturating_add(of(&c.unknown))
             .saturating_add(lost);
+        Counts {
+            profile,
+            target,
+            running,
+            pending: all_pending - excess,
+            gated,
+            ungated: all_pending - gated,
+            unack: self.unack_of(profile).len() as u32,
+            counted,
+        }
+    }
+
+    /// Under `--max-pending` (Spark 3.1+'s `maxPendingPods`, SPARK-36052): the pending slots
+    /// left over all profiles — the cap less every profile's pending pods (not gated) and
+    /// requests — split among the profiles that want pods (nothing unacknowledged, below
+    /// target) as Spark's `splitSlots` does: the first `slots mod n` get one more.
+    fn shares(&self, counts: &[Counts]) -> Vec<u32> {
+        let mut shares = vec![0; counts.len()];
+        let Some(max) = self.cfg.policies.max_pending else {
+            return shares;
+        };
+        let not_running = (counts.iter())
+            .map(|k| k.pending.saturating_sub(k.gated).saturating_add(k.unack))
+            .fold(0, u32::saturating_add);
+        let slots = max.saturating_sub(not_running);
+        let wanting: Vec<usize> = (0..counts.len())
+            .filter(|&i| counts[i].unack == 0 && counts[i].missing() > 0)
+            .collect();
+        if let Some(n) = u32::try_from(wanting.len()).ok().filter(|&n| n > 0) {
+            for (j, &i) in wanting.iter().enumerate() {
+                shares[i] = slots / n + u32::from((j as u32) < slots % n);
+            }
+        }
+        shares
+    }
+
+    /// How many executors one profile may create (before the batch size), and what makes
+    /// it wait, if anything; `share`: its pending slots under `--max-pending`.
+    fn room(&self, c: &Census<'a>, k: &Counts, share: u32, pending: u32) -> (u32, Option<Blocked>) {
         let waiting = |pending| Blocked::Waiting {
             pending,
-            unacknowledged,
+            unacknowledged: k.unack,
         };
         let (room, blocked) = match self.cfg.policies.max_pending {
-            None if unacknowledged > 0 || ungated > 0 => (0, Some(waiting(ungated))),
+            None if k.unack > 0 || k.ungated > 0 => (0, Some(waiting(k.ungated))),
             None => (
-                self.target.saturating_sub(counted.saturating_add(gated)),
+                k.target.saturating_sub(k.counted.saturating_add(k.gated)),
                 None,
             ),
-            Some(_) if unacknowledged > 0 => (0, Some(waiting(pending))),
+            Some(_) if k.unack > 0 => (0, Some(waiting(k.pending))),
             Some(max) => {
-                let missing = self.target.saturating_sub(counted.saturating_add(pending));
-                let slots = max.saturating_sub(pending.saturating_sub(gated));
-                let blocked = match (missing, slots) {
-                    (0, _) if pending > gated => Some(waiting(pending)),
+                let missing = k.missing();
+                let blocked = match (missing, share) {
+                    (0, _) if k.pending > k.gated => Some(waiting(k.pending)),
                     (1.., 0) => Some(Blocked::MaxPending { pending, cap: max }),
                     _ => None,
                 };
-                (missing.min(slots), blocked)
+                (missing.min(share), blocked)
             }
         };
-        let held = (room == 0 && blocked.is_none()).then(|| self.held_by(c, gated, &terminating));
+        let held = (room == 0 && blocked.is_none()).then(|| self.held_by(c, k));
         (room, blocked.or(held.flatten()))
     }
 
@@ -563,17 +697,18 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// What holds the app below its target when every slot is taken by pods that are not
+    /// What holds a profile below its target when every slot is taken by pods that are not
     /// running: scheduling-gated pods, then counted terminating pods, then Unknown ones.
-    fn held_by(
-        &self,
-        c: &Census<'a>,
-        gated: u32,
-        terminating: &[&'a ExecutorPod],
-    ) -> Option<Blocked> {
-        if gated > 0 {
-            return Some(Blocked::Gated { pods: gated });
+    fn held_by(&self, c: &Census<'a>, k: &Counts) -> Option<Blocked> {
+        if k.gated > 0 {
+            return Some(Blocked::Gated { pods: k.gated });
         }
+        let mine = |p: &&'a ExecutorPod| self.profile_of(p) == k.profile;
+        let terminating: Vec<&'a ExecutorPod> = self
+            .counted_terminating(c)
+            .into_iter()
+            .filter(mine)
+            .collect();
         if !terminating.is_empty() {
             let oldest_ms = (terminating.iter())
                 .filter_map(|p| p.deleted_at_ms())
@@ -582,9 +717,16 @@ impl<'a> Step<'a> {
             let pods = terminating.len() as u32;
             return Some(Blocked::Terminating { pods, oldest_ms });
         }
-        let since = c.unknown_since.iter().map(|r| r.since_ms).min()?;
+        let unknown: BTreeSet<u64> = (c.unknown.iter().copied())
+            .filter(mine)
+            .map(|p| p.id)
+            .collect();
+        let since = (c.unknown_since.iter())
+            .filter(|r| unknown.contains(&r.executor_id))
+            .map(|r| r.since_ms)
+            .min()?;
         Some(Blocked::Unknown {
-            pods: c.unknown.len() as u32,
+            pods: unknown.len() as u32,
             lost_in_ms: (since.saturating_add(self.cfg.unknown_timeout()) + 1)
                 .saturating_sub(self.now_ms),
         })
@@ -593,20 +735,20 @@ impl<'a> Step<'a> {
     /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
     /// `deletedExecutorIds`), when the next tick is due, and the state to persist.
     pub(super) fn finish(mut self, c: Census<'a>, guard: CrashLoopGuard, b: CreateBatch) -> Plan {
+        let settled = self.settled(&c);
         let mut s = c.summary;
-        s.target = self.target;
+        s.target = (self.targets().into_iter()).fold(0, |t, (_, n)| t.saturating_add(n));
         s.running = c.running.len() as u32;
         s.pending = c.pending.len() as u32;
         s.created = self.create.len() as u32;
         s.deleted = self.delete.len() as u32;
-        let above = self.running_above_target(s.running);
         s.converged = !b.backing_off
             && guard.halt.is_none()
             && self.create.is_empty()
             && self.delete.is_empty()
             && self.unack.is_empty()
             && c.pending.is_empty()
-            && (s.running == self.target || above);
+            && settled;
         let snap = self.snap;
         let mut deleted: BTreeSet<u64> = (self.prev.deleted.iter().copied())
             .filter(|id| snap.executors.contains_key(id))
@@ -615,12 +757,14 @@ impl<'a> Step<'a> {
         let state = AllocatorState {
             version: STATE_VERSION,
             target: Some(self.target),
+            profile_targets: self.profile_targets.clone(),
             last_executor_id: self.last_id,
             unacknowledged: (self.unack.iter())
                 .map(|(&executor_id, &created_ms)| Unacknowledged {
                     executor_id,
                     created_ms,
                     retry: self.retry.contains(&executor_id),
+                    profile: self.unack_profile.get(&executor_id).copied().unwrap_or(0),
                 })
                 .collect(),
             answered: (self.prev.answered.iter())
@@ -680,18 +824,127 @@ impl<'a> Step<'a> {
             .collect()
     }
 
-    /// Running executors above the target stay (Spark's rule) unless `--scale-down-running`:
-    /// then there is nothing more to do, which counts as converged, with a warning.
-    fn running_above_target(&mut self, running: u32) -> bool {
-        let above = running > self.target && !self.cfg.policies.scale_down_running;
-        if above {
-            self.warnings.push(format!(
-                "{running} running executors are above the target {} and are left running (as \
-                 Spark does); pass --scale-down-running, or `podalloc remove ID…`, to stop some",
-                self.target
-            ));
+    /// Whether every profile runs exactly its target, or more: running executors above the
+    /// target stay (Spark's rule) unless `--scale-down-running`, so then there is nothing
+    /// more to do, which counts as settled, with a warning.
+    fn settled(&mut self, c: &Census<'a>) -> bool {
+        let mut settled = true;
+        for (profile, target) in self.targets() {
+            let mine = c.running.iter().filter(|p| self.profile_of(p) == profile);
+            let running = mine.count() as u64;
+            let above = running > target as u64 && !self.cfg.policies.scale_down_running;
+            if above {
+                let of = match self.multi() {
+                    true => format!(" of profile {profile}"),
+                    false => String::new(),
+                };
+                self.warnings.push(format!(
+                    "{running} running executors are above the target{of} {target} and are left \
+                     running (as Spark does); pass --scale-down-running, or `podalloc remove \
+                     ID…`, to stop some"
+                ));
+            }
+            settled &= running == target as u64 || above;
         }
-        above
+        settled
+    }
+
+    /// Spark's single-profile fast path: while no profile but 0 has a target, every pod and
+    /// request is profile 0's, whatever its label.
+    fn multi(&self) -> bool {
+        !self.profile_targets.is_empty()
+    }
+
+    /// The profile a pod counts in: its label's (Spark groups pods by
+    /// `spark-exec-resourceprofile-id`), or 0 on the single-profile fast path.
+    fn profile_of(&self, p: &ExecutorPod) -> u32 {
+        self.profile_in(p.profile)
+    }
+
+    /// A profile label as counted: itself, or 0 on the single-profile fast path.
+    fn profile_in(&self, label: u32) -> u32 {
+        if self.multi() {
+            label
+        } else {
+            0
+        }
+    }
+
+    /// The profile an unacknowledged request counts in.
+    fn unack_profile_of(&self, id: u64) -> u32 {
+        self.profile_in(self.unack_profile.get(&id).copied().unwrap_or(0))
+    }
+
+    /// The unacknowledged ids of one profile, ascending.
+    fn unack_of(&self, profile: u32) -> Vec<u64> {
+        (self.unack.keys().copied())
+            .filter(|&id| self.unack_profile_of(id) == profile)
+            .collect()
+    }
+
+    /// Every profile's target, profile ids ascending (Spark 3.1+ walks them in this order).
+    fn targets(&self) -> Vec<(u32, u32)> {
+        let others = self.profile_targets.iter().map(|(&p, &t)| (p, t));
+        std::iter::once((0, self.target)).chain(others).collect()
+    }
+
+    /// Lowers a profile's target by one (a removal); a profile without a target has none to
+    /// lower.
+    fn lower_target(&mut self, profile: u32) {
+        let target = match profile {
+            0 => Some(&mut self.target),
+            p => self.profile_targets.get_mut(&p),
+        };
+        if let Some(t) = target {
+            *t = t.saturating_sub(1);
+        }
+    }
+}
+
+/// One profile's counts for rule 9 ([`Step::counts`]).
+struct Counts {
+    profile: u32,
+    target: u32,
+    running: u32,
+    /// Pending pods not deleted as excess in this step, gated ones included.
+    pending: u32,
+    gated: u32,
+    /// Pending pods not gated, excess ones included.
+    ungated: u32,
+    unack: u32,
+    /// Running, Unknown, and (with `--count-terminating`) terminating and lost pods.
+    counted: u32,
+}
+
+impl Counts {
+    /// Executors missing below the target: target − (counted + pending).
+    fn missing(&self) -> u32 {
+        (self.target).saturating_sub(self.counted.saturating_add(self.pending))
+    }
+}
+
+/// The targets after a request: profile 0's (an error when it has none and no other profile
+/// has one; else 0 when only others have one), and the other profiles'.
+fn targets_after(
+    prev: &AllocatorState,
+    req: &Request,
+) -> Result<(u32, BTreeMap<u32, u32>), StepError> {
+    let mut target = req.target.apply(prev.target);
+    let mut others = prev.profile_targets.clone();
+    for (&p, &change) in &req.profiles {
+        match p {
+            0 => target = change.apply(target),
+            p => {
+                if let Some(t) = change.apply(others.get(&p).copied()) {
+                    others.insert(p, t);
+                }
+            }
+        }
+    }
+    match target {
+        Some(t) => Ok((t, others)),
+        None if !others.is_empty() => Ok((0, others)),
+        None => Err(StepError::NoTarget),
     }
 }
 

@@ -20,6 +20,15 @@ pub struct Unacknowledged {
     /// creation timeout (absent: false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry: bool,
+    /// The resource profile the executor was created for (Spark's `newlyCreatedExecutors`
+    /// keep it too; absent: 0, the default profile).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub profile: u32,
+}
+
+/// Whether a profile id is the default profile (then the state file omits it).
+fn is_zero(p: &u32) -> bool {
+    *p == 0
 }
 
 /// What persists between ticks (the state file, and `state` in `plan` output).
@@ -30,7 +39,13 @@ pub struct AllocatorState {
     /// Total expected executors; `None` until a target is first given.
     #[serde(default)]
     pub target: Option<u32>,
-    /// The highest executor id ever handed out (0: none yet).
+    /// The targets of the resource profiles other than the default one (Spark 3.1+'s
+    /// stage-level scheduling, SPARK-33288), profile id → target; profile 0's is `target`.
+    /// Absent: profile 0 only, as every state written before profiles existed reads.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profile_targets: BTreeMap<u32, u32>,
+    /// The highest executor id ever handed out, over every profile: one id counter per app
+    /// (0: none yet).
     #[serde(default)]
     pub last_executor_id: u64,
     /// Created by us, not yet seen; ordered by id.
@@ -242,6 +257,37 @@ impl AllocatorState {
             .fold(self.last_executor_id, u64::max)
     }
 
+    /// The target of every resource profile that has one, by profile id: profile 0's
+    /// ([`AllocatorState::target`]) first, then [`AllocatorState::profile_targets`].
+    pub fn targets(&self) -> BTreeMap<u32, u32> {
+        let mut all = self.profile_targets.clone();
+        if let Some(t) = self.target {
+            all.insert(0, t);
+        }
+        all
+    }
+
+    /// Profile ids are Spark's non-negative `Int`s; profile targets are at most
+    /// [`crate::engine::alloc::MAX_TARGET`]; profile 0's target lives in `target`.
+    fn validate_profiles(&self) -> Result<(), String> {
+        for (&p, &t) in &self.profile_targets {
+            if p == 0 || p > i32::MAX as u32 {
+                return Err(format!(
+                    "profile_targets names profile {p}: profiles are 1..={} (profile 0's \
+                     target is `target`)",
+                    i32::MAX
+                ));
+            }
+            if t > super::MAX_TARGET {
+                return Err(format!(
+                    "profile {p}'s target {t} is above the largest target {}",
+                    super::MAX_TARGET
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a loaded state: known version, ids consistent, the documented limits (a target
     /// of at most [`crate::engine::alloc::MAX_TARGET`]; every executor id, the counter included, in
     /// `1 ..= MAX_EXECUTOR_ID`, Spark's positive longs). Errors: one line naming the field.
@@ -252,6 +298,7 @@ impl AllocatorState {
                 super::MAX_TARGET
             ));
         }
+        self.validate_profiles()?;
         let max = crate::engine::snapshot::MAX_EXECUTOR_ID;
         let ids = (self.deleted.iter().map(|&id| ("deleted", id)))
             .chain(

@@ -139,6 +139,7 @@ mod tests {
         let seed = Request {
             target: TargetChange::Seed(4),
             remove: vec![],
+            ..Request::default()
         };
         assert_eq!(take_requests(&seed, &q).1, 0);
         // A scale after a seed is a scale, whatever the state holds.

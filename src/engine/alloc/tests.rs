@@ -44,6 +44,7 @@ fn awaiting(target: u32, unacked: &[(u64, u64, bool)]) -> AllocatorState {
             executor_id,
             created_ms,
             retry,
+            profile: 0,
         })
         .collect();
     st
@@ -86,6 +87,7 @@ fn first_batch_then_wait_then_next() {
     let req = Request {
         target: TargetChange::Set(7),
         remove: vec![],
+        ..Request::default()
     };
     let p = step(&snap(&[]), &st, &settings(5), &req, 10).unwrap();
     assert_eq!(ids_c(&p), vec![1, 2, 3, 4, 5]);
@@ -128,6 +130,7 @@ fn excess_takes_unacknowledged_then_unscheduled_pending_newest_first() {
         &Request {
             target: TargetChange::Set(2),
             remove: vec![],
+            ..Request::default()
         },
         1,
     )
@@ -148,6 +151,7 @@ fn remove_lowers_target_only_for_existing() {
     let req = Request {
         target: TargetChange::Set(4),
         remove: vec![2, 3, 4, 99, 2],
+        ..Request::default()
     };
     let p = step(&s, &AllocatorState::new(), &settings(5), &req, 0).unwrap();
     assert_eq!(p.state.target, Some(3));
@@ -166,6 +170,7 @@ fn an_absolute_target_already_accounts_for_the_removals() {
     let req = Request {
         target: TargetChange::Absolute(2),
         remove: vec![2, 3],
+        ..Request::default()
     };
     let p = step(&s, &AllocatorState::new(), &settings(5), &req, 0).unwrap();
     assert_eq!(p.state.target, Some(2));
@@ -190,6 +195,7 @@ fn keep_terminated_does_not_delete_but_still_replaces() {
         &Request {
             target: TargetChange::Set(2),
             remove: vec![],
+            ..Request::default()
         },
         0,
     )
@@ -316,7 +322,7 @@ proptest! {
                 }
             }
             let snapshot = snap(&cluster.iter().map(|(&i, &s)| (i, s)).collect::<Vec<_>>());
-            let req = Request { target: TargetChange::Set(target), remove: std::mem::take(&mut remove) };
+            let req = Request { target: TargetChange::Set(target), remove: std::mem::take(&mut remove), ..Request::default() };
             let removing: Vec<u64> = req.remove.clone();
             let plan = step(&snapshot, &state, &set, &req, now).unwrap();
             let new_target = plan.state.target.unwrap();
@@ -497,6 +503,7 @@ fn add_raises_the_target_and_keep_without_one_is_an_error() {
     let req = Request {
         target: TargetChange::Add(2),
         remove: vec![],
+        ..Request::default()
     };
     let p = step(&snap(&[]), &st, &settings(5), &req, 2_000).unwrap();
     assert_eq!(p.summary.target, 5);
@@ -995,4 +1002,113 @@ fn with_count_terminating_a_lost_pod_is_not_replaced_in_the_step_that_deletes_it
         vec![3],
         "without --count-terminating: replaced at once"
     );
+}
+
+/// One event of the multi-profile property test.
+#[derive(Clone, Debug)]
+enum ProfileEvent {
+    /// Set profile P's target.
+    Target(u32, u32),
+    /// Pending pods turn Running.
+    Start,
+    /// Every request shows up as a Pending pod of its profile.
+    Appear,
+    /// One running pod fails.
+    Fail(u8),
+    /// Time passes, ms.
+    Advance(u32),
+}
+
+fn profile_event() -> impl Strategy<Value = ProfileEvent> {
+    prop_oneof![
+        (0u32..3, 0u32..12).prop_map(|(p, t)| ProfileEvent::Target(p, t)),
+        Just(ProfileEvent::Start),
+        Just(ProfileEvent::Appear),
+        any::<u8>().prop_map(ProfileEvent::Fail),
+        (0u32..30_000).prop_map(ProfileEvent::Advance),
+    ]
+}
+
+/// A snapshot of `cluster` (id → state, profile label).
+fn profile_snap(cluster: &BTreeMap<u64, (ExecutorState, u32)>) -> Snapshot {
+    of(cluster
+        .iter()
+        .map(|(&id, &(state, profile))| ExecutorPod {
+            profile,
+            created_ms: Some(0),
+            ..pod(id, state)
+        })
+        .collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Resource profiles, under both policies: at most a batch per profile per tick, no
+    /// profile's running + pending + requests above its target after a create, ids from one
+    /// counter never reused across profiles, and every create for a profile with a target.
+    #[test]
+    fn profile_invariants_hold(
+        batch in 1u32..6,
+        spark3x in any::<bool>(),
+        max_pending in proptest::option::of(1u32..6),
+        events in proptest::collection::vec(profile_event(), 1..50),
+    ) {
+        let mut set = settings(batch);
+        if spark3x {
+            set.policies.max_pending = Some(max_pending.unwrap_or(u32::MAX));
+            set.policies.executor_idle_timeout_ms = Some(10_000);
+        }
+        let mut cluster: BTreeMap<u64, (ExecutorState, u32)> = BTreeMap::new();
+        let mut state = AllocatorState::new();
+        let (mut now, mut highest) = (0u64, 0u64);
+        let mut req = Request::set(0);
+        for ev in events {
+            match ev {
+                ProfileEvent::Target(0, t) => req.target = TargetChange::Set(t),
+                ProfileEvent::Target(p, t) => { req.profiles.insert(p, TargetChange::Set(t)); }
+                ProfileEvent::Start => cluster.values_mut()
+                    .filter(|(s, _)| *s == ExecutorState::Pending)
+                    .for_each(|(s, _)| *s = ExecutorState::Running),
+                ProfileEvent::Appear => for u in &state.unacknowledged {
+                    cluster.insert(u.executor_id, (ExecutorState::Pending, u.profile));
+                },
+                ProfileEvent::Fail(k) => if let Some((s, _)) = cluster.values_mut()
+                    .filter(|(s, _)| *s == ExecutorState::Running).nth(k as usize % 4) {
+                    *s = ExecutorState::Failed;
+                },
+                ProfileEvent::Advance(ms) => now += ms as u64,
+            }
+            let plan = step(&profile_snap(&cluster), &state, &set, &req, now).unwrap();
+            let targets = plan.state.targets();
+            let multi = targets.len() > 1;
+            let counted = |label: u32| if multi { label } else { 0 };
+            let fresh: Vec<&Create> = plan.create.iter().filter(|c| !c.retry).collect();
+            for (&p, &target) in &targets {
+                let made = fresh.iter().filter(|c| counted(c.profile) == p).count() as u32;
+                prop_assert!(made <= batch, "profile {p}: {made} creates, batch {batch}");
+                if made == 0 {
+                    continue;
+                }
+                let gone = |id: u64| plan.delete.iter().any(|d| d.executor_id == id);
+                let live = cluster.iter()
+                    .filter(|(&id, &(s, l))| counted(l) == p && !gone(id)
+                        && matches!(s, ExecutorState::Running | ExecutorState::Pending))
+                    .count() as u32;
+                let unack = plan.state.unacknowledged.iter()
+                    .filter(|u| counted(u.profile) == p && !cluster.contains_key(&u.executor_id))
+                    .count() as u32;
+                prop_assert!(live + unack <= target, "profile {p}: {live} + {unack} > {target}");
+            }
+            prop_assert!(fresh.iter().all(|c| targets.contains_key(&c.profile)));
+            for c in &fresh {
+                prop_assert!(c.executor_id > highest, "id {} reused", c.executor_id);
+                highest = c.executor_id;
+            }
+            for d in &plan.delete {
+                cluster.remove(&d.executor_id);
+            }
+            state = plan.state;
+            req = Request::default();
+        }
+    }
 }

@@ -78,6 +78,9 @@ pub const LABEL_ROLE: &str = "spark-role";
 pub const LABEL_EXEC_ID: &str = "spark-exec-id";
 /// The value of [`LABEL_ROLE`] on executor pods.
 pub const ROLE_EXECUTOR: &str = "executor";
+/// Label carrying the executor's resource profile id (Spark 3.1+'s
+/// `SPARK_RESOURCE_PROFILE_ID_LABEL`, SPARK-33288); a pod without it is profile 0.
+pub const LABEL_PROFILE: &str = "spark-exec-resourceprofile-id";
 
 /// The largest valid executor id: Spark's executor ids are positive `Long`s, so `i64::MAX`.
 /// Valid ids are `1 ..= MAX_EXECUTOR_ID`.
@@ -168,6 +171,8 @@ pub enum ExecutorState {
 pub struct ExecutorPod {
     /// The executor id from the `spark-exec-id` label (`1 ..= MAX_EXECUTOR_ID`).
     pub id: u64,
+    /// The resource profile from the [`LABEL_PROFILE`] label (0 without it).
+    pub profile: u32,
     /// `metadata.name`.
     pub name: String,
     /// `metadata.uid` (empty if absent); used for delete preconditions.
@@ -296,6 +301,7 @@ impl ExecutorPod {
     pub(crate) fn example(id: u64, state: ExecutorState) -> ExecutorPod {
         ExecutorPod {
             id,
+            profile: 0,
             name: format!("app-exec-{id}"),
             uid: format!("uid-{id}"),
             resource_version: "1".into(),
@@ -498,6 +504,25 @@ impl Snapshot {
         Ok(())
     }
 
+    /// A pod's executor id and resource profile from its labels; `None` (with a warning
+    /// naming the pod, which is then ignored) when either is not valid.
+    fn ids(
+        &mut self,
+        name: &str,
+        exec_id: Option<&str>,
+        profile: Option<&str>,
+    ) -> Option<(u64, u32)> {
+        let Some(id) = exec_id.and_then(parse_executor_id) else {
+            self.warnings.push(bad_id_warning(name, exec_id));
+            return None;
+        };
+        let Some(profile) = profile.map_or(Some(0), parse_profile) else {
+            self.warnings.push(bad_profile_warning(name, profile));
+            return None;
+        };
+        Some((id, profile))
+    }
+
     fn add_pod(
         &mut self,
         pod: RawPod<'_>,
@@ -506,15 +531,13 @@ impl Snapshot {
     ) -> Result<(), SnapshotError> {
         let meta = pod.metadata.unwrap_or_default();
         let labels = meta.labels.unwrap_or_default();
-        let [app, role, exec_id] = labels.0;
+        let [app, role, exec_id, profile] = labels.0;
         if app.as_deref() != Some(app_id) || role.as_deref() != Some(ROLE_EXECUTOR) {
             self.foreign += 1;
             return Ok(());
         }
         let name = meta.name.map(Str::into_owned).unwrap_or_default();
-        let Some(id) = exec_id.as_deref().and_then(parse_executor_id) else {
-            self.warnings
-                .push(bad_id_warning(&name, exec_id.as_deref()));
+        let Some((id, profile)) = self.ids(&name, exec_id.as_deref(), profile.as_deref()) else {
             return Ok(());
         };
         let status = pod.status.unwrap_or_default();
@@ -551,6 +574,7 @@ impl Snapshot {
             .unwrap_or(0);
         let entry = ExecutorPod {
             id,
+            profile,
             name,
             uid: meta.uid.map(Str::into_owned).unwrap_or_default(),
             resource_version: meta
@@ -593,6 +617,24 @@ fn rfc3339_ms(v: &str) -> Option<u64> {
     let t = humantime::parse_rfc3339_weak(v).ok()?;
     let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
     u64::try_from(d.as_millis()).ok()
+}
+
+/// A resource profile id as Spark writes it (`ResourceProfile.id`, a non-negative `Int`, in
+/// canonical decimal).
+fn parse_profile(v: &str) -> Option<u32> {
+    let canonical = v == "0" || (!v.starts_with('0') && v.bytes().all(|b| b.is_ascii_digit()));
+    v.parse::<u32>()
+        .ok()
+        .filter(|&p| canonical && p <= i32::MAX as u32)
+}
+
+/// The warning for one of our pods ignored for its resource profile label (`value`).
+fn bad_profile_warning(name: &str, value: Option<&str>) -> String {
+    format!(
+        "pod {:?} has {LABEL_PROFILE}={:?}, not a resource profile id: ignored",
+        clip(name),
+        clip(value.unwrap_or_default())
+    )
 }
 
 /// The warning for one of our pods ignored for its `spark-exec-id` label (`value`), naming it.
@@ -1196,12 +1238,12 @@ fn few_before(seen: &[Option<Str<'_>>], key: &str) -> bool {
     seen.iter().flatten().any(|k| &**k == key)
 }
 
-/// The three Spark labels.
+/// The four Spark labels.
 struct LabelKeys;
-impl Keys<3> for LabelKeys {
-    const KEYS: [&'static str; 3] = [LABEL_APP, LABEL_ROLE, LABEL_EXEC_ID];
+impl Keys<4> for LabelKeys {
+    const KEYS: [&'static str; 4] = [LABEL_APP, LABEL_ROLE, LABEL_EXEC_ID, LABEL_PROFILE];
 }
-type OurLabels<'a> = Picked<'a, 3, LabelKeys>;
+type OurLabels<'a> = Picked<'a, 4, LabelKeys>;
 
 /// The one annotation we read.
 struct AnnotationKeys;

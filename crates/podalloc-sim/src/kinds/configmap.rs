@@ -116,7 +116,21 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             obj.remove("immutable");
         }
     }
+    drop_empty_meta(&mut cm);
     Ok(cm)
+}
+
+/// ObjectMeta's maps and lists that Go's `omitempty` drops when empty (a patch that removes
+/// the last label or finalizer leaves none, not an empty one).
+fn drop_empty_meta(cm: &mut Value) {
+    if let Some(meta) = cm.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, v| {
+            let empty =
+                v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty);
+            !(empty
+                && ["labels", "annotations", "finalizers", "ownerReferences"].contains(&k.as_str()))
+        });
+    }
 }
 
 fn binary_len(b64: &str) -> usize {

@@ -122,18 +122,34 @@ mod tests {
         assert_eq!(r.rv, 1);
     }
 
+    /// A merge patch as the API applies it: to the object as served, decoded again.
+    fn merged(patch: Value) -> impl FnOnce(&Value) -> Result<Value, ApiError> {
+        move |served: &Value| {
+            let mut v = served.clone();
+            crate::objpatch::merge(&mut v, &patch);
+            decode(&serde_json::to_vec(&v).unwrap())
+        }
+    }
+
     #[test]
     fn patch_merges_and_list_selects_by_involved_object() {
+        use crate::registry::Part::Main;
         let (mut r, res, now) = (registry(), of(Kind::Event), Instant::now());
         r.create(res, "a", ev("p.1", "a"), false, now).unwrap();
         let patch = json!({"count": 2, "lastTimestamp": "t2"});
-        let out = r.patch(res, "a", "p.1", &patch).unwrap();
+        let out = r
+            .patch(res, "a", "p.1", merged(patch), false, Main)
+            .unwrap();
         assert_eq!(out["count"], 2);
         assert_eq!(out["metadata"]["resourceVersion"], "2");
         assert_eq!(out["reason"], "SuccessfulCreate");
-        let e = r.patch(res, "a", "nope", &json!({})).unwrap_err();
+        assert!(out.get("kind").is_none(), "stored without type meta");
+        let e = r
+            .patch(res, "a", "nope", merged(json!({})), false, Main)
+            .unwrap_err();
         assert_eq!(e.message, "events \"nope\" not found");
-        let e = (r.patch(res, "a", "p.1", &json!({"metadata": {"uid": "x"}}))).unwrap_err();
+        let uid = json!({"metadata": {"uid": "x"}});
+        let e = (r.patch(res, "a", "p.1", merged(uid), false, Main)).unwrap_err();
         assert_eq!(e.code, 422);
         // Failed patches write nothing, so take no resourceVersion.
         assert_eq!(r.rv, 2);

@@ -2,7 +2,7 @@
 //! behind a filter that keeps the HTTP and TLS libraries' trace records (which hold raw
 //! requests, the Authorization header included) out of the logs.
 
-use podalloc::cli::LogFormat;
+use podalloc::cli::{LogFormat, Process};
 use podalloc::error::Error;
 use std::io::Write;
 
@@ -42,7 +42,9 @@ pub fn filter(level: &str, verbose: u8) -> String {
 /// Every line carries the app id and namespace once the command has connected (text:
 /// `app=… ns=…` in the bracket; JSON: fields `app` and `namespace`), and a record's
 /// key-values (the tick line's counts) become JSON fields (text: `k=v` after the message).
-pub fn init(level: &str, format: LogFormat) {
+/// The app and namespace come from `process.log`, which the command sets; every token in
+/// `process.redactions` is scrubbed from the text.
+pub fn init(level: &str, format: LogFormat, process: &Process) {
     let mut logger = env_logger::Builder::new();
     // RUST_LOG, when set, is the whole filter (it wins over --log-level and -v).
     match std::env::var("RUST_LOG") {
@@ -52,8 +54,9 @@ pub fn init(level: &str, format: LogFormat) {
     logger.target(env_logger::Target::Stderr);
     match format {
         LogFormat::Text => {
-            logger.format(|buf, record| {
-                let ctx = match podalloc::commands::log_context() {
+            let (context, redactions) = (process.log.clone(), process.redactions.clone());
+            logger.format(move |buf, record| {
+                let ctx = match context.current() {
                     Some((app, ns)) => format!(" app={app} ns={ns}"),
                     None => String::new(),
                 };
@@ -66,20 +69,21 @@ pub fn init(level: &str, format: LogFormat) {
                     now_rfc3339(),
                     record.level(),
                     record.target(),
-                    podalloc::kube::scrub(&msg),
+                    redactions.scrub(&msg),
                     fields.0
                 )
             });
         }
         LogFormat::Json => {
-            logger.format(|buf, record| {
+            let (context, redactions) = (process.log.clone(), process.redactions.clone());
+            logger.format(move |buf, record| {
                 let mut line = serde_json::json!({
                     "ts": now_rfc3339(),
                     "level": record.level().to_string(),
                     "module": record.target(),
-                    "msg": podalloc::kube::scrub(&record.args().to_string()),
+                    "msg": redactions.scrub(&record.args().to_string()),
                 });
-                if let Some((app, ns)) = podalloc::commands::log_context() {
+                if let Some((app, ns)) = context.current() {
                     line["app"] = app.as_str().into();
                     line["namespace"] = ns.as_str().into();
                 }
@@ -92,6 +96,7 @@ pub fn init(level: &str, format: LogFormat) {
     log::set_max_level(logger.filter());
     log::set_boxed_logger(Box::new(Capped {
         inner: logger,
+        context: process.log.clone(),
         seen: std::sync::Mutex::new(std::collections::HashMap::new()),
     }))
     .expect("the logger is set once");
@@ -143,20 +148,26 @@ pub fn finish() {
     log::logger().flush();
 }
 
-/// Prints the error that ends the command on stderr: `podalloc: error: …`, or in JSON one
-/// object with the log lines' fields plus `exit_code`.
-pub fn print_error(format: LogFormat, e: &Error) {
+/// Prints the error that ends the command on stderr: `podalloc: error: … [app=A ns=N]` (the
+/// app and namespace once the command has connected), or in JSON one object with the log
+/// lines' fields plus `exit_code`.
+pub fn print_error(format: LogFormat, e: &Error, process: &Process) {
+    let msg = process.redactions.scrub(&e.to_string()).into_owned();
+    let context = process.log.current();
     match format {
-        LogFormat::Text => eprintln!("podalloc: error: {}", podalloc::kube::scrub(&e.to_string())),
+        LogFormat::Text => match context {
+            Some((app, ns)) => eprintln!("podalloc: error: {msg} [app={app} ns={ns}]"),
+            None => eprintln!("podalloc: error: {msg}"),
+        },
         LogFormat::Json => {
             let mut line = serde_json::json!({
                 "ts": now_rfc3339(),
                 "level": "ERROR",
                 "module": "podalloc",
-                "msg": podalloc::kube::scrub(&e.to_string()),
+                "msg": msg,
                 "exit_code": e.code as i32,
             });
-            if let Some((app, ns)) = podalloc::commands::log_context() {
+            if let Some((app, ns)) = context {
                 line["app"] = app.as_str().into();
                 line["namespace"] = ns.as_str().into();
             }
@@ -194,13 +205,20 @@ struct Seen {
 /// after the minute is logged with `(… N more times in the last minute)`, and [`finish`]
 /// reports what is still held. Warnings of target `podalloc::security` (TLS verification
 /// off) are never collapsed: they are meant to be seen every tick; nor are the lines of
-/// leader election (`podalloc::leader`): each change of leadership is shown.
+/// leader election ([`LEADER_LINES`]): each change of leadership is shown. A warning still
+/// held at exit is reported by [`finish`] on the line of the app it was about.
 /// The target of the tick summary lines, which [`Capped`] never collapses: the runner logs
 /// them by their own rule (on a change, else every `--log-every`).
 const TICK_LINES: &str = "podalloc::controller::runner";
 
+/// The target of leader election's lines, which [`Capped`] never collapses (the library
+/// holds its module path to this name in a test).
+const LEADER_LINES: &str = podalloc::controller::LEADER_LOG_TARGET;
+
 struct Capped {
     inner: env_logger::Logger,
+    /// Which app a line is about (also read for the key of a collapsed warning).
+    context: podalloc::controller::context::LogContext,
     seen: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
 }
 
@@ -219,9 +237,9 @@ impl Capped {
     /// The key under which warnings count as identical: the app the line is about (so one
     /// app's line never holds back another's), the target, and the text with every run of
     /// digits replaced by `#`.
-    fn key(r: &log::Record<'_>) -> String {
-        let app = podalloc::commands::log_context().unwrap_or_default();
-        let mut k = format!("{}/{}|{}|", app.1, app.0, r.target());
+    fn key(&self, r: &log::Record<'_>) -> String {
+        let app = self.context.current().unwrap_or_default();
+        let mut k = format!("{}\u{0}{}|{}|", app.1, app.0, r.target());
         if r.level() != log::Level::Warn {
             k.push_str(&r.args().to_string());
             return k;
@@ -244,7 +262,7 @@ impl Capped {
     /// For a warning: `None` to hold it back, else how many were held back before it.
     fn admit(&self, r: &log::Record<'_>) -> Option<u32> {
         // Leadership changes are never collapsed: each one matters.
-        if r.target() == "podalloc::leader" {
+        if r.target() == LEADER_LINES {
             return Some(0);
         }
         let collapsed = match r.level() {
@@ -258,7 +276,8 @@ impl Capped {
         }
         let now = std::time::Instant::now();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match seen.get_mut(&Self::key(r)) {
+        let key = self.key(r);
+        match seen.get_mut(&key) {
             Some(s) if now.duration_since(s.since) < COLLAPSE_WINDOW => {
                 s.held += 1;
                 s.last = r.args().to_string();
@@ -278,7 +297,7 @@ impl Capped {
                     last: String::new(),
                     level: r.level(),
                 };
-                seen.insert(Self::key(r), first);
+                seen.insert(key, first);
                 Some(0)
             }
         }
@@ -312,18 +331,25 @@ impl log::Log for Capped {
         }
     }
     fn flush(&self) {
-        let held: Vec<(String, String, u32, log::Level)> = {
+        type Held = (String, String, String, u32, log::Level);
+        let held: Vec<Held> = {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             seen.iter_mut()
                 .filter(|(_, s)| s.held > 0 && s.level == log::Level::Warn)
                 .map(|(k, s)| {
-                    let target = k.split_once('|').map_or("podalloc", |(t, _)| t);
+                    // The key is `ns\0app|target|text` (see `Capped::key`).
+                    let mut parts = k.splitn(3, '|');
+                    let (app, target) = (parts.next().unwrap_or(""), parts.next());
                     let (text, n) = (std::mem::take(&mut s.last), std::mem::take(&mut s.held));
-                    (target.to_string(), text, n, s.level)
+                    let target = target.unwrap_or("podalloc").to_string();
+                    (app.to_string(), target, text, n, s.level)
                 })
                 .collect()
         };
-        for (target, text, n, level) in held {
+        for (app, target, text, n, level) in held {
+            // The summary is about the app the warnings were about, whatever the command's.
+            let (ns, id) = app.split_once('\u{0}').unwrap_or(("", ""));
+            self.context.set_app((!id.is_empty()).then_some((id, ns)));
             self.inner.log(
                 &log::Record::builder()
                     .args(format_args!("{text} (… {n} more times in the last minute)"))
@@ -331,6 +357,7 @@ impl log::Log for Capped {
                     .target(&target)
                     .build(),
             );
+            self.context.set_app(None);
         }
         self.inner.flush();
     }

@@ -17,13 +17,17 @@ fn main() -> ExitCode {
             return exit_code(&e);
         }
     };
-    let cli = match parse(&args, &from_file) {
+    let mut cli = match parse(&args, &from_file) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    // What the logger and the command share: made here, owned by both, global to neither.
+    let process = podalloc::cli::Process::default();
+    cli.process = process.clone();
     logging::init(
         &logging::filter(&cli.log_level, cli.verbose),
         cli.log_format,
+        &process,
     );
     die_with_any_thread();
     let format = cli.log_format;
@@ -32,7 +36,7 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            logging::print_error(format, &e);
+            logging::print_error(format, &e, &process);
             exit_code(&e)
         }
     }

@@ -298,7 +298,8 @@ exit 1"#,
         line,
         format!(
             "podalloc: error: exec plugin \"./plugin.sh\" (user \"plugin-user\" in kubeconfig \
-             {}) failed with exit code 1: error: the SSO session has expired; run aws sso login",
+             {}) failed with exit code 1: error: the SSO session has expired; run aws sso login \
+             [app=a ns={NAMESPACE}]",
             kc.display()
         )
     );
@@ -331,7 +332,9 @@ users:
     assert!(
         line.contains("podalloc-test-plugin-that-is-not-installed\" (user \"u\"")
             && line.contains("not found")
-            && line.ends_with("Install the plugin with 'brew install podalloc-test-plugin'"),
+            && line.ends_with(
+                "Install the plugin with 'brew install podalloc-test-plugin' [app=a ns=default]"
+            ),
         "{line}"
     );
 }

@@ -46,6 +46,18 @@ EXAMPLES:
   # What would the next tick do? (prints the plan JSON, changes nothing)
   podalloc --app-id spark-etl --image spark:3.5 reconcile --dry-run";
 
+/// What the command shares with the logger `main` installed: which app the lines are about,
+/// and the tokens to scrub from them. Made by `main` before the command runs and passed in
+/// [`Cli::process`], so nothing of it is process-wide state; a library user that installs
+/// no logger keeps the default, which nothing reads.
+#[derive(Clone, Debug, Default)]
+pub struct Process {
+    /// The app and namespace of the lines logged now (set by the command and the runner).
+    pub log: crate::controller::context::LogContext,
+    /// The bearer tokens sent, scrubbed from every line ([`crate::kube::Redactions`]).
+    pub redactions: crate::kube::Redactions,
+}
+
 /// podalloc keeps an application's executor pods on Kubernetes at a target count.
 ///
 /// Each tick lists the app's executor pods by label selector, runs the allocation step of
@@ -56,6 +68,9 @@ EXAMPLES:
 #[derive(Parser, Debug)]
 #[command(name = "podalloc", version, after_long_help = EXIT_CODES, after_help = "All flags, exit codes, environment and examples: podalloc --help")]
 pub struct Cli {
+    /// Not a flag: the handles `main` shares with the logger ([`Process`]).
+    #[arg(skip)]
+    pub process: Process,
     /// Connection flags.
     #[command(flatten)]
     pub conn: ConnArgs,

@@ -21,8 +21,8 @@ use super::sim::{start_simulator, SimGuard};
 use crate::cli::apps_file::{self, AppEntry};
 use crate::cli::AppsArgs;
 use crate::cli::{AppArgs, Cli, StateStoreKind};
-use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
-use crate::controller::tick::{self as reconcile, App};
+use crate::controller::runner::{self, Control, Feed, Options, Outcome, Shutdown, Slot};
+use crate::controller::tick::{self as reconcile, App, TickCx};
 use crate::engine::alloc::{Request, StateOwner, TargetChange};
 use crate::engine::snapshot::Split;
 use crate::engine::snapshot::{LABEL_ROLE, ROLE_EXECUTOR};
@@ -44,6 +44,8 @@ struct Conn {
     /// The view of each namespace an app lives in; the default namespace's is made first.
     clients: BTreeMap<String, KubeClient>,
     state_dir: StateDir,
+    /// The process's services (Events, test points, the probe once the endpoints are on).
+    services: crate::controller::services::Services,
     _sim: Option<SimGuard>,
 }
 
@@ -55,6 +57,9 @@ impl Conn {
             (cli.conn.connection_flags(), None)
         };
         let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
+        // The process's own lines (discovery, leader election, the endpoints) are about
+        // every app it manages: `app=* ns=DEFAULT`; an app's tick sets its own.
+        cli.process.log.set_command("*", &cfg.namespace);
         // Under --simulate the states live in the simulator's temporary directory.
         let state_dir = (a.state_dir.clone())
             .or_else(|| sim.as_ref().map(|s| s.state_file().with_file_name("apps")));
@@ -67,9 +72,10 @@ impl Conn {
                 configmap: a.state_configmaps.clone(),
                 server: cfg.server.clone(),
             },
+            services: super::env::services(cli),
             _sim: sim,
         };
-        let client = KubeClient::with_options(cfg, cli.conn.client_options())
+        let client = KubeClient::with_options(cfg, super::env::client_options(cli))
             .map_err(reconcile::kube_error)?;
         c.clients.insert(c.default_ns.clone(), client);
         Ok(c)
@@ -106,7 +112,6 @@ struct Entry {
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     refuse_app_flags(cli)?;
-    crate::controller::events::set_enabled(!cli.app.no_events);
     if let Some(p) = &cli.metrics_file {
         crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
@@ -130,7 +135,11 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         once: a.once,
         started: Instant::now(),
     };
-    let _endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
+    let endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
+    let _endpoints = endpoints.map(|(e, probe)| {
+        conn.services.probe = Some(probe);
+        e
+    });
     let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
     // The runner's fence on every client, before the election (whose own is then unused).
     conn.clients.values().for_each(|c| shutdown.0.fence(c));
@@ -212,7 +221,7 @@ fn run_apps(
             feed.slot(e.ns, e.app, e.store, request, &shutdown.0)
         })
         .collect();
-    runner::run(o, slots, &mut feed, shutdown)
+    runner::run(o, slots, &mut feed, shutdown, &conn.services)
 }
 
 /// Reads the apps file. An app whose entry cannot be used (bad template, image, app id,
@@ -273,7 +282,7 @@ impl<'c> AppsFeed<'c> {
         app: App,
         store: StoreAt,
         first: Option<Request>,
-        shared: &Arc<Shared>,
+        shared: &Arc<Control>,
     ) -> Slot<'c> {
         let client = self.conn.client(&ns);
         self.stores.insert(key(&ns, &app.app_id), store.clone());
@@ -287,6 +296,7 @@ impl<'c> AppsFeed<'c> {
             },
             holding: self.holding,
             shared: Arc::clone(shared),
+            services: &self.conn.services,
             inner: None,
         };
         let label = format!("app {}: ", app.app_id);
@@ -302,7 +312,7 @@ impl<'c> AppsFeed<'c> {
         &mut self,
         slot: &mut Slot<'c>,
         split: &mut Split,
-        shared: &Shared,
+        shared: &Control,
     ) -> Option<Outcome> {
         let client = self.conn.client(&slot.ns);
         let id = slot.app.app_id.clone();
@@ -320,12 +330,17 @@ impl<'c> AppsFeed<'c> {
         );
         let started = Instant::now();
         let mut state = None;
-        let outcome = slot.tick(shared, |app, store, request| {
+        let services = &self.conn.services;
+        let leader = shared.with_leader(|le| le.map(|le| le.leadership()));
+        let outcome = slot.tick(shared, services, |app, store, memory, request| {
             for w in &snap.warnings {
                 warn!("{w}");
             }
             client.set_deadline(Some(Instant::now() + budget), &what);
-            let res = reconcile::tick_listed(client, app, store, request, Some(snap), now_ms());
+            let mut cx = TickCx { services, memory };
+            let listed = Some(snap);
+            let res =
+                reconcile::tick_listed(&mut cx, client, app, store, request, listed, now_ms());
             client.set_deadline(None, "");
             state = match &res {
                 Ok(r) => Some(r.state.clone()),
@@ -333,7 +348,8 @@ impl<'c> AppsFeed<'c> {
             };
             res
         })?;
-        let wanted = self.metrics_file.is_some() || crate::controller::serve::enabled();
+        let probe = services.probe.as_ref();
+        let wanted = self.metrics_file.is_some() || probe.is_some();
         if let (true, Some(state)) = (wanted, state) {
             let report = match &outcome {
                 Outcome::Done(r) => Some(r.as_ref()),
@@ -345,8 +361,9 @@ impl<'c> AppsFeed<'c> {
                 report,
                 &state,
                 started.elapsed(),
+                leader,
             );
-            crate::controller::serve::app_metrics(&slot.ns, &id, &text);
+            probe.inspect(|p| p.set_app_metrics(&slot.ns, &id, text.clone()));
             self.metrics.insert(key(&slot.ns, &id), text);
         }
         Some(outcome)
@@ -366,7 +383,7 @@ impl<'c> AppsFeed<'c> {
 }
 
 impl<'c> Feed<'c> for AppsFeed<'c> {
-    fn may_act(&mut self, shared: &Shared) -> Result<bool> {
+    fn may_act(&mut self, shared: &Control) -> Result<bool> {
         let ns = &self.conn.default_ns;
         shared.with_leader(|le| {
             let Some(le) = le else { return Ok(true) };
@@ -378,12 +395,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         })
     }
 
-    fn refresh(&mut self, slots: &mut Vec<Slot<'c>>, shared: &Arc<Shared>) {
+    fn refresh(&mut self, slots: &mut Vec<Slot<'c>>, shared: &Arc<Control>) {
         let Some(mut d) = self.discover.take() else {
             return;
         };
         let ns = &self.conn.default_ns;
-        let found = d.refresh(self.conn.client(ns), ns, slots);
+        let via = (self.conn.client(ns), &self.conn.services.events);
+        let found = d.refresh(via, ns, slots);
         for (driver, app, target) in found {
             let ns = self.conn.default_ns.clone();
             let store = self.conn.state_dir.store(&ns, &app.app_id);
@@ -409,7 +427,7 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         &mut self,
         slots: &mut [Slot<'c>],
         due: &[usize],
-        shared: &Shared,
+        shared: &Control,
     ) -> Vec<(usize, Outcome)> {
         let namespaces: BTreeSet<String> = due.iter().map(|&i| slots[i].ns.clone()).collect();
         let mut out = Vec::new();
@@ -445,11 +463,12 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
                 }
             }
         }
-        if self.metrics_file.is_some() || crate::controller::serve::enabled() {
+        let probe = self.conn.services.probe.as_ref();
+        if self.metrics_file.is_some() || probe.is_some() {
             // Once a round: every namespace's view shares the connection's counters.
             let stats = self.conn.client(&self.conn.default_ns).stats();
             let requests = crate::controller::metrics::render_requests(&stats);
-            crate::controller::serve::process_metrics(&requests);
+            probe.inspect(|p| p.set_process_metrics(requests.clone()));
             self.metrics.insert(String::new(), requests);
         }
         self.write_metrics();
@@ -513,7 +532,9 @@ struct Lazy<'c> {
     owner: StateOwner,
     holding: Option<Duration>,
     /// The runner (a stop at once gives up the holder record).
-    shared: Arc<Shared>,
+    shared: Arc<Control>,
+    /// The process's services (its swept directories, whether Events are on).
+    services: &'c crate::controller::services::Services,
     inner: Option<Box<dyn StateStore + 'c>>,
 }
 
@@ -522,8 +543,9 @@ impl<'c> Lazy<'c> {
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
             let heartbeat = self.holding.map(|h| (h, self.shared.as_ref()));
+            let by = ("apps", self.services);
             let store =
-                super::env::open_store(self.client, &self.spec, &self.owner, "apps", heartbeat)?;
+                super::env::open_store(self.client, &self.spec, &self.owner, by, heartbeat)?;
             self.inner = Some(store);
         }
         match self.inner.as_deref_mut() {

@@ -216,8 +216,10 @@ fn await_seed(env: &Env, op: &SteerOp, id: &str, wait: Option<Option<Duration>>)
 /// With no owner: ticks under the lock until request `id` is applied (one tick, unless
 /// older queued requests need one of their own first). Errors: the tick's.
 fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
+    let mut memory = crate::controller::tick::Memory::default();
     for _ in 0..MAX_ONE_SHOT_TICKS {
-        let report = env.tick(store, &Request::default()).map_err(|mut e| {
+        let report = env.tick(store, &Request::default(), &mut memory, None);
+        let report = report.map_err(|mut e| {
             e.message = format!(
                 "{} (request {id} stays queued: the next tick applies it)",
                 e.message

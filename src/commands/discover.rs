@@ -14,6 +14,9 @@ use log::{info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// The client discovery lists with, and the Events poster its warnings go to.
+pub(super) type Via<'a> = (&'a KubeClient, &'a crate::controller::events::Poster);
+
 /// `--discover`: the driver pods, what their annotations asked for, what became of them.
 pub(super) struct Discovery {
     selector: String,
@@ -77,11 +80,12 @@ impl Discovery {
     /// Warns once per driver and message, in the log and as a Warning Event on the driver
     /// pod (reason `AllocationSkipped`), so `kubectl describe pod DRIVER` says why its
     /// executors are left as they are.
-    fn warn_once(&mut self, client: &KubeClient, ns: &str, d: &Driver, msg: String) {
+    fn warn_once(&mut self, (client, events): Via<'_>, ns: &str, d: &Driver, msg: String) {
         if self.warned.get(&d.uid) != Some(&msg) {
             warn!("{msg}");
             let now = super::env::now_ms();
             crate::controller::events::warn_on_pod(
+                events,
                 client,
                 ns,
                 &d.name,
@@ -99,7 +103,7 @@ impl Discovery {
     /// a changed target or phase wakes its app; returns the new drivers' apps.
     pub(super) fn refresh(
         &mut self,
-        client: &KubeClient,
+        (client, events): Via<'_>,
         ns: &str,
         slots: &mut [Slot<'_>],
     ) -> Vec<Found> {
@@ -144,7 +148,7 @@ impl Discovery {
         self.applied.retain(|u, _| live.contains(u.as_str()));
         let mut found = Vec::new();
         for d in drivers {
-            found.extend(self.admit(client, ns, d, slots));
+            found.extend(self.admit((client, events), ns, d, slots));
         }
         found
     }
@@ -153,7 +157,7 @@ impl Discovery {
     /// new app, or reports why not.
     fn admit(
         &mut self,
-        client: &KubeClient,
+        (client, events): Via<'_>,
         ns: &str,
         d: Driver,
         slots: &mut [Slot<'_>],
@@ -173,13 +177,13 @@ impl Discovery {
                 "driver pod {:?} has no spark-app-selector label: skipped",
                 d.name
             );
-            self.warn_once(client, ns, &d, msg);
+            self.warn_once((client, events), ns, &d, msg);
             return None;
         };
         let (wanted, app) = match self.lower(client, &d, &app_id, slots) {
             Ok(w) => w,
             Err(msg) => {
-                self.warn_once(client, ns, &d, msg);
+                self.warn_once((client, events), ns, &d, msg);
                 return None;
             }
         };

@@ -90,12 +90,13 @@ pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool
     let Some(le) = le else {
         return true;
     };
-    if le.is_leader() {
+    let leadership = le.leadership();
+    if leadership.0 {
         return true;
     }
     if let Some(path) = &cli.metrics_file {
-        let text =
-            crate::controller::metrics::render_standby(&env.app.app_id, env.client.namespace());
+        let (app, ns) = (&env.app.app_id, env.client.namespace());
+        let text = crate::controller::metrics::render_standby(app, ns, leadership);
         if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }

@@ -4,8 +4,9 @@
 
 use super::sim::{start_simulator, SimGuard};
 use crate::cli::{Cli, StateStoreKind};
-use crate::controller::runner::{Shared, StopHook};
-use crate::controller::tick::{self as reconcile, App, TickReport};
+use crate::controller::runner::{Control, StopHook};
+use crate::controller::services::Services;
+use crate::controller::tick::{self as reconcile, App, Memory, TickCx, TickReport};
 use crate::engine::alloc::Request;
 use crate::engine::alloc::{AllocatorState, StateOwner, Steering};
 use crate::error::{Error, Result};
@@ -45,6 +46,8 @@ pub(super) struct Env {
     tick_budget: Duration,
     /// `run --timeout`: no call of a tick goes past it.
     pub(super) run_deadline: Option<Instant>,
+    /// The process's services (Events, test points, the probe once the endpoints are on).
+    pub(super) services: Services,
 }
 
 /// How long the API calls of one tick may take in all: 4 × `--request-timeout` (2 minutes
@@ -59,7 +62,12 @@ pub(super) struct Env {
 pub(super) fn endpoints(
     cli: &Cli,
     slowest: Duration,
-) -> Result<Option<crate::controller::serve::Endpoints>> {
+) -> Result<
+    Option<(
+        crate::controller::serve::Endpoints,
+        crate::controller::serve::Probe,
+    )>,
+> {
     let stuck = tick_budget(cli) + 2 * slowest;
     crate::controller::serve::serve(
         cli.metrics_bind_address.as_deref(),
@@ -81,7 +89,6 @@ pub(super) fn tick_budget(cli: &Cli) -> Duration {
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
-    crate::controller::events::set_enabled(!cli.app.no_events);
     let (flags, sim) = if simulate {
         start_simulator(&cli.conn)?
     } else {
@@ -90,7 +97,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let cfg = kube::resolve(&flags).map_err(reconcile::kube_error)?;
     let namespace = cfg.namespace.clone();
     check_namespace(&namespace)?;
-    super::set_log_context(&app.app_id, &namespace);
+    cli.process.log.set_command(&app.app_id, &namespace);
     if let Some(p) = &cli.metrics_file {
         crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
@@ -103,7 +110,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let conn_source = cfg.source.clone();
     let client =
-        KubeClient::with_options(cfg, cli.conn.client_options()).map_err(reconcile::kube_error)?;
+        KubeClient::with_options(cfg, client_options(cli)).map_err(reconcile::kube_error)?;
     let given = cli.app.state_store.clone();
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),
@@ -124,9 +131,25 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         _sim: sim,
         tick_budget: tick_budget(cli),
         run_deadline: None,
+        services: services(cli),
     };
     env.find_home(given.as_ref())?;
     Ok(env)
+}
+
+/// The client options of the flags, remembering the tokens sent where the logger scrubs
+/// them ([`crate::cli::Process::redactions`]).
+pub(super) fn client_options(cli: &Cli) -> kube::ClientOptions {
+    kube::ClientOptions {
+        redactions: cli.process.redactions.clone(),
+        ..cli.conn.client_options()
+    }
+}
+
+/// The process's services for a command: Events unless `--no-events`, the log context
+/// shared with the logger.
+pub(super) fn services(cli: &Cli) -> Services {
+    Services::new(cli.app.no_events, cli.process.log.clone())
 }
 
 /// Where an app's state lives: a state file, or a ConfigMap of its namespace.
@@ -145,18 +168,21 @@ pub(super) enum StoreAt {
 /// process into the lock file; the ConfigMap store respects a running loop's holder record,
 /// and with `loop_interval` (a loop's heartbeat and its runner) writes and renews this
 /// process's own, stale after 3 × max(interval, 10 s), and gives it up if the runner stops
-/// at once ([`Shared::on_stop`]). The store is bound to the owner's cluster (file store),
+/// at once ([`Control::on_stop`]). The store is bound to the owner's cluster (file store),
 /// namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by another loop.
 pub(super) fn open_store<'a>(
     client: &'a KubeClient,
     at: &StoreAt,
     owner: &StateOwner,
-    command: &str,
-    loop_interval: Option<(Duration, &Shared)>,
+    (command, services): (&str, &Services),
+    loop_interval: Option<(Duration, &Control)>,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
     let holder = Holder::current(command);
     let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
-        StoreAt::File(path) => (Box::new(LockedStore::lock_as(path, &holder)?), true),
+        StoreAt::File(path) => (
+            Box::new(LockedStore::lock_as(path, &holder, &services.swept)?),
+            true,
+        ),
         StoreAt::ConfigMap(name) => {
             let cm = ConfigMapStore::new(client, name, &owner.app_id);
             let cm = match loop_interval {
@@ -170,7 +196,7 @@ pub(super) fn open_store<'a>(
             (Box::new(cm), false)
         }
         StoreAt::ExecutorSet(name) => {
-            let events = crate::controller::events::enabled();
+            let events = services.events.enabled();
             let es = ExecutorSetStore::new(client, name, &owner.app_id, events);
             (Box::new(es), false)
         }
@@ -241,14 +267,15 @@ impl Env {
     pub(super) fn open_store(
         &self,
         command: &str,
-        loop_interval: Option<(Duration, &Shared)>,
+        loop_interval: Option<(Duration, &Control)>,
     ) -> std::result::Result<Box<dyn StateStore + '_>, StoreError> {
         let at = match &self.store_kind {
             StateStoreKind::File => StoreAt::File(self.state_path.clone()),
             StateStoreKind::ConfigMap(name) => StoreAt::ConfigMap(name.clone()),
             StateStoreKind::ExecutorSet(name) => StoreAt::ExecutorSet(name.clone()),
         };
-        open_store(&self.client, &at, &self.owner, command, loop_interval)
+        let by = (command, &self.services);
+        open_store(&self.client, &at, &self.owner, by, loop_interval)
     }
 
     /// Reads the state without locking (read-only commands), checking that it belongs to
@@ -387,9 +414,16 @@ impl Env {
         }
     }
 
-    /// Runs one tick, warning first when TLS verification is off, and writes the metrics
-    /// file after it.
-    pub(super) fn tick(&self, store: &mut dyn StateStore, change: &Request) -> Result<TickReport> {
+    /// Runs one tick with the app's `memory`, warning first when TLS verification is off,
+    /// and writes the metrics file (and `/metrics`' text) after it; `leader`: the election's
+    /// [`crate::controller::leader::LeaderElection::leadership`], for the metrics.
+    pub(super) fn tick(
+        &self,
+        store: &mut dyn StateStore,
+        change: &Request,
+        memory: &mut Memory,
+        leader: Option<(bool, u64)>,
+    ) -> Result<TickReport> {
         if self.insecure {
             // Its own target: a security warning is repeated every tick, never collapsed.
             warn!(
@@ -411,7 +445,11 @@ impl Env {
             ),
         };
         self.client.set_deadline(Some(at), &what);
-        let res = reconcile::tick(&self.client, &self.app, store, change, now_ms())
+        let mut cx = TickCx {
+            services: &self.services,
+            memory,
+        };
+        let res = reconcile::tick(&mut cx, &self.client, &self.app, store, change, now_ms())
             .map(|mut report| {
                 report.error = report.error.map(|e| self.explain(e));
                 report
@@ -419,33 +457,44 @@ impl Env {
             .map_err(|e| self.explain(e));
         // Calls between ticks (events, a status read) have only their own request timeout.
         self.client.set_deadline(None, "");
-        if self.metrics_file.is_some() || crate::controller::serve::enabled() {
-            // After every tick, failed ones too (their API errors are counted).
-            let state = match &res {
-                Ok(report) => Some(report.state.clone()),
-                Err(_) => store.load().ok().flatten(),
-            };
-            if let Some(state) = state {
-                let text = crate::controller::metrics::render(
-                    &self.app.app_id,
-                    self.client.namespace(),
-                    res.as_ref().ok(),
-                    &state,
-                    started.elapsed(),
-                );
-                let ns = self.client.namespace();
-                crate::controller::serve::app_metrics(ns, &self.app.app_id, &text);
-                let requests = crate::controller::metrics::render_requests(&self.client.stats());
-                crate::controller::serve::process_metrics(&requests);
-                if let Some(path) = &self.metrics_file {
-                    let text = format!("{text}{requests}");
-                    if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
-                        warn!("cannot write the metrics file {}: {e}", path.display());
-                    }
-                }
+        self.publish_metrics(store, &res, started.elapsed(), leader);
+        res
+    }
+}
+
+impl Env {
+    /// After every tick, failed ones too (their API errors are counted): the app's and the
+    /// process's metrics to `/metrics` and the metrics file, when either is on.
+    fn publish_metrics(
+        &self,
+        store: &mut dyn StateStore,
+        res: &Result<TickReport>,
+        took: Duration,
+        leader: Option<(bool, u64)>,
+    ) {
+        let probe = self.services.probe.as_ref();
+        if self.metrics_file.is_none() && probe.is_none() {
+            return;
+        }
+        let state = match res {
+            Ok(report) => Some(report.state.clone()),
+            Err(_) => store.load().ok().flatten(),
+        };
+        let Some(state) = state else { return };
+        let (app, ns) = (&self.app.app_id, self.client.namespace());
+        let text =
+            crate::controller::metrics::render(app, ns, res.as_ref().ok(), &state, took, leader);
+        let requests = crate::controller::metrics::render_requests(&self.client.stats());
+        if let Some(p) = probe {
+            p.set_app_metrics(ns, app, text.clone());
+            p.set_process_metrics(requests.clone());
+        }
+        if let Some(path) = &self.metrics_file {
+            let text = format!("{text}{requests}");
+            if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
+                warn!("cannot write the metrics file {}: {e}", path.display());
             }
         }
-        res
     }
 }
 

@@ -33,19 +33,14 @@ use crate::error::Result;
 
 /// The pod template parser, at its former path (the tests call it here).
 pub use crate::cli::template::parse_template_text;
+pub use crate::controller::context::LogContext;
 pub use env::now_ms;
 pub use status::StatusCounts;
 
-/// Runs the parsed command line.
+/// Runs the parsed command line (its [`Cli::process`] shared with the logger). A command's
+/// last Events are posted before it returns (at most one event deadline).
 pub fn run(cli: Cli) -> Result<()> {
-    let res = run_command(&cli);
-    // Events are posted by their own thread: give the last ones a moment (at most one
-    // event deadline), never longer.
-    let left = crate::controller::events::flush(crate::controller::events::EVENT_DEADLINE);
-    if left > 0 {
-        log::debug!("{left} event(s) not posted before exit");
-    }
-    res
+    run_command(&cli)
 }
 
 fn run_command(cli: &Cli) -> Result<()> {
@@ -79,20 +74,4 @@ pub(crate) fn print_out(text: &str) -> crate::error::Result<()> {
         )),
         _ => Ok(()),
     }
-}
-
-/// The app id and namespace every log line carries once the command has connected (set
-/// once by [`env::connect`]).
-static LOG_CONTEXT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
-
-/// The `(app id, namespace)` of this log line: the app the runner is ticking on this
-/// thread ([`crate::controller::context::app_log_context`]; `apps` ticks one app after
-/// another), else the command's once connected.
-pub fn log_context() -> Option<(String, String)> {
-    crate::controller::context::app_log_context().or_else(|| LOG_CONTEXT.get().cloned())
-}
-
-/// Sets [`log_context`] (the first call wins).
-pub(crate) fn set_log_context(app_id: &str, namespace: &str) {
-    let _ = LOG_CONTEXT.set((app_id.to_string(), namespace.to_string()));
 }

@@ -18,7 +18,8 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     env.refuse_under_leader("reconcile")?;
     let mut store = env.open_store("reconcile", None).map_err(store_error)?;
     let change = Request::target(a.target);
-    finish(env.tick(store.as_mut(), &change)?)
+    let mut memory = crate::controller::tick::Memory::default();
+    finish(env.tick(store.as_mut(), &change, &mut memory, None)?)
 }
 
 /// `--dry-run`: lists, runs the step on the saved state (unlocked), prints the plan JSON

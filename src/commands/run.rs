@@ -7,7 +7,7 @@
 
 use super::env::{connect, Env};
 use crate::cli::{Cli, LogFormat, RunArgs};
-use crate::controller::runner::{self, Feed, Options, Outcome, Shared, Shutdown, Slot};
+use crate::controller::runner::{self, Control, Feed, Options, Outcome, Shutdown, Slot};
 use crate::controller::tick::TickReport;
 use crate::engine::alloc::{Request, TargetChange};
 use crate::error::{Error, Result};
@@ -89,6 +89,9 @@ struct RunFeed<'e> {
     progress: &'e Progress,
     /// Waiting as a standby: another loop's fresh holder record is on the app's store.
     standby: bool,
+    /// Without `--leader-elect`, whether this loop acts and how often that changed, once it
+    /// has waited as a standby (`podalloc_is_leader` on `/metrics`); `None` before.
+    leadership: Option<(bool, u64)>,
 }
 
 impl RunFeed<'_> {
@@ -104,7 +107,8 @@ impl RunFeed<'_> {
             return;
         }
         self.standby = standby;
-        crate::controller::metrics::set_leader(!standby, 1);
+        let transitions = self.leadership.map_or(0, |(_, t)| t + 1);
+        self.leadership = Some((!standby, transitions));
         if standby {
             self.standby_metrics();
         }
@@ -112,8 +116,11 @@ impl RunFeed<'_> {
 
     fn standby_metrics(&self) {
         let (app, ns) = (&self.env.app.app_id, self.env.client.namespace());
-        let text = crate::controller::metrics::render_standby(app, ns);
-        crate::controller::serve::app_metrics(ns, app, &text);
+        let leader = self.leadership.unwrap_or((false, 0));
+        let text = crate::controller::metrics::render_standby(app, ns, leader);
+        if let Some(probe) = &self.env.services.probe {
+            probe.set_app_metrics(ns, app, text.clone());
+        }
         if let Some(path) = &self.cli.metrics_file {
             if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
                 log::warn!("cannot write the metrics file {}: {e}", path.display());
@@ -123,7 +130,7 @@ impl RunFeed<'_> {
 }
 
 impl<'e> Feed<'e> for RunFeed<'e> {
-    fn may_act(&mut self, shared: &Shared) -> Result<bool> {
+    fn may_act(&mut self, shared: &Control) -> Result<bool> {
         Ok(shared.with_leader(|le| super::elect::may_act(le, self.cli, self.env)))
     }
 
@@ -131,12 +138,15 @@ impl<'e> Feed<'e> for RunFeed<'e> {
         &mut self,
         slots: &mut [Slot<'e>],
         due: &[usize],
-        shared: &Shared,
+        shared: &Control,
     ) -> Vec<(usize, Outcome)> {
         let env = self.env;
+        let leader = shared.with_leader(|le| le.map(|le| le.leadership())).or(self.leadership);
         let out: Vec<(usize, Outcome)> = (due.iter())
             .filter_map(|&i| {
-                let outcome = slots[i].tick(shared, |_, store, request| env.tick(store, request));
+                let outcome = slots[i].tick(shared, &env.services, |_, store, memory, request| {
+                    env.tick(store, request, memory, leader)
+                });
                 outcome.map(|o| (i, o))
             })
             .collect();
@@ -165,6 +175,11 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         started: Instant::now(),
     };
     env.run_deadline = a.timeout.map(|t| o.started + t);
+    let endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
+    let _endpoints = endpoints.map(|(e, probe)| {
+        env.services.probe = Some(probe);
+        e
+    });
     let env = env;
     if !a.leader.leader_elect {
         env.refuse_under_leader("run")?;
@@ -175,7 +190,6 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     let command = if progress.on { "scale --wait" } else { "run" };
     // The holder record's heartbeat follows the slowest tick (the idle interval).
     let holding = (!a.leader.leader_elect).then_some(o.interval.max(a.idle_interval));
-    let _endpoints = super::env::endpoints(cli, o.interval.max(a.idle_interval))?;
     let shutdown = Shutdown::install(env.run_deadline)?;
     let heartbeat = holding.map(|h| (h, shutdown.0.as_ref()));
     let store = env.open_store(command, heartbeat).map_err(store_error)?;
@@ -198,8 +212,9 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         cli,
         progress,
         standby: false,
+        leadership: None,
     };
-    let res = runner::run(&o, vec![slot], &mut feed, &shutdown);
+    let res = runner::run(&o, vec![slot], &mut feed, &shutdown, &env.services);
     // --leader-elect: the Lease released after the last tick (the fence keeps the Arc).
     shutdown.0.set_leader(None);
     res

@@ -16,15 +16,11 @@
 //! the process says so once and deletes pod by pod from then on.
 
 use super::app::App;
-use super::points::crash_point;
+use super::services::Services;
 use crate::engine::alloc;
 use crate::engine::snapshot::{ExecutorState, For, Snapshot, LABEL_EXEC_ID};
 use crate::kube::{Deleted, KubeClient, KubeError, ListParams, Preconditions, PODS};
 use log::{info, warn};
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Set once a server refused `deletecollection` (403 or 405): this process deletes pod by pod.
-static ONE_BY_ONE: AtomicBool = AtomicBool::new(false);
 
 /// Ids per `deletecollection` request: keeps the URL's label selector under about 2 KB.
 pub(crate) const MAX_PER_REQUEST: usize = 200;
@@ -42,7 +38,12 @@ pub(crate) struct DeletesDone {
 /// pending pods (deleted only while `status.phase=Pending`) and the rest; a group of two or
 /// more is one `deletecollection` per [`MAX_PER_REQUEST`] ids, a lone pod is deleted by name.
 /// Pods the snapshot did not show (timed-out creates) are deleted by name.
-pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete]) -> DeletesDone {
+pub(crate) fn delete_all(
+    services: &Services,
+    client: &KubeClient,
+    app: &App,
+    plan: &[alloc::Delete],
+) -> DeletesDone {
     let mut done = DeletesDone::default();
     // A pod the snapshot did not show (an unacknowledged create timed out) goes by name: it
     // may exist without the app's labels, which a selector would miss (docs/semantics.md D3).
@@ -51,14 +52,14 @@ pub(crate) fn delete_all(client: &KubeClient, app: &App, plan: &[alloc::Delete])
     let (pending, other): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
         seen.into_iter().partition(|d| d.if_pending);
     for (group, by_name) in [(unseen, true), (other, false), (pending, false)] {
-        if by_name || group.len() < 2 || ONE_BY_ONE.load(Ordering::Relaxed) {
+        if by_name || group.len() < 2 || services.one_by_one(client) {
             group
                 .iter()
-                .for_each(|d| delete_logged(client, app, d, &mut done));
+                .for_each(|d| delete_logged(services, client, app, d, &mut done));
             continue;
         }
         for chunk in group.chunks(MAX_PER_REQUEST) {
-            if let Err(e) = delete_chunk(client, app, chunk, &mut done) {
+            if let Err(e) = delete_chunk(services, client, app, chunk, &mut done) {
                 warn!("could not delete {} executor pods: {e}", chunk.len());
                 done.error.get_or_insert(e);
             }
@@ -81,6 +82,7 @@ pub(crate) fn selector_of(app: &App, ids: impl Iterator<Item = u64>) -> String {
 /// One `deletecollection` for `chunk` (all excess pending, or none). On 403 or 405 the
 /// process turns to deleting one by one and does so for this chunk at once.
 fn delete_chunk(
+    services: &Services,
     client: &KubeClient,
     app: &App,
     chunk: &[&alloc::Delete],
@@ -93,11 +95,11 @@ fn delete_chunk(
         field_selector: if_pending.then_some("status.phase=Pending"),
         limit: None,
     };
-    crash_point("before-delete");
+    services.points.crash("before-delete");
     let matched = match client.api(&PODS).delete_collection(&lp) {
         Ok(names) => names,
         Err(KubeError::Api { ref status, .. }) if matches!(status.code, 403 | 405) => {
-            if !ONE_BY_ONE.swap(true, Ordering::Relaxed) {
+            if services.refuse_collections(client) {
                 warn!(
                     "the API server refused deletecollection on pods ({}): deleting executor \
                      pods one by one from now on (grant the Role pods deletecollection, as \
@@ -107,12 +109,12 @@ fn delete_chunk(
             }
             chunk
                 .iter()
-                .for_each(|d| delete_logged(client, app, d, done));
+                .for_each(|d| delete_logged(services, client, app, d, done));
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    crash_point("after-delete");
+    services.points.crash("after-delete");
     for d in chunk {
         // Not matched: a plain delete's pod was already gone (deleted, as a 404 is); an
         // excess pod was gone or no longer Pending, and the next tick's list tells which.
@@ -133,10 +135,16 @@ fn delete_chunk(
 }
 
 /// One planned delete by name, logged, its outcome counted.
-fn delete_logged(client: &KubeClient, app: &App, d: &alloc::Delete, done: &mut DeletesDone) {
-    crash_point("before-delete");
+fn delete_logged(
+    services: &Services,
+    client: &KubeClient,
+    app: &App,
+    d: &alloc::Delete,
+    done: &mut DeletesDone,
+) {
+    services.points.crash("before-delete");
     let res = delete_one(client, app, d);
-    crash_point("after-delete");
+    services.points.crash("after-delete");
     match res {
         Ok(true) => {
             done.ids.push(d.executor_id);
@@ -285,7 +293,7 @@ mod tests {
             seen(2, DeleteReason::Failed),
             seen(6, DeleteReason::Excess).if_still_pending(),
         ];
-        let done = delete_all(&client, &app(), &plan);
+        let done = delete_all(&Services::default(), &client, &app(), &plan);
         assert!(done.error.is_none(), "{:?}", done.error);
         assert_eq!(done.ids, [9, 1, 2, 5], "6 turned Running: not deleted");
         let sent: Vec<(String, Option<String>, Option<String>)> = (server.recorded().iter())

@@ -51,9 +51,11 @@ use crate::error::Error;
 use crate::kube::{Api, KubeClient, KubeError, Patch, PostParams, EVENTS, PODS};
 use log::{debug, warn};
 use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// `source.component` and `reportingComponent` of every event.
 pub(crate) const COMPONENT: &str = "podalloc";
@@ -322,19 +324,6 @@ fn event_json(ev: &EventSpec, name: &str, now: &str) -> Value {
     })
 }
 
-static DISABLED: AtomicBool = AtomicBool::new(false);
-static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
-
-/// Turns event posting off (`--no-events`) or back on for this process. On by default.
-pub(crate) fn set_enabled(on: bool) {
-    DISABLED.store(!on, Ordering::SeqCst);
-}
-
-/// Whether events are posted.
-pub(crate) fn enabled() -> bool {
-    !DISABLED.load(Ordering::SeqCst)
-}
-
 /// The words a delete reason reads as in a message.
 fn delete_words(r: DeleteReason) -> &'static str {
     match r {
@@ -527,7 +516,9 @@ fn executor_ref(
 /// `now_ms` (ms since the Unix epoch),
 /// through the process's recorder (correlated and rate-limited like the tick's events).
 /// Does nothing with `--no-events`; never fails.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn warn_on_pod(
+    poster: &Poster,
     client: &KubeClient,
     ns: &str,
     name: &str,
@@ -536,7 +527,7 @@ pub(crate) fn warn_on_pod(
     message: &str,
     now_ms: u64,
 ) {
-    if !enabled() {
+    if !poster.enabled {
         return;
     }
     let ev = EventSpec {
@@ -546,7 +537,7 @@ pub(crate) fn warn_on_pod(
         message: message.to_string(),
         bucket: None,
     };
-    enqueue(client, ev, now_ms);
+    poster.enqueue(client, ev, now_ms);
 }
 
 /// What a tick's calls did, as its events need it.
@@ -573,13 +564,14 @@ pub(crate) struct Done<'a> {
 /// tick names it with the uid in `done.uids`; only a pod missing there is read (GET) for
 /// it. Does nothing with `--no-events`; never fails.
 pub(crate) fn record_tick(
+    poster: &Poster,
     client: &KubeClient,
     snapshot: &Snapshot,
     plan: &Plan,
     done: &Done<'_>,
     now_ms: u64,
 ) {
-    if !enabled() {
+    if !poster.enabled {
         return;
     }
     let out = done.out;
@@ -606,7 +598,7 @@ pub(crate) fn record_tick(
             message,
             bucket,
         };
-        enqueue(client, ev, now_ms);
+        poster.enqueue(client, ev, now_ms);
     }
 }
 
@@ -619,112 +611,147 @@ pub(crate) const QUEUE_CAPACITY: usize = 256;
 
 /// One event for the poster thread: the client of its namespace, the event, its time.
 struct Job {
-    client: std::sync::Arc<KubeClient>,
+    client: Arc<KubeClient>,
     ev: EventSpec,
     now_ms: u64,
 }
 
-/// The queue the poster thread drains, the events not yet posted, the count dropped.
-struct Queue {
-    tx: Mutex<Option<std::sync::mpsc::SyncSender<Job>>>,
-    pending: std::sync::atomic::AtomicUsize,
-    dropped: std::sync::atomic::AtomicU64,
-    /// Event clients by server and namespace (made once: [`EVENT_DEADLINE`], no retry).
-    clients: Mutex<BTreeMap<String, (std::time::Instant, std::sync::Arc<KubeClient>)>>,
-}
-
 /// How long an Event client is used before it is made again (it carries the credential
 /// of the moment it was made: an exec plugin's token is not refreshed by it).
-const CLIENT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+const CLIENT_TTL: Duration = Duration::from_secs(60);
 
-static QUEUE: Queue = Queue {
-    tx: Mutex::new(None),
-    pending: std::sync::atomic::AtomicUsize::new(0),
-    dropped: std::sync::atomic::AtomicU64::new(0),
-    clients: Mutex::new(BTreeMap::new()),
-};
-
-/// The Event client for `client`'s server and namespace: its own short deadline
-/// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec plugin
-/// is not run again for Events), made again after [`CLIENT_TTL`]. `None` when it cannot be
-/// made (logged at debug level).
-fn event_client(client: &KubeClient) -> Option<std::sync::Arc<KubeClient>> {
-    let key = format!("{}|{}", client.server(), client.namespace());
-    let mut clients = QUEUE.clients.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((made, c)) = clients.get(&key) {
-        if made.elapsed() < CLIENT_TTL {
-            return Some(std::sync::Arc::clone(c));
-        }
-    }
-    let mut options = crate::kube::ClientOptions::default();
-    options.timeouts.connect = EVENT_DEADLINE;
-    options.timeouts.per_read = EVENT_DEADLINE;
-    options.timeouts.global = EVENT_DEADLINE;
-    options.retry = crate::kube::RetryPolicy::none();
-    match client.derive_with_current_credential(options) {
-        Ok(c) => {
-            let c = std::sync::Arc::new(c);
-            clients.insert(key, (std::time::Instant::now(), std::sync::Arc::clone(&c)));
-            Some(c)
-        }
-        Err(e) => {
-            debug!("cannot make the events client: {e}");
-            None
-        }
-    }
+/// The process's Events: whether they are posted (`--no-events`), the queue its poster
+/// thread drains (started at first use; the thread owns the [`Recorder`]), the events not
+/// yet posted and the Event clients by server and namespace. Owned by the process's
+/// services; dropping it waits at most [`EVENT_DEADLINE`] for the events still queued.
+pub(crate) struct Poster {
+    enabled: bool,
+    tx: RefCell<Option<std::sync::mpsc::SyncSender<Job>>>,
+    /// Events handed over and not yet posted (the thread counts them down).
+    pending: Arc<AtomicUsize>,
+    dropped: Cell<u64>,
+    /// Event clients by server and namespace (made once: [`EVENT_DEADLINE`], no retry).
+    clients: RefCell<BTreeMap<String, (Instant, Arc<KubeClient>)>>,
 }
 
-/// Hands an event to the poster thread (started at first use), never blocking the tick:
-/// when [`QUEUE_CAPACITY`] events already wait, this one is dropped with a log line (a
-/// warning the first time, then debug).
-fn enqueue(client: &KubeClient, ev: EventSpec, now_ms: u64) {
-    let Some(client) = event_client(client) else {
-        return;
-    };
-    let mut tx = QUEUE.tx.lock().unwrap_or_else(|e| e.into_inner());
-    if tx.is_none() {
+impl Poster {
+    /// A poster that posts (`enabled`) or does nothing (`--no-events`).
+    pub(crate) fn new(enabled: bool) -> Poster {
+        Poster {
+            enabled,
+            tx: RefCell::new(None),
+            pending: Arc::new(AtomicUsize::new(0)),
+            dropped: Cell::new(0),
+            clients: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// Whether Events are posted (not `--no-events`).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The Event client for `client`'s server and namespace: its own short deadline
+    /// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec
+    /// plugin is not run again for Events), made again after [`CLIENT_TTL`]. `None` when
+    /// it cannot be made (logged at debug level).
+    fn event_client(&self, client: &KubeClient) -> Option<Arc<KubeClient>> {
+        let key = format!("{}|{}", client.server(), client.namespace());
+        let mut clients = self.clients.borrow_mut();
+        if let Some((made, c)) = clients.get(&key) {
+            if made.elapsed() < CLIENT_TTL {
+                return Some(Arc::clone(c));
+            }
+        }
+        let mut options = crate::kube::ClientOptions::default();
+        options.timeouts.connect = EVENT_DEADLINE;
+        options.timeouts.per_read = EVENT_DEADLINE;
+        options.timeouts.global = EVENT_DEADLINE;
+        options.retry = crate::kube::RetryPolicy::none();
+        match client.derive_with_current_credential(options) {
+            Ok(c) => {
+                let c = Arc::new(c);
+                clients.insert(key, (Instant::now(), Arc::clone(&c)));
+                Some(c)
+            }
+            Err(e) => {
+                debug!("cannot make the events client: {e}");
+                None
+            }
+        }
+    }
+
+    /// Starts the poster thread: it owns the recorder and posts the queued events in order.
+    fn start(&self) -> Option<std::sync::mpsc::SyncSender<Job>> {
         let (sender, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUE_CAPACITY);
+        let pending = Arc::clone(&self.pending);
         let started = std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
+                let mut rec = Recorder::default();
                 for job in rx {
-                    let mut guard = RECORDER.lock().unwrap_or_else(|e| e.into_inner());
-                    let rec = guard.get_or_insert_with(Recorder::default);
                     let events = job.client.api_in(&job.ev.involved.namespace, &EVENTS);
                     rec.post(&events, job.ev, job.now_ms);
-                    QUEUE.pending.fetch_sub(1, Ordering::SeqCst);
+                    pending.fetch_sub(1, Ordering::SeqCst);
                 }
             });
-        if let Err(e) = started {
-            warn!("cannot start the events thread: {e}; events are not posted");
-            return;
+        match started {
+            Ok(_) => Some(sender),
+            Err(e) => {
+                warn!("cannot start the events thread: {e}; events are not posted");
+                None
+            }
         }
-        *tx = Some(sender);
     }
-    let job = Job { client, ev, now_ms };
-    QUEUE.pending.fetch_add(1, Ordering::SeqCst);
-    let full = tx.as_ref().is_some_and(|t| t.try_send(job).is_err());
-    if full {
-        QUEUE.pending.fetch_sub(1, Ordering::SeqCst);
-        if QUEUE.dropped.fetch_add(1, Ordering::SeqCst) == 0 {
-            warn!("{QUEUE_CAPACITY} events are waiting to be posted (the API server is slow to take them): dropping new ones; events are best effort");
-        } else {
-            debug!("event dropped: {QUEUE_CAPACITY} events are waiting");
+
+    /// Hands an event to the poster thread (started at first use), never blocking the
+    /// tick: when [`QUEUE_CAPACITY`] events already wait, this one is dropped with a log
+    /// line (a warning the first time, then debug).
+    fn enqueue(&self, client: &KubeClient, ev: EventSpec, now_ms: u64) {
+        let Some(client) = self.event_client(client) else {
+            return;
+        };
+        let mut tx = self.tx.borrow_mut();
+        if tx.is_none() {
+            *tx = self.start();
+        }
+        let Some(sender) = tx.as_ref() else { return };
+        let job = Job { client, ev, now_ms };
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if sender.try_send(job).is_err() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            let dropped = self.dropped.get();
+            self.dropped.set(dropped + 1);
+            if dropped == 0 {
+                warn!("{QUEUE_CAPACITY} events are waiting to be posted (the API server is slow to take them): dropping new ones; events are best effort");
+            } else {
+                debug!("event dropped: {QUEUE_CAPACITY} events are waiting");
+            }
+        }
+    }
+
+    /// Waits until the queued events are posted, at most `limit`. Returns how many were
+    /// left unposted.
+    pub(crate) fn flush(&self, limit: Duration) -> usize {
+        let end = Instant::now() + limit;
+        loop {
+            let left = self.pending.load(Ordering::SeqCst);
+            if left == 0 || Instant::now() >= end {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
 
-/// Waits until the queued events are posted, at most `limit` (a command calls it once before
-/// it exits, so that a one-shot `reconcile`'s events are not lost). Returns how many were
-/// left unposted.
-pub(crate) fn flush(limit: std::time::Duration) -> usize {
-    let end = std::time::Instant::now() + limit;
-    loop {
-        let left = QUEUE.pending.load(Ordering::SeqCst);
-        if left == 0 || std::time::Instant::now() >= end {
-            return left;
+/// A command's last events are posted before it exits (a one-shot `reconcile`'s too), for
+/// at most one event deadline.
+impl Drop for Poster {
+    fn drop(&mut self) {
+        let left = self.flush(EVENT_DEADLINE);
+        if left > 0 {
+            debug!("{left} event(s) not posted before exit");
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -733,6 +760,7 @@ mod tests {
     use super::*;
     use crate::kube::testutil::{FakeServer, Reply};
     use std::sync::Arc;
+    use std::sync::Mutex;
 
     /// A Status body for `code`/`reason`.
     fn status(code: u16, reason: &str) -> Reply {

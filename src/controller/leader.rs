@@ -611,8 +611,9 @@ pub(crate) fn default_identity() -> String {
     format!("{host}_{:08x}", mix >> 32)
 }
 
-/// What the shell and the run loop share.
-struct Shared {
+/// The candidate: what the election thread and the run loop share (the elector, the
+/// leadership last reported, the stop request).
+struct Candidate {
     elector: Mutex<Elector>,
     origin: Instant,
     stop: AtomicBool,
@@ -634,7 +635,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Shared {
+impl Candidate {
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }
@@ -663,7 +664,6 @@ impl Shared {
                 None => warn!("leader election: {me} stopped acting at once: the lease was deleted"),
                 Some(h) => warn!("leader election: {me} stopped acting at once: the lease now names {h:?}"),
             }
-            crate::controller::metrics::set_leader(leading, r.transitions);
         }
         leading
     }
@@ -672,7 +672,7 @@ impl Shared {
 /// A running election: a thread keeps acquiring or renewing the Lease. Drop (or
 /// [`LeaderElection::stop`]) stops it and releases the Lease if we hold it.
 pub(crate) struct LeaderElection {
-    shared: Arc<Shared>,
+    shared: Arc<Candidate>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -697,13 +697,12 @@ impl LeaderElection {
         options.timeouts.global = timing.renew_deadline;
         options.retry = crate::kube::RetryPolicy::none();
         let lease_client = client.derive(options)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Candidate {
             elector: Mutex::new(elector),
             origin: Instant::now(),
             stop: AtomicBool::new(false),
             reported: Mutex::new(Reported::default()),
         });
-        crate::controller::metrics::set_leader(false, 0);
         let s = Arc::clone(&shared);
         let lease_name = name.to_string();
         let thread = std::thread::Builder::new()
@@ -736,6 +735,13 @@ impl LeaderElection {
     /// Whether this process leads now (logs and counts a change).
     pub(crate) fn is_leader(&self) -> bool {
         self.shared.leading()
+    }
+
+    /// Whether this process leads and how many times that changed since it started, for
+    /// the metrics (`podalloc_is_leader`, `podalloc_leader_transitions_total`).
+    pub(crate) fn leadership(&self) -> (bool, u64) {
+        let leading = self.shared.leading();
+        (leading, lock(&self.shared.reported).transitions)
     }
 
     /// The Lease's holder as last read (`None`: none read, or missing).
@@ -780,7 +786,7 @@ fn wall_ms() -> u64 {
 /// The election thread: attempt, sleep (a retry period when leading; jittered by up to
 /// [`JITTER_FACTOR`] more when not, as client-go's `wait.JitterUntil`), until stopped; then
 /// release.
-fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
+fn elect_loop(s: &Candidate, client: &KubeClient, name: &str, timing: Timing) {
     let leases = client.api(&LEASES);
     let mut rng = wall_ms() | 1;
     while !s.stop.load(Ordering::SeqCst) {
@@ -805,7 +811,7 @@ fn elect_loop(s: &Shared, client: &KubeClient, name: &str, timing: Timing) {
 /// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,
 /// ask the core, write. A 404 on the fast path stops us at once; a 409 is settled by the
 /// read that follows.
-fn attempt(s: &Shared, leases: &Api<'_>, name: &str) {
+fn attempt(s: &Candidate, leases: &Api<'_>, name: &str) {
     let started = s.now();
     let fast = lock(&s.elector).fast_renew(started, wall_ms());
     if let Some(w) = fast {
@@ -853,7 +859,7 @@ fn attempt(s: &Shared, leases: &Api<'_>, name: &str) {
 
 /// Logs a failed Lease call; a 403 says which permission is missing (and is remembered:
 /// [`LeaderElection::forbidden`]).
-fn report(s: &Shared, e: &KubeError) {
+fn report(s: &Candidate, e: &KubeError) {
     lock(&s.reported).forbidden = e.status_code() == Some(403);
     if e.status_code() == Some(403) {
         warn!(
@@ -868,7 +874,7 @@ fn report(s: &Shared, e: &KubeError) {
 /// `ReleaseOnCancel`: gives the Lease up if we hold it. A 409 (someone wrote it in
 /// between) is not retried blindly: the Lease is read again and released only if it still
 /// names us (client-go#1417).
-fn release(s: &Shared, leases: &Api<'_>, name: &str) {
+fn release(s: &Candidate, leases: &Api<'_>, name: &str) {
     let me = lock(&s.elector).identity().to_string();
     let mut write = lock(&s.elector).release(wall_ms());
     for _ in 0..2 {
@@ -1253,6 +1259,12 @@ mod tests {
             !Observed::from_lease(&unmarked).released(),
             "emptied by hand"
         );
+    }
+
+    #[test]
+    fn the_loggers_leader_target_is_this_modules_path() {
+        let here = module_path!().strip_suffix("::tests");
+        assert_eq!(here, Some(crate::controller::LEADER_LOG_TARGET));
     }
 
     #[test]

@@ -16,19 +16,21 @@ use std::time::Duration;
 /// pending, unacknowledged, failed (from `report`; absent when the tick failed before it
 /// saw the cluster), whether the tick succeeded, tick duration (s), last successful tick
 /// (Unix s). Counters (totals kept in the state): executors created/deleted, API errors by
-/// code.
+/// code. With `leader` (`--leader-elect`, or `apps`' claim: whether this process leads and
+/// how many times that changed), the leader-election series too.
 pub(crate) fn render(
     app: &str,
     namespace: &str,
     report: Option<&TickReport>,
     state: &AllocatorState,
     tick_duration: Duration,
+    leader: Option<(bool, u64)>,
 ) -> String {
     let mut e = Exposition::new(app, namespace);
     let c = &state.counters;
     cluster_gauges(&mut e, report, state);
     let ok = report.is_some_and(|r| r.error.is_none());
-    leader_metrics(&mut e);
+    leader_metrics(&mut e, leader);
     e.metric(
         "podalloc_tick_success",
         "gauge",
@@ -234,20 +236,12 @@ pub(crate) fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Leader election as last reported by [`set_leader`]: (leading, transitions); `None`
-/// without `--leader-elect`.
-static LEADER: std::sync::Mutex<Option<(bool, u64)>> = std::sync::Mutex::new(None);
-
-/// Records this process's leadership for the metrics: whether it leads, and how many times
-/// that changed (became leader or stopped leading) since it started. Called by
-/// `crate::controller::leader`; from then on every rendering carries `podalloc_is_leader` and
-/// `podalloc_leader_transitions_total`.
-pub(crate) fn set_leader(leading: bool, transitions: u64) {
-    *LEADER.lock().unwrap_or_else(|e| e.into_inner()) = Some((leading, transitions));
-}
-
-fn leader_metrics(e: &mut Exposition) {
-    let Some((leading, transitions)) = *LEADER.lock().unwrap_or_else(|e| e.into_inner()) else {
+/// The leader-election series (`podalloc_is_leader`, `podalloc_leader_transitions_total`)
+/// of `leader`: whether this process leads, and how many times that changed (became leader
+/// or stopped leading) since it started, as the election reports them
+/// (`LeaderElection::leadership`); nothing without an election.
+fn leader_metrics(e: &mut Exposition, leader: Option<(bool, u64)>) {
+    let Some((leading, transitions)) = leader else {
         return;
     };
     e.metric(
@@ -265,10 +259,10 @@ fn leader_metrics(e: &mut Exposition) {
 }
 
 /// The metrics of a process that does not lead (`run --leader-elect` on standby, which
-/// does not tick): the leader-election metrics only, for `app` in `namespace`.
-pub(crate) fn render_standby(app: &str, namespace: &str) -> String {
+/// does not tick): the leader-election metrics of `leader` only, for `app` in `namespace`.
+pub(crate) fn render_standby(app: &str, namespace: &str, leader: (bool, u64)) -> String {
     let mut e = Exposition::new(app, namespace);
-    leader_metrics(&mut e);
+    leader_metrics(&mut e, Some(leader));
     e.out
 }
 
@@ -284,7 +278,14 @@ mod tests {
         state.counters.deleted = 1;
         state.counters.last_success_ms = Some(1_700_000_000_500);
         state.counters.api_errors.insert("503".into(), 2);
-        let text = render("a\"b", "ns", None, &state, Duration::from_millis(1500));
+        let text = render(
+            "a\"b",
+            "ns",
+            None,
+            &state,
+            Duration::from_millis(1500),
+            None,
+        );
         let l = r#"app="a\"b",namespace="ns""#;
         let expected = format!(
             "# HELP podalloc_target Total expected executors.\n# TYPE podalloc_target gauge\n\

@@ -10,12 +10,18 @@
 //! - `events`: Kubernetes Events for what a tick did.
 //! - `metrics`: the Prometheus text (the `--metrics-file` textfile and `/metrics`).
 //! - `serve`: the opt-in `/metrics`, `/healthz` and `/readyz` endpoints.
-//! - `context`: which app this thread's log lines are about (set by the runner).
+//! - `context`: which app a log line is about ([`context::LogContext`], set by the command
+//!   and the runner, read by the logger).
+//! - `services`: what the shell keeps for the whole process ([`services::Services`]).
 //! - `runner`: the one loop that keeps 1..N apps at their targets (`run` is the runner
 //!   with one app; `apps` the same runner fed by an apps file or by discovery).
 
+/// The log target of leader election's lines (its module path), which the logger never
+/// collapses: every change of leadership is shown.
+pub const LEADER_LOG_TARGET: &str = "podalloc::controller::leader";
+
 pub(crate) mod app;
-pub(crate) mod context;
+pub mod context;
 pub(crate) mod deletes;
 pub(crate) mod events;
 pub(crate) mod leader;
@@ -23,4 +29,5 @@ pub(crate) mod metrics;
 pub(crate) mod points;
 pub(crate) mod runner;
 pub(crate) mod serve;
+pub mod services;
 pub mod tick;

@@ -19,7 +19,8 @@
 //! second after `--timeout` is aborted with exit 5, whatever the API server does.
 
 use crate::controller::leader::LeaderElection;
-use crate::controller::tick::{App, TickReport};
+use crate::controller::services::Services;
+use crate::controller::tick::{App, Memory, TickReport};
 use crate::engine::alloc::Request;
 use crate::error::{Error, ExitCode, Result};
 use crate::store::file::{store_error, StateStore, StoreError};
@@ -81,13 +82,13 @@ enum Phase {
 /// What the loop, the watchdog and the write fences share: the signal, the phase of the tick
 /// in progress, and the leader election (or `apps`' claim), so that a stop at once can
 /// release the Lease.
-pub(crate) struct Shared {
+pub(crate) struct Control {
     signal: AtomicBool,
     /// When the first signal came.
     signal_at: Mutex<Option<Instant>>,
     phase: Mutex<Phase>,
     leader: Mutex<Option<LeaderElection>>,
-    /// What a stop at once gives up besides the Lease ([`Shared::on_stop`]).
+    /// What a stop at once gives up besides the Lease ([`Control::on_stop`]).
     on_stop: Mutex<Vec<StopHook>>,
 }
 
@@ -98,7 +99,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Shared {
+impl Control {
     /// A signal has arrived.
     pub(crate) fn requested(&self) -> bool {
         self.signal.load(Ordering::Relaxed)
@@ -174,14 +175,14 @@ impl Shared {
 /// atomic rename) before every API call, so the next run reads either the state before the
 /// call or after it and, from the pods it lists, settles whether an unacknowledged create
 /// happened; the file lock is released by the kernel when the process ends.
-pub(crate) struct Shutdown(pub(crate) Arc<Shared>);
+pub(crate) struct Shutdown(pub(crate) Arc<Control>);
 
 impl Shutdown {
     /// Installs the handlers and starts the watchdog. Errors (exit 1): the handlers cannot
     /// be installed or the thread cannot start.
     pub(crate) fn install(deadline: Option<Instant>) -> Result<Shutdown> {
         use signal_hook::consts::{SIGINT, SIGTERM};
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Control {
             signal: AtomicBool::new(false),
             signal_at: Mutex::new(None),
             phase: Mutex::new(Phase::Idle),
@@ -218,7 +219,7 @@ impl Shutdown {
 }
 
 /// The watchdog's answer to signal `name`: the first is acknowledged, the second aborts.
-fn on_signal(shared: &Shared, name: &str) {
+fn on_signal(shared: &Control, name: &str) {
     if shared.signal.swap(true, Ordering::SeqCst) {
         eprintln!(
             "podalloc: second signal ({name}): aborting now (exit {ABORT_EXIT}); the state \
@@ -268,6 +269,8 @@ pub(crate) struct Slot<'c> {
     log: TickLog,
     /// Waiting as a standby since its last tick (another loop owns its store).
     standby: bool,
+    /// What its ticks remember between them ([`Memory`]).
+    memory: Memory,
 }
 
 impl<'c> Slot<'c> {
@@ -277,7 +280,7 @@ impl<'c> Slot<'c> {
         app: App,
         ns: &str,
         store: Box<dyn StateStore + 'c>,
-        shared: &Arc<Shared>,
+        shared: &Arc<Control>,
         every: Duration,
     ) -> Slot<'c> {
         Slot {
@@ -297,6 +300,7 @@ impl<'c> Slot<'c> {
             done: None,
             ticks: 0,
             standby: false,
+            memory: Memory::default(),
             log: TickLog {
                 last: None,
                 at: Instant::now(),
@@ -327,17 +331,19 @@ impl<'c> Slot<'c> {
         now >= self.next || self.store.inner.queue_marker() != self.mark
     }
 
-    /// One tick of the app through `f` (the feed's: `(app, store, request) → report`), its
-    /// store claimed first. `None`: a signal came first, nothing was done.
+    /// One tick of the app through `f` (the feed's: `(app, store, memory, request) →
+    /// report`), its store claimed first, its lines logged as the app's. `None`: a signal
+    /// came first, nothing was done.
     pub(crate) fn tick(
         &mut self,
-        shared: &Shared,
-        f: impl FnOnce(&App, &mut dyn StateStore, &Request) -> Result<TickReport>,
+        shared: &Control,
+        services: &Services,
+        f: impl FnOnce(&App, &mut dyn StateStore, &mut Memory, &Request) -> Result<TickReport>,
     ) -> Option<Outcome> {
         if shared.requested() {
             return None;
         }
-        super::context::set_app_log_context(Some((&self.app.app_id, &self.ns)));
+        services.log.set_app(Some((&self.app.app_id, &self.ns)));
         // Read before the tick lists the queue: a request queued from then on wakes it.
         self.mark = self.store.inner.queue_marker();
         self.intent_read = Instant::now();
@@ -346,7 +352,7 @@ impl<'c> Slot<'c> {
                 shared.set_phase(Phase::Fresh);
                 let keep = Request::default();
                 let request = self.first.as_ref().unwrap_or(&keep);
-                match f(&self.app, &mut self.store, request) {
+                match f(&self.app, &mut self.store, &mut self.memory, request) {
                     Ok(report) => Outcome::Done(Box::new(report)),
                     Err(e) => Outcome::Failed(e),
                 }
@@ -358,7 +364,7 @@ impl<'c> Slot<'c> {
         };
         // The next app's tick (or the next round) has written nothing yet.
         shared.set_phase(Phase::Fresh);
-        super::context::set_app_log_context(None);
+        services.log.set_app(None);
         Some(res)
     }
 }
@@ -377,7 +383,7 @@ pub(crate) enum Outcome {
 /// An app's store behind the phase watch: a save marks the tick in progress as writing.
 struct Watched<'c> {
     inner: Box<dyn StateStore + 'c>,
-    shared: Arc<Shared>,
+    shared: Arc<Control>,
 }
 
 impl StateStore for Watched<'_> {
@@ -441,10 +447,10 @@ pub(crate) trait Feed<'c> {
     /// Whether this process may tick now: the leader gate (`--leader-elect`: only the
     /// holder of the Lease ticks; a standby looks again within [`STANDBY_POLL`]). Errors end
     /// the runner (`apps`' claim held by another live process: exit 3).
-    fn may_act(&mut self, shared: &Shared) -> Result<bool>;
+    fn may_act(&mut self, shared: &Control) -> Result<bool>;
     /// Brings the apps up to date before a round (`apps --discover`: new drivers become
     /// slots, changed annotations wake theirs, a gone driver's slot is marked ending).
-    fn refresh(&mut self, _slots: &mut Vec<Slot<'c>>, _shared: &Arc<Shared>) {}
+    fn refresh(&mut self, _slots: &mut Vec<Slot<'c>>, _shared: &Arc<Control>) {}
     /// How often [`Feed::refresh`] needs a round even when no app is due (`None`: never).
     fn refresh_every(&self) -> Option<Duration> {
         None
@@ -455,7 +461,7 @@ pub(crate) trait Feed<'c> {
         &mut self,
         slots: &mut [Slot<'c>],
         due: &[usize],
-        shared: &Shared,
+        shared: &Control,
     ) -> Vec<(usize, Outcome)>;
     /// After each tick that ran (`scale --wait`'s progress line).
     fn ticked(&mut self, _report: &TickReport) {}
@@ -516,8 +522,10 @@ pub(crate) fn run<'c>(
     mut slots: Vec<Slot<'c>>,
     feed: &mut dyn Feed<'c>,
     shutdown: &Shutdown,
+    services: &Services,
 ) -> Result<()> {
     let shared = &shutdown.0;
+    let probe = services.probe.as_ref();
     let mut rounds = 0u64;
     let mut refreshed: Option<Instant> = None;
     let res = loop {
@@ -534,7 +542,7 @@ pub(crate) fn run<'c>(
                 feed.refresh(&mut slots, shared);
                 refreshed = Some(at);
             }
-            poll_intents(o, &mut slots);
+            poll_intents(o, &mut slots, services);
             // After the refresh: the apps it found are due at once.
             let now = Instant::now();
             let due: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].due(now)).collect();
@@ -545,9 +553,9 @@ pub(crate) fn run<'c>(
                     .iter()
                     .any(|(_, out)| matches!(out, Outcome::Done(_)))
                 {
-                    super::serve::pass_finished(Ok(()));
+                    probe.inspect(|p| p.pass_finished(Ok(())));
                 }
-                if let Err(e) = settle(o, &mut slots, feed, outcomes) {
+                if let Err(e) = settle(o, (&mut slots, services), feed, outcomes) {
                     break Err(e);
                 }
             }
@@ -561,9 +569,9 @@ pub(crate) fn run<'c>(
         }
         if !acting {
             // A standby has read the Lease: it is up and ready to take over.
-            super::serve::pass_finished(Ok(()));
+            probe.inspect(|p| p.pass_finished(Ok(())));
         }
-        super::serve::alive();
+        probe.inspect(|p| p.alive());
         let next = next_wake(o, &slots, acting, refresh_at(feed, refreshed));
         match wait(next, o.deadline(), shared, &slots) {
             Wake::Tick => {}
@@ -575,7 +583,7 @@ pub(crate) fn run<'c>(
             Wake::Deadline => break feed.outcome(),
         }
     };
-    super::serve::stopping();
+    probe.inspect(|p| p.stopping());
     for s in &mut slots {
         release(s);
     }
@@ -587,14 +595,14 @@ pub(crate) fn run<'c>(
 /// a `kubectl scale` reaches a loop at rest within about one interval while its pods are
 /// still listed only every `--idle-interval`. A failed read is logged at debug level and made
 /// again one interval later.
-fn poll_intents(o: &Options, slots: &mut [Slot<'_>]) {
+fn poll_intents(o: &Options, slots: &mut [Slot<'_>], services: &Services) {
     let now = Instant::now();
     for s in slots.iter_mut() {
         if now >= s.next || now < s.intent_read + o.interval {
             continue;
         }
         s.intent_read = now;
-        super::context::set_app_log_context(Some((&s.app.app_id, &s.ns)));
+        services.log.set_app(Some((&s.app.app_id, &s.ns)));
         match s.store.inner.intent_changed() {
             Ok(true) => {
                 debug!("{}its intent changed: ticking now", s.label);
@@ -603,7 +611,7 @@ fn poll_intents(o: &Options, slots: &mut [Slot<'_>]) {
             Ok(false) => {}
             Err(e) => debug!("{}intent not read: {e}", s.label),
         }
-        super::context::set_app_log_context(None);
+        services.log.set_app(None);
     }
 }
 
@@ -654,7 +662,7 @@ fn release(s: &mut Slot<'_>) {
 /// that failed at the deadline.
 fn settle<'c>(
     o: &Options,
-    slots: &mut Vec<Slot<'c>>,
+    (slots, services): (&mut Vec<Slot<'c>>, &Services),
     feed: &mut dyn Feed<'c>,
     outcomes: Vec<(usize, Outcome)>,
 ) -> Result<()> {
@@ -662,7 +670,7 @@ fn settle<'c>(
     for (i, outcome) in outcomes {
         let s = &mut slots[i];
         // The tick line and the warnings below are about this app (JSON: `app`, `namespace`).
-        super::context::set_app_log_context(Some((&s.app.app_id, &s.ns)));
+        services.log.set_app(Some((&s.app.app_id, &s.ns)));
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
@@ -710,15 +718,15 @@ fn settle<'c>(
             Some(e) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
             None => {}
         }
-        super::context::set_app_log_context(None);
+        services.log.set_app(None);
     }
     // Highest index first, so the others keep theirs.
     for (i, e) in ended.into_iter().rev() {
         let mut s = slots.remove(i);
-        super::context::set_app_log_context(Some((&s.app.app_id, &s.ns)));
+        services.log.set_app(Some((&s.app.app_id, &s.ns)));
         let stop = feed.finish(&mut s, e);
         release(&mut s);
-        super::context::set_app_log_context(None);
+        services.log.set_app(None);
         if let Some(e) = stop {
             return Err(e);
         }
@@ -762,7 +770,7 @@ fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Inst
 /// Sleeps until `next`, waking every [`WAIT_POLL`] to check for a signal, the deadline and a
 /// steering request queued for one of `slots` (the file store's queue directory changed, a
 /// `stat`), in that order, and once before sleeping at all.
-fn wait(next: Instant, deadline: Option<Instant>, shared: &Shared, slots: &[Slot<'_>]) -> Wake {
+fn wait(next: Instant, deadline: Option<Instant>, shared: &Control, slots: &[Slot<'_>]) -> Wake {
     loop {
         if shared.requested() {
             return Wake::Signal;

@@ -75,6 +75,18 @@ impl Probe {
         l.not_ready = ready.err();
     }
 
+    /// The process's own series (`metrics::render_requests`), for `/metrics` beside the
+    /// apps' (under the empty key, which sorts before every `namespace/app`: the process's
+    /// families first).
+    pub(crate) fn set_process_metrics(&self, text: String) {
+        self.set_app_metrics("", "", text);
+    }
+
+    /// The loop is alive (a wait between ticks ended): liveness only, readiness unchanged.
+    pub(crate) fn alive(&self) {
+        lock(&self.inner).last_pass = Instant::now();
+    }
+
     /// The process is shutting down: not ready from now on.
     pub(crate) fn stopping(&self) {
         lock(&self.inner).not_ready = Some("shutting down".into());
@@ -155,21 +167,17 @@ pub(crate) fn merge_families<'a>(texts: impl Iterator<Item = &'a str>) -> String
     out
 }
 
-/// The process's probe, once [`serve`] started the endpoints (`None`: they are off, and
-/// the hooks below do nothing).
-static PROBE: std::sync::OnceLock<Probe> = std::sync::OnceLock::new();
-
 /// Starts the endpoints the flags ask for (`metrics`: `--metrics-bind-address`, `probes`:
 /// `--health-probe-bind-address`; a bare `:PORT` listens on every address), with a
-/// liveness limit of `stuck_after`; `None` when neither is given. The hooks
-/// ([`app_metrics`], [`pass_finished`], [`stopping`]) feed them from then on.
+/// liveness limit of `stuck_after`; `None` when neither is given. The [`Probe`] returned
+/// feeds them from then on (the process's services keep it).
 ///
 /// Errors: an address that cannot be bound, naming its flag.
 pub(crate) fn serve(
     metrics: Option<&str>,
     probes: Option<&str>,
     stuck_after: Duration,
-) -> Result<Option<Endpoints>, String> {
+) -> Result<Option<(Endpoints, Probe)>, String> {
     if metrics.is_none() && probes.is_none() {
         return Ok(None);
     }
@@ -178,53 +186,12 @@ pub(crate) fn serve(
         None => a.to_string(),
     };
     let (m, p) = (metrics.map(any), probes.map(any));
-    let probe = PROBE.get_or_init(|| Probe::new(stuck_after)).clone();
+    let probe = Probe::new(stuck_after);
     let e = start(m.as_deref(), p.as_deref(), &probe)?;
     for a in &e.bound {
         log::info!("serving http://{a} (/metrics, /healthz, /readyz as configured)");
     }
-    Ok(Some(e))
-}
-
-/// Whether the endpoints are on (so the caller renders metrics for them).
-pub(crate) fn enabled() -> bool {
-    PROBE.get().is_some()
-}
-
-/// App `namespace/app`'s metrics after its tick, for `/metrics`.
-pub(crate) fn app_metrics(namespace: &str, app: &str, text: &str) {
-    if let Some(p) = PROBE.get() {
-        p.set_app_metrics(namespace, app, text.to_string());
-    }
-}
-
-/// The process's own series (`metrics::render_requests`), for `/metrics` beside the apps'.
-pub(crate) fn process_metrics(text: &str) {
-    if let Some(p) = PROBE.get() {
-        // The empty key sorts before every `namespace/app`: the process's families first.
-        p.set_app_metrics("", "", text.to_string());
-    }
-}
-
-/// The loop finished a pass (see [`Probe::pass_finished`]).
-pub(crate) fn pass_finished(ready: Result<(), String>) {
-    if let Some(p) = PROBE.get() {
-        p.pass_finished(ready);
-    }
-}
-
-/// The loop is alive (a wait between ticks ended): liveness only, readiness unchanged.
-pub(crate) fn alive() {
-    if let Some(p) = PROBE.get() {
-        lock(&p.inner).last_pass = Instant::now();
-    }
-}
-
-/// The process is stopping: not ready any more.
-pub(crate) fn stopping() {
-    if let Some(p) = PROBE.get() {
-        p.stopping();
-    }
+    Ok(Some((e, probe)))
 }
 
 /// The running endpoint servers; dropping them stops them.

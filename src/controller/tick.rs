@@ -20,7 +20,49 @@ use std::collections::BTreeMap;
 
 pub use super::app::App;
 pub use super::points::CRASH_POINTS;
-use super::points::{crash_point, pause_point};
+use super::services::Services;
+
+/// What a tick remembers of its app between ticks: the runner's slot keeps one per app, a
+/// one-shot command a fresh one.
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// The state this process last saved for the app (`None`: none yet, or its last save
+    /// failed): a loaded state that is not this one was written by another process, and its
+    /// unacknowledged creates are [`AllocatorState::inherited`].
+    saved: Option<AllocatorState>,
+    /// The blocked reason last logged (`None`: no tick yet; `Some(None)`: not blocked).
+    last_blocked: Option<Option<String>>,
+}
+
+impl Memory {
+    /// Whether `state` (just loaded) is the one this process last saved.
+    fn written_here(&self, state: &AllocatorState) -> bool {
+        state.unacknowledged.is_empty()
+            || self.saved.as_ref().is_some_and(|s| {
+                s.unacknowledged == state.unacknowledged
+                    && s.last_executor_id == state.last_executor_id
+            })
+    }
+
+    /// Whether `why` (the tick's blocked reason, `None`: not blocked) differs from the one
+    /// last seen; remembers it. A first tick that is not blocked is no change.
+    fn blocked_changed(&mut self, why: Option<&str>) -> bool {
+        let before = self.last_blocked.replace(why.map(str::to_string));
+        match before {
+            None => why.is_some(),
+            Some(b) => b.as_deref() != why,
+        }
+    }
+}
+
+/// What a tick works with besides the cluster and the store: the process's services and
+/// the app's memory.
+pub struct TickCx<'a> {
+    /// The process's services (test points, Events, the delete mode per namespace).
+    pub services: &'a Services,
+    /// The app's memory ([`Memory`]).
+    pub memory: &'a mut Memory,
+}
 
 /// What one tick did.
 #[derive(Debug, Clone)]
@@ -234,23 +276,25 @@ fn read_driver_if_any(client: &KubeClient, name: &str) -> Result<Option<(Owner, 
 
 /// Runs one tick under the held lock `store`: list → step → save (write-ahead) → apply →
 /// record → save. `now_ms` is the wall clock in ms; `request` says how the target changes and
-/// which executors to remove.
+/// which executors to remove; `cx` the process's services and the app's memory.
 ///
 /// Returns `Err` only when nothing was changed (listing failed, bad state, no target);
 /// otherwise a report whose `error` says what went wrong after the state was saved.
 pub fn tick(
+    cx: &mut TickCx<'_>,
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
     request: &Request,
     now_ms: u64,
 ) -> Result<TickReport> {
-    tick_listed(client, app, store, request, None, now_ms)
+    tick_listed(cx, client, app, store, request, None, now_ms)
 }
 
 /// As [`tick`], with the app's executor pods already listed when `listed` is given (one list
 /// call per namespace serving many apps: the caller splits it per app); `None` lists them.
 pub fn tick_listed(
+    cx: &mut TickCx<'_>,
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
@@ -261,6 +305,7 @@ pub fn tick_listed(
     client.reset_retry_budget();
     let errors_before = client.stats().errors_by_code;
     let res = tick_inner(
+        cx,
         client,
         app,
         store,
@@ -272,34 +317,6 @@ pub fn tick_listed(
     // the metrics file shows the failure (`podalloc_tick_success 0`), the state file is
     // written only by ticks that act.
     res
-}
-
-/// The state this process last saved, per server, namespace and app.
-static SAVED_HERE: std::sync::Mutex<BTreeMap<String, AllocatorState>> =
-    std::sync::Mutex::new(BTreeMap::new());
-
-/// Whether `state` (just loaded) is the one this process last saved for `key`: if not, it
-/// was written by another process (or this process never saved it), and its unacknowledged
-/// creates are [`AllocatorState::inherited`].
-fn written_here(key: &str, state: &AllocatorState) -> bool {
-    let saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
-    state.unacknowledged.is_empty()
-        || saved.get(key).is_some_and(|s| {
-            s.unacknowledged == state.unacknowledged && s.last_executor_id == state.last_executor_id
-        })
-}
-
-/// Forgets the state this process saved for `key`: its next load is
-/// [`AllocatorState::inherited`].
-fn forget_saved_here(key: &str) {
-    let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
-    saved.remove(key);
-}
-
-/// Remembers the state this process saved for `key`.
-fn saved_here(key: &str, state: &AllocatorState) {
-    let mut saved = SAVED_HERE.lock().unwrap_or_else(|e| e.into_inner());
-    saved.insert(key.to_string(), state.clone());
 }
 
 /// API error responses since `before`, by HTTP code.
@@ -317,6 +334,7 @@ fn errors_since(client: &KubeClient, before: &BTreeMap<u16, u64>) -> BTreeMap<u1
 }
 
 fn tick_inner(
+    cx: &mut TickCx<'_>,
     client: &KubeClient,
     app: &App,
     store: &mut dyn StateStore,
@@ -326,8 +344,8 @@ fn tick_inner(
 ) -> Result<TickReport> {
     let loaded = store.load().map_err(store_error)?;
     let loaded = loaded.unwrap_or_else(AllocatorState::new);
-    let key = format!("{}|{}|{}", client.server(), client.namespace(), app.app_id);
-    let state = if written_here(&key, &loaded) {
+    let points = &cx.services.points;
+    let state = if cx.memory.written_here(&loaded) {
         loaded.clone()
     } else {
         loaded.clone().inherited()
@@ -338,22 +356,22 @@ fn tick_inner(
     let app = home_app.as_ref().unwrap_or(app);
     let mut snapshot = listed.map_or_else(|| list_snapshot(client, app), Ok)?;
     let owner = driver_owner(client, app, &state, &mut snapshot)?;
-    crash_point("after-list");
+    points.crash("after-list");
     let mut plan = alloc::step(&snapshot, &state, &app.settings, &request, now_ms)
         .map_err(|e| Error::usage(e.to_string()))?;
     plan.state.applied_requests = applied_after(&state, &queue, &taken);
-    log_plan(&state, &snapshot, &plan);
+    log_plan(cx.memory, &state, &snapshot, &plan);
     log_taken(&taken);
     // Write-ahead: the ids about to be created, and the requests applied, are recorded
     // before any call is made. A tick that changes nothing writes nothing.
-    crash_point("before-write-ahead");
+    points.crash("before-write-ahead");
     // Compared with what the store holds (not the inherited reading of it).
     if plan.state != loaded {
         store.save(&plan.state).map_err(store_error)?;
-        saved_here(&key, &plan.state);
+        cx.memory.saved = Some(plan.state.clone());
     }
-    crash_point("after-write-ahead");
-    pause_point("after-write-ahead");
+    points.crash("after-write-ahead");
+    points.pause("after-write-ahead");
     // The requests the saved state lists as applied leave the queue (also those of an
     // earlier tick that died before removing them).
     let ids = &plan.state.applied_requests;
@@ -365,7 +383,13 @@ fn tick_inner(
         mut out,
         mut error,
         uids,
-    } = apply(client, app, &plan, owner.as_ref(), errors_before);
+    } = apply(
+        cx.services,
+        client,
+        app,
+        (&plan, owner.as_ref()),
+        errors_before,
+    );
     if let (Some(why), Some(name)) = (&plan.driver_ended, &app.driver_pod) {
         error.get_or_insert(Error::driver_ended(format!(
             "driver pod {name:?} {why}: its {} executor pod(s) deleted, none will be created; \
@@ -377,7 +401,7 @@ fn tick_inner(
     out.throttled = throttled(&out.api_errors);
     let mut state = alloc::record(&plan, &out, &app.settings, now_ms);
     state.applied_requests.retain(|id| !gone.contains(id));
-    final_save(store, &key, &plan, &state)?;
+    final_save(cx, store, &plan, &state)?;
     log_outcomes(&plan, &out, &state);
     let done = crate::controller::events::Done {
         out: &out,
@@ -386,7 +410,8 @@ fn tick_inner(
         driver: owner.as_ref(),
         app_id: &app.app_id,
     };
-    crate::controller::events::record_tick(client, &snapshot, &plan, &done, now_ms);
+    let poster = &cx.services.events;
+    crate::controller::events::record_tick(poster, client, &snapshot, &plan, &done, now_ms);
     let pending_requests = (queue.iter())
         .filter(|r| !plan.state.applied_requests.contains(&r.id))
         .count() as u32;
@@ -403,6 +428,36 @@ fn tick_inner(
     })
 }
 
+/// After the calls: hands the store what the tick saw ([`StateStore::observe`]), saves
+/// `state` when it changed beyond the clock (a converged tick writes nothing), then publishes
+/// the rest ([`StateStore::publish`]: a failure there is a warning, written again next
+/// tick). Errors: the save's (this process then reads the store back as a successor would).
+fn final_save(
+    cx: &mut TickCx<'_>,
+    store: &mut dyn StateStore,
+    plan: &Plan,
+    state: &AllocatorState,
+) -> Result<()> {
+    store.observe(&plan.summary, plan.blocked.as_ref());
+    if changed_beyond_clock(state, &plan.state) {
+        cx.services.points.crash("before-final-save");
+        if let Err(e) = store.save(state) {
+            // The store keeps the write-ahead state, whose unacknowledged creates this tick
+            // may or may not have made (a leader fenced mid-tick made none): this process
+            // reads it back as a successor would, so the next step settles them by name
+            // instead of waiting out the creation timeout.
+            cx.memory.saved = None;
+            return Err(store_error(e));
+        }
+        cx.memory.saved = Some(state.clone());
+    }
+    cx.services.points.crash("after-final-save");
+    if let Err(e) = store.publish() {
+        warn!("{e}; the status is written again next tick");
+    }
+    Ok(())
+}
+
 /// The step's request: `request` (the caller's own) followed by the queued steering
 /// requests not yet applied that one step can take ([`alloc::take_requests`]), and those.
 fn queued_requests(
@@ -416,36 +471,6 @@ fn queued_requests(
         .collect();
     let (request, n) = alloc::take_requests(request, &fresh);
     (request, fresh.into_iter().take(n).collect())
-}
-
-/// After the calls: hands the store what the tick saw ([`StateStore::observe`]), saves
-/// `state` when it changed beyond the clock, then publishes the rest
-/// ([`StateStore::publish`]: a failure there is a warning, written again next tick). Errors:
-/// the save's (this process then reads the store back as a successor would).
-fn final_save(
-    store: &mut dyn StateStore,
-    key: &str,
-    plan: &Plan,
-    state: &AllocatorState,
-) -> Result<()> {
-    store.observe(&plan.summary, plan.blocked.as_ref());
-    if changed_beyond_clock(state, &plan.state) {
-        crash_point("before-final-save");
-        if let Err(e) = store.save(state) {
-            // The store keeps the write-ahead state, whose unacknowledged creates this tick
-            // may or may not have made (a leader fenced mid-tick made none): this process
-            // reads it back as a successor would, so the next step settles them by name
-            // instead of waiting out the creation timeout.
-            forget_saved_here(key);
-            return Err(store_error(e));
-        }
-        saved_here(key, state);
-    }
-    crash_point("after-final-save");
-    if let Err(e) = store.publish() {
-        warn!("{e}; the status is written again next tick");
-    }
-    Ok(())
 }
 
 /// The step's request and app as the store's home sets them: its target
@@ -524,7 +549,7 @@ fn driver_owner(
 }
 
 /// Logs a target change and the step's own warnings (the snapshot's were logged at listing).
-fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
+fn log_plan(memory: &mut Memory, state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
     if plan.state.target != state.target {
         let from = state.target.map_or("unset".to_string(), |t| t.to_string());
         info!("target {from} → {}", plan.summary.target);
@@ -536,7 +561,7 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
     let why = plan.blocked.as_ref().map(|b| b.to_string());
     // Logged when it changes (an operator sees `waiting: … ImagePullBackOff (image …)` once,
     // not every tick); at debug level while it stays the same.
-    let level = match blocked_changed(&app_key(), why.as_deref()) {
+    let level = match memory.blocked_changed(why.as_deref()) {
         true => log::Level::Info,
         false => log::Level::Debug,
     };
@@ -549,29 +574,6 @@ fn log_plan(state: &AllocatorState, snapshot: &Snapshot, plan: &Plan) {
         );
     } else if level == log::Level::Info {
         log::info!("no longer blocked: running {} of {}", s.running, s.target);
-    }
-}
-
-/// The last blocked reason logged, per app (the log context's app and namespace).
-static LAST_BLOCKED: std::sync::Mutex<BTreeMap<String, Option<String>>> =
-    std::sync::Mutex::new(BTreeMap::new());
-
-/// Which app a tick's log lines are about (its log context), for [`blocked_changed`].
-fn app_key() -> String {
-    match crate::controller::context::app_log_context() {
-        Some((app, ns)) => format!("{ns}/{app}"),
-        None => String::new(),
-    }
-}
-
-/// Whether `why` (the tick's blocked reason, `None`: not blocked) differs from the one last
-/// seen for `key`; remembers it. A first tick that is not blocked is no change.
-fn blocked_changed(key: &str, why: Option<&str>) -> bool {
-    let mut last = LAST_BLOCKED.lock().unwrap_or_else(|e| e.into_inner());
-    let before = last.insert(key.to_string(), why.map(str::to_string));
-    match before {
-        None => why.is_some(),
-        Some(b) => b.as_deref() != why,
     }
 }
 
@@ -628,17 +630,17 @@ impl Applied {
 /// stops at its first error as Kubernetes' controllers stop theirs, and a slow-start batch
 /// also between two of its groups ([`Plan::create_groups`]) once the server throttles.
 fn apply(
+    services: &Services,
     client: &KubeClient,
     app: &App,
-    plan: &Plan,
-    owner: Option<&Owner>,
+    (plan, owner): (&Plan, Option<&Owner>),
     errors_before: &BTreeMap<u16, u64>,
 ) -> Applied {
     let mut a = Applied {
         error: plan.halt.clone().map(Error::crash_loop),
         ..Applied::default()
     };
-    let deleted = super::deletes::delete_all(client, app, &plan.delete);
+    let deleted = super::deletes::delete_all(services, client, app, &plan.delete);
     a.out.deleted = deleted.ids.len() as u32;
     a.out.deleted_ids = deleted.ids;
     if let Some(e) = deleted.error {
@@ -663,9 +665,9 @@ fn apply(
             break;
         };
         let pod = template.build_for(&app.app_id, c.executor_id, c.profile, &c.pod_name, owner);
-        crash_point("before-create");
+        services.points.crash("before-create");
         let outcome = create_one(client, app, c.executor_id, &c.pod_name, &pod);
-        crash_point("after-create");
+        services.points.crash("after-create");
         if let Some(e) = a.take(c, outcome, rest) {
             a.error.get_or_insert(e);
             break;

@@ -147,6 +147,10 @@ pub struct ClientOptions {
     /// How long an exec credential plugin may run before it is killed and the call fails.
     /// Default 60 s ([`DEFAULT_EXEC_TIMEOUT`]).
     pub exec_timeout: Duration,
+    /// Where the bearer tokens sent are remembered, so that the logger scrubs them from
+    /// quoted text (shared with the clients derived from this one). Default: a list of
+    /// its own, which nothing reads.
+    pub redactions: super::secret::Redactions,
 }
 
 impl Default for ClientOptions {
@@ -160,6 +164,7 @@ impl Default for ClientOptions {
             protobuf_lists: true,
             token_refresh: Duration::from_secs(60),
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
+            redactions: super::secret::Redactions::default(),
         }
     }
 }
@@ -1156,7 +1161,7 @@ impl KubeClient {
     fn bearer(&self, force: bool) -> Result<Option<String>, KubeError> {
         let token = self.bearer_uncounted(force)?;
         if let Some(t) = &token {
-            super::secret::remember_token(t);
+            self.conn.options.redactions.remember(t);
         }
         Ok(token)
     }
@@ -1752,7 +1757,8 @@ impl KubeClient {
 
     /// Another client for the same cluster and credentials with other options (e.g. the
     /// short timeouts of leader election). Errors as [`KubeClient::with_options`].
-    pub fn derive(&self, options: ClientOptions) -> Result<KubeClient, KubeError> {
+    pub fn derive(&self, mut options: ClientOptions) -> Result<KubeClient, KubeError> {
+        options.redactions = self.conn.options.redactions.clone();
         Self::build(
             self.conn.cfg.clone(),
             options,
@@ -1767,8 +1773,9 @@ impl KubeClient {
     /// [`KubeClient::with_options`].
     pub fn derive_with_current_credential(
         &self,
-        options: ClientOptions,
+        mut options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
+        options.redactions = self.conn.options.redactions.clone();
         let mut cfg = self.conn.cfg.clone();
         if let Credential::Exec(exec) = &self.conn.cfg.credential {
             let cache = lock(&self.conn.exec);

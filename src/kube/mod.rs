@@ -64,4 +64,4 @@ pub use exec::{
     EXEC_CLUSTER_EXTENSION, EXEC_EXPIRY_LEEWAY, EXEC_INFO_ENV,
 };
 pub use files::{read_regular_file, read_regular_text, MAX_INPUT_FILE_BYTES};
-pub use secret::{remember_token, scrub, KeyData, PemData, Secret};
+pub use secret::{KeyData, PemData, Redactions, Secret};

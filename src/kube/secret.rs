@@ -56,34 +56,59 @@ pub struct KeyData {
     pub pem: Secret<Vec<u8>>,
 }
 
-/// Bearer tokens this process has sent, so that text quoted from a server (an error body
-/// that echoes the `Authorization` header, a proxy's debug page) never shows one: the logger
-/// and the final error line pass every message through [`scrub`].
-static SENT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// Bearer tokens a client has sent, so that text quoted from a server (an error body that
+/// echoes the `Authorization` header, a proxy's debug page) never shows one: the logger and
+/// the final error line pass every message through [`Redactions::scrub`]. A value, not a
+/// process-wide list: `main` makes one, gives a clone to the logger and one to the client
+/// ([`crate::kube::ClientOptions::redactions`]); every clone is the same list.
+#[derive(Clone, Default)]
+pub struct Redactions(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
-/// Remembers `token` as a secret to scrub from output (tokens shorter than 8 characters are
-/// left: they would blank ordinary words). Cheap when already known.
-pub fn remember_token(token: &str) {
-    if token.len() < 8 {
-        return;
+impl Redactions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-    let mut sent = SENT.lock().unwrap_or_else(|e| e.into_inner());
-    if !sent.iter().any(|t| t == token) {
-        sent.push(token.to_string());
-    }
-}
 
-/// `text` with every token [`remember_token`] was given replaced by `[redacted]`.
-pub fn scrub(text: &str) -> std::borrow::Cow<'_, str> {
-    let sent = SENT.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = std::borrow::Cow::Borrowed(text);
-    for t in sent.iter() {
-        if out.contains(t.as_str()) {
-            out = std::borrow::Cow::Owned(out.replace(t.as_str(), "[redacted]"));
+    /// Remembers `token` as a secret to scrub from output (tokens shorter than 8 characters
+    /// are left: they would blank ordinary words). Cheap when already known.
+    pub fn remember(&self, token: &str) {
+        if token.len() < 8 {
+            return;
+        }
+        let mut sent = self.lock();
+        if !sent.iter().any(|t| t == token) {
+            sent.push(token.to_string());
         }
     }
-    out
+
+    /// `text` with every token [`Redactions::remember`] was given replaced by `[redacted]`.
+    pub fn scrub<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        let sent = self.lock();
+        let mut out = std::borrow::Cow::Borrowed(text);
+        for t in sent.iter() {
+            if out.contains(t.as_str()) {
+                out = std::borrow::Cow::Owned(out.replace(t.as_str(), "[redacted]"));
+            }
+        }
+        out
+    }
 }
+
+/// Shows how many tokens are remembered, never one of them.
+impl fmt::Debug for Redactions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Redactions({} tokens)", self.lock().len())
+    }
+}
+
+/// Two handles are equal when they are the same list.
+impl PartialEq for Redactions {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Redactions {}
 
 #[cfg(test)]
 mod tests {
@@ -112,8 +137,10 @@ mod tests {
 
     #[test]
     fn remembered_tokens_are_scrubbed_from_text() {
-        remember_token("scrub-me-0123456789");
-        remember_token("short");
+        let r = Redactions::default();
+        r.remember("scrub-me-0123456789");
+        r.remember("short");
+        let scrub = |t| r.scrub(t);
         let quoted = "401: <html>Authorization=Bearer scrub-me-0123456789</html> short";
         assert_eq!(
             scrub(quoted),

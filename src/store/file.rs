@@ -397,15 +397,21 @@ impl LockedStore {
     /// [`StoreError::NotRegular`] when the state or lock path is a link, FIFO, socket or
     /// device, [`StoreError::Io`].
     pub fn lock(path: &Path) -> Result<LockedStore, StoreError> {
-        LockedStore::lock_as(path, &Holder::current("podalloc"))
+        LockedStore::lock_as(path, &Holder::current("podalloc"), &SweptDirs::default())
     }
 
     /// [`LockedStore::lock`], then writes `holder` into the lock file, where a second process
     /// that finds the lock taken reads it ([`StoreError::Locked`] names the holder). The
     /// record outlives the process, but only a process holding the lock counts as the holder.
     ///
+    /// The directory is swept of stale temporary files unless `swept` has swept it.
+    ///
     /// Errors: as [`LockedStore::lock`].
-    pub fn lock_as(path: &Path, holder: &Holder) -> Result<LockedStore, StoreError> {
+    pub fn lock_as(
+        path: &Path,
+        holder: &Holder,
+        swept: &SweptDirs,
+    ) -> Result<LockedStore, StoreError> {
         check_regular(path)?;
         let io = |e| StoreError::Io(path.to_owned(), e);
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -425,7 +431,7 @@ impl LockedStore {
         match file.try_lock() {
             Ok(()) => {
                 write_holder(&file, holder).map_err(|e| StoreError::Io(lock_path.clone(), e))?;
-                sweep_once(dir.unwrap_or(Path::new(".")));
+                swept.sweep_once(dir.unwrap_or(Path::new(".")));
                 Ok(LockedStore {
                     path: path.to_owned(),
                     _lock: file,
@@ -485,20 +491,23 @@ fn is_temp_name(name: &std::ffi::OsStr) -> bool {
         .is_some_and(|r| r.len() == TEMP_RAND_CHARS && r.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
-/// The directories this process has swept ([`sweep_once`]).
-static SWEPT: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// The directories a process has swept of stale temporary state files, so that each is
+/// swept at its first lock only ([`LockedStore::lock_as`]). A temporary file is only left by
+/// a process killed while saving, so one sweep per directory and process finds them all;
+/// sweeping at every lock read the whole directory once per app, which made `apps` with
+/// 1,000 state files in one directory read 1,000 directories of 2,000 entries at start
+/// (O(apps²)). The process's services own one; a fresh one sweeps again.
+#[derive(Debug, Default)]
+pub struct SweptDirs(std::cell::RefCell<std::collections::BTreeSet<PathBuf>>);
 
-/// [`remove_stale_temp_files`] in `dir`, the first time this process locks a state there.
-/// A temporary file is only left by a process killed while saving, so one sweep per
-/// directory and process finds them all; sweeping at every lock read the whole directory
-/// once per app, which made `apps` with 1,000 state files in one directory read 1,000
-/// directories of 2,000 entries at start (O(apps²)).
-fn sweep_once(dir: &Path) {
-    let key = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-    let first = SWEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
-    if first {
-        remove_stale_temp_files(dir);
+impl SweptDirs {
+    /// [`remove_stale_temp_files`] in `dir`, unless this set has swept it.
+    fn sweep_once(&self, dir: &Path) {
+        let key = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        let first = self.0.borrow_mut().insert(key);
+        if first {
+            remove_stale_temp_files(dir);
+        }
     }
 }
 
@@ -908,7 +917,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.json");
         assert!(lock_holder(&path).is_none(), "no lock file yet");
-        let held = LockedStore::lock_as(&path, &Holder::current("run")).unwrap();
+        let held =
+            LockedStore::lock_as(&path, &Holder::current("run"), &SweptDirs::default()).unwrap();
         let h = lock_holder(&path).expect("held by this process");
         assert_eq!((h.command.as_str(), h.pid), ("run", std::process::id()));
         drop(held);
@@ -1163,12 +1173,13 @@ mod tests {
     #[test]
     fn a_directory_is_swept_at_its_first_lock_only() {
         let dir = tempfile::tempdir().unwrap();
-        let _first = LockedStore::lock(&dir.path().join("a.json")).unwrap();
+        let (swept, holder) = (SweptDirs::default(), Holder::current("apps"));
+        let _first = LockedStore::lock_as(&dir.path().join("a.json"), &holder, &swept).unwrap();
         let stale = dir.path().join(".podalloc-state-q1W2e3.tmp");
         let f = File::create(&stale).unwrap();
         f.set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
             .unwrap();
-        let _second = LockedStore::lock(&dir.path().join("b.json")).unwrap();
+        let _second = LockedStore::lock_as(&dir.path().join("b.json"), &holder, &swept).unwrap();
         assert!(stale.exists(), "not swept again");
     }
 

@@ -38,10 +38,12 @@ pub fn new_id() -> String {
     let mut bytes = [0u8; 3];
     let read = fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
     if read.is_err() {
-        // No random source: the time's low bits and a per-process counter still differ.
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed) ^ (ns as u32);
+        // No random source: std's hasher keys (random per process, different per call)
+        // mixed with the time still differ.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(ns);
+        let n = h.finish() as u32;
         bytes.copy_from_slice(&n.to_le_bytes()[..3]);
     }
     let rand: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

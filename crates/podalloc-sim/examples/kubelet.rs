@@ -113,7 +113,7 @@ fn main() {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
     }
-    let mut emu =
+    let emu =
         KubeletEmulator::start(&server, &read(&ca), read(&token).trim()).unwrap_or_else(|e| {
             eprintln!("kubelet: {e}");
             std::process::exit(1)
@@ -133,6 +133,8 @@ fn main() {
             said = e;
         }
     }
-    emu.stop();
+    // The processes, not the threads: the watch thread may sit in its 30 s request.
+    emu.stop_processes();
     println!("stopped");
+    std::process::exit(0);
 }

@@ -332,13 +332,20 @@ impl KubeletEmulator {
         })
     }
 
-    /// Stops both threads, then the process kubelet's processes (SIGTERM, SIGKILL after
-    /// 5 s), so no executor outlives the emulator. Their pods are left as they are.
+    /// Stops both threads and the process kubelet's processes ([`Self::stop_processes`]).
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        self.stop_processes();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+
+    /// Stops the process kubelet's processes (SIGTERM, SIGKILL after 5 s), so that no
+    /// executor outlives the emulator; their pods are left as they are. (The watch thread may
+    /// take up to its 30 s request to notice a stop: a program that is ending calls this and
+    /// exits rather than waiting in [`Self::stop`].)
+    pub fn stop_processes(&self) {
         let procs = std::mem::take(&mut self.shared.state.lock().unwrap().procs);
         let mut procs: Vec<Proc> = procs.into_values().collect();
         for p in &mut procs {

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The verdict of scripts/spark-app.sh: reads OUT/driver.log, OUT/executors/*.log and
+OUT/audit.log (kube-apiserver's audit log, Metadata level, every request in the app's
+namespace), writes OUT/summary.json and exits 1 unless every check holds:
+
+- answer: the driver printed `podalloc-spark-app: result=X expected=X` with X equal;
+- podalloc_created_all (allocator podalloc only): every executor pod create that succeeded was
+  made by user `podalloc`, at least one was, and none by the driver's user `spark-driver`;
+- executors_ran_tasks >= 2: executor processes whose log shows a task run;
+- released_in_gap >= 1: executor processes that ended between the end of phase one and the
+  start of phase two (the driver's `event=` lines; the process kubelet's log, OUT/kubelet.log:
+  an executor released by dynamic allocation exits 0 and its pod is then deleted, one by one or
+  in a deletecollection whose audit event names no pod);
+- phase2_creates >= 1: executor pods created after phase two started.
+
+Besides the checks, summary.json has what scripts/spark-app.sh's comparison with Spark's own
+allocator needs: the driver's wall time, the time from the driver's start to the first
+executor pod create, executor-seconds (each executor process's start to its end, from the
+process kubelet's log) and the API requests by user, verb and resource.
+"""
+
+import argparse
+import collections
+import datetime
+import json
+import re
+import sys
+from pathlib import Path
+
+DRIVER_USER = "spark-driver"
+PODALLOC_USER = "podalloc"
+
+
+def parse_time(text):
+    """An audit timestamp (RFC 3339, microseconds, Z) as epoch milliseconds."""
+    t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(t.timestamp() * 1000)
+
+
+def read_audit(path):
+    """The audit events of the namespace (ResponseComplete), oldest first."""
+    events = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if ev.get("stage") == "ResponseComplete":
+            events.append(ev)
+    events.sort(key=lambda e: e["requestReceivedTimestamp"])
+    return events
+
+
+def is_executor_pod(ev):
+    """A request on an executor pod itself (no subresource): the pods are named *-exec-N."""
+    ref = ev.get("objectRef", {})
+    return (ref.get("resource") == "pods" and not ref.get("subresource")
+            and "-exec-" in ref.get("name", ""))
+
+
+def ok(ev):
+    return 200 <= ev.get("responseStatus", {}).get("code", 0) < 300
+
+
+def driver_facts(text):
+    """The result line and the phase events (name -> epoch ms) of driver.log."""
+    m = re.search(r"podalloc-spark-app: result=(\S+) expected=(\S+)", text)
+    events = {n: int(t) for n, t in re.findall(r"podalloc-spark-app: event=(\S+) at=(\d+)", text)}
+    return (m.group(1), m.group(2)) if m else (None, None), events
+
+
+def process_lives(kubelet_log, end_ms):
+    """Executor pod name -> (started, ended) epoch ms of its process, from the process
+    kubelet's `MS INFO process kubelet: NAME started|exited ...` lines (ended: end_ms while
+    no exit was logged)."""
+    lives = {}
+    for line in kubelet_log.splitlines():
+        m = re.match(r"(\d+) INFO process kubelet: (\S+) (started|exited)", line)
+        if not m:
+            continue
+        at, name, what = int(m.group(1)), m.group(2), m.group(3)
+        if what == "started":
+            lives[name] = [at, None]
+        elif name in lives and lives[name][1] is None:
+            lives[name][1] = at
+    return {n: (s, e if e is not None else end_ms) for n, (s, e) in lives.items()}
+
+
+def summarize(out, args):
+    driver_log = (out / "driver.log").read_text(errors="replace")
+    (result, expected), events = driver_facts(driver_log)
+    audit = read_audit(out / "audit.log")
+    creates = [e for e in audit if is_executor_pod(e) and e["verb"] == "create" and ok(e)]
+    creates_by_user = collections.Counter(e["user"]["username"] for e in creates)
+    deletes = [e for e in audit if is_executor_pod(e) and e["verb"] == "delete" and ok(e)]
+    deletes_by_user = collections.Counter(e["user"]["username"] for e in deletes)
+    ran = sorted(p.stem for p in (out / "executors").glob("*.log")
+                 if "Running task" in p.read_text(errors="replace"))
+    lives = process_lives((out / "kubelet.log").read_text(errors="replace"), args.driver_ended)
+    gap = (events.get("phase1-end"), events.get("phase2-start"))
+    in_gap = sorted(n for n, (_, end) in lives.items()
+                    if None not in gap and gap[0] <= end <= gap[1])
+    phase2 = sorted({e["objectRef"]["name"] for e in creates
+                     if "phase2-start" in events
+                     and parse_time(e["requestReceivedTimestamp"]) >= events["phase2-start"]})
+    first_create = min((parse_time(e["requestReceivedTimestamp"]) for e in creates), default=None)
+    requests = collections.Counter()
+    for e in audit:
+        ref = e.get("objectRef", {})
+        resource = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+        requests[f'{e["user"]["username"]} {e["verb"]} {resource}'] += 1
+    podalloc_mode = args.allocator == "podalloc"
+    checks = {
+        "answer": result is not None and result == expected,
+        "executors_ran_tasks": len(ran) >= 2,
+        "released_in_gap": len(in_gap) >= 1,
+        "phase2_creates": len(phase2) >= 1,
+    }
+    if podalloc_mode:
+        checks["podalloc_created_all"] = (
+            creates_by_user.get(PODALLOC_USER, 0) >= 1
+            and creates_by_user.get(DRIVER_USER, 0) == 0
+            and set(creates_by_user) == {PODALLOC_USER})
+    return {
+        "allocator": args.allocator,
+        "app_id": args.app_id,
+        "driver_status": args.driver_status,
+        "result": result,
+        "expected": expected,
+        "executors_ran_tasks": ran,
+        "executor_pod_creates_by_user": dict(creates_by_user),
+        "executor_pod_deletes_by_user": dict(deletes_by_user),
+        "released_in_gap": in_gap,
+        "phase2_creates": phase2,
+        "phases_ms": {k: v - args.driver_started for k, v in sorted(events.items(), key=lambda kv: kv[1])},
+        "driver_wall_s": round((args.driver_ended - args.driver_started) / 1000, 1),
+        "first_executor_create_s": (round((first_create - args.driver_started) / 1000, 1)
+                                    if first_create else None),
+        "executor_process_seconds": round(sum(e - s for s, e in lives.values()) / 1000, 1),
+        "requests_by_user_verb_resource": dict(sorted(requests.items())),
+        "checks": checks,
+        "passed": all(checks.values()),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--allocator", default="podalloc", choices=["podalloc", "direct"])
+    ap.add_argument("--app-id", default="")
+    ap.add_argument("--driver-status", type=int, default=0)
+    ap.add_argument("--driver-started", type=int, required=True, help="epoch ms")
+    ap.add_argument("--driver-ended", type=int, required=True, help="epoch ms")
+    args = ap.parse_args()
+    summary = summarize(args.out, args)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    brief = {k: summary[k] for k in ("result", "executor_pod_creates_by_user", "driver_wall_s",
+                                     "first_executor_create_s", "executor_process_seconds", "checks")}
+    brief["executors_ran_tasks"] = len(summary["executors_ran_tasks"])
+    brief["released_in_gap"] = len(summary["released_in_gap"])
+    brief["phase2_creates"] = len(summary["phase2_creates"])
+    print("spark-app: " + json.dumps(brief))
+    failed = [k for k, v in summary["checks"].items() if not v]
+    if failed:
+        print(f"spark-app: FAILED: {', '.join(failed)} (see {args.out}/summary.json)", file=sys.stderr)
+        return 1
+    print("spark-app: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,435 @@
+package podalloc.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.fabric8.kubernetes.api.model.Container;
+import io.fabric8.kubernetes.api.model.GenericKubernetesResource;
+import io.fabric8.kubernetes.api.model.Pod;
+import io.fabric8.kubernetes.api.model.PodBuilder;
+import io.fabric8.kubernetes.client.KubernetesClient;
+import io.fabric8.kubernetes.client.KubernetesClientException;
+import io.fabric8.kubernetes.client.dsl.MixedOperation;
+import io.fabric8.kubernetes.client.dsl.Resource;
+import io.fabric8.kubernetes.client.dsl.base.PatchContext;
+import io.fabric8.kubernetes.client.dsl.base.PatchType;
+import io.fabric8.kubernetes.client.dsl.base.ResourceDefinitionContext;
+import io.fabric8.kubernetes.api.model.GenericKubernetesResourceList;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.SecurityManager;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkContext;
+import org.apache.spark.SparkContext$;
+import org.apache.spark.SparkException;
+import org.apache.spark.deploy.k8s.KubernetesConf$;
+import org.apache.spark.deploy.k8s.KubernetesExecutorConf;
+import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
+import org.apache.spark.resource.ResourceProfile;
+import org.apache.spark.resource.ResourceProfile$;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
+import org.apache.spark.scheduler.cluster.k8s.AbstractPodsAllocator;
+import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshotsStore;
+import org.apache.spark.scheduler.cluster.k8s.KubernetesClusterSchedulerBackend;
+import org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBuilder;
+import org.apache.spark.util.Clock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import scala.Option;
+import scala.Tuple2;
+
+/**
+ * A Spark executor pods allocator that hands allocation to podalloc through an ExecutorSet
+ * (group {@code podalloc.io}, version {@code v1alpha1}; the contract is podalloc's {@code
+ * docs/executorset.md}). Spark 3.3 and later load it with {@code
+ * spark.kubernetes.allocation.pods.allocator=podalloc.spark.ExecutorSetPodsAllocator}; the
+ * driver then creates no executor pod itself. podalloc ({@code podalloc run --state-store
+ * executorset:NAME}) creates and deletes them.
+ *
+ * <ul>
+ *   <li>{@link #start}: creates ExecutorSet {@code spark.podalloc.executorSet} (default: the
+ *       app id) in the driver's namespace, labelled {@code spark-app-selector=<app id>}, with
+ *       {@code spec.appId} and {@code spec.template}: the executor pod Spark itself would
+ *       create for resource profile 0, built by Spark's {@code KubernetesExecutorBuilder}, less
+ *       what differs per executor (name, hostname, label {@code spark-exec-id}, env {@code
+ *       SPARK_EXECUTOR_ID}), which podalloc fills. An existing ExecutorSet of this app gets the
+ *       template; one of another app is refused (the driver fails to start).
+ *   <li>{@link #setTotalExpectedExecutors}: writes {@code spec.replicas} (a JSON merge patch)
+ *       with the default profile's target. Writes go through one thread of this allocator, at
+ *       most one every {@code spark.podalloc.writeInterval} (200 ms), the latest target winning,
+ *       so the caller (the allocation manager's thread) never waits on the API. podalloc never
+ *       deletes a Running executor because the target dropped, as Spark's own allocator (the
+ *       target drops to 0 between stages while executors are busy); only Pending excess goes.
+ *   <li>The driver's kills (dynamic allocation's idle timeout: {@code doKillExecutors}, seen
+ *       as executor removals with reason "Executor killed by driver.") reach podalloc as
+ *       removals: one conditional write (on the {@code resourceVersion} read) that appends
+ *       {@code {request: <uuid>, executors: [ids]}} to {@code spec.removals}, drops entries
+ *       podalloc already applied ({@code status.appliedRemovals}), lowers {@code
+ *       spec.replicas} by the number of ids and names the request in annotation {@code
+ *       podalloc.io/request} (so a retry after a lost answer sees it landed). podalloc then
+ *       never replaces those executors. The driver's target is written again right after, so
+ *       {@code spec.replicas} ends at what the driver wants.
+ *   <li>{@link #isDeleted}: true for the executors this allocator asked podalloc to remove.
+ *   <li>{@link #stop}: sets {@code spec.replicas} to 0 and then deletes the app's executor
+ *       pods by label, as Spark's own allocator does at stop (the app is over: nothing should
+ *       outlive it, and podalloc, never deleting Running executors for excess, would leave
+ *       them). The replicas come first so podalloc does not replace what the driver deletes.
+ *       The ExecutorSet stays (its status records the end; deleted, a running podalloc would
+ *       create it again).
+ * </ul>
+ *
+ * <p>Other resource profiles than the default are not handed over yet (one ExecutorSet per
+ * profile is planned); their targets are logged and ignored.
+ */
+public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
+  private static final Logger LOG = LoggerFactory.getLogger(ExecutorSetPodsAllocator.class);
+  /** The ExecutorSet's API group/version, kind and plural. */
+  static final String API_VERSION = "podalloc.io/v1alpha1";
+
+  static final String KIND = "ExecutorSet";
+  static final String REQUEST_ANNOTATION = "podalloc.io/request";
+  private static final String KILLED = "killed by driver";
+  private static final int CONFLICT_RETRIES = 10;
+
+  private final SparkConf conf;
+  private final SecurityManager secMgr;
+  private final KubernetesExecutorBuilder builder;
+  private final KubernetesClient client;
+  private final String namespace;
+  private final long writeIntervalMs;
+  private final ObjectMapper json = new ObjectMapper();
+  private final Option<Pod> driverPod;
+  private final Set<String> removed = ConcurrentHashMap.newKeySet();
+  private final ScheduledExecutorService writer =
+      Executors.newSingleThreadScheduledExecutor(
+          r -> {
+            Thread t = new Thread(r, "podalloc-executorset-writer");
+            t.setDaemon(true);
+            return t;
+          });
+
+  private String appId;
+  private String name;
+  /** The driver's latest target (profile 0); -1 before the first. Guarded by this. */
+  private int wanted = -1;
+  /** spec.replicas as this allocator last wrote it; -1: unknown. Guarded by this. */
+  private int written = -1;
+  /** Killed executors not yet handed over as a removal. Guarded by this. */
+  private final Set<String> kills = new LinkedHashSet<>();
+
+  private volatile boolean listening;
+
+  /** The constructor Spark looks up (KubernetesClusterManager.makeExecutorPodsAllocator). */
+  public ExecutorSetPodsAllocator(
+      SparkConf conf,
+      SecurityManager secMgr,
+      KubernetesExecutorBuilder executorBuilder,
+      KubernetesClient kubernetesClient,
+      ExecutorPodsSnapshotsStore snapshotsStore,
+      Clock clock) {
+    this.conf = conf;
+    this.secMgr = secMgr;
+    this.builder = executorBuilder;
+    this.client = kubernetesClient;
+    this.namespace = conf.get("spark.kubernetes.namespace", "default");
+    this.writeIntervalMs = conf.getTimeAsMs("spark.podalloc.writeInterval", "200ms");
+    Option<Pod> pod = Option.empty();
+    if (conf.contains("spark.kubernetes.driver.pod.name")) {
+      String podName = conf.get("spark.kubernetes.driver.pod.name");
+      Pod p = client.pods().inNamespace(namespace).withName(podName).get();
+      if (p == null) {
+        throw new IllegalStateException("no driver pod " + podName + " in " + namespace);
+      }
+      pod = Option.apply(p);
+    }
+    this.driverPod = pod;
+  }
+
+  private MixedOperation<
+          GenericKubernetesResource,
+          GenericKubernetesResourceList,
+          Resource<GenericKubernetesResource>>
+      sets() {
+    ResourceDefinitionContext ctx =
+        new ResourceDefinitionContext.Builder()
+            .withGroup("podalloc.io")
+            .withVersion("v1alpha1")
+            .withKind(KIND)
+            .withPlural("executorsets")
+            .withNamespaced(true)
+            .build();
+    return client.genericKubernetesResources(ctx);
+  }
+
+  private Resource<GenericKubernetesResource> set() {
+    return sets().inNamespace(namespace).withName(name);
+  }
+
+  @Override
+  public Option<Pod> driverPod() {
+    return driverPod;
+  }
+
+  @Override
+  public boolean isDeleted(String executorId) {
+    return removed.contains(executorId);
+  }
+
+  @Override
+  public void start(String applicationId, KubernetesClusterSchedulerBackend schedulerBackend) {
+    this.appId = applicationId;
+    this.name = conf.get("spark.podalloc.executorSet", applicationId);
+    JsonNode template = template();
+    try {
+      ensureSet(template);
+    } catch (Exception e) {
+      throw new IllegalStateException("ExecutorSet " + namespace + "/" + name + ": " + e, e);
+    }
+    LOG.info("podalloc: executors of {} are allocated through ExecutorSet {}/{}", appId, namespace, name);
+    writer.scheduleWithFixedDelay(this::flushQuietly, 0, writeIntervalMs, TimeUnit.MILLISECONDS);
+  }
+
+  /** The executor pod Spark would create for profile 0, less what podalloc fills per executor. */
+  JsonNode template() {
+    ResourceProfile rp = ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+    KubernetesExecutorConf execConf =
+        KubernetesConf$.MODULE$.createExecutorConf(conf, "0", appId, driverPod, rp.id());
+    KubernetesExecutorSpec spec = builder.buildFromFeatures(execConf, secMgr, client, rp);
+    if (!spec.executorKubernetesResources().isEmpty()) {
+      LOG.warn("podalloc: the executors' extra resources (PVCs) are not handed to podalloc");
+    }
+    Container container = spec.pod().container();
+    Pod pod =
+        new PodBuilder(spec.pod().pod())
+            .editOrNewSpec()
+            .addToContainers(container)
+            .endSpec()
+            .build();
+    ObjectNode tree = json.valueToTree(pod);
+    ObjectNode meta = (ObjectNode) tree.with("metadata");
+    meta.remove("name");
+    if (meta.has("labels")) {
+      ((ObjectNode) meta.get("labels")).remove("spark-exec-id");
+    }
+    ObjectNode podSpec = (ObjectNode) tree.with("spec");
+    podSpec.remove("hostname");
+    for (JsonNode c : podSpec.withArray("containers")) {
+      Iterator<JsonNode> env = c.withArray("env").elements();
+      while (env.hasNext()) {
+        if ("SPARK_EXECUTOR_ID".equals(env.next().path("name").asText())) {
+          env.remove();
+        }
+      }
+    }
+    ObjectNode out = json.createObjectNode();
+    out.set("metadata", meta);
+    out.set("spec", podSpec);
+    return out;
+  }
+
+  /** Creates the ExecutorSet, or gives an existing one of this app the template. */
+  private void ensureSet(JsonNode template) throws Exception {
+    ObjectNode obj = json.createObjectNode();
+    obj.put("apiVersion", API_VERSION).put("kind", KIND);
+    ObjectNode meta = obj.putObject("metadata");
+    meta.put("name", name).put("namespace", namespace);
+    meta.putObject("labels").put("spark-app-selector", appId);
+    ObjectNode spec = obj.putObject("spec");
+    spec.put("appId", appId).set("template", template);
+    try {
+      GenericKubernetesResource res = json.treeToValue(obj, GenericKubernetesResource.class);
+      sets().inNamespace(namespace).resource(res).create();
+      LOG.info("podalloc: created ExecutorSet {}/{}", namespace, name);
+      return;
+    } catch (KubernetesClientException e) {
+      if (e.getCode() != 409) {
+        throw e;
+      }
+    }
+    JsonNode existing = json.valueToTree(set().get());
+    String owner = existing.path("spec").path("appId").asText("");
+    if (!owner.equals(appId)) {
+      throw new SparkException(
+          "ExecutorSet " + name + " belongs to app " + owner + " (spec.appId), not " + appId);
+    }
+    ObjectNode patch = json.createObjectNode();
+    patch.putObject("metadata").putObject("labels").put("spark-app-selector", appId);
+    patch.putObject("spec").set("template", template);
+    set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+    LOG.info("podalloc: ExecutorSet {}/{} existed; its template is the driver's now", namespace, name);
+  }
+
+  @Override
+  public void setTotalExpectedExecutors(
+      scala.collection.immutable.Map<ResourceProfile, Object> resourceProfileToTotalExecs) {
+    scala.collection.Iterator<Tuple2<ResourceProfile, Object>> it =
+        resourceProfileToTotalExecs.iterator();
+    while (it.hasNext()) {
+      Tuple2<ResourceProfile, Object> e = it.next();
+      int target = ((Number) e._2()).intValue();
+      if (e._1().id() == ResourceProfile$.MODULE$.DEFAULT_RESOURCE_PROFILE_ID()) {
+        synchronized (this) {
+          wanted = target;
+        }
+      } else {
+        LOG.warn("podalloc: resource profile {} (target {}) is not handed over", e._1().id(), target);
+      }
+    }
+    listen();
+  }
+
+  /** Registers the kill listener once the SparkContext is active (not yet during start). */
+  private void listen() {
+    if (listening) {
+      return;
+    }
+    Option<SparkContext> sc = SparkContext$.MODULE$.getActive();
+    if (sc.isEmpty()) {
+      return;
+    }
+    synchronized (this) {
+      if (listening) {
+        return;
+      }
+      listening = true;
+    }
+    sc.get()
+        .addSparkListener(
+            new SparkListener() {
+              @Override
+              public void onExecutorRemoved(SparkListenerExecutorRemoved removed) {
+                if (removed.reason() != null && removed.reason().contains(KILLED)) {
+                  killed(removed.executorId());
+                }
+              }
+            });
+  }
+
+  private synchronized void killed(String executorId) {
+    if (!removed.contains(executorId)) {
+      kills.add(executorId);
+    }
+  }
+
+  private void flushQuietly() {
+    try {
+      listen();
+      flush();
+    } catch (Exception e) {
+      LOG.warn("podalloc: writing ExecutorSet {}/{} failed (tried again): {}", namespace, name, e.toString());
+    }
+  }
+
+  /** The pending removal, then the driver's target when spec.replicas differs from it. */
+  private void flush() throws Exception {
+    List<String> ids;
+    synchronized (this) {
+      ids = new ArrayList<>(kills);
+    }
+    if (!ids.isEmpty()) {
+      int replicas = remove(ids);
+      synchronized (this) {
+        kills.removeAll(ids);
+        written = replicas;
+      }
+    }
+    int target;
+    synchronized (this) {
+      target = wanted;
+      if (target < 0 || target == written) {
+        return;
+      }
+    }
+    ObjectNode patch = json.createObjectNode();
+    patch.putObject("spec").put("replicas", target);
+    set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+    synchronized (this) {
+      written = target;
+    }
+    LOG.info("podalloc: spec.replicas = {}", target);
+  }
+
+  /**
+   * Hands executors {@code ids} to podalloc as one removal (docs/executorset.md, "Who writes
+   * what"); returns the spec.replicas written. A 409 reads again and is done if the request is
+   * already there (an earlier answer was lost), else applies itself to the new version.
+   */
+  private int remove(List<String> ids) throws Exception {
+    String request = UUID.randomUUID().toString();
+    ArrayNode executors = json.createArrayNode();
+    for (String id : ids) {
+      try {
+        executors.add(Long.parseLong(id));
+      } catch (NumberFormatException e) {
+        LOG.warn("podalloc: executor id {} is not a number; not handed over", id);
+      }
+    }
+    for (int attempt = 0; ; attempt++) {
+      JsonNode es = json.valueToTree(set().get());
+      JsonNode spec = es.path("spec");
+      Set<String> applied = new LinkedHashSet<>();
+      es.path("status").path("appliedRemovals").forEach(r -> applied.add(r.asText()));
+      ArrayNode removals = json.createArrayNode();
+      for (JsonNode r : spec.path("removals")) {
+        String req = r.path("request").asText();
+        if (req.equals(request)) {
+          removed.addAll(ids);
+          return spec.path("replicas").asInt(0);
+        }
+        if (!applied.contains(req)) {
+          removals.add(r);
+        }
+      }
+      ObjectNode entry = removals.addObject();
+      entry.put("request", request).set("executors", executors);
+      int replicas = Math.max(0, spec.path("replicas").asInt(0) - executors.size());
+      ObjectNode patch = json.createObjectNode();
+      ObjectNode meta = patch.putObject("metadata");
+      meta.put("resourceVersion", es.path("metadata").path("resourceVersion").asText());
+      meta.putObject("annotations").put(REQUEST_ANNOTATION, request);
+      patch.putObject("spec").put("replicas", replicas).set("removals", removals);
+      try {
+        set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+        removed.addAll(ids);
+        LOG.info("podalloc: removal {} of executors {} (spec.replicas = {})", request, ids, replicas);
+        return replicas;
+      } catch (KubernetesClientException e) {
+        if (e.getCode() != 409 || attempt >= CONFLICT_RETRIES) {
+          throw e;
+        }
+      }
+    }
+  }
+
+  @Override
+  public void stop(String applicationId) {
+    writer.shutdownNow();
+    try {
+      ObjectNode patch = json.createObjectNode();
+      patch.putObject("spec").put("replicas", 0);
+      set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+    } catch (Exception e) {
+      LOG.warn("podalloc: setting ExecutorSet {}/{} to 0 at stop failed: {}", namespace, name, e.toString());
+    }
+    try {
+      client
+          .pods()
+          .inNamespace(namespace)
+          .withLabel("spark-app-selector", applicationId)
+          .withLabel("spark-role", "executor")
+          .delete();
+    } catch (Exception e) {
+      LOG.warn("podalloc: deleting the executors of {} at stop failed: {}", applicationId, e.toString());
+    }
+  }
+}

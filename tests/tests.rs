@@ -17,6 +17,7 @@ mod e2e;
 mod endpoints;
 mod events;
 mod executorset;
+mod failures;
 mod faults;
 mod fixtures;
 mod fuzz;

@@ -588,7 +588,7 @@ pub(crate) fn run<'c>(
 fn poll_intents(o: &Options, slots: &mut [Slot<'_>]) {
     let now = Instant::now();
     for s in slots.iter_mut() {
-        if now >= s.next || now < s.intent_read + o.interval {
+        if now >= s.next || now < s.intent_read + o.interval.max(MIN_TICK_INTERVAL) {
             continue;
         }
         s.intent_read = now;

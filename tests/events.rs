@@ -102,7 +102,7 @@ fn a_quota_rejection_is_failed_create_then_blocked() {
     assert!(blocked[0]["message"]
         .as_str()
         .unwrap()
-        .contains("backing off after a quota rejection"));
+        .contains("backing off after refused creates"));
 }
 
 #[test]

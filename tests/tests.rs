@@ -18,6 +18,7 @@ mod endpoints;
 mod es_store;
 mod events;
 mod executorset;
+mod failures;
 mod faults;
 mod fixtures;
 mod fuzz;

@@ -511,9 +511,13 @@ pub fn stop_all(what: &str, procs: Vec<std::process::Child>) -> Vec<Output> {
 
 /// `run --leader-elect` on the state ConfigMap `ha-state` with target `target`, ticking every
 /// 200 ms at rest too (the hand-over tests time replacements), on a 3 s Lease
-/// ([`FAST_LEADER_ELECT`]); `front` comes first (global flags).
+/// ([`FAST_LEADER_ELECT`]); `front` comes first (global flags). The failure limit is off
+/// (`--max-failures 0`): these tests fail executors on purpose, dozens of them, so that the
+/// leader has writes to make.
 pub fn ha_run_args<'a>(front: &[&'a str], target: &'a str) -> Vec<&'a str> {
     let run = [
+        "--max-failures",
+        "0",
         "--state-store",
         "configmap:ha-state",
         "run",

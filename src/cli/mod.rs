@@ -490,8 +490,9 @@ pub struct AppArgs {
     /// first [default: 60s under --policy spark-3.x, off under spark-3.0].
     #[arg(long, global = true, env = "PODALLOC_EXECUTOR_IDLE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub executor_idle_timeout: Option<Duration>,
-    /// Crash-loop guard: more than N executor failures within --failure-window stop all
-    /// creation (exit 6, naming the dominant reason).
+    /// Failure limit (Spark 3.5's spark.executor.maxNumFailures): more than N executor
+    /// failures within --failure-window stop all creation (exit 6, naming the dominant
+    /// reason). On by default: twice the target, at least 3; 0 turns it off.
     #[arg(long, global = true, env = "PODALLOC_MAX_FAILURES", value_name = "N", value_parser = parse_target)]
     pub max_failures: Option<u32>,
     /// The crash-loop guard's window.
@@ -579,6 +580,7 @@ impl AppArgs {
             ));
         }
         let mut settings = self.settings(&app_id);
+        settings.template_fingerprint = template.as_ref().map(|t| t.fingerprint());
         if let (Some(t), Some(name)) = (&template, &settings.executor_container) {
             t.check_executor_container(name)
                 .map_err(crate::error::Error::usage)?;
@@ -630,7 +632,11 @@ impl AppArgs {
                 adaptive_max_batch: (!matches!(self.batch_size, BatchSize::Fixed(_)))
                     .then_some(self.max_batch),
                 slow_start: self.batch_size == BatchSize::SlowStart,
-                max_failures: self.max_failures,
+                max_failures: match self.max_failures {
+                    None => crate::engine::alloc::FailureLimit::TwiceTarget,
+                    Some(0) => crate::engine::alloc::FailureLimit::Off,
+                    Some(n) => crate::engine::alloc::FailureLimit::Max(n),
+                },
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
                 scale_down_running: self.scale_down_running,
@@ -649,6 +655,7 @@ impl AppArgs {
             delete_terminated: !self.keep_terminated,
             name_prefix: crate::engine::podspec::name_prefix(app_id),
             executor_container: self.executor_container.clone(),
+            template_fingerprint: None,
         }
     }
 }

@@ -152,7 +152,8 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         not_converged_because: why,
         executors,
         counters: state.counters.clone(),
-        create_backoff: state.create_backoff.clone(),
+        // As the step reads it: within the documented cap.
+        create_backoff: (plan.as_ref().ok()).and_then(|p| p.state.create_backoff.clone()),
         owner: env.owner()?,
         leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
         queued_requests: env.queued()?,

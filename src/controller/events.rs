@@ -357,7 +357,7 @@ fn blocked_event(b: &Blocked) -> (&'static str, String) {
         ),
         Blocked::Backoff { message, .. } => (
             "Warning",
-            format!("no executor created: backing off after a quota rejection ({message})"),
+            format!("no executor created: backing off after refused creates ({message})"),
         ),
         Blocked::CrashLoop | Blocked::IdsExhausted => {
             ("Warning", format!("no executor created: {b}"))

@@ -49,6 +49,7 @@ pub(crate) fn render(
         "Executor pods deleted.",
         c.deleted.to_string(),
     );
+    backoff_metrics(&mut e, state);
     e.metric(
         "podalloc_tick_duration_seconds",
         "gauge",
@@ -93,6 +94,28 @@ pub(crate) fn render_requests(stats: &crate::kube::ClientStats) -> String {
         );
     }
     out
+}
+
+/// The creation back-off of the saved state: its end (Unix s, 0 without one) and the
+/// refusals in a row that made it, labelled with its cause (`quota`, `refused`,
+/// `rejected`), so an alert can ask for `podalloc_create_backoff_refusals > 3`.
+fn backoff_metrics(e: &mut Exposition, state: &AllocatorState) {
+    let b = state.create_backoff.as_ref();
+    e.metric(
+        "podalloc_create_backoff_until_timestamp_seconds",
+        "gauge",
+        "No executor is created before this time (Unix s; 0: no back-off): refused creates or kubelet rejections back off 10s doubling to 6m.",
+        b.map_or("0".into(), |b| format!("{:.3}", b.until_ms as f64 / 1000.0)),
+    );
+    let _ = writeln!(
+        e.out,
+        "# HELP podalloc_create_backoff_refusals Refusals in a row behind the creation back-off (label cause; 0: none).\n\
+         # TYPE podalloc_create_backoff_refusals gauge\n\
+         podalloc_create_backoff_refusals{{{},cause=\"{}\"}} {}",
+        e.labels,
+        b.map_or("none", |b| b.cause.as_str()),
+        b.map_or(0, |b| b.refusals)
+    );
 }
 
 /// The text being written, and the labels every sample carries.
@@ -298,6 +321,15 @@ mod tests {
              # HELP podalloc_executors_deleted_total Executor pods deleted.\n\
              # TYPE podalloc_executors_deleted_total counter\n\
              podalloc_executors_deleted_total{{{l}}} 1\n\
+             # HELP podalloc_create_backoff_until_timestamp_seconds No executor is created \
+             before this time (Unix s; 0: no back-off): refused creates or kubelet rejections \
+             back off 10s doubling to 6m.\n\
+             # TYPE podalloc_create_backoff_until_timestamp_seconds gauge\n\
+             podalloc_create_backoff_until_timestamp_seconds{{{l}}} 0\n\
+             # HELP podalloc_create_backoff_refusals Refusals in a row behind the creation \
+             back-off (label cause; 0: none).\n\
+             # TYPE podalloc_create_backoff_refusals gauge\n\
+             podalloc_create_backoff_refusals{{{l},cause=\"none\"}} 0\n\
              # HELP podalloc_tick_duration_seconds Duration of the last tick.\n\
              # TYPE podalloc_tick_duration_seconds gauge\n\
              podalloc_tick_duration_seconds{{{l}}} 1.500000\n\

@@ -5,6 +5,8 @@
 //! - `app`: the application a tick works for ([`tick::App`]).
 //! - `points`: the crash and pause points the test harnesses set by environment.
 //! - `deletes`: the plan's deletes as calls (one `deletecollection` for many pods).
+//! - `refusals`: each refusal of the API server named for what it is (template, admission,
+//!   quota, RBAC) with its hint and exit code.
 //! - `leader`: leader election over a Lease (client-go's rules; the pure elector and its
 //!   thread), and the write fence it installs on a client.
 //! - `events`: Kubernetes Events for what a tick did.
@@ -27,6 +29,7 @@ pub(crate) mod events;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod points;
+pub(crate) mod refusals;
 pub(crate) mod runner;
 pub(crate) mod serve;
 pub mod services;

@@ -266,6 +266,8 @@ pub(crate) struct Slot<'c> {
     mark: Option<SystemTime>,
     done: Option<TickDone>,
     ticks: u64,
+    /// Ticks in a row that failed before acting ([`failed_tick_backoff`]).
+    failed_in_row: u32,
     log: TickLog,
     /// Waiting as a standby since its last tick (another loop owns its store).
     standby: bool,
@@ -301,6 +303,7 @@ impl<'c> Slot<'c> {
             ticks: 0,
             standby: false,
             memory: Memory::default(),
+            failed_in_row: 0,
             log: TickLog {
                 last: None,
                 at: Instant::now(),
@@ -598,7 +601,7 @@ pub(crate) fn run<'c>(
 fn poll_intents(o: &Options, slots: &mut [Slot<'_>], services: &Services) {
     let now = Instant::now();
     for s in slots.iter_mut() {
-        if now >= s.next || now < s.intent_read + o.interval {
+        if now >= s.next || now < s.intent_read + o.interval.max(MIN_TICK_INTERVAL) {
             continue;
         }
         s.intent_read = now;
@@ -674,6 +677,7 @@ fn settle<'c>(
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
+                s.failed_in_row = 0;
                 s.first = None;
                 if std::mem::take(&mut s.standby) {
                     info!("{}the app's store is free: taking over", s.label);
@@ -687,10 +691,18 @@ fn settle<'c>(
                     converged: report.converged() && report.pending_requests == 0,
                     requeue: report.requeue_after_ms.map(Duration::from_millis),
                 });
-                report.error
+                // A refused create backs creation off: the loop goes on at the back-off's pace.
+                let backing_off = report.backing_off;
+                report.error.map(|mut e| {
+                    if backing_off && e.code == ExitCode::Refused {
+                        e.code = ExitCode::Runtime;
+                    }
+                    e
+                })
             }
             Outcome::Failed(e) => {
                 s.ticks += 1;
+                s.failed_in_row = s.failed_in_row.saturating_add(1);
                 s.done = None;
                 if o.deadline().is_some_and(|d| Instant::now() >= d) {
                     return Err(Error::timeout(format!(
@@ -711,10 +723,19 @@ fn settle<'c>(
                 None
             }
         };
-        s.next = Instant::now() + next_tick(s.done.as_ref(), o.interval, o.idle_interval);
+        let wait = next_tick(s.done.as_ref(), o.interval, o.idle_interval)
+            .max(failed_tick_backoff(s.failed_in_row));
+        s.next = Instant::now() + wait;
         match failed {
             Some(e) if after_error(&e) == Flow::Stop => ended.push((i, e)),
             Some(e) if e.code == ExitCode::Locked => warn!("{}tick {}: {e}", s.label, s.ticks),
+            Some(e) if s.failed_in_row > 1 => warn!(
+                "{}tick {}: {e}; {} failed ticks in a row, next try in {}",
+                s.label,
+                s.ticks,
+                s.failed_in_row,
+                humantime::format_duration(wait)
+            ),
             Some(e) => warn!("{}tick {}: {e}; retrying next tick", s.label, s.ticks),
             None => {}
         }
@@ -734,12 +755,31 @@ fn settle<'c>(
     Ok(())
 }
 
+/// The Job controller's back-off for failing syncs (`DefaultJobApiBackOff` 1 s, doubling,
+/// `MaxJobApiBackOff` 60 s).
+pub(crate) const FAILED_TICK_BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// The cap of [`failed_tick_backoff`].
+pub(crate) const FAILED_TICK_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The least wait after `failed` ticks in a row failed before acting (an expired token, an
+/// API server that is down): none after a success, then 1 s, 2 s, 4 s … at most 60 s, as
+/// the Job controller backs off a failing sync, so a loop does not repeat a failing list
+/// every `--interval`.
+pub(crate) fn failed_tick_backoff(failed: u32) -> Duration {
+    match failed {
+        0 => Duration::ZERO,
+        n => FAILED_TICK_BACKOFF_MIN
+            .saturating_mul(1u32 << (n - 1).min(16))
+            .min(FAILED_TICK_BACKOFF_MAX),
+    }
+}
+
 /// How long an app waits before its next tick: after a failed tick, the fast interval; else
 /// what the plan says ([`crate::engine::alloc::next_tick_ms`]: the fast interval while something is
 /// in flight, the idle interval at rest, never past the plan's own deadline).
 fn next_tick(done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duration {
     let ms = |d: Duration| d.as_millis() as u64;
-    match done {
+    let wait = match done {
         None => fast,
         Some(d) => Duration::from_millis(crate::engine::alloc::next_tick_ms(
             d.requeue.map(ms),
@@ -747,24 +787,32 @@ fn next_tick(done: Option<&TickDone>, fast: Duration, idle: Duration) -> Duratio
             ms(fast),
             ms(idle),
         )),
-    }
+    };
+    wait.max(MIN_TICK_INTERVAL)
 }
+
+/// The floor of the time between two ticks of one app, whatever `--interval`,
+/// `--idle-interval`, `--batch-delay` or a plan's deadline say: `--interval 0s
+/// --idle-interval 0s` once sent 5,000 requests in 3 s; with the floor an app lists at most
+/// 20 times a second.
+pub(crate) const MIN_TICK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// When the next round starts: a standby looks again soon; else the earliest app's next
 /// tick, or the feed's next refresh; with neither, one interval from now.
 fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Instant>) -> Instant {
     let now = Instant::now();
     if !acting {
-        return now + o.interval.min(STANDBY_POLL);
+        return now + o.interval.min(STANDBY_POLL).max(MIN_TICK_INTERVAL);
     }
-    let reads = slots.iter().map(|s| s.intent_read + o.interval);
+    let every = o.interval.max(MIN_TICK_INTERVAL);
+    let reads = slots.iter().map(|s| s.intent_read + every);
     let earliest = slots
         .iter()
         .map(|s| s.next)
         .chain(reads)
         .chain(refresh)
         .min();
-    earliest.unwrap_or(now + o.interval)
+    earliest.unwrap_or(now + every)
 }
 
 /// Sleeps until `next`, waking every [`WAIT_POLL`] to check for a signal, the deadline and a
@@ -847,6 +895,33 @@ mod tests {
         ] {
             assert_eq!(after_error(&e), Flow::Stop, "{e}");
         }
+    }
+
+    #[test]
+    fn no_interval_ticks_faster_than_the_floor() {
+        assert_eq!(
+            next_tick(None, Duration::ZERO, Duration::ZERO),
+            MIN_TICK_INTERVAL
+        );
+        let now = TickDone {
+            busy: true,
+            converged: false,
+            requeue: Some(Duration::from_millis(1)),
+        };
+        assert_eq!(
+            next_tick(Some(&now), Duration::ZERO, Duration::ZERO),
+            MIN_TICK_INTERVAL
+        );
+    }
+
+    #[test]
+    fn failing_ticks_back_off_from_one_second_to_a_minute() {
+        let s = |n| failed_tick_backoff(n).as_secs();
+        assert_eq!(
+            (0..9).map(s).collect::<Vec<_>>(),
+            [0, 1, 2, 4, 8, 16, 32, 60, 60]
+        );
+        assert_eq!(s(u32::MAX), 60);
     }
 
     #[test]

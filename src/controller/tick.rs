@@ -86,6 +86,10 @@ pub struct TickReport {
     pub applied: Vec<Steering>,
     /// Steering requests still queued after this tick (they wait for the next one).
     pub pending_requests: u32,
+    /// A create was refused in a way creation now backs off from (quota, template,
+    /// admission): a loop goes on and lets the back-off pace it, where a one-shot command
+    /// exits with `error`'s code.
+    pub backing_off: bool,
 }
 
 impl TickReport {
@@ -115,26 +119,21 @@ impl TickReport {
 }
 
 /// Converts a client error into the CLI's error with the right exit code: a bad
-/// configuration is 2; 403 (not a quota), 422 and TLS failures (untrusted certificate, wrong
-/// host name) are permanent, 4; the rest is 1.
+/// configuration is 2; refusals that another try would meet again (the pod template: 400,
+/// 422; admission: Pod Security, webhooks, admission policies; RBAC; a quota that can never
+/// admit the template; [`super::refusals`] names each) and TLS failures (untrusted
+/// certificate, wrong host name) are permanent, 4; the rest is 1.
 pub fn kube_error(e: KubeError) -> Error {
     let msg = e.to_string();
+    if let Some(r) = super::refusals::classify(&e) {
+        let line = format!("{msg} ({})", r.hint());
+        return match r.is_permanent() {
+            true => Error::refused(line),
+            false => Error::runtime(line),
+        };
+    }
     match e {
         KubeError::Config(_) => Error::usage(msg),
-        KubeError::Api { ref status, .. } if status.code == 403 && !e.is_quota() => {
-            Error::refused(format!(
-                "{msg} (grant the service account pods get/list/create/delete/deletecollection in this namespace)"
-            ))
-        }
-        KubeError::Api { ref status, .. } if status.code == 422 => {
-            Error::refused(format!("{msg} (fix the pod template)"))
-        }
-        // Server-side strict field validation: a misspelt or misplaced template field.
-        KubeError::Api { ref status, .. }
-            if status.code == 400 && status.message.contains("strict decoding error") =>
-        {
-            Error::refused(format!("{msg} (fix the pod template)"))
-        }
         // An untrusted certificate or a wrong host name fails the same way every time.
         KubeError::Transport {
             kind: crate::kube::TransportKind::Tls,
@@ -425,6 +424,7 @@ fn tick_inner(
         state,
         applied: taken,
         pending_requests,
+        backing_off: out.refused.is_some() || out.quota.is_some(),
     })
 }
 
@@ -579,9 +579,12 @@ fn log_plan(memory: &mut Memory, state: &AllocatorState, snapshot: &Snapshot, pl
 
 /// Logs what the calls did: the quota back-off now in force, the pods created.
 fn log_outcomes(plan: &Plan, out: &Outcomes, state: &AllocatorState) {
-    if let (Some(reason), Some(b)) = (&out.quota, &state.create_backoff) {
+    let refusal = out.refused.as_ref().or(out.quota.as_ref());
+    if let (Some(reason), Some(b)) = (refusal, &state.create_backoff) {
         warn!(
-            "pod creation rejected by a quota; no creates for {}: {reason}",
+            "pod creation refused by the API server ({} in a row); no creates for {} \
+             (back-off 10s doubling to 6m): {reason}",
+            b.refusals,
             humantime::format_duration(std::time::Duration::from_millis(b.delay_ms)),
         );
     }
@@ -612,15 +615,15 @@ struct Applied {
 }
 
 impl Applied {
-    /// The batch stops before `rest`: fresh ids are dropped (never created, ids stay
-    /// consumed); ids sent again because an earlier create's outcome is unknown stay
-    /// ambiguous (a quota or other rejection of a second create does not prove the first one
-    /// failed).
+    /// The batch stops before `rest`: fresh ids are returned (no pod ever had them:
+    /// [`Outcomes::returned`]); ids sent again because an earlier create's outcome is
+    /// unknown stay ambiguous (a refusal of a second create does not prove the first one
+    /// failed: admission runs before the name is checked).
     fn stop_batch(&mut self, rest: &[alloc::Create]) {
         for c in rest {
             match c.retry {
                 true => self.out.ambiguous.push(c.executor_id),
-                false => self.out.dropped.push(c.executor_id),
+                false => self.out.returned.push(c.executor_id),
             }
         }
     }
@@ -719,6 +722,12 @@ impl Applied {
                 self.out.quota = Some(e.message.clone());
                 Some(e)
             }
+            CreateOutcome::Refused(e, quoted) => {
+                // Another create would meet the same refusal: creation backs off.
+                self.stop_batch(rest);
+                self.out.refused = Some(quoted);
+                Some(e)
+            }
             CreateOutcome::Rejected(e) => {
                 // Definitely not created: this id and the rest of the batch are dropped.
                 self.stop_batch(rest);
@@ -739,18 +748,39 @@ enum CreateOutcome {
     /// Created (201, or 409 for our own pod), with the pod's `metadata.uid` when the answer
     /// carried one.
     Created(Option<String>),
+    /// A full ResourceQuota: the batch stops, creation backs off.
     Quota(Error),
+    /// A refusal another create would meet again (template, admission, a quota that can
+    /// never admit the pod), with the server's words to quote: the batch stops, creation
+    /// backs off.
+    Refused(Error, String),
     NotOurs,
+    /// Certainly not created (RBAC, credentials, a conflict that outlasted the retries):
+    /// the batch stops.
     Rejected(Error),
     Ambiguous(Error),
 }
+
+/// How often a create answered 409 `Conflict` (the quota admission lost a race on the
+/// ResourceQuota: nothing was created) is sent again at once before the batch stops.
+const CONFLICT_RETRIES: u32 = 3;
 
 fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) -> CreateOutcome {
     let pods = client.api(&PODS);
     let strict = PostParams {
         field_validation: Some(FieldValidation::Strict),
     };
-    match pods.create(pod, &strict) {
+    let mut res = pods.create(pod, &strict);
+    for _ in 0..CONFLICT_RETRIES {
+        match &res {
+            Err(e) if super::refusals::classify(e) == Some(super::refusals::Refusal::Conflict) => {
+                info!("creating pod {name}: {e}; sending it again");
+                res = pods.create(pod, &strict);
+            }
+            _ => break,
+        }
+    }
+    match res {
         Ok(created) => {
             for w in created.warnings {
                 warn!("creating pod {name}: the API server warns: {w}");
@@ -775,14 +805,29 @@ fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) 
                 Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
             }
         }
-        Err(e) if e.is_quota() => CreateOutcome::Quota(Error::runtime(e.to_string())),
-        Err(e @ KubeError::Api { .. }) if !e.is_retryable() => {
-            CreateOutcome::Rejected(kube_error(e))
-        }
+        Err(e @ KubeError::Api { .. }) if !e.is_retryable() => refused(e),
         Err(e @ (KubeError::Config(_) | KubeError::Auth(_))) => {
             CreateOutcome::Rejected(kube_error(e))
         }
         Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
+    }
+}
+
+/// The outcome of a create the API server answered with a non-retryable error: a full quota
+/// backs off; a refusal another create would meet again backs off and quotes the server;
+/// the rest (RBAC, a lasting conflict) stops the batch.
+fn refused(e: KubeError) -> CreateOutcome {
+    use super::refusals::Refusal;
+    let quoted = e
+        .api_status()
+        .map(|s| s.message.clone())
+        .unwrap_or_default();
+    match super::refusals::classify(&e) {
+        Some(Refusal::QuotaExceeded) => CreateOutcome::Quota(kube_error(e)),
+        Some(Refusal::Template | Refusal::Admission(_) | Refusal::QuotaNeverAdmits { .. }) => {
+            CreateOutcome::Refused(kube_error(e), quoted)
+        }
+        _ => CreateOutcome::Rejected(kube_error(e)),
     }
 }
 

@@ -335,6 +335,17 @@ impl PodTemplate {
         Ok(PodTemplate { pod })
     }
 
+    /// A fingerprint of the template (FNV-1a 64 of its JSON, 16 hex digits): the same in
+    /// every process for the same template, another for a changed one, so a creation
+    /// back-off set by refusals of one template ends when the template changes.
+    pub fn fingerprint(&self) -> String {
+        let text = self.pod.to_string();
+        let h = (text.bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        format!("{h:016x}")
+    }
+
     /// Builds the Pod to create for executor `id` of `app_id` in the default resource
     /// profile, named `name` (see [`pod_name`]): [`PodTemplate::build_for`] with profile 0.
     pub fn build(&self, app_id: &str, id: u64, name: &str, owner: Option<&Owner>) -> Value {

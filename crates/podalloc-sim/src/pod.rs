@@ -295,6 +295,9 @@ fn check_spec_types(spec: &Value) -> Result<(), ApiError> {
                                 &format!("ResourceRequirements.spec.{list}.resources.{k}"),
                                 "v1.ResourceList",
                             )?;
+                            if let Some(Value::Object(m)) = r.get(k) {
+                                m.values().try_for_each(check_quantity)?;
+                            }
                         }
                     }
                 }
@@ -307,6 +310,57 @@ fn check_spec_types(spec: &Value) -> Result<(), ApiError> {
                 ))
             }
         }
+    }
+    Ok(())
+}
+
+/// `resource.Quantity`'s `UnmarshalJSON` (`k8s.io/apimachinery/pkg/api/resource`): a JSON
+/// string or number that `ParseQuantity` reads, else the 400 the decoder makes of its error:
+/// `ErrFormatWrong` (`quantities must match the regular expression
+/// '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`) or `ErrSuffix` (`unable to parse
+/// quantity's suffix`). So `cpu: "one"` is refused as kube-apiserver refuses it.
+fn check_quantity(v: &Value) -> Result<(), ApiError> {
+    let text = match v {
+        Value::Null => return Ok(()),
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        other => return Err(decode_error(other, "Quantity", "resource.Quantity")),
+    };
+    let refuse = |why: &str| {
+        ApiError::bad_request(format!(
+            "Pod in version \"v1\" cannot be handled as a Pod: {why}"
+        ))
+    };
+    const FORMAT: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(&text);
+    let number_end = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_end);
+    let letters_end = suffix
+        .find(|c: char| !"eEinumkKMGTP".contains(c))
+        .unwrap_or(suffix.len());
+    let exponent = &suffix[letters_end..];
+    let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+    let digits = number.chars().filter(char::is_ascii_digit).count();
+    if digits == 0
+        || number.matches('.').count() > 1
+        || !exponent.chars().all(|c| c.is_ascii_digit())
+    {
+        return Err(refuse(FORMAT));
+    }
+    let known = [
+        "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ];
+    let is_exponent = (suffix.starts_with(['e', 'E']))
+        && suffix[1..]
+            .strip_prefix(['+', '-'])
+            .unwrap_or(&suffix[1..])
+            .chars()
+            .all(|c| c.is_ascii_digit())
+        && suffix.len() > 1;
+    if !known.contains(&suffix) && !is_exponent {
+        return Err(refuse("unable to parse quantity's suffix"));
     }
     Ok(())
 }
@@ -1069,6 +1123,26 @@ mod tests {
             e.message
         );
         assert_eq!(decode(br#"{"kind":"Service"}"#).unwrap_err().code, 400);
+        for (q, ok) in [
+            ("1", true),
+            ("500m", true),
+            ("1.5Gi", true),
+            ("2e3", true),
+            ("-1", true),
+            ("one", false),
+            ("1.2.3", false),
+            ("1Qi", false),
+            ("", false),
+        ] {
+            let r = check_quantity(&json!(q));
+            assert_eq!(r.is_ok(), ok, "{q}: {r:?}");
+        }
+        let e = check_quantity(&json!("one")).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(e
+            .message
+            .contains("quantities must match the regular expression"));
+        assert!(check_quantity(&json!(2)).is_ok());
         assert_eq!(
             decode(br#"{"spec":{"containers":{}}}"#).unwrap_err().code,
             400

@@ -19,10 +19,12 @@ pub(super) struct CrashLoopGuard {
 
 impl CrashLoopGuard {
     /// Keeps `prev`'s failures still inside the window, adds `newly_failed` (id, reason) not
-    /// yet recorded, at `now_ms`, and halts when more than `max_failures` remain.
+    /// yet recorded, at `now_ms`, and halts when more than the failure limit for `target`
+    /// remain.
     pub(super) fn observe(
         prev: &AllocatorState,
         pol: &Policies,
+        target: u32,
         newly_failed: Vec<(u64, String)>,
         now_ms: u64,
     ) -> CrashLoopGuard {
@@ -39,7 +41,7 @@ impl CrashLoopGuard {
                 });
             }
         }
-        let halt = match pol.max_failures {
+        let halt = match pol.max_failures.limit(target) {
             Some(max) if failures.len() as u64 > max as u64 => {
                 Some(halt_message(&failures, max, pol))
             }
@@ -61,7 +63,8 @@ fn halt_message(failures: &[FailureRecord], max: u32, pol: &Policies) -> String 
         .unwrap_or_default();
     format!(
         "crash loop: {} executors failed within {} (limit {max}); most often: {top} ({n}); \
-         creation stopped — fix the cause, then wait out the window or raise --max-failures",
+         creation stopped — fix the cause, then wait out the window or raise --max-failures \
+         (default twice the target, at least 3; 0 turns the limit off)",
         failures.len(),
         humantime::format_duration(Duration::from_millis(pol.failure_window_ms)),
     )

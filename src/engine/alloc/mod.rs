@@ -81,13 +81,14 @@ pub use plan::{
 };
 pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
 pub use settings::{
-    Policies, Settings, DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE,
-    DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS, DEFAULT_UNKNOWN_TIMEOUT_MS,
-    MAX_TARGET, MIN_CREATION_TIMEOUT_MS, SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
+    is_kubelet_rejection, FailureLimit, Policies, Settings, DEFAULT_BATCH_DELAY_MS,
+    DEFAULT_BATCH_SIZE, DEFAULT_EXECUTOR_IDLE_TIMEOUT_MS, DEFAULT_FAILURE_WINDOW_MS,
+    DEFAULT_UNKNOWN_TIMEOUT_MS, KUBELET_REJECTIONS, MAX_TARGET, MIN_CREATION_TIMEOUT_MS,
+    SPARK3X_CREATION_TIMEOUT_MS, STUCK_REASONS,
 };
 pub use state::{
-    AdaptiveState, AllocatorState, Backoff, Counters, FailureRecord, StateOwner, StuckRecord,
-    Unacknowledged, MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
+    AdaptiveState, AllocatorState, Backoff, BackoffCause, Counters, FailureRecord, StateOwner,
+    StuckRecord, Unacknowledged, MAX_BACKOFF_MS, MIN_BACKOFF_MS, STATE_VERSION,
 };
 pub use steer::{take_requests, SteerOp, Steering};
 

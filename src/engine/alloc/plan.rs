@@ -279,11 +279,12 @@ pub enum Blocked {
     },
     /// The driver pod is still Pending (`--driver-pod`): executors wait for it.
     DriverPending,
-    /// A quota rejection's back-off is in force.
+    /// The creation back-off is in force (refused creates or kubelet rejections:
+    /// [`crate::engine::alloc::Backoff`]).
     Backoff {
         /// Time left, ms.
         remaining_ms: u64,
-        /// The quota message.
+        /// Why: the server's or the kubelet's words.
         message: String,
     },
     /// The crash-loop guard halted creation ([`Plan::halt`] says why).
@@ -332,7 +333,7 @@ impl fmt::Display for Blocked {
                 message,
             } => write!(
                 f,
-                "backing off for {} after a quota rejection ({message})",
+                "backing off for {} after refused creates ({message})",
                 humantime::format_duration(std::time::Duration::from_millis(*remaining_ms))
             ),
             Blocked::CrashLoop => f.write_str("halted by the crash-loop guard"),

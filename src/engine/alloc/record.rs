@@ -4,7 +4,7 @@
 
 use super::plan::Plan;
 use super::settings::Settings;
-use super::state::{AllocatorState, Backoff, Counters};
+use super::state::{AllocatorState, Backoff, BackoffCause, Counters};
 use std::collections::BTreeMap;
 
 /// What the calls of one tick did, as the shell saw them.
@@ -12,10 +12,15 @@ use std::collections::BTreeMap;
 pub struct Outcomes {
     /// Executor ids whose pods were created (201, or 409 AlreadyExists for our own pod).
     pub created: Vec<u64>,
-    /// Executor ids whose pods certainly do not exist: rejected creates, names taken by a pod
-    /// that is not ours, and the rest of a batch that stopped at an error. They are not
-    /// unacknowledged (ids stay consumed: never reused).
+    /// Executor ids given up for good: names taken by a pod that is not ours. They are not
+    /// unacknowledged and the ids stay consumed (never reused).
     pub dropped: Vec<u64>,
+    /// Fresh executor ids whose pods certainly never existed: a create the API server
+    /// refused (quota, 400/422, admission) and the rest of a batch that stopped before
+    /// them. They are not unacknowledged, and those at the top of the id counter are given
+    /// back: the next create reuses them (no pod ever had them, so "ids are never reused"
+    /// still holds for every id that named a pod).
+    pub returned: Vec<u64>,
     /// Executor ids whose create's outcome is unknown (5xx, a lost connection or an
     /// unreadable 2xx after the retries): they stay unacknowledged and the next step sends
     /// them again by name.
@@ -27,6 +32,10 @@ pub struct Outcomes {
     pub deleted_ids: Vec<u64>,
     /// A create was rejected by a ResourceQuota (403 "exceeded quota"): the server's message.
     pub quota: Option<String>,
+    /// A create was refused for another reason that the next create would meet again (the
+    /// template, an admission policy, a quota that can never admit it): the server's message
+    /// as it is to be quoted.
+    pub refused: Option<String>,
     /// The API server throttled or failed during the tick (429 or 5xx, retries included).
     pub throttled: bool,
     /// API error responses during the tick by HTTP status code, retries included (404 is not
@@ -37,17 +46,22 @@ pub struct Outcomes {
 }
 
 /// Folds the tick's outcomes into the state to persist, from the plan's state:
-/// - dropped ids stop being unacknowledged; ambiguous ones are marked to be sent again;
-/// - a quota rejection sets the creation back-off (max(batch delay, 5 s), doubling per
-///   rejection, at most 5 minutes); a successful create clears it, as Kubernetes' controllers
-///   back off a failing sync and reset on success;
+/// - dropped and returned ids stop being unacknowledged; ambiguous ones are marked to be sent
+///   again; returned ids at the top of the counter are given back ([`Outcomes::returned`]);
+/// - a refused create (quota or other) sets the creation back-off ([`Backoff`]: max(batch
+///   delay, 10 s), doubling per refusal, at most 6 minutes); a successful create clears one
+///   set by refused creates, as Kubernetes' controllers back off a failing sync and reset on
+///   success;
 /// - adaptive batches learn whether the tick was throttled (the next step halves the batch);
 /// - the totals for metrics (created, deleted, API errors by code, last success at `now_ms`).
 pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> AllocatorState {
     let mut state = plan.state.clone();
-    state
-        .unacknowledged
-        .retain(|u| !out.dropped.contains(&u.executor_id));
+    state.unacknowledged.retain(|u| {
+        !out.dropped.contains(&u.executor_id) && !out.returned.contains(&u.executor_id)
+    });
+    while state.last_executor_id > 0 && out.returned.contains(&state.last_executor_id) {
+        state.last_executor_id -= 1;
+    }
     // A planned delete that did not happen (refused: the pod turned running, or changed) is
     // not "deleted": only what the calls did stays in Spark's `deletedExecutorIds`.
     let skipped: Vec<u64> = (plan.delete.iter())
@@ -67,16 +81,7 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
         .map(|u| u.executor_id)
         .filter(|id| out.created.contains(id) || plan.state.answered.contains(id))
         .collect();
-    state.create_backoff = match (&out.quota, out.created.is_empty()) {
-        (Some(reason), _) => Some(Backoff::after_rejection(
-            plan.state.create_backoff.as_ref(),
-            settings.batch_delay_ms,
-            now_ms,
-            reason.clone(),
-        )),
-        (None, true) => plan.state.create_backoff.clone(),
-        (None, false) => None,
-    };
+    state.create_backoff = next_backoff(plan, out, settings, now_ms);
     if let Some(a) = state.adaptive.as_mut() {
         a.throttled = out.quota.is_some() || out.throttled;
     }
@@ -87,6 +92,30 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
         state.counters.last_success_ms = Some(now_ms);
     }
     state
+}
+
+/// The creation back-off after the calls: set or doubled by a refused create, cleared by a
+/// successful one (but for a back-off of kubelet rejections: the step ends it once a later
+/// executor runs), else as the step left it.
+fn next_backoff(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> Option<Backoff> {
+    let prev = plan.state.create_backoff.as_ref();
+    let refusal = (out.refused.as_ref().map(|r| (r, BackoffCause::Refused)))
+        .or(out.quota.as_ref().map(|q| (q, BackoffCause::Quota)));
+    match refusal {
+        Some((reason, cause)) => Some(Backoff {
+            template: (cause == BackoffCause::Refused)
+                .then(|| settings.template_fingerprint.clone())
+                .flatten(),
+            ..Backoff::after_rejection(prev, settings.batch_delay_ms, now_ms, reason.clone())
+                .because(cause)
+        }),
+        None if !out.created.is_empty()
+            && prev.is_some_and(|b| b.cause != BackoffCause::Rejected) =>
+        {
+            None
+        }
+        None => prev.cloned(),
+    }
 }
 
 impl Counters {
@@ -130,8 +159,7 @@ pub fn requeue_after_ms(state: &AllocatorState, settings: &Settings, now_ms: u64
     let lost = (state.unknown.iter())
         .map(|r| r.since_ms.saturating_add(settings.unknown_timeout()) + 1)
         .min();
-    let halted = pol
-        .max_failures
+    let halted = (pol.max_failures.limit(state.target.unwrap_or(0)))
         .is_some_and(|max| state.failures.len() as u64 > max as u64);
     let halt_ends = (state.failures.iter())
         .filter(|_| halted)

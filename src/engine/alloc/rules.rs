@@ -6,8 +6,10 @@ use super::adaptive::AdaptiveBatch;
 use super::guard::CrashLoopGuard;
 use super::plan::{Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary};
 use super::record::requeue_after_ms;
-use super::settings::{Settings, STUCK_REASONS};
-use super::state::{AllocatorState, StuckRecord, Unacknowledged, STATE_VERSION};
+use super::settings::{is_kubelet_rejection, Settings, STUCK_REASONS};
+use super::state::{
+    AllocatorState, Backoff, BackoffCause, StuckRecord, Unacknowledged, STATE_VERSION,
+};
 use crate::engine::podspec::pod_name;
 use crate::engine::snapshot::{DriverState, ExecutorPod, ExecutorState, Snapshot, MAX_EXECUTOR_ID};
 use std::cmp::Reverse;
@@ -36,6 +38,9 @@ pub(super) struct Step<'a> {
     warnings: Vec<String>,
     /// Executors that failed in this snapshot (terminated or stuck): id, reason.
     newly_failed: Vec<(u64, String)>,
+    /// The creation back-off in force (the state's, clamped to the documented cap, or set
+    /// by this snapshot's kubelet rejections).
+    backoff: Option<Backoff>,
 }
 
 /// The executors that count toward the target, as the rules narrow them down, and the counts
@@ -96,6 +101,9 @@ impl<'a> Step<'a> {
             create: Vec::new(),
             warnings: snap.warnings.clone(),
             newly_failed: Vec::new(),
+            backoff: (prev.create_backoff.clone())
+                .map(|b| b.clamped(now_ms))
+                .filter(|b| !b.is_for_another_template(cfg.template_fingerprint.as_deref())),
         })
     }
 
@@ -139,7 +147,13 @@ impl<'a> Step<'a> {
         let mut c = self.census();
         c.running.clear();
         c.pending.clear();
-        let guard = CrashLoopGuard::observe(self.prev, &self.cfg.policies, vec![], self.now_ms);
+        let guard = CrashLoopGuard::observe(
+            self.prev,
+            &self.cfg.policies,
+            self.target,
+            vec![],
+            self.now_ms,
+        );
         let batch = CreateBatch {
             backing_off: false,
             blocked: None,
@@ -368,14 +382,71 @@ impl<'a> Step<'a> {
     /// snapshot's failures in the window and says whether creation halts.
     pub(super) fn crash_loop_guard(&mut self) -> CrashLoopGuard {
         let failed = std::mem::take(&mut self.newly_failed);
-        CrashLoopGuard::observe(self.prev, &self.cfg.policies, failed, self.now_ms)
+        self.back_off_rejections(&failed);
+        CrashLoopGuard::observe(
+            self.prev,
+            &self.cfg.policies,
+            self.target,
+            failed,
+            self.now_ms,
+        )
+    }
+
+    /// Kubelet rejections back off (the Job controller's pod failure back-off): a pod the
+    /// kubelet refused at admission (`OutOfcpu`, `NodeAffinity`, …), newly failed in this
+    /// snapshot, sets or doubles the creation back-off, so its replacement does not meet the
+    /// same node at once; an executor created after it began (an id above the counter of
+    /// then) that runs ends such a back-off.
+    fn back_off_rejections(&mut self, failed: &[(u64, String)]) {
+        let seen = |id: &u64| self.prev.failures.iter().any(|f| f.executor_id == *id);
+        let rejected: Vec<&(u64, String)> = (failed.iter())
+            .filter(|(id, reason)| is_kubelet_rejection(reason) && !seen(id))
+            .collect();
+        if let Some(&&(id, ref reason)) = rejected.iter().max_by_key(|(id, _)| *id) {
+            let why = format!(
+                "the kubelet rejected executor {id} (pod {}): {reason}{}",
+                self.name(id),
+                match rejected.len() {
+                    1 => String::new(),
+                    n => format!(" ({n} pods rejected)"),
+                }
+            );
+            let b = Backoff::after_rejection(
+                self.backoff.as_ref(),
+                self.cfg.batch_delay_ms,
+                self.now_ms,
+                why,
+            );
+            // Executors created from now on are above the counter: one that runs ends it.
+            let top = (self.last_id).max(
+                self.backoff
+                    .as_ref()
+                    .and_then(|b| b.executor_id)
+                    .unwrap_or(0),
+            );
+            self.backoff = Some(Backoff {
+                executor_id: Some(top),
+                ..b.because(BackoffCause::Rejected)
+            });
+            return;
+        }
+        let admitted = |b: &Backoff| {
+            let above = b.executor_id.unwrap_or(u64::MAX);
+            (self.snap.executors.values())
+                .any(|p| p.state == ExecutorState::Running && p.id > above)
+        };
+        if (self.backoff.as_ref()).is_some_and(|b| b.cause == BackoffCause::Rejected && admitted(b))
+        {
+            self.backoff = None;
+        }
     }
 
     /// Rule 8 (excess), per resource profile (Spark 3.1+, SPARK-33288): known = running +
     /// pending + unacknowledged of the profile; above its target, the excess requests and
     /// pending pods of that profile are deleted, each only if still pending at the call.
-    /// Running pods only with `--scale-down-running`, lowest deletion cost first, then most
-    /// restarts, then newest.
+    /// Running pods only with `--scale-down-running`: not-Ready first, then lowest deletion
+    /// cost, then most restarts, then newest (the ReplicaSet's `ActivePodsWithRanks`: not
+    /// ready < ready comes before the deletion cost).
     pub(super) fn delete_excess(&mut self, c: &mut Census<'a>) {
         for (profile, target) in self.targets() {
             self.delete_excess_of(c, profile, target);
@@ -398,7 +469,7 @@ impl<'a> Step<'a> {
             None => self.delete_newest_excess(c, excess, profile),
         };
         if self.cfg.policies.scale_down_running && left > 0 {
-            running.sort_by_key(|p| (p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
+            running.sort_by_key(|p| (p.ready, p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
             for p in running.iter().take(left as usize) {
                 self.delete.push(Delete::seen(p, DeleteReason::Excess));
             }
@@ -407,7 +478,7 @@ impl<'a> Step<'a> {
 
     /// Rule 8 under Spark 3.0's policy (SPARK-28487), in one profile: unacknowledged requests
     /// first, newest first, then pending pods as ReplicaSet ranks them for scale-down
-    /// (unscheduled, lower pod-deletion-cost, newest). Returns the excess left.
+    /// (unscheduled, not-Ready, lower pod-deletion-cost, newest). Returns the excess left.
     fn delete_newest_excess(&mut self, c: &mut Census<'a>, mut excess: u64, profile: u32) -> u64 {
         for id in self.unack_of(profile).into_iter().rev() {
             if excess == 0 {
@@ -419,7 +490,7 @@ impl<'a> Step<'a> {
             excess -= 1;
         }
         c.pending
-            .sort_by_key(|p| (p.scheduled, p.deletion_cost, Reverse(p.id)));
+            .sort_by_key(|p| (p.scheduled, p.ready, p.deletion_cost, Reverse(p.id)));
         self.delete_pending_excess(c, excess, profile, |_| true)
     }
 
@@ -478,6 +549,10 @@ impl<'a> Step<'a> {
     /// settle an unknown create by name rather than by waiting).
     pub(super) fn retry_ambiguous(&mut self) {
         self.retry.retain(|id| self.unack.contains_key(id));
+        // Not while creates back off: the server refuses them (they wait, then time out).
+        if self.backoff_remaining_ms().is_some() {
+            return;
+        }
         for &id in &self.retry {
             let pod_name = pod_name(&self.cfg.name_prefix, id);
             self.create.push(Create {
@@ -489,19 +564,29 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// The quota back-off in force, with a warning while it blocks growth.
+    /// How long the creation back-off still holds creates, ms (`None`: not in force).
+    fn backoff_remaining_ms(&self) -> Option<u64> {
+        let b = self.backoff.as_ref()?;
+        b.until_ms.checked_sub(self.now_ms).filter(|&r| r > 0)
+    }
+
+    /// The creation back-off in force, with a warning while it blocks growth.
     fn backoff_in_force(&mut self, short: bool) -> Option<Blocked> {
-        let b = self.prev.create_backoff.as_ref()?;
-        let remaining_ms = b.until_ms.checked_sub(self.now_ms).filter(|&r| r > 0)?;
+        let remaining_ms = self.backoff_remaining_ms()?;
+        let b = self.backoff.as_ref()?;
+        let message = b.reason.clone();
         if short {
             self.warnings.push(format!(
-                "not creating executors for {remaining_ms} ms more: the last create was rejected ({})",
-                b.reason
+                "not creating executors for {} more (back-off {} after {} refusal(s), {}): {message}",
+                humantime::format_duration(std::time::Duration::from_millis(remaining_ms.div_ceil(1000) * 1000)),
+                humantime::format_duration(std::time::Duration::from_millis(b.delay_ms)),
+                b.refusals,
+                b.cause.as_str(),
             ));
         }
         Some(Blocked::Backoff {
             remaining_ms,
-            message: b.reason.clone(),
+            message,
         })
     }
 
@@ -773,7 +858,7 @@ impl<'a> Step<'a> {
                 .collect(),
             deleted: deleted.into_iter().collect(),
             deleted_unseen: self.deleted_unseen(),
-            create_backoff: self.prev.create_backoff.clone(),
+            create_backoff: self.backoff.take(),
             counters: self.prev.counters.clone(),
             failures: guard.failures,
             stuck: c.stuck,

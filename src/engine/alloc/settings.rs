@@ -35,10 +35,15 @@ pub struct Settings {
     pub executor_container: Option<String>,
     /// Opt-in policies beyond Spark 3.0's (all off by default).
     pub policies: Policies,
+    /// A fingerprint of the pod template in use ([`crate::engine::podspec::PodTemplate::fingerprint`];
+    /// `None`: none given). A back-off set by refused creates ends when it changes: the
+    /// refusal was about another template.
+    pub template_fingerprint: Option<String>,
 }
 
-/// Opt-in allocation policies. All off by default: Spark 3.0's
-/// behaviour and the conformance corpus are unchanged unless one is set.
+/// Allocation policies beyond Spark 3.0's allocator. All off by default but the failure
+/// limit ([`Policies::max_failures`], on as in Spark 3.5): Spark 3.0's behaviour and the
+/// conformance corpus are unchanged unless one is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policies {
     /// Spark's `spark.kubernetes.allocation.maxPendingPods` (SPARK-33262, SPARK-36052):
@@ -50,10 +55,11 @@ pub struct Policies {
     /// (429/5xx/quota, reported by the tick) or when a pod turns Unschedulable (once per pod,
     /// not on every tick it waits; see [`crate::engine::alloc::AdaptiveState::unschedulable_seen`]).
     pub adaptive_max_batch: Option<u32>,
-    /// Crash-loop guard (Spark's `spark.executor.maxNumFailures` idea): more than this many
-    /// executor failures within [`Policies::failure_window_ms`] stop all creation
-    /// ([`crate::engine::alloc::Plan::halt`]).
-    pub max_failures: Option<u32>,
+    /// Crash-loop guard (Spark 3.5's `spark.executor.maxNumFailures`, SPARK-41210): more
+    /// than this many executor failures within [`Policies::failure_window_ms`] stop all
+    /// creation ([`crate::engine::alloc::Plan::halt`]). On by default, as in Spark 3.5:
+    /// twice the target, at least 3 ([`FailureLimit::TwiceTarget`]).
+    pub max_failures: FailureLimit,
     /// The crash-loop guard's window, ms (default 10 minutes).
     pub failure_window_ms: u64,
     /// A pod waiting (in an init container or a container) in one of [`STUCK_REASONS`] (the
@@ -85,6 +91,31 @@ pub struct Policies {
     /// stopping at the first error, throttling or quota signal ([`crate::engine::alloc::Plan::create_groups`]);
     /// the batch cap adapts across ticks as `adaptive_max_batch` does.
     pub slow_start: bool,
+}
+
+/// How many executor failures within the window stop creation ([`Policies::max_failures`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailureLimit {
+    /// No limit (`--max-failures 0`).
+    Off,
+    /// More than this many failures halt creation (`--max-failures N`).
+    Max(u32),
+    /// Spark 3.5's default for `spark.executor.maxNumFailures`
+    /// (`YarnSparkHadoopUtil`/`ExecutorFailureTracker`: max(2 × executors, 3)): twice the
+    /// target, at least 3, following the target as it changes.
+    #[default]
+    TwiceTarget,
+}
+
+impl FailureLimit {
+    /// The limit for `target` executors (`None`: off).
+    pub fn limit(self, target: u32) -> Option<u32> {
+        match self {
+            FailureLimit::Off => None,
+            FailureLimit::Max(n) => Some(n),
+            FailureLimit::TwiceTarget => Some(target.saturating_mul(2).max(3)),
+        }
+    }
 }
 
 /// Default crash-loop guard window: 10 minutes, in ms.
@@ -127,6 +158,33 @@ pub const STUCK_REASONS: &[&str] = &[
     "PodInitializing",
 ];
 
+/// `status.reason`s the kubelet writes on a pod it rejects at admission (phase Failed, no
+/// container ever started): resources the node lacks (`OutOf` + the resource, e.g.
+/// `OutOfcpu`, `OutOfmemory`, `OutOfpods`, `OutOfnvidia.com/gpu`; `pkg/kubelet/lifecycle`'s
+/// `InsufficientResourceError`), and the predicate, topology and OS checks
+/// (`pkg/kubelet/lifecycle/predicate.go`, `pkg/kubelet/cm/topologymanager`). Such pods are
+/// failures for the guard, and each sets the creation back-off ([`crate::engine::alloc::Backoff`]):
+/// their replacements would meet the same node.
+pub const KUBELET_REJECTIONS: &[&str] = &[
+    "NodeAffinity",
+    "NodeName",
+    "NodePorts",
+    "NodeSelectorMismatching",
+    "InvalidNodeInfo",
+    "UnexpectedAdmissionError",
+    "TopologyAffinityError",
+    "SMTAlignmentError",
+    "PodOSNotSupported",
+    "PodOSSelectorNodeLabelDoesNotMatch",
+];
+
+/// Whether a Failed pod's `reason` is a kubelet admission rejection ([`KUBELET_REJECTIONS`],
+/// or `OutOf` followed by a resource name).
+pub fn is_kubelet_rejection(reason: &str) -> bool {
+    reason.strip_prefix("OutOf").is_some_and(|r| !r.is_empty())
+        || KUBELET_REJECTIONS.contains(&reason)
+}
+
 impl Settings {
     /// Settings with Spark's defaults for pods named after `name_prefix`.
     pub fn new(name_prefix: impl Into<String>) -> Settings {
@@ -138,6 +196,7 @@ impl Settings {
             delete_terminated: true,
             name_prefix: name_prefix.into(),
             executor_container: None,
+            template_fingerprint: None,
             policies: Policies {
                 failure_window_ms: DEFAULT_FAILURE_WINDOW_MS,
                 ..Policies::default()

@@ -66,7 +66,7 @@ pub struct AllocatorState {
     /// shows up (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted_unseen: Vec<Unacknowledged>,
-    /// Creation back-off after a quota rejection (absent: none).
+    /// Creation back-off after refused creates or kubelet rejections (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,
     /// Running totals for metrics (absent: all zero). Not used by the step; carried through.
@@ -174,28 +174,91 @@ impl Counters {
     }
 }
 
-/// No creates before `until_ms`: set when the API server rejected a create for a
-/// ResourceQuota (403 "exceeded quota"), so a full quota is not hammered every tick.
-/// The delay doubles on each rejection up to [`MAX_BACKOFF_MS`] and the back-off is cleared
-/// by the next successful create, as Kubernetes' controllers back off a failing sync.
+/// No creates before `until_ms`: set when creates keep failing for a reason another create
+/// at once would meet again — the API server refused a create (a ResourceQuota's "exceeded
+/// quota", a template it cannot decode or validate, an admission refusal: Pod Security, a
+/// webhook, a ValidatingAdmissionPolicy) or a kubelet rejected a pod at admission
+/// (`OutOfcpu`, `NodeAffinity`, …). As the Job controller backs off the replacement of
+/// failed pods (`pkg/controller/job`, "Pod backoff failure policy": 10 s, 20 s, 40 s …
+/// capped at six minutes), the delay starts at max(batch delay, [`MIN_BACKOFF_MS`]) and
+/// doubles on each further refusal up to [`MAX_BACKOFF_MS`]. A successful create clears a
+/// back-off set by refused creates; one set by kubelet rejections is cleared once a later
+/// executor runs (a create that succeeds says nothing about the kubelet's admission).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backoff {
     /// No creates before this time, ms since the Unix epoch.
     pub until_ms: u64,
-    /// The delay that set `until_ms`, ms; the next rejection doubles it.
+    /// The delay that set `until_ms`, ms; the next refusal doubles it.
     pub delay_ms: u64,
-    /// Why (the quota message), for `status` and logs.
+    /// Why: the server's (or the kubelet's) words, for `status`, the Event and the log.
     pub reason: String,
+    /// What set it (absent in states written before it existed: a quota rejection).
+    #[serde(default, skip_serializing_if = "BackoffCause::is_quota")]
+    pub cause: BackoffCause,
+    /// Refusals in a row that made this back-off (absent: 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub refusals: u32,
+    /// For [`BackoffCause::Rejected`]: the id counter when the last rejection was seen; a
+    /// Running executor above it (created since) ends the back-off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<u64>,
+    /// For [`BackoffCause::Refused`]: the fingerprint of the template the server refused
+    /// ([`crate::engine::alloc::Settings::template_fingerprint`]); a step with another
+    /// template ends the back-off (the fix is tried at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
 }
 
-/// First creation back-off after a quota rejection, ms.
-pub const MIN_BACKOFF_MS: u64 = 5_000;
-/// Longest creation back-off, ms (5 minutes).
-pub const MAX_BACKOFF_MS: u64 = 300_000;
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// What set a [`Backoff`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackoffCause {
+    /// A ResourceQuota refused a create (403 "exceeded quota"): wait for room.
+    #[default]
+    Quota,
+    /// The API server refused a create: 400/422 (the pod template), an admission refusal
+    /// (Pod Security, a webhook, a ValidatingAdmissionPolicy) or a quota that can never
+    /// admit the template.
+    Refused,
+    /// The kubelet rejected a pod at admission (phase Failed with reason `OutOfcpu`,
+    /// `OutOfmemory`, `NodeAffinity`, …).
+    Rejected,
+}
+
+impl BackoffCause {
+    /// True for [`BackoffCause::Quota`] (then the state file omits the field).
+    pub fn is_quota(&self) -> bool {
+        *self == BackoffCause::Quota
+    }
+
+    /// The cause's name (`quota`, `refused`, `rejected`), as `status` and the metric label
+    /// show it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BackoffCause::Quota => "quota",
+            BackoffCause::Refused => "refused",
+            BackoffCause::Rejected => "rejected",
+        }
+    }
+}
+
+/// First creation back-off, ms (10 s, the Job controller's `DefaultJobPodFailureBackOff`).
+pub const MIN_BACKOFF_MS: u64 = 10_000;
+/// Longest creation back-off, ms (6 minutes, the cap the Job controller documents for pod
+/// failures). A state that asks for more is clamped when a step reads it.
+pub const MAX_BACKOFF_MS: u64 = 360_000;
 
 impl Backoff {
-    /// The back-off after a rejection at `now_ms`, following `previous` (doubling, capped):
-    /// max(batch delay, 5 s), then ×2 per rejection, at most 5 minutes.
+    /// The back-off after a refusal at `now_ms`, following `previous` (doubling, capped):
+    /// max(batch delay, [`MIN_BACKOFF_MS`]), then ×2 per refusal, at most [`MAX_BACKOFF_MS`].
     pub fn after_rejection(
         previous: Option<&Backoff>,
         batch_delay_ms: u64,
@@ -211,7 +274,36 @@ impl Backoff {
             until_ms: now_ms.saturating_add(delay_ms),
             delay_ms,
             reason,
+            cause: BackoffCause::Quota,
+            refusals: previous.map_or(1, |b| b.refusals.saturating_add(1)),
+            executor_id: None,
+            template: None,
         }
+    }
+
+    /// Whether this back-off was set by refusals of a template other than `current`, the
+    /// fingerprint of the template in use (then it no longer applies: the changed template
+    /// is tried at once). A back-off without a recorded template applies to any.
+    pub fn is_for_another_template(&self, current: Option<&str>) -> bool {
+        self.cause == BackoffCause::Refused
+            && self.template.is_some()
+            && self.template.as_deref() != current
+    }
+
+    /// This back-off with its cause set.
+    pub fn because(mut self, cause: BackoffCause) -> Backoff {
+        self.cause = cause;
+        self
+    }
+
+    /// Within the documented cap as seen at `now_ms`: a delay above [`MAX_BACKOFF_MS`] is
+    /// cut to it, and an end further than the cap from `now_ms` (a state written by hand,
+    /// by another tool or under a clock that jumped) is moved to `now_ms` + the cap, so a
+    /// stored back-off never stalls creation for longer than documented.
+    pub fn clamped(mut self, now_ms: u64) -> Backoff {
+        self.delay_ms = self.delay_ms.min(MAX_BACKOFF_MS);
+        self.until_ms = self.until_ms.min(now_ms.saturating_add(MAX_BACKOFF_MS));
+        self
     }
 }
 

@@ -214,15 +214,15 @@ fn quota_backoff_holds_creates_until_it_expires() {
         10_000,
         "exceeded quota: q".into(),
     ));
-    assert_eq!(st.create_backoff.as_ref().unwrap().until_ms, 15_000);
-    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 14_999).unwrap();
+    assert_eq!(st.create_backoff.as_ref().unwrap().until_ms, 20_000);
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 19_999).unwrap();
     assert!(p.create.is_empty());
     assert!(p.warnings.iter().any(|w| w.contains("exceeded quota")));
     assert_eq!(
         p.state.create_backoff, st.create_backoff,
         "kept until a create succeeds"
     );
-    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 15_000).unwrap();
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 20_000).unwrap();
     assert_eq!(ids_c(&p), vec![1, 2, 3]);
     // Doubling, capped.
     let mut b = Backoff::after_rejection(None, 1000, 0, String::new());
@@ -239,6 +239,265 @@ fn clock_going_backwards_does_not_time_out() {
     assert!(p.delete.is_empty() && p.create.is_empty());
 }
 
+// ---- failure loops: refused creates, kubelet rejections, the failure limit (issue 31) -----
+
+#[test]
+fn refused_creates_back_off_doubling_and_give_their_ids_back() {
+    let set = settings(5);
+    let plan = planned(3);
+    assert_eq!(ids_c(&plan), vec![1, 2, 3]);
+    let refused = Outcomes {
+        returned: vec![1, 2, 3],
+        refused: Some("quantities must match the regular expression".into()),
+        failed: true,
+        ..Outcomes::default()
+    };
+    let st = record(&plan, &refused, &set, 1_000);
+    assert_eq!(st.last_executor_id, 0, "no pod ever had ids 1-3");
+    assert!(st.unacknowledged.is_empty());
+    let b = st.create_backoff.clone().unwrap();
+    assert_eq!((b.delay_ms, b.until_ms, b.refusals), (10_000, 11_000, 1));
+    assert_eq!(b.cause, BackoffCause::Refused);
+    // Nothing while it holds; then the same ids again, and a second refusal doubles it.
+    let p2 = step(&snap(&[]), &st, &set, &Request::default(), 10_999).unwrap();
+    assert!(p2.create.is_empty());
+    assert!(matches!(p2.blocked, Some(Blocked::Backoff { .. })));
+    let p3 = step(&snap(&[]), &st, &set, &Request::default(), 11_000).unwrap();
+    assert_eq!(ids_c(&p3), vec![1, 2, 3]);
+    let st3 = record(&p3, &refused, &set, 11_000);
+    let b3 = st3.create_backoff.clone().unwrap();
+    assert_eq!((b3.delay_ms, b3.refusals), (20_000, 2));
+    // A create refused after one that made a pod gives back only the ids above it.
+    let half = Outcomes {
+        created: vec![1],
+        returned: vec![2, 3],
+        refused: Some("admission webhook \"w\" denied the request".into()),
+        ..Outcomes::default()
+    };
+    let st4 = record(&p3, &half, &set, 11_000);
+    assert_eq!(st4.last_executor_id, 1);
+    assert_eq!(st4.create_backoff.unwrap().refusals, 2);
+    // Ten refusals in a row: capped at 6 minutes.
+    let mut b = Backoff::after_rejection(None, 1000, 0, String::new());
+    for _ in 0..10 {
+        b = Backoff::after_rejection(Some(&b), 1000, 0, String::new());
+    }
+    assert_eq!(b.delay_ms, 360_000);
+}
+
+#[test]
+fn a_successful_create_ends_a_refusal_back_off() {
+    let set = settings(5);
+    let mut st = AllocatorState::new();
+    st.target = Some(2);
+    st.create_backoff = Some(
+        Backoff::after_rejection(None, 1000, 0, "denied".into()).because(BackoffCause::Refused),
+    );
+    let p = step(&snap(&[]), &st, &set, &Request::default(), 10_000).unwrap();
+    assert_eq!(ids_c(&p), vec![1, 2]);
+    let ok = Outcomes {
+        created: vec![1, 2],
+        ..Outcomes::default()
+    };
+    assert_eq!(record(&p, &ok, &set, 10_000).create_backoff, None);
+}
+
+#[test]
+fn a_changed_template_ends_a_refusal_back_off() {
+    let mut set = settings(5);
+    set.template_fingerprint = Some("aaaa".into());
+    let plan = from_fresh(&snap(&[]), &set, 1, 0);
+    let refused = Outcomes {
+        returned: vec![1],
+        refused: Some("quantities must match".into()),
+        ..Outcomes::default()
+    };
+    let st = record(&plan, &refused, &set, 0);
+    assert_eq!(
+        st.create_backoff.as_ref().unwrap().template.as_deref(),
+        Some("aaaa")
+    );
+    // The same template waits; a fixed one is tried at once.
+    assert!(step(&snap(&[]), &st, &set, &Request::default(), 1)
+        .unwrap()
+        .create
+        .is_empty());
+    set.template_fingerprint = Some("bbbb".into());
+    let p = step(&snap(&[]), &st, &set, &Request::default(), 1).unwrap();
+    assert_eq!(ids_c(&p), vec![1]);
+    assert_eq!(p.state.create_backoff, None);
+}
+
+fn rejected(id: u64, reason: &str) -> ExecutorPod {
+    ExecutorPod {
+        reason: Some(reason.into()),
+        ..pod(id, ExecutorState::Failed)
+    }
+}
+
+#[test]
+fn kubelet_rejections_back_off_until_a_later_executor_runs() {
+    use ExecutorState::*;
+    let set = settings(5);
+    let mut st = AllocatorState::new();
+    st.target = Some(2);
+    st.last_executor_id = 2;
+    let s = of(vec![rejected(1, "OutOfcpu"), pod(2, Running)]);
+    let p = step(&s, &st, &set, &Request::default(), 0).unwrap();
+    // Deleted, not replaced yet: the replacement would meet the same node.
+    assert_eq!(ids_d(&p), vec![1]);
+    assert!(p.create.is_empty(), "{:?}", p.create);
+    let b = p.state.create_backoff.clone().unwrap();
+    assert_eq!(
+        (b.cause, b.delay_ms, b.executor_id),
+        (BackoffCause::Rejected, 10_000, Some(2))
+    );
+    assert!(
+        b.reason.contains("OutOfcpu") && b.reason.contains("executor 1"),
+        "{}",
+        b.reason
+    );
+    assert_eq!(p.state.failures.len(), 1, "a failure for the limit too");
+    // The same pod seen again (still listed while it goes) does not double it.
+    let again = step(&s, &p.state, &set, &Request::default(), 1_000).unwrap();
+    assert_eq!(again.state.create_backoff.unwrap().delay_ms, 10_000);
+    // After the back-off the replacement; a created replacement does not end the back-off
+    // (the kubelet may reject it too), a second rejection doubles it.
+    let gone = snap(&[(2, Running)]);
+    let p2 = step(&gone, &p.state, &set, &Request::default(), 10_000).unwrap();
+    assert_eq!(ids_c(&p2), vec![3]);
+    let ok = Outcomes {
+        created: vec![3],
+        ..Outcomes::default()
+    };
+    let st2 = record(&p2, &ok, &set, 10_000);
+    assert!(st2.create_backoff.is_some());
+    let s3 = of(vec![rejected(3, "NodeAffinity"), pod(2, Running)]);
+    let p3 = step(&s3, &st2, &set, &Request::default(), 11_000).unwrap();
+    let b3 = p3.state.create_backoff.clone().unwrap();
+    assert_eq!(
+        (b3.delay_ms, b3.refusals, b3.executor_id),
+        (20_000, 2, Some(3))
+    );
+    // An executor above the rejected ones runs: the back-off ends.
+    let p4 = step(
+        &snap(&[(2, Running), (4, Running)]),
+        &p3.state,
+        &set,
+        &Request::default(),
+        12_000,
+    )
+    .unwrap();
+    assert_eq!(p4.state.create_backoff, None);
+    // An ordinary failure is replaced at once, as before.
+    let p5 = step(
+        &of(vec![failed_by(5, None), pod(2, Running)]),
+        &AllocatorState::new(),
+        &set,
+        &Request::set(2),
+        0,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p5), vec![6]);
+    assert!(is_kubelet_rejection("OutOfnvidia.com/gpu") && !is_kubelet_rejection("OutOf"));
+    assert!(!is_kubelet_rejection("OOMKilled") && !is_kubelet_rejection("Evicted"));
+}
+
+#[test]
+fn a_stored_back_off_beyond_the_cap_is_clamped() {
+    let mut st = AllocatorState::new();
+    st.target = Some(1);
+    st.create_backoff = Some(Backoff {
+        until_ms: 1_000_000_000,
+        delay_ms: 999_999_999,
+        reason: "exceeded quota".into(),
+        cause: BackoffCause::Quota,
+        refusals: 1,
+        executor_id: None,
+        template: None,
+    });
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 1_000).unwrap();
+    let b = p.state.create_backoff.clone().unwrap();
+    assert_eq!(
+        (b.until_ms, b.delay_ms),
+        (1_000 + MAX_BACKOFF_MS, MAX_BACKOFF_MS)
+    );
+    assert_eq!(p.requeue_after_ms, Some(MAX_BACKOFF_MS));
+    // Saved clamped, so it ends within the cap of the first tick that read it.
+    let p2 = step(
+        &snap(&[]),
+        &p.state,
+        &settings(5),
+        &Request::default(),
+        1_000 + MAX_BACKOFF_MS,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p2), vec![1]);
+}
+
+#[test]
+fn the_failure_limit_is_on_by_default_at_twice_the_target_at_least_three() {
+    assert_eq!(
+        Settings::new("app").policies.max_failures,
+        FailureLimit::TwiceTarget
+    );
+    assert_eq!(FailureLimit::TwiceTarget.limit(1), Some(3));
+    assert_eq!(FailureLimit::TwiceTarget.limit(5), Some(10));
+    assert_eq!(FailureLimit::Off.limit(5), None);
+    let set = settings(5);
+    // Target 1: a fourth failure within the window halts, the third does not.
+    let mut st = AllocatorState::new();
+    st.target = Some(1);
+    for (i, n) in [(1u64, 3usize), (2, 4)] {
+        let fails: Vec<ExecutorPod> = (1..=n as u64)
+            .map(|id| failed_by(id + i * 10, None))
+            .collect();
+        let p = step(&of(fails), &st, &set, &Request::default(), 0).unwrap();
+        assert_eq!(p.halt.is_some(), n > 3, "{n} failures: {:?}", p.halt);
+    }
+    let mut off = settings(5);
+    off.policies.max_failures = FailureLimit::Off;
+    let fails: Vec<ExecutorPod> = (1..=9).map(|id| failed_by(id, None)).collect();
+    let p = step(&of(fails), &st, &off, &Request::default(), 0).unwrap();
+    assert_eq!(p.halt, None);
+}
+
+#[test]
+fn scale_down_takes_not_ready_executors_before_ready_ones() {
+    let mut set = settings(5);
+    set.policies.scale_down_running = true;
+    // 1 is Ready with the lowest deletion cost; 2 runs but is not Ready: 2 goes (B55).
+    let ready = ExecutorPod {
+        deletion_cost: -10,
+        ..pod(1, ExecutorState::Running)
+    };
+    let not_ready = ExecutorPod {
+        ready: false,
+        ..pod(2, ExecutorState::Running)
+    };
+    let mut st = AllocatorState::new();
+    st.last_executor_id = 2;
+    let p = step(&of(vec![ready, not_ready]), &st, &set, &Request::set(1), 0).unwrap();
+    assert_eq!(ids_d(&p), vec![2]);
+}
+
+#[test]
+fn ids_named_anywhere_in_the_state_are_never_handed_out_again() {
+    // F11: deleted and deleted_unseen ids above the counter.
+    let mut st = AllocatorState::new();
+    st.target = Some(2);
+    st.last_executor_id = 3;
+    st.deleted = vec![7];
+    st.deleted_unseen = vec![Unacknowledged {
+        executor_id: 9,
+        created_ms: 0,
+        retry: false,
+        profile: 0,
+    }];
+    let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 1).unwrap();
+    assert_eq!(ids_c(&p), vec![10, 11]);
+}
+
 // ---- property tests: a random cluster driven by the step --------------------------------
 
 #[derive(Clone, Debug)]
@@ -252,6 +511,8 @@ enum Event {
     LoseState,
     /// The next creates are rejected by a quota (fed back through `record`).
     Quota,
+    /// The next creates are refused as the template is (400): creates back off.
+    Refused,
     /// The next creates' outcome is unknown; `true`: they happened.
     Ambiguous(bool),
     /// A running pod's node stops reporting: the pod turns Unknown.
@@ -268,6 +529,7 @@ fn event() -> impl Strategy<Value = Event> {
         any::<u8>().prop_map(Event::Remove),
         Just(Event::LoseState),
         Just(Event::Quota),
+        Just(Event::Refused),
         any::<bool>().prop_map(Event::Ambiguous),
         any::<u8>().prop_map(Event::NodeLost),
     ]
@@ -287,6 +549,7 @@ proptest! {
         let mut highest_ever = 0u64;
         let mut lose_next_creates = false;
         let mut quota_next = false;
+        let mut refused_next = false;
         let mut ambiguous_next: Option<bool> = None;
         let mut remove: Vec<u64> = vec![];
         for ev in events {
@@ -311,6 +574,7 @@ proptest! {
                 }
                 Event::LoseCreates => lose_next_creates = true,
                 Event::Quota => quota_next = true,
+                Event::Refused => refused_next = true,
                 Event::Ambiguous(happened) => ambiguous_next = Some(happened),
                 Event::Advance(ms) => now += ms as u64,
                 Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
@@ -382,16 +646,22 @@ proptest! {
             cluster.retain(|_, s| *s != ExecutorState::Deleted || !now.is_multiple_of(3));
             let mut out = Outcomes::default();
             for (i, c) in plan.create.iter().enumerate() {
+                if (quota_next || refused_next) && !c.retry {
+                    // Refused: no pod ever had the id; the shell returns it.
+                    out.returned.push(c.executor_id);
+                    match quota_next {
+                        true => out.quota = Some("exceeded quota: pods=10".into()),
+                        false => out.refused = Some("quantities must match".into()),
+                    }
+                    continue;
+                }
                 highest_ever = highest_ever.max(c.executor_id);
-                if quota_next && !c.retry {
-                    out.dropped.push(c.executor_id);
-                    out.quota = Some("exceeded quota: pods=10".into());
-                } else if let Some(happened) = ambiguous_next {
+                if let Some(happened) = ambiguous_next {
                     out.ambiguous.push(c.executor_id);
                     if happened == (i % 2 == 0) {
                         cluster.insert(c.executor_id, ExecutorState::Pending);
                     }
-                } else if quota_next {
+                } else if quota_next || refused_next {
                     out.ambiguous.push(c.executor_id);
                 } else if !lose_next_creates {
                     out.created.push(c.executor_id);
@@ -399,16 +669,22 @@ proptest! {
                 }
             }
             quota_next = false;
+            refused_next = false;
             ambiguous_next = None;
             lose_next_creates = false;
             // The live count never exceeds the larger of the target and running before.
             let live = cluster.values().filter(|s| matches!(s, ExecutorState::Pending | ExecutorState::Running)).count() as u32;
             prop_assert!(live <= new_target.max(running), "live {} > target {}", live, new_target);
-            highest_ever = highest_ever.max(plan.state.last_executor_id);
             state = record(&plan, &out, &set, now);
-            // Rejected ids are not waited for; the ids stay consumed.
-            prop_assert!(state.unacknowledged.iter().all(|u| !out.dropped.contains(&u.executor_id)));
-            prop_assert_eq!(state.last_executor_id, plan.state.last_executor_id);
+            // Refused ids are not waited for and are given back: the counter is below them
+            // and at or above every id that may name a pod.
+            prop_assert!(state.unacknowledged.iter().all(|u| !out.returned.contains(&u.executor_id)));
+            prop_assert!(out.returned.iter().all(|&id| id > state.last_executor_id));
+            prop_assert!(state.last_executor_id >= highest_ever.min(plan.state.last_executor_id));
+            if !out.returned.is_empty() {
+                prop_assert!(state.create_backoff.as_ref().is_some_and(|b| b.until_ms > now));
+            }
+            highest_ever = highest_ever.max(state.last_executor_id);
             now += 1000;
         }
     }
@@ -771,7 +1047,7 @@ fn of(pods: Vec<ExecutorPod>) -> Snapshot {
 #[test]
 fn disruptions_are_replaced_but_never_trip_the_crash_loop_guard() {
     let mut set = settings(5);
-    set.policies.max_failures = Some(3);
+    set.policies.max_failures = FailureLimit::Max(3);
     let evicted = [
         "EvictionByEvictionAPI",
         "PreemptionByScheduler",

@@ -200,6 +200,10 @@ pub struct ExecutorPod {
     pub waiting: Option<String>,
     /// PodScheduled=False with reason Unschedulable: the scheduler cannot place it.
     pub unschedulable: bool,
+    /// The `Ready` condition is `True` (the kubelet's readiness: every container ready).
+    /// Scale-down takes not-Ready executors before Ready ones, as the ReplicaSet ranks
+    /// pods (`ActivePodsWithRanks`: not ready < ready).
+    pub ready: bool,
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation (default 0): lower goes
     /// first on scale-down, as ReplicaSet.
     pub deletion_cost: i32,
@@ -311,6 +315,7 @@ impl ExecutorPod {
             reason: None,
             waiting: None,
             unschedulable: false,
+            ready: state == ExecutorState::Running,
             deletion_cost: 0,
             restarts: 0,
             created_ms: None,
@@ -543,10 +548,7 @@ impl Snapshot {
         let status = pod.status.unwrap_or_default();
         let spec = pod.spec.unwrap_or_default();
         let node = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
-        let scheduled = node
-            || status.conditions.iter().flatten().any(|c| {
-                c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("True")
-            });
+        let scheduled = node || status.condition_true("PodScheduled");
         let view = Containers::new(&spec, &status, executor_container);
         let state = match view.executor_exit() {
             _ if meta.deletion_timestamp.is_some() => ExecutorState::Deleted,
@@ -558,6 +560,7 @@ impl Snapshot {
         let reason = view.reason();
         let waiting = view.waiting(scheduled);
         let unschedulable = status.scheduled_false_because("Unschedulable");
+        let ready = status.condition_true("Ready");
         let gated = spec
             .scheduling_gates
             .as_ref()
@@ -587,6 +590,7 @@ impl Snapshot {
             reason,
             waiting,
             unschedulable,
+            ready,
             deletion_cost,
             restarts,
             created_ms: (meta.creation_ms)
@@ -1014,6 +1018,12 @@ impl RawStatus<'_> {
             .map(|c| c.restart_count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
             .max()
             .unwrap_or(0)
+    }
+
+    /// Whether condition `kind` (`Ready`, `PodScheduled`) is `True`.
+    fn condition_true(&self, kind: &str) -> bool {
+        (self.conditions.iter().flatten())
+            .any(|c| c.kind.as_deref() == Some(kind) && c.status.as_deref() == Some("True"))
     }
 
     /// Whether the `PodScheduled` condition is `False` with `reason`.

@@ -257,6 +257,16 @@ impl Env {
     /// The server's record of the requests about the test's namespace ([`Act`]), in the
     /// order it received them. On the simulator that record keeps the last 1000 requests.
     pub fn acts(&self) -> Vec<Act> {
+        self.acts_of(false)
+    }
+
+    /// [`Env::acts`] with the requests to subresources too, named `RESOURCE/SUBRESOURCE`
+    /// (`executorsets/status`).
+    pub fn acts_with_subresources(&self) -> Vec<Act> {
+        self.acts_of(true)
+    }
+
+    fn acts_of(&self, subresources: bool) -> Vec<Act> {
         let mut out: Vec<Act> = match &self.server {
             Server::Sim(s) => (s.request_log().lines())
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -264,10 +274,13 @@ impl Env {
                     let path = l["path"].as_str()?;
                     let rest = path.split_once(&format!("/namespaces/{}/", self.ns))?.1;
                     let mut parts = rest.split('/');
-                    let resource = parts.next()?.to_string();
+                    let mut resource = parts.next()?.to_string();
                     let named = parts.next().is_some();
-                    if parts.next().is_some() {
-                        return None; // a subresource
+                    if let Some(sub) = parts.next() {
+                        if !subresources {
+                            return None;
+                        }
+                        resource = format!("{resource}/{sub}");
                     }
                     let verb = match (l["method"].as_str()?, named) {
                         ("GET", true) => "get",
@@ -292,14 +305,20 @@ impl Env {
                 .collect(),
             Server::Real(cp) => (cp.audit(&self.ns).iter())
                 .filter(|ev| ev["stage"] == "ResponseComplete")
-                .filter(|ev| ev["objectRef"]["subresource"].is_null())
+                .filter(|ev| subresources || ev["objectRef"]["subresource"].is_null())
                 .map(|ev| Act {
                     user: ev["user"]["username"].as_str().unwrap_or("?").to_string(),
                     verb: ev["verb"].as_str().unwrap_or("?").to_string(),
-                    resource: ev["objectRef"]["resource"]
-                        .as_str()
-                        .unwrap_or("?")
-                        .to_string(),
+                    resource: match ev["objectRef"]["subresource"].as_str() {
+                        Some(sub) => format!(
+                            "{}/{sub}",
+                            ev["objectRef"]["resource"].as_str().unwrap_or("?")
+                        ),
+                        None => ev["objectRef"]["resource"]
+                            .as_str()
+                            .unwrap_or("?")
+                            .to_string(),
+                    },
                     at_us: (ev["requestReceivedTimestamp"].as_str())
                         .and_then(micros)
                         .expect("requestReceivedTimestamp"),

@@ -3,10 +3,10 @@
 //! `--target`; a restart with another `--target` changes nothing; `kubectl scale es` reaches a
 //! loop at rest within 2 s with at most 2 pod lists a minute and no write; the target is
 //! clamped by `spec.minReplicas`/`spec.maxReplicas`; `remove` applied once; the controller
-//! never writes `spec` (kube-apiserver's audit log). On kube-apiserver only until the
-//! simulator serves the kind.
+//! never writes `spec` (the server's own record of requests: kube-apiserver's audit log, the
+//! simulator's request log). Each test runs on both servers (`both!`).
 
-use crate::both::{micros, Env, Pods};
+use crate::both::{both, Env, Pods};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -41,12 +41,9 @@ fn wait_es(e: &Env, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value
     }
 }
 
-/// `kubectl ARGS -n NS` as the admin; must succeed.
+/// `kubectl ARGS` as the admin in the test's namespace; must succeed.
 fn kubectl(e: &Env, args: &[&str]) -> String {
-    let cp = e.control_plane().expect("the real server");
-    let out = (cp.kubectl().args(args).args(["-n", &e.ns]))
-        .output()
-        .unwrap();
+    let out = e.kubectl(true).args(args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -83,23 +80,12 @@ fn converged(o: &Value, n: u64) -> bool {
     s["target"] == n && s["replicas"] == n && s["pending"] == 0 && s["unacknowledged"] == 0
 }
 
-/// The audit log's requests of `user` in the test's namespace: (verb, resource with its
-/// subresource, received µs).
+/// The server's record of the requests of `user` in the test's namespace, subresources
+/// included: (verb, resource or `resource/subresource`, received µs).
 fn audited(e: &Env, user: &str) -> Vec<(String, String, u64)> {
-    let cp = e.control_plane().expect("the real server");
-    (cp.audit(&e.ns).iter())
-        .filter(|ev| ev["stage"] == "ResponseComplete" && ev["user"]["username"] == user)
-        .map(|ev| {
-            let r = &ev["objectRef"];
-            let mut res = r["resource"].as_str().unwrap_or("?").to_string();
-            if let Some(sub) = r["subresource"].as_str() {
-                res = format!("{res}/{sub}");
-            }
-            let at = (ev["requestReceivedTimestamp"].as_str())
-                .and_then(micros)
-                .unwrap_or(0);
-            (ev["verb"].as_str().unwrap_or("?").to_string(), res, at)
-        })
+    (e.acts_with_subresources().into_iter())
+        .filter(|a| a.user == user)
+        .map(|a| (a.verb, a.resource, a.at_us))
         .collect()
 }
 
@@ -125,217 +111,221 @@ fn assert_never_wrote_spec(e: &Env) {
     assert!(creates <= 1, "{es_writes:?}");
 }
 
-#[test]
-fn created_seeded_and_a_restart_with_another_target_changes_nothing_on_real() {
-    let Some(e) = Env::real("es-seed", "seed", &Pods::default()) else {
-        return;
-    };
-    let store = "executorset:seed-es";
-    let run = |t: &str| {
-        e.candidate_cmd(
-            "a",
+both!(
+    created_seeded_and_a_restart_with_another_target_changes_nothing,
+    "seed",
+    Pods::default(),
+    |e| {
+        let store = "executorset:seed-es";
+        let run = |t: &str| {
+            e.candidate_cmd(
+                "a",
+                &[
+                    "--state-store",
+                    store,
+                    "run",
+                    "--target",
+                    t,
+                    "--until-converged",
+                    "--timeout",
+                    "60s",
+                ],
+            )
+            .output()
+            .unwrap()
+        };
+        let out = run("3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let o = wait_es(&e, "seed-es", "3 running", |o| converged(o, 3));
+        assert_eq!(o["spec"]["appId"], "seed");
+        assert_eq!(o["spec"]["replicas"], 3);
+        assert_eq!(o["metadata"]["labels"]["spark-app-selector"], "seed");
+        assert_eq!(
+            o["status"]["selector"],
+            "spark-app-selector=seed,spark-role=executor"
+        );
+        assert_eq!(
+            o["status"]["observedGeneration"],
+            o["metadata"]["generation"]
+        );
+        assert!(o["status"]["allocator"]["last_executor_id"].as_u64() >= Some(3));
+        let out = run("5");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let again = es(&e, "seed-es").unwrap();
+        assert_eq!(
+            again["spec"]["replicas"], 3,
+            "a seed only fills an empty home"
+        );
+        assert!(converged(&again, 3), "{again}");
+        assert_eq!(e.live().len(), 3);
+        // `kubectl get es` prints the columns; /scale reports the running count and selector.
+        let table = kubectl(&e, &["get", "es", "seed-es"]);
+        assert!(
+            table.contains("TARGET") && table.contains("RUNNING"),
+            "{table}"
+        );
+        let path = format!(
+            "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets/seed-es/scale",
+            e.ns
+        );
+        let (code, scale) = e.admin("GET", &path, None);
+        assert_eq!(code, 200, "{scale}");
+        assert_eq!(scale["status"]["replicas"], 3);
+        assert_eq!(
+            scale["status"]["selector"],
+            "spark-app-selector=seed,spark-role=executor"
+        );
+        // Another app's ExecutorSet is refused, naming both.
+        let mut other = e.connect(&e.candidate_token("a"));
+        other.args([
+            "--app-id",
+            "other",
+            "--image",
+            "img",
+            "--state-store",
+            store,
+        ]);
+        let err = crate::util::exits(other.args(["reconcile", "--target", "1"]), 2);
+        assert!(
+            err.contains("\"seed\"") && err.contains("\"other\""),
+            "{err}"
+        );
+        assert_never_wrote_spec(&e);
+    }
+);
+
+both!(
+    kubectl_scale_is_followed_within_2s_at_rest_and_rest_costs_no_write,
+    "inst",
+    Pods::default(),
+    |e| {
+        let run = start_run(
+            &e,
+            "inst",
             &[
-                "--state-store",
-                store,
-                "run",
                 "--target",
-                t,
-                "--until-converged",
-                "--timeout",
-                "60s",
+                "2",
+                "--interval",
+                "1s",
+                "--idle-interval",
+                "30s",
             ],
-        )
-        .output()
-        .unwrap()
-    };
-    let out = run("3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let o = wait_es(&e, "seed-es", "3 running", |o| converged(o, 3));
-    assert_eq!(o["spec"]["appId"], "seed");
-    assert_eq!(o["spec"]["replicas"], 3);
-    assert_eq!(o["metadata"]["labels"]["spark-app-selector"], "seed");
-    assert_eq!(
-        o["status"]["selector"],
-        "spark-app-selector=seed,spark-role=executor"
-    );
-    assert_eq!(
-        o["status"]["observedGeneration"],
-        o["metadata"]["generation"]
-    );
-    assert!(o["status"]["allocator"]["last_executor_id"].as_u64() >= Some(3));
-    let out = run("5");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let again = es(&e, "seed-es").unwrap();
-    assert_eq!(
-        again["spec"]["replicas"], 3,
-        "a seed only fills an empty home"
-    );
-    assert!(converged(&again, 3), "{again}");
-    assert_eq!(e.live().len(), 3);
-    // `kubectl get es` prints the columns; /scale reports the running count and selector.
-    let table = kubectl(&e, &["get", "es", "seed-es"]);
-    assert!(
-        table.contains("TARGET") && table.contains("RUNNING"),
-        "{table}"
-    );
-    let path = format!(
-        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets/seed-es/scale",
-        e.ns
-    );
-    let (code, scale) = e.admin("GET", &path, None);
-    assert_eq!(code, 200, "{scale}");
-    assert_eq!(scale["status"]["replicas"], 3);
-    assert_eq!(
-        scale["status"]["selector"],
-        "spark-app-selector=seed,spark-role=executor"
-    );
-    // Another app's ExecutorSet is refused, naming both.
-    let mut other = e.connect(&e.candidate_token("a"));
-    other.args([
-        "--app-id",
-        "other",
-        "--image",
-        "img",
-        "--state-store",
-        store,
-    ]);
-    let err = crate::util::exits(other.args(["reconcile", "--target", "1"]), 2);
-    assert!(
-        err.contains("\"seed\"") && err.contains("\"other\""),
-        "{err}"
-    );
-    assert_never_wrote_spec(&e);
-}
+        );
+        wait_es(&e, "inst", "2 running", |o| converged(o, 2));
+        std::thread::sleep(Duration::from_secs(3));
+        let t0 = Instant::now();
+        kubectl(&e, &["scale", "es", "inst", "--replicas", "4"]);
+        wait_es(&e, "inst", "the new target", |o| o["status"]["target"] == 4);
+        let followed = t0.elapsed();
+        eprintln!("kubectl scale es followed in {} ms", followed.as_millis());
+        assert!(followed <= Duration::from_secs(2), "{followed:?}");
+        wait_es(&e, "inst", "4 running", |o| converged(o, 4));
+        // A minute at rest: the pods listed at most twice, nothing written.
+        std::thread::sleep(Duration::from_secs(2));
+        let from = now_us();
+        std::thread::sleep(Duration::from_secs(60));
+        let to = now_us();
+        let acts: Vec<_> = (audited(&e, "podalloc-a").into_iter())
+            .filter(|(_, _, at)| (from..to).contains(at))
+            .collect();
+        let count =
+            |f: &dyn Fn(&str, &str) -> bool| acts.iter().filter(|(v, r, _)| f(v, r)).count();
+        let lists = count(&|v, r| v == "list" && r == "pods");
+        let writes = count(&|v, _| !matches!(v, "get" | "list" | "watch"));
+        let es_gets = count(&|v, r| v == "get" && r == "executorsets");
+        eprintln!("a minute at rest: {lists} pod lists, {writes} writes, {es_gets} ExecutorSet reads, {} requests", acts.len());
+        assert!(lists <= 2, "{acts:?}");
+        assert_eq!(writes, 0, "{acts:?}");
+        assert!(
+            es_gets >= 30,
+            "the spec is read every --interval: {es_gets}"
+        );
+        stop(run);
+        assert_never_wrote_spec(&e);
+    }
+);
 
-#[test]
-fn kubectl_scale_is_followed_within_2s_at_rest_and_rest_costs_no_write_on_real() {
-    let Some(e) = Env::real("es-instant", "inst", &Pods::default()) else {
-        return;
-    };
-    let run = start_run(
-        &e,
-        "inst",
-        &[
-            "--target",
-            "2",
-            "--interval",
-            "1s",
-            "--idle-interval",
+both!(
+    the_target_is_clamped_and_removals_are_applied_once,
+    "clamp",
+    Pods::default(),
+    |e| {
+        let manifest = json!({
+            "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+            "metadata": {"name": "clamp", "namespace": e.ns},
+            "spec": {"appId": "clamp", "replicas": 2, "minReplicas": 1, "maxReplicas": 3},
+        });
+        let path = format!(
+            "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
+            e.ns
+        );
+        let (code, body) = e.admin("POST", &path, Some(&manifest));
+        assert_eq!(code, 201, "{body}");
+        let run = start_run(&e, "clamp", &["--interval", "300ms"]);
+        wait_es(&e, "clamp", "2 running", |o| converged(o, 2));
+        kubectl(&e, &["scale", "es", "clamp", "--replicas", "10"]);
+        let o = wait_es(&e, "clamp", "the clamped target", |o| converged(o, 3));
+        assert_eq!(o["spec"]["replicas"], 10, "the spec is the user's");
+        let events = kubectl(
+            &e,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=TargetClamped",
+                "-o",
+                "json",
+            ],
+        );
+        let events: Value = serde_json::from_str(&events).unwrap();
+        assert_eq!(
+            events["items"].as_array().map(Vec::len),
+            Some(1),
+            "{events}"
+        );
+        // `remove` lowers spec.replicas and appends the removal in one write; applied once.
+        kubectl(&e, &["scale", "es", "clamp", "--replicas", "3"]);
+        let live = e.live();
+        let victim = live[0].to_string();
+        let store = "executorset:clamp";
+        e.ok(&["--state-store", store, "remove", &victim]);
+        let o = wait_es(&e, "clamp", "the removal applied", |o| {
+            o["status"]["appliedRemovals"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1)
+                && converged(o, 2)
+        });
+        assert_eq!(o["spec"]["replicas"], 2);
+        assert!(!e.live().contains(&live[0]));
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(converged(&es(&e, "clamp").unwrap(), 2));
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+        // `add` and `scale` write the spec, with the request id annotation.
+        e.ok(&[
+            "--state-store",
+            store,
+            "add",
+            "1",
+            "--wait",
+            "--timeout",
             "30s",
-        ],
-    );
-    wait_es(&e, "inst", "2 running", |o| converged(o, 2));
-    std::thread::sleep(Duration::from_secs(3));
-    let t0 = Instant::now();
-    kubectl(&e, &["scale", "es", "inst", "--replicas", "4"]);
-    wait_es(&e, "inst", "the new target", |o| o["status"]["target"] == 4);
-    let followed = t0.elapsed();
-    eprintln!("kubectl scale es followed in {} ms", followed.as_millis());
-    assert!(followed <= Duration::from_secs(2), "{followed:?}");
-    wait_es(&e, "inst", "4 running", |o| converged(o, 4));
-    // A minute at rest: the pods listed at most twice, nothing written.
-    std::thread::sleep(Duration::from_secs(2));
-    let from = now_us();
-    std::thread::sleep(Duration::from_secs(60));
-    let to = now_us();
-    let acts: Vec<_> = (audited(&e, "podalloc-a").into_iter())
-        .filter(|(_, _, at)| (from..to).contains(at))
-        .collect();
-    let count = |f: &dyn Fn(&str, &str) -> bool| acts.iter().filter(|(v, r, _)| f(v, r)).count();
-    let lists = count(&|v, r| v == "list" && r == "pods");
-    let writes = count(&|v, _| !matches!(v, "get" | "list" | "watch"));
-    let es_gets = count(&|v, r| v == "get" && r == "executorsets");
-    eprintln!("a minute at rest: {lists} pod lists, {writes} writes, {es_gets} ExecutorSet reads, {} requests", acts.len());
-    assert!(lists <= 2, "{acts:?}");
-    assert_eq!(writes, 0, "{acts:?}");
-    assert!(
-        es_gets >= 30,
-        "the spec is read every --interval: {es_gets}"
-    );
-    stop(run);
-    assert_never_wrote_spec(&e);
-}
-
-#[test]
-fn the_target_is_clamped_and_removals_are_applied_once_on_real() {
-    let Some(e) = Env::real("es-clamp", "clamp", &Pods::default()) else {
-        return;
-    };
-    let manifest = json!({
-        "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
-        "metadata": {"name": "clamp", "namespace": e.ns},
-        "spec": {"appId": "clamp", "replicas": 2, "minReplicas": 1, "maxReplicas": 3},
-    });
-    let path = format!(
-        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
-        e.ns
-    );
-    let (code, body) = e.admin("POST", &path, Some(&manifest));
-    assert_eq!(code, 201, "{body}");
-    let run = start_run(&e, "clamp", &["--interval", "300ms"]);
-    wait_es(&e, "clamp", "2 running", |o| converged(o, 2));
-    kubectl(&e, &["scale", "es", "clamp", "--replicas", "10"]);
-    let o = wait_es(&e, "clamp", "the clamped target", |o| converged(o, 3));
-    assert_eq!(o["spec"]["replicas"], 10, "the spec is the user's");
-    let events = kubectl(
-        &e,
-        &[
-            "get",
-            "events",
-            "--field-selector",
-            "reason=TargetClamped",
-            "-o",
-            "json",
-        ],
-    );
-    let events: Value = serde_json::from_str(&events).unwrap();
-    assert_eq!(
-        events["items"].as_array().map(Vec::len),
-        Some(1),
-        "{events}"
-    );
-    // `remove` lowers spec.replicas and appends the removal in one write; applied once.
-    kubectl(&e, &["scale", "es", "clamp", "--replicas", "3"]);
-    let live = e.live();
-    let victim = live[0].to_string();
-    let store = "executorset:clamp";
-    e.ok(&["--state-store", store, "remove", &victim]);
-    let o = wait_es(&e, "clamp", "the removal applied", |o| {
-        o["status"]["appliedRemovals"]
-            .as_array()
-            .is_some_and(|a| a.len() == 1)
-            && converged(o, 2)
-    });
-    assert_eq!(o["spec"]["replicas"], 2);
-    assert!(!e.live().contains(&live[0]));
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(converged(&es(&e, "clamp").unwrap(), 2));
-    assert_eq!(e.stats().duplicate_executor_ids, 0);
-    // `add` and `scale` write the spec, with the request id annotation.
-    e.ok(&[
-        "--state-store",
-        store,
-        "add",
-        "1",
-        "--wait",
-        "--timeout",
-        "30s",
-    ]);
-    let o = es(&e, "clamp").unwrap();
-    assert_eq!(o["spec"]["replicas"], 3);
-    assert!(
-        o["metadata"]["annotations"]["podalloc.io/request"].is_string(),
-        "{o}"
-    );
-    assert!(converged(&o, 3), "{o}");
-    stop(run);
-    assert_never_wrote_spec(&e);
-}
+        ]);
+        let o = es(&e, "clamp").unwrap();
+        assert_eq!(o["spec"]["replicas"], 3);
+        assert!(
+            o["metadata"]["annotations"]["podalloc.io/request"].is_string(),
+            "{o}"
+        );
+        assert!(converged(&o, 3), "{o}");
+        stop(run);
+        assert_never_wrote_spec(&e);
+    }
+);

@@ -140,7 +140,7 @@ both!(
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let o = wait_es(&e, "seed-es", "3 running", |o| converged(o, 3));
+        let o = wait_es(e, "seed-es", "3 running", |o| converged(o, 3));
         assert_eq!(o["spec"]["appId"], "seed");
         assert_eq!(o["spec"]["replicas"], 3);
         assert_eq!(o["metadata"]["labels"]["spark-app-selector"], "seed");
@@ -159,7 +159,7 @@ both!(
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let again = es(&e, "seed-es").unwrap();
+        let again = es(e, "seed-es").unwrap();
         assert_eq!(
             again["spec"]["replicas"], 3,
             "a seed only fills an empty home"
@@ -167,7 +167,7 @@ both!(
         assert!(converged(&again, 3), "{again}");
         assert_eq!(e.live().len(), 3);
         // `kubectl get es` prints the columns; /scale reports the running count and selector.
-        let table = kubectl(&e, &["get", "es", "seed-es"]);
+        let table = kubectl(e, &["get", "es", "seed-es"]);
         assert!(
             table.contains("TARGET") && table.contains("RUNNING"),
             "{table}"
@@ -198,7 +198,7 @@ both!(
             err.contains("\"seed\"") && err.contains("\"other\""),
             "{err}"
         );
-        assert_never_wrote_spec(&e);
+        assert_never_wrote_spec(e);
     }
 );
 
@@ -208,7 +208,7 @@ both!(
     Pods::default(),
     |e| {
         let run = start_run(
-            &e,
+            e,
             "inst",
             &[
                 "--target",
@@ -219,21 +219,21 @@ both!(
                 "30s",
             ],
         );
-        wait_es(&e, "inst", "2 running", |o| converged(o, 2));
+        wait_es(e, "inst", "2 running", |o| converged(o, 2));
         std::thread::sleep(Duration::from_secs(3));
         let t0 = Instant::now();
-        kubectl(&e, &["scale", "es", "inst", "--replicas", "4"]);
-        wait_es(&e, "inst", "the new target", |o| o["status"]["target"] == 4);
+        kubectl(e, &["scale", "es", "inst", "--replicas", "4"]);
+        wait_es(e, "inst", "the new target", |o| o["status"]["target"] == 4);
         let followed = t0.elapsed();
         eprintln!("kubectl scale es followed in {} ms", followed.as_millis());
         assert!(followed <= Duration::from_secs(2), "{followed:?}");
-        wait_es(&e, "inst", "4 running", |o| converged(o, 4));
+        wait_es(e, "inst", "4 running", |o| converged(o, 4));
         // A minute at rest: the pods listed at most twice, nothing written.
         std::thread::sleep(Duration::from_secs(2));
         let from = now_us();
         std::thread::sleep(Duration::from_secs(60));
         let to = now_us();
-        let acts: Vec<_> = (audited(&e, "podalloc-a").into_iter())
+        let acts: Vec<_> = (audited(e, "podalloc-a").into_iter())
             .filter(|(_, _, at)| (from..to).contains(at))
             .collect();
         let count =
@@ -249,7 +249,7 @@ both!(
             "the spec is read every --interval: {es_gets}"
         );
         stop(run);
-        assert_never_wrote_spec(&e);
+        assert_never_wrote_spec(e);
     }
 );
 
@@ -269,13 +269,13 @@ both!(
         );
         let (code, body) = e.admin("POST", &path, Some(&manifest));
         assert_eq!(code, 201, "{body}");
-        let run = start_run(&e, "clamp", &["--interval", "300ms"]);
-        wait_es(&e, "clamp", "2 running", |o| converged(o, 2));
-        kubectl(&e, &["scale", "es", "clamp", "--replicas", "10"]);
-        let o = wait_es(&e, "clamp", "the clamped target", |o| converged(o, 3));
+        let run = start_run(e, "clamp", &["--interval", "300ms"]);
+        wait_es(e, "clamp", "2 running", |o| converged(o, 2));
+        kubectl(e, &["scale", "es", "clamp", "--replicas", "10"]);
+        let o = wait_es(e, "clamp", "the clamped target", |o| converged(o, 3));
         assert_eq!(o["spec"]["replicas"], 10, "the spec is the user's");
         let events = kubectl(
-            &e,
+            e,
             &[
                 "get",
                 "events",
@@ -292,12 +292,12 @@ both!(
             "{events}"
         );
         // `remove` lowers spec.replicas and appends the removal in one write; applied once.
-        kubectl(&e, &["scale", "es", "clamp", "--replicas", "3"]);
+        kubectl(e, &["scale", "es", "clamp", "--replicas", "3"]);
         let live = e.live();
         let victim = live[0].to_string();
         let store = "executorset:clamp";
         e.ok(&["--state-store", store, "remove", &victim]);
-        let o = wait_es(&e, "clamp", "the removal applied", |o| {
+        let o = wait_es(e, "clamp", "the removal applied", |o| {
             o["status"]["appliedRemovals"]
                 .as_array()
                 .is_some_and(|a| a.len() == 1)
@@ -306,7 +306,7 @@ both!(
         assert_eq!(o["spec"]["replicas"], 2);
         assert!(!e.live().contains(&live[0]));
         std::thread::sleep(Duration::from_secs(2));
-        assert!(converged(&es(&e, "clamp").unwrap(), 2));
+        assert!(converged(&es(e, "clamp").unwrap(), 2));
         assert_eq!(e.stats().duplicate_executor_ids, 0);
         // `add` and `scale` write the spec, with the request id annotation.
         e.ok(&[
@@ -318,7 +318,7 @@ both!(
             "--timeout",
             "30s",
         ]);
-        let o = es(&e, "clamp").unwrap();
+        let o = es(e, "clamp").unwrap();
         assert_eq!(o["spec"]["replicas"], 3);
         assert!(
             o["metadata"]["annotations"]["podalloc.io/request"].is_string(),
@@ -326,6 +326,6 @@ both!(
         );
         assert!(converged(&o, 3), "{o}");
         stop(run);
-        assert_never_wrote_spec(&e);
+        assert_never_wrote_spec(e);
     }
 );

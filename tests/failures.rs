@@ -52,7 +52,10 @@ fn twenty_seconds_of_refusals(e: &Env, flags: &[&str], quote: &str) -> String {
         err.contains("pod creation refused by the API server"),
         "one line says creates back off: {err}"
     );
-    assert!(!err.contains("RBAC:") && !err.contains("grant"), "never called RBAC: {err}");
+    assert!(
+        !err.contains("RBAC:") && !err.contains("grant"),
+        "never called RBAC: {err}"
+    );
     assert!(e.live().is_empty());
     let st = e.state();
     assert_eq!(

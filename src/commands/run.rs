@@ -141,7 +141,9 @@ impl<'e> Feed<'e> for RunFeed<'e> {
         shared: &Control,
     ) -> Vec<(usize, Outcome)> {
         let env = self.env;
-        let leader = shared.with_leader(|le| le.map(|le| le.leadership())).or(self.leadership);
+        let leader = shared
+            .with_leader(|le| le.map(|le| le.leadership()))
+            .or(self.leadership);
         let out: Vec<(usize, Outcome)> = (due.iter())
             .filter_map(|&i| {
                 let outcome = slots[i].tick(shared, &env.services, |_, store, memory, request| {

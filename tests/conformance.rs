@@ -68,7 +68,7 @@ fn policy_corpus_passes() {
 /// per app id (full pod JSON).
 #[test]
 fn real_pods_corpus_passes() {
-    corpus_passes("conformance-real-pods", 20);
+    corpus_passes("conformance-real-pods", 21);
 }
 
 /// Spark 3.1+'s own `ExecutorPodsAllocatorSuite`, translated to `plan` cases, under

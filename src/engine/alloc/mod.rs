@@ -17,41 +17,46 @@
 //!    file and are never reused.
 //! 2. **acknowledge_seen** — unacknowledged ids (created by us, not yet seen) that appear in the
 //!    snapshot, in any state, stop being unacknowledged.
-//! 3. **time_out_unseen** — unacknowledged ids older than the creation timeout (default
+//! 3. **forget_vanished** — an unacknowledged id whose create the API server answered
+//!    ([`AllocatorState::answered`]) and which this later list does not show was deleted
+//!    before any list saw it: forgotten at once (no delete), so replaced in this step under a
+//!    new id, instead of waited out until the creation timeout as Spark does; its id is kept
+//!    with the requests deleted unseen (a late copy is deleted) and never reused.
+//! 4. **time_out_unseen** — unacknowledged ids older than the creation timeout (default
 //!    max(5 × batch delay, 60 s), strictly older) are deleted — they may exist unseen — and
 //!    forgotten, so they get replaced.
-//! 4. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
+//! 5. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
 //!    deletes the named executors whatever their state and lowers the target by the number of
 //!    them that count (running, pending, unknown or unacknowledged), unless the request's
 //!    target is [`TargetChange::Absolute`] (it already accounts for them).
-//! 5. **census** — the snapshot's executors sorted into running and pending (removed ones no
+//! 6. **census** — the snapshot's executors sorted into running and pending (removed ones no
 //!    longer count); failed and succeeded executors do not count and their pods are deleted
 //!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
 //!    A Failed pod that Kubernetes ended (`DisruptionTarget=True`, KEP-3329: preemption,
 //!    eviction, node shutdown) is deleted and replaced as `disrupted`, never a failure.
-//! 6. **delete_lost** — a pod in phase Unknown counts toward the target (as ReplicaSet's
+//! 7. **delete_lost** — a pod in phase Unknown counts toward the target (as ReplicaSet's
 //!    `IsPodActive`) until Unknown longer than `--unknown-timeout` (5 min): then it is lost,
 //!    deleted once (reason `lost`) and replaced.
-//! 7. **delete_stuck** (opt-in `--startup-grace`) — pods waiting in ErrImagePull,
+//! 8. **delete_stuck** (opt-in `--startup-grace`) — pods waiting in ErrImagePull,
 //!    CrashLoopBackOff, … longer than the grace are failures, deleted once.
-//! 8. **crash_loop_guard** (opt-in `--max-failures`, `guard.rs`) — too many failures in the
+//! 9. **crash_loop_guard** (opt-in `--max-failures`, `guard.rs`) — too many failures in the
 //!    window halt creation ([`Plan::halt`]).
-//! 9. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
-//!    excess is deleted: unacknowledged first (newest first), then pending (unscheduled first,
-//!    lower pod-deletion-cost first, then newest). Running executors are never deleted for
-//!    excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
-//!    pending when the call is made ([`Delete::if_pending`]).
-//! 10. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
+//! 10. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
+//!     excess is deleted: unacknowledged first (newest first), then pending (unscheduled first,
+//!     lower pod-deletion-cost first, then newest). Running executors are never deleted for
+//!     excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
+//!     pending when the call is made ([`Delete::if_pending`]).
+//! 11. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
 //!     unreadable 2xx after the retries) and still unseen is sent again under the same id and
 //!     name ([`Create::retry`]); 409 for our own pod counts as created.
-//! 11. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
+//! 12. **create_batch** — only when nothing is unacknowledged and nothing is pending (as
 //!     observed in the snapshot; scheduling-gated pods do not hold a batch back), and
 //!     running < target, min(target − counted, batch size) executors are created with fresh
 //!     ids (counted: running, Unknown, gated, and with `--count-terminating` terminating pods
 //!     as quota charges them); `--max-pending` (Spark 3.1+'s maxPendingPods) lets
 //!     pending pods stop blocking; adaptive batches (`adaptive.rs`) size the batch; a quota
 //!     back-off or a crash-loop halt stops creation.
-//! 12. **finish** — the counts, "converged" (the one definition every command uses:
+//! 13. **finish** — the counts, "converged" (the one definition every command uses:
 //!     [`Summary::converged`]), the deleted ids still visible, [`Plan::requeue_after_ms`], and
 //!     the state to persist if every call succeeds.
 //!
@@ -59,7 +64,7 @@
 //! target per profile ([`AllocatorState::targets`]); a pod's profile is its
 //! `spark-exec-resourceprofile-id` label (none: 0), a request's the one it was created for.
 //! While no profile but 0 has a target, everything counts as profile 0's (Spark's
-//! single-profile path). With several, rules 9 and 11 and "converged" run per profile, in
+//! single-profile path). With several, rules 10 and 12 and "converged" run per profile, in
 //! profile id order as Spark 3.5 walks them: known, excess and its choice per profile; a batch
 //! per profile, waiting on that profile's own requests (and, under Spark 3.0's rule, pending
 //! pods); `--max-pending` counted over every profile, its free slots split among the profiles
@@ -112,6 +117,7 @@ pub fn step(
     if let Some(why) = s.driver_ended() {
         return Ok(s.wind_down(why));
     }
+    s.forget_vanished();
     s.time_out_unseen();
     let lowers = !matches!(request.target, TargetChange::Absolute(_));
     s.remove_requested(&request.remove, lowers);

@@ -41,6 +41,8 @@ pub(super) struct Step<'a> {
     /// The creation back-off in force (the state's, clamped to the documented cap, or set
     /// by this snapshot's kubelet rejections).
     backoff: Option<Backoff>,
+    /// Answered creates whose pods this snapshot does not list (rule `forget_vanished`).
+    vanished: BTreeSet<u64>,
 }
 
 /// The executors that count toward the target, as the rules narrow them down, and the counts
@@ -104,6 +106,7 @@ impl<'a> Step<'a> {
             backoff: (prev.create_backoff.clone())
                 .map(|b| b.clamped(now_ms))
                 .filter(|b| !b.is_for_another_template(cfg.template_fingerprint.as_deref())),
+            vanished: BTreeSet::new(),
         })
     }
 
@@ -166,6 +169,34 @@ impl<'a> Step<'a> {
         plan.summary.converged = false;
         plan.driver_ended = Some(why);
         plan
+    }
+
+    /// Rule 2a (podalloc's, issue 31: known lost, not waited out): a create the API server
+    /// answered (201, or 409 for our own pod: [`AllocatorState::answered`]) whose pod this
+    /// snapshot does not list is gone. The list is made after the answer (the state that
+    /// records it is saved after the calls and read before the next list) and lists are
+    /// consistent reads (no `resourceVersion`: quorum reads from etcd on kube-apiserver), so
+    /// a pod it created is in them until deleted: it was deleted before any list saw it. It
+    /// is forgotten at once — no delete, the server has said it is gone — and so replaced
+    /// in this step under a new id, instead of blocking creation until the creation timeout
+    /// (Spark waits it out). Its id is kept with the requests deleted unseen, so a copy that
+    /// shows up later is deleted (reason `late`), and never handed out again. A create whose
+    /// outcome is unknown ([`Unacknowledged::retry`]) is never vanished: it is sent again.
+    pub(super) fn forget_vanished(&mut self) {
+        let answered = &self.prev.answered;
+        let gone: Vec<u64> = (self.unack.keys().copied())
+            .filter(|id| answered.contains(id) && !self.retry.contains(id))
+            .collect();
+        for id in gone {
+            self.unack.remove(&id);
+            self.vanished.insert(id);
+            self.warnings.push(format!(
+                "executor {id} (pod {}): the API server answered its create, but a later list \
+                 does not show the pod (deleted before any list saw it): replaced now under a \
+                 new id",
+                self.name(id)
+            ));
+        }
     }
 
     /// Rule 2 (Spark's `podCreationTimeout`): a request unseen for longer than the creation
@@ -896,8 +927,9 @@ impl<'a> Step<'a> {
             .filter(|u| !snap.executors.contains_key(&u.executor_id));
         let now = (self.delete.iter())
             .filter(|d| d.uid.is_none() && d.reason != DeleteReason::TimedOut)
-            .filter_map(|d| {
-                let id = d.executor_id;
+            .map(|d| d.executor_id)
+            .chain(self.vanished.iter().copied())
+            .filter_map(|id| {
                 self.prev
                     .unacknowledged
                     .iter()

@@ -53,7 +53,9 @@ pub struct AllocatorState {
     pub unacknowledged: Vec<Unacknowledged>,
     /// The unacknowledged ids whose create the API server answered (201, or 409 for our own
     /// pod), as recorded after the calls; a successor ([`AllocatorState::inherited`]) does
-    /// not send those again. Absent: none (or a write-ahead save, before any answer).
+    /// not send those again, and the next step, whoever runs it, takes one its list does not
+    /// show as deleted before any list saw it (replaced at once, rule `forget_vanished`).
+    /// Absent: none (or a write-ahead save, before any answer).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answered: Vec<u64>,
     /// Ids we deleted that the last snapshot still showed (Spark's `deletedExecutorIds`);
@@ -316,8 +318,9 @@ impl AllocatorState {
     /// `retry_ambiguous`, where 409 for our own pod counts as created) instead of waiting
     /// for the creation timeout, as Kubernetes' controllers settle an unknown create by
     /// name. Pods already listed are acknowledged first, so nothing is created twice and
-    /// nothing counts twice toward the target; an answered create that was never seen (the
-    /// pod deleted before any list) still times out and is replaced under a new id.
+    /// nothing counts twice toward the target; an answered create that the successor's list
+    /// does not show (the pod deleted before any list) is gone, and replaced at once under a
+    /// new id (the step's rule `forget_vanished`).
     pub fn inherited(mut self) -> AllocatorState {
         for u in &mut self.unacknowledged {
             if !self.answered.contains(&u.executor_id) {

@@ -481,6 +481,81 @@ fn scale_down_takes_not_ready_executors_before_ready_ones() {
     assert_eq!(ids_d(&p), vec![2]);
 }
 
+/// Issue 31 item 4: a create the API server answered whose pod a later list does not show
+/// was deleted before any list saw it. It is replaced in that step under a new id, for the
+/// process that made it and for a successor that inherited the state, and a copy that shows
+/// up later is deleted (`late`), never counted.
+#[test]
+fn an_answered_create_missing_from_a_later_list_is_replaced_at_once() {
+    let set = settings(5);
+    let first = from_fresh(&snap(&[]), &set, 3, 0);
+    assert_eq!(ids_c(&first), vec![1, 2, 3]);
+    let out = Outcomes {
+        created: vec![1, 2, 3],
+        ..Outcomes::default()
+    };
+    let after = record(&first, &out, &set, 100);
+    assert_eq!(after.answered, vec![1, 2, 3]);
+    use ExecutorState::Running;
+    let listed = snap(&[(1, Running), (2, Running)]);
+    for (who, st) in [
+        ("maker", after.clone()),
+        ("successor", after.clone().inherited()),
+    ] {
+        let p = step(&listed, &st, &set, &Request::default(), 1_000).unwrap();
+        assert_eq!(ids_c(&p), vec![4], "{who}: replaced now, under a new id");
+        assert!(p.create.iter().all(|c| !c.retry), "{who}");
+        assert!(
+            p.delete.is_empty(),
+            "{who}: the server said it is gone: no delete"
+        );
+        assert!(
+            p.state.unacknowledged.iter().all(|u| u.executor_id == 4),
+            "{who}"
+        );
+        assert!(
+            p.warnings.iter().any(|w| w.contains("executor 3 ")),
+            "{who}: {:?}",
+            p.warnings
+        );
+        assert!(
+            p.state.deleted_unseen.iter().any(|u| u.executor_id == 3),
+            "{who}"
+        );
+        // A copy of executor 3 that shows up later is deleted, and never counted.
+        let later = record(
+            &p,
+            &Outcomes {
+                created: vec![4],
+                ..Outcomes::default()
+            },
+            &set,
+            1_100,
+        );
+        let copy = snap(&[(1, Running), (2, Running), (3, Running), (4, Running)]);
+        let q = step(&copy, &later, &set, &Request::default(), 2_000).unwrap();
+        assert_eq!(ids_d(&q), vec![3], "{who}");
+        assert_eq!(q.delete[0].reason, DeleteReason::Late, "{who}");
+        assert!(q.create.is_empty(), "{who}");
+    }
+    // Not answered (the write-ahead save only): a successor sends it again by name; the
+    // maker that has no answer waits (its outcome is unknown, not known lost).
+    let ahead = first.state.clone();
+    assert!(ahead.answered.is_empty());
+    let p = step(
+        &listed,
+        &ahead.clone().inherited(),
+        &set,
+        &Request::default(),
+        1_000,
+    )
+    .unwrap();
+    assert_eq!(ids_c(&p), vec![3]);
+    assert!(p.create[0].retry);
+    let p = step(&listed, &ahead, &set, &Request::default(), 1_000).unwrap();
+    assert!(p.create.is_empty() && p.state.unacknowledged.len() == 1);
+}
+
 #[test]
 fn ids_named_anywhere_in_the_state_are_never_handed_out_again() {
     // F11: deleted and deleted_unseen ids above the counter.
@@ -517,6 +592,8 @@ enum Event {
     Ambiguous(bool),
     /// A running pod's node stops reporting: the pod turns Unknown.
     NodeLost(u8),
+    /// Another process takes over: it reads the state as a successor does.
+    Successor,
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -532,6 +609,7 @@ fn event() -> impl Strategy<Value = Event> {
         Just(Event::Refused),
         any::<bool>().prop_map(Event::Ambiguous),
         any::<u8>().prop_map(Event::NodeLost),
+        Just(Event::Successor),
     ]
 }
 
@@ -540,7 +618,11 @@ proptest! {
     /// Invariants over random runs: no overshoot, ≤ batch per tick, ids strictly increasing
     /// and never reused, running never deleted for excess, terminating never deleted again.
     #[test]
-    fn invariants_hold(batch in 1u32..8, events in proptest::collection::vec(event(), 1..60)) {
+    fn invariants_hold(
+        batch in 1u32..8,
+        events in proptest::collection::vec(event(), 1..60),
+        vanish in prop_oneof![Just(0u8), any::<u8>()],
+    ) {
         let set = settings(batch);
         let mut cluster: BTreeMap<u64, ExecutorState> = BTreeMap::new();
         let mut state = AllocatorState::new();
@@ -576,6 +658,7 @@ proptest! {
                 Event::Quota => quota_next = true,
                 Event::Refused => refused_next = true,
                 Event::Ambiguous(happened) => ambiguous_next = Some(happened),
+                Event::Successor => state = state.clone().inherited(),
                 Event::Advance(ms) => now += ms as u64,
                 Event::Remove(k) => remove = cluster.keys().copied().nth(k as usize % 6).into_iter().collect(),
                 Event::LoseState => {
@@ -590,6 +673,15 @@ proptest! {
             let removing: Vec<u64> = req.remove.clone();
             let plan = step(&snapshot, &state, &set, &req, now).unwrap();
             let new_target = plan.state.target.unwrap();
+            // Known lost, not waited out: an answered create the list does not show is no
+            // longer waited for (nor sent again) after this step.
+            for &id in state.answered.iter().filter(|id| !snapshot.executors.contains_key(id)) {
+                let waited = state.unacknowledged.iter().any(|u| u.executor_id == id && !u.retry);
+                if waited {
+                    prop_assert!(plan.state.unacknowledged.iter().all(|u| u.executor_id != id), "{} still waited for", id);
+                    prop_assert!(plan.create.iter().all(|c| c.executor_id != id), "{} sent again", id);
+                }
+            }
             // ≤ a batch per tick; none while a quota back-off is in force.
             prop_assert!(plan.create.len() <= batch as usize);
             if state.create_backoff.as_ref().is_some_and(|b| now < b.until_ms) {
@@ -663,6 +755,9 @@ proptest! {
                     }
                 } else if quota_next || refused_next {
                     out.ambiguous.push(c.executor_id);
+                } else if vanish & (1 << (c.executor_id % 8)) != 0 {
+                    // Answered, then deleted before any list saw it (half the runs: never).
+                    out.created.push(c.executor_id);
                 } else if !lose_next_creates {
                     out.created.push(c.executor_id);
                     cluster.insert(c.executor_id, ExecutorState::Pending);

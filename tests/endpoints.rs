@@ -185,3 +185,163 @@ fn liveness_fails_while_the_loop_is_stuck_and_recovers() {
     let out = crate::util::stop_all("run", vec![c]);
     assert!(!stderr(&out[0]).contains("panicked"));
 }
+
+// Hostile clients (issue 30, item 3): each leaves the process alive, its memory flat, and a
+// fresh client's /healthz answered within 1.5 s, because the loop answers the endpoints
+// itself, non-blocking and bounded (src/controller/serve.rs).
+
+/// A `run` at rest serving `/metrics` and the probes on addresses of their own, ready:
+/// (the world, the process, the metrics address, the probe address).
+fn at_rest() -> (World, Child, String, String) {
+    let w = SimWorld::new().app("calm").start();
+    let (m, p) = (free_addr(), free_addr());
+    let c = spawn(w.cmd(&[
+        "--metrics-bind-address",
+        &m,
+        "--health-probe-bind-address",
+        &p,
+        "run",
+        "--target",
+        "1",
+    ]));
+    until(&p, "/readyz", 20, |c, _| c == 200);
+    until(&m, "/metrics", 20, |_, b| {
+        b.contains("podalloc_running{app=\"calm\",namespace=\"default\"} 1")
+    });
+    (w, c, m, p)
+}
+
+/// The resident memory of process `pid` in KiB (`VmRSS` of `/proc/PID/status`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// How many descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// A fresh client's `GET /healthz` is answered 200 within 1.5 s, while the process lives.
+fn fresh_healthz_in_time(c: &mut Child, p: &str) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_millis(1500)))
+        .build()
+        .into();
+    let t = Instant::now();
+    let r = agent.get(format!("http://{p}/healthz")).call();
+    let took = t.elapsed();
+    assert!(c.try_wait().unwrap().is_none(), "the process has ended");
+    let code = r.map(|r| r.status().as_u16());
+    assert_eq!(code.ok(), Some(200), "took {took:?}");
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
+
+/// The memory has not grown by more than 4 MiB since `before` (KiB).
+fn flat(pid: u32, before: u64) {
+    let now = rss_kib(pid);
+    assert!(now < before + 4096, "VmRSS {before} KiB → {now} KiB");
+}
+
+fn raw(addr: &str) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Once aborted the process (exit 134): the allocation of the announced body.
+#[test]
+fn a_healthz_announcing_a_100_gb_body_is_refused_413() {
+    use std::io::{Read, Write};
+    let (_w, mut c, _m, p) = at_rest();
+    let before = rss_kib(c.id());
+    let mut s = raw(&p);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("Connection: close"), "{answer}");
+    fresh_healthz_in_time(&mut c, &p);
+    flat(c.id(), before);
+    stop("run", c);
+}
+
+#[test]
+fn a_pipelining_client_that_never_reads_holds_no_one() {
+    use std::io::Write;
+    let (_w, mut c, m, p) = at_rest();
+    let before = rss_kib(c.id());
+    let mut s = raw(&m);
+    let writer = std::thread::spawn(move || {
+        let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(1000);
+        // Until its buffers are full and the writes time out: it never reads an answer.
+        let sent = (0..200).take_while(|_| s.write_all(&req).is_ok()).count();
+        (s, sent)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    fresh_healthz_in_time(&mut c, &p);
+    let (s, sent) = writer.join().unwrap();
+    assert!(sent < 200, "every request was taken in: {sent} thousand");
+    fresh_healthz_in_time(&mut c, &p);
+    flat(c.id(), before);
+    drop(s);
+    stop("run", c);
+}
+
+#[test]
+fn a_silent_half_request_holds_no_one() {
+    use std::io::Write;
+    let (_w, mut c, _m, p) = at_rest();
+    let mut silent: Vec<_> = (0..10).map(|_| raw(&p)).collect();
+    for s in &mut silent {
+        s.write_all(b"GET /heal").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    fresh_healthz_in_time(&mut c, &p);
+    fresh_healthz_in_time(&mut c, &p);
+    stop("run", c);
+}
+
+#[test]
+fn an_endless_header_is_cut_at_8_kib() {
+    use std::io::Write;
+    let (_w, mut c, _m, p) = at_rest();
+    let before = rss_kib(c.id());
+    let mut s = raw(&p);
+    let t = Instant::now();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    // 64 MiB at most: the server stops reading at 8 KiB, answers 431 and closes.
+    let written = (0..1024)
+        .take_while(|_| s.write_all(&chunk).is_ok())
+        .count();
+    assert!(written < 1024, "64 MiB of one header were taken in");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    fresh_healthz_in_time(&mut c, &p);
+    flat(c.id(), before);
+    stop("run", c);
+}
+
+#[test]
+fn three_thousand_connections_hold_no_one() {
+    let (_w, mut c, _m, p) = at_rest();
+    let before = (rss_kib(c.id()), open_fds(c.id()));
+    let held: Vec<_> = (0..3000)
+        .map(|_| std::net::TcpStream::connect(&p).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    fresh_healthz_in_time(&mut c, &p);
+    let fds = open_fds(c.id());
+    assert!(fds <= before.1 + 64 + 1, "{} → {fds} descriptors", before.1);
+    flat(c.id(), before.0);
+    drop(held);
+    fresh_healthz_in_time(&mut c, &p);
+    stop("run", c);
+}

@@ -140,6 +140,8 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         conn.services.probe = Some(probe);
         e
     });
+    // The loop answers the endpoints between its requests, too.
+    (conn.clients.values()).for_each(|c| conn.services.serve_between_requests(c));
     let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
     // The runner's fence on every client, before the election (whose own is then unused).
     conn.clients.values().for_each(|c| shutdown.0.fence(c));

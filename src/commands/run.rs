@@ -182,6 +182,8 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         env.services.probe = Some(probe);
         e
     });
+    // The loop answers the endpoints between its requests, too.
+    env.services.serve_between_requests(&env.client);
     let env = env;
     if !a.leader.leader_elect {
         env.refuse_under_leader("run")?;

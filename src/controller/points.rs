@@ -70,12 +70,13 @@ impl Points {
         }
     }
 
-    /// Reached pause point `point` (one of [`CRASH_POINTS`]): sleeps MS milliseconds the
-    /// N-th time, as a tick stalled by a slow machine would (tests/leader.rs).
-    pub(crate) fn pause(&self, point: &str) {
+    /// Reached pause point `point` (one of [`CRASH_POINTS`]): waits MS milliseconds the
+    /// N-th time through `wait` (which must wait them all: the loop's single thread answers
+    /// its endpoints meanwhile), as a tick stalled by a slow machine would (tests/leader.rs).
+    pub(crate) fn pause(&self, point: &str, wait: impl FnOnce(std::time::Duration)) {
         if let Some((p, n, ms)) = &self.pause {
             if p == point && bump(&self.pause_seen) == *n {
-                std::thread::sleep(std::time::Duration::from_millis(*ms));
+                wait(std::time::Duration::from_millis(*ms));
             }
         }
     }
@@ -97,9 +98,9 @@ mod tests {
         let p = Points::parse(Some("after-list:3"), Some("before-create:2:5"));
         assert_eq!(p.crash, Some(("after-list".into(), 3)));
         assert_eq!(p.pause, Some(("before-create".into(), 2, 5)));
-        p.pause("before-create");
-        p.pause("before-create");
-        p.pause("after-list");
+        p.pause("before-create", |_| {});
+        p.pause("before-create", |_| {});
+        p.pause("after-list", |_| {});
         assert_eq!(p.pause_seen.get(), 2);
         let bad = Points::parse(Some("x"), Some("y:z"));
         assert_eq!(bad.crash, Some(("x".into(), 1)));

@@ -19,6 +19,7 @@
 //! second after `--timeout` is aborted with exit 5, whatever the API server does.
 
 use crate::controller::leader::LeaderElection;
+use crate::controller::serve::Probe;
 use crate::controller::services::Services;
 use crate::controller::tick::{App, Memory, TickReport};
 use crate::engine::alloc::Request;
@@ -576,7 +577,7 @@ pub(crate) fn run<'c>(
         }
         probe.inspect(|p| p.alive());
         let next = next_wake(o, &slots, acting, refresh_at(feed, refreshed));
-        match wait(next, o.deadline(), shared, &slots) {
+        match wait(next, o.deadline(), (shared, probe), &slots) {
             Wake::Tick => {}
             Wake::Signal => {
                 info!("signal received: stopping after {rounds} round(s) of ticks; state saved");
@@ -815,10 +816,16 @@ fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Inst
     earliest.unwrap_or(now + every)
 }
 
-/// Sleeps until `next`, waking every [`WAIT_POLL`] to check for a signal, the deadline and a
-/// steering request queued for one of `slots` (the file store's queue directory changed, a
-/// `stat`), in that order, and once before sleeping at all.
-fn wait(next: Instant, deadline: Option<Instant>, shared: &Control, slots: &[Slot<'_>]) -> Wake {
+/// Waits until `next`, answering the endpoints meanwhile (`probe`: [`Probe::wait`], a
+/// `poll(2)` on their sockets), waking at least every [`WAIT_POLL`] to check for a signal,
+/// the deadline and a steering request queued for one of `slots` (the file store's queue
+/// directory changed, a `stat`), in that order, and once before waiting at all.
+fn wait(
+    next: Instant,
+    deadline: Option<Instant>,
+    (shared, probe): (&Control, Option<&Probe>),
+    slots: &[Slot<'_>],
+) -> Wake {
     loop {
         if shared.requested() {
             return Wake::Signal;
@@ -831,7 +838,11 @@ fn wait(next: Instant, deadline: Option<Instant>, shared: &Control, slots: &[Slo
         if now >= next || queued() {
             return Wake::Tick;
         }
-        std::thread::sleep((next - now).min(WAIT_POLL));
+        let nap = (next - now).min(WAIT_POLL);
+        match probe {
+            Some(p) => p.wait(nap),
+            None => std::thread::sleep(nap),
+        }
     }
 }
 

@@ -46,6 +46,25 @@ impl Services {
         }
     }
 
+    /// Waits `d`, answering the endpoints meanwhile when they are on
+    /// ([`Probe::nap`]), else sleeping.
+    pub(crate) fn nap(&self, d: std::time::Duration) {
+        match &self.probe {
+            Some(p) => p.nap(d),
+            None => std::thread::sleep(d),
+        }
+    }
+
+    /// Has every request `client` (and the clients sharing its connection) makes answer the
+    /// endpoints first, and every retry's back-off answer them while it waits
+    /// ([`crate::kube::KubeClient::set_between_requests`]); nothing without endpoints.
+    pub(crate) fn serve_between_requests(&self, client: &crate::kube::KubeClient) {
+        if let Some(p) = &self.probe {
+            let p = p.clone();
+            client.set_between_requests(std::sync::Arc::new(move |d| p.nap(d)));
+        }
+    }
+
     /// Whether the deletes of `client`'s namespace go pod by pod (its server refused
     /// `deletecollection`).
     pub(crate) fn one_by_one(&self, client: &crate::kube::KubeClient) -> bool {

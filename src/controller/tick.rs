@@ -370,7 +370,7 @@ fn tick_inner(
         cx.memory.saved = Some(plan.state.clone());
     }
     points.crash("after-write-ahead");
-    points.pause("after-write-ahead");
+    points.pause("after-write-ahead", |d| cx.services.nap(d));
     // The requests the saved state lists as applied leave the queue (also those of an
     // earlier tick that died before removing them).
     let ids = &plan.state.applied_requests;
@@ -452,7 +452,7 @@ fn final_save(
         cx.memory.saved = Some(state.clone());
     }
     cx.services.points.crash("after-final-save");
-    cx.services.points.pause("after-final-save");
+    cx.services.points.pause("after-final-save", |d| cx.services.nap(d));
     if let Err(e) = store.publish() {
         warn!("{e}; the status is written again next tick");
     }

@@ -533,6 +533,9 @@ struct Connection {
     rng: AtomicU64,
     /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
     write_fence: std::sync::OnceLock<WriteFence>,
+    /// What runs between requests and during a retry's back-off
+    /// ([`KubeClient::set_between_requests`]).
+    between: std::sync::OnceLock<Between>,
 }
 
 /// A point in time calls must end by, and what set it (for the error message).
@@ -547,6 +550,10 @@ type RequestCounts = BTreeMap<(&'static str, &'static str, String), u64>;
 
 /// Says whether this process may still write (true) or has lost its leader lease (false).
 pub(super) type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Waits the duration it is given (zero: does not wait), doing the caller's own work
+/// meanwhile ([`KubeClient::set_between_requests`]).
+pub(super) type Between = Arc<dyn Fn(Duration) + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -968,6 +975,7 @@ impl KubeClient {
             requests_by,
             rng: AtomicU64::new(seed),
             write_fence: std::sync::OnceLock::new(),
+            between: std::sync::OnceLock::new(),
         };
         let client = KubeClient {
             conn: Arc::new(conn),
@@ -1490,6 +1498,7 @@ impl KubeClient {
             if left.is_zero() {
                 return Err(self.deadline_error(req, &deadline));
             }
+            self.between(Duration::ZERO);
             let token = self.bearer(false)?;
             // After bearer(): an exec plugin may just have replaced the agent.
             let agent = lock(&self.conn.agent).clone();
@@ -1533,7 +1542,7 @@ impl KubeClient {
                 );
                 return outcome;
             }
-            std::thread::sleep(delay);
+            self.between(delay);
             attempt += 1;
             // A retried write is asked again: leadership may have ended while it waited.
             self.check_write_fence(req)?;
@@ -1735,6 +1744,23 @@ impl KubeClient {
     /// nothing was sent), which the tick treats like any failed call.
     pub fn set_write_fence(&self, fence: WriteFence) {
         let _ = self.conn.write_fence.set(fence);
+    }
+
+    /// Installs what runs before every request (called with a zero duration) and in place
+    /// of the sleep of a retry's back-off (called with the back-off, which it must wait in
+    /// all): the loop's single thread answers its endpoints there. Installed once, shared
+    /// with the clients of [`KubeClient::in_namespace`]; a second call is ignored.
+    pub fn set_between_requests(&self, between: Arc<dyn Fn(Duration) + Send + Sync>) {
+        let _ = self.conn.between.set(between);
+    }
+
+    /// Runs the hook of [`KubeClient::set_between_requests`] for `d`, or sleeps `d`.
+    fn between(&self, d: Duration) {
+        match self.conn.between.get() {
+            Some(f) => f(d),
+            None if d.is_zero() => {}
+            None => std::thread::sleep(d),
+        }
     }
 
     /// The fence check of [`KubeClient::set_write_fence`] for one request.

@@ -292,13 +292,13 @@ impl Env {
                         ("DELETE", false) => "deletecollection",
                         _ => return None,
                     };
-                    let ms = l["ms"].as_u64()?;
+                    let at_us = l["unix_us"].as_u64()?;
                     Some(Act {
                         user: l["user"].as_str().unwrap_or("?").to_string(),
                         verb: verb.into(),
                         resource,
-                        at_us: ms * 1000,
-                        done_us: ms * 1000,
+                        at_us,
+                        done_us: at_us,
                         code: l["status"].as_u64().unwrap_or(0) as u16,
                     })
                 })

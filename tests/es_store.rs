@@ -286,10 +286,16 @@ both!(
             ],
         );
         let events: Value = serde_json::from_str(&events).unwrap();
+        let posted: Vec<_> = (e.acts().into_iter())
+            .filter(|a| a.resource == "events")
+            .map(|a| (a.user, a.verb, a.code))
+            .collect();
         assert_eq!(
             events["items"].as_array().map(Vec::len),
             Some(1),
-            "{events}"
+            "{events}\nthe controller's Event requests: {posted:?}; all: {}",
+            e.admin("GET", &format!("/api/v1/namespaces/{}/events", e.ns), None)
+                .1
         );
         // `remove` lowers spec.replicas and appends the removal in one write; applied once.
         kubectl(e, &["scale", "es", "clamp", "--replicas", "3"]);

@@ -369,9 +369,10 @@ impl Env {
 
     /// Refuses (exit 3) a command that acts on the app by itself (`reconcile`, a `run`
     /// without `--leader-elect`) while another identity holds the app's Lease: that leader
-    /// owns the app, whichever store this command would use.
+    /// owns the app, whichever store this command would use. The Lease is the one read when
+    /// the command looked for the app's home ([`super::home::look`]): no second GET.
     pub(super) fn refuse_under_leader(&self, command: &str) -> Result<()> {
-        match self.lease_leader() {
+        match self.found.leader.clone() {
             None => Ok(()),
             Some(leader) => Err(Error::locked(format!(
                 "app {} is owned by {leader}, a `run --leader-elect` replica: this {command} \

@@ -452,7 +452,9 @@ fn final_save(
         cx.memory.saved = Some(state.clone());
     }
     cx.services.points.crash("after-final-save");
-    cx.services.points.pause("after-final-save", |d| cx.services.nap(d));
+    cx.services
+        .points
+        .pause("after-final-save", |d| cx.services.nap(d));
     if let Err(e) = store.publish() {
         warn!("{e}; the status is written again next tick");
     }

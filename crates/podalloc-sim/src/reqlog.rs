@@ -1,6 +1,7 @@
 //! The last requests the simulator answered (`GET /sim/log`): one JSON object per line
-//! with the method, the path, the query (values of secret-looking parameters redacted),
-//! the verb, the authenticated user, the status sent (null when the connection was dropped), the injected
+//! with the sequence number, the time (ms since the start, and µs since the Unix epoch), the
+//! method, the path, the query (values of secret-looking parameters redacted), the verb, the
+//! authenticated user, the status sent (null when the connection was dropped), the injected
 //! fault and, for a pod create, the `metadata.name` its body asked for (so a client's creates
 //! can be told apart from the log alone). Headers are never recorded, so neither is the
 //! Authorization header.
@@ -21,6 +22,9 @@ struct Line<'a> {
     seq: u64,
     /// Milliseconds since the server started.
     ms: u64,
+    /// When it was answered, microseconds since the Unix epoch by this host's clock (to
+    /// line the log up with a client's own clock, as an audit log's timestamps are).
+    unix_us: u64,
     method: &'a str,
     path: &'a str,
     #[serde(skip_serializing_if = "Map::is_empty")]
@@ -106,6 +110,8 @@ impl RequestLog {
         let line = Line {
             seq: self.seq,
             ms: self.started.elapsed().as_millis() as u64,
+            unix_us: (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+                .map_or(0, |d| d.as_micros() as u64),
             method: &req.method,
             path: &req.path,
             query,

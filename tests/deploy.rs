@@ -76,6 +76,7 @@ pub(crate) fn assert_documented_minimum(role: &Value) {
                 "pods".to_string(),
                 s(&["create", "delete", "deletecollection", "get", "list"])
             ),
+            ("pods/eviction".to_string(), s(&["create"])),
         ]
     );
 }

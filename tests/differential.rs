@@ -144,6 +144,13 @@ fn cases() -> Vec<Case> {
         Case { name: "patch a new finalizer onto a deleted pod", method: "PATCH", path: "/api/v1/namespaces/{ns}/pods/diff-6", body: Some(json!({"metadata": {"finalizers": ["podalloc.test/hold", "podalloc.test/other"]}})), fields: &["/kind", "/code", "/reason", "/message", "/details/causes/0/field", "/details/causes/0/reason"], admin: true },
         Case { name: "patch away the finalizer", method: "PATCH", path: "/api/v1/namespaces/{ns}/pods/diff-6", body: Some(json!({"metadata": {"finalizers": null}})), fields: &["/kind", "/metadata/name", "/metadata/finalizers"], admin: true },
         Case { name: "get after the finalizer", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-6", body: None, fields: STATUS, admin: false },
+        // An eviction (policy/v1) of a pod no PodDisruptionBudget covers deletes it: 201 and a
+        // Success Status; a missing pod is 404, a body naming another pod 400.
+        Case { name: "create 7", method: "POST", path: "/api/v1/namespaces/{ns}/pods", body: Some(pod_id("diff-7", 7)), fields: &["/metadata/name"], admin: false },
+        Case { name: "evict", method: "POST", path: "/api/v1/namespaces/{ns}/pods/diff-7/eviction", body: Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "diff-7"}})), fields: &["/kind", "/apiVersion", "/status", "/code", "/details"], admin: false },
+        Case { name: "get evicted", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-7", body: None, fields: &["/kind", "/metadata/name"], admin: false },
+        Case { name: "evict a missing pod", method: "POST", path: "/api/v1/namespaces/{ns}/pods/diff-404/eviction", body: Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "diff-404"}})), fields: STATUS, admin: false },
+        Case { name: "evict under another name", method: "POST", path: "/api/v1/namespaces/{ns}/pods/diff-2/eviction", body: Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other"}})), fields: &["/kind", "/reason", "/code", "/message"], admin: false },
         Case { name: "configmap create", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: &["/kind", "/metadata/name", "/data"], admin: false },
         Case { name: "configmap create again", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: STATUS, admin: false },
         Case { name: "configmap stale update", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm", "resourceVersion": "1"}, "data": {"state": "{\"x\":1}"}})), fields: STATUS, admin: false },

@@ -134,3 +134,85 @@ fn pod_security_restricted_backs_off_and_is_named() {
         "backing off, not yet asking: {err}"
     );
 }
+
+both!(
+    evict_removes_running_executors_through_the_eviction_api,
+    "evict",
+    Pods::default(),
+    |e| {
+        // Issue 31 item 3 (B50): `--evict` removes a running executor with a policy/v1
+        // Eviction (pods/eviction create, as deploy/rbac.yaml grants), not a plain delete.
+        e.converge(3, &[]);
+        let err = e.ok(&["--evict", "remove", "2"]);
+        assert!(err.contains("evicted executor 2"), "{err}");
+        e.wait_for("executor 2 gone", |e| e.live() == vec![1, 3]);
+        let st = e.state();
+        assert_eq!(st["target"], 2, "{st}");
+        assert!(st.get("evicting").is_none(), "{st}");
+    }
+);
+
+/// Sets the status of PodDisruptionBudget `pdb` as its controller would: observed, `allowed`
+/// disruptions, 3 healthy of 3 desired.
+fn set_budget_status(e: &Env, allowed: u32) {
+    let path = format!(
+        "/apis/policy/v1/namespaces/{}/poddisruptionbudgets/pdb",
+        e.ns
+    );
+    let (code, mut pdb) = e.admin("GET", &path, None);
+    assert_eq!(code, 200, "{pdb}");
+    pdb["status"] = json!({"observedGeneration": pdb["metadata"]["generation"],
+        "disruptionsAllowed": allowed, "currentHealthy": 3, "desiredHealthy": 3,
+        "expectedPods": 3});
+    let (code, b) = e.admin("PUT", &format!("{path}/status"), Some(&pdb));
+    assert_eq!(code, 200, "{b}");
+}
+
+/// A PodDisruptionBudget puts an eviction off (429: "not now", never a failure) until it
+/// allows one; the removal is asked again each tick without lowering the target twice.
+/// kube-apiserver only: the simulator serves no PodDisruptionBudgets (tests/real/README.md),
+/// and no controller computes a budget's status here, so the test writes it as the
+/// disruption controller would.
+#[test]
+fn a_disruption_budget_puts_an_eviction_off_until_it_allows_one() {
+    let Some(e) = Env::real("pdb", "pdb", &Pods::default()) else {
+        return;
+    };
+    e.converge(3, &[]);
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "pdb"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"spark-app-selector": "pdb"}}}});
+    let path = format!("/apis/policy/v1/namespaces/{}/poddisruptionbudgets", e.ns);
+    let (code, b) = e.admin("POST", &path, Some(&pdb));
+    assert_eq!(code, 201, "{b}");
+    // Its status not computed yet (observedGeneration 0 < generation 1): 429.
+    let err = e.ok(&["--evict", "remove", "2"]);
+    assert!(err.contains("not evicted now"), "{err}");
+    assert!(err.contains("still being processed by the server"), "{err}");
+    assert_eq!(e.live(), vec![1, 2, 3]);
+    let st = e.state();
+    assert_eq!(
+        (&st["target"], &st["evicting"]),
+        (&json!(2), &json!([2])),
+        "{st}"
+    );
+    // The budget allows no disruption: not now again, the target stays 2.
+    set_budget_status(&e, 0);
+    let err = e.ok(&["--evict", "reconcile"]);
+    assert!(
+        err.contains("needs 3 healthy pods and has 3 currently"),
+        "{err}"
+    );
+    assert_eq!(e.live(), vec![1, 2, 3]);
+    assert_eq!(e.state()["target"], 2);
+    // It allows one: evicted, and not replaced.
+    set_budget_status(&e, 1);
+    let err = e.ok(&["--evict", "reconcile"]);
+    assert!(err.contains("evicted executor 2"), "{err}");
+    e.wait_for("executor 2 gone", |e| e.live() == vec![1, 3]);
+    e.ok(&["--evict", "run", "--until-converged", "--timeout", "30s"]);
+    assert_eq!(e.live(), vec![1, 3]);
+    let st = e.state();
+    assert!(st.get("evicting").is_none(), "{st}");
+    assert_eq!(st["target"], 2);
+}

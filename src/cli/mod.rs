@@ -508,6 +508,12 @@ pub struct AppArgs {
     /// pod-deletion-cost first, then most restarts, then newest.
     #[arg(long, global = true, env = "PODALLOC_SCALE_DOWN_RUNNING", value_parser = clap::builder::BoolishValueParser::new())]
     pub scale_down_running: bool,
+    /// Remove running executors (`remove`, and --scale-down-running) through the Eviction
+    /// API (POST pods/NAME/eviction) instead of a plain delete, so PodDisruptionBudgets
+    /// apply; a budget's 429 is "not now": asked again next tick, never a failure. Needs
+    /// `create` on `pods/eviction` (deploy/rbac.yaml).
+    #[arg(long, global = true, env = "PODALLOC_EVICT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub evict: bool,
     /// Time between ticks of `run` (Spark: spark.kubernetes.allocation.batch.delay), e.g. 1s.
     #[arg(long, global = true, env = "PODALLOC_BATCH_DELAY", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub batch_delay: Duration,
@@ -640,6 +646,7 @@ impl AppArgs {
                 failure_window_ms: self.failure_window.as_millis() as u64,
                 startup_grace_ms: self.startup_grace.map(|d| d.as_millis() as u64),
                 scale_down_running: self.scale_down_running,
+                evict: self.evict,
                 count_terminating: self.count_terminating,
                 unknown_timeout_ms: Some(self.unknown_timeout.as_millis() as u64),
                 executor_idle_timeout_ms: (self.executor_idle_timeout)

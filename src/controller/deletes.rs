@@ -14,12 +14,17 @@
 //!
 //! Where the Role grants no `deletecollection` (403) or the server does not serve it (405),
 //! the process says so once and deletes pod by pod from then on.
+//!
+//! A delete the plan marks `evict` (`--evict`: a running executor removed or scaled down)
+//! is an eviction of its own (`POST pods/NAME/eviction`), never in a collection, so the
+//! PodDisruptionBudget that covers the pod applies; the budget's 429 is "not now", not an
+//! error (the pod is asked for again next tick).
 
 use super::app::App;
 use super::services::Services;
 use crate::engine::alloc;
 use crate::engine::snapshot::{ExecutorState, For, Snapshot, LABEL_EXEC_ID};
-use crate::kube::{Deleted, KubeClient, KubeError, ListParams, Preconditions, PODS};
+use crate::kube::{Deleted, Evicted, KubeClient, KubeError, ListParams, Preconditions, PODS};
 use log::{info, warn};
 
 /// Ids per `deletecollection` request: keeps the URL's label selector under about 2 KB.
@@ -32,6 +37,8 @@ pub(crate) struct DeletesDone {
     pub ids: Vec<u64>,
     /// The first error; the deletes it concerns did not happen.
     pub error: Option<KubeError>,
+    /// Evictions a disruption budget refused for now (429): not deleted, not an error.
+    pub not_now: Vec<u64>,
 }
 
 /// Makes the plan's deletes `plan`. The pods the snapshot showed go in two groups, the excess
@@ -45,10 +52,15 @@ pub(crate) fn delete_all(
     plan: &[alloc::Delete],
 ) -> DeletesDone {
     let mut done = DeletesDone::default();
+    let (evictions, plan): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
+        plan.iter().partition(|d| d.evict);
+    for d in evictions {
+        evict_logged(services, client, d, &mut done);
+    }
     // A pod the snapshot did not show (an unacknowledged create timed out) goes by name: it
     // may exist without the app's labels, which a selector would miss (docs/semantics.md D3).
     let (seen, unseen): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
-        plan.iter().partition(|d| d.uid.is_some());
+        plan.into_iter().partition(|d| d.uid.is_some());
     let (pending, other): (Vec<&alloc::Delete>, Vec<&alloc::Delete>) =
         seen.into_iter().partition(|d| d.if_pending);
     for (group, by_name) in [(unseen, true), (other, false), (pending, false)] {
@@ -157,6 +169,47 @@ fn delete_logged(
         Err(e) => {
             warn!(
                 "could not delete executor {} ({}): {e}",
+                d.executor_id, d.pod_name
+            );
+            done.error.get_or_insert(e);
+        }
+    }
+}
+
+/// One planned eviction, logged, its outcome counted: evicted or gone → done; a
+/// disruption budget's 429 → [`DeletesDone::not_now`] with one line quoting the server.
+fn evict_logged(
+    services: &Services,
+    client: &KubeClient,
+    d: &alloc::Delete,
+    done: &mut DeletesDone,
+) {
+    services.points.crash("before-delete");
+    let pre = d.uid.as_deref().map(|uid| Preconditions {
+        uid,
+        resource_version: "",
+    });
+    let res = client.api(&PODS).evict(&d.pod_name, pre);
+    services.points.crash("after-delete");
+    match res {
+        Ok(Evicted::Evicted | Evicted::NotFound) => {
+            done.ids.push(d.executor_id);
+            info!(
+                "evicted executor {} ({}, {})",
+                d.executor_id, d.pod_name, d.reason
+            );
+        }
+        Ok(Evicted::NotNow(why)) => {
+            info!(
+                "executor {} ({}, {}): not evicted now, its disruption budget says: {why}; \
+                 asked again next tick",
+                d.executor_id, d.pod_name, d.reason
+            );
+            done.not_now.push(d.executor_id);
+        }
+        Err(e) => {
+            warn!(
+                "could not evict executor {} ({}): {e}",
                 d.executor_id, d.pod_name
             );
             done.error.get_or_insert(e);

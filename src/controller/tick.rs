@@ -649,6 +649,7 @@ fn apply(
     let deleted = super::deletes::delete_all(services, client, app, &plan.delete);
     a.out.deleted = deleted.ids.len() as u32;
     a.out.deleted_ids = deleted.ids;
+    a.out.not_now = deleted.not_now;
     if let Some(e) = deleted.error {
         a.error.get_or_insert(kube_error(e));
     }

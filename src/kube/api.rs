@@ -18,7 +18,7 @@ use super::client::{
     encode_component, Deleted, FieldValidation, KubeClient, ListStats, PageSink, Request, Response,
     MAX_LIST_RESTARTS,
 };
-use super::error::KubeError;
+use super::error::{ApiStatus, KubeError};
 pub use super::resource::{Resource, CONFIG_MAPS, EVENTS, EXECUTOR_SETS, LEASES, PODS};
 
 /// The `Accept` header of a list that may come back in Protobuf (what client-go sends for
@@ -99,6 +99,8 @@ enum Call<'a> {
     Delete(&'a str, Option<Preconditions<'a>>),
     /// `DELETE` of the collection: every object the selectors match.
     DeleteCollection(&'a ListParams<'a>),
+    /// `POST …/pods/NAME/eviction`: a policy/v1 `Eviction` of the pod.
+    Evict(&'a str, Option<Preconditions<'a>>),
 }
 
 impl Call<'_> {
@@ -108,7 +110,7 @@ impl Call<'_> {
         match self {
             Call::Get(_) => (Method::GET, "get"),
             Call::List(..) => (Method::GET, "list"),
-            Call::Create(..) => (Method::POST, "create"),
+            Call::Create(..) | Call::Evict(..) => (Method::POST, "create"),
             Call::Replace(..) | Call::ReplaceStatus(..) => (Method::PUT, "update"),
             Call::Patch(..) => (Method::PATCH, "patch"),
             Call::Delete(..) => (Method::DELETE, "delete"),
@@ -124,7 +126,8 @@ impl Call<'_> {
             | Call::Replace(n, _)
             | Call::ReplaceStatus(n, _)
             | Call::Patch(n, _)
-            | Call::Delete(n, _) => Some(n),
+            | Call::Delete(n, _)
+            | Call::Evict(n, _) => Some(n),
             Call::Create(obj, _) => (obj["metadata"]["name"].as_str())
                 .or_else(|| obj["metadata"]["generateName"].as_str()),
             Call::List(..) | Call::DeleteCollection(..) => None,
@@ -155,6 +158,7 @@ impl Call<'_> {
             }
             Call::Patch(_, Patch::Merge(p)) => (Some(p.clone()), "application/merge-patch+json"),
             Call::Delete(_, Some(pre)) => (Some(delete_options(pre)), JSON),
+            Call::Evict(name, pre) => (Some(eviction(name, pre)), JSON),
             Call::Get(_) | Call::List(..) | Call::Delete(_, None) | Call::DeleteCollection(_) => {
                 (None, JSON)
             }
@@ -194,6 +198,29 @@ fn delete_options(pre: Preconditions<'_>) -> Value {
     serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": p})
 }
 
+/// The body of an eviction of pod `name` (policy/v1 `Eviction`), with `pre` as its
+/// `deleteOptions.preconditions` when given.
+fn eviction(name: &str, pre: Option<Preconditions<'_>>) -> Value {
+    let mut e = serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": name}});
+    if let Some(pre) = pre {
+        e["deleteOptions"] = delete_options(pre);
+    }
+    e
+}
+
+/// What an eviction did ([`Api::evict`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Evicted {
+    /// The server deleted the pod (201: a budget allowed it, or none covers the pod).
+    Evicted,
+    /// The pod did not exist (404).
+    NotFound,
+    /// Not now (429 TooManyRequests): a PodDisruptionBudget allows no disruption now, or
+    /// its status is not computed yet. The server's message and causes, one line.
+    NotNow(String),
+}
+
 impl KubeClient {
     /// The calls of `res` in the client's namespace ([`KubeClient::namespace`]).
     pub fn api(&self, res: &'static Resource) -> Api<'_> {
@@ -230,6 +257,7 @@ impl Api<'_> {
             Call::List(..) | Call::DeleteCollection(..) => format!("{word} {}", r.plural),
             _ if name.is_empty() => format!("{word} {}", r.singular),
             Call::ReplaceStatus(..) => format!("{word} {} {name}/status", r.singular),
+            Call::Evict(..) => format!("{word} {} {name}/eviction", r.singular),
             _ => format!("{word} {} {name}", r.singular),
         };
         let ns = encode_component(&self.ns);
@@ -248,6 +276,9 @@ impl Api<'_> {
             url = format!("{url}/{}", encode_component(name));
             if matches!(call, Call::ReplaceStatus(..)) {
                 url.push_str("/status");
+            }
+            if matches!(call, Call::Evict(..)) {
+                url.push_str("/eviction");
             }
         }
         let query = call.query();
@@ -272,6 +303,9 @@ impl Api<'_> {
             res: r,
             accept: "application/json",
             limit: self.client.options().body_limit,
+            // An eviction's 429 is a disruption budget's "not now", not throttling: the
+            // caller asks again next tick instead of sleeping on it inside the call.
+            retry_429: !matches!(call, Call::Evict(..)),
         })
     }
 
@@ -380,6 +414,36 @@ impl Api<'_> {
         match resp.status {
             404 => Ok(Deleted::NotFound),
             200..=299 => Ok(Deleted::Deleted),
+            _ => Err(KubeClient::api_error(&req.verb, &resp)),
+        }
+    }
+
+    /// Evicts pod `name` (`POST …/pods/NAME/eviction`, a policy/v1 `Eviction`; RBAC verb
+    /// `create` on `pods/eviction`): the server deletes it unless a PodDisruptionBudget
+    /// covering it allows no disruption now (kube-apiserver's
+    /// `pkg/registry/core/pod/storage/eviction.go`; pending, ended and terminating pods are
+    /// deleted whatever the budget). `pre` become the delete's preconditions. A 429 is not
+    /// retried inside the call: it is [`Evicted::NotNow`].
+    ///
+    /// Errors: [`KubeError::Api`] (403 when RBAC lacks `pods/eviction` create, 409 when a
+    /// precondition fails, 500 when several budgets cover the pod), `Transport`, `Auth`,
+    /// `Config` (empty name).
+    pub fn evict(&self, name: &str, pre: Option<Preconditions<'_>>) -> Result<Evicted, KubeError> {
+        let (req, resp) = self.send(Call::Evict(name, pre))?;
+        match resp.status {
+            200..=299 => Ok(Evicted::Evicted),
+            404 => Ok(Evicted::NotFound),
+            429 => {
+                let s = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);
+                let causes: Vec<&str> = (s.causes.iter())
+                    .map(|c| c.message.as_str())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                Ok(Evicted::NotNow(match causes.is_empty() {
+                    true => s.message,
+                    false => format!("{} ({})", s.message, causes.join("; ")),
+                }))
+            }
             _ => Err(KubeClient::api_error(&req.verb, &resp)),
         }
     }

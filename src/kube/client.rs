@@ -585,6 +585,8 @@ pub(super) struct Request {
     pub(super) accept: &'static str,
     /// The most body bytes read from a 2xx answer.
     pub(super) limit: u64,
+    /// Whether a 429 is retried inside the call (all but an eviction's).
+    pub(super) retry_429: bool,
 }
 
 /// The final answer to one [`Request`].
@@ -1618,7 +1620,7 @@ impl KubeClient {
     /// The sleep before retrying a response with a retryable HTTP code (honouring
     /// `Retry-After`), or `None` to return the response as it is.
     fn status_retry_delay(&self, req: &Request, resp: &Response, attempt: u32) -> Option<Duration> {
-        if !is_retryable_code(resp.status) {
+        if !is_retryable_code(resp.status) || (resp.status == 429 && !req.retry_429) {
             return None;
         }
         let status = ApiStatus::from_body(resp.status, &resp.body, resp.retry_after);

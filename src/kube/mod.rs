@@ -45,8 +45,8 @@ mod tests;
 pub(crate) mod testutil;
 
 pub use api::{
-    Api, Created, ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS, EVENTS,
-    EXECUTOR_SETS, LEASES, PODS,
+    Api, Created, Evicted, ListParams, Patch, PostParams, Preconditions, Resource, CONFIG_MAPS,
+    EVENTS, EXECUTOR_SETS, LEASES, PODS,
 };
 pub use client::{
     encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,

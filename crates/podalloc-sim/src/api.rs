@@ -371,6 +371,7 @@ fn dispatch(
     let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
     match (res.id, r.verb) {
         (Kind::Pod, Verb::List | Verb::Watch) => list(shared, req, r.ns, now),
+        (Kind::Pod, Verb::Create) if r.sub.is_some() => evict(shared, req, ns, name, now),
         (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
         (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
         // A one-row Table for kubectl's `get pod NAME`, as the apiserver converts one object.
@@ -918,11 +919,26 @@ fn patch_pod(
 /// DeleteOptions from the body if there is one, else from the query (never both, as in
 /// the apiserver's delete handler).
 fn delete_options(req: &Request) -> Result<(DeleteOptions, bool), ApiError> {
-    let mut opts = DeleteOptions::default();
     if !req.body.is_empty() {
         let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         })?;
+        return delete_options_of(req, &v);
+    }
+    let mut opts = DeleteOptions::default();
+    if let Some(g) = req.param("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        opts.grace_period_seconds = Some(g.parse().map_err(|_| {
+            ApiError::bad_request(format!("strconv.ParseInt: parsing {g:?}: invalid syntax"))
+        })?);
+    }
+    Ok((opts, dry_run(req, None)?))
+}
+
+/// The `DeleteOptions` object `v` (a DELETE's body, or an Eviction's `deleteOptions`), and
+/// whether it asks for a dry run.
+fn delete_options_of(req: &Request, v: &Value) -> Result<(DeleteOptions, bool), ApiError> {
+    let mut opts = DeleteOptions::default();
+    {
         if !v.is_object() {
             return Err(ApiError::bad_request(
                 "couldn't get version/kind; json parse error: DeleteOptions must be a JSON object",
@@ -951,15 +967,45 @@ fn delete_options(req: &Request) -> Result<(DeleteOptions, bool), ApiError> {
             opts.uid = s("uid")?;
             opts.resource_version = s("resourceVersion")?;
         }
-        let dry = dry_run(req, Some(&v))?;
-        return Ok((opts, dry));
     }
-    if let Some(g) = req.param("gracePeriodSeconds").filter(|g| !g.is_empty()) {
-        opts.grace_period_seconds = Some(g.parse().map_err(|_| {
-            ApiError::bad_request(format!("strconv.ParseInt: parsing {g:?}: invalid syntax"))
-        })?);
+    let dry = dry_run(req, Some(v))?;
+    Ok((opts, dry))
+}
+
+/// `POST …/pods/NAME/eviction` (a policy/v1 `Eviction`), as kube-apiserver's
+/// `EvictionREST.Create` (`pkg/registry/core/pod/storage/eviction.go`) serves it for a pod
+/// no PodDisruptionBudget covers — the simulator serves no budgets: the body's name must be
+/// the URL's (400 `name in URL does not match name in Eviction object`), the pod is deleted
+/// with the Eviction's `deleteOptions` (404 when it does not exist, 409 when a precondition
+/// fails), and the answer is 201 with a `Status` of `Success`.
+fn evict(
+    shared: &Shared,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    now: Instant,
+) -> Result<Response, ApiError> {
+    let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    if v["metadata"]["name"].as_str().unwrap_or("") != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Eviction object",
+        ));
     }
-    Ok((opts, dry_run(req, None)?))
+    let (opts, dry) = match v.get("deleteOptions").filter(|o| !o.is_null()) {
+        Some(o) => delete_options_of(req, o)?,
+        None => (DeleteOptions::default(), dry_run(req, None)?),
+    };
+    lock(shared).delete(ns, name, &opts, dry, now)?;
+    shared.kubelet.notify_all();
+    // The create handler writes the status code into a Status it returns.
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "code": 201});
+    Ok(Response::json(
+        201,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
 }
 
 fn delete(

@@ -57,7 +57,11 @@ impl<'a> RequestInfo<'a> {
         if !scoped {
             return Err(ApiError::path_not_found());
         }
-        let verb = verb_of(method, name.is_some()).ok_or_else(ApiError::method_not_allowed)?;
+        let verb = match (method, sub) {
+            // A POST to a subresource of an object creates it (`pods/NAME/eviction`).
+            ("POST", Some(_)) => Verb::Create,
+            _ => verb_of(method, name.is_some()).ok_or_else(ApiError::method_not_allowed)?,
+        };
         // Across all namespaces only list is served.
         let all_namespaces = res.namespaced && ns.is_none();
         let served = sub.map_or(res.serves(verb), |s| s.serves(verb));

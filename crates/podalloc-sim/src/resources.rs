@@ -202,7 +202,12 @@ pub(crate) static RESOURCES: &[Resource] = &[
         categories: &["all"],
         fault_prefix: "",
         fields: POD_FIELDS,
-        subresources: &[],
+        // `pods/eviction` (create: `POST pods/NAME/eviction`, a policy/v1 Eviction).
+        subresources: &[SubResource {
+            name: "eviction",
+            verbs: &[Verb::Create],
+            gvk: Some(("policy", "v1", "Eviction")),
+        }],
     },
     Resource {
         id: Kind::ConfigMap,

@@ -28,7 +28,10 @@
 //! 5. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
 //!    deletes the named executors whatever their state and lowers the target by the number of
 //!    them that count (running, pending, unknown or unacknowledged), unless the request's
-//!    target is [`TargetChange::Absolute`] (it already accounts for them).
+//!    target is [`TargetChange::Absolute`] (it already accounts for them). With `--evict`
+//!    ([`Policies::evict`]) a running executor goes through the Eviction API, so its
+//!    PodDisruptionBudget applies; one the budget puts off ([`Outcomes::not_now`]) is asked
+//!    again each step ([`AllocatorState::evicting`]) without lowering the target again.
 //! 6. **census** — the snapshot's executors sorted into running and pending (removed ones no
 //!    longer count); failed and succeeded executors do not count and their pods are deleted
 //!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
@@ -44,8 +47,9 @@
 //! 10. **delete_excess** — known = running + pending + unacknowledged. If known > target, the
 //!     excess is deleted: unacknowledged first (newest first), then pending (unscheduled first,
 //!     lower pod-deletion-cost first, then newest). Running executors are never deleted for
-//!     excess (unless `--scale-down-running`), and a pending pod is deleted only if it is still
-//!     pending when the call is made ([`Delete::if_pending`]).
+//!     excess (unless `--scale-down-running`, then through the Eviction API under
+//!     `--evict`), and a pending pod is deleted only if it is still pending when the call is
+//!     made ([`Delete::if_pending`]).
 //! 11. **retry_ambiguous** — a create whose outcome is unknown (5xx, lost connection,
 //!     unreadable 2xx after the retries) and still unseen is sent again under the same id and
 //!     name ([`Create::retry`]); 409 for our own pod counts as created.
@@ -120,6 +124,7 @@ pub fn step(
     s.forget_vanished();
     s.time_out_unseen();
     let lowers = !matches!(request.target, TargetChange::Absolute(_));
+    s.retry_evictions();
     s.remove_requested(&request.remove, lowers);
     let mut pods = s.census();
     s.delete_lost(&mut pods);

@@ -157,6 +157,12 @@ pub struct Delete {
     /// `metadata.uid` when the snapshot saw the pod (for delete preconditions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// Through the Eviction API (`POST pods/NAME/eviction`, policy/v1 `Eviction`) instead
+    /// of a plain delete, so a PodDisruptionBudget covering the pod applies: a running
+    /// executor removed or scaled down under [`crate::engine::alloc::Policies::evict`]
+    /// (absent in `plan` output: false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub evict: bool,
 }
 
 impl Delete {
@@ -168,6 +174,7 @@ impl Delete {
             reason,
             if_pending: false,
             uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+            evict: false,
         }
     }
 
@@ -180,7 +187,13 @@ impl Delete {
             reason,
             if_pending: false,
             uid: None,
+            evict: false,
         }
+    }
+
+    /// The same delete, through the Eviction API when `evict` ([`Delete::evict`]).
+    pub fn evicting(self, evict: bool) -> Delete {
+        Delete { evict, ..self }
     }
 
     /// The same delete, made only if the pod is still pending when the call is made.

@@ -25,6 +25,12 @@ pub struct Outcomes {
     /// unreadable 2xx after the retries): they stay unacknowledged and the next step sends
     /// them again by name.
     pub ambiguous: Vec<u64>,
+    /// Executor ids whose eviction ([`crate::engine::alloc::Delete::evict`]) the server
+    /// refused for now: 429 TooManyRequests, a PodDisruptionBudget that allows no
+    /// disruption now (or whose status its controller has not computed yet). Not deleted,
+    /// not a failure: a removal's eviction is asked again next tick
+    /// ([`AllocatorState::evicting`]), an excess one is planned again by the next step.
+    pub not_now: Vec<u64>,
     /// Pods deleted (or found already gone).
     pub deleted: u32,
     /// The executor ids of those pods, in call order (for events; not folded into the
@@ -69,6 +75,8 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
         .filter(|id| !out.deleted_ids.contains(id))
         .collect();
     state.deleted.retain(|id| !skipped.contains(id));
+    // Removals a disruption budget put off are asked again next tick; the others are done.
+    state.evicting.retain(|id| out.not_now.contains(id));
     for u in &mut state.unacknowledged {
         if out.ambiguous.contains(&u.executor_id) {
             u.retry = true;

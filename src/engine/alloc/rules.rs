@@ -58,8 +58,9 @@ pub(super) struct Census<'a> {
     stuck: Vec<StuckRecord>,
     /// Since when each pod in `unknown` has been Unknown.
     unknown_since: Vec<StuckRecord>,
-    /// Pods lost (deleted from phase Unknown) in this step, by their profile label: with
-    /// `--count-terminating` they count as the terminating pods they are about to be.
+    /// Pods lost (deleted from phase Unknown) or stuck (deleted in start-up) in this step,
+    /// by their profile label: with `--count-terminating` they count as the terminating
+    /// pods they are about to be.
     lost: Vec<u32>,
     /// Pending pods deleted as excess in this step.
     excess_pending: BTreeSet<u64>,
@@ -233,7 +234,7 @@ impl<'a> Step<'a> {
                     continue;
                 }
                 Some(p) => (
-                    Delete::seen(p, DeleteReason::Removed),
+                    Delete::seen(p, DeleteReason::Removed).evicting(self.evicts(p)),
                     !matches!(p.state, ExecutorState::Failed | ExecutorState::Succeeded),
                     self.profile_of(p),
                 ),
@@ -254,6 +255,33 @@ impl<'a> Step<'a> {
             }
             self.delete.push(delete);
         }
+    }
+
+    /// Rule 6, continued (`--evict`): a removal whose eviction a PodDisruptionBudget put off
+    /// ([`AllocatorState::evicting`]) is asked again while the pod is live, without lowering
+    /// the target again; a pod gone, terminating or ended needs no more (the census deletes
+    /// an ended one as usual). Runs before [`Step::remove_requested`], so a request naming
+    /// the same executor again does not lower the target twice.
+    pub(super) fn retry_evictions(&mut self) {
+        for &id in &self.prev.evicting {
+            let Some(p) = self.snap.executors.get(&id) else {
+                continue;
+            };
+            let live = matches!(
+                p.state,
+                ExecutorState::Running | ExecutorState::Pending | ExecutorState::Unknown
+            );
+            if live && self.removed.insert(id) {
+                let d = Delete::seen(p, DeleteReason::Removed).evicting(self.evicts(p));
+                self.delete.push(d);
+            }
+        }
+    }
+
+    /// Whether deleting `p` goes through the Eviction API: a running executor under
+    /// `--evict` (the API server ignores budgets for pending, ended and terminating pods).
+    fn evicts(&self, p: &ExecutorPod) -> bool {
+        self.cfg.policies.evict && p.state == ExecutorState::Running
     }
 
     /// Rule 5 (Spark: `deleteOnTermination`): sorts the snapshot's executors (removed ones no
@@ -395,6 +423,9 @@ impl<'a> Step<'a> {
                 stuck_ids.insert(p.id);
                 self.newly_failed.push((p.id, reason.to_string()));
                 self.delete.push(Delete::seen(p, DeleteReason::Stuck));
+                // It is about to terminate: with --count-terminating it counts from now
+                // (B52: its replacement waits, as for a lost pod).
+                c.lost.push(p.profile);
             } else {
                 let executor_id = p.id;
                 let reason = reason.to_string();
@@ -502,7 +533,8 @@ impl<'a> Step<'a> {
         if self.cfg.policies.scale_down_running && left > 0 {
             running.sort_by_key(|p| (p.ready, p.deletion_cost, Reverse(p.restarts), Reverse(p.id)));
             for p in running.iter().take(left as usize) {
-                self.delete.push(Delete::seen(p, DeleteReason::Excess));
+                let d = Delete::seen(p, DeleteReason::Excess).evicting(self.evicts(p));
+                self.delete.push(d);
             }
         }
     }
@@ -889,6 +921,10 @@ impl<'a> Step<'a> {
                 .collect(),
             deleted: deleted.into_iter().collect(),
             deleted_unseen: self.deleted_unseen(),
+            evicting: (self.delete.iter())
+                .filter(|d| d.evict && d.reason == DeleteReason::Removed)
+                .map(|d| d.executor_id)
+                .collect(),
             create_backoff: self.backoff.take(),
             counters: self.prev.counters.clone(),
             failures: guard.failures,

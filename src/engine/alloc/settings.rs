@@ -71,6 +71,12 @@ pub struct Policies {
     /// Also delete running executors above the target (off by default, as Spark), lowest
     /// pod-deletion-cost first, then most restarts, then newest.
     pub scale_down_running: bool,
+    /// Remove running executors (`remove`, and excess under `scale_down_running`) through
+    /// the Eviction API instead of a plain delete, so the PodDisruptionBudgets that cover
+    /// them apply (`--evict`; off by default, as Spark deletes): each such delete is
+    /// [`crate::engine::alloc::Delete::evict`]. A budget's refusal is "not now"
+    /// ([`crate::engine::alloc::Outcomes::not_now`]).
+    pub evict: bool,
     /// Spark 3.1+'s excess rule (SPARK-33099, SPARK-34334): unacknowledged requests and
     /// pending pods are deleted as excess only once older than this, ms (Spark's
     /// `spark.dynamicAllocation.executorIdleTimeout`), oldest first. `None`: Spark 3.0's rule

@@ -68,6 +68,12 @@ pub struct AllocatorState {
     /// shows up (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted_unseen: Vec<Unacknowledged>,
+    /// Executors removed on request (`remove`) whose eviction is in flight or was put off by
+    /// a PodDisruptionBudget (`--evict`; 429, "not now"): each step asks again, without
+    /// lowering the target again, while the pod is live; they no longer count toward the
+    /// target (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicting: Vec<u64>,
     /// Creation back-off after refused creates or kubelet rejections (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,
@@ -347,6 +353,7 @@ impl AllocatorState {
         let records = (self.stuck.iter()).chain(self.unknown.iter());
         (requests.map(|u| u.executor_id))
             .chain(self.deleted.iter().copied())
+            .chain(self.evicting.iter().copied())
             .chain(self.failures.iter().map(|f| f.executor_id))
             .chain(records.map(|r| r.executor_id))
             .fold(self.last_executor_id, u64::max)
@@ -401,6 +408,7 @@ impl AllocatorState {
                     .iter()
                     .map(|u| ("deleted_unseen", u.executor_id)),
             )
+            .chain(self.evicting.iter().map(|&id| ("evicting", id)))
             .chain(self.failures.iter().map(|f| ("failures", f.executor_id)))
             .chain(self.stuck.iter().map(|r| ("stuck", r.executor_id)))
             .chain(self.unknown.iter().map(|r| ("unknown", r.executor_id)));

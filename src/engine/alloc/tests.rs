@@ -481,6 +481,100 @@ fn scale_down_takes_not_ready_executors_before_ready_ones() {
     assert_eq!(ids_d(&p), vec![2]);
 }
 
+/// Issue 31 item 3 (B50): under `--evict`, running executors removed or scaled down go
+/// through the Eviction API; pending ones are deleted. A removal a disruption budget puts
+/// off (429, "not now") is asked again each step without lowering the target again, and
+/// stops once the pod is gone.
+#[test]
+fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
+    use ExecutorState::{Pending, Running};
+    let mut set = settings(5);
+    set.policies.evict = true;
+    set.policies.scale_down_running = true;
+    let mut st = AllocatorState::new();
+    st.target = Some(3);
+    st.last_executor_id = 3;
+    let s = snap(&[(1, Running), (2, Running), (3, Pending)]);
+    let req = Request {
+        target: TargetChange::Keep,
+        remove: vec![1, 3],
+        ..Request::default()
+    };
+    let p = step(&s, &st, &set, &req, 0).unwrap();
+    let evict: Vec<(u64, bool)> = p.delete.iter().map(|d| (d.executor_id, d.evict)).collect();
+    assert_eq!(
+        evict,
+        vec![(1, true), (3, false)],
+        "only running executors are evicted"
+    );
+    assert_eq!(p.state.target, Some(1));
+    assert_eq!(p.state.evicting, vec![1]);
+    // The budget refuses executor 1 for now: asked again, the target stays 1.
+    let out = Outcomes {
+        not_now: vec![1],
+        deleted_ids: vec![3],
+        deleted: 1,
+        ..Outcomes::default()
+    };
+    let st = record(&p, &out, &set, 10);
+    assert_eq!(st.evicting, vec![1]);
+    assert!(!st.deleted.contains(&1), "not deleted: {:?}", st.deleted);
+    let s = snap(&[(1, Running), (2, Running)]);
+    let again = Request {
+        target: TargetChange::Keep,
+        remove: vec![1],
+        ..Request::default()
+    };
+    for req in [Request::default(), again] {
+        let q = step(&s, &st, &set, &req, 1_000).unwrap();
+        assert_eq!(ids_d(&q), vec![1], "{req:?}");
+        assert!(q.delete[0].evict);
+        assert_eq!(q.delete[0].reason, DeleteReason::Removed);
+        assert_eq!(q.state.target, Some(1), "never lowered twice: {req:?}");
+        assert!(q.create.is_empty(), "{req:?}");
+    }
+    // Gone: nothing more to ask.
+    let q = step(
+        &snap(&[(2, Running)]),
+        &st,
+        &set,
+        &Request::default(),
+        2_000,
+    )
+    .unwrap();
+    assert!(q.delete.is_empty() && q.state.evicting.is_empty());
+    // Excess under --scale-down-running is evicted too; without --evict, deleted.
+    let mut st = AllocatorState::new();
+    st.last_executor_id = 2;
+    let s = snap(&[(1, Running), (2, Running)]);
+    let p = step(&s, &st, &set, &Request::set(1), 0).unwrap();
+    assert!(p.delete.len() == 1 && p.delete[0].evict && p.state.evicting.is_empty());
+    set.policies.evict = false;
+    let p = step(&s, &st, &set, &Request::set(1), 0).unwrap();
+    assert!(p.delete.len() == 1 && !p.delete[0].evict);
+}
+
+/// B52: with `--count-terminating`, a stuck pod deleted in this step counts as the
+/// terminating pod it is about to be: no replacement while it terminates.
+#[test]
+fn with_count_terminating_a_stuck_pod_is_not_replaced_in_the_step_that_deletes_it() {
+    let mut set = settings(5);
+    set.policies.startup_grace_ms = Some(10_000);
+    let waiting = ExecutorPod {
+        waiting: Some("ImagePullBackOff (image spark:bad)".into()),
+        scheduled: true,
+        ..pod(1, ExecutorState::Pending)
+    };
+    let s = of(vec![waiting]);
+    for (count, created) in [(true, vec![]), (false, vec![2])] {
+        set.policies.count_terminating = count;
+        let p = step(&s, &AllocatorState::new(), &set, &Request::set(1), 0).unwrap();
+        let p = step(&s, &p.state, &set, &Request::default(), 10_001).unwrap();
+        assert_eq!(p.delete[0].reason, DeleteReason::Stuck);
+        assert_eq!(ids_c(&p), created, "--count-terminating {count}");
+    }
+}
+
 /// Issue 31 item 4: a create the API server answered whose pod a later list does not show
 /// was deleted before any list saw it. It is replaced in that step under a new id, for the
 /// process that made it and for a successor that inherited the state, and a copy that shows

@@ -42,7 +42,10 @@
 //! than the time, so a later process (a CronJob's next `reconcile`) whose create meets 409
 //! AlreadyExists reads the existing Event and raises its count: aggregation survives
 //! restarts. Posting an event never fails a tick: an error is logged (the first as a
-//! warning, later ones at debug level) and the event dropped.
+//! warning, later ones at debug level) and the event dropped. The loop posts a tick's
+//! events itself at the end of the tick ([`Poster::post_queued`]: at most
+//! [`EVENT_DEADLINE`] in all, within the tick's budget, only while this process leads);
+//! there is no poster thread.
 
 use crate::engine::alloc::{Blocked, DeleteReason, Outcomes, Plan};
 use crate::engine::podspec::Owner;
@@ -52,8 +55,7 @@ use crate::kube::{Api, KubeClient, KubeError, Patch, PostParams, EVENTS, PODS};
 use log::{debug, warn};
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -269,10 +271,13 @@ impl Recorder {
     }
 
     /// [`Recorder::record`] that never fails: an error is logged once as a warning (with
-    /// the RBAC hint for a 403), then at debug level.
-    pub(crate) fn post(&mut self, events: &Api<'_>, ev: EventSpec, now_ms: u64) {
+    /// the RBAC hint for a 403), then at debug level. Returns false when the request did
+    /// not reach an answer (a timeout, a refused connection: a transport error).
+    pub(crate) fn post(&mut self, events: &Api<'_>, ev: EventSpec, now_ms: u64) -> bool {
         let what = format!("{} on pod {}", ev.reason, ev.involved.name);
-        if let Err(e) = self.record(events, ev, now_ms) {
+        let res = self.record(events, ev, now_ms);
+        let reached = !matches!(res, Err(KubeError::Transport { .. }));
+        if let Err(e) = res {
             let hint = match &e {
                 KubeError::Api { status, .. } if status.code == 403 => {
                     " (grant the service account events create and patch)"
@@ -286,6 +291,7 @@ impl Recorder {
                 warn!("could not post event {what}: {e}{hint}; events are best effort");
             }
         }
+        reached
     }
 }
 
@@ -562,7 +568,8 @@ pub(crate) struct Done<'a> {
 /// Posts the events of one tick (see the module docs): called once after the tick's calls
 /// were made and its state saved. Without a driver pod, an event about a pod created this
 /// tick names it with the uid in `done.uids`; only a pod missing there is read (GET) for
-/// it. Does nothing with `--no-events`; never fails.
+/// it. The queued events are then posted on this thread ([`Poster::post_queued`]) within
+/// `client`'s deadline (the tick's budget). Does nothing with `--no-events`; never fails.
 pub(crate) fn record_tick(
     poster: &Poster,
     client: &KubeClient,
@@ -576,9 +583,6 @@ pub(crate) fn record_tick(
     }
     let out = done.out;
     let evs = tick_events(snapshot, plan, out, done.error, &out.deleted_ids);
-    if evs.is_empty() {
-        return;
-    }
     let driver = (done.driver).map(|o| ObjectRef::pod(client.namespace(), &o.name, &o.uid));
     for (id, kind, reason, message) in evs {
         let involved = match (&driver, id) {
@@ -600,16 +604,26 @@ pub(crate) fn record_tick(
         };
         poster.enqueue(client, ev, now_ms);
     }
+    // Posted by the loop now, within the tick's budget (at most the events' deadline).
+    let budget = client
+        .deadline()
+        .unwrap_or_else(|| Instant::now() + EVENT_DEADLINE);
+    poster.post_queued(budget);
 }
 
 /// The deadline of one Event request (connect, each read, the whole call), with no retry:
-/// an Event is best effort and never waits like a pod call.
+/// an Event is best effort and never waits like a pod call. Also the time the events of one
+/// tick may take in all ([`Poster::post_queued`]).
 pub(crate) const EVENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How many events may wait for the poster thread; one more is dropped with a log line.
+/// How long no Event is sent after an Event request got no answer (timed out, refused):
+/// an Events API that hangs costs a tick [`EVENT_DEADLINE`] once, not every tick.
+pub(crate) const EVENT_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How many events may wait to be posted; one more is dropped with a log line.
 pub(crate) const QUEUE_CAPACITY: usize = 256;
 
-/// One event for the poster thread: the client of its namespace, the event, its time.
+/// One event waiting to be posted: the client of its namespace, the event, its time.
 struct Job {
     client: Arc<KubeClient>,
     ev: EventSpec,
@@ -620,15 +634,17 @@ struct Job {
 /// of the moment it was made: an exec plugin's token is not refreshed by it).
 const CLIENT_TTL: Duration = Duration::from_secs(60);
 
-/// The process's Events: whether they are posted (`--no-events`), the queue its poster
-/// thread drains (started at first use; the thread owns the [`Recorder`]), the events not
-/// yet posted and the Event clients by server and namespace. Owned by the process's
-/// services; dropping it waits at most [`EVENT_DEADLINE`] for the events still queued.
+/// The process's Events: whether they are posted (`--no-events`), the [`Recorder`], the
+/// events waiting to be posted and the Event clients by server and namespace. Owned by the
+/// process's services. No thread: the loop posts a tick's events at the end of the tick
+/// ([`Poster::post_queued`]), under the tick's budget and the leader's fence; dropping it
+/// posts those still queued for at most [`EVENT_DEADLINE`].
 pub(crate) struct Poster {
     enabled: bool,
-    tx: RefCell<Option<std::sync::mpsc::SyncSender<Job>>>,
-    /// Events handed over and not yet posted (the thread counts them down).
-    pending: Arc<AtomicUsize>,
+    recorder: RefCell<Recorder>,
+    queue: RefCell<VecDeque<Job>>,
+    /// No Event is sent before then ([`EVENT_BACKOFF`] after one got no answer).
+    quiet_until: Cell<Option<Instant>>,
     dropped: Cell<u64>,
     /// Event clients by server and namespace (made once: [`EVENT_DEADLINE`], no retry).
     clients: RefCell<BTreeMap<String, (Instant, Arc<KubeClient>)>>,
@@ -639,8 +655,9 @@ impl Poster {
     pub(crate) fn new(enabled: bool) -> Poster {
         Poster {
             enabled,
-            tx: RefCell::new(None),
-            pending: Arc::new(AtomicUsize::new(0)),
+            recorder: RefCell::new(Recorder::default()),
+            queue: RefCell::new(VecDeque::new()),
+            quiet_until: Cell::new(None),
             dropped: Cell::new(0),
             clients: RefCell::new(BTreeMap::new()),
         }
@@ -653,8 +670,9 @@ impl Poster {
 
     /// The Event client for `client`'s server and namespace: its own short deadline
     /// ([`EVENT_DEADLINE`]) and no retries, the credential `client` holds now (an exec
-    /// plugin is not run again for Events), made again after [`CLIENT_TTL`]. `None` when
-    /// it cannot be made (logged at debug level).
+    /// plugin is not run again for Events) and its write fence (no Event once this process
+    /// is not the leader), made again after [`CLIENT_TTL`]. `None` when it cannot be made
+    /// (logged at debug level).
     fn event_client(&self, client: &KubeClient) -> Option<Arc<KubeClient>> {
         let key = format!("{}|{}", client.server(), client.namespace());
         let mut clients = self.clients.borrow_mut();
@@ -670,6 +688,7 @@ impl Poster {
         options.retry = crate::kube::RetryPolicy::none();
         match client.derive_with_current_credential(options) {
             Ok(c) => {
+                client.share_write_fence(&c);
                 let c = Arc::new(c);
                 clients.insert(key, (Instant::now(), Arc::clone(&c)));
                 Some(c)
@@ -681,65 +700,64 @@ impl Poster {
         }
     }
 
-    /// Starts the poster thread: it owns the recorder and posts the queued events in order.
-    fn start(&self) -> Option<std::sync::mpsc::SyncSender<Job>> {
-        let (sender, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUE_CAPACITY);
-        let pending = Arc::clone(&self.pending);
-        let started = std::thread::Builder::new()
-            .name("events".into())
-            .spawn(move || {
-                let mut rec = Recorder::default();
-                for job in rx {
-                    let events = job.client.api_in(&job.ev.involved.namespace, &EVENTS);
-                    rec.post(&events, job.ev, job.now_ms);
-                    pending.fetch_sub(1, Ordering::SeqCst);
-                }
-            });
-        match started {
-            Ok(_) => Some(sender),
-            Err(e) => {
-                warn!("cannot start the events thread: {e}; events are not posted");
-                None
-            }
-        }
-    }
-
-    /// Hands an event to the poster thread (started at first use), never blocking the
-    /// tick: when [`QUEUE_CAPACITY`] events already wait, this one is dropped with a log
-    /// line (a warning the first time, then debug).
+    /// Queues an event for [`Poster::post_queued`], never blocking the tick: when
+    /// [`QUEUE_CAPACITY`] events already wait, this one is dropped with a log line (a
+    /// warning the first time, then debug).
     fn enqueue(&self, client: &KubeClient, ev: EventSpec, now_ms: u64) {
         let Some(client) = self.event_client(client) else {
             return;
         };
-        let mut tx = self.tx.borrow_mut();
-        if tx.is_none() {
-            *tx = self.start();
+        let mut queue = self.queue.borrow_mut();
+        if queue.len() < QUEUE_CAPACITY {
+            queue.push_back(Job { client, ev, now_ms });
+            return;
         }
-        let Some(sender) = tx.as_ref() else { return };
-        let job = Job { client, ev, now_ms };
-        self.pending.fetch_add(1, Ordering::SeqCst);
-        if sender.try_send(job).is_err() {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            let dropped = self.dropped.get();
-            self.dropped.set(dropped + 1);
-            if dropped == 0 {
-                warn!("{QUEUE_CAPACITY} events are waiting to be posted (the API server is slow to take them): dropping new ones; events are best effort");
-            } else {
-                debug!("event dropped: {QUEUE_CAPACITY} events are waiting");
-            }
+        let dropped = self.dropped.get();
+        self.dropped.set(dropped + 1);
+        if dropped == 0 {
+            warn!("{QUEUE_CAPACITY} events are waiting to be posted (the API server is slow to take them): dropping new ones; events are best effort");
+        } else {
+            debug!("event dropped: {QUEUE_CAPACITY} events are waiting");
         }
     }
 
-    /// Waits until the queued events are posted, at most `limit`. Returns how many were
-    /// left unposted.
-    pub(crate) fn flush(&self, limit: Duration) -> usize {
-        let end = Instant::now() + limit;
+    /// Posts the queued events in order, on the loop's thread, until `budget` has passed:
+    /// each request ends by then (the Event client's deadline), and the events not posted
+    /// by then wait for the next call. `budget` is the end of the tick's budget, at most
+    /// [`EVENT_DEADLINE`] from now; after an Event request got no answer, none is sent
+    /// for [`EVENT_BACKOFF`]. The leader's fence is asked before each event: once this
+    /// process does not lead, the queued events are dropped (the leader posts its own).
+    /// Returns how many are left queued.
+    pub(crate) fn post_queued(&self, budget: Instant) -> usize {
+        let end = budget.min(Instant::now() + EVENT_DEADLINE);
+        if self.quiet_until.get().is_some_and(|q| Instant::now() < q) {
+            return self.queue.borrow().len();
+        }
         loop {
-            let left = self.pending.load(Ordering::SeqCst);
-            if left == 0 || Instant::now() >= end {
+            let Some(job) = self.queue.borrow_mut().pop_front() else {
+                return 0;
+            };
+            if !job.client.write_allowed() {
+                let left = self.queue.borrow().len() + 1;
+                self.queue.borrow_mut().clear();
+                debug!("{left} event(s) not posted: this process no longer leads");
+                return 0;
+            }
+            if Instant::now() >= end {
+                self.queue.borrow_mut().push_front(job);
+                let left = self.queue.borrow().len();
+                debug!("{left} event(s) left for the next tick: out of the tick's budget");
                 return left;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            job.client
+                .set_deadline(Some(end), "the events' share of the tick");
+            let events = job.client.api_in(&job.ev.involved.namespace, &EVENTS);
+            if !self.recorder.borrow_mut().post(&events, job.ev, job.now_ms) {
+                self.quiet_until.set(Some(Instant::now() + EVENT_BACKOFF));
+                let left = self.queue.borrow().len();
+                debug!("{left} event(s) wait: an Event request got no answer");
+                return left;
+            }
         }
     }
 }
@@ -748,7 +766,7 @@ impl Poster {
 /// at most one event deadline.
 impl Drop for Poster {
     fn drop(&mut self) {
-        let left = self.flush(EVENT_DEADLINE);
+        let left = self.post_queued(Instant::now() + EVENT_DEADLINE);
         if left > 0 {
             debug!("{left} event(s) not posted before exit");
         }
@@ -860,6 +878,57 @@ mod tests {
             message: msg.into(),
             bucket: None,
         }
+    }
+
+    #[test]
+    fn the_loop_posts_queued_events_only_while_it_leads() {
+        let events = Events::new(None);
+        let leading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let fence = Arc::clone(&leading);
+        events.client.set_write_fence(Arc::new(move || {
+            fence.load(std::sync::atomic::Ordering::SeqCst)
+        }));
+        let poster = Poster::new(true);
+        poster.enqueue(&events.client, ev("one"), 1_000);
+        poster.enqueue(&events.client, ev("two"), 1_000);
+        assert!(events.calls().is_empty(), "queued, not posted");
+        let t = Instant::now();
+        assert_eq!(poster.post_queued(t + Duration::from_secs(5)), 0);
+        assert_eq!(events.calls().len(), 2, "posted on this thread");
+        leading.store(false, std::sync::atomic::Ordering::SeqCst);
+        poster.enqueue(&events.client, ev("three"), 2_000);
+        assert_eq!(poster.post_queued(t + Duration::from_secs(5)), 0);
+        assert_eq!(events.calls().len(), 2, "not the leader: dropped");
+        assert!(poster.queue.borrow().is_empty());
+        leading.store(true, std::sync::atomic::Ordering::SeqCst);
+        poster.enqueue(&events.client, ev("four"), 3_000);
+        assert_eq!(
+            poster.post_queued(Instant::now()),
+            1,
+            "no budget left: kept"
+        );
+        drop(poster);
+        assert_eq!(events.calls().len(), 3, "posted before the process ends");
+    }
+
+    #[test]
+    fn an_events_api_without_answers_costs_one_deadline_then_waits() {
+        // Nothing listens there: each request fails at once with a transport error.
+        let cfg = crate::kube::ClusterConfig::for_server("http://127.0.0.1:1", "ns");
+        let client = KubeClient::with_options(cfg, Default::default()).unwrap();
+        let poster = Poster::new(true);
+        for i in 0..3 {
+            poster.enqueue(&client, ev(&format!("e{i}")), 1_000);
+        }
+        let budget = Instant::now() + Duration::from_secs(5);
+        assert_eq!(
+            poster.post_queued(budget),
+            2,
+            "stops at the first unanswered"
+        );
+        assert!(poster.quiet_until.get().is_some());
+        assert_eq!(poster.post_queued(budget), 2, "then waits out the back-off");
+        poster.queue.borrow_mut().clear();
     }
 
     #[test]

@@ -1765,6 +1765,25 @@ impl KubeClient {
         }
     }
 
+    /// Gives `other` (a client derived from this one, e.g. with shorter timeouts) this
+    /// client's write fence ([`KubeClient::set_write_fence`]), if it has one.
+    pub fn share_write_fence(&self, other: &KubeClient) {
+        if let Some(f) = self.conn.write_fence.get() {
+            other.set_write_fence(Arc::clone(f));
+        }
+    }
+
+    /// Whether a write may be sent now: the answer of the write fence
+    /// ([`KubeClient::set_write_fence`]), true without one.
+    pub fn write_allowed(&self) -> bool {
+        self.conn.write_fence.get().is_none_or(|f| f())
+    }
+
+    /// The deadline set by [`KubeClient::set_deadline`] (`None`: none).
+    pub fn deadline(&self) -> Option<Instant> {
+        lock(&self.deadline).as_ref().map(|d| d.at)
+    }
+
     /// The fence check of [`KubeClient::set_write_fence`] for one request.
     fn check_write_fence(&self, req: &Request) -> Result<(), KubeError> {
         let Some(fence) = self.conn.write_fence.get() else {

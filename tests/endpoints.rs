@@ -345,3 +345,49 @@ fn three_thousand_connections_hold_no_one() {
     fresh_healthz_in_time(&mut c, &p);
     stop("run", c);
 }
+
+/// The names of process `pid`'s threads (`/proc/PID/task/*/comm`), sorted.
+fn threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The endpoints and the Events have no thread of their own (issue 30): a `run
+/// --leader-elect` at rest, both endpoints served, its pods' Events posted, runs the loop,
+/// the watchdog and the election, nothing else (it ran 16 threads with tiny_http's).
+#[test]
+fn at_rest_the_endpoints_and_events_add_no_thread() {
+    let w = SimWorld::new().app("one").start();
+    let (m, p) = (free_addr(), free_addr());
+    let args = crate::util::with_fast_leader_elect(&[
+        "--metrics-bind-address",
+        &m,
+        "--health-probe-bind-address",
+        &p,
+        "run",
+        "--target",
+        "2",
+    ]);
+    let mut c = spawn(w.cmd(&args));
+    until(&m, "/metrics", 30, |_, b| {
+        b.contains("podalloc_running{app=\"one\",namespace=\"default\"} 2")
+    });
+    let events = w.api("GET", "/api/v1/namespaces/default/events", None).1;
+    assert!(events.to_string().contains("SuccessfulCreate"), "{events}");
+    std::thread::sleep(Duration::from_millis(500));
+    let names = threads(c.id());
+    assert!(names.len() <= 3, "{names:?}");
+    for n in &names {
+        assert!(
+            ["podalloc", "watchdog", "leader-election"].contains(&n.as_str()),
+            "{names:?}"
+        );
+    }
+    fresh_healthz_in_time(&mut c, &p);
+    stop("run", c);
+}

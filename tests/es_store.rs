@@ -4,7 +4,9 @@
 //! loop at rest within 2 s with at most 2 pod lists a minute and no write; the target is
 //! clamped by `spec.minReplicas`/`spec.maxReplicas`; `remove` applied once; the controller
 //! never writes `spec` (the server's own record of requests: kube-apiserver's audit log, the
-//! simulator's request log). Each test runs on both servers (`both!`).
+//! simulator's request log); two resource profiles of one app, an ExecutorSet each, scaled
+//! on their own by `kubectl scale es` with one id counter. Each test runs on both servers
+//! (`both!`).
 
 use crate::both::{both, Env, Pods};
 use serde_json::{json, Value};
@@ -240,7 +242,7 @@ both!(
             |f: &dyn Fn(&str, &str) -> bool| acts.iter().filter(|(v, r, _)| f(v, r)).count();
         let lists = count(&|v, r| v == "list" && r == "pods");
         let writes = count(&|v, _| !matches!(v, "get" | "list" | "watch"));
-        let es_gets = count(&|v, r| v == "get" && r == "executorsets");
+        let es_gets = count(&|v, r| matches!(v, "get" | "list") && r == "executorsets");
         eprintln!("a minute at rest: {lists} pod lists, {writes} writes, {es_gets} ExecutorSet reads, {} requests", acts.len());
         assert!(lists <= 2, "{acts:?}");
         assert_eq!(writes, 0, "{acts:?}");
@@ -333,5 +335,137 @@ both!(
         assert!(converged(&o, 3), "{o}");
         stop(run);
         assert_never_wrote_spec(e);
+    }
+);
+
+/// The live executor pods of the test's app: (executor id, resource profile label).
+fn live_profiles(e: &Env) -> Vec<(u64, String)> {
+    (e.pods().iter())
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded")))
+        .map(|p| {
+            let l = &p["metadata"]["labels"];
+            let id = l["spark-exec-id"].as_str().unwrap().parse().unwrap();
+            let profile = l["spark-exec-resourceprofile-id"].as_str().unwrap_or("0");
+            (id, profile.to_string())
+        })
+        .collect()
+}
+
+/// How many live executors of profile `p`.
+fn of_profile(live: &[(u64, String)], p: &str) -> usize {
+    live.iter().filter(|(_, q)| q == p).count()
+}
+
+both!(
+    two_profiles_are_scaled_on_their_own_with_one_id_counter,
+    "prof",
+    Pods::default(),
+    |e| {
+        let run = start_run(
+            e,
+            "prof",
+            &[
+                "--target",
+                "2",
+                "--profile-target",
+                "1=1",
+                "--interval",
+                "300ms",
+            ],
+        );
+        let home = wait_es(e, "prof", "profile 0 at 2", |o| converged(o, 2));
+        let gpu = wait_es(e, "prof-rp1", "profile 1 at 1", |o| converged(o, 1));
+        assert_eq!(gpu["spec"]["resourceProfile"], 1);
+        assert_eq!(gpu["spec"]["appId"], "prof");
+        assert_eq!(gpu["metadata"]["labels"]["spark-app-selector"], "prof");
+        assert!(
+            gpu["status"]["allocator"].is_null(),
+            "the home holds the state"
+        );
+        assert_eq!(
+            gpu["status"]["selector"],
+            "spark-app-selector=prof,spark-role=executor,spark-exec-resourceprofile-id=1"
+        );
+        assert_eq!(
+            home["status"]["selector"],
+            "spark-app-selector=prof,spark-role=executor,spark-exec-resourceprofile-id notin (1)"
+        );
+        // The immutable profile (CEL on kube-apiserver, the simulator alike).
+        let path = format!(
+            "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets/prof-rp1",
+            e.ns
+        );
+        let mut moved = gpu.clone();
+        moved["spec"]["resourceProfile"] = json!(2);
+        let (code, body) = e.admin("PUT", &path, Some(&moved));
+        assert_eq!(code, 422, "{body}");
+        assert!(
+            body.to_string().contains("resourceProfile is immutable"),
+            "{body}"
+        );
+        // Each shape through its own /scale: the GPU shape up, then the CPU shape up.
+        kubectl(e, &["scale", "es", "prof-rp1", "--replicas", "3"]);
+        wait_es(e, "prof-rp1", "profile 1 at 3", |o| converged(o, 3));
+        assert!(converged(&es(e, "prof").unwrap(), 2), "profile 0 untouched");
+        kubectl(e, &["scale", "es", "prof", "--replicas", "4"]);
+        wait_es(e, "prof", "profile 0 at 4", |o| converged(o, 4));
+        assert!(
+            converged(&es(e, "prof-rp1").unwrap(), 3),
+            "profile 1 untouched"
+        );
+        let live = live_profiles(e);
+        assert_eq!(
+            (of_profile(&live, "0"), of_profile(&live, "1")),
+            (4, 3),
+            "{live:?}"
+        );
+        // The commands name a profile: add to profile 1, remove one of its executors.
+        let store = "executorset:prof";
+        e.ok(&[
+            "--state-store",
+            store,
+            "add",
+            "--profile",
+            "1",
+            "1",
+            "--wait",
+            "--timeout",
+            "30s",
+        ]);
+        let gpu = es(e, "prof-rp1").unwrap();
+        assert!(converged(&gpu, 4), "{gpu}");
+        let victim = (live_profiles(e).into_iter())
+            .find(|(_, p)| p == "1")
+            .unwrap()
+            .0
+            .to_string();
+        let wrong = e.exits(&["--state-store", store, "remove", &victim], 2);
+        assert!(wrong.contains("--profile"), "{wrong}");
+        e.ok(&["--state-store", store, "remove", "--profile", "1", &victim]);
+        wait_es(e, "prof-rp1", "the removal applied", |o| {
+            o["status"]["appliedRemovals"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1)
+                && converged(o, 3)
+        });
+        assert!(converged(&es(e, "prof").unwrap(), 4));
+        let status = e.ok_out(&["--state-store", store, "status", "-o", "json"]);
+        let status: Value = serde_json::from_str(&status).unwrap();
+        assert_eq!(status["profiles"]["0"]["target"], 4, "{status}");
+        assert_eq!(status["profiles"]["1"]["running"], 3, "{status}");
+        // One id counter: no id twice, every pod's id below the home's counter.
+        let live = live_profiles(e);
+        let mut ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 7, "{live:?}");
+        let last = es(e, "prof").unwrap()["status"]["allocator"]["last_executor_id"].clone();
+        assert!(
+            ids.iter().all(|&id| Some(id) <= last.as_u64()),
+            "{last} {live:?}"
+        );
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+        stop(run);
     }
 );

@@ -62,7 +62,7 @@ fn the_crd_is_the_contract_of_docs_executorset() {
         es["properties"]["appId"]["x-kubernetes-validations"][0]["rule"],
         "self == oldSelf"
     );
-    for f in ["replicas", "minReplicas", "maxReplicas"] {
+    for f in ["resourceProfile", "replicas", "minReplicas", "maxReplicas"] {
         let p = &es["properties"][f];
         assert_eq!(
             (&p["type"], &p["format"], &p["minimum"]),
@@ -74,6 +74,11 @@ fn the_crd_is_the_contract_of_docs_executorset() {
     assert!(
         rule.contains("self.minReplicas <= self.maxReplicas"),
         "{rule}"
+    );
+    let rule = es["x-kubernetes-validations"][1]["rule"].as_str().unwrap();
+    assert!(
+        rule.contains("oldSelf.resourceProfile"),
+        "resourceProfile is immutable: {rule}"
     );
     assert_eq!(
         es["properties"]["template"]["x-kubernetes-preserve-unknown-fields"],

@@ -712,6 +712,10 @@ pub struct ReconcileArgs {
     /// Set the target (total expected executors); without it the state's target holds.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
+    /// Set the target of resource profile P to N (repeatable; Spark 3.1+'s stage-level
+    /// scheduling): `--target N` is profile 0's; other profiles keep the state's.
+    #[arg(long, value_name = "P=N", value_parser = parse_profile_target)]
+    pub profile_target: Vec<(u32, u32)>,
     /// Print the plan JSON and change nothing (no API writes, no state save); a one-line
     /// summary goes to standard error.
     #[arg(long, env = "PODALLOC_DRY_RUN", value_parser = clap::builder::BoolishValueParser::new())]
@@ -748,6 +752,13 @@ pub struct RunArgs {
     /// `scale`, `add` or an annotation).
     #[arg(long, env = "PODALLOC_FORCE_TARGET", requires = "target", value_parser = clap::builder::BoolishValueParser::new())]
     pub force_target: bool,
+    /// The target of resource profile P when the store has none yet, a seed as --target
+    /// is profile 0's (repeatable; Spark 3.1+'s stage-level scheduling). Executors of
+    /// profile P carry label `spark-exec-resourceprofile-id=P` and are built from
+    /// `--profile-template P=FILE`; with `--state-store executorset:NAME`, profile P gets an
+    /// ExecutorSet of its own (`NAME-rpP`), scalable on its own (`docs/executorset.md`).
+    #[arg(long, value_name = "P=N", value_parser = parse_profile_target)]
+    pub profile_target: Vec<(u32, u32)>,
     /// Time between ticks while something is in flight (creates not yet seen, pending pods,
     /// a batch to make, a back-off, queued requests) [default: --batch-delay].
     #[arg(long, env = "PODALLOC_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
@@ -840,6 +851,11 @@ pub struct ScaleArgs {
     /// With --wait: give up after this long (exit 5).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub timeout: Option<Duration>,
+    /// The resource profile whose target changes (Spark 3.1+'s stage-level scheduling;
+    /// default 0). With an ExecutorSet home: the ExecutorSet of that profile
+    /// (`docs/executorset.md`).
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = parse_profile)]
+    pub profile: u32,
 }
 
 /// `add`.
@@ -854,6 +870,11 @@ pub struct AddArgs {
     /// With --wait: give up after this long (exit 5).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub timeout: Option<Duration>,
+    /// The resource profile whose target changes (Spark 3.1+'s stage-level scheduling;
+    /// default 0). With an ExecutorSet home: the ExecutorSet of that profile
+    /// (`docs/executorset.md`).
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = parse_profile)]
+    pub profile: u32,
 }
 
 /// `remove`.
@@ -862,6 +883,11 @@ pub struct RemoveArgs {
     /// Executor ids to delete.
     #[arg(value_name = "ID", required = true, value_parser = parse_id)]
     pub ids: Vec<u64>,
+    /// The resource profile of these executors (default 0). With an ExecutorSet home: the
+    /// ExecutorSet of that profile gets the request and its `spec.replicas` is lowered (each
+    /// executor lowers its own profile's target otherwise).
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = parse_profile)]
+    pub profile: u32,
 }
 
 /// `plan` (the contract in tests/conformance/README.md).

@@ -404,16 +404,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         let ns = &self.conn.default_ns;
         let via = (self.conn.client(ns), &self.conn.services.events);
         let found = d.refresh(via, ns, slots);
-        for (driver, app, target) in found {
+        for (driver, app, targets) in found {
             let ns = self.conn.default_ns.clone();
             let store = self.conn.state_dir.store(&ns, &app.app_id);
-            // A seed: it fills an empty home only. After a failover (`--leader-elect`) or a
-            // restart, the home's target (steered meanwhile with `add`, `scale`) wins; a
-            // change of the annotation while this process runs is a `scale` (discover.rs).
-            let first = Some(Request {
-                target: TargetChange::Seed(target),
-                ..Request::default()
-            });
+            // Seeds: each fills an empty home only. After a failover (`--leader-elect`) or a
+            // restart, the home's targets (steered meanwhile with `add`, `scale`) win; a
+            // change of the annotations while this process runs is a `scale` (discover.rs).
+            let first = Some(super::discover::request_of(&targets, TargetChange::Seed));
             let mut slot = self.slot(ns, app, store, first, shared);
             slot.driver_uid = Some(driver);
             slots.push(slot);
@@ -600,6 +597,14 @@ impl StateStore for Lazy<'_> {
         &self,
     ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
         self.inner.as_ref().map_or(Ok(None), |s| s.home_template())
+    }
+    fn home_profiles(
+        &mut self,
+    ) -> std::result::Result<
+        std::collections::BTreeMap<u32, crate::store::file::HomeProfile>,
+        StoreError,
+    > {
+        (self.inner.as_mut()).map_or(Ok(Default::default()), |s| s.home_profiles())
     }
     fn observe(
         &mut self,

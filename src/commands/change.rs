@@ -33,6 +33,7 @@ fn wait_args(timeout: Option<Duration>) -> RunArgs {
     RunArgs {
         target: None,
         force_target: false,
+        profile_target: Vec::new(),
         interval: None,
         idle_interval: Duration::from_secs(30),
         until_converged: true,
@@ -45,39 +46,52 @@ fn wait_args(timeout: Option<Duration>) -> RunArgs {
 /// `scale N`: sets the target; with `--wait`, then waits until converged.
 pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
     let op = SteerOp::Scale { target: a.target };
-    steer(cli, "scale", &op, a.wait.then_some(a.timeout), true)
+    steer(
+        cli,
+        ("scale", a.profile),
+        &op,
+        a.wait.then_some(a.timeout),
+        true,
+    )
 }
 
 /// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then waits until
 /// converged on the new target, as `scale --wait`.
 pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
     let op = SteerOp::Add { count: a.count };
-    steer(cli, "add", &op, a.wait.then_some(a.timeout), true)
+    steer(
+        cli,
+        ("add", a.profile),
+        &op,
+        a.wait.then_some(a.timeout),
+        true,
+    )
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's
 /// deleteExecutors). Needs no template: it never creates replacements.
 pub(super) fn remove(cli: &Cli, a: &RemoveArgs) -> Result<()> {
     let op = SteerOp::Remove { ids: a.ids.clone() };
-    steer(cli, "remove", &op, None, false)
+    steer(cli, ("remove", a.profile), &op, None, false)
 }
 
-/// Checks `op` (exit 2, nothing queued, for an unknown executor id), queues it in the store
-/// as a steering request, then: with an owner, says who will apply it and, with `wait`
+/// Checks `op` (exit 2, nothing queued, for an unknown executor id or one of another
+/// resource profile than `profile`), queues it in the store as a steering request of
+/// `profile`, then: with an owner, says who will apply it and, with `wait`
 /// (`Some(--timeout)`), waits until it is applied and the app has converged; with no owner,
 /// applies it itself (ticks until its request is applied; `--wait`: until converged). Queued
 /// either way, so requests are applied in the order they were made, exactly once.
 fn steer(
     cli: &Cli,
-    command: &str,
+    (command, profile): (&str, u32),
     op: &SteerOp,
     wait: Option<Option<Duration>>,
     need_template: bool,
 ) -> Result<()> {
     let env = connect(cli, need_template)?;
     refuse_unreachable(&env)?;
-    check(&env, op)?;
-    let req = crate::store::queue::request(op.clone(), command);
+    check(&env, op, profile)?;
+    let req = crate::store::queue::request(op.clone(), command, profile);
     if let Some(name) = env.executor_set() {
         return steer_executor_set(
             &env,
@@ -120,8 +134,10 @@ fn steer(
     }
 }
 
-/// The ExecutorSet home (`docs/executorset.md`): writes request `req` into ExecutorSet
-/// `name`'s spec ([`crate::store::executorset::submit`]) and leaves it to its controller,
+/// The ExecutorSet home (`docs/executorset.md`): writes request `req` into the spec of the
+/// ExecutorSet of its resource profile (`name`, the home, for profile 0:
+/// [`crate::store::executorset::profile_home`], [`crate::store::executorset::submit`]) and
+/// leaves it to its controller,
 /// which follows spec within about one `--interval`; with `deadline` (`--wait`), waits until
 /// its status has observed the write and reached the target. Errors: the store's; exit 5 at
 /// the deadline.
@@ -131,8 +147,9 @@ fn steer_executor_set(
     req: &crate::engine::alloc::Steering,
     deadline: Option<Option<Instant>>,
 ) -> Result<()> {
-    use crate::store::executorset::{followed, submit};
+    use crate::store::executorset::{followed, profile_home, submit};
     let app = &env.app.app_id;
+    let name = &profile_home(&env.client, name, app, req.profile).map_err(store_error)?;
     let generation = submit(&env.client, name, app, req).map_err(store_error)?;
     info!(
         "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}):          its controller follows it",
@@ -254,13 +271,26 @@ fn owner_of(e: StoreError) -> Result<String> {
 /// Refuses at once (exit 2) a removal naming an executor id above every id this app ever
 /// had (the state's counter and the cluster's highest id): such an executor never existed.
 /// Removing one that is already gone is a no-op, as Spark's `killExecutors` of a dead one.
-fn check(env: &Env, op: &SteerOp) -> Result<()> {
+fn check(env: &Env, op: &SteerOp, profile: u32) -> Result<()> {
     let SteerOp::Remove { ids } = op else {
         return Ok(());
     };
     let state = env.read_state()?;
     let snap = crate::controller::tick::list_snapshot(&env.client, &env.app)
         .map_err(|e| env.explain(e))?;
+    let other: Vec<String> = (ids.iter())
+        .filter_map(|id| snap.executors.get(id))
+        .filter(|p| p.profile != profile)
+        .map(|p| format!("{} (profile {})", p.id, p.profile))
+        .collect();
+    if !other.is_empty() {
+        return Err(Error::usage(format!(
+            "executor {} of app {} is not of resource profile {profile}: remove each with \
+             --profile P of its own profile; nothing removed, nothing queued",
+            other.join(", "),
+            env.app.app_id
+        )));
+    }
     let last = state.last_executor_id.max(snap.max_id());
     let unknown: Vec<String> = (ids.iter())
         .filter(|&&id| id > last)

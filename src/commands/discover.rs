@@ -6,7 +6,7 @@
 use crate::cli::{AppArgs, Cli};
 use crate::controller::runner::Slot;
 use crate::controller::tick::App;
-use crate::engine::alloc::Request;
+use crate::engine::alloc::{Request, TargetChange};
 use crate::engine::driver::{self, Driver};
 use crate::error::Result;
 use crate::kube::KubeClient;
@@ -28,8 +28,8 @@ pub(super) struct Discovery {
     template: Option<crate::engine::podspec::PodTemplate>,
     /// Driver uid → its annotations, as last seen.
     seen: BTreeMap<String, BTreeMap<String, String>>,
-    /// Driver uid → (its phase, the target of its annotation), as last applied to its app.
-    applied: BTreeMap<String, (String, u32)>,
+    /// Driver uid → (its phase, the targets of its annotations), as last applied to its app.
+    applied: BTreeMap<String, (String, Targets)>,
     /// Drivers whose app ended (driver finished): not managed again.
     pub(super) done: BTreeSet<String>,
     /// Drivers whose app was stopped by an error, with their annotations then: managed
@@ -46,8 +46,20 @@ pub(super) struct Discovery {
 /// How long a template read from a ConfigMap is used before it is read again.
 const TEMPLATE_TTL: Duration = Duration::from_secs(60);
 
-/// A driver found with no app yet: (its uid, the app, its annotated target).
-pub(super) type Found = (String, App, u32);
+/// A driver found with no app yet: (its uid, the app, its annotated targets).
+pub(super) type Found = (String, App, Targets);
+
+/// The targets a driver's annotations ask for: profile 0's, and each other profile's.
+pub(super) type Targets = (u32, BTreeMap<u32, u32>);
+
+/// The step's request that makes `targets` the app's: `change` (a seed, a set) of each.
+pub(super) fn request_of(targets: &Targets, change: fn(u32) -> TargetChange) -> Request {
+    Request {
+        target: change(targets.0),
+        profiles: (targets.1.iter()).map(|(&p, &n)| (p, change(n))).collect(),
+        ..Request::default()
+    }
+}
 
 impl Discovery {
     /// Discovery of the drivers matching `selector`, every `interval`, with the global
@@ -188,21 +200,30 @@ impl Discovery {
             }
         };
         self.warned.remove(&d.uid);
-        let before = (self.applied).insert(d.uid.clone(), (d.phase.clone(), wanted.target));
+        let targets: Targets = (wanted.target, wanted.profiles.clone());
+        let before = (self.applied).insert(d.uid.clone(), (d.phase.clone(), targets.clone()));
         let Some(s) = slots
             .iter_mut()
             .find(|s| s.driver_uid.as_deref() == Some(&d.uid))
         else {
             let (name, target) = (&d.name, wanted.target);
-            info!("app {app_id}: driver pod {name:?} found, target {target}");
-            return Some((d.uid, app, wanted.target));
+            info!(
+                "app {app_id}: driver pod {name:?} found, target {target}{}",
+                said_profiles(&targets.1)
+            );
+            return Some((d.uid, app, targets));
         };
         s.app = app;
         match before {
-            Some((_, target)) if target != wanted.target => {
+            Some((_, was)) if was != targets => {
                 let key = driver::ANNOTATION_EXECUTORS;
-                info!("app {app_id}: target {} (annotation {key})", wanted.target);
-                s.first = Some(Request::target(Some(wanted.target)));
+                info!(
+                    "app {app_id}: target {}{} (annotations {key}, {})",
+                    wanted.target,
+                    said_profiles(&targets.1),
+                    driver::ANNOTATION_PROFILE_EXECUTORS
+                );
+                s.first = Some(request_of(&targets, TargetChange::Set));
                 s.wake();
             }
             Some((phase, _)) if phase != d.phase => s.wake(),
@@ -295,6 +316,13 @@ impl Discovery {
             .insert(name.to_string(), (Instant::now(), t.clone()));
         Ok(t)
     }
+}
+
+/// The other profiles' targets for a log line: `, profile 1 target 4, …` (empty: none).
+fn said_profiles(profiles: &BTreeMap<u32, u32>) -> String {
+    (profiles.iter())
+        .map(|(p, n)| format!(", profile {p} target {n}"))
+        .collect()
 }
 
 /// The app of driver pod `driver` as its annotations (`wanted`) and the global flags

@@ -17,9 +17,19 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, true)?;
     env.refuse_under_leader("reconcile")?;
     let mut store = env.open_store("reconcile", None).map_err(store_error)?;
-    let change = Request::target(a.target);
+    let change = request(a);
     let mut memory = crate::controller::tick::Memory::default();
     finish(env.tick(store.as_mut(), &change, &mut memory, None)?)
+}
+
+/// The step's request of `--target` and `--profile-target`.
+fn request(a: &ReconcileArgs) -> Request {
+    Request {
+        profiles: (a.profile_target.iter())
+            .map(|&(p, n)| (p, alloc::TargetChange::Set(n)))
+            .collect(),
+        ..Request::target(a.target)
+    }
 }
 
 /// `--dry-run`: lists, runs the step on the saved state (unlocked), prints the plan JSON
@@ -28,7 +38,7 @@ fn dry_run(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let env = connect(cli, false)?;
     let state = env.read_state()?;
     let snapshot = reconcile::list_snapshot(&env.client, &env.app).map_err(|e| env.explain(e))?;
-    let request = Request::target(a.target);
+    let request = request(a);
     let plan = alloc::step(&snapshot, &state, &env.app.settings, &request, now_ms())
         .map_err(|e| Error::usage(e.to_string()))?;
     let summary = summary(&plan);

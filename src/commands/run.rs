@@ -12,6 +12,7 @@ use crate::controller::tick::TickReport;
 use crate::engine::alloc::{Request, TargetChange};
 use crate::error::{Error, Result};
 use crate::store::file::store_error;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// The progress line `scale --wait` shows: on a terminal it rewrites itself in place.
@@ -204,11 +205,16 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     let mut slot = Slot::new(env.app.clone(), &ns, store, &shutdown.0, a.log_every);
     // --target seeds the store's target (or, with --force-target, sets it) on the first
     // tick; later ticks follow the store: steering requests, the target annotation.
-    slot.first = a.target.map(|n| Request {
-        target: match a.force_target {
-            true => TargetChange::Set(n),
-            false => TargetChange::Seed(n),
-        },
+    let change = match a.force_target {
+        true => TargetChange::Set,
+        false => TargetChange::Seed,
+    };
+    let profiles: BTreeMap<u32, TargetChange> = (a.profile_target.iter())
+        .map(|&(p, n)| (p, change(n)))
+        .collect();
+    slot.first = (a.target.is_some() || !profiles.is_empty()).then(|| Request {
+        target: a.target.map_or(TargetChange::Keep, change),
+        profiles,
         ..Request::default()
     });
     let mut feed = RunFeed {

@@ -63,6 +63,48 @@ pub struct StatusCounts {
     /// The leader-election Lease, when one exists (`run --leader-elect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderInfo>,
+    /// Each resource profile's counts, by profile id, when the app has profiles other than
+    /// 0 (Spark 3.1+'s stage-level scheduling); the counts above are the app's totals.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<u32, ProfileCounts>,
+}
+
+/// One resource profile's counts, as `status` shows them.
+#[derive(serde::Serialize, Debug, Default, PartialEq, Eq)]
+pub struct ProfileCounts {
+    /// The profile's target.
+    pub target: u32,
+    /// Its running executors.
+    pub running: u32,
+    /// Its pending executors.
+    pub pending: u32,
+    /// Its executors created and not yet seen.
+    pub unacknowledged: u32,
+}
+
+/// The counts of each profile of `state` and `plan` (empty: profile 0 only).
+fn profile_counts(
+    state: &alloc::AllocatorState,
+    plan: Option<&alloc::Plan>,
+    snap: &crate::engine::snapshot::Snapshot,
+) -> BTreeMap<u32, ProfileCounts> {
+    let (Some(plan), false) = (plan, state.profile_targets.is_empty()) else {
+        return BTreeMap::new();
+    };
+    (plan.summary.profiles.iter())
+        .map(|(&p, s)| {
+            let unack = (state.unacknowledged.iter())
+                .filter(|u| u.profile == p && !snap.executors.contains_key(&u.executor_id))
+                .count() as u32;
+            let counts = ProfileCounts {
+                target: s.target,
+                running: s.running,
+                pending: s.pending,
+                unacknowledged: unack,
+            };
+            (p, counts)
+        })
+        .collect()
 }
 
 /// The leader-election Lease as `status` shows it.
@@ -157,6 +199,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         owner: env.owner()?,
         leader: leader_info(&env, a.leader_elect_resource_name.as_deref())?,
         queued_requests: env.queued()?,
+        profiles: profile_counts(&state, plan.as_ref().ok(), &snap),
     };
     match a.output {
         Output::Json => super::print_out(&serde_json::to_string_pretty(&c).expect("serializes")),
@@ -209,6 +252,12 @@ fn text(c: &StatusCounts) -> String {
         c.app_id, c.namespace, c.state_file,
         c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
     );
+    for (p, k) in &c.profiles {
+        out.push_str(&format!(
+            "profile {p}: target={} running={} pending={} unacknowledged={}\n",
+            k.target, k.running, k.pending, k.unacknowledged
+        ));
+    }
     for (state, ids) in &c.executors {
         let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
         let name = serde_json::to_value(state).expect("serializes");

@@ -430,6 +430,14 @@ impl StateStore for Watched<'_> {
     ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
         self.inner.home_template()
     }
+    fn home_profiles(
+        &mut self,
+    ) -> std::result::Result<
+        std::collections::BTreeMap<u32, crate::store::file::HomeProfile>,
+        StoreError,
+    > {
+        self.inner.home_profiles()
+    }
     fn observe(
         &mut self,
         summary: &crate::engine::alloc::Summary,

@@ -477,9 +477,11 @@ fn queued_requests(
 }
 
 /// The step's request and app as the store's home sets them: its target
-/// ([`StateStore::home_target`]) as [`alloc::TargetChange::Absolute`] over `request`'s (a
-/// seed only fills an empty home), its template ([`StateStore::home_template`]) over the
-/// flags'; `None`: `app` as it is. Errors: an unusable template in the home (exit 2).
+/// ([`StateStore::home_target`]) and each other resource profile's
+/// ([`StateStore::home_profiles`]) as [`alloc::TargetChange::Absolute`] over `request`'s (a
+/// seed only fills an empty home), its templates ([`StateStore::home_template`], each
+/// profile's) over the flags'; `None`: `app` as it is. Errors: an unusable template in the
+/// home (exit 2).
 fn follow_home(
     store: &mut dyn StateStore,
     app: &App,
@@ -489,10 +491,21 @@ fn follow_home(
         request.target = alloc::TargetChange::Absolute(n);
     }
     let template = store.home_template().map_err(store_error)?;
-    Ok(template.map(|t| App {
-        template: Some(t),
-        ..app.clone()
-    }))
+    let profiles = store.home_profiles().map_err(store_error)?;
+    let mut templates = BTreeMap::new();
+    for (p, home) in profiles {
+        if let Some(n) = home.target {
+            request.profiles.insert(p, alloc::TargetChange::Absolute(n));
+        }
+        templates.extend(home.template.map(|t| (p, t)));
+    }
+    if template.is_none() && templates.is_empty() {
+        return Ok(None);
+    }
+    let mut app = app.clone();
+    app.template = template.or(app.template);
+    app.profile_templates.extend(templates);
+    Ok(Some(app))
 }
 
 /// Logs the steering requests a tick applies, one line each.

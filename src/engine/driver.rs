@@ -1,5 +1,6 @@
 //! The driver pods `podalloc apps --discover` finds: what a driver's labels and annotations
-//! say about its app (target, batch size, template ConfigMap). Pure: a listed pod in, the
+//! say about its app (target, the targets of other resource profiles, batch size, template
+//! ConfigMap). Pure: a listed pod in, the
 //! app's wishes out (the I/O is `commands/discover.rs`).
 
 use crate::engine::counts::BatchSize;
@@ -9,6 +10,10 @@ use std::collections::BTreeMap;
 
 /// Annotation on a driver pod: the executor target, a whole number (`"20"`).
 pub(crate) const ANNOTATION_EXECUTORS: &str = "podalloc.io/executors";
+/// Annotation on a driver pod: the targets of resource profiles other than 0 (Spark 3.1+'s
+/// stage-level scheduling), `P=N` comma-separated (`"1=4,2=2"`), as `--profile-target`;
+/// profile 0's is [`ANNOTATION_EXECUTORS`].
+pub(crate) const ANNOTATION_PROFILE_EXECUTORS: &str = "podalloc.io/profile-executors";
 /// Annotation on a driver pod: the batch size (`"10"`, `auto` or `slow-start`, as
 /// `--batch-size`).
 pub(crate) const ANNOTATION_BATCH_SIZE: &str = "podalloc.io/batch-size";
@@ -43,6 +48,7 @@ impl Driver {
         let s = |v: &Value| v.as_str().map(str::to_string);
         let annotations = [
             ANNOTATION_EXECUTORS,
+            ANNOTATION_PROFILE_EXECUTORS,
             ANNOTATION_BATCH_SIZE,
             ANNOTATION_TEMPLATE,
         ]
@@ -78,6 +84,16 @@ impl Driver {
         };
         let target = crate::engine::counts::parse_target(t.trim())
             .map_err(|_| bad(ANNOTATION_EXECUTORS, t, "a whole number of executors"))?;
+        let profiles = match self.annotations.get(ANNOTATION_PROFILE_EXECUTORS) {
+            None => BTreeMap::new(),
+            Some(v) => profile_targets(v).ok_or_else(|| {
+                bad(
+                    ANNOTATION_PROFILE_EXECUTORS,
+                    v,
+                    "P=N,… (a resource profile id from 1, a whole number of executors)",
+                )
+            })?,
+        };
         let batch_size = match self.annotations.get(ANNOTATION_BATCH_SIZE) {
             None => None,
             Some(v) => Some(
@@ -94,6 +110,7 @@ impl Driver {
         };
         Ok(Wanted {
             target,
+            profiles,
             batch_size,
             template,
         })
@@ -105,10 +122,32 @@ impl Driver {
 pub(crate) struct Wanted {
     /// [`ANNOTATION_EXECUTORS`].
     pub target: u32,
+    /// [`ANNOTATION_PROFILE_EXECUTORS`]: profile id (1 and up) → target; empty when absent.
+    pub profiles: BTreeMap<u32, u32>,
     /// [`ANNOTATION_BATCH_SIZE`], when given.
     pub batch_size: Option<BatchSize>,
     /// [`ANNOTATION_TEMPLATE`], when given: a ConfigMap name.
     pub template: Option<String>,
+}
+
+/// `P=N,…` of [`ANNOTATION_PROFILE_EXECUTORS`] (spaces around parts allowed): profile ids
+/// 1..=`i32::MAX` (Spark's `ResourceProfile.id`; 0's target is [`ANNOTATION_EXECUTORS`]),
+/// targets as `--target` reads them, each profile once. `None`: anything else.
+fn profile_targets(v: &str) -> Option<BTreeMap<u32, u32>> {
+    let mut out = BTreeMap::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (p, n) = part.split_once('=')?;
+        let p: u32 = p
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&p| p >= 1 && p <= i32::MAX as u32)?;
+        let n = crate::engine::counts::parse_target(n.trim()).ok()?;
+        if out.insert(p, n).is_some() {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -141,5 +180,21 @@ mod tests {
         d.annotations
             .insert(ANNOTATION_BATCH_SIZE.into(), "-1".into());
         assert!(d.wanted().unwrap_err().contains(ANNOTATION_BATCH_SIZE));
+    }
+
+    #[test]
+    fn profile_targets_are_p_equals_n_from_profile_1() {
+        let mut d = Driver::of(&json!({"metadata": {"name": "drv", "uid": "u",
+            "annotations": {"podalloc.io/executors": "2",
+                "podalloc.io/profile-executors": " 1=4, 2=0 "}}}))
+        .unwrap();
+        let w = d.wanted().unwrap();
+        assert_eq!(w.profiles, BTreeMap::from([(1, 4), (2, 0)]));
+        for bad in ["0=3", "1=x", "1", "1=2,1=3", "-1=2", "2147483648=1"] {
+            d.annotations
+                .insert(ANNOTATION_PROFILE_EXECUTORS.into(), bad.into());
+            let e = d.wanted().unwrap_err();
+            assert!(e.contains(ANNOTATION_PROFILE_EXECUTORS), "{bad}: {e}");
+        }
     }
 }

@@ -488,6 +488,7 @@ fn edit_request(id: &str, text: &str) -> Steering {
         },
         submitted_ms: 0,
         by: format!("the {TARGET_KEY} annotation"),
+        profile: 0,
     }
 }
 

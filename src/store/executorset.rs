@@ -24,21 +24,29 @@
 //!   `spec.appId`, `spec.replicas` seeded by the state's target, i.e. `--target`), then
 //!   writes its status. An existing object of another app (`spec.appId`) is refused (exit 2,
 //!   naming both).
-//! - **Instant, still polling**: [`StateStore::intent_changed`] is one GET, compared by
-//!   `metadata.generation` (every `spec` change bumps it), which a loop at rest makes every
-//!   `--interval`.
+//! - **Resource profiles**: the object `NAME` is profile 0's, the app's home (its status
+//!   holds the state and the one id counter). Each other profile P has an object of its own
+//!   (`spec.resourceProfile: P`, label `spark-app-selector`, found by one list by that label;
+//!   created as `NAME-rpP` when the state gives P a target and none exists), whose clamped
+//!   `spec.replicas`, `spec.template` and `spec.removals` are P's
+//!   ([`StateStore::home_profiles`], [`StateStore::requests`]) and whose status shows P's
+//!   counts, so each profile has its own `/scale`.
+//! - **Instant, still polling**: [`StateStore::intent_changed`] is one list by label (and a
+//!   GET of a home without the label), compared by `metadata.generation` (every `spec`
+//!   change bumps it), which a loop at rest makes every `--interval`.
 //!
 //! The steering commands write `spec` ([`submit`]): `scale` sets `spec.replicas`, `add`
 //! raises it, `remove` appends to `spec.removals` and lowers it, each one write conditional on
 //! the version read and carrying its request id in annotation [`REQUEST_KEY`], so that a
 //! retry after a lost answer (409) sees that it landed.
 
-use crate::engine::alloc::{AllocatorState, Blocked, SteerOp, Steering, Summary};
+use crate::engine::alloc::{AllocatorState, Blocked, ProfileSummary, SteerOp, Steering, Summary};
 use crate::engine::podspec::PodTemplate;
-use crate::engine::snapshot::{LABEL_APP, LABEL_ROLE, ROLE_EXECUTOR};
-use crate::kube::{Api, KubeClient, KubeError, PostParams, EVENTS, EXECUTOR_SETS};
-use crate::store::file::{parse, StateStore, StoreError};
+use crate::engine::snapshot::{LABEL_APP, LABEL_PROFILE, LABEL_ROLE, ROLE_EXECUTOR};
+use crate::kube::{Api, KubeClient, KubeError, ListParams, PostParams, EVENTS, EXECUTOR_SETS};
+use crate::store::file::{parse, HomeProfile, StateStore, StoreError};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 /// The annotation holding the request id of the last podalloc write of `spec`.
 pub const REQUEST_KEY: &str = "podalloc.io/request";
@@ -54,6 +62,8 @@ struct Observed {
     pending: u32,
     /// The `Blocked` condition's reason (CamelCase) and message, when blocked.
     blocked: Option<(String, String)>,
+    /// Each resource profile's counts ([`Summary::profiles`]).
+    profiles: BTreeMap<u32, ProfileSummary>,
 }
 
 /// A state store in ExecutorSet `name` of the client's namespace (see the module doc).
@@ -67,8 +77,14 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// `metadata.generation` of the spec the loaded state follows (`status.observedGeneration`).
     generation: Option<i64>,
     observed: Option<Observed>,
-    /// The last (spec.replicas, min, max, clamped) logged as clamped: logged once per change.
-    clamp_said: Option<(u64, u64, u64, u32)>,
+    /// The objects of the app's other resource profiles (`spec.resourceProfile` P >= 1), by
+    /// P, as last read.
+    profiles: BTreeMap<u32, Value>,
+    /// The state as last loaded or saved: each profile object's status shows its part.
+    state: Option<AllocatorState>,
+    /// By profile, the last (spec.replicas, min, max, clamped) logged as clamped: logged
+    /// once per change.
+    clamp_said: BTreeMap<u32, (u64, u64, u64, u32)>,
 }
 
 impl<'a> ExecutorSetStore<'a> {
@@ -88,12 +104,18 @@ impl<'a> ExecutorSetStore<'a> {
             loaded: None,
             generation: None,
             observed: None,
-            clamp_said: None,
+            profiles: BTreeMap::new(),
+            state: None,
+            clamp_said: BTreeMap::new(),
         }
     }
 
     fn what(&self) -> String {
-        format!("ExecutorSet {}/{}", self.sets.namespace(), self.name)
+        self.what_of(&self.name)
+    }
+
+    fn what_of(&self, name: &str) -> String {
+        format!("ExecutorSet {}/{name}", self.sets.namespace())
     }
 
     fn backend(&self, e: KubeError) -> StoreError {
@@ -122,30 +144,115 @@ impl<'a> ExecutorSetStore<'a> {
         Ok(es)
     }
 
-    /// Creates the object, seeded by `target` (`spec.replicas`), and returns it as stored; an
-    /// object created meanwhile by someone else is read instead. Errors: the API's.
-    fn create(&mut self, target: Option<u32>) -> Result<Value, StoreError> {
+    /// Reads the home (profile 0's object, `None` when missing) and the objects of the app's
+    /// other resource profiles, by profile: one list by label `spark-app-selector` (the home
+    /// too when it carries the label), and a get of the home when the list lacks it. Objects
+    /// of the label with another `spec.appId`, and other objects of profile 0, are not this
+    /// home's: left out. Errors: the API's; the home of another app or profile, two objects
+    /// of one profile ([`StoreError::Mismatch`], exit 2, naming them).
+    fn read_all(&self) -> Result<(Option<Value>, BTreeMap<u32, Value>), StoreError> {
+        let selector = format!("{LABEL_APP}={}", self.app_id);
+        let lp = ListParams {
+            label_selector: &selector,
+            ..ListParams::default()
+        };
+        let (items, _) = self.sets.list_items(&lp).map_err(|e| self.backend(e))?;
+        let (mut home, mut profiles) = (None, BTreeMap::<u32, Value>::new());
+        for mut es in items {
+            es["apiVersion"] = json!(API_VERSION);
+            es["kind"] = json!("ExecutorSet");
+            let name = es["metadata"]["name"].as_str().unwrap_or_default();
+            let p = profile_of(&es);
+            if name == self.name {
+                home = Some(es);
+            } else if es["spec"]["appId"] != self.app_id.as_str() || p == 0 {
+                continue;
+            } else if let Some(first) = profiles.get(&p) {
+                return Err(StoreError::Mismatch(format!(
+                    "{} and {} both keep resource profile {p} of app {:?} \
+                     (spec.resourceProfile): delete one; this command did nothing (exit 2)",
+                    self.what_of(first["metadata"]["name"].as_str().unwrap_or_default()),
+                    self.what_of(name),
+                    self.app_id
+                )));
+            } else {
+                profiles.insert(p, es);
+            }
+        }
+        let home = match home {
+            Some(h) => Some(h),
+            None => self.sets.get(&self.name).map_err(|e| self.backend(e))?,
+        };
+        if let Some(h) = &home {
+            check_app(h, &self.app_id, &self.what())?;
+            if profile_of(h) != 0 {
+                return Err(StoreError::Mismatch(format!(
+                    "{} keeps resource profile {} (spec.resourceProfile): --state-store \
+                     executorset:NAME names the app's profile-0 ExecutorSet, which holds its \
+                     state; this command did nothing (exit 2)",
+                    self.what(),
+                    profile_of(h)
+                )));
+            }
+        }
+        Ok((home, profiles))
+    }
+
+    /// Creates the object `name` of resource profile `profile` (0: the home), seeded by
+    /// `target` (`spec.replicas`), and returns it as stored; an object created meanwhile by
+    /// someone else is read instead (it must be that profile's of this app). Errors: the
+    /// API's, a name taken by another app or profile (exit 2).
+    fn create(&self, name: &str, profile: u32, target: Option<u32>) -> Result<Value, StoreError> {
         let mut spec = json!({"appId": self.app_id});
+        if profile != 0 {
+            spec["resourceProfile"] = json!(profile);
+        }
         if let Some(t) = target {
             spec["replicas"] = json!(t);
         }
         let es = json!({
             "apiVersion": API_VERSION,
             "kind": "ExecutorSet",
-            "metadata": {"name": self.name, "labels": {LABEL_APP: self.app_id}},
+            "metadata": {"name": name, "labels": {LABEL_APP: self.app_id}},
             "spec": spec,
         });
+        let what = self.what_of(name);
         match self.sets.create(&es, &PostParams::default()) {
             Ok(c) => {
-                log::info!("created {} (spec.replicas {target:?})", self.what());
+                log::info!("created {what} (profile {profile}, spec.replicas {target:?})");
                 Ok(c.object)
             }
-            Err(e) if e.is_already_exists() => match self.read()? {
-                Some(es) => Ok(es),
-                None => Err(self.conflict()),
-            },
+            Err(e) if e.is_already_exists() => {
+                let es = self.sets.get(name).map_err(|e| self.backend(e))?;
+                let es = es.ok_or_else(|| self.conflict())?;
+                check_app(&es, &self.app_id, &what)?;
+                if profile_of(&es) != profile {
+                    return Err(StoreError::Mismatch(format!(
+                        "{what} keeps resource profile {}, not {profile}: give profile \
+                         {profile} an ExecutorSet of its own (spec.resourceProfile: {profile}, \
+                         label {LABEL_APP}={}); this command did nothing (exit 2)",
+                        profile_of(&es),
+                        self.app_id
+                    )));
+                }
+                Ok(es)
+            }
             Err(e) => Err(self.backend(e)),
         }
+    }
+
+    /// Creates an object for each resource profile the state gives a target and no object
+    /// has (`NAME-rpP`, seeded by that target), so that each is scalable on its own.
+    /// Errors: as [`Self::create`].
+    fn create_profiles(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
+        for (&p, &t) in &state.profile_targets {
+            if self.profiles.contains_key(&p) {
+                continue;
+            }
+            let es = self.create(&format!("{}-rp{p}", self.name), p, Some(t))?;
+            self.profiles.insert(p, es);
+        }
+        Ok(())
     }
 
     /// The status to store for `state` (`None`: the loaded one's allocator state) on the
@@ -165,25 +272,31 @@ impl<'a> ExecutorSetStore<'a> {
             status["appliedRemovals"] = json!(applied);
         }
         let allocator = &status["allocator"];
-        let unack = allocator["unacknowledged"].as_array().map_or(0, Vec::len);
+        let unack = (allocator["unacknowledged"].as_array().into_iter().flatten())
+            .filter(|u| u["profile"].as_u64().unwrap_or(0) == 0)
+            .count();
         status["target"] = allocator["target"].clone();
         status["unacknowledged"] = json!(unack);
-        status["selector"] = json!(format!(
-            "{LABEL_APP}={},{LABEL_ROLE}={ROLE_EXECUTOR}",
-            self.app_id
-        ));
+        // Profile 0's pods are those of no other profile (a pod without the label is 0's).
+        let others: Vec<String> = self.profiles.keys().map(u32::to_string).collect();
+        status["selector"] = json!(match others.is_empty() {
+            true => self.selector(),
+            false => format!(
+                "{},{LABEL_PROFILE} notin ({})",
+                self.selector(),
+                others.join(",")
+            ),
+        });
         if let Some(g) = self.generation {
             status["observedGeneration"] = json!(g);
         }
         if let Some(o) = &self.observed {
-            status["replicas"] = json!(o.running);
-            // A running executor is one the driver can use: Spark counts it as registered.
-            status["readyReplicas"] = json!(o.running);
-            status["pending"] = json!(o.pending);
-            let target = status["target"].as_u64().unwrap_or(0);
-            let known = u64::from(o.running) + u64::from(o.pending) + unack as u64;
-            let progressing = known != target;
-            status["conditions"] = conditions(&old, progressing, o.blocked.as_ref());
+            let mine = o.profiles.get(&0).copied().unwrap_or(ProfileSummary {
+                target: 0,
+                running: o.running,
+                pending: o.pending,
+            });
+            observed_counts(&mut status, &old, (mine, unack as u32), o.blocked.as_ref());
         }
         if status["appliedRemovals"]
             .as_array()
@@ -194,39 +307,81 @@ impl<'a> ExecutorSetStore<'a> {
         status
     }
 
-    /// Writes `status` with `PUT …/status` on the loaded version (see the module doc for a
-    /// 409). Nothing is written when it equals the stored status. Errors: as `save`.
-    fn put_status(&mut self, mut status: Value) -> Result<(), StoreError> {
+    /// The label selector of every executor of the app.
+    fn selector(&self) -> String {
+        format!("{LABEL_APP}={},{LABEL_ROLE}={ROLE_EXECUTOR}", self.app_id)
+    }
+
+    /// The status of the object `es` of resource profile `p` >= 1: profile P's part of the
+    /// state last saved (its target, its unacknowledged creates, the removals of its spec
+    /// applied) and of what the tick saw; no allocator state (the home holds it).
+    fn compose_profile(&self, p: u32, es: &Value) -> Value {
+        let old = es["status"].clone();
+        let mut status = match &old {
+            Value::Object(m) => Value::Object(m.clone()),
+            _ => json!({}),
+        };
+        status.as_object_mut().map(|m| m.remove("allocator"));
+        let state = self.state.clone().unwrap_or_default();
+        status["target"] = json!(state.profile_targets.get(&p));
+        let unack = (state.unacknowledged.iter())
+            .filter(|u| u.profile == p)
+            .count() as u32;
+        status["unacknowledged"] = json!(unack);
+        status["selector"] = json!(format!("{},{LABEL_PROFILE}={p}", self.selector()));
+        status["observedGeneration"] = es["metadata"]["generation"].clone();
+        let requests: Vec<String> = (removals(es, "").into_iter()).map(|r| r.id).collect();
+        let applied: Vec<&String> = (state.applied_requests.iter())
+            .filter(|id| requests.contains(id))
+            .collect();
+        status["appliedRemovals"] = json!(applied);
+        if applied.is_empty() {
+            status.as_object_mut().map(|m| m.remove("appliedRemovals"));
+        }
+        if let Some(o) = &self.observed {
+            let mine = o.profiles.get(&p).copied().unwrap_or_default();
+            observed_counts(&mut status, &old, (mine, unack), o.blocked.as_ref());
+        }
+        status
+    }
+
+    /// Writes `status` on the object `slot` holds with `PUT …/status` on its version (see
+    /// the module doc for a 409), and keeps the object as stored in `slot`. Nothing is
+    /// written when it equals the stored status, or when there is no object. Errors: as
+    /// `save`.
+    fn put_status(&self, slot: &mut Option<Value>, mut status: Value) -> Result<(), StoreError> {
         without_nulls(&mut status);
         for _ in 0..RETRIES {
-            let Some(base) = self.loaded.clone() else {
+            let Some(base) = slot.clone() else {
                 return Ok(());
             };
             if base["status"] == status {
                 return Ok(());
             }
+            let name = base["metadata"]["name"].as_str().unwrap_or(&self.name);
             let mut es = base.clone();
             es["status"] = status.clone();
-            match self.sets.replace_status(&self.name, &es) {
+            match self.sets.replace_status(name, &es) {
                 Ok(stored) => {
-                    self.loaded = Some(stored);
+                    *slot = Some(stored);
                     return Ok(());
                 }
                 Err(e) if e.status_code() == Some(409) => {
-                    let now = self.read()?.ok_or_else(|| self.conflict())?;
+                    let now = self.sets.get(name).map_err(|e| self.backend(e))?;
+                    let now = now.ok_or_else(|| self.conflict())?;
                     if now["status"] == status {
                         log::info!(
                             "{}: the status write answered 409 had already been applied (a \
                              retried request); counted as saved",
-                            self.what()
+                            self.what_of(name)
                         );
-                        self.loaded = Some(now);
+                        *slot = Some(now);
                         return Ok(());
                     }
                     if now["status"] != base["status"] {
                         return Err(self.conflict());
                     }
-                    self.loaded = Some(now);
+                    *slot = Some(now);
                 }
                 Err(e) => return Err(self.backend(e)),
             }
@@ -234,10 +389,38 @@ impl<'a> ExecutorSetStore<'a> {
         Err(self.conflict())
     }
 
-    /// The clamped target of the loaded spec, logged (and an Event posted) when the clamp
-    /// changes it, once per change. `None`: no `spec.replicas`.
-    fn clamped(&mut self) -> Option<u32> {
-        let es = self.loaded.as_ref()?;
+    /// Writes the home's `status` (see [`Self::put_status`]).
+    fn put_home(&mut self, status: Value) -> Result<(), StoreError> {
+        let mut slot = self.loaded.take();
+        let done = self.put_status(&mut slot, status);
+        self.loaded = slot;
+        done
+    }
+
+    /// Writes the status of each other profile's object (see [`Self::put_status`]).
+    fn put_profiles(&mut self) -> Result<(), StoreError> {
+        for p in self.profiles.keys().copied().collect::<Vec<_>>() {
+            let status = self.compose_profile(p, &self.profiles[&p]);
+            let mut slot = self.profiles.remove(&p);
+            let done = self.put_status(&mut slot, status);
+            self.profiles.extend(slot.map(|es| (p, es)));
+            done?;
+        }
+        Ok(())
+    }
+
+    /// The clamped target of the loaded spec of profile `p`'s object (0: the home), logged
+    /// (and an Event posted) when the clamp changes it, once per change. `None`: no object
+    /// or no `spec.replicas`.
+    fn clamped(&mut self, p: u32) -> Option<u32> {
+        let es = match p {
+            0 => self.loaded.as_ref()?,
+            p => self.profiles.get(&p)?,
+        };
+        let name = es["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let spec = &es["spec"];
         let replicas = spec["replicas"].as_u64()?;
         let min = spec["minReplicas"].as_u64().unwrap_or(0);
@@ -245,10 +428,10 @@ impl<'a> ExecutorSetStore<'a> {
         let limit = u64::from(crate::engine::alloc::MAX_TARGET);
         let t = replicas.clamp(min, max).min(limit) as u32;
         let said = (replicas, min, max, t);
-        if u64::from(t) != replicas && self.clamp_said != Some(said) {
+        if u64::from(t) != replicas && self.clamp_said.get(&p) != Some(&said) {
             let why = format!(
                 "{}: spec.replicas {replicas} is outside [{min}, {}]: following {t}",
-                self.what(),
+                self.what_of(&name),
                 match spec["maxReplicas"].as_u64() {
                     Some(m) => m.to_string(),
                     None => limit.to_string(),
@@ -256,14 +439,15 @@ impl<'a> ExecutorSetStore<'a> {
             );
             log::warn!("{why}");
             let uid = es["metadata"]["uid"].as_str().unwrap_or("").to_string();
-            self.event("TargetClamped", &why, &uid);
+            self.event("TargetClamped", &why, (&name, &uid));
         }
-        self.clamp_said = Some(said);
+        self.clamp_said.insert(p, said);
         Some(t)
     }
 
-    /// Posts a Normal Event about the ExecutorSet (never fails the tick: a failure is logged).
-    fn event(&self, reason: &str, message: &str, uid: &str) {
+    /// Posts a Warning Event about ExecutorSet (`name`, `uid`) (never fails the tick: a
+    /// failure is logged).
+    fn event(&self, reason: &str, message: &str, (name, uid): (&str, &str)) {
         let Some(events) = &self.events else {
             return;
         };
@@ -272,10 +456,10 @@ impl<'a> ExecutorSetStore<'a> {
         let ev = json!({
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": format!("{}.", self.name), "namespace": ns},
+            "metadata": {"generateName": format!("{name}."), "namespace": ns},
             "involvedObject": {
                 "apiVersion": API_VERSION, "kind": "ExecutorSet", "namespace": ns,
-                "name": self.name, "uid": uid,
+                "name": name, "uid": uid,
             },
             "reason": reason,
             "message": message,
@@ -288,12 +472,31 @@ impl<'a> ExecutorSetStore<'a> {
             "reportingInstance": "",
         });
         if let Err(e) = events.create(&ev, &PostParams::default()) {
-            log::debug!("event {reason} about {} not posted: {e}", self.what());
+            log::debug!(
+                "event {reason} about {} not posted: {e}",
+                self.what_of(name)
+            );
         }
     }
 }
 
 impl ExecutorSetStore<'_> {
+    /// The executor pod template `spec.template` of `es`, when present. Errors: one that
+    /// cannot be used ([`StoreError::Mismatch`], exit 2, naming the object).
+    fn template_of(&self, es: &Value) -> Result<Option<PodTemplate>, StoreError> {
+        let t = &es["spec"]["template"];
+        if t.is_null() {
+            return Ok(None);
+        }
+        let mut pod = t.clone();
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        let name = es["metadata"]["name"].as_str().unwrap_or_default();
+        PodTemplate::from_value(pod, None).map(Some).map_err(|e| {
+            StoreError::Mismatch(format!("{}: spec.template: {}", self.what_of(name), e.0))
+        })
+    }
+
     /// The removals of the ExecutorSet not yet applied, oldest first, for `status` and
     /// `--wait`. Errors: as `load`.
     pub(crate) fn queued(mut self) -> Result<Vec<Steering>, StoreError> {
@@ -303,6 +506,32 @@ impl ExecutorSetStore<'_> {
             .filter(|r| !state.applied_requests.contains(&r.id))
             .collect())
     }
+}
+
+/// The resource profile an ExecutorSet keeps (`spec.resourceProfile`; absent: 0).
+fn profile_of(es: &Value) -> u32 {
+    es["spec"]["resourceProfile"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(0)
+}
+
+/// Sets what a tick saw of one profile in `status` (whose `target` is set): `replicas`
+/// and `readyReplicas` (running: Spark counts a running executor as registered),
+/// `pending`, and the conditions, `Progressing` from the counts `(seen, unacknowledged)`
+/// and `Blocked` (the app's) keeping `old`'s transition times.
+fn observed_counts(
+    status: &mut Value,
+    old: &Value,
+    (seen, unack): (ProfileSummary, u32),
+    blocked: Option<&(String, String)>,
+) {
+    status["replicas"] = json!(seen.running);
+    status["readyReplicas"] = json!(seen.running);
+    status["pending"] = json!(seen.pending);
+    let target = status["target"].as_u64().unwrap_or(0);
+    let known = u64::from(seen.running) + u64::from(seen.pending) + u64::from(unack);
+    status["conditions"] = conditions(old, known != target, blocked);
 }
 
 /// Removes every `null` member of `v`'s objects, at any depth: kube-apiserver prunes a null
@@ -413,6 +642,7 @@ fn removals(es: &Value, what: &str) -> Vec<Steering> {
             op: SteerOp::Remove { ids },
             submitted_ms: 0,
             by: format!("spec.removals of {what}"),
+            profile: profile_of(es),
         });
     }
     out
@@ -424,11 +654,13 @@ impl StateStore for ExecutorSetStore<'_> {
     }
 
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
-        let es = self.read()?;
+        let (es, profiles) = self.read_all()?;
         self.generation = es
             .as_ref()
             .and_then(|e| e["metadata"]["generation"].as_i64());
         self.loaded = es;
+        self.profiles = profiles;
+        self.state = None;
         let Some(es) = &self.loaded else {
             return Ok(None);
         };
@@ -447,25 +679,40 @@ impl StateStore for ExecutorSetStore<'_> {
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect();
+        self.state = Some(state.clone());
         Ok(Some(state))
     }
 
+    /// Writes the state into the home's status (creating the home first when missing),
+    /// then creates the object of each profile the state gives a target and none has.
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
         if self.loaded.is_none() {
-            let created = self.create(state.target)?;
+            let created = self.create(&self.name, 0, state.target)?;
             self.generation = created["metadata"]["generation"].as_i64();
             self.loaded = Some(created);
         }
         let status = self.compose(Some(state));
-        self.put_status(status)
+        self.put_home(status)?;
+        self.state = Some(state.clone());
+        self.create_profiles(state)
     }
 
+    /// The removals of the home's spec, then those of each other profile's object.
     fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
-        Ok(self
-            .loaded
-            .as_ref()
-            .map(|es| removals(es, &self.what()))
-            .unwrap_or_default())
+        let homes = self.loaded.iter().chain(self.profiles.values());
+        let mut all: Vec<Steering> = Vec::new();
+        for es in homes {
+            let name = es["metadata"]["name"].as_str().unwrap_or_default();
+            for r in removals(es, &self.what_of(name)) {
+                if !all.iter().any(|a| a.id == r.id) {
+                    all.push(Steering {
+                        profile: profile_of(es),
+                        ..r
+                    });
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// The ids of `spec.removals` stay in the spec until a `remove` prunes them: none is gone.
@@ -474,22 +721,24 @@ impl StateStore for ExecutorSetStore<'_> {
     }
 
     fn home_target(&mut self) -> Option<u32> {
-        self.clamped()
+        self.clamped(0)
     }
 
     fn home_template(&self) -> Result<Option<PodTemplate>, StoreError> {
-        let Some(t) = self.loaded.as_ref().map(|es| &es["spec"]["template"]) else {
-            return Ok(None);
-        };
-        if t.is_null() {
-            return Ok(None);
+        self.loaded
+            .as_ref()
+            .map_or(Ok(None), |es| self.template_of(es))
+    }
+
+    /// Each other profile's object: its clamped `spec.replicas` and its `spec.template`.
+    fn home_profiles(&mut self) -> Result<BTreeMap<u32, HomeProfile>, StoreError> {
+        let mut out = BTreeMap::new();
+        for p in self.profiles.keys().copied().collect::<Vec<_>>() {
+            let target = self.clamped(p);
+            let template = self.template_of(&self.profiles[&p])?;
+            out.insert(p, HomeProfile { target, template });
         }
-        let mut pod = t.clone();
-        pod["apiVersion"] = json!("v1");
-        pod["kind"] = json!("Pod");
-        PodTemplate::from_value(pod, None)
-            .map(Some)
-            .map_err(|e| StoreError::Mismatch(format!("{}: spec.template: {}", self.what(), e.0)))
+        Ok(out)
     }
 
     fn observe(&mut self, summary: &Summary, blocked: Option<&Blocked>) {
@@ -497,23 +746,33 @@ impl StateStore for ExecutorSetStore<'_> {
             running: summary.running,
             pending: summary.pending,
             blocked: blocked.map(blocked_condition),
+            profiles: summary.profiles.clone(),
         });
     }
 
+    /// Writes what the tick saw into the home's status and each other profile's.
     fn publish(&mut self) -> Result<(), StoreError> {
         if self.loaded.is_none() || self.observed.is_none() {
             return Ok(());
         }
         let status = self.compose(None);
-        self.put_status(status)
+        self.put_home(status)?;
+        self.put_profiles()
     }
 
+    /// One list (and a get of a home without the label): whether the home or any other
+    /// profile's object appeared, went or changed its `metadata.generation`.
     fn intent_changed(&mut self) -> Result<bool, StoreError> {
-        let es = self.read()?;
-        let generation = es
-            .as_ref()
-            .and_then(|e| e["metadata"]["generation"].as_i64());
-        Ok(es.is_some() != self.loaded.is_some() || generation != self.generation)
+        let (es, profiles) = self.read_all()?;
+        let generation = |e: &Value| e["metadata"]["generation"].as_i64();
+        let marks = |m: &BTreeMap<u32, Value>| -> Vec<(u32, Option<i64>, Value)> {
+            (m.iter())
+                .map(|(&p, e)| (p, generation(e), e["metadata"]["uid"].clone()))
+                .collect()
+        };
+        Ok(es.is_some() != self.loaded.is_some()
+            || es.as_ref().and_then(generation) != self.generation
+            || marks(&profiles) != marks(&self.profiles))
     }
 }
 
@@ -562,6 +821,37 @@ pub fn submit(
         "{} changed at every attempt; the request was not made",
         store.what()
     )))
+}
+
+/// The name of the ExecutorSet that keeps resource profile `profile` of app `app_id`, whose
+/// home (profile 0's) is ExecutorSet `name` of the client's namespace: `name` itself for
+/// profile 0, else the object labelled `spark-app-selector=<app id>` with that
+/// `spec.resourceProfile` (`docs/executorset.md`). Errors: none keeps it, or two do (exit
+/// 2), the API's.
+pub fn profile_home(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+    profile: u32,
+) -> Result<String, StoreError> {
+    if profile == 0 {
+        return Ok(name.to_string());
+    }
+    let store = ExecutorSetStore::new(client, name, app_id, false);
+    let (_, profiles) = store.read_all()?;
+    let Some(es) = profiles.get(&profile) else {
+        return Err(StoreError::Mismatch(format!(
+            "no ExecutorSet of namespace {} keeps resource profile {profile} of app \
+             {app_id:?}: run its controller with --profile-target {profile}=N (it creates \
+             {name}-rp{profile}), or kubectl apply one with spec.resourceProfile: {profile}, \
+             spec.appId and label {LABEL_APP}={app_id}; this command did nothing",
+            client.namespace()
+        )));
+    };
+    Ok(es["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// Whether the controller of ExecutorSet `name` has followed its spec up to `generation`
@@ -665,6 +955,15 @@ mod tests {
             return Reply::json(201, &body.to_string());
         }
         let status_write = path.ends_with("/status");
+        if r.method == "GET" && path.ends_with("/executorsets") {
+            // A list by label: the object when it carries one.
+            let labelled = (obj.iter()).filter(|o| o["metadata"]["labels"].is_object());
+            let items: Vec<Value> = labelled.cloned().collect();
+            return Reply::json(
+                200,
+                &json!({"kind": "ExecutorSetList", "items": items}).to_string(),
+            );
+        }
         match (r.method.as_str(), obj.as_mut()) {
             ("GET", None) => status(404, "NotFound"),
             ("GET", Some(o)) => Reply::json(200, &o.to_string()),
@@ -943,6 +1242,7 @@ mod tests {
             op,
             submitted_ms: 0,
             by: String::new(),
+            profile: 0,
         }
     }
 

@@ -66,6 +66,15 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// What a store's home sets for one resource profile ([`StateStore::home_profiles`]).
+#[derive(Debug, Default)]
+pub struct HomeProfile {
+    /// The profile's target, as [`StateStore::home_target`] is profile 0's; `None`: none.
+    pub target: Option<u32>,
+    /// The profile's executor pod template; `None`: the flags'.
+    pub template: Option<crate::engine::podspec::PodTemplate>,
+}
+
 /// Where the allocator state lives between ticks: a local file ([`LockedStore`]) or a
 /// ConfigMap in the app's namespace. A tick loads once, saves before acting (write-ahead)
 /// and after; a store that cannot guarantee it is the only writer must fail the first save
@@ -114,6 +123,15 @@ pub trait StateStore {
     /// Errors: a template that cannot be used ([`StoreError::Mismatch`], exit 2).
     fn home_template(&self) -> Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
         Ok(None)
+    }
+    /// What the store's homes set for the resource profiles other than 0, by profile id, as
+    /// of the last load (an ExecutorSet per profile: each one's clamped `spec.replicas` and
+    /// its `spec.template`). Empty: none (file, ConfigMap: profile targets live in the
+    /// state). Errors: as [`StateStore::home_template`].
+    fn home_profiles(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<u32, HomeProfile>, StoreError> {
+        Ok(std::collections::BTreeMap::new())
     }
     /// What the tick saw and decided, for a store that publishes it (an ExecutorSet's
     /// `status`); no I/O: the next save or [`StateStore::publish`] writes it.
@@ -646,6 +664,11 @@ impl StateStore for Bound<'_> {
     }
     fn home_template(&self) -> Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
         self.inner.home_template()
+    }
+    fn home_profiles(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<u32, HomeProfile>, StoreError> {
+        self.inner.home_profiles()
     }
     fn observe(
         &mut self,

@@ -50,14 +50,16 @@ pub fn new_id() -> String {
     format!("{ns:020}-{}-{rand}", std::process::id())
 }
 
-/// A new request for `op`, submitted now by `command` of this process.
-pub fn request(op: SteerOp, command: &str) -> Steering {
+/// A new request for `op` of resource profile `profile` (0: the default one), submitted now
+/// by `command` of this process.
+pub fn request(op: SteerOp, command: &str, profile: u32) -> Steering {
     let h = crate::store::file::Holder::current(command);
     Steering {
         id: new_id(),
         op,
         submitted_ms: h.since_ms,
         by: format!("`podalloc {command}` on host {}, pid {}", h.host, h.pid),
+        profile,
     }
 }
 
@@ -250,8 +252,8 @@ mod tests {
         let q = FileQueue::beside(&dir.path().join("app.json"));
         assert!(q.list().unwrap().is_empty());
         assert!(q.marker().is_none());
-        let a = request(SteerOp::Add { count: 2 }, "add");
-        let b = request(SteerOp::Remove { ids: vec![3] }, "remove");
+        let a = request(SteerOp::Add { count: 2 }, "add", 0);
+        let b = request(SteerOp::Remove { ids: vec![3] }, "remove", 0);
         q.submit(&a).unwrap();
         q.submit(&b).unwrap();
         assert!(a.id < b.id, "{} {}", a.id, b.id);

@@ -26,9 +26,10 @@
 //!    max(5 × batch delay, 60 s), strictly older) are deleted — they may exist unseen — and
 //!    forgotten, so they get replaced.
 //! 5. **remove_requested** — explicit removal (`podalloc remove ID…`, Spark's `killExecutors`)
-//!    deletes the named executors whatever their state and lowers the target by the number of
-//!    them that count (running, pending, unknown or unacknowledged), unless the request's
-//!    target is [`TargetChange::Absolute`] (it already accounts for them). With `--evict`
+//!    deletes the named executors whatever their state and lowers the target of each one's
+//!    profile by the number of them that count (running, pending, unknown or
+//!    unacknowledged), unless the request's target of that profile is
+//!    [`TargetChange::Absolute`] (it already accounts for them). With `--evict`
 //!    ([`Policies::evict`]) a running executor goes through the Eviction API, so its
 //!    PodDisruptionBudget applies; one the budget puts off ([`Outcomes::not_now`]) is asked
 //!    again each step ([`AllocatorState::evicting`]) without lowering the target again.
@@ -86,7 +87,8 @@ mod state;
 mod steer;
 
 pub use plan::{
-    Blocked, Create, Delete, DeleteReason, Plan, Request, StepError, Summary, TargetChange,
+    Blocked, Create, Delete, DeleteReason, Plan, ProfileSummary, Request, StepError, Summary,
+    TargetChange,
 };
 pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
 pub use settings::{
@@ -123,7 +125,10 @@ pub fn step(
     }
     s.forget_vanished();
     s.time_out_unseen();
-    let lowers = !matches!(request.target, TargetChange::Absolute(_));
+    let absolute = |c: Option<&TargetChange>| matches!(c, Some(TargetChange::Absolute(_)));
+    let lowers = |p: u32| {
+        !(absolute(request.profiles.get(&p)) || (p == 0 && absolute(Some(&request.target))))
+    };
     s.retry_evictions();
     s.remove_requested(&request.remove, lowers);
     let mut pods = s.census();

@@ -230,6 +230,22 @@ pub struct Summary {
     pub deleted: u32,
     /// True when running = target with nothing pending, unacknowledged or planned.
     pub converged: bool,
+    /// The counts of each resource profile with a target, by profile id (profile 0 always;
+    /// on the single-profile path every pod counts as profile 0's). For the homes that show
+    /// a profile each (an ExecutorSet per profile); not part of the `plan` JSON.
+    #[serde(skip)]
+    pub profiles: BTreeMap<u32, ProfileSummary>,
+}
+
+/// One resource profile's counts after a step ([`Summary::profiles`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfileSummary {
+    /// The profile's target after this step.
+    pub target: u32,
+    /// Its running executors (not being removed).
+    pub running: u32,
+    /// Its pending executors (not being removed).
+    pub pending: u32,
 }
 
 /// The step's decision: the `plan` JSON contract (`create`, `delete`, `state`) plus extras.

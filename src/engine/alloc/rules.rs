@@ -219,10 +219,10 @@ impl<'a> Step<'a> {
     }
 
     /// Rule 6 (Spark's `killExecutors`, SPARK-9493): named executors are deleted whatever their
-    /// state; with `lowers`, each that counts (running, pending, unknown, unacknowledged) lowers
-    /// the target of its resource profile (not when the request's target already accounts
-    /// for them: [`super::TargetChange::Absolute`]).
-    pub(super) fn remove_requested(&mut self, ids: &[u64], lowers: bool) {
+    /// state; each that counts (running, pending, unknown, unacknowledged) lowers the target
+    /// of its resource profile when `lowers(profile)` (not when the request's target of that
+    /// profile already accounts for them: [`super::TargetChange::Absolute`]).
+    pub(super) fn remove_requested(&mut self, ids: &[u64], lowers: impl Fn(u32) -> bool) {
         for &id in ids {
             if !self.removed.insert(id) {
                 continue;
@@ -250,7 +250,7 @@ impl<'a> Step<'a> {
                     continue;
                 }
             };
-            if counts && lowers {
+            if counts && lowers(profile) {
                 self.lower_target(profile);
             }
             self.delete.push(delete);
@@ -880,11 +880,35 @@ impl<'a> Step<'a> {
         })
     }
 
+    /// Each profile's target and its running and pending executors ([`Summary::profiles`]).
+    fn profile_summaries(&self, c: &Census<'a>) -> BTreeMap<u32, super::ProfileSummary> {
+        let targets = self.targets().into_iter();
+        (targets.map(|(profile, target)| {
+            let of = |pods: &[&ExecutorPod]| {
+                pods.iter()
+                    .filter(|p| self.profile_of(p) == profile)
+                    .count() as u32
+            };
+            let (running, pending) = (of(&c.running), of(&c.pending));
+            (
+                profile,
+                super::ProfileSummary {
+                    target,
+                    running,
+                    pending,
+                },
+            )
+        }))
+        .collect()
+    }
+
     /// Ends the step: the counts, "converged", the deleted ids still visible (Spark's
     /// `deletedExecutorIds`), when the next tick is due, and the state to persist.
     pub(super) fn finish(mut self, c: Census<'a>, guard: CrashLoopGuard, b: CreateBatch) -> Plan {
         let settled = self.settled(&c);
+        let profiles = self.profile_summaries(&c);
         let mut s = c.summary;
+        s.profiles = profiles;
         s.target = (self.targets().into_iter()).fold(0, |t, (_, n)| t.saturating_add(n));
         s.running = c.running.len() as u32;
         s.pending = c.pending.len() as u32;

@@ -59,6 +59,16 @@ pub struct Steering {
     /// Who submitted it: `podalloc scale` on host H, pid P (for `status` and logs).
     #[serde(default)]
     pub by: String,
+    /// The resource profile whose target `scale` and `add` change (`--profile P`; Spark
+    /// 3.1+'s stage-level scheduling, SPARK-33288); absent: 0, the default profile. A
+    /// `remove` lowers the target of each executor's own profile whatever this says.
+    #[serde(default, skip_serializing_if = "is_default_profile")]
+    pub profile: u32,
+}
+
+/// Whether a profile id is the default profile's (a request then omits it).
+fn is_default_profile(p: &u32) -> bool {
+    *p == 0
 }
 
 /// Folds the queued requests `pending` (oldest first, already-applied ones left out) into
@@ -67,7 +77,8 @@ pub struct Steering {
 /// prefix whose combined effect is exactly that of applying them one by one. A target change
 /// after a removal, or an add after a seed, waits for the next step (a step changes the target
 /// before it removes, and an add after a seed depends on whether the state had a target).
-/// Pure.
+/// A request of profile P changes P's target ([`Request::profiles`]; profile 0's is
+/// [`Request::target`]). Pure.
 pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
     let mut acc = base.clone();
     let mut taken = 0;
@@ -78,10 +89,14 @@ pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
                 if !acc.remove.is_empty() {
                     break;
                 }
-                let Some(t) = compose(acc.target, op) else {
+                let slot = match r.profile {
+                    0 => &mut acc.target,
+                    p => acc.profiles.entry(p).or_default(),
+                };
+                let Some(t) = compose(*slot, op) else {
                     break;
                 };
-                acc.target = t;
+                *slot = t;
             }
         }
         taken += 1;
@@ -112,7 +127,33 @@ mod tests {
             op,
             submitted_ms: 0,
             by: String::new(),
+            profile: 0,
         }
+    }
+
+    #[test]
+    fn a_request_of_a_profile_changes_that_profiles_target() {
+        let of = |id: &str, op: SteerOp, profile: u32| Steering {
+            profile,
+            ..req(id, op)
+        };
+        let q = [
+            of("1", SteerOp::Scale { target: 3 }, 1),
+            of("2", SteerOp::Add { count: 2 }, 1),
+            of("3", SteerOp::Add { count: 1 }, 0),
+            of("4", SteerOp::Add { count: 4 }, 2),
+        ];
+        let (r, n) = take_requests(&Request::target(None), &q);
+        assert_eq!(n, 4);
+        assert_eq!(r.target, TargetChange::Add(1));
+        assert_eq!(r.profiles[&1], TargetChange::Set(5));
+        assert_eq!(r.profiles[&2], TargetChange::Add(4));
+        let wire = serde_json::to_value(&q[0]).unwrap();
+        assert_eq!(wire["profile"], 1);
+        assert!(serde_json::to_value(&q[2])
+            .unwrap()
+            .get("profile")
+            .is_none());
     }
 
     #[test]

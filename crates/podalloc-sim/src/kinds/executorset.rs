@@ -6,8 +6,9 @@
 //!   `status.allocator` keep theirs: `x-kubernetes-preserve-unknown-fields`);
 //! - validation is the structural schema's (types, `required`, `minimum`), the scale
 //!   subresource's checks of `.spec.replicas` and `.status.replicas` (`ValidateScaleSpec`,
-//!   `ValidateScaleStatus`), then the CRD's two CEL rules (`minReplicas <= maxReplicas`, the
-//!   transition rule `self == oldSelf` of `spec.appId`), skipped when an error before them
+//!   `ValidateScaleStatus`), then the CRD's three CEL rules (`minReplicas <= maxReplicas`,
+//!   the transition rules `self == oldSelf` of `spec.appId` and of `spec.resourceProfile`,
+//!   absent read as 0), skipped when an error before them
 //!   blocks them, with the apiserver's messages;
 //! - `customResourceStrategy`: a create drops `status` and sets `metadata.generation` 1; an
 //!   update keeps the stored `status` and bumps the generation when anything but metadata
@@ -39,10 +40,13 @@ pub(crate) fn schema() -> Value {
         "apiVersion": {"type": "string"}, "kind": {"type": "string"},
         "metadata": {"type": "object"},
         "spec": {"type": "object", "required": ["appId"],
-            "x-kubernetes-validations": [{"rule": MIN_MAX_RULE, "message": MIN_MAX_MESSAGE}],
+            "x-kubernetes-validations": [
+                {"rule": MIN_MAX_RULE, "message": MIN_MAX_MESSAGE},
+                {"rule": PROFILE_RULE, "message": PROFILE_MESSAGE}],
             "properties": {
                 "appId": {"type": "string", "x-kubernetes-validations": [
                     {"rule": "self == oldSelf", "message": "appId is immutable"}]},
+                "resourceProfile": replicas.clone(),
                 "replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas,
                 "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                 "removals": {"type": "array", "items": {"type": "object",
@@ -91,6 +95,10 @@ pub(crate) const PRINTER_COLUMNS: [(&str, &str, &str, &str); 4] = [
 const MIN_MAX_RULE: &str =
     "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas";
 const MIN_MAX_MESSAGE: &str = "minReplicas must be less than or equal to maxReplicas";
+/// The transition rule keeping `spec.resourceProfile` (absent reads as 0) as created.
+const PROFILE_RULE: &str = "(has(self.resourceProfile) ? self.resourceProfile : 0) == \
+     (has(oldSelf.resourceProfile) ? oldSelf.resourceProfile : 0)";
+const PROFILE_MESSAGE: &str = "resourceProfile is immutable";
 
 /// Decodes a request body into an ExecutorSet, as the CRD's decoder does: 400 for non-JSON,
 /// a non-object or a foreign kind; fields the schema does not declare are pruned. `kind` and
@@ -291,6 +299,12 @@ fn cel(new: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     if let (Some(min), Some(max)) = (spec["minReplicas"].as_i64(), spec["maxReplicas"].as_i64()) {
         if min > max {
             errs.push(FieldError::invalid_json("spec", spec, MIN_MAX_MESSAGE));
+        }
+    }
+    if let Some(old) = old {
+        let profile = |s: &Value| s["resourceProfile"].as_i64().unwrap_or(0);
+        if profile(spec) != profile(&old["spec"]) {
+            errs.push(FieldError::invalid_json("spec", spec, PROFILE_MESSAGE));
         }
     }
     let was = old.and_then(|o| o["spec"]["appId"].as_str());
@@ -494,6 +508,14 @@ mod tests {
             messages(&validate(&es(json!({"appId": "b"})), Some(&old))),
             ["spec.appId: Invalid value: \"b\": appId is immutable"]
         );
+        let one = es(json!({"appId": "a", "resourceProfile": 1}));
+        assert_eq!(
+            messages(&validate(&one, Some(&old))),
+            ["spec: Invalid value: resourceProfile is immutable"]
+        );
+        let zero = es(json!({"appId": "a", "resourceProfile": 0}));
+        assert!(validate(&zero, Some(&old)).is_empty(), "absent reads as 0");
+        assert!(validate(&one, Some(&one)).is_empty());
         let typed = validate(&es(json!({"appId": "a", "replicas": "3"})), None);
         assert_eq!(typed[0].to_string(), "spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"");
         assert_eq!(typed[0].cause_type(), "FieldValueTypeInvalid");

@@ -575,3 +575,39 @@ fn a_second_apps_process_on_the_namespace_refuses_instead_of_managing_twice() {
     }
     stop(&mut first);
 }
+
+/// `--discover` reads each resource profile's target from the driver's annotation
+/// `podalloc.io/profile-executors` (`P=N,…`) beside `podalloc.io/executors` (profile 0's):
+/// the app converges with its executors of each profile labelled with it, ids unique.
+#[test]
+fn discovery_reads_each_profiles_target_from_the_driver() {
+    let w = world();
+    seed_driver(&w, 0, "1");
+    annotate(&w, "drv-0", "podalloc.io/profile-executors", "1=2");
+    exits(
+        &mut apps_cmd(
+            &w,
+            &args("--discover spark-role=driver --image spark:3.5 --until-converged --timeout 20s"),
+        ),
+        0,
+    );
+    let (code, list) = w.api(
+        "GET",
+        "/api/v1/namespaces/default/pods?labelSelector=spark-app-selector%3Dapp-0,spark-role%3Dexecutor",
+        None,
+    );
+    assert_eq!(code, 200, "{list}");
+    let mut by_profile: BTreeMap<String, usize> = BTreeMap::new();
+    let mut ids: Vec<String> = Vec::new();
+    for p in list["items"].as_array().unwrap() {
+        let l = &p["metadata"]["labels"];
+        let profile = l["spark-exec-resourceprofile-id"].as_str().unwrap_or("0");
+        *by_profile.entry(profile.to_string()).or_default() += 1;
+        ids.push(l["spark-exec-id"].as_str().unwrap().to_string());
+    }
+    let want = BTreeMap::from([("0".to_string(), 1), ("1".to_string(), 2)]);
+    assert_eq!(by_profile, want, "{list}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "one id counter: {ids:?}");
+}

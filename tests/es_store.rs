@@ -91,13 +91,6 @@ fn audited(e: &Env, user: &str) -> Vec<(String, String, u64)> {
         .collect()
 }
 
-fn now_us() -> u64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    d.as_micros() as u64
-}
-
 /// Fails when the controller (user `podalloc-a`) wrote an ExecutorSet other than through
 /// `/status`, or created more than one.
 fn assert_never_wrote_spec(e: &Env) {
@@ -232,9 +225,9 @@ both!(
         wait_es(e, "inst", "4 running", |o| converged(o, 4));
         // A minute at rest: the pods listed at most twice, nothing written.
         std::thread::sleep(Duration::from_secs(2));
-        let from = now_us();
+        let from = e.server_now_us();
         std::thread::sleep(Duration::from_secs(60));
-        let to = now_us();
+        let to = e.server_now_us();
         let acts: Vec<_> = (audited(e, "podalloc-a").into_iter())
             .filter(|(_, _, at)| (from..to).contains(at))
             .collect();

@@ -380,3 +380,132 @@ fn a_lost_answer_does_not_apply_an_add_twice() {
     e.ok(&[&args[..], &["--timeout", "30s"]].concat());
     assert_eq!(cm_target(&e), Some(4), "{}", configmap(&e));
 }
+
+/// The requests of candidate `a` (user `podalloc-a`) the server received in `[from, to)`
+/// ([`Env::server_now_us`]), as (verb, resource): kube-apiserver's audit log, the simulator's request log.
+fn acts_of_a(e: &Env, from: u64, to: u64) -> Vec<(String, String)> {
+    (e.acts_with_subresources().into_iter())
+        .filter(|a| a.user == "podalloc-a" && (from..to).contains(&a.at_us))
+        .map(|a| (a.verb, a.resource))
+        .collect()
+}
+
+/// The state ConfigMap `name`'s state target and target annotation, read as the admin.
+fn target_and_annotation(e: &Env, name: &str) -> (Option<u64>, Option<String>) {
+    let path = format!("/api/v1/namespaces/{}/configmaps/{name}", e.ns);
+    let (_, cm) = e.admin("GET", &path, None);
+    let state = (cm["data"]["state.json"].as_str())
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .and_then(|s| s["target"].as_u64());
+    let ann = cm["metadata"]["annotations"]["podalloc.io/executors"].as_str();
+    (state, ann.map(str::to_string))
+}
+
+/// Polls (every 20 ms, at most 10 s) until the loop has saved target `n` in ConfigMap
+/// `name`; returns the time since `t0`.
+fn followed(e: &Env, name: &str, n: u64, t0: Instant) -> Duration {
+    let end = t0 + Duration::from_secs(10);
+    while target_and_annotation(e, name).0 != Some(n) {
+        assert!(Instant::now() < end, "target {n} never followed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+both!(
+    configmap_intent_is_followed_within_2s_at_rest_with_no_write_but_the_heartbeat,
+    "home-rest",
+    Pods::default(),
+    |e| {
+        // Reported: at rest the loop read the ConfigMap only every --idle-interval (30 s), so
+        // `add`, `scale` and `kubectl annotate` took effect up to 30 s later.
+        let name = "podalloc-home-rest";
+        let store = format!("configmap:{name}");
+        let args = [
+            "--state-store",
+            store.as_str(),
+            "run",
+            "--target",
+            "2",
+            "--interval",
+            "1s",
+            "--idle-interval",
+            "30s",
+        ];
+        let run = (e.candidate_cmd("a", &args))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        until_live(e, 2, 30);
+        followed(e, name, 2, Instant::now());
+        std::thread::sleep(Duration::from_secs(3));
+        // kubectl annotate, as the README says (a merge PATCH).
+        let t0 = Instant::now();
+        let out = (e.kubectl(true))
+            .args(["annotate", "configmap", name, "podalloc.io/executors=3"])
+            .arg("--overwrite")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let took = followed(e, name, 3, t0);
+        eprintln!("kubectl annotate followed in {} ms", took.as_millis());
+        assert!(took <= Duration::from_secs(2), "{took:?}");
+        until_live(e, 3, 30);
+        std::thread::sleep(Duration::from_secs(3));
+        // `add` without --state-store finds the home and hands the request to the loop.
+        let t0 = Instant::now();
+        let err = e.ok(&["add", "1"]);
+        assert!(err.contains("handed to"), "{err}");
+        let queued = t0.elapsed();
+        let took = followed(e, name, 4, t0);
+        eprintln!(
+            "add followed in {} ms ({} ms after the command ended)",
+            took.as_millis(),
+            (took - queued).as_millis()
+        );
+        assert!(took - queued <= Duration::from_secs(2), "{took:?}");
+        until_live(e, 4, 30);
+        std::thread::sleep(Duration::from_secs(3));
+        let t0 = Instant::now();
+        let err = e.ok(&["--state-store", &store, "scale", "5"]);
+        assert!(err.contains("handed to"), "{err}");
+        let queued = t0.elapsed();
+        let took = followed(e, name, 5, t0);
+        eprintln!(
+            "scale followed in {} ms ({} ms after the command ended)",
+            took.as_millis(),
+            (took - queued).as_millis()
+        );
+        assert!(took - queued <= Duration::from_secs(2), "{took:?}");
+        until_live(e, 5, 30);
+        // A minute at rest: the pods listed at most twice; the only writes are the holder
+        // record's heartbeat (one every 45 s with a 30 s idle interval), which changes
+        // neither the state nor the annotation.
+        std::thread::sleep(Duration::from_secs(3));
+        let before = target_and_annotation(e, name);
+        let from = e.server_now_us();
+        std::thread::sleep(Duration::from_secs(60));
+        let acts = acts_of_a(e, from, e.server_now_us());
+        let count = |f: &dyn Fn(&str, &str) -> bool| acts.iter().filter(|(v, r)| f(v, r)).count();
+        let lists = count(&|v, r| v == "list" && r == "pods");
+        let writes = count(&|v, _| !matches!(v, "get" | "list" | "watch"));
+        let heartbeats = count(&|v, r| v == "update" && r == "configmaps");
+        let reads = count(&|v, r| v == "get" && r == "configmaps");
+        eprintln!(
+            "a minute at rest: {lists} pod lists, {writes} writes ({heartbeats} holder \
+             heartbeats), {reads} ConfigMap reads, {} requests",
+            acts.len()
+        );
+        assert!(lists <= 2, "{acts:?}");
+        assert_eq!(writes, heartbeats, "{acts:?}");
+        assert!(heartbeats <= 2, "{acts:?}");
+        assert!(
+            reads >= 30,
+            "the ConfigMap is read every --interval: {reads}"
+        );
+        assert_eq!(target_and_annotation(e, name), before);
+        assert_eq!(before, (Some(5), Some("3".to_string())));
+        stop(run);
+    }
+);

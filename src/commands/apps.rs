@@ -618,7 +618,14 @@ impl StateStore for Lazy<'_> {
     fn publish(&mut self) -> std::result::Result<(), StoreError> {
         self.inner.as_mut().map_or(Ok(()), |s| s.publish())
     }
+    /// An ExecutorSet's intent is read every `--interval`; a ConfigMap's is not: one GET a
+    /// second per app for every app of a namespace (`--state-configmaps`) would cost more
+    /// than the shared pod list it spares, so its requests and annotation edits wait for the
+    /// app's next tick (`--idle-interval` at rest), as before.
     fn intent_changed(&mut self) -> std::result::Result<bool, StoreError> {
+        if matches!(self.spec, StoreAt::ConfigMap(_)) {
+            return Ok(false);
+        }
         self.inner
             .as_mut()
             .map_or(Ok(false), |s| s.intent_changed())

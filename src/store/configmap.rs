@@ -42,7 +42,10 @@
 //!
 //! At rest a tick writes nothing: a `run` loop's holder record is renewed by a write only
 //! when half its `stale_after_s` has passed since the last one (its heartbeat), and the
-//! loop's claim and the tick share one GET.
+//! loop's claim and the tick share one GET. Between ticks a `run` loop reads the ConfigMap
+//! every `--interval` ([`StateStore::intent_changed`]: one GET, `resourceVersion` compared),
+//! so a request or an annotation edit is followed within about one interval while the pods
+//! are still listed every `--idle-interval`.
 
 use crate::engine::alloc::{AllocatorState, SteerOp, Steering};
 use crate::kube::{Api, KubeClient, KubeError, PostParams, CONFIG_MAPS};
@@ -104,6 +107,11 @@ pub(crate) struct ConfigMapStore<'a> {
     /// What [`StateStore::requests`] made of the target annotation of `loaded` (cleared by
     /// each load): the next save records it.
     intent: Option<Intent>,
+    /// A save took in a version it had not loaded (made again after a 409 on a request
+    /// appended or an annotation edited meanwhile, or a 409 on our own landed write): the
+    /// next [`StateStore::intent_changed`] says so, since `resource_version` then already
+    /// names that version.
+    unseen: bool,
 }
 
 /// What the controller has taken into account, kept in data key [`APPLIED_KEY`].
@@ -139,6 +147,7 @@ impl<'a> ConfigMapStore<'a> {
             loaded: None,
             fresh: false,
             intent: None,
+            unseen: false,
         }
     }
 
@@ -220,6 +229,8 @@ impl<'a> ConfigMapStore<'a> {
         let landed = cm["data"][DATA_KEY].as_str() == Some(text)
             && cm["metadata"]["annotations"][WRITE_ID_KEY].as_str() == Some(write_id);
         if landed {
+            // People may have written after it: the next intent read ticks once to see.
+            self.unseen = true;
             log::info!(
                 "{}: the write answered 409 had already been applied (a retried request); \
                  counted as saved",
@@ -703,6 +714,9 @@ impl StateStore for ConfigMapStore<'_> {
                     self.resource_version = now["metadata"]["resourceVersion"]
                         .as_str()
                         .map(str::to_string);
+                    // Its request or edit is kept for the next tick, which the next intent
+                    // read asks for at once.
+                    self.unseen = true;
                     base = Some(now);
                 }
                 Err(e) => return Err(self.backend(e)),
@@ -743,5 +757,18 @@ impl StateStore for ConfigMapStore<'_> {
         let queue = ordered_requests(cm, &record, &intent).map_err(|why| self.corrupt(why))?;
         self.intent = Some(intent);
         Ok(queue)
+    }
+
+    /// One GET of the ConfigMap: changed when its `resourceVersion` is not the one this
+    /// store last loaded or wrote (a request appended by `add`, `scale` or `remove`, the
+    /// target annotation edited by `kubectl annotate`, any other edit: one tick finds out),
+    /// or when a save took in a version it had not loaded. The loop's own writes (its saves,
+    /// the holder record's heartbeat) leave the version it remembers, so they wake nothing.
+    /// Errors: the GET's ([`StoreError::Backend`]).
+    fn intent_changed(&mut self) -> Result<bool, StoreError> {
+        let cm = self.cms.get(&self.name).map_err(|e| self.backend(e))?;
+        let now = (cm.as_ref()).and_then(|c| c["metadata"]["resourceVersion"].as_str());
+        let moved = now != self.resource_version.as_deref();
+        Ok(std::mem::take(&mut self.unseen) || moved)
     }
 }

@@ -148,7 +148,8 @@ pub trait StateStore {
     }
     /// A cheap read of the home's intent, made by a loop at rest every `--interval`: whether
     /// it changed since the last load, so the loop ticks at once (an ExecutorSet: one GET,
-    /// `metadata.generation` compared). Default: nothing to read, `Ok(false)`. Errors: the
+    /// `metadata.generation` compared; a ConfigMap: one GET, `resourceVersion` compared).
+    /// Default: nothing to read, `Ok(false)`. Errors: the
     /// read's (the loop logs it and reads again later).
     fn intent_changed(&mut self) -> Result<bool, StoreError> {
         Ok(false)

@@ -131,7 +131,8 @@ fn cronjob_runs_a_job_a_minute_that_ticks_until_converged_without_overlap() {
     podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
-/// The app and the state ConfigMap a recipe's podalloc manages (`--app-id`, `--state-store`).
+/// The app and the home (state ConfigMap or ExecutorSet) a recipe's podalloc manages
+/// (`--app-id`, `--state-store`).
 fn managed(args: &[String]) -> (String, String) {
     let after = |flag: &str| {
         let i = args
@@ -144,7 +145,7 @@ fn managed(args: &[String]) -> (String, String) {
 }
 
 /// `kubectl apply -f deploy/` must never put two controllers on one app: the CronJob and the
-/// Deployment name different apps and different state ConfigMaps, and the `apps` recipe
+/// Deployment name different apps and different homes, and the `apps` recipe
 /// manages only drivers that ask for it by annotation, under its own ConfigMap prefix.
 #[test]
 fn no_two_recipes_manage_the_same_app() {
@@ -158,7 +159,7 @@ fn no_two_recipes_manage_the_same_app() {
     assert_ne!(ca, da, "the CronJob and the Deployment manage one app");
     assert_ne!(
         cs, ds,
-        "the CronJob and the Deployment share a state ConfigMap"
+        "the CronJob and the Deployment share a home"
     );
     let apps = docs("apps-deployment.yaml");
     let apps = podalloc_args(&kind(&apps, "Deployment")["spec"]["template"]["spec"]);
@@ -186,8 +187,13 @@ fn deployment_runs_the_loop_on_two_replicas_with_leader_election() {
     let args = podalloc_args(spec);
     assert!(args.iter().any(|a| a == "run"));
     assert!(args.iter().any(|a| a == "--leader-elect"));
-    // Replicas share no volume: the state must be in a ConfigMap.
-    assert!(args.iter().any(|a| a.starts_with("configmap:")), "{args:?}");
+    // Replicas share no volume: the state is in the app's in-cluster home, its ExecutorSet
+    // (issue 28: the in-cluster recipe uses one, so `kubectl scale es`, an HPA or KEDA
+    // drive it).
+    assert!(
+        args.iter().any(|a| a == "executorset:spark-etl"),
+        "{args:?}"
+    );
     let env = &spec["containers"][0]["env"][0];
     assert_eq!(env["name"], "POD_NAME");
     assert_eq!(env["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
@@ -226,6 +232,32 @@ fn deployment_replicas_elect_one_leader() {
     assert_eq!(code, 200, "{l}");
     let holder = l["spec"]["holderIdentity"].as_str().unwrap().to_string();
     assert!(holder.starts_with("podalloc-spark-etl-"), "{holder}");
+    // The leader created the app's ExecutorSet, seeded by --target, and publishes its status;
+    // a write of its /scale (what `kubectl scale es`, an HPA or KEDA send) is followed.
+    let es = "/apis/podalloc.io/v1alpha1/namespaces/batch/executorsets/spark-etl";
+    let (code, scale) = w.api("GET", &format!("{es}/scale"), None);
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!(scale["spec"]["replicas"], 20, "{scale}");
+    let mut scale = scale;
+    scale["spec"]["replicas"] = serde_json::json!(22);
+    let (code, out) = w.api("PUT", &format!("{es}/scale"), Some(&scale));
+    assert_eq!(code, 200, "{out}");
+    let o = loop {
+        let (_, o) = w.api("GET", es, None);
+        if o["status"]["replicas"] == 22 {
+            break o;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(40),
+            "the scale was not followed: {o}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(o["status"]["target"], 22, "{o}");
+    assert_eq!(
+        o["status"]["selector"],
+        "spark-app-selector=spark-etl,spark-role=executor"
+    );
     for c in [&a, &b] {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
@@ -236,7 +268,7 @@ fn deployment_replicas_elect_one_leader() {
     }
     let s = w.sim.stats();
     assert_eq!(
-        s.creates, 20,
+        s.creates, 22,
         "one leader created the target, no duplicates"
     );
     assert_eq!(s.duplicate_executor_ids, 0);

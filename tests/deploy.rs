@@ -157,10 +157,7 @@ fn no_two_recipes_manage_the_same_app() {
     let (ca, cs) = managed(&cron);
     let (da, ds) = managed(&dep);
     assert_ne!(ca, da, "the CronJob and the Deployment manage one app");
-    assert_ne!(
-        cs, ds,
-        "the CronJob and the Deployment share a home"
-    );
+    assert_ne!(cs, ds, "the CronJob and the Deployment share a home");
     let apps = docs("apps-deployment.yaml");
     let apps = podalloc_args(&kind(&apps, "Deployment")["spec"]["template"]["spec"]);
     let i = apps.iter().position(|a| a == "--state-configmaps").unwrap();

@@ -389,6 +389,21 @@ impl Env {
         }
     }
 
+    /// Loses the answer to the next ConfigMap write of candidate `who` (the write is carried
+    /// out, the connection closed before its answer, so the client sends it again): on the
+    /// simulator the fault `cm-update:lost-response@1` (the next ConfigMap update of anyone),
+    /// on the real server its route ([`real::proxy::Partition::lose_next_answer`]: its next
+    /// request of at least 1,000 bytes, a write; its GETs are a few hundred).
+    pub fn lose_next_write_answer(&self, who: &str) {
+        match &self.server {
+            Server::Sim(_) => self.sim_faults(&["cm-update:lost-response@1"]),
+            Server::Real(_) => (self.partitions.lock().unwrap())
+                .entry(who.to_string())
+                .or_insert_with(|| real::proxy::Partition::start(&self.url))
+                .lose_next_answer(1000),
+        }
+    }
+
     /// Real server only: delays everything between candidate `who` and the server for `d`,
     /// then delivers it ([`real::proxy::Partition::hold`]: a request sent meanwhile is carried
     /// out late). The simulator has no such partition.

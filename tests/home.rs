@@ -237,8 +237,9 @@ both!(
         };
         converge("2");
         for (first_scale, then_annotation, want) in [(true, 4, 4), (false, 1, 3)] {
-            // A loop at rest (30 s idle) holds the app: requests wait in the queue.
-            let run = plain_run(e, &[]);
+            // A loop at rest holds the app, reading its ConfigMap every 30 s only: requests
+            // wait in the queue.
+            let run = plain_run(e, &["--interval", "30s"]);
             e.wait_for("the loop's holder record", |e| {
                 !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
             });
@@ -349,37 +350,57 @@ both!(
     }
 );
 
-/// A lost answer to the request's write (the simulator's `cm-update:lost-response@2`: the
-/// update is applied, the connection closed before the answer) makes the client retry and
-/// get 409: the request must be queued once, and applied once.
-#[test]
-fn a_lost_answer_does_not_apply_an_add_twice() {
-    let e = Env::sim("home-lost", &Pods::default());
-    let args = [
-        "--state-store",
-        STORE,
-        "run",
-        "--target",
-        "2",
-        "--until-converged",
-    ];
-    e.ok(&[&args[..], &["--timeout", "30s"]].concat());
-    let run = plain_run(&e, &[]);
-    e.wait_for("the loop's holder record", |e| {
-        !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
-    });
-    e.sim_faults(&["cm-update:lost-response@1"]);
-    let err = e.ok(&["--state-store", STORE, "add", "2"]);
-    e.sim_faults(&[]);
-    assert!(err.contains("handed to"), "{err}");
-    let cm = configmap(&e);
-    let queued: Vec<Value> =
-        serde_json::from_str(cm["data"]["requests.json"].as_str().unwrap()).unwrap();
-    assert_eq!(queued.len(), 1, "{cm}");
-    stop(run);
-    e.ok(&[&args[..], &["--timeout", "30s"]].concat());
-    assert_eq!(cm_target(&e), Some(4), "{}", configmap(&e));
-}
+both!(
+    a_lost_answer_does_not_apply_an_add_twice,
+    "home-lost",
+    Pods::default(),
+    |e| {
+        // Reported: when the answer to the request's write was lost, the command retried, got
+        // 409, appended the request again, and the owner applied both: `add 2` took the
+        // target 2 -> 6.
+        let args = [
+            "--state-store",
+            STORE,
+            "run",
+            "--target",
+            "2",
+            "--until-converged",
+        ];
+        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        // A loop at rest holds the app (reading the ConfigMap every 30 s only, so the request
+        // is seen queued).
+        let run = plain_run(e, &["--interval", "30s"]);
+        e.wait_for("the loop's holder record", |e| {
+            !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
+        });
+        e.lose_next_write_answer("b");
+        let out = (e.candidate_cmd("b", &["--state-store", STORE, "add", "2"]))
+            .output()
+            .unwrap();
+        if e.control_plane().is_none() {
+            e.sim_faults(&[]);
+        }
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("handed to"), "{err}");
+        // The server's record: the write carried out, its answer lost, the retry answered 409.
+        let updates: Vec<u16> = (e.acts().into_iter())
+            .filter(|a| a.user == "podalloc-b" && a.verb == "update" && a.resource == "configmaps")
+            .map(|a| a.code)
+            .collect();
+        assert_eq!(updates.len(), 2, "{updates:?}: {err}");
+        assert_eq!(updates[1], 409, "{updates:?}: {err}");
+        assert!(err.contains("not queued twice"), "{err}");
+        let cm = configmap(e);
+        let queued: Vec<Value> =
+            serde_json::from_str(cm["data"]["requests.json"].as_str().unwrap()).unwrap();
+        assert_eq!(queued.len(), 1, "{cm}");
+        stop(run);
+        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        assert_eq!(cm_target(e), Some(4), "{}", configmap(e));
+        assert_eq!(e.live().len(), 4);
+    }
+);
 
 /// The requests of candidate `a` (user `podalloc-a`) the server received in `[from, to)`
 /// ([`Env::server_now_us`]), as (verb, resource): kube-apiserver's audit log, the simulator's request log.

@@ -7,6 +7,11 @@
 //! it is closed (the client sees a reset, not the simulator's 504), and connections made
 //! after it are forwarded again.
 //!
+//! [`Partition::lose_next_answer`] loses one answer: the next request of at least a given
+//! size (a write: a GET is a few hundred bytes) is forwarded whole, and when the server's
+//! answer comes back the connection is closed instead of passing it on, as a connection
+//! lost after the server carried out the request (the simulator's `lost-response` fault).
+//!
 //! [`Partition::hold`] is the other kind of partition, which TCP makes of a short outage: the
 //! bytes are kept, not lost, and delivered when it ends, in order, even those of a client
 //! that has given up and closed its connection meanwhile (its FIN comes after its data). A
@@ -22,6 +27,9 @@ pub struct Partition {
     /// `https://127.0.0.1:PORT` of the proxy.
     pub url: String,
     cut_until: Arc<Mutex<Cut>>,
+    /// Armed by [`Partition::lose_next_answer`]: the size from which a request (bytes read
+    /// from the client at once) has its answer lost; disarmed by that request.
+    lose: Arc<Mutex<Option<usize>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -40,14 +48,16 @@ impl Partition {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut_until: Arc<Mutex<Cut>> = Arc::default();
+        let lose: Arc<Mutex<Option<usize>>> = Arc::default();
         let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-        let (cut, halt) = (cut_until.clone(), stop.clone());
+        let (cut, halt, armed) = (cut_until.clone(), stop.clone(), lose.clone());
         std::thread::spawn(move || {
             while !halt.load(std::sync::atomic::Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let (cut, upstream) = (cut.clone(), upstream.clone());
-                        std::thread::spawn(move || serve(client, &upstream, &cut));
+                        let armed = armed.clone();
+                        std::thread::spawn(move || serve(client, &upstream, &cut, &armed));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(5))
@@ -59,8 +69,15 @@ impl Partition {
         Partition {
             url: format!("https://127.0.0.1:{port}"),
             cut_until,
+            lose,
             stop,
         }
+    }
+
+    /// Loses the answer to the client's next request of at least `min_bytes` (see the
+    /// module doc): the server carries it out, the client sees its connection closed.
+    pub fn lose_next_answer(&self, min_bytes: usize) {
+        *self.lose.lock().unwrap() = Some(min_bytes);
     }
 
     /// Cuts the client off for `d` from now: what either side sends meanwhile is lost.
@@ -109,7 +126,7 @@ fn swallow(s: &TcpStream, cut: &Mutex<Cut>) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>) {
+fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, lose: &Mutex<Option<usize>>) {
     let tick = Some(Duration::from_millis(20));
     client.set_nonblocking(false).unwrap();
     client.set_read_timeout(tick).unwrap();
@@ -126,15 +143,47 @@ fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>) {
     server.set_read_timeout(tick).unwrap();
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     let cut2 = cut.clone();
-    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2));
-    pump(&client, &server, cut);
+    // Set once this connection forwarded the request whose answer is to be lost.
+    let losing: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+    let lost = losing.clone();
+    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2, Lose::Answer(&lost)));
+    pump(&client, &server, cut, Lose::Request(lose, &losing));
     let _ = back.join();
+}
+
+/// What a [`pump`] does about a lost answer ([`Partition::lose_next_answer`]).
+#[derive(Clone, Copy)]
+enum Lose<'a> {
+    /// Client to server: a chunk of at least the armed size, forwarded, disarms it and
+    /// marks the connection.
+    Request(&'a Mutex<Option<usize>>, &'a std::sync::atomic::AtomicBool),
+    /// Server to client: once the connection is marked, what the server sends is dropped
+    /// and the connection closed.
+    Answer(&'a std::sync::atomic::AtomicBool),
+}
+
+impl Lose<'_> {
+    /// After forwarding `n` bytes from the client: marks the connection when armed for them.
+    fn forwarded(self, n: usize) {
+        if let Lose::Request(armed, mark) = self {
+            let mut a = armed.lock().unwrap();
+            if a.is_some_and(|min| n >= min) {
+                *a = None;
+                mark.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Whether bytes from the server are to be dropped, the connection closed.
+    fn drops(self) -> bool {
+        matches!(self, Lose::Answer(m) if m.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 /// Copies `from` to `to` until either closes; a chunk read during a cut is dropped, and the
 /// connection is closed once that cut is over; during a hold it is kept (with the close, if
-/// `from` closes) and delivered when the hold ends.
-fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>) {
+/// `from` closes) and delivered when the hold ends; `lose` loses an answer.
+fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
     let mut buf = [0u8; 16 * 1024];
     let (mut from, mut to) = (from, to);
     let mut held: Vec<u8> = Vec::new();
@@ -164,10 +213,12 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>) {
                     break;
                 }
                 None if !held.is_empty() => held.extend_from_slice(&buf[..n]),
+                None if lose.drops() => break,
                 None => {
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }
+                    lose.forwarded(n);
                 }
             },
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}

@@ -260,19 +260,14 @@ impl Env {
         self.acts_of(false)
     }
 
-    /// The clock of [`Env::acts`]' `at_us` now: the wall clock in µs on the real server (the
-    /// audit log's timestamps), µs since the simulator started on the simulator (its request
-    /// log's `ms`). A window of the server's record is `[server_now_us(), server_now_us())`.
+    /// The clock of [`Env::acts`]' `at_us` now, µs since the epoch (the audit log's
+    /// timestamps, the simulator's request log's `unix_us`): a window of the server's record
+    /// is `[server_now_us(), server_now_us())`.
     pub fn server_now_us(&self) -> u64 {
-        match &self.server {
-            Server::Sim(s) => s.request_log_ms() * 1000,
-            Server::Real(_) => {
-                let d = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap();
-                d.as_micros() as u64
-            }
-        }
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        d.as_micros() as u64
     }
 
     /// [`Env::acts`] with the requests to subresources too, named `RESOURCE/SUBRESOURCE`

@@ -241,12 +241,6 @@ impl SimServer {
         relock(&self.shared.log).render()
     }
 
-    /// The request log's clock now, in the unit of its lines' `ms` (milliseconds since the
-    /// server started): what a test compares them with to take a window of the log.
-    pub fn request_log_ms(&self) -> u64 {
-        relock(&self.shared.log).clock_ms()
-    }
-
     /// Cuts `user` (a [`SimOptions::users`] name, the token user
     /// `system:serviceaccount:default:podalloc`, or a client certificate's common name) off
     /// from the API for `duration` from now, as a network partition between that client and

@@ -85,11 +85,6 @@ impl RequestLog {
         }
     }
 
-    /// The log's clock now: milliseconds since the server started (the lines' `ms`).
-    pub(crate) fn clock_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     /// Records one request (the oldest line goes once there are `CAPACITY`).
     pub(crate) fn push(
         &mut self,

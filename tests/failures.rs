@@ -216,3 +216,52 @@ fn a_disruption_budget_puts_an_eviction_off_until_it_allows_one() {
     assert!(st.get("evicting").is_none(), "{st}");
     assert_eq!(st["target"], 2);
 }
+
+both!(
+    an_add_above_the_largest_target_is_refused_and_nothing_is_queued,
+    "r3",
+    Pods::default(),
+    |e| {
+        // R3: `add 1000000` over a target was accepted and saved a state every later
+        // command refused (exit 2 for ever). Now refused at once, nothing queued.
+        e.ok(&["scale", "5"]);
+        let err = e.exits(&["add", "1000000"], 2);
+        assert!(err.contains("above the largest target 1000000"), "{err}");
+        assert!(err.contains("nothing queued"), "{err}");
+        assert_eq!(e.state()["target"], 5);
+        e.ok(&["status"]);
+        e.ok(&["add", "2"]);
+        assert_eq!(e.state()["target"], 7);
+    }
+);
+
+both!(
+    an_add_that_meets_a_one_shot_holder_says_its_request_stays_queued,
+    "r9",
+    Pods::default(),
+    |e| {
+        // R9: a command that meets the app held by a one-shot command (here a `scale` whose
+        // tick stalls) never says a loop will apply its request: it stays queued, and the
+        // next tick on the app applies it, once.
+        e.ok(&["scale", "2"]);
+        let held = (e.cmd(&["scale", "3"]))
+            .env("PODALLOC_PAUSE_AT", "after-write-ahead:1:4000")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let err = e.ok(&["add", "2"]);
+        assert!(!err.contains("handed to the loop"), "{err}");
+        assert!(err.contains("a one-shot command"), "{err}");
+        assert!(
+            err.contains("the request stays queued and the next tick on the app"),
+            "{err}"
+        );
+        let held = held.wait_with_output().unwrap();
+        assert_eq!(held.status.code(), Some(0));
+        assert_eq!(e.state()["target"], 3, "not applied by the stalled scale");
+        e.ok(&["reconcile"]);
+        assert_eq!(e.state()["target"], 5, "3 + 2, applied once");
+        e.ok(&["reconcile"]);
+        assert_eq!(e.state()["target"], 5, "never twice");
+    }
+);

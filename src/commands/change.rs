@@ -170,12 +170,26 @@ fn steer_executor_set(
     Ok(())
 }
 
-/// Says who will apply request `id` (`op`).
+/// Says who will apply request `id` (`op`): the loop that owns the app (`run`, `apps`), or,
+/// when the holder is a one-shot command (a `reconcile` from cron, another `scale`), the
+/// next tick of whichever podalloc acts on the app next (R9: never "the loop" when there is
+/// none).
 fn log_handed(op: &SteerOp, owner: &str, id: &str) {
-    info!(
-        "`{op}` handed to the loop that owns the app, {owner}, as request {id}: it applies it \
-         at its next tick (`podalloc status` lists it until then)"
-    );
+    let one_shot = ["reconcile", "scale", "add", "remove"]
+        .iter()
+        .any(|c| owner.contains(&format!("`podalloc {c}")));
+    match !one_shot {
+        true => info!(
+            "`{op}` handed to the loop that owns the app, {owner}, as request {id}: it \
+             applies it at its next tick (`podalloc status` lists it until then)"
+        ),
+        false => info!(
+            "`{op}` queued as request {id}: the app is {owner}, a one-shot command that may \
+             end before it reads the request; the request stays queued and the next tick on \
+             the app (a reconcile, a run, the next command) applies it, once (`podalloc \
+             status` lists it until then)"
+        ),
+    }
 }
 
 /// Refuses (exit 2) a request that would go where the app's controller never reads it: a
@@ -272,6 +286,24 @@ fn owner_of(e: StoreError) -> Result<String> {
 /// had (the state's counter and the cluster's highest id): such an executor never existed.
 /// Removing one that is already gone is a no-op, as Spark's `killExecutors` of a dead one.
 fn check(env: &Env, op: &SteerOp, profile: u32) -> Result<()> {
+    if let SteerOp::Add { count } = op {
+        // R3: a sum above the largest target is refused here; one queued anyway (another
+        // add landed first) stops at the largest target in the step.
+        let state = env.read_state()?;
+        let current = match profile {
+            0 => state.target,
+            p => state.profile_targets.get(&p).copied(),
+        };
+        if alloc::TargetChange::Add(*count).overflows(current) {
+            return Err(Error::usage(format!(
+                "add {count}: the target {} + {count} would be above the largest target {} \
+                 (--target's limit): nothing changed, nothing queued",
+                current.unwrap_or(0),
+                crate::engine::alloc::MAX_TARGET
+            )));
+        }
+        return Ok(());
+    }
     let SteerOp::Remove { ids } = op else {
         return Ok(());
     };

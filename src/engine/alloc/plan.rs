@@ -31,13 +31,25 @@ pub enum TargetChange {
 
 impl TargetChange {
     /// The target after this change, from the state's `current` one. `None`: no target at all.
+    /// An `Add` stops at [`crate::engine::alloc::MAX_TARGET`] (R3: a sum above it would be
+    /// saved, then refused by every later load); [`TargetChange::overflows`] says when.
     pub fn apply(self, current: Option<u32>) -> Option<u32> {
         match self {
             TargetChange::Keep => current,
             TargetChange::Set(n) | TargetChange::Absolute(n) => Some(n),
-            TargetChange::Add(n) => Some(current.unwrap_or(0).saturating_add(n)),
+            TargetChange::Add(n) => {
+                Some((current.unwrap_or(0).saturating_add(n)).min(crate::engine::alloc::MAX_TARGET))
+            }
             TargetChange::Seed(n) => Some(current.unwrap_or(n)),
         }
+    }
+
+    /// Whether this change, from `current`, would take the target above
+    /// [`crate::engine::alloc::MAX_TARGET`] (an `Add` whose sum does; [`TargetChange::apply`]
+    /// stops it there).
+    pub fn overflows(self, current: Option<u32>) -> bool {
+        let max = u64::from(crate::engine::alloc::MAX_TARGET);
+        matches!(self, TargetChange::Add(n) if u64::from(current.unwrap_or(0)) + u64::from(n) > max)
     }
 }
 

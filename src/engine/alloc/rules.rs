@@ -102,7 +102,9 @@ impl<'a> Step<'a> {
             removed: BTreeSet::new(),
             delete: Vec::new(),
             create: Vec::new(),
-            warnings: snap.warnings.clone(),
+            warnings: (snap.warnings.iter().cloned())
+                .chain(overflow_warning(prev, req))
+                .collect(),
             newly_failed: Vec::new(),
             backoff: (prev.create_backoff.clone())
                 .map(|b| b.clamped(now_ms))
@@ -1123,6 +1125,21 @@ fn targets_after(
         None if !others.is_empty() => Ok((0, others)),
         None => Err(StepError::NoTarget),
     }
+}
+
+/// The warning for an `add` that would take the target above the largest one (R3: the
+/// target stops there instead of being saved out of range).
+fn overflow_warning(prev: &AllocatorState, req: &Request) -> Option<String> {
+    let super::TargetChange::Add(n) = req.target else {
+        return None;
+    };
+    req.target.overflows(prev.target).then(|| {
+        format!(
+            "target {} + {n} is above the largest target {max}: the target is {max}",
+            prev.target.unwrap_or(0),
+            max = super::MAX_TARGET
+        )
+    })
 }
 
 /// What [`Step::create_batch`] leaves for [`Step::finish`].

@@ -575,6 +575,28 @@ fn with_count_terminating_a_stuck_pod_is_not_replaced_in_the_step_that_deletes_i
     }
 }
 
+/// R3: an `add` queued before a bigger one landed cannot take the target above the largest
+/// one: it stops there, with a warning, and the saved state loads again.
+#[test]
+fn an_add_stops_at_the_largest_target() {
+    let mut st = AllocatorState::new();
+    st.target = Some(5);
+    let req = Request {
+        target: TargetChange::Add(MAX_TARGET),
+        ..Request::default()
+    };
+    let p = step(&snap(&[]), &st, &settings(5), &req, 0).unwrap();
+    assert_eq!(p.state.target, Some(MAX_TARGET));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("above the largest target")),
+        "{:?}",
+        p.warnings
+    );
+    p.state.validate().unwrap();
+}
+
 /// Issue 31 item 4: a create the API server answered whose pod a later list does not show
 /// was deleted before any list saw it. It is replaced in that step under a new id, for the
 /// process that made it and for a successor that inherited the state, and a copy that shows

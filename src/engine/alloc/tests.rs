@@ -997,7 +997,10 @@ fn add_raises_the_target_and_keep_without_one_is_an_error() {
     assert_eq!(TargetChange::Add(4).apply(None), Some(4));
     assert_eq!(TargetChange::Keep.apply(None), None);
     assert_eq!(TargetChange::Add(1).apply(Some(u32::MAX)), Some(MAX_TARGET));
-    assert_eq!(TargetChange::Add(2).apply(Some(MAX_TARGET - 1)), Some(MAX_TARGET));
+    assert_eq!(
+        TargetChange::Add(2).apply(Some(MAX_TARGET - 1)),
+        Some(MAX_TARGET)
+    );
 }
 
 /// Spark 3.1+ (SPARK-33099): a target that dips and comes back within the executor idle

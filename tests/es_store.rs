@@ -447,6 +447,11 @@ both!(
         let status: Value = serde_json::from_str(&status).unwrap();
         assert_eq!(status["profiles"]["0"]["target"], 4, "{status}");
         assert_eq!(status["profiles"]["1"]["running"], 3, "{status}");
+        // Without --state-store the commands find the home: profile 1's ExecutorSet is part
+        // of it, not a second home.
+        let found = e.ok_out(&["status", "-o", "json"]);
+        let found: Value = serde_json::from_str(&found).unwrap();
+        assert_eq!(found["profiles"]["1"]["running"], 3, "{found}");
         // One id counter: no id twice, every pod's id below the home's counter.
         let live = live_profiles(e);
         let mut ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();

@@ -152,7 +152,7 @@ fn steer_executor_set(
     let name = &profile_home(&env.client, name, app, req.profile).map_err(store_error)?;
     let generation = submit(&env.client, name, app, req).map_err(store_error)?;
     info!(
-        "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}):          its controller follows it",
+        "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}): its controller follows it",
         req.op, req.id
     );
     let Some(deadline) = deadline else {

@@ -93,7 +93,10 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
         Ok((items, _)) => items,
         Err(e) => skip("executorsets", e)?,
     };
-    for es in &sets {
+    // A resource profile's own ExecutorSet (`spec.resourceProfile` P > 0) belongs to the home
+    // of profile 0 (the one that holds the state): it is not a home of its own.
+    let profile = |es: &serde_json::Value| es["spec"]["resourceProfile"].as_u64().unwrap_or(0);
+    for es in sets.iter().filter(|es| profile(es) == 0) {
         let name = es["metadata"]["name"].as_str().unwrap_or_default();
         found
             .homes

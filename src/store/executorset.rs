@@ -219,7 +219,8 @@ impl<'a> ExecutorSetStore<'a> {
         let what = self.what_of(name);
         match self.sets.create(&es, &PostParams::default()) {
             Ok(c) => {
-                log::info!("created {what} (profile {profile}, spec.replicas {target:?})");
+                let replicas = target.map_or_else(|| "unset".to_string(), |t| t.to_string());
+                log::info!("created {what} (profile {profile}, spec.replicas {replicas})");
                 Ok(c.object)
             }
             Err(e) if e.is_already_exists() => {

@@ -25,7 +25,6 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -577,25 +576,75 @@ pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     }
 }
 
-/// Reads up to `cap` bytes and drains the rest (so the writer never blocks on a full pipe).
-/// Returns the bytes and whether more than `cap` were written.
-fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    let mut over = false;
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-                over |= n > room;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+/// One output pipe of a plugin, read on the caller's thread as it fills: the first `cap`
+/// bytes are kept, the rest read and dropped (so a full pipe never blocks the plugin).
+struct Drain {
+    /// `None` once it reached end of file (or failed to read).
+    pipe: Option<std::fs::File>,
+    cap: usize,
+    kept: Vec<u8>,
+    /// Whether more than `cap` bytes came.
+    over: bool,
+}
+
+impl Drain {
+    fn new(pipe: Option<impl Into<std::os::fd::OwnedFd>>, cap: usize) -> Drain {
+        Drain {
+            pipe: pipe.map(|p| std::fs::File::from(p.into())),
+            cap,
+            kept: Vec::new(),
+            over: false,
         }
     }
-    (kept, over)
+
+    /// One read, after a poll said the pipe is readable (so it does not block): keeps what
+    /// fits under the cap; closes the pipe at end of file or on an error.
+    fn read_once(&mut self) {
+        let Some(pipe) = &mut self.pipe else {
+            return;
+        };
+        let mut buf = [0u8; 8192];
+        match pipe.read(&mut buf) {
+            Ok(0) => self.pipe = None,
+            Ok(n) => {
+                let room = self.cap.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&buf[..n.min(room)]);
+                self.over |= n > room;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => self.pipe = None,
+        }
+    }
+}
+
+/// Waits up to `wait` for output on the pipes still open and reads once from each that has
+/// some (poll(2)); with none open, sleeps `wait`. Interrupted by a signal: reads nothing.
+fn drain(pipes: &mut [Drain], wait: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let ready: Vec<bool> = {
+        let mut fds: Vec<PollFd<'_>> = (pipes.iter())
+            .filter_map(|d| d.pipe.as_ref())
+            .map(|f| PollFd::new(f, PollFlags::IN))
+            .collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait);
+            return;
+        }
+        let ts = Timespec {
+            tv_sec: wait.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: wait.subsec_nanos().into(),
+        };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
+            Err(_) => return,
+        }
+    };
+    let open = pipes.iter_mut().filter(|d| d.pipe.is_some());
+    for (d, ready) in open.zip(ready) {
+        if ready {
+            d.read_once();
+        }
+    }
 }
 
 /// The first non-empty line of a plugin's stderr, cut to a length fit for one message, with
@@ -778,10 +827,11 @@ struct PluginOutput {
     stderr: Vec<u8>,
 }
 
-/// Reads the plugin's stdout and stderr (on threads, so a full pipe cannot block it) and
-/// waits for it to exit, killing it at `deadline`. `timeout` is for the message.
+/// Reads the plugin's stdout and stderr as they fill ([`drain`], on this thread, so a full
+/// pipe cannot block it) and waits for it to exit, killing it at `deadline`. `timeout` is
+/// for the message.
 ///
-/// Errors: [`KubeError::Auth`] when the plugin or the pipes it holds open outlive
+/// Errors: [`KubeError::Auth`] when the plugin or the stdout it holds open outlive
 /// `deadline`, or it cannot be waited for.
 fn wait_for_plugin(
     mut child: Child,
@@ -789,25 +839,10 @@ fn wait_for_plugin(
     deadline: Instant,
     timeout: Duration,
 ) -> Result<PluginOutput, KubeError> {
-    let (out_tx, out_rx) = mpsc::channel();
-    let (err_tx, err_rx) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
-        std::thread::spawn(move || {
-            let _ = out_tx.send(read_capped(out, MAX_STDOUT));
-        });
-    }
-    if let Some(err) = child.stderr.take() {
-        std::thread::spawn(move || {
-            let _ = err_tx.send(read_capped(err, MAX_STDERR));
-        });
-    }
-    let timed_out = || {
-        KubeError::Auth(format!(
-            "{plugin} did not finish within {}; it was killed (does it wait for input, e.g. \
-             a login prompt?)",
-            humantime::format_duration(timeout)
-        ))
-    };
+    let mut pipes = [
+        Drain::new(child.stdout.take(), MAX_STDOUT),
+        Drain::new(child.stderr.take(), MAX_STDERR),
+    ];
     let pid = child.id();
     let status = loop {
         match child.try_wait() {
@@ -815,9 +850,13 @@ fn wait_for_plugin(
             Ok(None) if Instant::now() >= deadline => {
                 kill_group(&mut child, pid);
                 let _ = child.wait();
-                return Err(timed_out());
+                return Err(KubeError::Auth(format!(
+                    "{plugin} did not finish within {}; it was killed (does it wait for \
+                     input, e.g. a login prompt?)",
+                    humantime::format_duration(timeout)
+                )));
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => drain(&mut pipes, Duration::from_millis(5)),
             Err(e) => {
                 kill_group(&mut child, pid);
                 let _ = child.wait();
@@ -827,22 +866,26 @@ fn wait_for_plugin(
             }
         }
     };
-    // The pipes close when the plugin exits, unless a process it started keeps them open.
+    // The pipes close when the plugin exits, unless a process it started keeps them open:
+    // stdout must close by the deadline; stderr is read until then, what came is kept.
     let remaining = || deadline.saturating_duration_since(Instant::now());
-    let (stdout, stdout_over) = out_rx.recv_timeout(remaining()).map_err(|_| {
+    while pipes.iter().any(|d| d.pipe.is_some()) && !remaining().is_zero() {
+        drain(&mut pipes, remaining().min(Duration::from_millis(50)));
+    }
+    let [out, err] = pipes;
+    if out.pipe.is_some() {
         kill_group(&mut child, pid);
-        KubeError::Auth(format!(
+        return Err(KubeError::Auth(format!(
             "{plugin} exited, but a process it started kept its output open for {}; its \
              process group was killed (a plugin must not leave a process holding stdout)",
             humantime::format_duration(timeout)
-        ))
-    })?;
-    let (stderr, _) = err_rx.recv_timeout(remaining()).unwrap_or_default();
+        )));
+    }
     Ok(PluginOutput {
         status,
-        stdout,
-        stdout_over,
-        stderr,
+        stdout: out.kept,
+        stdout_over: out.over,
+        stderr: err.kept,
     })
 }
 

@@ -21,7 +21,8 @@
 //! here; executors get their conf from the driver). Each process runs in its own process group
 //! with its own working directory (`DIR/<pod>-<uid prefix>`, which is on the classpath as in
 //! the image: `spark.jars` are fetched there), stdout and stderr in `LOGS/<pod>.log`.
-//! Facts and pitfalls: `shared/notes/spark-app.md` §4-§5 of the project's notes.
+//! `scripts/spark-app.sh` runs a real Spark driver against it; the header of that script says
+//! what the driver, the executors and this kubelet need of each other.
 
 use serde_json::Value;
 use std::fs::{self, OpenOptions};

@@ -1238,13 +1238,7 @@ mod tests {
     }
 
     fn req(id: &str, op: SteerOp) -> Steering {
-        Steering {
-            id: id.into(),
-            op,
-            submitted_ms: 0,
-            by: String::new(),
-            profile: 0,
-        }
+        Steering::bare(id, op)
     }
 
     #[test]

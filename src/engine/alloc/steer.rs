@@ -66,6 +66,21 @@ pub struct Steering {
     pub profile: u32,
 }
 
+#[cfg(test)]
+impl Steering {
+    /// A request `id` asking `op` of the default profile, with no submission time or
+    /// submitter (the tests' requests).
+    pub(crate) fn bare(id: &str, op: SteerOp) -> Steering {
+        Steering {
+            id: id.into(),
+            op,
+            submitted_ms: 0,
+            by: String::new(),
+            profile: 0,
+        }
+    }
+}
+
 /// Whether a profile id is the default profile's (a request then omits it).
 fn is_default_profile(p: &u32) -> bool {
     *p == 0
@@ -122,13 +137,7 @@ mod tests {
     use super::*;
 
     fn req(id: &str, op: SteerOp) -> Steering {
-        Steering {
-            id: id.into(),
-            op,
-            submitted_ms: 0,
-            by: String::new(),
-            profile: 0,
-        }
+        Steering::bare(id, op)
     }
 
     #[test]

@@ -409,7 +409,17 @@ impl Env {
             .hold(d)
     }
 
+    /// [`Env::cmd`] in namespace `ns` instead of the test's, as the admin (on the real server
+    /// the podalloc user's Role is the test namespace's alone).
+    pub fn cmd_in(&self, ns: &str, args: &[&str]) -> Command {
+        self.cmd_at_in(&self.url, &self.admin_token, ns, args)
+    }
+
     fn cmd_at(&self, url: &str, token: &str, args: &[&str]) -> Command {
+        self.cmd_at_in(url, token, &self.ns, args)
+    }
+
+    fn cmd_at_in(&self, url: &str, token: &str, ns: &str, args: &[&str]) -> Command {
         let mut c = podalloc();
         c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);
         if !args.contains(&"--image") && !args.contains(&"--template") {
@@ -420,7 +430,7 @@ impl Env {
             .args(["--server", url, "--token", token])
             .arg("--certificate-authority")
             .arg(&self.ca)
-            .args(["-n", &self.ns])
+            .args(["-n", ns])
             .args(args);
         c
     }

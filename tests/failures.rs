@@ -103,6 +103,45 @@ both!(
     }
 );
 
+both!(
+    a_namespace_that_does_not_exist_is_named_and_backed_off,
+    "nons",
+    Pods::default(),
+    |e| {
+        // A list in a namespace that does not exist is an empty 200; the create is a 404
+        // `namespaces "N" not found` (NamespaceLifecycle admission). It is named, exit 4
+        // for a one-shot command, backed off in a loop, and burns no executor id.
+        let ns = format!("{}-gone", e.ns);
+        let out = e
+            .cmd_in(&ns, &["reconcile", "--target", "2"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(4), "{err}");
+        assert!(
+            err.contains(&format!("namespace \"{ns}\" does not exist"))
+                && err.contains("fix --namespace"),
+            "{err}"
+        );
+        assert_eq!(e.state()["last_executor_id"], 0);
+        std::fs::remove_file(e.dir.path().join("state.json")).unwrap();
+        let metrics = e.dir.path().join("metrics.prom");
+        let metrics = metrics.to_str().unwrap();
+        let args = ["--metrics-file", metrics, "run", "--target", "3"];
+        let out = (e.cmd_in(&ns, &args))
+            .args(["--interval", "1s", "--timeout", "12s"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        let sent = creates_sent(metrics);
+        assert!((1..=3).contains(&sent), "{sent} creates in 12 s: {err}");
+        assert!(err.contains("fix --namespace"), "{err}");
+        let st = e.state();
+        assert_eq!(st["last_executor_id"], 0, "{st}");
+        assert_eq!(st["create_backoff"]["cause"], "refused", "{st}");
+    }
+);
+
 /// Pod Security admission ("restricted") refuses the plain executor pod: named as Pod
 /// Security, never as RBAC; creates back off. kube-apiserver only: the simulator has no
 /// Pod Security admission (tests/real/README.md).

@@ -788,11 +788,12 @@ pub struct RunArgs {
 /// `coordination.k8s.io/v1` Lease (client-go's leader election; see `crate::controller::leader`).
 #[derive(Args, Debug, Clone, Default)]
 pub struct LeaderElectArgs {
-    /// Act only while holding the app's Lease (highly available: run two replicas). Needs
-    /// leases get/create/update in the namespace.
+    /// Act only while holding the Lease (highly available: run two replicas): the app's, or
+    /// for `apps` one Lease for all its apps. Needs leases get/create/update in the
+    /// namespace.
     #[arg(long, env = "PODALLOC_LEADER_ELECT", value_parser = clap::builder::BoolishValueParser::new())]
     pub leader_elect: bool,
-    /// The Lease's name (default: `podalloc-<app id>`).
+    /// The Lease's name (default: `podalloc-<app id>`; for `apps`: `podalloc-apps`).
     #[arg(long, env = "PODALLOC_LEADER_ELECT_RESOURCE_NAME", value_name = "NAME")]
     pub leader_elect_resource_name: Option<String>,
     /// How long standbys wait after the Lease last changed before taking it over [default: 15s].

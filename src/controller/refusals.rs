@@ -11,8 +11,10 @@
 //! | quota that can never admit the template | 403 `failed quota: Q: must specify limits.cpu` | 4 | backs off, names the missing limits |
 //! | quota object conflict | 409 `Conflict` on `resourcequotas` (not `AlreadyExists`) | 1 | retried at once, then next tick; no id burnt |
 //! | RBAC | 403 `User "U" cannot VERB resource "R" …` | 4 | stops, naming the verb and resource |
+//! | no such namespace | 404 `namespaces "N" not found` on a create (the NamespaceLifecycle admission plugin; a list there is an empty 200) | 4 | backs off, names the namespace |
 //!
 //! Sources: `plugin/pkg/admission/resourcequota` (the quota messages),
+//! `plugin/pkg/admission/namespace/lifecycle` (`namespaces "%s" not found`),
 //! `staging/src/k8s.io/pod-security-admission` (`violates PodSecurity`),
 //! `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors` (`admission webhook
 //! %q denied the request`), `…/plugin/policy/validating` (`ValidatingAdmissionPolicy '%s'
@@ -44,6 +46,9 @@ pub(crate) enum Refusal {
     /// 409 `Conflict` on a create (the quota admission lost a race on the ResourceQuota's
     /// status): nothing was created; trying again is right.
     Conflict,
+    /// The namespace does not exist (404 `namespaces "N" not found` on a create, as the
+    /// NamespaceLifecycle admission plugin answers): its name.
+    NoNamespace(String),
     /// RBAC: the user may not do this verb on this resource.
     Rbac {
         /// The user as the server names it.
@@ -56,7 +61,7 @@ pub(crate) enum Refusal {
 }
 
 /// Reads `e` as a refusal, if it is one (an [`KubeError::Api`] with 400, 403, 409 that is
-/// not `AlreadyExists`, or 422).
+/// not `AlreadyExists`, 422, or a 404 naming a namespace).
 pub(crate) fn classify(e: &KubeError) -> Option<Refusal> {
     let KubeError::Api { status, .. } = e else {
         return None;
@@ -66,6 +71,7 @@ pub(crate) fn classify(e: &KubeError) -> Option<Refusal> {
         return Some(Refusal::Admission(policy));
     }
     match status.code {
+        404 => missing_namespace(m).map(Refusal::NoNamespace),
         400 | 422 => Some(Refusal::Template),
         409 if status.reason != "AlreadyExists" => Some(Refusal::Conflict),
         403 => Some(forbidden(status)),
@@ -117,6 +123,15 @@ fn admission_policy(m: &str) -> Option<String> {
     None
 }
 
+/// The namespace of a 404 `namespaces "N" not found` (the whole message: a 404 about
+/// another object, e.g. `pods "x" not found`, is no refusal).
+fn missing_namespace(m: &str) -> Option<String> {
+    let name = m
+        .strip_prefix("namespaces \"")?
+        .strip_suffix("\" not found")?;
+    (!name.is_empty() && !name.contains('"')).then(|| name.to_string())
+}
+
 /// RBAC's `User "U" cannot VERB resource "R" in API group …`.
 fn rbac(m: &str) -> Option<Refusal> {
     let (before, after) = m.split_once(" cannot ")?;
@@ -159,6 +174,10 @@ impl Refusal {
             Refusal::Conflict => "the ResourceQuota changed under the API server's \
                  admission (409 Conflict); nothing was created, tried again"
                 .into(),
+            Refusal::NoNamespace(ns) => format!(
+                "namespace {ns:?} does not exist on this server: fix --namespace, or create \
+                 it (kubectl create namespace {ns})"
+            ),
             Refusal::Rbac {
                 user,
                 verb,
@@ -244,6 +263,14 @@ mod tests {
         let conflict = api(409, "Conflict", "Operation cannot be fulfilled on resourcequotas \"q\": the object has been modified; please apply your changes to the latest version and try again");
         assert_eq!(classify(&conflict), Some(Refusal::Conflict));
         assert_eq!(classify(&api(409, "AlreadyExists", "x")), None);
+        let ns = api(404, "NotFound", "namespaces \"nope\" not found");
+        assert_eq!(classify(&ns), Some(Refusal::NoNamespace("nope".into())));
+        assert!(classify(&ns).unwrap().is_permanent());
+        assert!(classify(&ns).unwrap().hint().contains("fix --namespace"));
+        assert_eq!(
+            classify(&api(404, "NotFound", "pods \"a\" not found")),
+            None
+        );
         assert_eq!(classify(&api(500, "InternalError", "x")), None);
     }
 }

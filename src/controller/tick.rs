@@ -841,9 +841,12 @@ fn refused(e: KubeError) -> CreateOutcome {
         .unwrap_or_default();
     match super::refusals::classify(&e) {
         Some(Refusal::QuotaExceeded) => CreateOutcome::Quota(kube_error(e)),
-        Some(Refusal::Template | Refusal::Admission(_) | Refusal::QuotaNeverAdmits { .. }) => {
-            CreateOutcome::Refused(kube_error(e), quoted)
-        }
+        Some(
+            Refusal::Template
+            | Refusal::Admission(_)
+            | Refusal::QuotaNeverAdmits { .. }
+            | Refusal::NoNamespace(_),
+        ) => CreateOutcome::Refused(kube_error(e), quoted),
         _ => CreateOutcome::Rejected(kube_error(e)),
     }
 }

@@ -399,7 +399,20 @@ fn choose_source(
     } else if flags.server.is_some() {
         flags_alone()
     } else {
-        Err(KubeError::Config(NO_CLUSTER_MESSAGE.to_string()))
+        Err(KubeError::Config(no_cluster_message(env)))
+    }
+}
+
+/// [`NO_CLUSTER_MESSAGE`], naming the files when `$KUBECONFIG` is set but lists only files
+/// that do not exist (client-go ignores missing files, and so does [`resolve_with`]; a user
+/// who set it should still learn why it was not used).
+fn no_cluster_message(env: &dyn Fn(&str) -> Option<String>) -> String {
+    match env("KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(list) => format!(
+            "KUBECONFIG={list} names no file that exists; {NO_CLUSTER_MESSAGE} (fix the path, \
+             or unset KUBECONFIG to use ~/.kube/config)"
+        ),
+        None => NO_CLUSTER_MESSAGE.to_string(),
     }
 }
 

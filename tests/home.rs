@@ -530,3 +530,65 @@ both!(
         stop(run);
     }
 );
+
+/// The annotation value the ConfigMap's record (`applied.json`) says was followed last.
+fn applied_executors(e: &Env) -> Option<String> {
+    let cm = configmap(e);
+    let text = cm["data"]["applied.json"].as_str()?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    v["executors"].as_str().map(str::to_string)
+}
+
+both!(
+    a_second_annotation_edit_is_applied_once_and_later_requests_win,
+    "home-twice",
+    Pods {
+        // Pending for the whole test: an excess is deleted, so a tick that lowers the
+        // target also saves after its calls.
+        startup_ms: 600_000,
+        ..Pods::default()
+    },
+    |e| {
+        // Reported: after a second `kubectl annotate … podalloc.io/executors=N --overwrite`,
+        // applied.json kept the first value and the annotation was applied again at later
+        // writes, undoing a later `scale` or `add`.
+        let cm = ["--state-store", STORE];
+        e.ok(&[&cm[..], &["reconcile", "--target", "5"]].concat());
+        until_live(e, 5, 30);
+        annotate(e, 5);
+        e.ok(&[&cm[..], &["reconcile"]].concat());
+        assert_eq!(
+            applied_executors(e).as_deref(),
+            Some("5"),
+            "{}",
+            configmap(e)
+        );
+        // The second edit, then a `scale` made after it: one tick applies both, in that
+        // order, and deletes the excess pending pods.
+        annotate(e, 7);
+        e.ok(&[&cm[..], &["scale", "3"]].concat());
+        assert_eq!(cm_target(e), Some(3), "{}", configmap(e));
+        assert_eq!(
+            applied_executors(e).as_deref(),
+            Some("7"),
+            "{}",
+            configmap(e)
+        );
+        // Later ticks and writes leave the target at what the last action said.
+        for _ in 0..2 {
+            e.ok(&[&cm[..], &["reconcile"]].concat());
+            assert_eq!(cm_target(e), Some(3), "{}", configmap(e));
+        }
+        e.ok(&[&cm[..], &["add", "1"]].concat());
+        assert_eq!(cm_target(e), Some(4), "{}", configmap(e));
+        e.ok(&[&cm[..], &["reconcile"]].concat());
+        assert_eq!(cm_target(e), Some(4), "{}", configmap(e));
+        assert_eq!(annotation(e).as_deref(), Some("7"), "never written back");
+        assert_eq!(
+            applied_executors(e).as_deref(),
+            Some("7"),
+            "{}",
+            configmap(e)
+        );
+    }
+);

@@ -348,8 +348,10 @@ impl ConfigMapStore<'_> {
 
     /// The record of what is taken into account after a save on `base` that applies requests
     /// `ids`: `base`'s record plus `ids` (the newest [`APPLIED_KEEP`] kept), and the target
-    /// annotation's value followed when this tick's edit of it is among `ids` (else the
-    /// value this tick found already followed; `base`'s when no tick read the requests).
+    /// annotation's value followed when this tick's edit of it is recorded as applied, by
+    /// this save or an earlier one of the tick (its write-ahead save: the tick's final save
+    /// no longer lists the ids the first one dropped from the queue); else the value this
+    /// tick found already followed; `base`'s when no tick read the requests.
     fn record_after(&self, base: Option<&Value>, ids: &[String]) -> Applied {
         let mut r = base.map(applied_of).unwrap_or_default();
         for id in ids {
@@ -361,7 +363,7 @@ impl ConfigMapStore<'_> {
         r.requests.drain(..extra);
         if let Some(i) = &self.intent {
             r.executors = match &i.edit {
-                Some((id, text)) if ids.contains(id) => Some(text.clone()),
+                Some((id, text)) if r.requests.contains(id) => Some(text.clone()),
                 _ => i.seen.clone(),
             };
         }

@@ -399,6 +399,26 @@ impl Env {
         }
     }
 
+    /// Loses the answer to the next ExecutorSet write (`PUT`, not `/status`) of candidate
+    /// `who` and delays its retry by `d`, so that another client's write lands between the
+    /// two: on the simulator the faults `es-update:lost-response@1` and
+    /// `es-update:delay:MS@2` (the next two ExecutorSet updates of anyone: the lost write
+    /// and its retry, held `d` by the server), on the real server its route
+    /// ([`real::proxy::Partition::lose_next_answer_then_hold`]: its next request of at least
+    /// 1,000 bytes, then `d` without a byte either way).
+    pub fn lose_next_es_write_answer_then_hold(&self, who: &str, d: Duration) {
+        match &self.server {
+            Server::Sim(_) => self.sim_faults(&[
+                "es-update:lost-response@1",
+                &format!("es-update:delay:{}@2", d.as_millis()),
+            ]),
+            Server::Real(_) => (self.partitions.lock().unwrap())
+                .entry(who.to_string())
+                .or_insert_with(|| real::proxy::Partition::start(&self.url))
+                .lose_next_answer_then_hold(1000, d),
+        }
+    }
+
     /// Real server only: delays everything between candidate `who` and the server for `d`,
     /// then delivers it ([`real::proxy::Partition::hold`]: a request sent meanwhile is carried
     /// out late). The simulator has no such partition.

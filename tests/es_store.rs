@@ -9,6 +9,7 @@
 //! (`both!`).
 
 use crate::both::{both, Env, Pods};
+use crate::steer::Bg;
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -465,5 +466,100 @@ both!(
         );
         assert_eq!(e.stats().duplicate_executor_ids, 0);
         stop(run);
+    }
+);
+
+/// Creates ExecutorSet `name` of the test's app at `spec.replicas` `n`, with an annotation of
+/// people's that makes its writes larger than 1,000 bytes (what the real server's lost
+/// answer needs: [`Env::lose_next_es_write_answer_then_hold`]).
+fn create_es(e: &Env, name: &str, n: u32) {
+    let manifest = json!({
+        "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+        "metadata": {"name": name, "namespace": e.ns,
+                     "annotations": {"example.com/note": "x".repeat(1200)}},
+        "spec": {"appId": e.app, "replicas": n},
+    });
+    let path = format!(
+        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
+        e.ns
+    );
+    let (code, body) = e.admin("POST", &path, Some(&manifest));
+    assert_eq!(code, 201, "{body}");
+}
+
+/// A child's standard error once it exited; it must exit 0.
+fn exited_ok(mut c: Bg) -> String {
+    let out = c.0.take().unwrap().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    err
+}
+
+both!(
+    a_lost_answer_and_a_later_request_apply_each_request_once,
+    "lost2",
+    Pods::default(),
+    |e| {
+        // Reported: `add 1` whose answer was lost, then `add 10` by another process: 14, not
+        // 13 (the retry found another request's id in the annotation and applied itself
+        // again); `scale 5` whose answer was lost, then `scale 8`: ended at 5.
+        create_es(e, "lost2", 3);
+        let store = "executorset:lost2";
+        let cases: [(&[&str], u64, &[&str], u64); 2] = [
+            (&["add", "1"], 4, &["add", "10"], 14),
+            (&["scale", "5"], 5, &["scale", "8"], 8),
+        ];
+        for (round, (mine, landed, other, want)) in cases.into_iter().enumerate() {
+            kubectl(e, &["scale", "es", "lost2", "--replicas", "3"]);
+            let from = e.server_now_us();
+            e.lose_next_es_write_answer_then_hold("a", Duration::from_secs(4));
+            let a = Bg(Some(
+                e.candidate_cmd("a", &[&["--state-store", store][..], mine].concat())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            ));
+            wait_es(e, "lost2", "the write whose answer is lost", |o| {
+                o["spec"]["replicas"] == landed
+            });
+            // Its retry is under way, held back; another process's request lands first.
+            std::thread::sleep(Duration::from_secs(1));
+            e.ok(&[&["--state-store", store][..], other].concat());
+            let err = exited_ok(a);
+            if e.control_plane().is_none() {
+                e.sim_faults(&[]);
+            }
+            let o = es(e, "lost2").unwrap();
+            assert_eq!(
+                o["spec"]["replicas"], want,
+                "{mine:?} then {other:?}: {err}\n{o}"
+            );
+            // The server's record: the write carried out, its answer lost (the simulator
+            // records that it sent none: 0), the retry 409.
+            let updates: Vec<u16> = (e.acts_with_subresources().into_iter())
+                .filter(|a| a.user == "podalloc-a" && a.at_us >= from)
+                .filter(|a| a.verb == "update" && a.resource == "executorsets")
+                .map(|a| a.code)
+                .collect();
+            assert!(matches!(updates[..], [0 | 200, 409]), "{updates:?}: {err}");
+            let ids: Vec<String> = serde_json::from_str(
+                o["metadata"]["annotations"]["podalloc.io/requests"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(
+                ids.len(),
+                2 * (round + 1),
+                "the requests of both rounds: {o}"
+            );
+            assert_eq!(
+                o["metadata"]["annotations"]["example.com/note"]
+                    .as_str()
+                    .map(str::len),
+                Some(1200)
+            );
+        }
     }
 );

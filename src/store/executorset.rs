@@ -37,8 +37,9 @@
 //!
 //! The steering commands write `spec` ([`submit`]): `scale` sets `spec.replicas`, `add`
 //! raises it, `remove` appends to `spec.removals` and lowers it, each one write conditional on
-//! the version read and carrying its request id in annotation [`REQUEST_KEY`], so that a
-//! retry after a lost answer (409) sees that it landed.
+//! the version read and carrying its request id in annotations [`REQUEST_KEY`] (the last) and
+//! [`REQUESTS_KEY`] (the last [`REQUESTS_KEEP`]), so that a retry after a lost answer (409)
+//! sees that it landed, even when other requests landed after it.
 
 use crate::engine::alloc::{AllocatorState, Blocked, ProfileSummary, SteerOp, Steering, Summary};
 use crate::engine::podspec::PodTemplate;
@@ -48,8 +49,18 @@ use crate::store::file::{parse, HomeProfile, StateStore, StoreError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// The annotation holding the request id of the last podalloc write of `spec`.
+/// The annotation holding the request id of the last podalloc write of `spec` (also written
+/// by the Spark allocator plugin; read as one more id of [`REQUESTS_KEY`]).
 pub const REQUEST_KEY: &str = "podalloc.io/request";
+/// The annotation holding the ids of the last [`REQUESTS_KEEP`] requests written into
+/// `spec` by podalloc commands, oldest first, as a JSON array of strings: a retry after a lost
+/// answer finds its id there even when later requests landed after it (exactly once).
+/// podalloc's own (its `podalloc.io/` prefix), like [`REQUEST_KEY`]; the controller never
+/// writes it.
+pub const REQUESTS_KEY: &str = "podalloc.io/requests";
+/// How many request ids [`REQUESTS_KEY`] keeps (the newest): a retry comes within one
+/// command's few attempts, far fewer than 32 writes later; about 1 KB of annotation.
+pub const REQUESTS_KEEP: usize = 32;
 /// The `apiVersion` of an ExecutorSet.
 pub const API_VERSION: &str = "podalloc.io/v1alpha1";
 /// How many times a write is made again after a 409 that is not another writer's status.
@@ -781,9 +792,11 @@ impl StateStore for ExecutorSetStore<'_> {
 /// `name` of the client's namespace (`docs/executorset.md`): `scale N` sets `spec.replicas`,
 /// `add N` raises it, `remove ID…` appends `{request, executors}` to `spec.removals` and
 /// lowers `spec.replicas` by the number of ids, pruning the entries `status.appliedRemovals`
-/// lists. One `PUT` conditional on the version read, with the request id in annotation
-/// [`REQUEST_KEY`]; after a 409 it reads again and is done when the object already carries
-/// the id (its write landed, the answer was lost), else applies itself to the new version.
+/// lists. One `PUT` conditional on the version read, with the request id in annotations
+/// [`REQUEST_KEY`] and [`REQUESTS_KEY`]; after a 409 it reads again and is done when the
+/// object already carries the id (its write landed, the answer was lost: found among the
+/// recent ids even when later requests landed after it, so it is never applied twice nor
+/// over a newer one), else applies itself to the new version.
 /// Returns the object's `metadata.generation` with the request in it (`--wait` waits until
 /// `status.observedGeneration` reaches it: [`followed`]).
 /// Errors: a missing ExecutorSet or one of another app (exit 2), the API's, a conflict after
@@ -881,8 +894,8 @@ pub fn followed(
     Ok(seen && converged)
 }
 
-/// Whether ExecutorSet `es` already carries request `id`: in its [`REQUEST_KEY`]
-/// annotation, in `spec.removals` or in `status.appliedRemovals`.
+/// Whether ExecutorSet `es` already carries request `id`: in its [`REQUESTS_KEY`] or
+/// [`REQUEST_KEY`] annotation, in `spec.removals` or in `status.appliedRemovals`.
 fn carries(es: &Value, id: &str) -> bool {
     let in_list = |v: &Value, key: Option<&str>| {
         (v.as_array().into_iter().flatten()).any(|e| match key {
@@ -891,12 +904,38 @@ fn carries(es: &Value, id: &str) -> bool {
         })
     };
     es["metadata"]["annotations"][REQUEST_KEY] == id
+        || recent_requests(es).iter().any(|r| r == id)
         || in_list(&es["spec"]["removals"], Some("request"))
         || in_list(&es["status"]["appliedRemovals"], None)
 }
 
-/// Applies request `req` to the `spec` of `es` (see [`submit`]) and sets its id in the
-/// [`REQUEST_KEY`] annotation. Without `spec.replicas`, `add` and `remove` start from
+/// The request ids of annotation [`REQUESTS_KEY`] of `es`, oldest first (none when absent
+/// or not a JSON array of strings: a hand-edited value is not trusted, and is replaced by
+/// the next write).
+fn recent_requests(es: &Value) -> Vec<String> {
+    (es["metadata"]["annotations"][REQUESTS_KEY].as_str())
+        .and_then(|text| serde_json::from_str::<Vec<String>>(text).ok())
+        .unwrap_or_default()
+}
+
+/// Records request `id` in the annotations of `es`: [`REQUEST_KEY`] names it, and
+/// [`REQUESTS_KEY`] gets it appended, keeping the newest [`REQUESTS_KEEP`].
+fn record_request(es: &mut Value, id: &str) {
+    let mut ids = recent_requests(es);
+    ids.retain(|r| r != id);
+    ids.push(id.to_string());
+    let extra = ids.len().saturating_sub(REQUESTS_KEEP);
+    ids.drain(..extra);
+    if !es["metadata"]["annotations"].is_object() {
+        es["metadata"]["annotations"] = json!({});
+    }
+    let annotations = &mut es["metadata"]["annotations"];
+    annotations[REQUEST_KEY] = json!(id);
+    annotations[REQUESTS_KEY] = json!(serde_json::to_string(&ids).expect("ids serialize"));
+}
+
+/// Applies request `req` to the `spec` of `es` (see [`submit`]) and records its id in the
+/// [`REQUEST_KEY`] and [`REQUESTS_KEY`] annotations. Without `spec.replicas`, `add` and `remove` start from
 /// `status.target` (else 0).
 fn edit_spec(es: &mut Value, req: &Steering) {
     let current = (es["spec"]["replicas"].as_u64())
@@ -920,10 +959,7 @@ fn edit_spec(es: &mut Value, req: &Steering) {
             es["spec"]["replicas"] = json!(current.saturating_sub(ids.len() as u64));
         }
     }
-    if !es["metadata"]["annotations"].is_object() {
-        es["metadata"]["annotations"] = json!({});
-    }
-    es["metadata"]["annotations"][REQUEST_KEY] = json!(req.id);
+    record_request(es, &req.id);
 }
 
 #[cfg(test)]
@@ -935,12 +971,27 @@ mod tests {
     /// A one-object ExecutorSet API (`etl` in namespace `ns`) keeping `resourceVersion` and
     /// `generation` as kube-apiserver does (a spec change bumps the generation, a status
     /// write does not; a write of another version is 409); `lose` status or spec writes are
-    /// applied and then answered 503, so the client sends them again (409).
+    /// applied and then answered 503, so the client sends them again (409); `meddle`: the
+    /// requests another writer lands between a lost spec answer and its retry.
     struct FakeEs {
         server: FakeServer,
         obj: Arc<Mutex<Option<Value>>>,
         lose: Arc<Mutex<(u32, u32)>>,
+        meddle: Arc<Mutex<Vec<Steering>>>,
         client: KubeClient,
+    }
+
+    /// Another writer's write of `o`: request `req` applied, a new version and generation.
+    fn meddle_with(o: &mut Value, req: &Steering) {
+        edit_spec(o, req);
+        let rv: u64 = o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        o["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+        let g = o["metadata"]["generation"].as_i64().unwrap();
+        o["metadata"]["generation"] = json!(g + 1);
     }
 
     fn status(code: u16, reason: &str) -> Reply {
@@ -948,7 +999,9 @@ mod tests {
         Reply::json(code, &body.to_string())
     }
 
-    fn answer(obj: &Mutex<Option<Value>>, lose: &Mutex<(u32, u32)>, r: &Recorded) -> Reply {
+    type Faults<'a> = (&'a Mutex<(u32, u32)>, &'a Mutex<Vec<Steering>>);
+
+    fn answer(obj: &Mutex<Option<Value>>, (lose, meddle): Faults<'_>, r: &Recorded) -> Reply {
         let mut obj = obj.lock().unwrap();
         let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
         let path = r.path();
@@ -1007,6 +1060,11 @@ mod tests {
                 };
                 if *left > 0 {
                     *left -= 1;
+                    if !status_write {
+                        for other in meddle.lock().unwrap().drain(..) {
+                            meddle_with(o, &other);
+                        }
+                    }
                     return status(503, "ServiceUnavailable");
                 }
                 Reply::json(200, &o.to_string())
@@ -1019,8 +1077,9 @@ mod tests {
         fn new() -> FakeEs {
             let obj = Arc::new(Mutex::new(None::<Value>));
             let lose = Arc::new(Mutex::new((0, 0)));
-            let (o, l) = (Arc::clone(&obj), Arc::clone(&lose));
-            let server = FakeServer::http(move |r, _| answer(&o, &l, r));
+            let meddle = Arc::new(Mutex::new(Vec::new()));
+            let (o, l, m) = (Arc::clone(&obj), Arc::clone(&lose), Arc::clone(&meddle));
+            let server = FakeServer::http(move |r, _| answer(&o, (&l, &m), r));
             let cfg = crate::kube::ClusterConfig::for_server(&server.url(), "ns");
             let options = crate::kube::ClientOptions {
                 retry: crate::kube::RetryPolicy {
@@ -1034,6 +1093,7 @@ mod tests {
                 server,
                 obj,
                 lose,
+                meddle,
                 client,
             }
         }
@@ -1176,6 +1236,58 @@ mod tests {
         assert_eq!(f.writes(false), 2, "sent twice: the retry met 409");
         assert_eq!(f.obj()["spec"]["replicas"], 5);
         assert_eq!(f.obj()["metadata"]["annotations"][REQUEST_KEY], "a1");
+    }
+
+    /// A store at target 3 whose next spec write's answer is lost, `other` landing before
+    /// the retry.
+    fn lost_then(other: Steering) -> FakeEs {
+        let f = FakeEs::new();
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
+        store.load().unwrap();
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        store.save(&st).unwrap();
+        f.lose.lock().unwrap().1 = 1;
+        f.meddle.lock().unwrap().push(other);
+        f
+    }
+
+    #[test]
+    fn a_lost_add_is_applied_once_when_another_add_lands_before_its_retry() {
+        let f = lost_then(req("b10", SteerOp::Add { count: 10 }));
+        let a1 = req("a1", SteerOp::Add { count: 1 });
+        submit(&f.client, "etl", "app", &a1).unwrap();
+        assert_eq!(f.writes(false), 2, "sent twice: the retry met 409");
+        assert_eq!(f.obj()["spec"]["replicas"], 14, "3 + 1 + 10: {}", f.obj());
+        assert_eq!(recent_requests(&f.obj()), ["a1", "b10"]);
+    }
+
+    #[test]
+    fn a_lost_scale_is_not_applied_again_over_a_later_scale() {
+        let f = lost_then(req("s8", SteerOp::Scale { target: 8 }));
+        let s5 = req("s5", SteerOp::Scale { target: 5 });
+        submit(&f.client, "etl", "app", &s5).unwrap();
+        assert_eq!(f.obj()["spec"]["replicas"], 8, "{}", f.obj());
+        assert_eq!(f.obj()["metadata"]["annotations"][REQUEST_KEY], "s8");
+    }
+
+    #[test]
+    fn the_recent_request_ids_are_bounded_and_a_bad_list_is_replaced() {
+        let mut e = es(json!({"appId": "a", "replicas": 1}), json!({}));
+        e["metadata"]["annotations"] = json!({REQUESTS_KEY: "not json", "team": "x"});
+        assert!(recent_requests(&e).is_empty());
+        for i in 0..40 {
+            edit_spec(&mut e, &req(&format!("r{i}"), SteerOp::Add { count: 1 }));
+        }
+        let ids = recent_requests(&e);
+        assert_eq!(ids.len(), REQUESTS_KEEP);
+        assert_eq!((ids[0].as_str(), ids[31].as_str()), ("r8", "r39"));
+        assert!(carries(&e, "r8") && !carries(&e, "r7"));
+        assert_eq!(
+            e["metadata"]["annotations"]["team"], "x",
+            "people's annotations kept"
+        );
+        assert_eq!(e["spec"]["replicas"], 41);
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! size (a write: a GET is a few hundred bytes) is forwarded whole, and when the server's
 //! answer comes back the connection is closed instead of passing it on, as a connection
 //! lost after the server carried out the request (the simulator's `lost-response` fault).
+//! [`Partition::lose_next_answer_then_hold`] then holds the route a while, so the client's
+//! retry reaches the server late (the simulator's `lost-response` then `delay:MS`), after
+//! another client's request.
 //!
 //! [`Partition::hold`] is the other kind of partition, which TCP makes of a short outage: the
 //! bytes are kept, not lost, and delivered when it ends, in order, even those of a client
@@ -30,6 +33,9 @@ pub struct Partition {
     /// Armed by [`Partition::lose_next_answer`]: the size from which a request (bytes read
     /// from the client at once) has its answer lost; disarmed by that request.
     lose: Arc<Mutex<Option<usize>>>,
+    /// Armed by [`Partition::lose_next_answer_then_hold`]: how long the route is held once
+    /// the answer is lost; disarmed then.
+    then_hold: Arc<Mutex<Option<Duration>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -50,14 +56,16 @@ impl Partition {
         let cut_until: Arc<Mutex<Cut>> = Arc::default();
         let lose: Arc<Mutex<Option<usize>>> = Arc::default();
         let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let then_hold: Arc<Mutex<Option<Duration>>> = Arc::default();
         let (cut, halt, armed) = (cut_until.clone(), stop.clone(), lose.clone());
+        let hold_after = then_hold.clone();
         std::thread::spawn(move || {
             while !halt.load(std::sync::atomic::Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let (cut, upstream) = (cut.clone(), upstream.clone());
-                        let armed = armed.clone();
-                        std::thread::spawn(move || serve(client, &upstream, &cut, &armed));
+                        let (armed, hold) = (armed.clone(), hold_after.clone());
+                        std::thread::spawn(move || serve(client, &upstream, &cut, (&armed, &hold)));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(5))
@@ -70,8 +78,16 @@ impl Partition {
             url: format!("https://127.0.0.1:{port}"),
             cut_until,
             lose,
+            then_hold,
             stop,
         }
+    }
+
+    /// As [`Partition::lose_next_answer`], then holds the route for `d` from the moment the
+    /// answer is lost ([`Partition::hold`]): the client's retry is carried out after `d`.
+    pub fn lose_next_answer_then_hold(&self, min_bytes: usize, d: Duration) {
+        *self.then_hold.lock().unwrap() = Some(d);
+        self.lose_next_answer(min_bytes);
     }
 
     /// Loses the answer to the client's next request of at least `min_bytes` (see the
@@ -126,7 +142,10 @@ fn swallow(s: &TcpStream, cut: &Mutex<Cut>) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, lose: &Mutex<Option<usize>>) {
+/// The armed size of a lost answer and the hold that follows it.
+type Losing<'a> = (&'a Mutex<Option<usize>>, &'a Arc<Mutex<Option<Duration>>>);
+
+fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, (lose, hold): Losing<'_>) {
     let tick = Some(Duration::from_millis(20));
     client.set_nonblocking(false).unwrap();
     client.set_read_timeout(tick).unwrap();
@@ -145,8 +164,8 @@ fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, lose: &Mutex<
     let cut2 = cut.clone();
     // Set once this connection forwarded the request whose answer is to be lost.
     let losing: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-    let lost = losing.clone();
-    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2, Lose::Answer(&lost)));
+    let (lost, hold) = (losing.clone(), hold.clone());
+    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2, Lose::Answer(&lost, &hold)));
     pump(&client, &server, cut, Lose::Request(lose, &losing));
     let _ = back.join();
 }
@@ -158,8 +177,11 @@ enum Lose<'a> {
     /// marks the connection.
     Request(&'a Mutex<Option<usize>>, &'a std::sync::atomic::AtomicBool),
     /// Server to client: once the connection is marked, what the server sends is dropped
-    /// and the connection closed.
-    Answer(&'a std::sync::atomic::AtomicBool),
+    /// and the connection closed, then the route held for the armed time, if any.
+    Answer(
+        &'a std::sync::atomic::AtomicBool,
+        &'a Mutex<Option<Duration>>,
+    ),
 }
 
 impl Lose<'_> {
@@ -176,7 +198,19 @@ impl Lose<'_> {
 
     /// Whether bytes from the server are to be dropped, the connection closed.
     fn drops(self) -> bool {
-        matches!(self, Lose::Answer(m) if m.load(std::sync::atomic::Ordering::SeqCst))
+        matches!(self, Lose::Answer(m, _) if m.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// After an answer was dropped: holds the route when armed to.
+    fn dropped(self, cut: &Mutex<Cut>) {
+        if let Lose::Answer(_, hold) = self {
+            if let Some(d) = hold.lock().unwrap().take() {
+                *cut.lock().unwrap() = Cut {
+                    until: Some(Instant::now() + d),
+                    hold: true,
+                };
+            }
+        }
     }
 }
 
@@ -213,7 +247,10 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
                     break;
                 }
                 None if !held.is_empty() => held.extend_from_slice(&buf[..n]),
-                None if lose.drops() => break,
+                None if lose.drops() => {
+                    lose.dropped(cut);
+                    break;
+                }
                 None => {
                     if to.write_all(&buf[..n]).is_err() {
                         break;

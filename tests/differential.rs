@@ -412,18 +412,25 @@ fn norm(v: Option<&Value>, ns: &str) -> Value {
     serde_json::from_str(&v.to_string().replace(ns, "{ns}")).unwrap()
 }
 
-#[test]
-fn the_simulator_answers_as_kube_apiserver_does() {
-    // Only the API: no kubelet touches these pods on either side (an hour to schedule), so a
-    // delete of a pod is the delete of an unbound pod on both, however busy the machine.
+/// The two servers for differential test `test`: a simulator (namespace `diff-sim`) and a
+/// namespace on kube-apiserver (`None` when the control plane is not built here and not
+/// required), app `diff` on both. Only the API: no kubelet touches their pods (an hour to
+/// schedule), so a delete of a pod is the delete of an unbound pod on both, however busy
+/// the machine.
+fn idle_servers(test: &str) -> Option<(Env, Env)> {
     let idle = Pods {
         schedule_ms: 3_600_000,
         ..Pods::default()
     };
-    let Some(real) = Env::real("differential", "diff", &idle) else {
+    let real = Env::real(test, "diff", &idle)?;
+    Some((Env::sim_in("diff", &idle, "diff-sim"), real))
+}
+
+#[test]
+fn the_simulator_answers_as_kube_apiserver_does() {
+    let Some((sim, real)) = idle_servers("differential") else {
         return;
     };
-    let sim = Env::sim_in("diff", &idle, "diff-sim");
     let (s, r) = (answers(&sim), answers(&real));
     let mut diffs = discovery_diffs(&sim, &real);
     for (i, c) in cases().iter().enumerate() {
@@ -1196,14 +1203,9 @@ fn req_diffs(sim: &Env, real: &Env, reqs: &[Req]) -> Vec<String> {
 
 #[test]
 fn executorsets_and_patches_answer_as_kube_apiserver_does() {
-    let idle = Pods {
-        schedule_ms: 3_600_000,
-        ..Pods::default()
-    };
-    let Some(real) = Env::real("differential-es", "diff", &idle) else {
+    let Some((sim, real)) = idle_servers("differential-es") else {
         return;
     };
-    let sim = Env::sim_in("diff", &idle, "diff-sim");
     let mut diffs = req_diffs(&sim, &real, &es_cases());
     diffs.extend(req_diffs(&sim, &real, &cm_patch_cases()));
     assert!(

@@ -70,22 +70,9 @@ fn stop(what: &str, c: Child) {
 
 #[test]
 fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
-    let w = SimWorld::new().app("etl").start();
-    let (m, p) = (free_addr(), free_addr());
-    let c = spawn(w.cmd(&[
-        "--metrics-bind-address",
-        &m,
-        "--health-probe-bind-address",
-        &p,
-        "run",
-        "--target",
-        "3",
-    ]));
-    until(&p, "/readyz", 20, |c, _| c == 200);
+    let (_w, c, m, p) = serving("etl", 3);
     assert_eq!(get(&p, "/healthz").map(|r| r.0), Some(200));
-    let (_, body) = until(&m, "/metrics", 20, |_, b| {
-        b.contains("podalloc_running{app=\"etl\",namespace=\"default\"} 3")
-    });
+    let body = get(&m, "/metrics").unwrap().1;
     assert!(
         body.contains("# TYPE podalloc_tick_success gauge"),
         "{body}"
@@ -193,8 +180,16 @@ fn liveness_fails_while_the_loop_is_stuck_and_recovers() {
 /// A `run` at rest serving `/metrics` and the probes on addresses of their own, ready:
 /// (the world, the process, the metrics address, the probe address).
 fn at_rest() -> (World, Child, String, String) {
-    let w = SimWorld::new().app("calm").start();
+    serving("calm", 1)
+}
+
+/// `run --target TARGET` of app `app` serving `/metrics` and the probes on addresses of
+/// their own, ready, its metrics showing `target` running: (the world, the process, the
+/// metrics address, the probe address).
+fn serving(app: &str, target: u32) -> (World, Child, String, String) {
+    let w = SimWorld::new().app(app).start();
     let (m, p) = (free_addr(), free_addr());
+    let t = target.to_string();
     let c = spawn(w.cmd(&[
         "--metrics-bind-address",
         &m,
@@ -202,12 +197,11 @@ fn at_rest() -> (World, Child, String, String) {
         &p,
         "run",
         "--target",
-        "1",
+        &t,
     ]));
     until(&p, "/readyz", 20, |c, _| c == 200);
-    until(&m, "/metrics", 20, |_, b| {
-        b.contains("podalloc_running{app=\"calm\",namespace=\"default\"} 1")
-    });
+    let running = format!("podalloc_running{{app=\"{app}\",namespace=\"default\"}} {target}");
+    until(&m, "/metrics", 20, |_, b| b.contains(&running));
     (w, c, m, p)
 }
 

@@ -614,6 +614,15 @@ pub(crate) fn write_response(
 /// `Connection: close`), but only the first half of the body follows. The caller then
 /// closes the connection.
 pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result<()> {
+    let body = write_whole_length_head(out, resp)?;
+    out.write_all(&body[..body.len() / 2])?;
+    out.flush()
+}
+
+/// Writes the head of `resp` with the whole body's `Content-Length` (no gzip, `Connection:
+/// close`) and returns the body, for the faults that then send less of it or send it slowly.
+/// Errors: a watch response (it has no length), or the write's.
+fn write_whole_length_head(out: &mut dyn Write, resp: Response) -> io::Result<Vec<u8>> {
     let Some(body) = resp.body.into_bytes()? else {
         return Err(io::Error::other("a watch cannot be cut short or trickled"));
     };
@@ -624,8 +633,7 @@ pub(crate) fn write_truncated(out: &mut dyn Write, resp: Response) -> io::Result
         keep_alive: false,
     };
     write_head(out, &head, Framing::Length(body.len()), false)?;
-    out.write_all(&body[..body.len() / 2])?;
-    out.flush()
+    Ok(body)
 }
 
 /// Writes the head (with the full `Content-Length`, no gzip) at once, then the body one
@@ -635,16 +643,7 @@ pub(crate) fn write_trickled(
     resp: Response,
     every: std::time::Duration,
 ) -> io::Result<()> {
-    let Some(body) = resp.body.into_bytes()? else {
-        return Err(io::Error::other("a watch cannot be cut short or trickled"));
-    };
-    let head = Head {
-        status: resp.status,
-        content_type: resp.content_type,
-        headers: &resp.headers,
-        keep_alive: false,
-    };
-    write_head(out, &head, Framing::Length(body.len()), false)?;
+    let body = write_whole_length_head(out, resp)?;
     out.flush()?;
     for b in &body {
         std::thread::sleep(every);

@@ -16,6 +16,8 @@ use crate::status::ApiError;
 use crate::validation::FieldError;
 use serde_json::Value;
 
+use crate::objpatch::merge;
+
 /// The patch media types the simulator applies.
 pub(crate) const PATCH_TYPES: [&str; 2] = [
     "application/merge-patch+json",
@@ -35,26 +37,6 @@ pub(crate) fn check_patch_type(content_type: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::unsupported_patch_type(content_type))
-}
-
-/// RFC 7386: merges `patch` into `target` (objects key by key, `null` deletes, anything
-/// else replaces).
-pub(crate) fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(serde_json::Map::new());
-    }
-    let t = target.as_object_mut().expect("an object");
-    for (k, v) in p {
-        if v.is_null() {
-            t.remove(k);
-        } else {
-            merge(t.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
 }
 
 /// The pod `old` with `patch` applied, or the apiserver's error.

@@ -563,3 +563,28 @@ both!(
         }
     }
 );
+
+both!(
+    a_reconcile_target_other_than_the_executorsets_is_refused,
+    "rtarget",
+    Pods::default(),
+    |e| {
+        // Reported: `reconcile --target N` on an ExecutorSet home was silently ignored (the
+        // home's spec.replicas is the target). Now: exit 2 naming both and the fix; the same
+        // target, or none, is a plain reconcile.
+        create_es(e, "rtarget", 2);
+        let store = ["--state-store", "executorset:rtarget"];
+        let err = e.exits(&[&store[..], &["reconcile", "--target", "5"]].concat(), 2);
+        assert!(
+            err.contains("--target 5 conflicts with the target of")
+                && err.contains("rtarget")
+                && err.contains("podalloc scale 5"),
+            "{err}"
+        );
+        assert!(e.live().is_empty(), "nothing created: {:?}", e.live());
+        assert_eq!(es(e, "rtarget").unwrap()["spec"]["replicas"], 2);
+        e.ok(&[&store[..], &["reconcile", "--target", "2"]].concat());
+        e.ok(&[&store[..], &["reconcile"]].concat());
+        e.wait_for("2 executors", |e| e.live().len() == 2);
+    }
+);

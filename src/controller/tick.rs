@@ -481,13 +481,25 @@ fn queued_requests(
 /// ([`StateStore::home_profiles`]) as [`alloc::TargetChange::Absolute`] over `request`'s (a
 /// seed only fills an empty home), its templates ([`StateStore::home_template`], each
 /// profile's) over the flags'; `None`: `app` as it is. Errors: an unusable template in the
-/// home (exit 2).
+/// home (exit 2), a target set by the command (`reconcile --target`, `run --force-target`)
+/// that differs from the home's (exit 2: the home's target is changed with `scale`, which
+/// keeps the object's history and its clamp; it was silently ignored).
 fn follow_home(
     store: &mut dyn StateStore,
     app: &App,
     request: &mut Request,
 ) -> Result<Option<App>> {
     if let Some(n) = store.home_target() {
+        if let alloc::TargetChange::Set(m) = request.target {
+            if m != n {
+                return Err(Error::usage(format!(
+                    "--target {m} conflicts with the target of {}, {n} (its spec.replicas, \
+                     clamped): change that target with `podalloc scale {m}` (or `kubectl scale \
+                     executorset NAME --replicas {m}`), or leave --target out",
+                    store.describe()
+                )));
+            }
+        }
         request.target = alloc::TargetChange::Absolute(n);
     }
     let template = store.home_template().map_err(store_error)?;

@@ -592,3 +592,174 @@ both!(
         );
     }
 );
+
+/// Kills and reaps a child the test started, whatever happens to the test.
+struct Reap(Option<Child>);
+
+impl Reap {
+    /// The child, no longer killed on drop.
+    fn take(mut self) -> Child {
+        self.0.take().expect("the child")
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The Lease `podalloc-<app>` of the test's namespace, read as the admin.
+fn lease(e: &Env) -> Value {
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/podalloc-{}",
+        e.ns, e.app
+    );
+    e.admin("GET", &path, None).1
+}
+
+both!(
+    a_leftover_configmap_beside_a_leader_on_an_executorset_is_never_its_home,
+    "home-lease",
+    Pods::default(),
+    |e| {
+        // Reported: beside a leader on an ExecutorSet, `add 1 --state-store
+        // configmap:podalloc-APP` (a leftover state ConfigMap) said "handed to the leader" and
+        // wrote a home the leader never reads; a `run --leader-elect` naming it waited as a
+        // standby and, after a failover, followed the leftover.
+        let left = "configmap:podalloc-home-lease";
+        e.ok(&["--state-store", left, "reconcile", "--target", "0"]);
+        let cm_path = format!("/api/v1/namespaces/{}/configmaps/podalloc-home-lease", e.ns);
+        let (code, before) = e.admin("GET", &cm_path, None);
+        assert_eq!(code, 200, "the leftover ConfigMap: {before}");
+        let es_args = [
+            "--state-store",
+            "executorset:home-lease",
+            "run",
+            "--target",
+            "2",
+            "--idle-interval",
+            "200ms",
+        ];
+        let mut cmd = e.candidate_cmd("a", &with_fast_leader_elect(&es_args));
+        let a = Reap(Some(spawn_replica(&mut cmd, "pod-a", Stdio::piped())));
+        until_leader(e);
+        until_live(e, 2, 30);
+        let l = lease(e);
+        assert_eq!(
+            l["metadata"]["annotations"]["podalloc.io/home"], "executorset/home-lease",
+            "{l}"
+        );
+        // A store other than the leader's: exit 2 naming both, nothing written.
+        let err = e.exits(&["--state-store", left, "add", "1"], 2);
+        for part in [
+            "the leader pod-a",
+            "ExecutorSet home-lease",
+            "ConfigMap podalloc-home-lease",
+            "--state-store executorset:home-lease",
+        ] {
+            assert!(err.contains(part), "{part}: {err}");
+        }
+        // A candidate naming the leftover: exit 2 at once, never a standby.
+        let cm_args = ["--state-store", left, "run", "--target", "2"];
+        let t = Instant::now();
+        let out = (e.candidate_cmd("b", &with_fast_leader_elect(&cm_args)))
+            .env("POD_NAME", "pod-b")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("ExecutorSet home-lease"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        // Without --state-store: the leader's home, one line naming the leftover.
+        let err = e.ok(&["add", "1"]);
+        assert!(err.contains("ExecutorSet home-lease"), "{err}");
+        assert!(
+            err.contains("ConfigMap podalloc-home-lease in namespace")
+                && err.contains("not in use"),
+            "{err}"
+        );
+        until_live(e, 3, 30);
+        let (_, after) = e.admin("GET", &cm_path, None);
+        assert_eq!(after["data"], before["data"], "the leftover untouched");
+        let err = stop(a.take());
+        assert!(err.contains("released lease"), "{err}");
+    }
+);
+
+/// `MicroTime` of now moved by `secs` (negative: the past).
+fn micro_time_from_now(secs: i64) -> String {
+    let now = std::time::SystemTime::now();
+    let d = Duration::from_secs(secs.unsigned_abs());
+    let t = if secs < 0 { now - d } else { now + d };
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+/// Writes the app's Lease as the admin: holder `holder`, a 2 s duration, `renewTime`
+/// `renew` (created when missing, else read and replaced with its version).
+fn write_lease(e: &Env, holder: &str, renew: &str) {
+    let dir = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", e.ns);
+    let path = format!("{dir}/podalloc-{}", e.app);
+    let spec = json!({"holderIdentity": holder, "leaseDurationSeconds": 2, "renewTime": renew});
+    let (code, mut l) = e.admin("GET", &path, None);
+    if code == 404 {
+        let l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": format!("podalloc-{}", e.app)}, "spec": spec});
+        let (code, body) = e.admin("POST", &dir, Some(&l));
+        assert_eq!(code, 201, "{body}");
+        return;
+    }
+    l["spec"] = spec;
+    let (code, body) = e.admin("PUT", &path, Some(&l));
+    assert_eq!(code, 200, "{body}");
+}
+
+both!(
+    a_lease_is_judged_live_by_its_changes_not_by_its_renew_time,
+    "home-clock",
+    Pods::default(),
+    |e| {
+        // Reported: commands judged the Lease's holder by its renewTime against their own
+        // clock, so a leader whose clock runs behind was taken as gone while it renewed, and
+        // a `reconcile` acted beside it.
+        write_lease(e, "pod-behind", &micro_time_from_now(-3600));
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let err = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(400));
+                    write_lease(e, "pod-behind", &micro_time_from_now(-3600));
+                }
+            });
+            let err = e.exits(&["reconcile", "--target", "1"], 3);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            err
+        });
+        assert!(err.contains("the leader pod-behind"), "{err}");
+        assert!(err.contains("watching it"), "{err}");
+        assert!(e.live().is_empty(), "{:?}", e.live());
+        // Nobody renews it now: taken as stopped once unchanged for its 2 s.
+        let t = Instant::now();
+        let err = e.ok(&["reconcile", "--target", "1"]);
+        assert!(err.contains("taken as stopped"), "{err}");
+        let took = t.elapsed();
+        assert!(took >= Duration::from_secs(2), "{took:?}");
+        assert_eq!(e.live().len(), 1);
+        // A holder whose clock runs ahead: live at once, no watching.
+        write_lease(e, "pod-ahead", &micro_time_from_now(3600));
+        let err = e.exits(&["reconcile", "--target", "2"], 3);
+        assert!(err.contains("the leader pod-ahead"), "{err}");
+        assert!(!err.contains("watching"), "{err}");
+        // Released (no holder): no leader, no wait.
+        write_lease(e, "", &micro_time_from_now(0));
+        let err = e.ok(&["reconcile"]);
+        assert!(!err.contains("watching"), "{err}");
+        eprintln!("home[{}]: a stale lease judged stopped in {took:?}", e.app);
+    }
+);

@@ -193,27 +193,30 @@ fn log_handed(op: &SteerOp, owner: &str, id: &str) {
 }
 
 /// Refuses (exit 2) a request that would go where the app's controller never reads it: a
-/// live leader holds the app's Lease, the namespace holds no home of the app (so the leader
-/// keeps its state in a file of its own host), no `--state-store` was given, and no process
-/// here holds the state file this command would write.
+/// live leader holds the app's Lease, its home is not in the namespace (it recorded `file`
+/// in the Lease, or, a Lease without that record, the namespace holds no home of the app):
+/// it keeps its state in a file of its own host; no `--state-store` was given, and no
+/// process here holds the state file this command would write.
 fn refuse_unreachable(env: &Env) -> Result<()> {
-    let file = matches!(env.store_kind, crate::cli::StateStoreKind::File);
-    let (Some(leader), true, false, true) = (
-        &env.found.leader,
-        file,
-        env.store_given,
-        env.found.homes.is_empty(),
-    ) else {
+    use crate::cli::StateStoreKind;
+    let file = matches!(env.store_kind, StateStoreKind::File);
+    let local = match &env.found.leader_home {
+        Some(home) => *home == StateStoreKind::File,
+        None => env.found.homes.is_empty(),
+    };
+    let (Some(leader), true, false, true) = (&env.found.leader, file, env.store_given, local)
+    else {
         return Ok(());
     };
     if crate::store::file::lock_holder(&env.state_path).is_some() {
         return Ok(());
     }
     Err(Error::usage(format!(
-        "app {} is owned by {leader}, whose home is not in namespace {} (no ExecutorSet or \
-         state ConfigMap labelled spark-app-selector={}): it keeps its state in a file of its \
-         own host, which never reads {}: nothing queued. Run the command where the leader \
-         runs, or give the leader an in-cluster home (--state-store configmap:NAME)",
+        "app {} is owned by {leader}, whose home is not in namespace {} (its lease records \
+         the state file, or no ExecutorSet or state ConfigMap is labelled \
+         spark-app-selector={} and in use): it keeps its state in a file of its own host, \
+         which never reads {}: nothing queued. Run the command where the leader runs, or give \
+         the leader an in-cluster home (--state-store configmap:NAME)",
         env.app.app_id,
         env.client.namespace(),
         env.app.app_id,

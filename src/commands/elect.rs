@@ -37,10 +37,16 @@ pub(super) fn timing(a: &LeaderElectArgs) -> Result<Timing> {
 }
 
 /// Starts the election when `--leader-elect` is given (`None` otherwise). The identity is
-/// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix). Errors:
-/// exit 2 for bad flags, exit 1 when the election cannot start.
+/// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix); as holder
+/// it records the home this `run` uses in the Lease ([`leader::HOME`],
+/// [`super::home::mark`]), so that commands find it. Errors: exit 2 for bad flags, exit 1
+/// when the election cannot start.
 pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElection>> {
-    start_on(&env.client, a, &env.app.app_id)
+    if !a.leader_elect {
+        return Ok(None);
+    }
+    let home = super::home::mark(&env.store_kind);
+    start_elector(&env.client, a, &env.app.app_id, (false, Some(home))).map(Some)
 }
 
 /// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:
@@ -54,7 +60,7 @@ pub(super) fn start_on(
     if !a.leader_elect {
         return Ok(None);
     }
-    start_elector(client, a, id, false).map(Some)
+    start_elector(client, a, id, (false, None)).map(Some)
 }
 
 /// The claim of `apps` without `--leader-elect`: the same election on the same Lease in
@@ -65,20 +71,25 @@ pub(super) fn claim_on(
     a: &LeaderElectArgs,
     id: &str,
 ) -> Result<LeaderElection> {
-    start_elector(client, a, id, true)
+    start_elector(client, a, id, (true, None))
 }
 
+/// The election on Lease `podalloc-<id>` (or `--leader-elect-resource-name`); `claim`:
+/// claim mode; `home`: the [`leader::HOME`] annotation written as holder.
 fn start_elector(
     client: &crate::kube::KubeClient,
     a: &LeaderElectArgs,
     id: &str,
-    claim: bool,
+    (claim, home): (bool, Option<String>),
 ) -> Result<LeaderElection> {
     let timing = timing(a)?;
     let name = lease_name(a.leader_elect_resource_name.as_deref(), id)?;
     let mut elector = leader::Elector::new(&leader::default_identity(), timing);
     if claim {
         elector = elector.claiming();
+    }
+    if let Some(home) = home {
+        elector = elector.with_home(home);
     }
     LeaderElection::start(client, &name, elector).map_err(crate::controller::tick::kube_error)
 }

@@ -359,12 +359,13 @@ impl Env {
         })
     }
 
-    /// The holder of the app's leader-election Lease (`podalloc-<app id>`) when one holds it
-    /// and its `renewTime` + `leaseDurationSeconds` has not passed by our clock; `None`
-    /// otherwise, also when the Lease cannot be read (logged at debug: RBAC may not grant
-    /// leases).
+    /// The live holder of the app's leader-election Lease (`podalloc-<app id>`), read again
+    /// and judged as [`super::home::read_lease`] does (a Lease judged stale when the command
+    /// looked for the app's home is not watched again); `None` when nobody holds it or it
+    /// cannot be read (logged at debug: RBAC may not grant leases).
     pub(super) fn lease_leader(&self) -> Option<String> {
-        super::home::live_leader(&self.client, &self.app.app_id)
+        let stale = self.found.stale_lease.as_deref();
+        super::home::read_lease(&self.client, &self.app.app_id, stale).leader
     }
 
     /// Refuses (exit 3) a command that acts on the app by itself (`reconcile`, a `run`

@@ -6,17 +6,24 @@
 //! - a state ConfigMap of podalloc's labelled for the app (`spark-app-selector=<app id>`,
 //!   `app.kubernetes.io/managed-by=podalloc`: every state ConfigMap carries both, whatever its
 //!   name), with its holder record when a `run` loop owns it,
-//! - the app's leader-election Lease `podalloc-<app id>` and its live holder,
+//! - the app's leader-election Lease `podalloc-<app id>`, its live holder and the home that
+//!   holder recorded in it ([`crate::controller::leader::HOME`]),
 //!
 //! and [`choose`] picks the store from what it found and `--state-store`: the ExecutorSet
-//! ([`crate::store::executorset`]), the ConfigMap or the state file. A read the RBAC
-//! forbids (403) is skipped: the command then sees less, as before this search existed.
+//! ([`crate::store::executorset`]), the ConfigMap or the state file. A live leader's
+//! recorded home wins over every other home found (a leftover); a command given another
+//! store exits 2 naming both. A read the RBAC forbids (403) is skipped: the command then
+//! sees less, as before this search existed.
+//!
+//! Whether the Lease's holder is live is judged as the election judges it, never by
+//! comparing the holder's `renewTime` with this host's clock alone ([`read_lease`]).
 
 use crate::cli::StateStoreKind;
+use crate::controller::leader::{self, Observed};
 use crate::error::{Error, Result};
 use crate::kube::{KubeClient, ListParams, CONFIG_MAPS, EXECUTOR_SETS, LEASES};
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// One of an app's homes in its namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +51,12 @@ pub(super) struct Found {
     pub(super) homes: Vec<(Home, Option<String>)>,
     /// The live holder of the app's Lease, as `the leader ID (lease NAME)`.
     pub(super) leader: Option<String>,
+    /// The home that live holder recorded in the Lease ([`leader::HOME`]); `None` also for
+    /// a Lease written by an older podalloc (the homes found then decide, as before).
+    pub(super) leader_home: Option<StateStoreKind>,
+    /// The `resourceVersion` of a Lease judged stale ([`read_lease`]): read again with
+    /// this version, it is not watched a second time.
+    pub(super) stale_lease: Option<String>,
 }
 
 impl Found {
@@ -117,28 +130,159 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
             .map(|(h, age)| format!("{h} (renewed {age}s ago)"));
         found.homes.push((Home::ConfigMap(name.to_string()), owner));
     }
-    found.leader = live_leader(client, app_id);
+    let lease = read_lease(client, app_id, None);
+    (found.leader, found.leader_home) = (lease.leader, lease.home);
+    found.stale_lease = lease.stale;
     Ok(found)
 }
 
-/// The holder of the app's leader-election Lease (`podalloc-<app id>`) when one holds it
-/// and its `renewTime` + `leaseDurationSeconds` has not passed by our clock, as `the leader
-/// ID (lease NAME)`; `None` otherwise, also when the Lease cannot be read (logged at debug:
-/// RBAC may not grant leases).
-pub(super) fn live_leader(client: &KubeClient, app_id: &str) -> Option<String> {
-    let name = crate::controller::leader::default_lease_name(app_id);
-    let lease = match client.api(&LEASES).get(&name) {
-        Ok(l) => l?,
+/// How often [`read_lease`] reads a Lease again while it watches whether it changes.
+const WATCH_POLL: Duration = Duration::from_millis(250);
+
+/// The longest [`read_lease`] watches a Lease (its `leaseDurationSeconds` may say more).
+const WATCH_MAX: Duration = Duration::from_secs(60);
+
+/// The app's Lease as a command judges it ([`read_lease`]).
+#[derive(Clone, Debug, Default)]
+pub(super) struct LeaseSeen {
+    /// Its live holder, as `the leader ID (lease NAME)`.
+    pub(super) leader: Option<String>,
+    /// The home that holder recorded ([`leader::HOME`]), when it did.
+    pub(super) home: Option<StateStoreKind>,
+    /// The `resourceVersion` of a Lease judged stale.
+    pub(super) stale: Option<String>,
+}
+
+/// Reads the app's leader-election Lease (`podalloc-<app id>`) and judges whether its
+/// holder is live, as the election does: by the record changing, on this host's clock.
+///
+/// - no Lease, no holder (released, or emptied by hand), or the version `stale` (judged
+///   before): no leader;
+/// - a holder whose `renewTime` + `leaseDurationSeconds` is still ahead of this host's
+///   clock: live at once (no wait; a holder whose clock runs ahead of ours is only taken
+///   as live for longer, the safe side: commands hand over or refuse);
+/// - a `renewTime` that looks expired (or does not parse): the holder may be live with a
+///   clock behind ours, so the Lease is read every 250 ms for up to its lease duration
+///   (at most 60 s): a change means live (a live leader renews every retry period, 2 s by
+///   default, so this costs about that), no change for the whole duration means stale (a
+///   killed leader nobody took over from: the one case that waits the full duration).
+///
+/// A Lease that cannot be read counts as none (logged at debug: RBAC may not grant
+/// leases); a read that fails while watching keeps the holder live.
+pub(super) fn read_lease(client: &KubeClient, app_id: &str, stale: Option<&str>) -> LeaseSeen {
+    let name = leader::default_lease_name(app_id);
+    let get = || match client.api(&LEASES).get(&name) {
+        Ok(l) => Some(l.map(|v| Observed::from_lease(&v))),
         Err(e) => {
             log::debug!("lease {name} not read: {e}");
-            return None;
+            None
         }
     };
-    let r = crate::controller::leader::Observed::from_lease(&lease).record;
-    let renewed = humantime::parse_rfc3339_weak(&r.renew_time).ok()?;
-    let until = renewed + Duration::from_secs(r.lease_duration_seconds);
-    (!r.holder_identity.is_empty() && until > SystemTime::now())
-        .then(|| format!("the leader {} (lease {name})", r.holder_identity))
+    let Some(Some(seen)) = get() else {
+        return LeaseSeen::default();
+    };
+    let held = !seen.record.holder_identity.is_empty();
+    if !held || stale == Some(seen.resource_version.as_str()) || !looks_expired(&seen) {
+        return live(&name, held.then_some(&seen));
+    }
+    let lease_s = match seen.record.lease_duration_seconds {
+        0 => leader::DEFAULT_LEASE_DURATION,
+        s => Duration::from_secs(s),
+    };
+    let watch = lease_s.min(WATCH_MAX);
+    let holder = &seen.record.holder_identity;
+    log::info!(
+        "lease {name} names {holder} but its renewTime {:?} looks over {} old by this host's \
+         clock: watching it for up to {} to see whether {holder} still renews it",
+        seen.record.renew_time,
+        humantime::format_duration(lease_s),
+        humantime::format_duration(watch)
+    );
+    let end = Instant::now() + watch;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        std::thread::sleep(WATCH_POLL.min(left));
+        match get() {
+            None => return live(&name, Some(&seen)),
+            Some(None) => return LeaseSeen::default(),
+            Some(Some(o)) if o.resource_version != seen.resource_version => {
+                let held = !o.record.holder_identity.is_empty();
+                return live(&name, held.then_some(&o));
+            }
+            Some(Some(_)) => {}
+        }
+    }
+    log::info!(
+        "lease {name}: {holder} did not renew it for {}: taken as stopped",
+        humantime::format_duration(watch)
+    );
+    LeaseSeen {
+        stale: Some(seen.resource_version),
+        ..LeaseSeen::default()
+    }
+}
+
+/// Whether `lease`'s `renewTime` + `leaseDurationSeconds` has passed by this host's clock
+/// (or its `renewTime` does not parse).
+fn looks_expired(lease: &Observed) -> bool {
+    let r = &lease.record;
+    let Ok(renewed) = humantime::parse_rfc3339_weak(&r.renew_time) else {
+        return true;
+    };
+    let until = renewed.checked_add(Duration::from_secs(r.lease_duration_seconds));
+    until.is_some_and(|u| u <= SystemTime::now())
+}
+
+/// `lease` of Lease `name` taken as held by a live leader (`None`: no leader).
+fn live(name: &str, lease: Option<&Observed>) -> LeaseSeen {
+    let Some(o) = lease else {
+        return LeaseSeen::default();
+    };
+    let home = o.record.home.as_deref().and_then(|m| {
+        let parsed = parse_mark(m);
+        if parsed.is_none() {
+            log::warn!(
+                "lease {name}: {} {m:?} is not a home podalloc writes; ignored",
+                leader::HOME
+            );
+        }
+        parsed
+    });
+    LeaseSeen {
+        leader: Some(format!(
+            "the leader {} (lease {name})",
+            o.record.holder_identity
+        )),
+        home,
+        stale: None,
+    }
+}
+
+/// The Lease's home annotation ([`leader::HOME`]) for store `kind`: `file`,
+/// `configmap/NAME` or `executorset/NAME`.
+pub(super) fn mark(kind: &StateStoreKind) -> String {
+    match kind {
+        StateStoreKind::File => "file".to_string(),
+        StateStoreKind::ConfigMap(n) => format!("configmap/{n}"),
+        StateStoreKind::ExecutorSet(n) => format!("executorset/{n}"),
+    }
+}
+
+/// The store a home annotation names (`None`: not a value [`mark`] writes).
+fn parse_mark(m: &str) -> Option<StateStoreKind> {
+    let flag = m.replacen('/', ":", 1);
+    (m == "file" || flag != m)
+        .then(|| crate::cli::parse_state_store(&flag).ok())
+        .flatten()
+}
+
+/// `kind` in a message: `the state file`, `ConfigMap NAME`, `ExecutorSet NAME`.
+fn describe(kind: &StateStoreKind) -> String {
+    home_of(kind).map_or("the state file".to_string(), |h| h.to_string())
+}
+
+/// The `--state-store` value naming `kind`.
+fn flag(kind: &StateStoreKind) -> String {
+    mark(kind).replacen('/', ":", 1)
 }
 
 /// The store `given` (`--state-store`) names, as a home (`None`: the state file).
@@ -166,6 +310,9 @@ pub(super) fn choose(
     app_id: &str,
     ns: &str,
 ) -> Result<StateStoreKind> {
+    if let (Some(who), Some(home)) = (&found.leader, &found.leader_home) {
+        return leaders_home(given, found, (who, home), app_id, ns);
+    }
     if let Some(g) = given {
         let mine = home_of(g);
         match found.running() {
@@ -200,6 +347,47 @@ pub(super) fn choose(
     }
 }
 
+/// [`choose`] when a live leader, `who`, recorded its `home` in the Lease: a store given
+/// that is not that home is refused (exit 2, naming both and how to target the leader's);
+/// without one, the leader's home, with one line naming the other homes found (leftovers
+/// the leader never reads, left alone).
+fn leaders_home(
+    given: Option<&StateStoreKind>,
+    found: &Found,
+    (who, home): (&str, &StateStoreKind),
+    app_id: &str,
+    ns: &str,
+) -> Result<StateStoreKind> {
+    let lhs = describe(home);
+    let recorded = format!("recorded in its lease as {}={}", leader::HOME, mark(home));
+    if let Some(g) = given.filter(|g| *g != home) {
+        let target = match home {
+            StateStoreKind::File => "run the command on the leader's host".to_string(),
+            h => format!("give --state-store {}", flag(h)),
+        };
+        return Err(Error::usage(format!(
+            "app {app_id}'s running controller, {who}, uses its {lhs} in namespace {ns} \
+             ({recorded}); this command was given {} (--state-store), which that leader never \
+             reads: nothing done. Drop --state-store, or {target}",
+            describe(g)
+        )));
+    }
+    let mine = home_of(home);
+    let others: Vec<String> = (found.homes.iter())
+        .filter(|(h, _)| Some(h) != mine.as_ref())
+        .map(|(h, _)| h.to_string())
+        .collect();
+    if given.is_none() && !others.is_empty() {
+        log::warn!(
+            "app {app_id}: {} in namespace {ns} not in use: {who} uses its {lhs} ({recorded}); \
+             left alone (delete it if it is a leftover)",
+            others.join(", ")
+        );
+    }
+    log::debug!("app {app_id}'s home: {who}'s {lhs} in namespace {ns}");
+    Ok(home.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,7 +404,84 @@ mod tests {
                 })
                 .collect(),
             leader: leader.then(|| "the leader pod-a (lease podalloc-app)".to_string()),
+            ..Found::default()
         }
+    }
+
+    /// [`found`] under a live leader that recorded `home` in its Lease.
+    fn led(homes: &[(&str, bool)], home: StateStoreKind) -> Found {
+        Found {
+            leader_home: Some(home),
+            ..found(homes, true)
+        }
+    }
+
+    #[test]
+    fn a_leader_s_recorded_home_wins_and_another_store_is_refused_naming_both() {
+        let es = StateStoreKind::ExecutorSet("set".to_string());
+        // A leftover state ConfigMap beside the leader's ExecutorSet.
+        let f = led(&[("es:set", false), ("podalloc-app", false)], es.clone());
+        assert_eq!(choose(None, &f, "app", "ns").unwrap(), es);
+        assert_eq!(choose(Some(&es), &f, "app", "ns").unwrap(), es);
+        let e = choose(Some(&cm("podalloc-app")), &f, "app", "ns").unwrap_err();
+        assert_eq!(e.code, crate::error::ExitCode::Usage);
+        for part in [
+            "the leader pod-a",
+            "ExecutorSet set",
+            "podalloc.io/home=executorset/set",
+            "ConfigMap podalloc-app",
+            "give --state-store executorset:set",
+        ] {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
+        // Even a fresh holder record elsewhere does not outvote the Lease.
+        let f = led(&[("es:set", false), ("st", true)], es.clone());
+        assert_eq!(choose(None, &f, "app", "ns").unwrap(), es);
+        // A leader on its host's state file: the file, never a leftover ConfigMap.
+        let f = led(&[("st", false)], StateStoreKind::File);
+        assert_eq!(choose(None, &f, "app", "ns").unwrap(), StateStoreKind::File);
+        let e = choose(Some(&cm("st")), &f, "app", "ns").unwrap_err();
+        assert!(e.message.contains("the leader's host"), "{}", e.message);
+    }
+
+    #[test]
+    fn home_marks_round_trip_and_others_are_ignored() {
+        for k in [
+            StateStoreKind::File,
+            cm("podalloc-app"),
+            StateStoreKind::ExecutorSet("etl".to_string()),
+        ] {
+            assert_eq!(parse_mark(&mark(&k)), Some(k));
+        }
+        assert_eq!(mark(&cm("x")), "configmap/x");
+        for bad in [
+            "",
+            "files",
+            "configmap:x",
+            "configmap/",
+            "pod/x",
+            "executorset/X_",
+        ] {
+            assert_eq!(parse_mark(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_renew_time_is_only_a_hint_that_the_lease_may_be_stale() {
+        let lease = |renew: &str, secs: u64| Observed {
+            record: leader::LeaseRecord {
+                holder_identity: "a".into(),
+                lease_duration_seconds: secs,
+                renew_time: renew.into(),
+                ..Default::default()
+            },
+            ..Observed::default()
+        };
+        let now = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
+        assert!(!looks_expired(&lease(&now, 15)));
+        assert!(!looks_expired(&lease("2999-01-01T00:00:00.000000Z", 15)));
+        assert!(looks_expired(&lease("2001-01-01T00:00:00.000000Z", 15)));
+        assert!(looks_expired(&lease("", 15)));
     }
 
     fn cm(n: &str) -> StateStoreKind {

@@ -144,7 +144,16 @@ pub(crate) struct LeaseRecord {
     pub renew_time: String,
     /// `spec.leaseTransitions`.
     pub lease_transitions: u64,
+    /// The [`HOME`] annotation: where the holder keeps the app's intent and state, when it
+    /// says (`None`: a Lease written by an older podalloc, by `apps`, or released).
+    pub home: Option<String>,
 }
+
+/// The annotation a `run --leader-elect` holder writes on acquire and keeps on every
+/// renewal, naming the home it uses: `executorset/NAME`, `configmap/NAME` or `file` (its
+/// host's state file). Commands read it to find the leader's home
+/// (`crate::commands::home`); a release drops it with the holder.
+pub(crate) const HOME: &str = "podalloc.io/home";
 
 /// The annotation a release writes (`ReleaseOnCancel`), naming the identity that gave the
 /// Lease up. Only a Lease with an empty holder *and* this mark counts as released: a holder
@@ -202,10 +211,9 @@ impl Observed {
             acquire_time: acquire,
             renew_time: renew,
             lease_transitions: n("leaseTransitions", 0),
+            home: annotation(v, HOME),
         };
-        let released_by = v["metadata"]["annotations"][RELEASED_BY]
-            .as_str()
-            .map(str::to_string);
+        let released_by = annotation(v, RELEASED_BY);
         Observed {
             record,
             resource_version: v["metadata"]["resourceVersion"]
@@ -227,6 +235,13 @@ impl Observed {
     fn names(&self, identity: &str) -> bool {
         !self.unreadable && self.record.holder_identity == identity
     }
+}
+
+/// Annotation `key` of object `v`, when it is a string.
+fn annotation(v: &Value, key: &str) -> Option<String> {
+    v["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
 }
 
 impl LeaseRecord {
@@ -254,6 +269,9 @@ impl LeaseRecord {
         });
         if let Some(rv) = resource_version {
             lease["metadata"]["resourceVersion"] = json!(rv);
+        }
+        if let Some(home) = &self.home {
+            lease["metadata"]["annotations"] = json!({ HOME: home });
         }
         lease
     }
@@ -285,7 +303,7 @@ impl Write {
             } => record.to_lease(name, Some(resource_version)),
         };
         if let Some(who) = released_by {
-            v["metadata"]["annotations"] = json!({ RELEASED_BY: who });
+            v["metadata"]["annotations"][RELEASED_BY] = json!(who);
         }
         v
     }
@@ -329,6 +347,8 @@ pub(crate) struct Elector {
     claim: bool,
     /// When we first read the Lease.
     first_seen_at: Option<Duration>,
+    /// The [`HOME`] annotation our writes carry as holder ([`Elector::with_home`]).
+    home: Option<String>,
 }
 
 impl Elector {
@@ -343,7 +363,16 @@ impl Elector {
             renewed_at: None,
             claim: false,
             first_seen_at: None,
+            home: None,
         }
+    }
+
+    /// Our writes as holder (acquire and every renewal) carry the [`HOME`] annotation
+    /// `home` (`executorset/NAME`, `configmap/NAME`, `file`), so that commands find the
+    /// home this process uses.
+    pub(crate) fn with_home(mut self, home: String) -> Elector {
+        self.home = Some(home);
+        self
     }
 
     /// Claim mode, for a process that is meant to run alone (`apps` without
@@ -421,6 +450,7 @@ impl Elector {
             acquire_time: stamp.clone(),
             renew_time: stamp,
             lease_transitions: 0,
+            home: self.home.clone(),
         }
     }
 
@@ -537,6 +567,7 @@ impl Elector {
                 acquire_time: stamp.clone(),
                 renew_time: stamp,
                 lease_transitions: o.record.lease_transitions,
+                home: None,
             },
             resource_version: o.resource_version.clone(),
         })
@@ -938,6 +969,7 @@ mod tests {
                 acquire_time: "a".into(),
                 renew_time: renew.into(),
                 lease_transitions: transitions,
+                home: None,
             },
             resource_version: rv.into(),
             ..Observed::default()
@@ -1259,6 +1291,29 @@ mod tests {
             !Observed::from_lease(&unmarked).released(),
             "emptied by hand"
         );
+    }
+
+    #[test]
+    fn the_holder_s_home_is_written_on_acquire_kept_on_renew_and_dropped_on_release() {
+        let mut a = Elector::new("a", timing()).with_home("executorset/etl".into());
+        let w = first_create(&mut a, 3 * S, 0);
+        let v = w.to_lease("l", None);
+        assert_eq!(v["metadata"]["annotations"][HOME], "executorset/etl");
+        let held = Observed::from_lease(&v);
+        assert_eq!(held.record.home.as_deref(), Some("executorset/etl"));
+        a.written(held.clone(), 3 * S);
+        let fast = a.fast_renew(4 * S, 0).unwrap().to_lease("l", None);
+        assert_eq!(fast["metadata"]["annotations"][HOME], "executorset/etl");
+        let slow = a.observe(Some(held), 4 * S, 0).unwrap();
+        assert_eq!(update_of(&slow).0.home.as_deref(), Some("executorset/etl"));
+        let rel = a.release(0).unwrap().to_lease("l", Some("a"));
+        assert_eq!(rel["metadata"]["annotations"], json!({ RELEASED_BY: "a" }));
+        // A standby taking a Lease over writes its own home.
+        let mut b = Elector::new("b", timing()).with_home("configmap/st".into());
+        let mut released = Observed::from_lease(&rel);
+        released.resource_version = "2".into();
+        let w = b.observe(Some(released), 5 * S, 0).unwrap();
+        assert_eq!(update_of(&w).0.home.as_deref(), Some("configmap/st"));
     }
 
     #[test]

@@ -524,6 +524,17 @@ fn apps_short_help_lists_the_defaults_not_the_one_app_flags() {
     }
 }
 
+/// Every one-app command's `-h` shows `--state-store`: where the app's target lives is the
+/// first thing a steering command needs (it was only in `--help`).
+#[test]
+fn one_app_commands_short_help_shows_the_state_store() {
+    for cmd in ["run", "reconcile", "scale", "add", "remove", "status"] {
+        let out = podalloc().args([cmd, "-h"]).output().unwrap();
+        let text = crate::util::stdout(&out);
+        assert!(text.contains("--state-store <STORE>"), "{cmd}: {text}");
+    }
+}
+
 /// Two `apps` processes on one namespace with file stores (each its own state directory,
 /// as two pods with emptyDirs): the second finds the apps Lease held and renewed and
 /// refuses with exit 3 and one clear line; the first keeps every app at its target with no

@@ -153,6 +153,7 @@ const CONNECTED: &[&str] = &[
     "kubeconfig",
     "context",
     "simulate",
+    "state_store",
 ];
 
 /// [`CONNECTED`] plus what a command that may create pods needs.
@@ -163,6 +164,7 @@ const CREATING: &[&str] = &[
     "kubeconfig",
     "context",
     "simulate",
+    "state_store",
     "template",
     "image",
     "batch_size",

@@ -448,6 +448,12 @@ both!(
         let status: Value = serde_json::from_str(&status).unwrap();
         assert_eq!(status["profiles"]["0"]["target"], 4, "{status}");
         assert_eq!(status["profiles"]["1"]["running"], 3, "{status}");
+        // The app's counts are totals, its target too (it was profile 0's: 4 of 7 running).
+        assert_eq!(
+            (&status["target"], &status["running"]),
+            (&json!(7), &json!(7)),
+            "{status}"
+        );
         // Without --state-store the commands find the home: profile 1's ExecutorSet is part
         // of it, not a second home.
         let found = e.ok_out(&["status", "-o", "json"]);

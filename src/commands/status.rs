@@ -18,7 +18,8 @@ pub struct StatusCounts {
     pub namespace: String,
     /// The state file.
     pub state_file: String,
-    /// The target (total expected executors), if one was ever set.
+    /// The target (total expected executors), if one was ever set: with resource profiles,
+    /// the sum of every profile's (each one's is in `profiles`).
     pub target: Option<u32>,
     /// Running executors.
     pub running: u32,
@@ -180,7 +181,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         app_id: env.app.app_id.clone(),
         namespace: env.client.namespace().to_string(),
         state_file: env.state_location(),
-        target: state.target,
+        target: total_target(&state),
         running: count(ExecutorState::Running),
         pending: count(ExecutorState::Pending),
         unacknowledged: unack,
@@ -205,6 +206,14 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         Output::Json => super::print_out(&serde_json::to_string_pretty(&c).expect("serializes")),
         Output::Text => super::print_out(&text(&c)),
     }
+}
+
+/// The app's target over all its resource profiles (`None`: none was ever set), as the
+/// counts beside it are: profile 0's alone read as "target 2, running 5" for an app with 3
+/// running in profile 1.
+fn total_target(state: &alloc::AllocatorState) -> Option<u32> {
+    let all = state.targets();
+    (!all.is_empty()).then(|| all.values().fold(0u32, |t, n| t.saturating_add(*n)))
 }
 
 /// Why the plan says the app is not converged: the blocked reason, then what the next tick

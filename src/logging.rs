@@ -203,7 +203,8 @@ struct Seen {
 /// A warning identical to one logged less than a minute ago (digits aside: tick numbers,
 /// retry counts and delays differ during an outage) is held back and counted; the next one
 /// after the minute is logged with `(… N more times in the last minute)`, and [`finish`]
-/// reports what is still held. Warnings of target `podalloc::security` (TLS verification
+/// reports what is still held, as history (`held back before exit, N more time(s) in the
+/// last minute, the last: …`: a "retrying next tick" in it is not a promise). Warnings of target `podalloc::security` (TLS verification
 /// off) are never collapsed: they are meant to be seen every tick; nor are the lines of
 /// leader election ([`LEADER_LINES`]): each change of leadership is shown. A warning still
 /// held at exit is reported by [`finish`] on the line of the app it was about.
@@ -352,7 +353,10 @@ impl log::Log for Capped {
             self.context.set_app((!id.is_empty()).then_some((id, ns)));
             self.inner.log(
                 &log::Record::builder()
-                    .args(format_args!("{text} (… {n} more times in the last minute)"))
+                    .args(format_args!(
+                        "held back before exit, {n} more time(s) in the last minute, the \
+                         last: {text}"
+                    ))
                     .level(level)
                     .target(&target)
                     .build(),

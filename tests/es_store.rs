@@ -594,3 +594,79 @@ both!(
         e.wait_for("2 executors", |e| e.live().len() == 2);
     }
 );
+
+/// The live executor ids of the test's app, sorted.
+fn live_ids(e: &Env) -> Vec<u64> {
+    let mut ids: Vec<u64> = live_profiles(e).into_iter().map(|(id, _)| id).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Removes executor `id` through ExecutorSet `name` and waits until its controller applied
+/// it and converged on `left`.
+fn remove_one(e: &Env, name: &str, id: u64, left: u64) {
+    e.ok(&[
+        "--state-store",
+        &format!("executorset:{name}"),
+        "remove",
+        &id.to_string(),
+    ]);
+    wait_es(e, name, "the removal applied", |o| converged(o, left));
+    e.wait_for("the removed executor gone", |e| !live_ids(e).contains(&id));
+}
+
+both!(
+    a_home_deleted_or_wiped_under_a_loop_never_reuses_an_id,
+    "reuse",
+    Pods::default(),
+    |e| {
+        // Reported: the id counter lives only in the status, so after `kubectl delete es` or
+        // a wiped status.allocator a new home handed out ids again; the loop whose
+        // ExecutorSet was deleted exited "no target".
+        let run = Bg(Some(start_run(
+            e,
+            "reuse",
+            &["--target", "3", "--interval", "300ms"],
+        )));
+        wait_es(e, "reuse", "3 running", |o| converged(o, 3));
+        remove_one(e, "reuse", 3, 2);
+        kubectl(e, &["delete", "es", "reuse"]);
+        let o = wait_es(e, "reuse", "the home recreated", |o| {
+            o["status"]["allocator"]["last_executor_id"].as_u64() >= Some(3)
+        });
+        assert_eq!(o["spec"]["replicas"], 2, "its last spec: {o}");
+        kubectl(e, &["scale", "es", "reuse", "--replicas", "3"]);
+        wait_es(e, "reuse", "3 running again", |o| converged(o, 3));
+        assert_eq!(live_ids(e), [1, 2, 4], "id 3 is not handed out again");
+        // A wiped status: the loop writes its last state back.
+        remove_one(e, "reuse", 4, 2);
+        kubectl(
+            e,
+            &[
+                "patch",
+                "es",
+                "reuse",
+                "--subresource=status",
+                "--type=json",
+                "-p",
+                r#"[{"op":"remove","path":"/status/allocator"}]"#,
+            ],
+        );
+        kubectl(e, &["scale", "es", "reuse", "--replicas", "3"]);
+        wait_es(e, "reuse", "3 running after the wipe", |o| converged(o, 3));
+        assert_eq!(live_ids(e), [1, 2, 5], "id 4 is not handed out again");
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert!(err.contains("recreated from its last known spec"), "{err}");
+        assert!(err.contains("status.allocator is gone"), "{err}");
+        let events = kubectl(e, &["get", "events", "-o", "json"]);
+        let events: Value = serde_json::from_str(&events).unwrap();
+        let mut reasons: Vec<&str> = (events["items"].as_array().unwrap().iter())
+            .filter_map(|ev| ev["reason"].as_str())
+            .filter(|r| matches!(*r, "Recreated" | "StateRestored"))
+            .collect();
+        reasons.sort_unstable();
+        assert_eq!(reasons, ["Recreated", "StateRestored"], "{events}");
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);

@@ -24,6 +24,10 @@
 //!   `spec.appId`, `spec.replicas` seeded by the state's target, i.e. `--target`), then
 //!   writes its status. An existing object of another app (`spec.appId`) is refused (exit 2,
 //!   naming both).
+//! - **Deleted or wiped under a running loop**: a store that loaded or saved a state creates
+//!   the home again from its last read, or writes the state back into a wiped status, with a
+//!   log line and a Warning Event (`Recreated`, `StateRestored`), so the loop goes on at its
+//!   target and its id counter never goes back.
 //! - **Resource profiles**: the object `NAME` is profile 0's, the app's home (its status
 //!   holds the state and the one id counter). Each other profile P has an object of its own
 //!   (`spec.resourceProfile: P`, label `spark-app-selector`, found by one list by that label;
@@ -509,6 +513,77 @@ impl ExecutorSetStore<'_> {
         })
     }
 
+    /// Creates the home again as `last` (its last read) had it, after it was deleted under
+    /// this store, which had loaded or saved `prev`: same labels, annotations and spec, less
+    /// the removals `prev` applied. Logged and posted as a Warning Event `Recreated`; one
+    /// created meanwhile by someone else is read instead. Errors: as [`Self::create`].
+    fn recreate(&self, last: &Value, prev: &AllocatorState) -> Result<Value, StoreError> {
+        let mut spec = last["spec"].clone();
+        if let Some(list) = spec["removals"].as_array_mut() {
+            list.retain(|r| !(prev.applied_requests.iter()).any(|a| r["request"] == a.as_str()));
+        }
+        let meta = &last["metadata"];
+        let mut es = json!({
+            "apiVersion": API_VERSION,
+            "kind": "ExecutorSet",
+            "metadata": {"name": self.name, "labels": meta["labels"],
+                         "annotations": meta["annotations"]},
+            "spec": spec,
+        });
+        without_nulls(&mut es);
+        let created = match self.sets.create(&es, &PostParams::default()) {
+            Ok(c) => c.object,
+            Err(e) if e.is_already_exists() => return self.read()?.ok_or_else(|| self.conflict()),
+            Err(e) => return Err(self.backend(e)),
+        };
+        let replicas = (es["spec"]["replicas"].as_u64())
+            .map_or_else(|| "unset".to_string(), |n| n.to_string());
+        let why = format!(
+            "{} was deleted under its running controller: recreated from its last known spec \
+             (spec.replicas {replicas}) with the controller's last state (executor ids above \
+             {} only); to stop the app, scale it to 0 or stop the controller",
+            self.what(),
+            prev.highest_id()
+        );
+        log::warn!("{why}");
+        let uid = created["metadata"]["uid"].as_str().unwrap_or_default();
+        self.event("Recreated", &why, (&self.name, uid));
+        Ok(created)
+    }
+
+    /// The state to go on with when the loaded home has no `status.allocator` though this
+    /// store loaded or saved `prev` (the home `recreated`, or its status wiped): `prev`
+    /// itself, written back into the status at once (the id counter never goes back, no id
+    /// is handed out twice); a wiped status is logged and posted as a Warning Event
+    /// `StateRestored`. `None` without `prev`. Errors: as `save`'s status write.
+    fn restore(
+        &mut self,
+        prev: Option<AllocatorState>,
+        recreated: bool,
+    ) -> Result<Option<AllocatorState>, StoreError> {
+        let Some(prev) = prev else {
+            return Ok(None);
+        };
+        if !recreated {
+            let why = format!(
+                "{}: status.allocator is gone (the status was wiped): restored from the \
+                 controller's last state (executor ids above {} only)",
+                self.what(),
+                prev.highest_id()
+            );
+            log::warn!("{why}");
+            let uid = (self.loaded.as_ref())
+                .and_then(|es| es["metadata"]["uid"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            self.event("StateRestored", &why, (&self.name, &uid));
+        }
+        let status = self.compose(Some(&prev));
+        self.put_home(status)?;
+        self.state = Some(prev.clone());
+        Ok(Some(prev))
+    }
+
     /// The removals of the ExecutorSet not yet applied, oldest first, for `status` and
     /// `--wait`. Errors: as `load`.
     pub(crate) fn queued(mut self) -> Result<Vec<Steering>, StoreError> {
@@ -665,20 +740,31 @@ impl StateStore for ExecutorSetStore<'_> {
         self.what()
     }
 
+    /// Reads the home and the profiles' objects, and the state from the home's status. A
+    /// home deleted, or its `status.allocator` wiped, under this store after it loaded or
+    /// saved a state (a running loop) is recreated from its last known spec and given that
+    /// state back ([`Self::recreate`], [`Self::restore`]), so the loop goes on at its target
+    /// and its id counter never goes back.
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         let (es, profiles) = self.read_all()?;
+        let prev = self.state.take();
+        let last = self.loaded.take();
+        let recreated = es.is_none() && last.is_some() && prev.is_some();
+        let es = match (es, last, &prev) {
+            (None, Some(last), Some(p)) => Some(self.recreate(&last, p)?),
+            (es, _, _) => es,
+        };
         self.generation = es
             .as_ref()
             .and_then(|e| e["metadata"]["generation"].as_i64());
         self.loaded = es;
         self.profiles = profiles;
-        self.state = None;
         let Some(es) = &self.loaded else {
             return Ok(None);
         };
         let allocator = &es["status"]["allocator"];
         if !allocator.is_object() {
-            return Ok(None);
+            return self.restore(prev, recreated);
         }
         let bytes = serde_json::to_vec(allocator).expect("JSON serializes");
         let mut state = parse(&bytes).map_err(|why| {
@@ -1288,6 +1374,78 @@ mod tests {
             "people's annotations kept"
         );
         assert_eq!(e["spec"]["replicas"], 41);
+    }
+
+    /// The reasons of the Events posted so far.
+    fn event_reasons(f: &FakeEs) -> Vec<String> {
+        (f.server.recorded().iter())
+            .filter(|r| r.path().contains("/events"))
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["reason"].to_string())
+            .collect()
+    }
+
+    /// A store that saved a state at target 3 with ids up to 7 handed out and removal r1
+    /// applied (its spec: replicas 3, removals r1 and r2, an annotation of people's).
+    fn saved_at_7(f: &FakeEs) -> (ExecutorSetStore<'_>, AllocatorState) {
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", true);
+        store.load().unwrap();
+        let mut st = AllocatorState::new();
+        st.target = Some(3);
+        st.last_executor_id = 7;
+        st.applied_requests = vec!["r1".into()];
+        store.save(&st).unwrap();
+        let mut o = f.obj();
+        o["metadata"]["annotations"] = json!({"team": "etl"});
+        o["spec"]["removals"] = json!([{"request": "r1", "executors": [2]},
+                                       {"request": "r2", "executors": [5]}]);
+        *f.obj.lock().unwrap() = Some(o);
+        assert_eq!(store.load().unwrap(), Some(st.clone()));
+        (store, st)
+    }
+
+    #[test]
+    fn a_home_deleted_under_a_loop_is_recreated_with_its_last_state() {
+        let f = FakeEs::new();
+        let (mut store, st) = saved_at_7(&f);
+        *f.obj.lock().unwrap() = None;
+        assert!(store.intent_changed().unwrap());
+        assert_eq!(
+            store.load().unwrap(),
+            Some(st),
+            "the loop goes on: no 'no target'"
+        );
+        let o = f.obj();
+        assert_eq!(o["spec"]["replicas"], 3);
+        assert_eq!(o["metadata"]["labels"][LABEL_APP], "app");
+        assert_eq!(o["metadata"]["annotations"]["team"], "etl");
+        assert_eq!(
+            o["spec"]["removals"],
+            json!([{"request": "r2", "executors": [5]}]),
+            "the applied removal is not brought back"
+        );
+        assert_eq!(o["status"]["allocator"]["last_executor_id"], 7);
+        assert_eq!(store.home_target(), Some(3));
+        assert_eq!(event_reasons(&f), ["\"Recreated\""]);
+        // A fresh process (a command) has no state to give back: nothing is created.
+        *f.obj.lock().unwrap() = None;
+        let mut fresh = ExecutorSetStore::new(&f.client, "etl", "app", true);
+        assert_eq!(fresh.load().unwrap(), None);
+        assert!(f.obj.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_wiped_state_is_restored_from_the_loops_last_state() {
+        let f = FakeEs::new();
+        let (mut store, st) = saved_at_7(&f);
+        let mut o = f.obj();
+        o["status"] = json!({});
+        *f.obj.lock().unwrap() = Some(o);
+        assert_eq!(store.load().unwrap(), Some(st));
+        assert_eq!(f.obj()["status"]["allocator"]["last_executor_id"], 7);
+        assert_eq!(f.obj()["status"]["appliedRemovals"], json!(["r1"]));
+        assert_eq!(event_reasons(&f), ["\"StateRestored\""]);
+        store.load().unwrap();
+        assert_eq!(event_reasons(&f).len(), 1, "restored once");
     }
 
     #[test]

@@ -1603,3 +1603,41 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Ids are never reused, even by a state whose counter is behind the cluster (a home
+    /// recreated, its status wiped, a state written by hand): every id the step hands out is
+    /// above every id the snapshot shows, in any state, and above every id handed out before.
+    #[test]
+    fn ids_never_reused_when_the_counter_is_behind_the_snapshot(
+        pods in proptest::collection::btree_map(1u64..500, 0usize..6, 0..20),
+        counter in 0u64..500,
+        targets in proptest::collection::vec(0u32..40, 1..8),
+    ) {
+        use ExecutorState::*;
+        let states = [Pending, Running, Failed, Succeeded, Deleted, Unknown];
+        let mut cluster: BTreeMap<u64, ExecutorState> =
+            pods.into_iter().map(|(id, s)| (id, states[s])).collect();
+        let mut st = AllocatorState::new();
+        st.last_executor_id = counter.min(cluster.keys().next_back().copied().unwrap_or(0));
+        let mut seen: Vec<u64> = cluster.keys().copied().collect();
+        let set = settings(10);
+        for (k, target) in targets.into_iter().enumerate() {
+            let now = 1_000 * (k as u64 + 1);
+            let s = snap(&cluster.iter().map(|(&i, &s)| (i, s)).collect::<Vec<_>>());
+            let p = step(&s, &st, &set, &Request::set(target), now).unwrap();
+            for c in &p.create {
+                prop_assert!(!seen.contains(&c.executor_id), "id {} reused", c.executor_id);
+                seen.push(c.executor_id);
+                cluster.insert(c.executor_id, Pending);
+            }
+            let out = Outcomes { created: ids_c(&p), ..Outcomes::default() };
+            st = record(&p, &out, &set, now);
+            // The state forgets at random (wiped, recreated): its counter falls back.
+            if k % 3 == 2 {
+                st = AllocatorState::new();
+            }
+        }
+    }
+}

@@ -76,6 +76,6 @@ fn configmap_store_converges_and_keeps_state_in_the_cluster() {
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["target"], 7);
     assert_eq!(s["running"], 7);
-    assert_eq!(s["state_file"], "configmap:podalloc-cm-app");
+    assert_eq!(s["home"], "configmap:podalloc-cm-app");
     assert_eq!(s["counters"]["created"], 7);
 }

@@ -87,6 +87,9 @@ fn remove_deletes_named_executors_and_lowers_target() {
     let s: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(s["target"], 2);
     assert_eq!(s["running"], 2);
+    let home = s["home"].as_str().unwrap_or_default();
+    assert!(home.starts_with("file:/") && home.ends_with(".json"), "{s}");
+    assert!(s.get("state_file").is_none(), "{s}");
     // Ids are never reused: scaling up again continues above 4.
     w.run_to(3, "30s");
     assert_eq!(w.live(), vec![1, 4, 5]);

@@ -459,6 +459,7 @@ both!(
         let found = e.ok_out(&["status", "-o", "json"]);
         let found: Value = serde_json::from_str(&found).unwrap();
         assert_eq!(found["profiles"]["1"]["running"], 3, "{found}");
+        assert_eq!(found["home"], "executorset:prof", "{found}");
         // One id counter: no id twice, every pod's id below the home's counter.
         let live = live_profiles(e);
         let mut ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();

@@ -16,8 +16,10 @@ pub struct StatusCounts {
     pub app_id: String,
     /// The namespace.
     pub namespace: String,
-    /// The state file.
-    pub state_file: String,
+    /// Where the app's intent and state live (its home), in `--state-store` syntax:
+    /// `executorset:NAME`, `configmap:NAME`, or `file:PATH` (the state file). Named
+    /// `state_file` before, which it was only for the file store.
+    pub home: String,
     /// The target (total expected executors), if one was ever set: with resource profiles,
     /// the sum of every profile's (each one's is in `profiles`).
     pub target: Option<u32>,
@@ -180,7 +182,7 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
     let c = StatusCounts {
         app_id: env.app.app_id.clone(),
         namespace: env.client.namespace().to_string(),
-        state_file: env.state_location(),
+        home: home(&env),
         target: total_target(&state),
         running: count(ExecutorState::Running),
         pending: count(ExecutorState::Pending),
@@ -252,13 +254,21 @@ fn reasons(plan: &alloc::Plan, snap: &crate::engine::snapshot::Snapshot) -> Vec<
     why
 }
 
+/// The app's home for `status` ([`StatusCounts::home`]).
+fn home(env: &super::env::Env) -> String {
+    match &env.store_kind {
+        crate::cli::StateStoreKind::File => format!("file:{}", env.state_path.display()),
+        _ => env.state_location(),
+    }
+}
+
 /// The text output: the app, the counts, the ids by state, converged or why not.
 fn text(c: &StatusCounts) -> String {
     let target = c.target.map_or("unset".to_string(), |t| t.to_string());
     let mut out = format!(
-        "app {} in namespace {} (state {})\n\
+        "app {} in namespace {} (home {})\n\
          target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}\n",
-        c.app_id, c.namespace, c.state_file,
+        c.app_id, c.namespace, c.home,
         c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
     );
     for (p, k) in &c.profiles {

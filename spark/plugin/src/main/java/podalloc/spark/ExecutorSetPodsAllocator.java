@@ -20,7 +20,9 @@ import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
@@ -37,6 +39,7 @@ import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
 import org.apache.spark.resource.ResourceProfile;
 import org.apache.spark.resource.ResourceProfile$;
 import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerExecutorAdded;
 import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
 import org.apache.spark.scheduler.cluster.k8s.AbstractPodsAllocator;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshotsStore;
@@ -64,32 +67,40 @@ import scala.Tuple2;
  *       what differs per executor (name, hostname, label {@code spark-exec-id}, env {@code
  *       SPARK_EXECUTOR_ID}), which podalloc fills. An existing ExecutorSet of this app gets the
  *       template; one of another app is refused (the driver fails to start).
- *   <li>{@link #setTotalExpectedExecutors}: writes {@code spec.replicas} (a JSON merge patch)
- *       with the default profile's target. Writes go through one thread of this allocator, at
- *       most one every {@code spark.podalloc.writeInterval} (200 ms), the latest target winning,
- *       so the caller (the allocation manager's thread) never waits on the API. podalloc never
- *       deletes a Running executor because the target dropped, as Spark's own allocator (the
- *       target drops to 0 between stages while executors are busy); only Pending excess goes.
+ *   <li>Every other resource profile P (stage-level scheduling) gets an ExecutorSet of its own,
+ *       {@code NAME-rpP} (podalloc's naming: docs/executorset.md, "Resource profiles"), the
+ *       first time the driver gives it a target: the same label and {@code spec.appId}, {@code
+ *       spec.resourceProfile: P} and {@code spec.template}, the pod Spark would build for P
+ *       (its cores and memory), less the same per-executor fields. podalloc labels the pods it
+ *       creates from it {@code spark-exec-resourceprofile-id=P} and sets their env {@code
+ *       SPARK_RESOURCE_PROFILE_ID=P}, so the executor registers with the driver under P. It
+ *       is created (or, existing for this app and profile, given the template) by the writer
+ *       thread; a failure is logged and tried again at the next write.
+ *   <li>{@link #setTotalExpectedExecutors}: writes each profile's target to its ExecutorSet's
+ *       {@code spec.replicas} (a JSON merge patch). Writes go through one thread of this
+ *       allocator, at most one round every {@code spark.podalloc.writeInterval} (200 ms), the
+ *       latest target winning, so the caller (the allocation manager's thread) never waits on
+ *       the API. podalloc never deletes a Running executor because the target dropped, as
+ *       Spark's own allocator (the target drops to 0 between stages while executors are busy);
+ *       only Pending excess goes.
  *   <li>The driver's kills (dynamic allocation's idle timeout: {@code doKillExecutors}, seen
  *       as executor removals with reason "Executor killed by driver.") reach podalloc as
- *       removals: one conditional write (on the {@code resourceVersion} read) that appends
- *       {@code {request: <uuid>, executors: [ids]}} to {@code spec.removals}, drops entries
- *       podalloc already applied ({@code status.appliedRemovals}), lowers {@code
- *       spec.replicas} by the number of ids and names the request in annotation {@code
- *       podalloc.io/request} (so a retry after a lost answer sees it landed). podalloc then
- *       never replaces those executors. The driver's target is written again right after, so
- *       {@code spec.replicas} ends at what the driver wants.
+ *       removals, on the ExecutorSet of the executor's profile (known from its registration,
+ *       {@code SparkListenerExecutorAdded}): one conditional write (on the {@code
+ *       resourceVersion} read) that appends {@code {request: <uuid>, executors: [ids]}} to
+ *       {@code spec.removals}, drops entries podalloc already applied ({@code
+ *       status.appliedRemovals}), lowers {@code spec.replicas} by the number of ids and names
+ *       the request in annotation {@code podalloc.io/request} (so a retry after a lost answer
+ *       sees it landed). podalloc then never replaces those executors. The driver's target is
+ *       written again right after, so {@code spec.replicas} ends at what the driver wants.
  *   <li>{@link #isDeleted}: true for the executors this allocator asked podalloc to remove.
- *   <li>{@link #stop}: sets {@code spec.replicas} to 0 and then deletes the app's executor
- *       pods by label, as Spark's own allocator does at stop (the app is over: nothing should
- *       outlive it, and podalloc, never deleting Running executors for excess, would leave
- *       them). The replicas come first so podalloc does not replace what the driver deletes.
- *       The ExecutorSet stays (its status records the end; deleted, a running podalloc would
- *       create it again).
+ *   <li>{@link #stop}: sets every profile's {@code spec.replicas} to 0 and then deletes the
+ *       app's executor pods by label, as Spark's own allocator does at stop (the app is over:
+ *       nothing should outlive it, and podalloc, never deleting Running executors for excess,
+ *       would leave them). The replicas come first so podalloc does not replace what the
+ *       driver deletes. The ExecutorSets stay (their status records the end; deleted, a
+ *       running podalloc would create them again).
  * </ul>
- *
- * <p>Other resource profiles than the default are not handed over yet (one ExecutorSet per
- * profile is planned); their targets are logged and ignored.
  */
 public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   private static final Logger LOG = LoggerFactory.getLogger(ExecutorSetPodsAllocator.class);
@@ -100,6 +111,7 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   static final String REQUEST_ANNOTATION = "podalloc.io/request";
   private static final String KILLED = "killed by driver";
   private static final int CONFLICT_RETRIES = 10;
+  private static final int DEFAULT_PROFILE = ResourceProfile$.MODULE$.DEFAULT_RESOURCE_PROFILE_ID();
 
   private final SparkConf conf;
   private final SecurityManager secMgr;
@@ -110,6 +122,8 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   private final ObjectMapper json = new ObjectMapper();
   private final Option<Pod> driverPod;
   private final Set<String> removed = ConcurrentHashMap.newKeySet();
+  /** Executor id -> its resource profile, from the executors' registrations. */
+  private final Map<String, Integer> executorProfiles = new ConcurrentHashMap<>();
   private final ScheduledExecutorService writer =
       Executors.newSingleThreadScheduledExecutor(
           r -> {
@@ -120,14 +134,29 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
 
   private String appId;
   private String name;
-  /** The driver's latest target (profile 0); -1 before the first. Guarded by this. */
-  private int wanted = -1;
-  /** spec.replicas as this allocator last wrote it; -1: unknown. Guarded by this. */
-  private int written = -1;
-  /** Killed executors not yet handed over as a removal. Guarded by this. */
-  private final Set<String> kills = new LinkedHashSet<>();
+  /** Each profile's ExecutorSet, by profile id. Guarded by this. */
+  private final Map<Integer, ProfileSet> profiles = new TreeMap<>();
 
   private volatile boolean listening;
+
+  /** One resource profile's ExecutorSet and what the driver wants of it. */
+  private static final class ProfileSet {
+    final ResourceProfile profile;
+    final String name;
+    /** The ExecutorSet exists with this driver's template. Written by the writer thread. */
+    volatile boolean ready;
+    /** The driver's latest target; -1 before the first. Guarded by the allocator. */
+    int wanted = -1;
+    /** spec.replicas as this allocator last wrote it; -1: unknown. Guarded by the allocator. */
+    int written = -1;
+    /** Killed executors not yet handed over as a removal. Guarded by the allocator. */
+    final Set<String> kills = new LinkedHashSet<>();
+
+    ProfileSet(ResourceProfile profile, String name) {
+      this.profile = profile;
+      this.name = name;
+    }
+  }
 
   /** The constructor Spark looks up (KubernetesClusterManager.makeExecutorPodsAllocator). */
   public ExecutorSetPodsAllocator(
@@ -155,6 +184,15 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     this.driverPod = pod;
   }
 
+  /**
+   * The ExecutorSet of resource profile {@code profile} of the app whose profile-0 ExecutorSet
+   * is {@code base}: {@code base} itself for profile 0, {@code base-rpP} for P >= 1, the name
+   * podalloc gives a profile's object it creates (docs/executorset.md, "Resource profiles").
+   */
+  static String setName(String base, int profile) {
+    return profile == DEFAULT_PROFILE ? base : base + "-rp" + profile;
+  }
+
   private MixedOperation<
           GenericKubernetesResource,
           GenericKubernetesResourceList,
@@ -171,8 +209,8 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     return client.genericKubernetesResources(ctx);
   }
 
-  private Resource<GenericKubernetesResource> set() {
-    return sets().inNamespace(namespace).withName(name);
+  private Resource<GenericKubernetesResource> set(String setName) {
+    return sets().inNamespace(namespace).withName(setName);
   }
 
   @Override
@@ -187,11 +225,10 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
 
   @Override
   public void start(String applicationId, KubernetesClusterSchedulerBackend schedulerBackend) {
-    this.appId = applicationId;
-    this.name = conf.get("spark.podalloc.executorSet", applicationId);
-    JsonNode template = template();
+    bind(applicationId);
+    ProfileSet home = profile(ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf));
     try {
-      ensureSet(template);
+      ensureSet(home);
     } catch (Exception e) {
       throw new IllegalStateException("ExecutorSet " + namespace + "/" + name + ": " + e, e);
     }
@@ -199,9 +236,19 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     writer.scheduleWithFixedDelay(this::flushQuietly, 0, writeIntervalMs, TimeUnit.MILLISECONDS);
   }
 
-  /** The executor pod Spark would create for profile 0, less what podalloc fills per executor. */
-  JsonNode template() {
-    ResourceProfile rp = ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+  /** Names the app: its id and its profile-0 ExecutorSet's name ({@code spark.podalloc.executorSet}). */
+  void bind(String applicationId) {
+    this.appId = applicationId;
+    this.name = conf.get("spark.podalloc.executorSet", applicationId);
+  }
+
+  /** The ExecutorSet of profile {@code rp}, made known (not yet written) at its first use. */
+  private synchronized ProfileSet profile(ResourceProfile rp) {
+    return profiles.computeIfAbsent(rp.id(), id -> new ProfileSet(rp, setName(name, id)));
+  }
+
+  /** The executor pod Spark would create for profile {@code rp}, less what podalloc fills per executor. */
+  JsonNode template(ResourceProfile rp) {
     KubernetesExecutorConf execConf =
         KubernetesConf$.MODULE$.createExecutorConf(conf, "0", appId, driverPod, rp.id());
     KubernetesExecutorSpec spec = builder.buildFromFeatures(execConf, secMgr, client, rp);
@@ -215,13 +262,21 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
             .addToContainers(container)
             .endSpec()
             .build();
-    ObjectNode tree = json.valueToTree(pod);
-    ObjectNode meta = (ObjectNode) tree.with("metadata");
+    return perExecutorFieldsRemoved(json.valueToTree(pod), json);
+  }
+
+  /**
+   * {@code pod} (a Pod as a JSON tree) as an ExecutorSet's {@code spec.template}: its metadata
+   * and spec only, without what podalloc fills per executor (metadata.name, label {@code
+   * spark-exec-id}, spec.hostname, env {@code SPARK_EXECUTOR_ID}). Modifies {@code pod}.
+   */
+  static ObjectNode perExecutorFieldsRemoved(ObjectNode pod, ObjectMapper json) {
+    ObjectNode meta = (ObjectNode) pod.with("metadata");
     meta.remove("name");
     if (meta.has("labels")) {
       ((ObjectNode) meta.get("labels")).remove("spark-exec-id");
     }
-    ObjectNode podSpec = (ObjectNode) tree.with("spec");
+    ObjectNode podSpec = (ObjectNode) pod.with("spec");
     podSpec.remove("hostname");
     for (JsonNode c : podSpec.withArray("containers")) {
       Iterator<JsonNode> env = c.withArray("env").elements();
@@ -237,36 +292,71 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     return out;
   }
 
-  /** Creates the ExecutorSet, or gives an existing one of this app the template. */
-  private void ensureSet(JsonNode template) throws Exception {
+  /**
+   * The ExecutorSet that {@code ensureSet} creates for profile {@code profile} of app {@code
+   * appId}: label {@code spark-app-selector}, {@code spec.appId}, {@code spec.resourceProfile}
+   * (profiles other than 0 only: absent is 0) and {@code spec.template}.
+   */
+  static ObjectNode newSet(
+      ObjectMapper json, String namespace, String setName, String appId, int profile, JsonNode template) {
     ObjectNode obj = json.createObjectNode();
     obj.put("apiVersion", API_VERSION).put("kind", KIND);
     ObjectNode meta = obj.putObject("metadata");
-    meta.put("name", name).put("namespace", namespace);
+    meta.put("name", setName).put("namespace", namespace);
     meta.putObject("labels").put("spark-app-selector", appId);
     ObjectNode spec = obj.putObject("spec");
-    spec.put("appId", appId).set("template", template);
+    spec.put("appId", appId);
+    if (profile != DEFAULT_PROFILE) {
+      spec.put("resourceProfile", profile);
+    }
+    spec.set("template", template);
+    return obj;
+  }
+
+  /**
+   * Why an existing ExecutorSet cannot be profile {@code profile}'s of app {@code appId}: it
+   * names another app ({@code spec.appId}) or another profile ({@code spec.resourceProfile},
+   * absent 0, immutable); null when it can.
+   */
+  static String refusal(JsonNode existing, String appId, int profile) {
+    JsonNode spec = existing.path("spec");
+    String owner = spec.path("appId").asText("");
+    if (!owner.equals(appId)) {
+      return "it belongs to app " + owner + " (spec.appId), not " + appId;
+    }
+    int theirs = spec.path("resourceProfile").asInt(DEFAULT_PROFILE);
+    if (theirs != profile) {
+      return "it keeps resource profile " + theirs + " (spec.resourceProfile), not " + profile;
+    }
+    return null;
+  }
+
+  /** Creates the profile's ExecutorSet, or gives an existing one of this app and profile the template. */
+  private void ensureSet(ProfileSet p) throws Exception {
+    int profile = p.profile.id();
+    JsonNode template = template(p.profile);
+    ObjectNode obj = newSet(json, namespace, p.name, appId, profile, template);
     try {
       GenericKubernetesResource res = json.treeToValue(obj, GenericKubernetesResource.class);
       sets().inNamespace(namespace).resource(res).create();
-      LOG.info("podalloc: created ExecutorSet {}/{}", namespace, name);
+      p.ready = true;
+      LOG.info("podalloc: created ExecutorSet {}/{} (resource profile {})", namespace, p.name, profile);
       return;
     } catch (KubernetesClientException e) {
       if (e.getCode() != 409) {
         throw e;
       }
     }
-    JsonNode existing = json.valueToTree(set().get());
-    String owner = existing.path("spec").path("appId").asText("");
-    if (!owner.equals(appId)) {
-      throw new SparkException(
-          "ExecutorSet " + name + " belongs to app " + owner + " (spec.appId), not " + appId);
+    String why = refusal(json.valueToTree(set(p.name).get()), appId, profile);
+    if (why != null) {
+      throw new SparkException("ExecutorSet " + p.name + ": " + why);
     }
     ObjectNode patch = json.createObjectNode();
     patch.putObject("metadata").putObject("labels").put("spark-app-selector", appId);
     patch.putObject("spec").set("template", template);
-    set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
-    LOG.info("podalloc: ExecutorSet {}/{} existed; its template is the driver's now", namespace, name);
+    set(p.name).patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+    p.ready = true;
+    LOG.info("podalloc: ExecutorSet {}/{} existed; its template is the driver's now", namespace, p.name);
   }
 
   @Override
@@ -277,12 +367,8 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     while (it.hasNext()) {
       Tuple2<ResourceProfile, Object> e = it.next();
       int target = ((Number) e._2()).intValue();
-      if (e._1().id() == ResourceProfile$.MODULE$.DEFAULT_RESOURCE_PROFILE_ID()) {
-        synchronized (this) {
-          wanted = target;
-        }
-      } else {
-        LOG.warn("podalloc: resource profile {} (target {}) is not handed over", e._1().id(), target);
+      synchronized (this) {
+        profile(e._1()).wanted = target;
       }
     }
     listen();
@@ -307,6 +393,11 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
         .addSparkListener(
             new SparkListener() {
               @Override
+              public void onExecutorAdded(SparkListenerExecutorAdded added) {
+                executorProfiles.put(added.executorId(), added.executorInfo().resourceProfileId());
+              }
+
+              @Override
               public void onExecutorRemoved(SparkListenerExecutorRemoved removed) {
                 if (removed.reason() != null && removed.reason().contains(KILLED)) {
                   killed(removed.executorId());
@@ -315,56 +406,74 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
             });
   }
 
+  /** Queues a kill on the ExecutorSet of the executor's profile (0 when it never registered). */
   private synchronized void killed(String executorId) {
-    if (!removed.contains(executorId)) {
-      kills.add(executorId);
+    if (removed.contains(executorId)) {
+      return;
     }
+    int id = executorProfiles.getOrDefault(executorId, DEFAULT_PROFILE);
+    ProfileSet p = profiles.get(id);
+    if (p == null) {
+      LOG.warn("podalloc: killed executor {} of unknown resource profile {}; handed to profile 0's", executorId, id);
+      p = profiles.get(DEFAULT_PROFILE);
+    }
+    p.kills.add(executorId);
   }
 
   private void flushQuietly() {
-    try {
-      listen();
-      flush();
-    } catch (Exception e) {
-      LOG.warn("podalloc: writing ExecutorSet {}/{} failed (tried again): {}", namespace, name, e.toString());
+    List<ProfileSet> all;
+    synchronized (this) {
+      all = new ArrayList<>(profiles.values());
+    }
+    listen();
+    for (ProfileSet p : all) {
+      try {
+        if (!p.ready) {
+          ensureSet(p);
+        }
+        flush(p);
+      } catch (Exception e) {
+        LOG.warn("podalloc: writing ExecutorSet {}/{} failed (tried again): {}", namespace, p.name, e.toString());
+      }
     }
   }
 
-  /** The pending removal, then the driver's target when spec.replicas differs from it. */
-  private void flush() throws Exception {
+  /** The profile's pending removal, then the driver's target when spec.replicas differs from it. */
+  private void flush(ProfileSet p) throws Exception {
     List<String> ids;
     synchronized (this) {
-      ids = new ArrayList<>(kills);
+      ids = new ArrayList<>(p.kills);
     }
     if (!ids.isEmpty()) {
-      int replicas = remove(ids);
+      int replicas = remove(p.name, ids);
       synchronized (this) {
-        kills.removeAll(ids);
-        written = replicas;
+        p.kills.removeAll(ids);
+        p.written = replicas;
       }
     }
     int target;
     synchronized (this) {
-      target = wanted;
-      if (target < 0 || target == written) {
+      target = p.wanted;
+      if (target < 0 || target == p.written) {
         return;
       }
     }
     ObjectNode patch = json.createObjectNode();
     patch.putObject("spec").put("replicas", target);
-    set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+    set(p.name).patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
     synchronized (this) {
-      written = target;
+      p.written = target;
     }
-    LOG.info("podalloc: spec.replicas = {}", target);
+    LOG.info("podalloc: {} spec.replicas = {}", p.name, target);
   }
 
   /**
-   * Hands executors {@code ids} to podalloc as one removal (docs/executorset.md, "Who writes
-   * what"); returns the spec.replicas written. A 409 reads again and is done if the request is
-   * already there (an earlier answer was lost), else applies itself to the new version.
+   * Hands executors {@code ids} to podalloc as one removal on ExecutorSet {@code setName}
+   * (docs/executorset.md, "Who writes what"); returns the spec.replicas written. A 409 reads
+   * again and is done if the request is already there (an earlier answer was lost), else
+   * applies itself to the new version.
    */
-  private int remove(List<String> ids) throws Exception {
+  private int remove(String setName, List<String> ids) throws Exception {
     String request = UUID.randomUUID().toString();
     ArrayNode executors = json.createArrayNode();
     for (String id : ids) {
@@ -375,7 +484,7 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
       }
     }
     for (int attempt = 0; ; attempt++) {
-      JsonNode es = json.valueToTree(set().get());
+      JsonNode es = json.valueToTree(set(setName).get());
       JsonNode spec = es.path("spec");
       Set<String> applied = new LinkedHashSet<>();
       es.path("status").path("appliedRemovals").forEach(r -> applied.add(r.asText()));
@@ -399,9 +508,9 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
       meta.putObject("annotations").put(REQUEST_ANNOTATION, request);
       patch.putObject("spec").put("replicas", replicas).set("removals", removals);
       try {
-        set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+        set(setName).patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
         removed.addAll(ids);
-        LOG.info("podalloc: removal {} of executors {} (spec.replicas = {})", request, ids, replicas);
+        LOG.info("podalloc: removal {} of executors {} from {} (spec.replicas = {})", request, ids, setName, replicas);
         return replicas;
       } catch (KubernetesClientException e) {
         if (e.getCode() != 409 || attempt >= CONFLICT_RETRIES) {
@@ -414,12 +523,21 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   @Override
   public void stop(String applicationId) {
     writer.shutdownNow();
-    try {
-      ObjectNode patch = json.createObjectNode();
-      patch.putObject("spec").put("replicas", 0);
-      set().patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
-    } catch (Exception e) {
-      LOG.warn("podalloc: setting ExecutorSet {}/{} to 0 at stop failed: {}", namespace, name, e.toString());
+    List<ProfileSet> all;
+    synchronized (this) {
+      all = new ArrayList<>(profiles.values());
+    }
+    for (ProfileSet p : all) {
+      if (!p.ready) {
+        continue;
+      }
+      try {
+        ObjectNode patch = json.createObjectNode();
+        patch.putObject("spec").put("replicas", 0);
+        set(p.name).patch(PatchContext.of(PatchType.JSON_MERGE), json.writeValueAsString(patch));
+      } catch (Exception e) {
+        LOG.warn("podalloc: setting ExecutorSet {}/{} to 0 at stop failed: {}", namespace, p.name, e.toString());
+      }
     }
     try {
       client

@@ -30,8 +30,9 @@
 #                               rights until a RoleBinding grants some), each with its token in
 #                               DIR/NAME.token (scripts/spark-app.sh: its Spark driver)
 #   PODALLOC_CP_AUDIT_NAMESPACES="NS..."  also audit, at Metadata level, every request in
-#                               these namespaces, by any user (scripts/spark-app.sh: who
-#                               created and deleted each executor pod, requests by verb)
+#                               these namespaces, by any user, pod creates at Request level
+#                               (scripts/spark-app.sh: who created and deleted each executor
+#                               pod, with which resource profile label; requests by verb)
 # The audit log, DIR/audit.log (JSON lines, audit.k8s.io/v1 Events at ResponseComplete,
 # written before each response is sent: --audit-log-mode=blocking), records at Metadata
 # level what the candidate users podalloc-a, -b and -c do to pods, configmaps, leases and
@@ -201,8 +202,10 @@ rules:
     resources: [leases]
 EOF
   if [ -n "${PODALLOC_CP_AUDIT_NAMESPACES:-}" ]; then
+    # Pod creates there at Request level: the pod sent, so its labels (its resource profile).
     # shellcheck disable=SC2086
-    printf -- '- level: Metadata\n  namespaces: [%s]\n' \
+    printf -- '- level: Request\n  namespaces: [%s]\n  verbs: [create]\n  resources: [{group: "", resources: [pods]}]\n- level: Metadata\n  namespaces: [%s]\n' \
+      "$(printf '%s\n' $PODALLOC_CP_AUDIT_NAMESPACES | paste -sd, -)" \
       "$(printf '%s\n' $PODALLOC_CP_AUDIT_NAMESPACES | paste -sd, -)" >>"$d/audit-policy.yaml"
   fi
   printf -- '- level: None\n' >>"$d/audit-policy.yaml"

@@ -12,19 +12,24 @@
 # executorset:spark-app`), and a Spark 4.1.1 driver in client mode (spark/app, its allocator
 # spark/plugin's podalloc.spark.ExecutorSetPodsAllocator) running a two-phase job with dynamic
 # allocation (0..4 executors, idle timeout 10 s, an idle gap of SPARK_APP_GAP s between the
-# phases, default 30).
+# phases, default 30); each phase ends with a stage in a second resource profile (id 1:
+# executors of 2 cores and 640m), which the plugin hands to podalloc as ExecutorSet
+# spark-app-rp1.
 #
 # Leaves in OUT: driver.log, executors/<pod>.log (one per executor process), audit.log
-# (kube-apiserver's, Metadata level), podalloc.log, kubelet.log and summary.json (from
-# scripts/spark_app_summary.py, which also decides the exit status). Exits non-zero unless
-# the answer is right, every executor pod create was made by podalloc's user and none by the
-# driver's, at least two executors ran tasks, and executors were released in the idle gap and
-# created again for phase two.
+# (kube-apiserver's, Metadata level; pod creates at Request level), podalloc.log, kubelet.log
+# and summary.json (from scripts/spark_app_summary.py, which also decides the exit status).
+# Exits non-zero unless the answer is right (the second profile's tasks included: they ran on
+# executors of profile 1), every executor pod create was made by podalloc's user and none by
+# the driver's, podalloc created pods labelled spark-exec-resourceprofile-id 0 and 1, at least
+# two executors ran tasks, and executors were released in the idle gap and created again for
+# phase two.
 #
 # Environment:
 #   SPARK_APP_ALLOCATOR=podalloc|direct  `direct`: Spark's own allocator creates the pods
 #                         (podalloc is not started; the podalloc-identity check is off)
 #   SPARK_APP_GAP=S       the idle gap (default 30; must exceed the 10 s idle timeout + 5 s)
+#   SPARK_APP_PROFILES=1|2  2 (default): the job's second resource profile; 1: profile 0 only
 #   PODALLOC, KUBELET     the binaries (default: target/release/{podalloc,examples/kubelet},
 #                         built with cargo --release --locked unless present)
 # Needs java 17+ and mvn (under CI=true installed with apt-get if missing), kubectl, python3
@@ -32,11 +37,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-[ -n "${1:-}" ] || { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -n "${1:-}" ] || { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 allocator=${SPARK_APP_ALLOCATOR:-podalloc}
 gap=${SPARK_APP_GAP:-30}
+profiles=${SPARK_APP_PROFILES:-2}
+case "$profiles" in
+  1) second=false; profile_ids= ;;
+  2) second=true; profile_ids=0,1 ;;
+  *) echo "spark-app: SPARK_APP_PROFILES is 1 or 2, not $profiles" >&2; exit 2 ;;
+esac
 ns=spark
 set_name=spark-app
 app_id="spark-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -166,6 +177,7 @@ java -Xmx1g $java_opts -cp "$app_jar:$plugin_jar:$classpath" podalloc.sparkapp.J
   spark.dynamicAllocation.shuffleTracking.timeout=5s spark.dynamicAllocation.minExecutors=0 \
   spark.dynamicAllocation.maxExecutors=4 spark.dynamicAllocation.executorIdleTimeout=10s \
   spark.dynamicAllocation.schedulerBacklogTimeout=1s podalloc.app.gapSeconds="$gap" \
+  podalloc.app.secondProfile="$second" \
   "${allocator_conf[@]}" >"$out/driver.log" 2>&1
 driver_status=$?
 set -e
@@ -176,4 +188,5 @@ sleep 3
 cleanup
 trap - EXIT
 python3 scripts/spark_app_summary.py "$out" --allocator "$allocator" --app-id "$app_id" \
-  --driver-status "$driver_status" --driver-started "$driver_started" --driver-ended "$driver_ended"
+  --driver-status "$driver_status" --driver-started "$driver_started" --driver-ended "$driver_ended" \
+  --profiles "$profile_ids"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The verdict of scripts/spark-app.sh: reads OUT/driver.log, OUT/executors/*.log and
 OUT/audit.log (kube-apiserver's audit log, Metadata level, every request in the app's
-namespace), writes OUT/summary.json and exits 1 unless every check holds:
+namespace; pod creates at Request level, so with the pod's labels), writes OUT/summary.json and
+exits 1 unless every check holds:
 
 - answer: the driver printed `podalloc-spark-app: result=X expected=X` with X equal;
 - podalloc_created_all (allocator podalloc only): every executor pod create that succeeded was
@@ -11,7 +12,11 @@ namespace), writes OUT/summary.json and exits 1 unless every check holds:
   start of phase two (the driver's `event=` lines; the process kubelet's log, OUT/kubelet.log:
   an executor released by dynamic allocation exits 0 and its pod is then deleted, one by one or
   in a deletecollection whose audit event names no pod);
-- phase2_creates >= 1: executor pods created after phase two started.
+- phase2_creates >= 1: executor pods created after phase two started;
+- with --profiles 0,1 (the job's second resource profile; allocator podalloc only):
+  profiles_created_by_podalloc: user `podalloc` created executor pods labelled
+  `spark-exec-resourceprofile-id` with each of those profiles, and every created executor pod
+  carries one of them.
 
 Besides the checks, summary.json has what scripts/spark-app.sh's comparison with Spark's own
 allocator needs: the driver's wall time, the time from the driver's start to the first
@@ -29,6 +34,7 @@ from pathlib import Path
 
 DRIVER_USER = "spark-driver"
 PODALLOC_USER = "podalloc"
+PROFILE_LABEL = "spark-exec-resourceprofile-id"
 
 
 def parse_time(text):
@@ -56,6 +62,13 @@ def is_executor_pod(ev):
     ref = ev.get("objectRef", {})
     return (ref.get("resource") == "pods" and not ref.get("subresource")
             and "-exec-" in ref.get("name", ""))
+
+
+def profile_of(ev):
+    """The `spark-exec-resourceprofile-id` label of a pod create's request object (None at
+    Metadata level, or without the label)."""
+    labels = (ev.get("requestObject") or {}).get("metadata", {}).get("labels") or {}
+    return labels.get(PROFILE_LABEL)
 
 
 def ok(ev):
@@ -92,6 +105,9 @@ def summarize(out, args):
     audit = read_audit(out / "audit.log")
     creates = [e for e in audit if is_executor_pod(e) and e["verb"] == "create" and ok(e)]
     creates_by_user = collections.Counter(e["user"]["username"] for e in creates)
+    creates_by_profile = collections.defaultdict(collections.Counter)
+    for e in creates:
+        creates_by_profile[str(profile_of(e))][e["user"]["username"]] += 1
     deletes = [e for e in audit if is_executor_pod(e) and e["verb"] == "delete" and ok(e)]
     deletes_by_user = collections.Counter(e["user"]["username"] for e in deletes)
     ran = sorted(p.stem for p in (out / "executors").glob("*.log")
@@ -121,6 +137,11 @@ def summarize(out, args):
             creates_by_user.get(PODALLOC_USER, 0) >= 1
             and creates_by_user.get(DRIVER_USER, 0) == 0
             and set(creates_by_user) == {PODALLOC_USER})
+        if args.profiles:
+            wanted = set(args.profiles.split(","))
+            checks["profiles_created_by_podalloc"] = (
+                all(creates_by_profile.get(p, {}).get(PODALLOC_USER, 0) >= 1 for p in wanted)
+                and set(creates_by_profile) <= wanted)
     return {
         "allocator": args.allocator,
         "app_id": args.app_id,
@@ -129,6 +150,7 @@ def summarize(out, args):
         "expected": expected,
         "executors_ran_tasks": ran,
         "executor_pod_creates_by_user": dict(creates_by_user),
+        "executor_pod_creates_by_profile_user": {p: dict(c) for p, c in sorted(creates_by_profile.items())},
         "executor_pod_deletes_by_user": dict(deletes_by_user),
         "released_in_gap": in_gap,
         "phase2_creates": phase2,
@@ -149,12 +171,15 @@ def main():
     ap.add_argument("--allocator", default="podalloc", choices=["podalloc", "direct"])
     ap.add_argument("--app-id", default="")
     ap.add_argument("--driver-status", type=int, default=0)
+    ap.add_argument("--profiles", default="",
+                    help="comma-separated resource profile ids podalloc must have created pods of")
     ap.add_argument("--driver-started", type=int, required=True, help="epoch ms")
     ap.add_argument("--driver-ended", type=int, required=True, help="epoch ms")
     args = ap.parse_args()
     summary = summarize(args.out, args)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    brief = {k: summary[k] for k in ("result", "executor_pod_creates_by_user", "driver_wall_s",
+    brief = {k: summary[k] for k in ("result", "executor_pod_creates_by_user",
+                                     "executor_pod_creates_by_profile_user", "driver_wall_s",
                                      "first_executor_create_s", "executor_process_seconds", "checks")}
     brief["executors_ran_tasks"] = len(summary["executors_ran_tasks"])
     brief["released_in_gap"] = len(summary["released_in_gap"])

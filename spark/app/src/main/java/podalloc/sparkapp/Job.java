@@ -3,8 +3,13 @@ package podalloc.sparkapp;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import org.apache.spark.SparkConf;
 import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.resource.ExecutorResourceRequests;
+import org.apache.spark.resource.ResourceProfile;
+import org.apache.spark.resource.ResourceProfileBuilder;
+import org.apache.spark.resource.TaskResourceRequests;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.functions;
@@ -13,9 +18,12 @@ import org.apache.spark.sql.functions;
  * The Spark application of scripts/spark-app.sh: a driver (client mode) running a two-phase
  * job with dynamic allocation. Each phase is wide (16 tasks sleeping 1.5 s each, so the
  * allocation manager asks for more executors), then a sum over 10^7 rows and a groupBy with a
- * shuffle; between the phases the driver sits idle for {@code podalloc.app.gapSeconds}
- * (default 30), longer than the executor idle timeout, so executors are released and phase
- * two needs new ones.
+ * shuffle, then (unless {@code podalloc.app.secondProfile=false}) a stage of 4 tasks sleeping
+ * 1.5 s each in a second resource profile (stage-level scheduling: executors of 2 cores and
+ * 640m, tasks of 1 cpu), whose tasks report the {@code SPARK_RESOURCE_PROFILE_ID} of the
+ * executor that ran them; between the phases the driver sits idle for {@code
+ * podalloc.app.gapSeconds} (default 30), longer than the executor idle timeout, so executors
+ * are released and phase two needs new ones.
  *
  * <p>Arguments are {@code key=value} Spark settings (master, namespace, authentication,
  * allocator, ...). It prints, on stdout, {@code podalloc-spark-app: event=NAME at=EPOCH_MS}
@@ -28,6 +36,7 @@ public final class Job {
   private static final long SUM_TO = 10_000_000L;
   private static final int GROUP_ROWS = 1000;
   private static final int GROUPS = 7;
+  private static final int PROFILE_TASKS = 4;
 
   private Job() {}
 
@@ -43,20 +52,27 @@ public final class Job {
     long gapMs = (long) (Double.parseDouble(conf.get("podalloc.app.gapSeconds", "30")) * 1000);
     SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
     event("session-ready");
+    ResourceProfile second =
+        conf.getBoolean("podalloc.app.secondProfile", true)
+            ? new ResourceProfileBuilder()
+                .require(new ExecutorResourceRequests().cores(2).memory("640m"))
+                .require(new TaskResourceRequests().cpus(1))
+                .build()
+            : null;
     String result;
     try {
       event("phase1-start");
-      String one = phase(spark);
+      String one = phase(spark, second);
       event("phase1-end");
       Thread.sleep(gapMs);
       event("phase2-start");
-      String two = phase(spark);
+      String two = phase(spark, second);
       event("phase2-end");
       result = one + ";" + two;
     } finally {
       spark.stop();
     }
-    String expected = expectedPhase() + ";" + expectedPhase();
+    String expected = expectedPhase(second) + ";" + expectedPhase(second);
     System.out.println("podalloc-spark-app: result=" + result + " expected=" + expected);
     System.exit(result.equals(expected) ? 0 : 1);
   }
@@ -66,8 +82,11 @@ public final class Job {
     System.out.flush();
   }
 
-  /** One phase's answer: wide sum / sum of 1..10^7 / the group counts. */
-  private static String phase(SparkSession spark) {
+  /**
+   * One phase's answer: wide sum / sum of 1..10^7 / the group counts, then with a {@code
+   * second} profile / rpID: the resource profile ids its tasks ran under (distinct, sorted).
+   */
+  private static String phase(SparkSession spark, ResourceProfile second) {
     JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
     List<Integer> ids = new ArrayList<>();
     for (int i = 0; i < WIDE_TASKS; i++) {
@@ -91,11 +110,25 @@ public final class Job {
             .collectAsList()) {
       groups.put(r.getLong(0), r.getLong(1));
     }
-    return wide + "/" + sum + "/" + groups.toString().replace(" ", "");
+    String answer = wide + "/" + sum + "/" + groups.toString().replace(" ", "");
+    if (second == null) {
+      return answer;
+    }
+    TreeSet<String> ran =
+        new TreeSet<>(
+            jsc.parallelize(ids.subList(0, PROFILE_TASKS), PROFILE_TASKS)
+                .withResources(second)
+                .map(
+                    i -> {
+                      Thread.sleep(1500);
+                      return String.valueOf(System.getenv("SPARK_RESOURCE_PROFILE_ID"));
+                    })
+                .collect());
+    return answer + "/rp" + second.id() + ":" + String.join(",", ran);
   }
 
-  /** The same answers computed without Spark. */
-  private static String expectedPhase() {
+  /** The same answers computed without Spark: the second profile's tasks all ran under it. */
+  private static String expectedPhase(ResourceProfile second) {
     long wide = 0;
     for (long i = 0; i < WIDE_TASKS; i++) {
       wide += i * i;
@@ -105,6 +138,7 @@ public final class Job {
     for (long i = 0; i < GROUP_ROWS; i++) {
       groups.merge(i % GROUPS, 1L, Long::sum);
     }
-    return wide + "/" + sum + "/" + groups.toString().replace(" ", "");
+    String answer = wide + "/" + sum + "/" + groups.toString().replace(" ", "");
+    return second == null ? answer : answer + "/rp" + second.id() + ":" + second.id();
   }
 }

@@ -763,3 +763,66 @@ both!(
         eprintln!("home[{}]: a stale lease judged stopped in {took:?}", e.app);
     }
 );
+
+/// `run --leader-elect` as candidate `who` on ExecutorSet `home-first`, on an 8 s Lease
+/// (renew deadline 5 s, retry period 1 s), killed on drop.
+fn first_candidate(e: &Env, who: &str) -> Reap {
+    let args = [
+        "--state-store",
+        "executorset:home-first",
+        "run",
+        "--target",
+        "1",
+        "--idle-interval",
+        "200ms",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "8s",
+        "--leader-elect-renew-deadline",
+        "5s",
+        "--leader-elect-retry-period",
+        "1s",
+    ];
+    let mut cmd = e.candidate_cmd(who, &args);
+    Reap(Some(spawn_replica(
+        &mut cmd,
+        &format!("pod-{who}"),
+        Stdio::piped(),
+    )))
+}
+
+both!(
+    the_first_leader_of_a_new_app_acts_at_once_and_a_deleted_lease_is_waited_out,
+    "home-first",
+    Pods::default(),
+    |e| {
+        // Reported: a `run --leader-elect` on a new app waited a lease duration (15 s by
+        // default) before it created the Lease and acted; client-go creates it at once.
+        let t = Instant::now();
+        let a = first_candidate(e, "a");
+        until_leader(e);
+        let first = t.elapsed();
+        until_live(e, 1, 30);
+        assert!(first < Duration::from_secs(6), "led after {first:?}");
+        let err = stop(a.take());
+        assert!(err.contains("released lease"), "{err}");
+        // The app's ExecutorSet exists now: a Lease missing beside it may have been deleted
+        // under a running leader, so a new candidate creates it only after a lease duration.
+        let path = format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases/podalloc-{}",
+            e.ns, e.app
+        );
+        let (code, body) = e.admin("DELETE", &path, None);
+        assert_eq!(code, 200, "{body}");
+        let t = Instant::now();
+        let b = first_candidate(e, "b");
+        until_leader(e);
+        let second = t.elapsed();
+        assert!(second >= Duration::from_secs(8), "led after {second:?}");
+        stop(b.take());
+        eprintln!(
+            "home[{}]: first leader of a new app after {first:?}; after a deleted lease beside its home {second:?}",
+            e.app
+        );
+    }
+);

@@ -39,14 +39,24 @@ pub(super) fn timing(a: &LeaderElectArgs) -> Result<Timing> {
 /// Starts the election when `--leader-elect` is given (`None` otherwise). The identity is
 /// [`leader::default_identity`] (`POD_NAME`, or host name and a random suffix); as holder
 /// it records the home this `run` uses in the Lease ([`leader::HOME`],
-/// [`super::home::mark`]), so that commands find it. Errors: exit 2 for bad flags, exit 1
-/// when the election cannot start.
+/// [`super::home::mark`]), so that commands find it.
+///
+/// A Lease missing at the first read is created at once, as client-go does, when the
+/// namespace held nothing of the app as the command started
+/// ([`super::home::Found::nothing`]) and this `run`'s home is in the cluster: nobody can
+/// have led it. Otherwise a missing Lease may be one deleted under a running leader
+/// (`kubectl delete lease`), which acts until its next renewal fails, or until its renew
+/// deadline when it is cut off: it is created only once it has been missing for a lease
+/// duration ([`leader::Elector`]). Errors: exit 2 for bad flags, exit 1 when the election
+/// cannot start.
 pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElection>> {
     if !a.leader_elect {
         return Ok(None);
     }
     let home = super::home::mark(&env.store_kind);
-    start_elector(&env.client, a, &env.app.app_id, (false, Some(home))).map(Some)
+    let in_cluster = !matches!(env.store_kind, crate::cli::StateStoreKind::File);
+    let claim = in_cluster && env.found.nothing();
+    start_elector(&env.client, a, &env.app.app_id, (claim, Some(home))).map(Some)
 }
 
 /// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:

@@ -57,9 +57,19 @@ pub(super) struct Found {
     /// The `resourceVersion` of a Lease judged stale ([`read_lease`]): read again with
     /// this version, it is not watched a second time.
     pub(super) stale_lease: Option<String>,
+    /// Both searches answered (an ExecutorSet kind that is not served counts: none can
+    /// exist); `false` when the RBAC hid one (403), or nothing was searched.
+    pub(super) complete: bool,
 }
 
 impl Found {
+    /// Whether the namespace holds nothing of the app: no home (ExecutorSet, state
+    /// ConfigMap) and no live leader, every search answered. No `run` can have acted on
+    /// it with an in-cluster home, since each creates its home before its first pod.
+    pub(super) fn nothing(&self) -> bool {
+        self.complete && self.homes.is_empty() && self.leader.is_none()
+    }
+
     /// The home a running controller uses, with who runs it: the one whose holder record is
     /// fresh, else, under a live Lease, the only in-cluster home.
     pub(super) fn running(&self) -> Option<(&Home, String)> {
@@ -90,8 +100,10 @@ fn selector(app_id: &str, managed: bool) -> String {
 /// (403) counts as none (logged at debug). Errors (exit 1): any other API failure.
 pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
     let mut found = Found::default();
-    let skip = |what: &str, e: crate::kube::KubeError| match e.status_code() {
-        Some(403 | 404) => {
+    let mut forbidden = false;
+    let mut skip = |what: &str, e: crate::kube::KubeError| match e.status_code() {
+        Some(code @ (403 | 404)) => {
+            forbidden |= code == 403;
             log::debug!("{what} not searched: {e}");
             Ok(Vec::new())
         }
@@ -130,6 +142,7 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
             .map(|(h, age)| format!("{h} (renewed {age}s ago)"));
         found.homes.push((Home::ConfigMap(name.to_string()), owner));
     }
+    found.complete = !forbidden;
     let lease = read_lease(client, app_id, None);
     (found.leader, found.leader_home) = (lease.leader, lease.home);
     found.stale_lease = lease.stale;
@@ -442,6 +455,22 @@ mod tests {
         assert_eq!(choose(None, &f, "app", "ns").unwrap(), StateStoreKind::File);
         let e = choose(Some(&cm("st")), &f, "app", "ns").unwrap_err();
         assert!(e.message.contains("the leader's host"), "{}", e.message);
+    }
+
+    #[test]
+    fn nothing_of_the_app_only_when_every_search_answered_empty() {
+        assert!(!Found::default().nothing(), "nothing searched");
+        let searched = |f: Found| Found {
+            complete: true,
+            ..f
+        };
+        assert!(searched(found(&[], false)).nothing());
+        assert!(!searched(found(&[], true)).nothing(), "a live leader");
+        assert!(
+            !searched(found(&[("st", false)], false)).nothing(),
+            "a home"
+        );
+        assert!(!found(&[], false).nothing(), "a search the RBAC forbade");
     }
 
     #[test]

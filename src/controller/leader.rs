@@ -376,10 +376,11 @@ impl Elector {
     }
 
     /// Claim mode, for a process that is meant to run alone (`apps` without
-    /// `--leader-elect`, whose claim makes a second process refuse): a Lease missing at our
-    /// very first read is created at once instead of a lease duration later. Only a
-    /// `kubectl delete lease` under a running process, just before this one starts, is then
-    /// not covered; with `--leader-elect` it is.
+    /// `--leader-elect`, whose claim makes a second process refuse), or a `run
+    /// --leader-elect` on an app of which the namespace holds nothing (no home, so nobody
+    /// led it): a Lease missing at our very first read is created at once instead of a
+    /// lease duration later. Only a `kubectl delete lease` under a running process, just
+    /// before this one starts, is then not covered; otherwise it is.
     pub(crate) fn claiming(mut self) -> Elector {
         self.claim = true;
         self

@@ -480,11 +480,17 @@ both!(
 /// people's that makes its writes larger than 1,000 bytes (what the real server's lost
 /// answer needs: [`Env::lose_next_es_write_answer_then_hold`]).
 fn create_es(e: &Env, name: &str, n: u32) {
+    create_es_spec(e, name, json!({"replicas": n}));
+}
+
+/// [`create_es`] with `spec` (`spec.appId` added).
+fn create_es_spec(e: &Env, name: &str, mut spec: Value) {
+    spec["appId"] = json!(e.app);
     let manifest = json!({
         "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
         "metadata": {"name": name, "namespace": e.ns,
                      "annotations": {"example.com/note": "x".repeat(1200)}},
-        "spec": {"appId": e.app, "replicas": n},
+        "spec": spec,
     });
     let path = format!(
         "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
@@ -668,6 +674,64 @@ both!(
             .collect();
         reasons.sort_unstable();
         assert_eq!(reasons, ["Recreated", "StateRestored"], "{events}");
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);
+
+both!(
+    remove_lowers_the_target_once_per_executor_that_counts,
+    "rmc",
+    Pods {
+        stop_ms: 4000,
+        ..Pods::default()
+    },
+    |e| {
+        // Reported: `remove` on an ExecutorSet lowered spec.replicas by every id named, also
+        // a duplicate, one gone or one already being deleted (the file store's step counts
+        // only the executors that count, once); under a maxReplicas clamp it lowered
+        // spec.replicas above the clamp, so the removed executor was replaced; `add` and
+        // `scale` asked for a template though they only write spec.
+        create_es_spec(e, "rmc", json!({"replicas": 10, "maxReplicas": 3}));
+        let run = Bg(Some(start_run(e, "rmc", &["--interval", "300ms"])));
+        wait_es(e, "rmc", "3 running (clamped)", |o| converged(o, 3));
+        assert_eq!(live_ids(e), [1, 2, 3]);
+        let store = "executorset:rmc";
+        e.ok(&["--state-store", store, "remove", "2", "2"]);
+        let o = es(e, "rmc").unwrap();
+        assert_eq!(o["spec"]["replicas"], 2, "the clamped 3, less one: {o}");
+        wait_es(e, "rmc", "2 running", |o| converged(o, 2));
+        e.wait_for("executor 2 terminating", |e| {
+            (e.pods().iter()).any(|p| {
+                p["metadata"]["labels"]["spark-exec-id"] == "2"
+                    && !p["metadata"]["deletionTimestamp"].is_null()
+            })
+        });
+        e.ok(&["--state-store", store, "remove", "2"]);
+        assert_eq!(
+            es(e, "rmc").unwrap()["spec"]["replicas"],
+            2,
+            "being deleted"
+        );
+        e.wait_for("executor 2 gone", |e| {
+            !(e.pods().iter()).any(|p| p["metadata"]["labels"]["spark-exec-id"] == "2")
+        });
+        e.ok(&["--state-store", store, "remove", "2"]);
+        assert_eq!(es(e, "rmc").unwrap()["spec"]["replicas"], 2, "gone");
+        std::thread::sleep(Duration::from_secs(1));
+        let o = wait_es(e, "rmc", "still 2 running", |o| converged(o, 2));
+        assert_eq!(live_ids(e), [1, 3], "nothing replaced: {o}");
+        // `add` and `scale` without --image or --template: they write the spec only.
+        for args in [["add", "1"], ["scale", "3"]] {
+            let mut c = e.connect(&e.candidate_token("b"));
+            c.args(["--app-id", &e.app, "--state-store", store])
+                .args(args);
+            crate::util::exits(&mut c, 0);
+        }
+        assert_eq!(es(e, "rmc").unwrap()["spec"]["replicas"], 3);
+        wait_es(e, "rmc", "3 running", |o| converged(o, 3));
+        assert_eq!(live_ids(e), [1, 3, 4]);
+        let mut run = run;
+        stop(run.0.take().unwrap());
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );

@@ -88,7 +88,12 @@ fn steer(
     wait: Option<Option<Duration>>,
     need_template: bool,
 ) -> Result<()> {
-    let env = connect(cli, need_template)?;
+    let env = connect(cli, false)?;
+    if need_template && env.executor_set().is_none() {
+        // Its tick may create pods; an ExecutorSet's command only writes the spec, and the
+        // controller has its own template.
+        cli.app.app(cli.conn.simulate, true)?;
+    }
     refuse_unreachable(&env)?;
     check(&env, op, profile)?;
     let req = crate::store::queue::request(op.clone(), command, profile);
@@ -150,7 +155,12 @@ fn steer_executor_set(
     use crate::store::executorset::{followed, profile_home, submit};
     let app = &env.app.app_id;
     let name = &profile_home(&env.client, name, app, req.profile).map_err(store_error)?;
-    let generation = submit(&env.client, name, app, req).map_err(store_error)?;
+    let lowering = match &req.op {
+        SteerOp::Remove { ids } => Some(removal_lowering(env, ids, req.profile)?),
+        _ => None,
+    };
+    let generation =
+        submit(&env.client, name, app, req, lowering.as_deref()).map_err(store_error)?;
     info!(
         "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}): its controller follows it",
         req.op, req.id
@@ -168,6 +178,19 @@ fn steer_executor_set(
     }
     info!("ExecutorSet {name}: generation {generation} followed, target reached");
     Ok(())
+}
+
+/// The executors of `ids` whose removal lowers the target of resource profile `profile`, by
+/// the step's rule 6 ([`crate::store::executorset::removal_lowers`]: each once, not one gone,
+/// ended, or already being deleted or evicted), on a fresh list and the home's state.
+/// Errors: the list's, the state's.
+fn removal_lowering(env: &Env, ids: &[u64], profile: u32) -> Result<Vec<u64>> {
+    let state = env.read_state()?;
+    let snap = crate::controller::tick::list_snapshot(&env.client, &env.app)
+        .map_err(|e| env.explain(e))?;
+    let settings = &env.app.settings;
+    crate::store::executorset::removal_lowers(&snap, &state, settings, (ids, profile), now_ms())
+        .map_err(|e| Error::usage(e.to_string()))
 }
 
 /// Says who will apply request `id` (`op`): the loop that owns the app (`run`, `apps`), or,

@@ -314,7 +314,7 @@ impl Env {
                 crate::store::configmap::submit(&self.client, name, &self.app.app_id, req)
             }
             StateStoreKind::ExecutorSet(name) => {
-                crate::store::executorset::submit(&self.client, name, &self.app.app_id, req)
+                crate::store::executorset::submit(&self.client, name, &self.app.app_id, req, None)
                     .map(|_| ())
             }
         }

@@ -878,7 +878,9 @@ impl StateStore for ExecutorSetStore<'_> {
 /// `name` of the client's namespace (`docs/executorset.md`): `scale N` sets `spec.replicas`,
 /// `add N` raises it, `remove ID…` appends `{request, executors}` to `spec.removals` and
 /// lowers `spec.replicas` by the number of ids, pruning the entries `status.appliedRemovals`
-/// lists. One `PUT` conditional on the version read, with the request id in annotations
+/// lists (`lowering`: the ids that lower it, those of the executors that count by the step's
+/// rule 6, [`removal_lowers`]; `None`: every id, each once). One `PUT` conditional on the
+/// version read, with the request id in annotations
 /// [`REQUEST_KEY`] and [`REQUESTS_KEY`]; after a 409 it reads again and is done when the
 /// object already carries the id (its write landed, the answer was lost: found among the
 /// recent ids even when later requests landed after it, so it is never applied twice nor
@@ -892,6 +894,7 @@ pub fn submit(
     name: &str,
     app_id: &str,
     req: &Steering,
+    lowering: Option<&[u64]>,
 ) -> Result<i64, StoreError> {
     let store = ExecutorSetStore::new(client, name, app_id, false);
     let generation = |es: &Value| es["metadata"]["generation"].as_i64().unwrap_or(0);
@@ -906,7 +909,7 @@ pub fn submit(
         if carries(&es, &req.id) {
             return Ok(generation(&es));
         }
-        edit_spec(&mut es, req);
+        edit_spec(&mut es, req, lowering);
         match store.sets.replace(name, &es) {
             Ok(stored) => return Ok(generation(&stored)),
             Err(e) if e.status_code() == Some(409) => {
@@ -1004,6 +1007,54 @@ fn recent_requests(es: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `replicas` clamped by `spec`'s `minReplicas` and `maxReplicas`, as the controller follows
+/// it.
+fn clamped_replicas(spec: &Value, replicas: u64) -> u64 {
+    let min = spec["minReplicas"].as_u64().unwrap_or(0);
+    let max = spec["maxReplicas"].as_u64().unwrap_or(u64::MAX).max(min);
+    replicas.clamp(min, max)
+}
+
+/// How many of executors `ids` a removal lowers the target by, and which, by the step's own
+/// rule 6 (each id once; an executor that counts: running, pending, unknown or
+/// unacknowledged, and not already being deleted or evicted): the step run on `snap` and
+/// `state` with a target of [`crate::engine::alloc::MAX_TARGET`] for `profile`, whose
+/// target it lowers once per such executor. Pure. Errors: the step's.
+pub fn removal_lowers(
+    snap: &crate::engine::snapshot::Snapshot,
+    state: &AllocatorState,
+    settings: &crate::engine::alloc::Settings,
+    (ids, profile): (&[u64], u32),
+    now_ms: u64,
+) -> Result<Vec<u64>, crate::engine::alloc::StepError> {
+    use crate::engine::alloc::{step, Request, MAX_TARGET};
+    let mut st = state.clone();
+    match profile {
+        0 => st.target = Some(MAX_TARGET),
+        p => {
+            st.profile_targets.insert(p, MAX_TARGET);
+        }
+    }
+    let mut out: Vec<u64> = Vec::new();
+    let mut before = MAX_TARGET;
+    for &id in ids {
+        let req = Request {
+            remove: out.iter().copied().chain([id]).collect(),
+            ..Request::default()
+        };
+        let plan = step(snap, &st, settings, &req, now_ms)?;
+        let after = match profile {
+            0 => plan.state.target,
+            p => plan.state.profile_targets.get(&p).copied(),
+        };
+        if after.unwrap_or(MAX_TARGET) < before {
+            before = after.unwrap_or(MAX_TARGET);
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
 /// Records request `id` in the annotations of `es`: [`REQUEST_KEY`] names it, and
 /// [`REQUESTS_KEY`] gets it appended, keeping the newest [`REQUESTS_KEEP`].
 fn record_request(es: &mut Value, id: &str) {
@@ -1021,9 +1072,12 @@ fn record_request(es: &mut Value, id: &str) {
 }
 
 /// Applies request `req` to the `spec` of `es` (see [`submit`]) and records its id in the
-/// [`REQUEST_KEY`] and [`REQUESTS_KEY`] annotations. Without `spec.replicas`, `add` and `remove` start from
-/// `status.target` (else 0).
-fn edit_spec(es: &mut Value, req: &Steering) {
+/// [`REQUEST_KEY`] and [`REQUESTS_KEY`] annotations. Without `spec.replicas`, `add` and
+/// `remove` start from `status.target` (else 0). A `remove` lowers the target followed (the
+/// clamped `spec.replicas`, so a removal under `maxReplicas` is not replaced) by the ids of
+/// `lowering` (`None`: all of them), each once, leaving out those a removal not yet applied
+/// already names.
+fn edit_spec(es: &mut Value, req: &Steering, lowering: Option<&[u64]>) {
     let current = (es["spec"]["replicas"].as_u64())
         .or_else(|| es["status"]["target"].as_u64())
         .unwrap_or(0);
@@ -1040,9 +1094,18 @@ fn edit_spec(es: &mut Value, req: &Steering) {
                 .into_iter()
                 .filter(|r| !(applied.as_array().into_iter().flatten()).any(|a| *a == r["request"]))
                 .collect();
+            let named: Vec<u64> = (list.iter())
+                .flat_map(|r| r["executors"].as_array().cloned().unwrap_or_default())
+                .filter_map(|v| v.as_u64())
+                .collect();
+            let mut lowers: Vec<u64> = lowering.unwrap_or(ids).to_vec();
+            lowers.sort_unstable();
+            lowers.dedup();
+            lowers.retain(|id| !named.contains(id));
             list.push(json!({"request": req.id, "executors": ids}));
+            let followed = clamped_replicas(&es["spec"], current);
             es["spec"]["removals"] = json!(list);
-            es["spec"]["replicas"] = json!(current.saturating_sub(ids.len() as u64));
+            es["spec"]["replicas"] = json!(followed.saturating_sub(lowers.len() as u64));
         }
     }
     record_request(es, &req.id);
@@ -1069,7 +1132,7 @@ mod tests {
 
     /// Another writer's write of `o`: request `req` applied, a new version and generation.
     fn meddle_with(o: &mut Value, req: &Steering) {
-        edit_spec(o, req);
+        edit_spec(o, req, None);
         let rv: u64 = o["metadata"]["resourceVersion"]
             .as_str()
             .unwrap()
@@ -1253,7 +1316,7 @@ mod tests {
         st.target = Some(3);
         store.save(&st).unwrap();
         let rm = req("r1", SteerOp::Remove { ids: vec![2] });
-        let generation = submit(&f.client, "etl", "app", &rm).unwrap();
+        let generation = submit(&f.client, "etl", "app", &rm, None).unwrap();
         assert_eq!(generation, 2);
         assert!(
             store.intent_changed().unwrap(),
@@ -1294,6 +1357,7 @@ mod tests {
             "etl",
             "app",
             &req("r2", SteerOp::Remove { ids: vec![3] }),
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -1317,6 +1381,7 @@ mod tests {
             "etl",
             "app",
             &req("a1", SteerOp::Add { count: 2 }),
+            None,
         )
         .unwrap();
         assert_eq!(f.writes(false), 2, "sent twice: the retry met 409");
@@ -1342,7 +1407,7 @@ mod tests {
     fn a_lost_add_is_applied_once_when_another_add_lands_before_its_retry() {
         let f = lost_then(req("b10", SteerOp::Add { count: 10 }));
         let a1 = req("a1", SteerOp::Add { count: 1 });
-        submit(&f.client, "etl", "app", &a1).unwrap();
+        submit(&f.client, "etl", "app", &a1, None).unwrap();
         assert_eq!(f.writes(false), 2, "sent twice: the retry met 409");
         assert_eq!(f.obj()["spec"]["replicas"], 14, "3 + 1 + 10: {}", f.obj());
         assert_eq!(recent_requests(&f.obj()), ["a1", "b10"]);
@@ -1352,7 +1417,7 @@ mod tests {
     fn a_lost_scale_is_not_applied_again_over_a_later_scale() {
         let f = lost_then(req("s8", SteerOp::Scale { target: 8 }));
         let s5 = req("s5", SteerOp::Scale { target: 5 });
-        submit(&f.client, "etl", "app", &s5).unwrap();
+        submit(&f.client, "etl", "app", &s5, None).unwrap();
         assert_eq!(f.obj()["spec"]["replicas"], 8, "{}", f.obj());
         assert_eq!(f.obj()["metadata"]["annotations"][REQUEST_KEY], "s8");
     }
@@ -1363,7 +1428,11 @@ mod tests {
         e["metadata"]["annotations"] = json!({REQUESTS_KEY: "not json", "team": "x"});
         assert!(recent_requests(&e).is_empty());
         for i in 0..40 {
-            edit_spec(&mut e, &req(&format!("r{i}"), SteerOp::Add { count: 1 }));
+            edit_spec(
+                &mut e,
+                &req(&format!("r{i}"), SteerOp::Add { count: 1 }),
+                None,
+            );
         }
         let ids = recent_requests(&e);
         assert_eq!(ids.len(), REQUESTS_KEEP);
@@ -1449,6 +1518,56 @@ mod tests {
     }
 
     #[test]
+    fn a_removal_lowers_the_followed_target_once_per_executor_that_counts() {
+        let spec = json!({"appId": "a", "replicas": 10, "maxReplicas": 3,
+                          "removals": [{"request": "p", "executors": [7]}]});
+        let mut e = es(spec.clone(), json!({}));
+        let rm = req(
+            "r",
+            SteerOp::Remove {
+                ids: vec![2, 2, 7, 9],
+            },
+        );
+        edit_spec(&mut e, &rm, Some(&[2, 7]));
+        assert_eq!(
+            e["spec"]["replicas"], 2,
+            "the clamped 3, less 2 (7: not applied yet)"
+        );
+        let mut e = es(spec, json!({}));
+        edit_spec(&mut e, &rm, None);
+        assert_eq!(e["spec"]["replicas"], 1, "each id once: 2 and 9");
+        // The step's rule 6: 2 runs, 3 is being deleted, 4 ended, 5 unacknowledged, 6 being
+        // evicted, 99 gone.
+        use crate::engine::snapshot::{ExecutorPod, ExecutorState::*, Snapshot};
+        let pods = [
+            (1, Running),
+            (2, Running),
+            (3, Deleted),
+            (4, Failed),
+            (6, Running),
+        ];
+        let snap = Snapshot {
+            executors: (pods.iter())
+                .map(|&(i, s)| (i, ExecutorPod::example(i, s)))
+                .collect(),
+            ..Snapshot::default()
+        };
+        let mut st = AllocatorState::new();
+        st.last_executor_id = 99;
+        st.unacknowledged = vec![crate::engine::alloc::Unacknowledged {
+            executor_id: 5,
+            created_ms: 0,
+            retry: false,
+            profile: 0,
+        }];
+        st.evicting = vec![6];
+        let settings = crate::engine::alloc::Settings::new("app");
+        let ids = [2, 2, 3, 4, 5, 6, 99];
+        let lowers = removal_lowers(&snap, &st, &settings, (&ids, 0), 0).unwrap();
+        assert_eq!(lowers, [2, 5]);
+    }
+
+    #[test]
     fn another_writers_status_is_a_conflict() {
         let f = FakeEs::new();
         let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
@@ -1470,6 +1589,7 @@ mod tests {
             "etl",
             "app",
             &req("s", SteerOp::Scale { target: 9 }),
+            None,
         )
         .unwrap();
         st.target = Some(7);
@@ -1534,17 +1654,21 @@ mod tests {
             json!({"appId": "a", "replicas": 5, "removals": [{"request": "old", "executors": [1]}]}),
             json!({"appliedRemovals": ["old"], "target": 5}),
         );
-        edit_spec(&mut e, &req("x1", SteerOp::Add { count: 2 }));
+        edit_spec(&mut e, &req("x1", SteerOp::Add { count: 2 }), None);
         assert_eq!(e["spec"]["replicas"], 7);
         assert!(carries(&e, "x1") && !carries(&e, "x2"));
-        edit_spec(&mut e, &req("x2", SteerOp::Remove { ids: vec![3, 4] }));
+        edit_spec(
+            &mut e,
+            &req("x2", SteerOp::Remove { ids: vec![3, 4] }),
+            None,
+        );
         assert_eq!(e["spec"]["replicas"], 5);
         assert_eq!(
             e["spec"]["removals"],
             json!([{"request": "x2", "executors": [3, 4]}]),
             "the applied entry is pruned in the same write"
         );
-        edit_spec(&mut e, &req("x3", SteerOp::Scale { target: 9 }));
+        edit_spec(&mut e, &req("x3", SteerOp::Scale { target: 9 }), None);
         assert_eq!(e["spec"]["replicas"], 9);
         assert_eq!(e["metadata"]["annotations"][REQUEST_KEY], "x3");
         assert!(carries(&e, "x2"), "a removal is found in spec.removals");

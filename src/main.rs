@@ -42,10 +42,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Any panic, in any thread (the leader-election thread, the watchdog, the Events
-/// thread), ends the whole process at once with one line and exit 1 (a runtime error), so
-/// that Kubernetes restarts it: a process that lives on without its election thread would
-/// never lead and never release, and exit 0 on SIGTERM.
+/// Any panic, in any thread (the loop, or the scoped read-ahead of a gzip list), ends the
+/// whole process at once with one line and exit 1 (a runtime error), so that Kubernetes
+/// restarts it: a process that lived on after a helper's panic could be left with a loop
+/// that never renews its Lease.
 fn die_with_any_thread() {
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current();

@@ -419,14 +419,30 @@ impl Env {
         }
     }
 
-    /// Real server only: delays everything between candidate `who` and the server for `d`,
-    /// then delivers it ([`real::proxy::Partition::hold`]: a request sent meanwhile is carried
-    /// out late). The simulator has no such partition.
-    pub fn hold(&self, who: &str, d: Duration) {
+    /// Makes candidate `who`'s pod lists answer `d` late from now on, on their own
+    /// connection (its Lease calls are not slowed): on the simulator the fault
+    /// `list:delay:MS` (every list of anyone), on the real server its route's large answers
+    /// ([`real::proxy::Partition::slow_answers`]: an answer of at least 3,000 bytes; a
+    /// Lease's is under a kilobyte, a list of its executors several).
+    pub fn slow_lists(&self, who: &str, d: Duration) {
+        match &self.server {
+            Server::Sim(_) => self.sim_faults(&[&format!("list:delay:{}", d.as_millis())]),
+            Server::Real(_) => (self.partitions.lock().unwrap())
+                .get(who)
+                .expect("the candidate's route")
+                .slow_answers(3000, d),
+        }
+    }
+
+    /// Real server only: from candidate `who`'s next large write (a request of at least
+    /// 1,500 bytes, held first; its GETs and Lease updates are under 700: a pod made from a
+    /// template with a large annotation is more) delays everything between it and the server
+    /// for `d`, then delivers it ([`real::proxy::Partition::hold_from_next_write`]).
+    pub fn hold_from_next_write(&self, who: &str, d: Duration) {
         (self.partitions.lock().unwrap())
             .get(who)
             .expect("the candidate's route on the real server")
-            .hold(d)
+            .hold_from_next_write(1500, d)
     }
 
     /// [`Env::cmd`] in namespace `ns` instead of the test's, as the admin (on the real server

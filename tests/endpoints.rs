@@ -351,11 +351,13 @@ fn threads(pid: u32) -> Vec<String> {
     names
 }
 
-/// The endpoints and the Events have no thread of their own (issue 30): a `run
-/// --leader-elect` at rest, both endpoints served, its pods' Events posted, runs the loop,
-/// the watchdog and the election, nothing else (it ran 16 threads with tiny_http's).
+/// One thread (issue 30): a `run --leader-elect` at rest, both endpoints served, its pods'
+/// Events posted, runs the loop alone (16 threads once, with tiny_http's; 3 with the
+/// watchdog and the election thread); so does `apps --discover --leader-elect` with both
+/// endpoints. The loop renews the Lease itself: it still leads after several renew
+/// deadlines at rest.
 #[test]
-fn at_rest_the_endpoints_and_events_add_no_thread() {
+fn at_rest_run_and_apps_run_one_thread() {
     let w = SimWorld::new().app("one").start();
     let (m, p) = (free_addr(), free_addr());
     let args = crate::util::with_fast_leader_elect(&[
@@ -373,15 +375,52 @@ fn at_rest_the_endpoints_and_events_add_no_thread() {
     });
     let events = w.api("GET", "/api/v1/namespaces/default/events", None).1;
     assert!(events.to_string().contains("SuccessfulCreate"), "{events}");
-    std::thread::sleep(Duration::from_millis(500));
-    let names = threads(c.id());
-    assert!(names.len() <= 3, "{names:?}");
-    for n in &names {
-        assert!(
-            ["podalloc", "watchdog", "leader-election"].contains(&n.as_str()),
-            "{names:?}"
-        );
-    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(threads(c.id()), ["podalloc"], "run at rest");
+    let (_, metrics) = get(&m, "/metrics").unwrap();
+    assert!(metrics.contains("podalloc_is_leader{"), "{metrics}");
+    assert!(
+        sample(
+            &metrics,
+            "podalloc_is_leader{app=\"one\",namespace=\"default\"}"
+        ) == 1.0,
+        "{metrics}"
+    );
     fresh_healthz_in_time(&mut c, &p);
     stop("run", c);
+
+    let driver = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "drv", "labels": {"spark-role": "driver", "spark-app-selector": "two"},
+        "annotations": {"podalloc.io/executors": "1"}},
+        "spec": {"containers": [{"name": "d", "image": "spark"}]}});
+    let (code, body) = w.api("POST", "/api/v1/namespaces/default/pods", Some(&driver));
+    assert_eq!(code, 201, "{body}");
+    let (m, p) = (free_addr(), free_addr());
+    let args = crate::util::with_fast_leader_elect(&[
+        "--metrics-bind-address",
+        &m,
+        "--health-probe-bind-address",
+        &p,
+        "--image",
+        "img",
+        "apps",
+        "--discover",
+        "spark-role=driver",
+        "--state-configmaps",
+        "podalloc-state",
+    ]);
+    let mut cmd = podalloc();
+    cmd.args(["--server", &w.sim.url(), "--token", &w.token])
+        .arg("--certificate-authority")
+        .arg(&w.ca)
+        .args(["-n", "default", "--batch-delay", "100ms"])
+        .args(&args);
+    let mut c = spawn(cmd);
+    until(&m, "/metrics", 30, |_, b| {
+        b.contains("podalloc_running{app=\"two\",namespace=\"default\"} 1")
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(threads(c.id()), ["podalloc"], "apps at rest");
+    fresh_healthz_in_time(&mut c, &p);
+    stop("apps", c);
 }

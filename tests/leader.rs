@@ -694,14 +694,17 @@ both!(
 );
 
 /// Real server only (the simulator's cut never delivers late): the leader is paused between
-/// its write-ahead save and its creates; just before it resumes, its route to the server
-/// starts holding bytes for 8 s (a TCP outage, not a loss). It resumes with its Lease still
-/// fresh, so its fence lets the creates go, into the held connection; the standby takes the
-/// Lease 3 s after the leader's last renewal and creates the saved ids itself; then the hold
-/// ends and the old leader's creates reach the server during the standby's term. Leader
-/// election alone cannot stop a write delivered late; what must hold is that the server
-/// refuses it (the ids are names: AlreadyExists), so no write of two identities both
-/// succeeds in one span, no id is made twice, and the app never overshoots.
+/// its write-ahead save and its creates; when it resumes, its Lease still fresh, its fence
+/// lets the first create go, and its route to the server starts holding bytes for 8 s with
+/// that create (a TCP outage, not a loss). Its Lease renewals are held too, so its fence
+/// lapses, and its loop cuts the create's wait then (the request of a term that is over is
+/// not waited for): the connection is closed behind the held request. The standby takes
+/// the Lease 3 s after the leader's last renewal and creates the saved ids itself; then the
+/// hold ends and the old leader's create, and its close, reach the server during the
+/// standby's term. Leader election alone cannot stop a write delivered late; what must hold
+/// is that the server does not carry it out (refused: the ids are names, AlreadyExists; or
+/// dropped with its closed connection), so no write of two identities both succeeds in one
+/// span, no id is made twice, and the app never overshoots.
 mod a_create_delivered_late_by_a_partition_is_refused {
     use super::*;
 
@@ -711,7 +714,23 @@ mod a_create_delivered_late_by_a_partition_is_refused {
             return;
         };
         let e = &env;
-        let a = candidate_with(e, "a", &[("PODALLOC_PAUSE_AT", "after-write-ahead:1:3000")]);
+        // a's pods carry a large annotation: its creates are the requests the hold waits for.
+        let note = "x".repeat(2000);
+        let t = e.template(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    note: {note}\nspec:\n  \
+             containers:\n  - name: executor\n    image: img\n"
+        ));
+        let metrics = metrics_path(e, "a");
+        let front = [
+            "--template",
+            &t,
+            "--metrics-file",
+            metrics.to_str().unwrap(),
+        ];
+        let target = TARGET.to_string();
+        let mut cmd = e.candidate_cmd("a", &crate::util::ha_run_args(&front, &target));
+        cmd.env("PODALLOC_PAUSE_AT", "after-write-ahead:1:3000");
+        let a = spawn_replica(&mut cmd, "pod-a", Stdio::piped());
         until(20, "a saves its first batch ahead of the creates", || {
             unacknowledged_in_state(e).len() as u64 == TARGET
         });
@@ -721,7 +740,7 @@ mod a_create_delivered_late_by_a_partition_is_refused {
         std::thread::sleep(Duration::from_millis(2700).saturating_sub(paused.elapsed()));
         // Long enough that b has made the saved ids before a's create arrives: b leads about
         // 3 s after a's last renewal (seen 4.5 s into the hold) and creates at once.
-        e.hold("a", Duration::from_secs(8));
+        e.hold_from_next_write("a", Duration::from_secs(8));
         let held = Instant::now();
         until(30, "b leads", || holder(e).as_deref() == Some("pod-b"));
         let took = held.elapsed();
@@ -730,7 +749,10 @@ mod a_create_delivered_late_by_a_partition_is_refused {
         until(30, "the app converges after the hold", || {
             live_len(e) == TARGET
         });
-        crate::util::stop_all("the candidates", vec![a, b]);
+        let outs = crate::util::stop_all("the candidates", vec![a, b]);
+        let a_err = stderr(&outs[0]);
+        let cut = (a_err.lines())
+            .find(|l| l.contains("create pod") && l.contains("no longer holds the leader lease"));
         let acts = e.acts();
         let t = terms(&acts, true);
         let b_first = (acts.iter())
@@ -741,9 +763,9 @@ mod a_create_delivered_late_by_a_partition_is_refused {
             .filter(|x| x.user == "podalloc-a" && acting(x, true) && x.at_us > b_first)
             .collect();
         eprintln!(
-            "leader[real]: creates delivered late: b led {:.2}s into the hold; a's writes \
-             received after b's first: {:?}; overlapping writes {} (successful writes {}); \
-             terms (ms) {:?}",
+            "leader[real]: creates delivered late: b led {:.2}s into the hold; a's create cut: \
+             {cut:?}; a's writes received after b's first: {:?}; overlapping writes {} \
+             (successful writes {}); terms (ms) {:?}",
             took.as_secs_f64(),
             late.iter()
                 .map(|x| (&x.verb, &x.resource, x.code, (x.at_us - b_first) / 1000))
@@ -752,10 +774,8 @@ mod a_create_delivered_late_by_a_partition_is_refused {
             successful_write_overlaps(&acts),
             relative(&t)
         );
-        assert!(
-            !late.is_empty(),
-            "the held creates reached the server in b's term: {t:?}"
-        );
+        // The scenario happened: a create was sent under a's fence and held, then cut.
+        assert!(cut.is_some(), "a's held create was cut: {a_err}");
         assert!(
             late.iter().all(|x| x.code == 409),
             "every late write refused: {late:?}"
@@ -1055,3 +1075,67 @@ fn the_simulator_refuses_unconditional_lease_updates_and_loose_times() {
         "Lease.coordination.k8s.io \"l\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
     );
 }
+
+// The loop renews its Lease itself, between its requests and while one waits: a pod list
+// slower than the renew deadline (3 s against 2 s) does not make the leader's renewal late.
+// The leader keeps the Lease through a minute of slow lists, replaces a failed executor,
+// and the standby never acts: one term, 0 overlaps in the server's record.
+both!(
+    a_list_slower_than_the_renew_deadline_keeps_one_leader,
+    APP,
+    Pods::default(),
+    |e| {
+        let a = candidate(e, "a");
+        until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
+        until(20, "a converges", || live_len(e) == TARGET);
+        let b = candidate(e, "b");
+        std::thread::sleep(Duration::from_millis(800));
+        e.slow_lists("a", Duration::from_secs(3));
+        let slowed = e.server_now_us();
+        fail_pod(e, 1);
+        until(30, "a replaces executor 1 through its slow lists", || {
+            let live = e.live();
+            live.len() as u64 == TARGET && !live.contains(&1)
+        });
+        std::thread::sleep(Duration::from_secs(4));
+        assert_eq!(holder(e).as_deref(), Some("pod-a"), "a kept the Lease");
+        let outs = crate::util::stop_all("the candidates", vec![a, b]);
+        let a_err = stderr(&outs[0]);
+        assert!(!a_err.contains("stopped acting"), "{a_err}");
+        let acts = e.acts();
+        // a's pod lists after the slowing (arrivals, µs), and its Lease renewals between two
+        // of them: each list waited 3 s for its answer, and a renewed meanwhile.
+        let lists: Vec<u64> = (acts.iter())
+            .filter(|x| x.user == "podalloc-a" && x.resource == "pods" && x.verb == "list")
+            .filter(|x| x.at_us >= slowed)
+            .map(|x| x.at_us)
+            .collect();
+        let renewals = |from: u64, to: u64| {
+            (acts.iter())
+                .filter(|x| x.user == "podalloc-a" && x.resource == "leases")
+                .filter(|x| x.verb == "update" && x.code == 200)
+                .filter(|x| (from..to).contains(&x.at_us))
+                .count()
+        };
+        let gaps: Vec<(u64, usize)> = (lists.windows(2))
+            .map(|w| ((w[1] - w[0]) / 1000, renewals(w[0], w[1])))
+            .collect();
+        let t = terms(&acts, false);
+        eprintln!(
+            "leader[{}]: pod lists slower than the renew deadline: between a's lists (ms, its \
+             Lease renewals meanwhile) {gaps:?}; overlapping ticks {}, writes {}; terms (ms) {:?}",
+            server(e),
+            overlaps(&acts, false),
+            overlaps(&acts, true),
+            relative(&t)
+        );
+        assert!(!gaps.is_empty(), "{lists:?}");
+        for (ms, renewed) in &gaps {
+            assert!(*ms >= 2500 && *renewed >= 3, "{gaps:?}");
+        }
+        let users: Vec<&str> = t.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(users, ["podalloc-a"], "{t:?}");
+        assert_eq!(overlaps(&acts, false), 0, "{t:?}");
+        assert_no_overshoot(e);
+    }
+);

@@ -4,8 +4,8 @@
 //! Every app gets what `run` gives its one app: its own next tick (the plan's requeue, the
 //! idle interval at rest, at once on a queued steering request), its store held for the
 //! process's life (the file lock; without `--leader-elect`, the ConfigMap holder record), so
-//! that `scale`, `add` and `remove` hand their requests to this process; the watchdog, the
-//! leader gate, Events, `--metrics-file` (one series per app) and `app=`/`ns=` on the log
+//! that `scale`, `add` and `remove` hand their requests to this process; the signals and
+//! `--timeout` (`Control::poll`), the leader gate, Events, `--metrics-file` (one series per app) and `app=`/`ns=` on the log
 //! lines. A round lists each namespace's executor pods once (`spark-role=executor`,
 //! paginated) and splits the list by app ([`crate::engine::snapshot::Split`]); each due app's tick runs
 //! on its share ([`reconcile::tick_listed`]). One app's failure is one log line naming it
@@ -140,9 +140,12 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         conn.services.probe = Some(probe);
         e
     });
-    // The loop answers the endpoints between its requests, too.
-    (conn.clients.values()).for_each(|c| conn.services.serve_between_requests(c));
     let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
+    // Between its requests and while they wait, the loop answers the endpoints, reads its
+    // signals and renews its Lease.
+    shutdown.0.set_probe(conn.services.probe.as_ref());
+    (conn.clients.values()).for_each(|c| shutdown.0.serve_between_requests(c));
+    conn.services.set_waiter(shutdown.0.waiter());
     // The runner's fence on every client, before the election (whose own is then unused).
     conn.clients.values().for_each(|c| shutdown.0.fence(c));
     // One Lease for the process's apps, taken once the apps are known to be usable:

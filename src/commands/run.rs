@@ -1,8 +1,8 @@
 //! `podalloc run` (and `scale --wait`): the runner ([`crate::controller::runner`]) with one
 //! app: tick until stopped, converged or timed out: every `--interval` while something is in
 //! flight, every `--idle-interval` at rest, sooner when the plan's own deadline or a steering
-//! request queued in the file store comes first. The error policy, the signals and the
-//! watchdog are the runner's; this file connects the app, seeds `--target` and shows
+//! request queued in the file store comes first. The error policy, the signals and
+//! `--timeout` are the runner's; this file connects the app, seeds `--target` and shows
 //! `scale --wait`'s progress line.
 
 use super::env::{connect, Env};
@@ -183,8 +183,6 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
         env.services.probe = Some(probe);
         e
     });
-    // The loop answers the endpoints between its requests, too.
-    env.services.serve_between_requests(&env.client);
     let env = env;
     if !a.leader.leader_elect {
         env.refuse_under_leader("run")?;
@@ -196,6 +194,11 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     // The holder record's heartbeat follows the slowest tick (the idle interval).
     let holding = (!a.leader.leader_elect).then_some(o.interval.max(a.idle_interval));
     let shutdown = Shutdown::install(env.run_deadline)?;
+    // Between its requests and while they wait, the loop answers the endpoints, reads its
+    // signals and renews its Lease (the Lease client is derived: it shares the hook).
+    shutdown.0.set_probe(env.services.probe.as_ref());
+    shutdown.0.serve_between_requests(&env.client);
+    env.services.set_waiter(shutdown.0.waiter());
     let heartbeat = holding.map(|h| (h, shutdown.0.as_ref()));
     let store = env.open_store(command, heartbeat).map_err(store_error)?;
     // The runner's fence first: the election's own is then not installed, this one asks it.

@@ -8,8 +8,9 @@
 //!   which write to make ([`Write`]) and whether this process leads. It reads no clock and
 //!   makes no call; time comes in as a monotonic `Duration` since any fixed origin, plus the
 //!   wall time (ms since the Unix epoch) to stamp `acquireTime` / `renewTime`.
-//! - [`LeaderElection`], the thin shell: a thread that every retry period GETs the Lease,
-//!   asks the core, and makes the create or update, and that releases the Lease when stopped.
+//! - [`LeaderElection`], the thin shell, driven by the loop ([`LeaderElection::tick`], no
+//!   thread): every retry period it GETs the Lease, asks the core, and makes the create or
+//!   update; it releases the Lease when stopped.
 //!   A leader first tries client-go's fast path: it updates the Lease it last wrote without
 //!   reading it ([`Elector::fast_renew`]), and reads only when that fails.
 //!
@@ -34,7 +35,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use log::{debug, info, warn};
@@ -643,8 +643,7 @@ pub(crate) fn default_identity() -> String {
     format!("{host}_{:08x}", mix >> 32)
 }
 
-/// The candidate: what the election thread and the run loop share (the elector, the
-/// leadership last reported, the stop request).
+/// The candidate: the elector, its clock, and the leadership last reported.
 struct Candidate {
     elector: Mutex<Elector>,
     origin: Instant,
@@ -701,21 +700,36 @@ impl Candidate {
     }
 }
 
-/// A running election: a thread keeps acquiring or renewing the Lease. Drop (or
-/// [`LeaderElection::stop`]) stops it and releases the Lease if we hold it.
+/// An election the loop drives: [`LeaderElection::tick`] makes the attempt (acquire or
+/// renew) when it is due, from the loop's wait and from the hook its requests run between
+/// them and while they wait (`crate::controller::runner::Control::poll`), so that a slow
+/// request never makes a renewal late. No thread. Drop (or [`LeaderElection::stop`])
+/// releases the Lease if we hold it.
 pub(crate) struct LeaderElection {
     shared: Arc<Candidate>,
-    thread: Option<JoinHandle<()>>,
+    /// The Lease calls' own client: timeouts of one renew deadline, no retries.
+    client: KubeClient,
+    name: String,
+    timing: Timing,
+    /// When the next attempt is due; `None`: at once.
+    next: Mutex<Option<Instant>>,
+    /// The jitter's xorshift state.
+    rng: Mutex<u64>,
+    /// Set while an attempt runs: a tick re-entered from its own request does nothing.
+    busy: AtomicBool,
 }
 
 impl LeaderElection {
-    /// Starts electing on Lease `name` in `client`'s namespace with the core `elector` (its identity and timing; [`Elector::claiming`] for a claim). The Lease calls
-    /// use their own client with timeouts of one renew deadline and no retries (an attempt
-    /// is retried at the next retry period), as kube-controller-manager gives its election
-    /// client a timeout of the renew deadline. Installs the write fence on `client`, so that
-    /// pod and state writes stop when leadership does, also in the middle of a tick.
+    /// Starts electing on Lease `name` in `client`'s namespace with the core `elector` (its
+    /// identity and timing; [`Elector::claiming`] for a claim); the first attempt is made at
+    /// the first [`LeaderElection::tick`]. The Lease calls use their own client (derived:
+    /// it shares `client`'s hook) with timeouts of one renew deadline and no retries (an
+    /// attempt is retried at the next retry period), as kube-controller-manager gives its
+    /// election client a timeout of the renew deadline. Installs the write fence on
+    /// `client`, so that pod and state writes stop when leadership does, also in the middle
+    /// of a tick.
     ///
-    /// Errors: the Lease client cannot be built, the thread cannot start.
+    /// Errors: the Lease client cannot be built.
     pub(crate) fn start(
         client: &KubeClient,
         name: &str,
@@ -735,12 +749,6 @@ impl LeaderElection {
             stop: AtomicBool::new(false),
             reported: Mutex::new(Reported::default()),
         });
-        let s = Arc::clone(&shared);
-        let lease_name = name.to_string();
-        let thread = std::thread::Builder::new()
-            .name("leader-election".into())
-            .spawn(move || elect_loop(&s, &lease_client, &lease_name, timing))
-            .map_err(|e| KubeError::Config(format!("cannot start leader election: {e}")))?;
         info!(
             "leader election: {identity} is a candidate for lease {}/{name} (lease {}, renew deadline {}, retry {})",
             client.namespace(),
@@ -750,10 +758,39 @@ impl LeaderElection {
         );
         let le = LeaderElection {
             shared,
-            thread: Some(thread),
+            client: lease_client,
+            name: name.to_string(),
+            timing,
+            next: Mutex::new(None),
+            rng: Mutex::new(wall_ms() | 1),
+            busy: AtomicBool::new(false),
         };
         le.fence(client);
         Ok(le)
+    }
+
+    /// Makes the attempt when it is due (client-go's `tryAcquireOrRenew`), then schedules
+    /// the next: a retry period later when leading; jittered by up to [`JITTER_FACTOR`]
+    /// more when not, as client-go's `wait.JitterUntil`. Does nothing once stopped, before
+    /// it is due, or re-entered from its own request.
+    pub(crate) fn tick(&self) {
+        let s = &self.shared;
+        let due = lock(&self.next).is_none_or(|at| Instant::now() >= at);
+        if !due || s.stop.load(Ordering::SeqCst) || self.busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        attempt(s, &self.client.api(&LEASES), &self.name);
+        let mut period = self.timing.retry_period;
+        if !s.leading() {
+            let mut rng = lock(&self.rng);
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            let f = (*rng % 1000) as f64 / 1000.0 * JITTER_FACTOR;
+            period += self.timing.retry_period.mul_f64(f);
+        }
+        *lock(&self.next) = Some(Instant::now() + period);
+        self.busy.store(false, Ordering::SeqCst);
     }
 
     /// Installs the write fence on `client` (every client that writes pods or state must
@@ -793,11 +830,10 @@ impl LeaderElection {
             .map(str::to_string)
     }
 
-    /// Stops the thread; it releases the Lease if we hold it.
+    /// Stops electing and releases the Lease if we hold it (once).
     pub(crate) fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if !self.shared.stop.swap(true, Ordering::SeqCst) {
+            release(&self.shared, &self.client.api(&LEASES), &self.name);
         }
     }
 }
@@ -813,31 +849,6 @@ fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// The election thread: attempt, sleep (a retry period when leading; jittered by up to
-/// [`JITTER_FACTOR`] more when not, as client-go's `wait.JitterUntil`), until stopped; then
-/// release.
-fn elect_loop(s: &Candidate, client: &KubeClient, name: &str, timing: Timing) {
-    let leases = client.api(&LEASES);
-    let mut rng = wall_ms() | 1;
-    while !s.stop.load(Ordering::SeqCst) {
-        attempt(s, &leases, name);
-        let leading = s.leading();
-        let mut period = timing.retry_period;
-        if !leading {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let f = (rng % 1000) as f64 / 1000.0 * JITTER_FACTOR;
-            period += timing.retry_period.mul_f64(f);
-        }
-        let until = Instant::now() + period;
-        while !s.stop.load(Ordering::SeqCst) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
-        }
-    }
-    release(s, &leases, name);
 }
 
 /// One `tryAcquireOrRenew`: the leader's fast path (update what it last wrote), else GET,

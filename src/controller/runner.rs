@@ -26,8 +26,9 @@ use crate::engine::alloc::Request;
 use crate::error::{Error, ExitCode, Result};
 use crate::store::file::{store_error, StateStore, StoreError};
 use log::{debug, info, warn};
+use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often a `--leader-elect` standby asks whether it leads now.
@@ -37,14 +38,14 @@ pub(crate) const STANDBY_POLL: Duration = Duration::from_millis(100);
 /// killed by Ctrl-C.
 pub(crate) const ABORT_EXIT: i32 = 130;
 
-/// How long a tick may run past `--timeout` before the watchdog aborts the process.
+/// How long a tick may run past `--timeout` before [`Control::poll`] aborts the process.
 const DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// How often the wait between ticks looks at a signal, the deadline and the request queues.
 const WAIT_POLL: Duration = Duration::from_millis(50);
 
-/// How long after a signal a tick that has written nothing is left to finish before the
-/// watchdog stops the process at once: a tick whose list answers in time ends the loop the
+/// How long after a signal a tick that has written nothing is left to finish before
+/// [`Control::poll`] stops the process at once: a tick whose list answers in time ends the loop the
 /// ordinary way (its line logged, its holder records given up by the loop).
 const FRESH_GRACE: Duration = Duration::from_millis(200);
 
@@ -68,7 +69,7 @@ pub(crate) fn after_error(e: &Error) -> Flow {
     }
 }
 
-/// Where the runner is in a round, for the watchdog.
+/// Where the runner is in a round, for [`Control::poll`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Between rounds: the loop itself sees a signal within [`WAIT_POLL`].
@@ -80,9 +81,11 @@ enum Phase {
     Writing,
 }
 
-/// What the loop, the watchdog and the write fences share: the signal, the phase of the tick
-/// in progress, and the leader election (or `apps`' claim), so that a stop at once can
-/// release the Lease.
+/// What the loop, its hook between requests ([`Control::between`]) and the write fences
+/// share: the signals, the phase of the tick in progress, the leader election (or `apps`'
+/// claim), the endpoints and `--timeout`. One thread uses it (the loop, and the hook it runs
+/// inside its requests); the locks are for the one helper a gzip list read may run
+/// (`kube/client.rs` `read_ahead`), whose reads run the hook too.
 pub(crate) struct Control {
     signal: AtomicBool,
     /// When the first signal came.
@@ -91,9 +94,18 @@ pub(crate) struct Control {
     leader: Mutex<Option<LeaderElection>>,
     /// What a stop at once gives up besides the Lease ([`Control::on_stop`]).
     on_stop: Mutex<Vec<StopHook>>,
+    /// SIGINT and SIGTERM as they come (signal-hook's self-pipe, read without blocking).
+    signals: Mutex<signal_hook::iterator::Signals>,
+    /// `--timeout`'s deadline.
+    deadline: Option<Instant>,
+    /// The endpoints, answered while the loop waits.
+    probe: OnceLock<Probe>,
+    /// Set while [`Control::poll`]'s own work runs: a poll re-entered from a request it
+    /// makes (a Lease renewal, a release) only reads the signals and the deadline.
+    polling: AtomicBool,
 }
 
-/// A release the watchdog runs when it ends the process at once (a ConfigMap holder record).
+/// A release made when the process stops at once (a ConfigMap holder record).
 pub(crate) type StopHook = Box<dyn FnOnce() + Send>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,23 +123,45 @@ impl Control {
         f(lock(&self.leader).as_ref())
     }
 
-    /// Installs the election (call before any tick; the fences ask it from then on).
+    /// Installs the election (call before any tick; the fences ask it from then on). The
+    /// one it replaces is stopped (its Lease released) outside the lock.
     pub(crate) fn set_leader(&self, le: Option<LeaderElection>) {
-        *lock(&self.leader) = le;
+        let old = std::mem::replace(&mut *lock(&self.leader), le);
+        drop(old);
     }
 
-    /// Adds `hook` to what a stop at once releases (it must not need the loop's thread,
-    /// which may be blocked in a call: its own client, short timeouts).
+    /// Adds `hook` to what a stop at once releases.
     pub(crate) fn on_stop(&self, hook: StopHook) {
         lock(&self.on_stop).push(hook);
+    }
+
+    /// The endpoints the loop answers while it waits (once; a second call is ignored).
+    pub(crate) fn set_probe(&self, probe: Option<&Probe>) {
+        if let Some(p) = probe {
+            let _ = self.probe.set(p.clone());
+        }
+    }
+
+    /// Makes [`Control::between`] the hook of `client` (and of the clients derived from it
+    /// or sharing its connection): between its requests, in its back-offs and while a
+    /// request waits, the loop sees its signals, renews its Lease and answers its
+    /// endpoints; a request of a tick is cut once this process no longer leads.
+    pub(crate) fn serve_between_requests(self: &Arc<Self>, client: &crate::kube::KubeClient) {
+        client.set_between_requests(self.waiter());
+    }
+
+    /// [`Control::between`] as a hook (holding no count on `self`: the Lease client that
+    /// keeps it is owned by `self`).
+    pub(crate) fn waiter(self: &Arc<Self>) -> crate::kube::Between {
+        let me = Arc::downgrade(self);
+        Arc::new(move |d| me.upgrade().is_none_or(|c| c.between(d)))
     }
 
     fn set_phase(&self, p: Phase) {
         *lock(&self.phase) = p;
     }
 
-    /// A write is about to be made: from now on the tick in progress must finish. Blocks
-    /// while the watchdog is ending the process, so that no write starts after it decided.
+    /// A write is about to be made: from now on the tick in progress must finish.
     fn writing(&self) {
         let mut p = lock(&self.phase);
         if *p == Phase::Fresh {
@@ -146,14 +180,77 @@ impl Control {
         }));
     }
 
-    /// The watchdog, after a signal: when the tick in progress has written nothing, ends the
-    /// process now (exit 0), the holder records and the Lease released, holding the phase so
-    /// that no write of the loop starts.
-    fn stop_if_fresh(&self) {
-        let p = lock(&self.phase);
-        if *p != Phase::Fresh {
+    /// Waits `d` (zero: not at all), polling ([`Control::poll`]) at least every
+    /// [`WAIT_POLL`] and answering the endpoints meanwhile. Returns false when a tick is in
+    /// progress under an election this process no longer leads: the request that asked is
+    /// cut ([`crate::kube::KubeClient::set_between_requests`]).
+    pub(crate) fn between(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        loop {
+            self.poll();
+            let left = end.saturating_duration_since(Instant::now());
+            match self.probe.get() {
+                Some(p) => p.nap(left.min(WAIT_POLL)),
+                None => std::thread::sleep(left.min(WAIT_POLL)),
+            }
+            if end <= Instant::now() {
+                break;
+            }
+        }
+        let ticking = *lock(&self.phase) != Phase::Idle;
+        !ticking
+            || self
+                .leader
+                .try_lock()
+                .map_or(true, |le| le.as_ref().is_none_or(LeaderElection::is_leader))
+    }
+
+    /// Reads the signals (the first is
+    /// acknowledged, a second aborts at once: exit [`ABORT_EXIT`]), aborts a tick still
+    /// running [`DEADLINE_GRACE`] after `--timeout` (exit 5), stops at once a tick that has
+    /// written nothing [`FRESH_GRACE`] after the first signal (exit 0, its holder records
+    /// and Lease released), and renews or acquires the Lease when due
+    /// ([`LeaderElection::tick`]). Called by the loop's wait and by the hook of every request
+    /// (between two, and every slice of a wait for an answer).
+    pub(crate) fn poll(&self) {
+        let pending: Vec<i32> = lock(&self.signals).pending().collect();
+        for sig in pending {
+            on_signal(self, if sig == SIGINT { "SIGINT" } else { "SIGTERM" });
+        }
+        if self
+            .deadline
+            .is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE)
+        {
+            eprintln!(
+                "podalloc: --timeout passed and the tick in progress has not ended within {}s: \
+                 aborting (exit 5); the state was saved before the API call in progress",
+                DEADLINE_GRACE.as_secs()
+            );
+            std::process::exit(ExitCode::Timeout as i32);
+        }
+        if self.polling.swap(true, Ordering::SeqCst) {
             return;
         }
+        let since = *lock(&self.signal_at);
+        if since.is_some_and(|at| at.elapsed() >= FRESH_GRACE) {
+            self.stop_if_fresh();
+        }
+        if let Ok(le) = self.leader.try_lock() {
+            le.as_ref().inspect(|le| le.tick());
+        }
+        self.polling.store(false, Ordering::SeqCst);
+    }
+
+    /// After a signal: when the tick in progress has written nothing, ends the process now
+    /// (exit 0), the holder records and the Lease released.
+    fn stop_if_fresh(&self) {
+        if *lock(&self.phase) != Phase::Fresh {
+            return;
+        }
+        // Held by this thread's caller (a fence's question): the next poll stops.
+        let Ok(mut leader) = self.leader.try_lock() else {
+            return;
+        };
         info!(
             "signal received: stopping now: the tick in progress has written nothing (its API \
              call is still waiting); the state is as the last tick saved it"
@@ -161,65 +258,46 @@ impl Control {
         eprintln!("podalloc: stopping now (exit 0)");
         let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
         hooks.into_iter().for_each(|release| release());
-        drop(lock(&self.leader).take());
+        drop(leader.take());
         std::process::exit(0);
     }
 }
 
-/// SIGINT/SIGTERM as a flag the loop checks between ticks, and a watchdog thread.
+/// SIGINT/SIGTERM as a flag the loop checks between ticks, read by [`Control::poll`].
 ///
-/// The watchdog acknowledges the first signal on stderr at once; it ends the process itself
-/// (without waiting for the main thread, which may be blocked in an API call) when the tick
-/// in progress has still written nothing [`FRESH_GRACE`] after it (exit 0), on a second signal (exit [`ABORT_EXIT`]) or when
-/// a tick is still running [`DEADLINE_GRACE`] after `--timeout` (exit 5). Exiting at any point
-/// leaves the state consistent by construction: a tick saves the state (write-ahead, an
-/// atomic rename) before every API call, so the next run reads either the state before the
-/// call or after it and, from the pods it lists, settles whether an unacknowledged create
-/// happened; the file lock is released by the kernel when the process ends.
+/// The first signal is acknowledged on stderr; the process ends itself (without waiting for
+/// the request in progress, cut by the hook of its waits) when the tick in progress has
+/// still written nothing [`FRESH_GRACE`] after it (exit 0), on a second signal (exit
+/// [`ABORT_EXIT`]) or when a tick is still running [`DEADLINE_GRACE`] after `--timeout`
+/// (exit 5). Exiting at any point leaves the state consistent by construction: a tick saves
+/// the state (write-ahead, an atomic rename) before every API call, so the next run reads
+/// either the state before the call or after it and, from the pods it lists, settles
+/// whether an unacknowledged create happened; the file lock is released by the kernel when
+/// the process ends. A wait the hook does not run in (a TCP connect, an exec plugin) is
+/// bounded by its own timeout (`--connect-timeout`), after which the signal is seen.
 pub(crate) struct Shutdown(pub(crate) Arc<Control>);
 
 impl Shutdown {
-    /// Installs the handlers and starts the watchdog. Errors (exit 1): the handlers cannot
-    /// be installed or the thread cannot start.
+    /// Installs the handlers (no thread: the signals are read by [`Control::poll`]).
+    /// Errors (exit 1): the handlers cannot be installed.
     pub(crate) fn install(deadline: Option<Instant>) -> Result<Shutdown> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let shared = Arc::new(Control {
+        let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
+        Ok(Shutdown(Arc::new(Control {
             signal: AtomicBool::new(false),
             signal_at: Mutex::new(None),
             phase: Mutex::new(Phase::Idle),
             leader: Mutex::new(None),
             on_stop: Mutex::new(Vec::new()),
-        });
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-            .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
-        let seen = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("watchdog".into())
-            .spawn(move || loop {
-                for sig in signals.pending() {
-                    on_signal(&seen, if sig == SIGINT { "SIGINT" } else { "SIGTERM" });
-                }
-                let since = *lock(&seen.signal_at);
-                if since.is_some_and(|at| at.elapsed() >= FRESH_GRACE) {
-                    seen.stop_if_fresh();
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
-                    eprintln!(
-                        "podalloc: --timeout passed and the tick in progress has not ended \
-                         within {}s: aborting (exit 5); the state was saved before the API \
-                         call in progress",
-                        DEADLINE_GRACE.as_secs()
-                    );
-                    std::process::exit(ExitCode::Timeout as i32);
-                }
-                std::thread::sleep(WAIT_POLL);
-            })
-            .map_err(|e| Error::runtime(format!("cannot start the watchdog thread: {e}")))?;
-        Ok(Shutdown(shared))
+            signals: Mutex::new(signals),
+            deadline,
+            probe: OnceLock::new(),
+            polling: AtomicBool::new(false),
+        })))
     }
 }
 
-/// The watchdog's answer to signal `name`: the first is acknowledged, the second aborts.
+/// The answer to signal `name`: the first is acknowledged, the second aborts.
 fn on_signal(shared: &Control, name: &str) {
     if shared.signal.swap(true, Ordering::SeqCst) {
         eprintln!(
@@ -541,6 +619,8 @@ pub(crate) fn run<'c>(
     let mut rounds = 0u64;
     let mut refreshed: Option<Instant> = None;
     let res = loop {
+        // The election's attempt when due, before the loop asks whether it leads.
+        shared.poll();
         let acting = match feed.may_act(shared) {
             Ok(a) => a,
             Err(e) => break Err(e),
@@ -825,8 +905,9 @@ fn next_wake(o: &Options, slots: &[Slot<'_>], acting: bool, refresh: Option<Inst
 }
 
 /// Waits until `next`, answering the endpoints meanwhile (`probe`: [`Probe::wait`], a
-/// `poll(2)` on their sockets), waking at least every [`WAIT_POLL`] to check for a signal,
-/// the deadline and a steering request queued for one of `slots` (the file store's queue
+/// `poll(2)` on their sockets), waking at least every [`WAIT_POLL`] to poll
+/// ([`Control::poll`]: the signals, the Lease), then to check for a signal, the deadline
+/// and a steering request queued for one of `slots` (the file store's queue
 /// directory changed, a `stat`), in that order, and once before waiting at all.
 fn wait(
     next: Instant,
@@ -835,6 +916,7 @@ fn wait(
     slots: &[Slot<'_>],
 ) -> Wake {
     loop {
+        shared.poll();
         if shared.requested() {
             return Wake::Signal;
         }

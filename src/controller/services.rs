@@ -30,6 +30,8 @@ pub struct Services {
     /// 405): their deletes go pod by pod. Per namespace: one namespace's Role says nothing
     /// of another's.
     one_by_one: RefCell<BTreeSet<String>>,
+    /// The runner's wait ([`Services::set_waiter`]).
+    waiter: std::cell::OnceCell<crate::kube::Between>,
 }
 
 impl Services {
@@ -43,26 +45,28 @@ impl Services {
             log,
             swept: SweptDirs::default(),
             one_by_one: RefCell::new(BTreeSet::new()),
+            waiter: std::cell::OnceCell::new(),
         }
     }
 
-    /// Waits `d`, answering the endpoints meanwhile when they are on
-    /// ([`Probe::nap`]), else sleeping.
+    /// Waits `d`: through the loop's hook when a runner installed one
+    /// ([`Services::set_waiter`]: the signals, the Lease and the endpoints seen to
+    /// meanwhile), else answering the endpoints when they are on ([`Probe::nap`]), else
+    /// sleeping.
     pub(crate) fn nap(&self, d: std::time::Duration) {
-        match &self.probe {
-            Some(p) => p.nap(d),
-            None => std::thread::sleep(d),
+        match (self.waiter.get(), &self.probe) {
+            (Some(w), _) => {
+                w(d);
+            }
+            (None, Some(p)) => p.nap(d),
+            (None, None) => std::thread::sleep(d),
         }
     }
 
-    /// Has every request `client` (and the clients sharing its connection) makes answer the
-    /// endpoints first, and every retry's back-off answer them while it waits
-    /// ([`crate::kube::KubeClient::set_between_requests`]); nothing without endpoints.
-    pub(crate) fn serve_between_requests(&self, client: &crate::kube::KubeClient) {
-        if let Some(p) = &self.probe {
-            let p = p.clone();
-            client.set_between_requests(std::sync::Arc::new(move |d| p.nap(d)));
-        }
+    /// Has [`Services::nap`] wait through `waiter` (the runner's
+    /// `Control::between`); once, a second call is ignored.
+    pub(crate) fn set_waiter(&self, waiter: crate::kube::Between) {
+        let _ = self.waiter.set(waiter);
     }
 
     /// Whether the deletes of `client`'s namespace go pod by pod (its server refused

@@ -20,13 +20,14 @@ use ureq::config::AutoHeaderValue;
 use ureq::http::{Method, Uri};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::NextTimeout;
 
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
 use super::resource::{Resource, LEASES};
 use super::secret::{KeyData, PemData, Secret};
+use super::sliced::Hook;
 
 /// The `User-Agent` header: `podalloc/<crate version>`.
 pub const USER_AGENT: &str = concat!("podalloc/", env!("CARGO_PKG_VERSION"));
@@ -533,9 +534,10 @@ struct Connection {
     rng: AtomicU64,
     /// Leader-election fencing ([`KubeClient::set_write_fence`]): asked before every write.
     write_fence: std::sync::OnceLock<WriteFence>,
-    /// What runs between requests and during a retry's back-off
-    /// ([`KubeClient::set_between_requests`]).
-    between: std::sync::OnceLock<Between>,
+    /// What runs between requests, during a retry's back-off and while a request waits
+    /// for the server ([`KubeClient::set_between_requests`]); shared with the agent's
+    /// connector ([`super::sliced`]) and with the clients derived from this one.
+    between: Hook,
 }
 
 /// A point in time calls must end by, and what set it (for the error message).
@@ -553,7 +555,9 @@ pub(super) type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Waits the duration it is given (zero: does not wait), doing the caller's own work
 /// meanwhile ([`KubeClient::set_between_requests`]).
-pub(super) type Between = Arc<dyn Fn(Duration) + Send + Sync>;
+/// Returns false when the work of the caller's term is over (a leader that lost its
+/// Lease): the call in progress is cut and no other request is sent.
+pub type Between = Arc<dyn Fn(Duration) -> bool + Send + Sync>;
 
 impl fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -927,16 +931,16 @@ impl KubeClient {
         cfg: ClusterConfig,
         options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
-        Self::build(cfg, options, Arc::default())
+        Self::build(cfg, options, (Arc::default(), Hook::default()))
     }
 
     /// [`KubeClient::with_options`], counting requests by verb into `requests_by`.
     fn build(
         cfg: ClusterConfig,
         options: ClientOptions,
-        requests_by: Arc<Mutex<RequestCounts>>,
+        (requests_by, between): (Arc<Mutex<RequestCounts>>, Hook),
     ) -> Result<KubeClient, KubeError> {
-        let (agent, base) = Self::build_agent(&cfg, &options, None)?;
+        let (agent, base) = Self::build_agent(&cfg, &options, None, &between)?;
         if let Credential::Token { token, source } = &cfg.credential {
             if !is_header_safe(token.expose()) {
                 return Err(KubeError::Config(format!(
@@ -977,7 +981,7 @@ impl KubeClient {
             requests_by,
             rng: AtomicU64::new(seed),
             write_fence: std::sync::OnceLock::new(),
-            between: std::sync::OnceLock::new(),
+            between,
         };
         let client = KubeClient {
             conn: Arc::new(conn),
@@ -995,6 +999,7 @@ impl KubeClient {
         cfg: &ClusterConfig,
         options: &ClientOptions,
         exec_cert: Option<ClientCert>,
+        between: &Hook,
     ) -> Result<(ureq::Agent, String), KubeError> {
         let url = parse_server(&cfg.server, cfg.allow_insecure_http, &cfg.source)?;
         let mut builder = ureq::Agent::config_builder()
@@ -1068,7 +1073,7 @@ impl KubeClient {
         }
         let agent = ureq::Agent::with_parts(
             builder.build(),
-            DefaultConnector::new(),
+            super::sliced::connector(between),
             PinnedResolver { pin },
         );
         Ok((agent, base))
@@ -1265,8 +1270,12 @@ impl KubeClient {
                                 exec.describe()
                             ))
                         })?;
-                        let (agent, _) =
-                            Self::build_agent(&self.conn.cfg, &self.conn.options, Some(id))?;
+                        let (agent, _) = Self::build_agent(
+                            &self.conn.cfg,
+                            &self.conn.options,
+                            Some(id),
+                            &self.conn.between,
+                        )?;
                         *lock(&self.conn.agent) = agent;
                         cache.cert = Some((cert.pem.clone(), key.pem.clone()));
                         log::debug!("{}: new client certificate in use", exec.describe());
@@ -1274,7 +1283,12 @@ impl KubeClient {
                 }
                 _ if cache.cert.is_some() => {
                     // The plugin stopped returning a certificate: stop presenting the old one.
-                    let (agent, _) = Self::build_agent(&self.conn.cfg, &self.conn.options, None)?;
+                    let (agent, _) = Self::build_agent(
+                        &self.conn.cfg,
+                        &self.conn.options,
+                        None,
+                        &self.conn.between,
+                    )?;
                     *lock(&self.conn.agent) = agent;
                     cache.cert = None;
                 }
@@ -1500,7 +1514,9 @@ impl KubeClient {
             if left.is_zero() {
                 return Err(self.deadline_error(req, &deadline));
             }
-            self.between(Duration::ZERO);
+            if !self.between(Duration::ZERO) {
+                return Err(Self::term_over(req));
+            }
             let token = self.bearer(false)?;
             // After bearer(): an exec plugin may just have replaced the agent.
             let agent = lock(&self.conn.agent).clone();
@@ -1529,6 +1545,15 @@ impl KubeClient {
                 }
                 Err(error) => {
                     self.count_answer(req, None);
+                    // Cut by the hook (this process no longer leads): not retried.
+                    if !self.between(Duration::ZERO) {
+                        log::warn!(
+                            "{}: cut while waiting for its answer: this process no longer holds \
+                             the leader lease; not retried",
+                            req.verb
+                        );
+                        return Err(Self::term_over(req));
+                    }
                     let delay = self.error_retry_delay(&error, attempt);
                     (Err(error), delay)
                 }
@@ -1544,7 +1569,9 @@ impl KubeClient {
                 );
                 return outcome;
             }
-            self.between(delay);
+            if !self.between(delay) {
+                return Err(Self::term_over(req));
+            }
             attempt += 1;
             // A retried write is asked again: leadership may have ended while it waited.
             self.check_write_fence(req)?;
@@ -1748,20 +1775,34 @@ impl KubeClient {
         let _ = self.conn.write_fence.set(fence);
     }
 
-    /// Installs what runs before every request (called with a zero duration) and in place
-    /// of the sleep of a retry's back-off (called with the back-off, which it must wait in
-    /// all): the loop's single thread answers its endpoints there. Installed once, shared
-    /// with the clients of [`KubeClient::in_namespace`]; a second call is ignored.
-    pub fn set_between_requests(&self, between: Arc<dyn Fn(Duration) + Send + Sync>) {
-        let _ = self.conn.between.set(between);
+    /// Installs what runs before every request (called with a zero duration), in place of
+    /// the sleep of a retry's back-off (called with the back-off, which it must wait in
+    /// all) and every [`super::sliced::SLICE`] while a request waits for the server (zero):
+    /// the loop's single thread answers its endpoints, sees its signals and renews its
+    /// Lease there. Installed once, shared with the clients of [`KubeClient::in_namespace`]
+    /// and of [`KubeClient::derive`] (before or after they are made); a second call is
+    /// ignored. The hook may make requests of its own on another connection (a derived
+    /// client), which run it again: it must stand being re-entered. When it returns false
+    /// (the term of this process is over: it no longer leads), the call in progress is cut
+    /// within a slice and fails, as a fenced write does, and no further attempt is made; a
+    /// derived client's calls (the Lease's, a release, Events) are never cut.
+    pub fn set_between_requests(&self, between: Between) {
+        self.conn.between.set(between);
     }
 
     /// Runs the hook of [`KubeClient::set_between_requests`] for `d`, or sleeps `d`.
-    fn between(&self, d: Duration) {
-        match self.conn.between.get() {
-            Some(f) => f(d),
-            None if d.is_zero() => {}
-            None => std::thread::sleep(d),
+    /// Returns the hook's answer: false when the caller's term is over (no hook: true).
+    fn between(&self, d: Duration) -> bool {
+        self.conn.between.run(d)
+    }
+
+    /// The error of a call cut because the hook said the term of this process is over
+    /// (it no longer leads): nothing more is sent.
+    fn term_over(req: &Request) -> KubeError {
+        KubeError::Transport {
+            verb: req.verb.to_string(),
+            kind: TransportKind::Other,
+            message: "cut: this process no longer holds the leader lease".to_string(),
         }
     }
 
@@ -1809,7 +1850,10 @@ impl KubeClient {
         Self::build(
             self.conn.cfg.clone(),
             options,
-            Arc::clone(&self.conn.requests_by),
+            (
+                Arc::clone(&self.conn.requests_by),
+                self.conn.between.derived(),
+            ),
         )
     }
 
@@ -1833,7 +1877,14 @@ impl KubeClient {
                 };
             }
         }
-        Self::build(cfg, options, Arc::clone(&self.conn.requests_by))
+        Self::build(
+            cfg,
+            options,
+            (
+                Arc::clone(&self.conn.requests_by),
+                self.conn.between.derived(),
+            ),
+        )
     }
 }
 

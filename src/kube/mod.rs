@@ -39,6 +39,7 @@ mod exec;
 mod files;
 mod resource;
 mod secret;
+mod sliced;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -49,7 +50,7 @@ pub use api::{
     EVENTS, EXECUTOR_SETS, LEASES, PODS,
 };
 pub use client::{
-    encode_component, warning_text, ClientOptions, ClientStats, Deleted, FieldValidation,
+    encode_component, warning_text, Between, ClientOptions, ClientStats, Deleted, FieldValidation,
     KubeClient, ListStats, PageSink, RetryPolicy, Timeouts, DEFAULT_LIST_BODY_LIMIT,
     DEFAULT_STREAMED_LIST_BODY_LIMIT, MAX_LIST_RESTARTS, UNTRUSTED_CERT_MESSAGE, USER_AGENT,
 };

@@ -15,8 +15,13 @@
 //! retry reaches the server late (the simulator's `lost-response` then `delay:MS`), after
 //! another client's request.
 //!
-//! [`Partition::hold`] is the other kind of partition, which TCP makes of a short outage: the
-//! bytes are kept, not lost, and delivered when it ends, in order, even those of a client
+//! [`Partition::slow_answers`] makes large answers slow: what the server sends until it
+//! pauses (an answer), when it is at least a given size (a pod list: a Lease's answer is
+//! under a kilobyte), is passed on only after a delay, on its own connection, while the
+//! client's other connections (its Lease client's) go on.
+//!
+//! [`Partition::hold_from_next_write`] is the other kind of partition, which TCP makes of a
+//! short outage, from the client's next large write on: the bytes are kept, not lost, and delivered when it ends, in order, even those of a client
 //! that has given up and closed its connection meanwhile (its FIN comes after its data). A
 //! request sent during the hold reaches the server late, and is carried out then.
 
@@ -36,6 +41,10 @@ pub struct Partition {
     /// Armed by [`Partition::lose_next_answer_then_hold`]: how long the route is held once
     /// the answer is lost; disarmed then.
     then_hold: Arc<Mutex<Option<Duration>>>,
+    /// Armed by [`Partition::hold_from_next_write`]: (min bytes, hold).
+    hold_next: Arc<Mutex<Option<(usize, Duration)>>>,
+    /// Set by [`Partition::slow_answers`]: (min bytes, delay).
+    slow: Arc<Mutex<Option<(usize, Duration)>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -59,13 +68,20 @@ impl Partition {
         let then_hold: Arc<Mutex<Option<Duration>>> = Arc::default();
         let (cut, halt, armed) = (cut_until.clone(), stop.clone(), lose.clone());
         let hold_after = then_hold.clone();
+        let slow: Arc<Mutex<Option<(usize, Duration)>>> = Arc::default();
+        let hold_next: Arc<Mutex<Option<(usize, Duration)>>> = Arc::default();
+        let (slowed, hold_armed) = (slow.clone(), hold_next.clone());
         std::thread::spawn(move || {
             while !halt.load(std::sync::atomic::Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let (cut, upstream) = (cut.clone(), upstream.clone());
                         let (armed, hold) = (armed.clone(), hold_after.clone());
-                        std::thread::spawn(move || serve(client, &upstream, &cut, (&armed, &hold)));
+                        let (slowed, hold_armed) = (slowed.clone(), hold_armed.clone());
+                        std::thread::spawn(move || {
+                            let armed = (&*armed, &hold, &slowed, &*hold_armed);
+                            serve(client, &upstream, &cut, armed)
+                        });
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(5))
@@ -79,12 +95,15 @@ impl Partition {
             cut_until,
             lose,
             then_hold,
+            hold_next,
+            slow,
             stop,
         }
     }
 
     /// As [`Partition::lose_next_answer`], then holds the route for `d` from the moment the
-    /// answer is lost ([`Partition::hold`]): the client's retry is carried out after `d`.
+    /// answer is lost (as [`Partition::hold_from_next_write`] holds it): the client's retry
+    /// is carried out after `d`.
     pub fn lose_next_answer_then_hold(&self, min_bytes: usize, d: Duration) {
         *self.then_hold.lock().unwrap() = Some(d);
         self.lose_next_answer(min_bytes);
@@ -104,12 +123,19 @@ impl Partition {
         };
     }
 
-    /// Delays everything either side sends for `d` from now, then delivers it.
-    pub fn hold(&self, d: Duration) {
-        *self.cut_until.lock().unwrap() = Cut {
-            until: Some(Instant::now() + d),
-            hold: true,
-        };
+    /// Holds everything either side sends for `d` from the client's next request of at
+    /// least `min_bytes` (a write: a GET or a Lease's update is a few hundred), that request
+    /// held first, then delivers it: a write sent while its writer still leads is carried
+    /// out late.
+    pub fn hold_from_next_write(&self, min_bytes: usize, d: Duration) {
+        *self.hold_next.lock().unwrap() = Some((min_bytes, d));
+    }
+
+    /// From now on, passes every answer (what the server sends until it pauses for 20 ms)
+    /// of at least `min_bytes` on `delay` after it came, a smaller one at the pause (the
+    /// connection's later bytes wait behind it).
+    pub fn slow_answers(&self, min_bytes: usize, delay: Duration) {
+        *self.slow.lock().unwrap() = Some((min_bytes, delay));
     }
 }
 
@@ -142,10 +168,21 @@ fn swallow(s: &TcpStream, cut: &Mutex<Cut>) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-/// The armed size of a lost answer and the hold that follows it.
-type Losing<'a> = (&'a Mutex<Option<usize>>, &'a Arc<Mutex<Option<Duration>>>);
+/// What [`serve`] is armed with: the armed size of a lost answer and the hold that follows
+/// it, the slow answers, the hold from the next write.
+type Losing<'a> = (
+    &'a Mutex<Option<usize>>,
+    &'a Arc<Mutex<Option<Duration>>>,
+    &'a Arc<Mutex<Option<(usize, Duration)>>>,
+    &'a Mutex<Option<(usize, Duration)>>,
+);
 
-fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, (lose, hold): Losing<'_>) {
+fn serve(
+    client: TcpStream,
+    upstream: &str,
+    cut: &Arc<Mutex<Cut>>,
+    (lose, hold, slow, hold_next): Losing<'_>,
+) {
     let tick = Some(Duration::from_millis(20));
     client.set_nonblocking(false).unwrap();
     client.set_read_timeout(tick).unwrap();
@@ -164,9 +201,14 @@ fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, (lose, hold):
     let cut2 = cut.clone();
     // Set once this connection forwarded the request whose answer is to be lost.
     let losing: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-    let (lost, hold) = (losing.clone(), hold.clone());
-    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2, Lose::Answer(&lost, &hold)));
-    pump(&client, &server, cut, Lose::Request(lose, &losing));
+    let (lost, hold, slow) = (losing.clone(), hold.clone(), slow.clone());
+    let back = std::thread::spawn(move || pump(&s2, &c2, &cut2, Lose::Answer(&lost, &hold, &slow)));
+    pump(
+        &client,
+        &server,
+        cut,
+        Lose::Request(lose, &losing, hold_next),
+    );
     let _ = back.join();
 }
 
@@ -174,20 +216,26 @@ fn serve(client: TcpStream, upstream: &str, cut: &Arc<Mutex<Cut>>, (lose, hold):
 #[derive(Clone, Copy)]
 enum Lose<'a> {
     /// Client to server: a chunk of at least the armed size, forwarded, disarms it and
-    /// marks the connection.
-    Request(&'a Mutex<Option<usize>>, &'a std::sync::atomic::AtomicBool),
+    /// marks the connection; the third, [`Partition::hold_from_next_write`]'s arm.
+    Request(
+        &'a Mutex<Option<usize>>,
+        &'a std::sync::atomic::AtomicBool,
+        &'a Mutex<Option<(usize, Duration)>>,
+    ),
     /// Server to client: once the connection is marked, what the server sends is dropped
-    /// and the connection closed, then the route held for the armed time, if any.
+    /// and the connection closed, then the route held for the armed time, if any; the
+    /// third, [`Partition::slow_answers`].
     Answer(
         &'a std::sync::atomic::AtomicBool,
         &'a Mutex<Option<Duration>>,
+        &'a Mutex<Option<(usize, Duration)>>,
     ),
 }
 
 impl Lose<'_> {
     /// After forwarding `n` bytes from the client: marks the connection when armed for them.
     fn forwarded(self, n: usize) {
-        if let Lose::Request(armed, mark) = self {
+        if let Lose::Request(armed, mark, _) = self {
             let mut a = armed.lock().unwrap();
             if a.is_some_and(|min| n >= min) {
                 *a = None;
@@ -198,18 +246,41 @@ impl Lose<'_> {
 
     /// Whether bytes from the server are to be dropped, the connection closed.
     fn drops(self) -> bool {
-        matches!(self, Lose::Answer(m, _) if m.load(std::sync::atomic::Ordering::SeqCst))
+        matches!(self, Lose::Answer(m, _, _) if m.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// After an answer was dropped: holds the route when armed to.
     fn dropped(self, cut: &Mutex<Cut>) {
-        if let Lose::Answer(_, hold) = self {
+        if let Lose::Answer(_, hold, _) = self {
             if let Some(d) = hold.lock().unwrap().take() {
                 *cut.lock().unwrap() = Cut {
                     until: Some(Instant::now() + d),
                     hold: true,
                 };
             }
+        }
+    }
+
+    /// Before passing on `n` bytes from the client: starts the armed hold when they are
+    /// enough ([`Partition::hold_from_next_write`]).
+    fn start_hold(self, n: usize, cut: &Mutex<Cut>) {
+        if let Lose::Request(_, _, arm) = self {
+            let mut a = arm.lock().unwrap();
+            if let Some((_, d)) = a.filter(|(min, _)| n >= *min) {
+                *a = None;
+                *cut.lock().unwrap() = Cut {
+                    until: Some(Instant::now() + d),
+                    hold: true,
+                };
+            }
+        }
+    }
+
+    /// Whether answers are slow ([`Partition::slow_answers`]): (min bytes, delay).
+    fn slow(self) -> Option<(usize, Duration)> {
+        match self {
+            Lose::Answer(_, _, slow) => *slow.lock().unwrap(),
+            Lose::Request(..) => None,
         }
     }
 }
@@ -222,6 +293,8 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
     let (mut from, mut to) = (from, to);
     let mut held: Vec<u8> = Vec::new();
     let mut closed = false;
+    // An answer read while answers are slow, passed on at the server's next pause.
+    let mut answer: Vec<u8> = Vec::new();
     loop {
         let state = cut_now(cut);
         if state.is_none() && (!held.is_empty() || closed) {
@@ -240,7 +313,7 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
                 let _ = to.write_all(&held);
                 break;
             }
-            Ok(n) => match cut_now(cut) {
+            Ok(n) => match (lose.start_hold(n, cut), cut_now(cut)).1 {
                 Some(true) => held.extend_from_slice(&buf[..n]),
                 Some(false) => {
                     swallow(from, cut);
@@ -251,6 +324,7 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
                     lose.dropped(cut);
                     break;
                 }
+                None if lose.slow().is_some() => answer.extend_from_slice(&buf[..n]),
                 None => {
                     if to.write_all(&buf[..n]).is_err() {
                         break;
@@ -258,10 +332,22 @@ fn pump(from: &TcpStream, to: &TcpStream, cut: &Mutex<Cut>, lose: Lose<'_>) {
                     lose.forwarded(n);
                 }
             },
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                // A pause of the server (one read timeout, 20 ms): the answer so far is
+                // whole; a large one is passed on late.
+                if let (false, Some((min, d))) = (answer.is_empty(), lose.slow()) {
+                    if answer.len() >= min {
+                        std::thread::sleep(d);
+                    }
+                    if to.write_all(&std::mem::take(&mut answer)).is_err() {
+                        break;
+                    }
+                }
+            }
             Err(_) => break,
         }
     }
+    let _ = to.write_all(&answer);
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }

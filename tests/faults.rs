@@ -83,6 +83,27 @@ fn lost_create_response_is_not_a_duplicate() {
 }
 
 #[test]
+fn a_lost_create_resent_into_a_full_quota_is_counted_as_created() {
+    // The third create fills the quota and its answer is lost; the client's resend meets
+    // 403 `exceeded quota` (quota admission runs before the name is checked, as on
+    // kube-apiserver), not 409. A GET by name finds our pod: created, no back-off, and id 3
+    // is never handed out again (it was given back and reused after a delete).
+    let w = world(&["create:lost-response@3"], |o| o.pod_quota = Some(3));
+    let out = w.run(&["reconcile", "--target", "3"]);
+    let e = err(&out);
+    assert_eq!(code(&out), 0, "{e}");
+    assert!(e.contains("pod fault-app-exec-3 exists and is ours"), "{e}");
+    let st = w.state();
+    assert_eq!(st["last_executor_id"], 3, "{st}");
+    assert!(st.get("create_backoff").is_none(), "{st}");
+    w.converge(3);
+    assert_eq!(
+        w.sim.stats().executor_ids_created.get(APP).unwrap(),
+        &vec![1, 2, 3]
+    );
+}
+
+#[test]
 fn truncated_bodies_are_retried_or_reported() {
     let w = world(&["list:truncate@1", "get:truncate@1"], |_| {});
     w.converge(3);

@@ -834,7 +834,9 @@ fn create_one(client: &KubeClient, app: &App, id: u64, name: &str, pod: &Value) 
                 Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
             }
         }
-        Err(e @ KubeError::Api { .. }) if !e.is_retryable() => refused(e),
+        Err(e @ KubeError::Api { .. }) if !e.is_retryable() => {
+            confirm_refused(&pods, app, id, name, refused(e))
+        }
         Err(e @ (KubeError::Config(_) | KubeError::Auth(_))) => {
             CreateOutcome::Rejected(kube_error(e))
         }
@@ -860,6 +862,36 @@ fn refused(e: KubeError) -> CreateOutcome {
             | Refusal::NoNamespace(_),
         ) => CreateOutcome::Refused(kube_error(e), quoted),
         _ => CreateOutcome::Rejected(kube_error(e)),
+    }
+}
+
+/// `outcome`, a refusal that would give executor `id` back (a full quota, a template or
+/// admission refusal), checked with a GET of pod `name`: when our pod is there, an earlier
+/// send of the same create was carried out and its answer lost, and the client's resend met
+/// the refusal (kube-apiserver's quota admission runs before the name is checked, so the
+/// resend of a create that filled the quota is a 403 `exceeded quota`, not 409
+/// `AlreadyExists`): counted as created, and the id is never handed out again. A GET that
+/// fails leaves the id unacknowledged (ambiguous), never given back.
+fn confirm_refused(
+    pods: &crate::kube::Api<'_>,
+    app: &App,
+    id: u64,
+    name: &str,
+    outcome: CreateOutcome,
+) -> CreateOutcome {
+    if !matches!(outcome, CreateOutcome::Quota(_) | CreateOutcome::Refused(..)) {
+        return outcome;
+    }
+    match pods.get(name) {
+        Ok(Some(existing)) if is_our_pod(&existing, &app.app_id, id) => {
+            info!(
+                "pod {name} exists and is ours although its create was refused: an earlier \
+                 send of it was carried out and its answer lost; counted as created"
+            );
+            CreateOutcome::Created(pod_uid(&existing))
+        }
+        Ok(_) => outcome,
+        Err(e) => CreateOutcome::Ambiguous(kube_error(e)),
     }
 }
 

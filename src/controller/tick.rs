@@ -879,7 +879,10 @@ fn confirm_refused(
     name: &str,
     outcome: CreateOutcome,
 ) -> CreateOutcome {
-    if !matches!(outcome, CreateOutcome::Quota(_) | CreateOutcome::Refused(..)) {
+    if !matches!(
+        outcome,
+        CreateOutcome::Quota(_) | CreateOutcome::Refused(..)
+    ) {
         return outcome;
     }
     match pods.get(name) {

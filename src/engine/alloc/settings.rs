@@ -185,10 +185,13 @@ pub const KUBELET_REJECTIONS: &[&str] = &[
 ];
 
 /// Whether a Failed pod's `reason` is a kubelet admission rejection ([`KUBELET_REJECTIONS`],
-/// or `OutOf` followed by a resource name).
+/// `OutOf` followed by a resource name, or `Evicted`: the eviction manager's admission on a
+/// node under pressure). Asked only of a pod that is no disruption: a pod evicted after it
+/// ran is one (the snapshot's `disruption`), replaced without a back-off.
 pub fn is_kubelet_rejection(reason: &str) -> bool {
     reason.strip_prefix("OutOf").is_some_and(|r| !r.is_empty())
         || KUBELET_REJECTIONS.contains(&reason)
+        || reason == "Evicted"
 }
 
 impl Settings {

@@ -400,7 +400,16 @@ fn kubelet_rejections_back_off_until_a_later_executor_runs() {
     .unwrap();
     assert_eq!(ids_c(&p5), vec![6]);
     assert!(is_kubelet_rejection("OutOfnvidia.com/gpu") && !is_kubelet_rejection("OutOf"));
-    assert!(!is_kubelet_rejection("OOMKilled") && !is_kubelet_rejection("Evicted"));
+    assert!(!is_kubelet_rejection("OOMKilled") && !is_kubelet_rejection("Error"));
+    // Evicted at admission (the snapshot gives a pod evicted after it ran a disruption
+    // instead): backed off as the other rejections.
+    let s6 = of(vec![rejected(6, "Evicted"), pod(2, Running)]);
+    let p6 = step(&s6, &AllocatorState::new(), &set, &Request::set(2), 0).unwrap();
+    assert!(p6.create.is_empty(), "{:?}", p6.create);
+    assert_eq!(
+        p6.state.create_backoff.unwrap().cause,
+        BackoffCause::Rejected
+    );
 }
 
 #[test]

@@ -1045,9 +1045,27 @@ impl RawStatus<'_> {
             return Some(clip(r.unwrap_or("DisruptionTarget")).to_string());
         }
         let r = self.reason.as_deref()?;
+        // The eviction manager also turns pods away at admission with reason `Evicted` (a
+        // node under memory or disk pressure): no container ever started, so nothing was
+        // disrupted; the step reads it as a kubelet rejection and backs off.
+        if r == "Evicted" && !self.any_container_started() {
+            return None;
+        }
         KUBELET_DISRUPTION_REASONS
             .contains(&r)
             .then(|| r.to_string())
+    }
+
+    /// Whether any container (init containers included) is running or has terminated: the
+    /// pod got past the kubelet's admission.
+    fn any_container_started(&self) -> bool {
+        let all = (self.container_statuses.iter().flatten())
+            .chain(self.init_container_statuses.iter().flatten());
+        all.into_iter().any(|c| {
+            c.state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+        })
     }
 
     /// `Evicted`, `OOMKilled exit 137`, `ImagePullBackOff`: a short why, for logs.
@@ -1891,6 +1909,7 @@ mod tests {
                 None,
             ),
             (r#","reason":"Evicted""#, Some("Evicted")),
+            // Turned away at admission by the eviction manager: see the next test.
             (r#","reason":"Terminated""#, Some("Terminated")),
             (r#","reason":"DeadlineExceeded""#, None),
             ("", None),
@@ -1900,6 +1919,24 @@ mod tests {
             assert_eq!(s.executors[&1].state, ExecutorState::Failed);
             assert_eq!(s.executors[&1].disruption.as_deref(), want, "{extra}");
         }
+    }
+
+    #[test]
+    fn an_evicted_pod_whose_containers_never_started_is_no_disruption() {
+        // The kubelet's eviction manager admits no pod on a node under pressure: phase
+        // Failed, reason Evicted, no container state (kubelet `rejectPod`).
+        let s = Snapshot::from_pod_list(
+            &real(TWO, r#"{"phase":"Failed","reason":"Evicted","message":"The node had condition: [MemoryPressure]. "}"#),
+            "app-1",
+        )
+        .unwrap();
+        let p = &s.executors[&1];
+        assert_eq!(
+            (p.state, p.disruption.as_deref()),
+            (ExecutorState::Failed, None)
+        );
+        assert_eq!(p.reason.as_deref(), Some("Evicted"));
+        assert!(crate::engine::alloc::is_kubelet_rejection("Evicted"));
     }
 
     #[test]

@@ -735,3 +735,69 @@ both!(
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
+
+both!(
+    a_bad_template_edited_into_a_live_executorset_is_reported_and_the_loop_goes_on,
+    "tpl",
+    Pods::default(),
+    |e| {
+        // Reported: a spec.template edited into a live ExecutorSet that cannot be used ended
+        // the run loop (exit 2).
+        let template = |image: Option<&str>| {
+            let mut c = json!({"name": "executor"});
+            if let Some(i) = image {
+                c["image"] = json!(i);
+            }
+            json!({"spec": {"containers": [c]}})
+        };
+        create_es_spec(
+            e,
+            "tpl",
+            json!({"replicas": 1, "template": template(Some("good:1"))}),
+        );
+        let run = Bg(Some(start_run(e, "tpl", &["--interval", "300ms"])));
+        wait_es(e, "tpl", "1 running", |o| converged(o, 1));
+        let patch = |t: Value| {
+            let p = json!({"spec": {"template": t}}).to_string();
+            kubectl(e, &["patch", "es", "tpl", "--type=merge", "-p", &p]);
+        };
+        patch(template(None));
+        let blocked = |o: &Value| o["status"]["conditions"][1]["reason"].clone();
+        wait_es(e, "tpl", "the Blocked condition", |o| {
+            blocked(o) == "TemplateRefused"
+        });
+        kubectl(e, &["scale", "es", "tpl", "--replicas", "2"]);
+        wait_es(e, "tpl", "2 running on the last good template", |o| {
+            converged(o, 2)
+        });
+        let images: Vec<Value> = (e.pods().iter())
+            .map(|p| p["spec"]["containers"][0]["image"].clone())
+            .collect();
+        assert_eq!(images, [json!("good:1"), json!("good:1")]);
+        let events = kubectl(
+            e,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=TemplateRefused",
+                "-o",
+                "json",
+            ],
+        );
+        let events: Value = serde_json::from_str(&events).unwrap();
+        assert_eq!(
+            events["items"].as_array().map(Vec::len),
+            Some(1),
+            "{events}"
+        );
+        // Fixed: the condition clears, the loop never stopped.
+        patch(template(Some("good:2")));
+        wait_es(e, "tpl", "the condition cleared", |o| {
+            blocked(o) == "NotBlocked"
+        });
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert_eq!(err.matches("spec.template: ").count(), 1, "one line: {err}");
+    }
+);

@@ -51,6 +51,7 @@ use crate::engine::snapshot::{LABEL_APP, LABEL_PROFILE, LABEL_ROLE, ROLE_EXECUTO
 use crate::kube::{Api, KubeClient, KubeError, ListParams, PostParams, EVENTS, EXECUTOR_SETS};
 use crate::store::file::{parse, HomeProfile, StateStore, StoreError};
 use serde_json::{json, Value};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// The annotation holding the request id of the last podalloc write of `spec` (also written
@@ -100,6 +101,11 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// By profile, the last (spec.replicas, min, max, clamped) logged as clamped: logged
     /// once per change.
     clamp_said: BTreeMap<u32, (u64, u64, u64, u32)>,
+    /// By profile, the last usable `spec.template`: followed while a later one is not.
+    good_templates: RefCell<BTreeMap<u32, PodTemplate>>,
+    /// By profile, the unusable `spec.template` last reported (once per change) and the
+    /// `Blocked` condition's message about it.
+    refused_templates: RefCell<BTreeMap<u32, (Value, String)>>,
 }
 
 impl<'a> ExecutorSetStore<'a> {
@@ -122,6 +128,8 @@ impl<'a> ExecutorSetStore<'a> {
             profiles: BTreeMap::new(),
             state: None,
             clamp_said: BTreeMap::new(),
+            good_templates: RefCell::default(),
+            refused_templates: RefCell::default(),
         }
     }
 
@@ -312,7 +320,10 @@ impl<'a> ExecutorSetStore<'a> {
                 running: o.running,
                 pending: o.pending,
             });
-            observed_counts(&mut status, &old, (mine, unack as u32), o.blocked.as_ref());
+            let blocked = self.blocked_with_template(o.blocked.as_ref());
+            observed_counts(&mut status, &old, (mine, unack as u32), blocked.as_ref());
+        } else if let Some(b) = self.blocked_with_template(None) {
+            status["conditions"] = conditions(&old, true, Some(&b));
         }
         if status["appliedRemovals"]
             .as_array()
@@ -497,20 +508,79 @@ impl<'a> ExecutorSetStore<'a> {
 }
 
 impl ExecutorSetStore<'_> {
-    /// The executor pod template `spec.template` of `es`, when present. Errors: one that
-    /// cannot be used ([`StoreError::Mismatch`], exit 2, naming the object).
+    /// The executor pod template `spec.template` of `es`, when present. One that cannot be
+    /// used is reported once per change (one `WARN` line, a Warning Event
+    /// `TemplateRefused`, the home's `Blocked` condition) and the last usable one of that
+    /// object is followed instead. Errors: an unusable one and none usable before
+    /// ([`StoreError::Backend`], exit 1: the loop backs off and goes on, creating nothing,
+    /// until it is fixed).
     fn template_of(&self, es: &Value) -> Result<Option<PodTemplate>, StoreError> {
+        let p = profile_of(es);
         let t = &es["spec"]["template"];
         if t.is_null() {
+            self.good_templates.borrow_mut().remove(&p);
+            self.refused_templates.borrow_mut().remove(&p);
             return Ok(None);
         }
         let mut pod = t.clone();
         pod["apiVersion"] = json!("v1");
         pod["kind"] = json!("Pod");
         let name = es["metadata"]["name"].as_str().unwrap_or_default();
-        PodTemplate::from_value(pod, None).map(Some).map_err(|e| {
-            StoreError::Mismatch(format!("{}: spec.template: {}", self.what_of(name), e.0))
-        })
+        let why = match PodTemplate::from_value(pod, None) {
+            Ok(good) => {
+                self.good_templates.borrow_mut().insert(p, good.clone());
+                self.refused_templates.borrow_mut().remove(&p);
+                return Ok(Some(good));
+            }
+            Err(e) => format!("{}: spec.template: {}", self.what_of(name), e.0),
+        };
+        let kept = self.good_templates.borrow().get(&p).cloned();
+        let what = match kept {
+            Some(_) => "the last usable template is followed until it is fixed",
+            None => "no executor is created until it is fixed",
+        };
+        let message = format!("{why}; {what}");
+        self.report_template(es, (p, t), &message);
+        kept.map(Some)
+            .ok_or_else(|| StoreError::Backend(format!("{message} (the loop goes on)")))
+    }
+
+    /// Reports unusable template `t` of profile `p`'s object `es` once per change: a `WARN`
+    /// line, a Warning Event `TemplateRefused`, and, with no usable template to follow, the
+    /// home's `Blocked` condition written at once (the tick that fails does not publish).
+    fn report_template(&self, es: &Value, (p, t): (u32, &Value), message: &str) {
+        let said = self
+            .refused_templates
+            .borrow()
+            .get(&p)
+            .map(|(v, _)| v.clone());
+        if said.as_ref() == Some(t) {
+            return;
+        }
+        (self.refused_templates.borrow_mut()).insert(p, (t.clone(), message.to_string()));
+        log::warn!("{message}");
+        let meta = &es["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default();
+        let uid = meta["uid"].as_str().unwrap_or_default();
+        self.event("TemplateRefused", message, (name, uid));
+        if p == 0 && self.good_templates.borrow().get(&0).is_none() {
+            let mut slot = self.loaded.clone();
+            if let Err(e) = self.put_status(&mut slot, self.compose(None)) {
+                log::debug!("{}: the Blocked condition not written: {e}", self.what());
+            }
+        }
+    }
+
+    /// The `Blocked` condition a refused template of the home sets, else `blocked`.
+    fn blocked_with_template(
+        &self,
+        blocked: Option<&(String, String)>,
+    ) -> Option<(String, String)> {
+        let refused = self.refused_templates.borrow();
+        match refused.get(&0) {
+            Some((_, message)) => Some(("TemplateRefused".to_string(), message.clone())),
+            None => blocked.cloned(),
+        }
     }
 
     /// Creates the home again as `last` (its last read) had it, after it was deleted under
@@ -1565,6 +1635,49 @@ mod tests {
         let ids = [2, 2, 3, 4, 5, 6, 99];
         let lowers = removal_lowers(&snap, &st, &settings, (&ids, 0), 0).unwrap();
         assert_eq!(lowers, [2, 5]);
+    }
+
+    #[test]
+    fn a_bad_template_is_reported_once_and_the_last_good_one_followed() {
+        let f = FakeEs::new();
+        let bad = json!({"spec": {"containers": [{"name": "executor"}]}});
+        let good = json!({"spec": {"containers": [{"name": "executor", "image": "img:1"}]}});
+        *f.obj.lock().unwrap() = Some(json!({
+            "kind": "ExecutorSet",
+            "metadata": {"name": "etl", "generation": 1, "resourceVersion": "1", "uid": "u"},
+            "spec": {"appId": "app", "replicas": 2, "template": bad},
+        }));
+        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", true);
+        store.load().unwrap();
+        let err = store.home_template().unwrap_err();
+        assert!(
+            matches!(err, StoreError::Backend(_)),
+            "exit 1, retried: {err}"
+        );
+        assert!(err.to_string().contains("no executor is created"), "{err}");
+        let blocked = &f.obj()["status"]["conditions"][1];
+        assert_eq!(blocked["reason"], "TemplateRefused", "{}", f.obj());
+        assert!(store.home_template().is_err());
+        assert_eq!(
+            event_reasons(&f),
+            ["\"TemplateRefused\""],
+            "once per change"
+        );
+        // Fixed, then broken again: the last good one is followed.
+        f.obj.lock().unwrap().as_mut().unwrap()["spec"]["template"] = good;
+        store.load().unwrap();
+        let kept = store.home_template().unwrap().unwrap();
+        f.obj.lock().unwrap().as_mut().unwrap()["spec"]["template"] = bad;
+        store.load().unwrap();
+        assert_eq!(store.home_template().unwrap(), Some(kept));
+        assert_eq!(event_reasons(&f).len(), 2);
+        store.observe(&Summary::default(), None);
+        let status = store.compose(None);
+        assert_eq!(status["conditions"][1]["reason"], "TemplateRefused");
+        assert!(status["conditions"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the last usable template is followed"));
     }
 
     #[test]

@@ -187,7 +187,83 @@ both!(
         e.wait_for("executor 2 gone", |e| e.live() == vec![1, 3]);
         let st = e.state();
         assert_eq!(st["target"], 2, "{st}");
-        assert!(st.get("evicting").is_none(), "{st}");
+        assert!(st.get("removing").is_none(), "{st}");
+    }
+);
+
+/// Makes every pod delete of podalloc fail (`deny`) or succeed again: on the simulator the
+/// fault `delete:500` (a 5xx past the retries: exit 1), on kube-apiserver the Role without
+/// pods delete and deletecollection (403: exit 4), waited for until the authorizer applies
+/// it. Returns the exit code a failing delete gives.
+fn pod_deletes_fail(e: &Env, deny: bool) -> i32 {
+    if e.control_plane().is_none() {
+        e.sim_faults(if deny { &["delete:500"] } else { &[] });
+        return 1;
+    }
+    let path = format!(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{}/roles/podalloc",
+        e.ns
+    );
+    let (code, mut role) = e.admin("GET", &path, None);
+    assert_eq!(code, 200, "{role}");
+    let verbs = match deny {
+        true => json!(["get", "list", "create"]),
+        false => json!(["get", "list", "create", "delete", "deletecollection"]),
+    };
+    for rule in role["rules"].as_array_mut().unwrap() {
+        if rule["resources"] == json!(["pods"]) {
+            rule["verbs"] = verbs.clone();
+        }
+    }
+    let (code, b) = e.admin("PUT", &path, Some(&role));
+    assert_eq!(code, 200, "{b}");
+    let probe = format!("/api/v1/namespaces/{}/pods/no-such-pod", e.ns);
+    let want = if deny { 403 } else { 404 };
+    e.wait_for("the Role to apply", |e| {
+        e.as_podalloc("DELETE", &probe, None).0 == want
+    });
+    4
+}
+
+both!(
+    a_removal_whose_delete_fails_is_kept_and_never_lowers_the_target_twice,
+    "rmfail",
+    Pods::default(),
+    |e| {
+        // Issue 31 H1: `remove` whose delete fails (5xx past the retries on the simulator,
+        // 403 from a Role without pods delete on kube-apiserver) lowered the target and
+        // forgot the removal; a second `remove` lowered it again, and executor 2 was never
+        // deleted. The removal is kept (`removing`) and asked again without lowering twice.
+        e.converge(3, &[]);
+        let code = pod_deletes_fail(e, true);
+        let err = e.exits(&["remove", "2"], code);
+        assert!(err.contains("could not delete executor 2"), "{err}");
+        let kept = |e: &Env| {
+            let st = e.state();
+            assert_eq!(
+                (&st["target"], &st["removing"]),
+                (&json!(2), &json!([2])),
+                "{st}"
+            );
+        };
+        kept(e);
+        // A second remove while it still fails: asked again, not a second lowering.
+        e.exits(&["remove", "2"], code);
+        kept(e);
+        e.exits(&["reconcile"], code);
+        kept(e);
+        assert_eq!(e.live(), vec![1, 2, 3]);
+        // Deletes work again: the next tick deletes executor 2, and the target stays 2.
+        pod_deletes_fail(e, false);
+        let err = e.ok(&["reconcile"]);
+        assert!(err.contains("deleted executor 2"), "{err}");
+        e.wait_for("executor 2 gone", |e| e.live() == vec![1, 3]);
+        e.ok(&["remove", "2"]);
+        e.ok(&["run", "--until-converged", "--timeout", "30s"]);
+        assert_eq!(e.live(), vec![1, 3]);
+        let st = e.state();
+        assert!(st.get("removing").is_none(), "{st}");
+        assert_eq!(st["target"], 2, "{st}");
     }
 );
 
@@ -231,7 +307,7 @@ fn a_disruption_budget_puts_an_eviction_off_until_it_allows_one() {
     assert_eq!(e.live(), vec![1, 2, 3]);
     let st = e.state();
     assert_eq!(
-        (&st["target"], &st["evicting"]),
+        (&st["target"], &st["removing"]),
         (&json!(2), &json!([2])),
         "{st}"
     );
@@ -252,7 +328,7 @@ fn a_disruption_budget_puts_an_eviction_off_until_it_allows_one() {
     e.ok(&["--evict", "run", "--until-converged", "--timeout", "30s"]);
     assert_eq!(e.live(), vec![1, 3]);
     let st = e.state();
-    assert!(st.get("evicting").is_none(), "{st}");
+    assert!(st.get("removing").is_none(), "{st}");
     assert_eq!(st["target"], 2);
 }
 

@@ -1630,7 +1630,7 @@ mod tests {
             retry: false,
             profile: 0,
         }];
-        st.evicting = vec![6];
+        st.removing = vec![6];
         let settings = crate::engine::alloc::Settings::new("app");
         let ids = [2, 2, 3, 4, 5, 6, 99];
         let lowers = removal_lowers(&snap, &st, &settings, (&ids, 0), 0).unwrap();

@@ -31,8 +31,10 @@
 //!    unacknowledged), unless the request's target of that profile is
 //!    [`TargetChange::Absolute`] (it already accounts for them). With `--evict`
 //!    ([`Policies::evict`]) a running executor goes through the Eviction API, so its
-//!    PodDisruptionBudget applies; one the budget puts off ([`Outcomes::not_now`]) is asked
-//!    again each step ([`AllocatorState::evicting`]) without lowering the target again.
+//!    PodDisruptionBudget applies. A removal is kept until its pod is deleted or evicted
+//!    ([`AllocatorState::removing`]): one the budget puts off ([`Outcomes::not_now`]) or
+//!    whose call fails (5xx after the retries, 403, …) is asked again each step without
+//!    lowering the target again, and a request naming it again is not a second removal.
 //! 6. **census** — the snapshot's executors sorted into running and pending (removed ones no
 //!    longer count); failed and succeeded executors do not count and their pods are deleted
 //!    (unless [`Settings::delete_terminated`] is off), so they get replaced.
@@ -129,7 +131,7 @@ pub fn step(
     let lowers = |p: u32| {
         !(absolute(request.profiles.get(&p)) || (p == 0 && absolute(Some(&request.target))))
     };
-    s.retry_evictions();
+    s.retry_removals();
     s.remove_requested(&request.remove, lowers);
     let mut pods = s.census();
     s.delete_lost(&mut pods);

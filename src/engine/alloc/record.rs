@@ -29,7 +29,7 @@ pub struct Outcomes {
     /// refused for now: 429 TooManyRequests, a PodDisruptionBudget that allows no
     /// disruption now (or whose status its controller has not computed yet). Not deleted,
     /// not a failure: a removal's eviction is asked again next tick
-    /// ([`AllocatorState::evicting`]), an excess one is planned again by the next step.
+    /// ([`AllocatorState::removing`]), an excess one is planned again by the next step.
     pub not_now: Vec<u64>,
     /// Pods deleted (or found already gone).
     pub deleted: u32,
@@ -75,8 +75,10 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
         .filter(|id| !out.deleted_ids.contains(id))
         .collect();
     state.deleted.retain(|id| !skipped.contains(id));
-    // Removals a disruption budget put off are asked again next tick; the others are done.
-    state.evicting.retain(|id| out.not_now.contains(id));
+    // A removal is done once its pod is deleted or evicted (or found gone); one a disruption
+    // budget put off, or whose call failed, is asked again next tick without lowering the
+    // target again (docs/faults.md: a failing call leaves the state as if not acted).
+    state.removing.retain(|id| !out.deleted_ids.contains(id));
     for u in &mut state.unacknowledged {
         if out.ambiguous.contains(&u.executor_id) {
             u.retry = true;

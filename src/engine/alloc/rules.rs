@@ -259,13 +259,14 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// Rule 6, continued (`--evict`): a removal whose eviction a PodDisruptionBudget put off
-    /// ([`AllocatorState::evicting`]) is asked again while the pod is live, without lowering
-    /// the target again; a pod gone, terminating or ended needs no more (the census deletes
-    /// an ended one as usual). Runs before [`Step::remove_requested`], so a request naming
-    /// the same executor again does not lower the target twice.
-    pub(super) fn retry_evictions(&mut self) {
-        for &id in &self.prev.evicting {
+    /// Rule 6, continued: a removal in progress ([`AllocatorState::removing`]: its delete
+    /// failed, or its eviction was put off by a PodDisruptionBudget) is asked again while the
+    /// pod is live, without lowering the target again; a pod gone, terminating or ended
+    /// needs no more (the census deletes an ended one as usual). Runs before
+    /// [`Step::remove_requested`], so a request naming the same executor again does not
+    /// lower the target twice.
+    pub(super) fn retry_removals(&mut self) {
+        for &id in &self.prev.removing {
             let Some(p) = self.snap.executors.get(&id) else {
                 continue;
             };
@@ -947,8 +948,8 @@ impl<'a> Step<'a> {
                 .collect(),
             deleted: deleted.into_iter().collect(),
             deleted_unseen: self.deleted_unseen(),
-            evicting: (self.delete.iter())
-                .filter(|d| d.evict && d.reason == DeleteReason::Removed)
+            removing: (self.delete.iter())
+                .filter(|d| d.reason == DeleteReason::Removed)
                 .map(|d| d.executor_id)
                 .collect(),
             create_backoff: self.backoff.take(),

@@ -68,12 +68,15 @@ pub struct AllocatorState {
     /// shows up (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted_unseen: Vec<Unacknowledged>,
-    /// Executors removed on request (`remove`) whose eviction is in flight or was put off by
-    /// a PodDisruptionBudget (`--evict`; 429, "not now"): each step asks again, without
-    /// lowering the target again, while the pod is live; they no longer count toward the
-    /// target (absent: none).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub evicting: Vec<u64>,
+    /// Removals in progress: executors removed on request (`remove`) whose delete or
+    /// eviction is in flight, failed (5xx or a lost connection after the retries, 403, any
+    /// error but 404, which is gone) or was put off by a PodDisruptionBudget (`--evict`; 429,
+    /// "not now"). Each step asks again, without lowering the target again (the removal
+    /// lowered it once), while the pod is live; a request naming one again is not a second
+    /// removal. They no longer count toward the target. Written `evicting` before removals
+    /// whose delete failed were kept too; read under either name (absent: none).
+    #[serde(default, alias = "evicting", skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<u64>,
     /// Creation back-off after refused creates or kubelet rejections (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,
@@ -353,7 +356,7 @@ impl AllocatorState {
         let records = (self.stuck.iter()).chain(self.unknown.iter());
         (requests.map(|u| u.executor_id))
             .chain(self.deleted.iter().copied())
-            .chain(self.evicting.iter().copied())
+            .chain(self.removing.iter().copied())
             .chain(self.failures.iter().map(|f| f.executor_id))
             .chain(records.map(|r| r.executor_id))
             .fold(self.last_executor_id, u64::max)
@@ -408,7 +411,7 @@ impl AllocatorState {
                     .iter()
                     .map(|u| ("deleted_unseen", u.executor_id)),
             )
-            .chain(self.evicting.iter().map(|&id| ("evicting", id)))
+            .chain(self.removing.iter().map(|&id| ("removing", id)))
             .chain(self.failures.iter().map(|f| ("failures", f.executor_id)))
             .chain(self.stuck.iter().map(|r| ("stuck", r.executor_id)))
             .chain(self.unknown.iter().map(|r| ("unknown", r.executor_id)));

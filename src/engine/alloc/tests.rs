@@ -517,7 +517,7 @@ fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
         "only running executors are evicted"
     );
     assert_eq!(p.state.target, Some(1));
-    assert_eq!(p.state.evicting, vec![1]);
+    assert_eq!(p.state.removing, vec![1, 3]);
     // The budget refuses executor 1 for now: asked again, the target stays 1.
     let out = Outcomes {
         not_now: vec![1],
@@ -526,7 +526,7 @@ fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
         ..Outcomes::default()
     };
     let st = record(&p, &out, &set, 10);
-    assert_eq!(st.evicting, vec![1]);
+    assert_eq!(st.removing, vec![1]);
     assert!(!st.deleted.contains(&1), "not deleted: {:?}", st.deleted);
     let s = snap(&[(1, Running), (2, Running)]);
     let again = Request {
@@ -551,13 +551,13 @@ fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
         2_000,
     )
     .unwrap();
-    assert!(q.delete.is_empty() && q.state.evicting.is_empty());
+    assert!(q.delete.is_empty() && q.state.removing.is_empty());
     // Excess under --scale-down-running is evicted too; without --evict, deleted.
     let mut st = AllocatorState::new();
     st.last_executor_id = 2;
     let s = snap(&[(1, Running), (2, Running)]);
     let p = step(&s, &st, &set, &Request::set(1), 0).unwrap();
-    assert!(p.delete.len() == 1 && p.delete[0].evict && p.state.evicting.is_empty());
+    assert!(p.delete.len() == 1 && p.delete[0].evict && p.state.removing.is_empty());
     set.policies.evict = false;
     let p = step(&s, &st, &set, &Request::set(1), 0).unwrap();
     assert!(p.delete.len() == 1 && !p.delete[0].evict);
@@ -1649,4 +1649,65 @@ proptest! {
             }
         }
     }
+}
+
+/// Issue 31 H1: a removal whose delete failed (5xx after the retries, 403: not in
+/// [`Outcomes::deleted_ids`]) is kept ([`AllocatorState::removing`]) and asked again each
+/// step without lowering the target again; a second request naming it is not a second
+/// removal; done once the pod is deleted. It was forgotten, and the target lowered twice.
+#[test]
+fn a_removal_whose_delete_failed_is_asked_again_without_lowering_the_target_twice() {
+    use ExecutorState::{Deleted, Running};
+    let set = settings(5);
+    let mut st = AllocatorState::new();
+    st.target = Some(3);
+    st.last_executor_id = 3;
+    let s = snap(&[(1, Running), (2, Running), (3, Running)]);
+    let req = Request {
+        target: TargetChange::Keep,
+        remove: vec![2],
+        ..Request::default()
+    };
+    let p = step(&s, &st, &set, &req, 0).unwrap();
+    assert_eq!((ids_d(&p), p.state.target), (vec![2], Some(2)));
+    let failed = Outcomes {
+        failed: true,
+        ..Outcomes::default()
+    };
+    let st = record(&p, &failed, &set, 10);
+    assert_eq!((st.target, st.removing.clone()), (Some(2), vec![2]));
+    for req in [Request::default(), req.clone()] {
+        let q = step(&s, &st, &set, &req, 1_000).unwrap();
+        assert_eq!(ids_d(&q), vec![2], "asked again: {req:?}");
+        assert!(!q.delete[0].evict);
+        assert_eq!(q.state.target, Some(2), "never lowered twice: {req:?}");
+        assert!(q.create.is_empty(), "{req:?}");
+        assert!(!q.summary.converged, "{req:?}");
+        // Failing again: still kept.
+        assert_eq!(record(&q, &failed, &set, 1_010).removing, vec![2]);
+    }
+    // Deleted: done, and not asked again while it terminates.
+    let q = step(&s, &st, &set, &Request::default(), 2_000).unwrap();
+    let done = Outcomes {
+        deleted: 1,
+        deleted_ids: vec![2],
+        ..Outcomes::default()
+    };
+    let st = record(&q, &done, &set, 2_010);
+    assert!(st.removing.is_empty(), "{:?}", st.removing);
+    let s = snap(&[(1, Running), (2, Deleted), (3, Running)]);
+    let q = step(&s, &st, &set, &req, 3_000).unwrap();
+    assert!(q.delete.is_empty() && q.create.is_empty());
+    assert_eq!(q.state.target, Some(2));
+}
+
+/// A state written when only put-off evictions were kept (`evicting`) reads as removals in
+/// progress, and is written back under the new name.
+#[test]
+fn a_state_with_evicting_reads_as_removals_in_progress() {
+    let st: AllocatorState =
+        serde_json::from_str(r#"{"version":1,"target":2,"evicting":[4]}"#).unwrap();
+    assert_eq!(st.removing, vec![4]);
+    let json = serde_json::to_value(&st).unwrap();
+    assert_eq!(json["removing"], serde_json::json!([4]));
 }

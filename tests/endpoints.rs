@@ -354,73 +354,77 @@ fn threads(pid: u32) -> Vec<String> {
 /// One thread (issue 30): a `run --leader-elect` at rest, both endpoints served, its pods'
 /// Events posted, runs the loop alone (16 threads once, with tiny_http's; 3 with the
 /// watchdog and the election thread); so does `apps --discover --leader-elect` with both
-/// endpoints. The loop renews the Lease itself: it still leads after several renew
-/// deadlines at rest.
-#[test]
-fn at_rest_run_and_apps_run_one_thread() {
-    let w = SimWorld::new().app("one").start();
-    let (m, p) = (free_addr(), free_addr());
-    let args = crate::util::with_fast_leader_elect(&[
-        "--metrics-bind-address",
-        &m,
-        "--health-probe-bind-address",
-        &p,
-        "run",
-        "--target",
-        "2",
-    ]);
-    let mut c = spawn(w.cmd(&args));
-    until(&m, "/metrics", 30, |_, b| {
-        b.contains("podalloc_running{app=\"one\",namespace=\"default\"} 2")
-    });
-    let events = w.api("GET", "/api/v1/namespaces/default/events", None).1;
-    assert!(events.to_string().contains("SuccessfulCreate"), "{events}");
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(threads(c.id()), ["podalloc"], "run at rest");
-    let (_, metrics) = get(&m, "/metrics").unwrap();
-    assert!(metrics.contains("podalloc_is_leader{"), "{metrics}");
-    assert!(
-        sample(
-            &metrics,
-            "podalloc_is_leader{app=\"one\",namespace=\"default\"}"
-        ) == 1.0,
-        "{metrics}"
-    );
-    fresh_healthz_in_time(&mut c, &p);
-    stop("run", c);
+/// endpoints. The loop renews the Lease itself: it still leads after 2.5 s at rest on a 2 s
+/// renew deadline. On both servers.
+mod at_rest_run_and_apps_run_one_thread {
+    use super::*;
+    use crate::both::{Env, Pods};
 
-    let driver = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "drv", "labels": {"spark-role": "driver", "spark-app-selector": "two"},
-        "annotations": {"podalloc.io/executors": "1"}},
-        "spec": {"containers": [{"name": "d", "image": "spark"}]}});
-    let (code, body) = w.api("POST", "/api/v1/namespaces/default/pods", Some(&driver));
-    assert_eq!(code, 201, "{body}");
-    let (m, p) = (free_addr(), free_addr());
-    let args = crate::util::with_fast_leader_elect(&[
-        "--metrics-bind-address",
-        &m,
-        "--health-probe-bind-address",
-        &p,
-        "--image",
-        "img",
-        "apps",
-        "--discover",
-        "spark-role=driver",
-        "--state-configmaps",
-        "podalloc-state",
-    ]);
-    let mut cmd = podalloc();
-    cmd.args(["--server", &w.sim.url(), "--token", &w.token])
-        .arg("--certificate-authority")
-        .arg(&w.ca)
-        .args(["-n", "default", "--batch-delay", "100ms"])
-        .args(&args);
-    let mut c = spawn(cmd);
-    until(&m, "/metrics", 30, |_, b| {
-        b.contains("podalloc_running{app=\"two\",namespace=\"default\"} 1")
-    });
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(threads(c.id()), ["podalloc"], "apps at rest");
-    fresh_healthz_in_time(&mut c, &p);
-    stop("apps", c);
+    /// `cmd ARGS` with both endpoints and a fast election; the process, its metrics and
+    /// its probe address once `/metrics` shows `series`.
+    fn endpoints_up(mut cmd: Command, args: &[&str], series: &str) -> (Child, String, String) {
+        let (m, p) = (free_addr(), free_addr());
+        let mut all = vec![
+            "--metrics-bind-address",
+            &m,
+            "--health-probe-bind-address",
+            &p,
+        ];
+        all.extend(args);
+        cmd.args(crate::util::with_fast_leader_elect(&all));
+        let c = spawn(cmd);
+        until(&m, "/metrics", 40, |_, b| b.contains(series));
+        (c, m, p)
+    }
+
+    fn body(e: &Env) {
+        let running = format!(
+            "podalloc_running{{app=\"{}\",namespace=\"{}\"}} 2",
+            e.app, e.ns
+        );
+        let args = ["run", "--target", "2"];
+        let (mut c, m, p) = endpoints_up(e.cmd(&[]), &args, &running);
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(threads(c.id()), ["podalloc"], "run at rest");
+        let (_, metrics) = get(&m, "/metrics").unwrap();
+        let leading = format!(
+            "podalloc_is_leader{{app=\"{}\",namespace=\"{}\"}}",
+            e.app, e.ns
+        );
+        assert_eq!(sample(&metrics, &leading), 1.0, "{metrics}");
+        fresh_healthz_in_time(&mut c, &p);
+        stop("run", c);
+
+        e.create_pod(&serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "drv", "labels": {"spark-role": "driver", "spark-app-selector": "two"},
+            "annotations": {"podalloc.io/executors": "1"}},
+            "spec": {"containers": [{"name": "d", "image": "spark"}]}}));
+        let mut cmd = e.connect(e.token());
+        cmd.args(["--batch-delay", "100ms", "--image", "img"]);
+        let args = [
+            "apps",
+            "--discover",
+            "spark-role=driver",
+            "--state-configmaps",
+            "podalloc-state",
+        ];
+        let series = format!("podalloc_running{{app=\"two\",namespace=\"{}\"}} 1", e.ns);
+        let (mut c, _, p) = endpoints_up(cmd, &args, &series);
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(threads(c.id()), ["podalloc"], "apps at rest");
+        fresh_healthz_in_time(&mut c, &p);
+        stop("apps", c);
+    }
+
+    #[test]
+    fn on_sim() {
+        body(&Env::sim("one", &Pods::default()));
+    }
+
+    #[test]
+    fn on_real() {
+        if let Some(e) = Env::real("one_thread", "one", &Pods::default()) {
+            body(&e);
+        }
+    }
 }

@@ -11,6 +11,7 @@
 //! | quota that can never admit the template | 403 `failed quota: Q: must specify limits.cpu` | 4 | backs off, names the missing limits |
 //! | quota object conflict | 409 `Conflict` on `resourcequotas` (not `AlreadyExists`) | 1 | retried at once, then next tick; no id burnt |
 //! | RBAC | 403 `User "U" cannot VERB resource "R" …` | 4 | stops, naming the verb and resource |
+//! | a namespace being deleted | 403 `unable to create new content in namespace N because it is being terminated` (NamespaceLifecycle) | 4 | backs off, says the namespace is going away |
 //! | no such namespace | 404 `namespaces "N" not found` on a create (the NamespaceLifecycle admission plugin; a list there is an empty 200) | 4 | backs off, names the namespace |
 //!
 //! Sources: `plugin/pkg/admission/resourcequota` (the quota messages),
@@ -49,6 +50,9 @@ pub(crate) enum Refusal {
     /// The namespace does not exist (404 `namespaces "N" not found` on a create, as the
     /// NamespaceLifecycle admission plugin answers): its name.
     NoNamespace(String),
+    /// The namespace is being deleted (403 `unable to create new content in namespace N
+    /// because it is being terminated`): its name.
+    NamespaceTerminating(String),
     /// RBAC: the user may not do this verb on this resource.
     Rbac {
         /// The user as the server names it.
@@ -69,6 +73,9 @@ pub(crate) fn classify(e: &KubeError) -> Option<Refusal> {
     let m = status.message.as_str();
     if let Some(policy) = admission_policy(m) {
         return Some(Refusal::Admission(policy));
+    }
+    if let Some(ns) = terminating_namespace(m).filter(|_| status.code == 403) {
+        return Some(Refusal::NamespaceTerminating(ns));
     }
     match status.code {
         404 => missing_namespace(m).map(Refusal::NoNamespace),
@@ -132,6 +139,16 @@ fn missing_namespace(m: &str) -> Option<String> {
     (!name.is_empty() && !name.contains('"')).then(|| name.to_string())
 }
 
+/// The namespace of NamespaceLifecycle's `unable to create new content in namespace N
+/// because it is being terminated`.
+fn terminating_namespace(m: &str) -> Option<String> {
+    let rest = m
+        .split("unable to create new content in namespace ")
+        .nth(1)?;
+    let name = rest.strip_suffix(" because it is being terminated")?;
+    (!name.is_empty() && !name.contains(' ')).then(|| name.to_string())
+}
+
 /// RBAC's `User "U" cannot VERB resource "R" in API group …`.
 fn rbac(m: &str) -> Option<Refusal> {
     let (before, after) = m.split_once(" cannot ")?;
@@ -177,6 +194,10 @@ impl Refusal {
             Refusal::NoNamespace(ns) => format!(
                 "namespace {ns:?} does not exist on this server: fix --namespace, or create \
                  it (kubectl create namespace {ns})"
+            ),
+            Refusal::NamespaceTerminating(ns) => format!(
+                "namespace {ns:?} is being deleted: no executor can be created there until it \
+                 is gone and made again (not a policy of the pod template)"
             ),
             Refusal::Rbac {
                 user,
@@ -272,5 +293,12 @@ mod tests {
             None
         );
         assert_eq!(classify(&api(500, "InternalError", "x")), None);
+        let going = api(403, "Forbidden", "pods \"a-exec-1\" is forbidden: unable to create new content in namespace t19 because it is being terminated");
+        assert_eq!(
+            classify(&going),
+            Some(Refusal::NamespaceTerminating("t19".into()))
+        );
+        assert!(classify(&going).unwrap().is_permanent());
+        assert!(!classify(&going).unwrap().hint().contains("admission"));
     }
 }

@@ -859,7 +859,8 @@ fn refused(e: KubeError) -> CreateOutcome {
             Refusal::Template
             | Refusal::Admission(_)
             | Refusal::QuotaNeverAdmits { .. }
-            | Refusal::NoNamespace(_),
+            | Refusal::NoNamespace(_)
+            | Refusal::NamespaceTerminating(_),
         ) => CreateOutcome::Refused(kube_error(e), quoted),
         _ => CreateOutcome::Rejected(kube_error(e)),
     }

@@ -276,9 +276,12 @@ impl Backoff {
         now_ms: u64,
         reason: String,
     ) -> Backoff {
+        let first = batch_delay_ms.max(MIN_BACKOFF_MS);
+        // The previous delay as stored may be anything a hand edit left (0 would double to 0
+        // for ever): never below the first delay.
         let delay_ms = match previous {
-            Some(b) => b.delay_ms.saturating_mul(2),
-            None => batch_delay_ms.max(MIN_BACKOFF_MS),
+            Some(b) => b.delay_ms.saturating_mul(2).max(first),
+            None => first,
         }
         .min(MAX_BACKOFF_MS);
         Backoff {

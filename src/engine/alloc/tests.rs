@@ -445,6 +445,27 @@ fn a_stored_back_off_beyond_the_cap_is_clamped() {
 }
 
 #[test]
+fn a_stored_back_off_delay_below_the_first_never_shrinks_the_next() {
+    // A hand-edited `delay_ms: 0` doubled to 0 for ever: a refusal every tick.
+    let zero = Backoff {
+        until_ms: 0,
+        delay_ms: 0,
+        reason: "x".into(),
+        cause: BackoffCause::Refused,
+        refusals: 1,
+        executor_id: None,
+        template: None,
+    };
+    let b = Backoff::after_rejection(Some(&zero), 1_000, 5_000, String::new());
+    assert_eq!(
+        (b.delay_ms, b.until_ms),
+        (MIN_BACKOFF_MS, 5_000 + MIN_BACKOFF_MS)
+    );
+    let b = Backoff::after_rejection(Some(&b), 1_000, 5_000, String::new());
+    assert_eq!(b.delay_ms, 2 * MIN_BACKOFF_MS);
+}
+
+#[test]
 fn the_failure_limit_is_on_by_default_at_twice_the_target_at_least_three() {
     assert_eq!(
         Settings::new("app").policies.max_failures,

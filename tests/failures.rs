@@ -165,13 +165,15 @@ fn pod_security_restricted_backs_off_and_is_named() {
         err.contains("Pod Security \"restricted:latest\""),
         "names the policy: {err}"
     );
+    // Within the back-off a one-shot reconcile sends nothing and still exits 4, naming it.
     let out = e.run(&["reconcile"]);
     let err = stderr(&out);
     assert_eq!(
         out.status.code(),
-        Some(0),
-        "backing off, not yet asking: {err}"
+        Some(4),
+        "backing off, still refused: {err}"
     );
+    assert!(err.contains("creation backs off for"), "{err}");
 }
 
 both!(

@@ -19,7 +19,35 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
     let mut store = env.open_store("reconcile", None).map_err(store_error)?;
     let change = request(a);
     let mut memory = crate::controller::tick::Memory::default();
-    finish(env.tick(store.as_mut(), &change, &mut memory, None)?)
+    let report = env.tick(store.as_mut(), &change, &mut memory, None)?;
+    let still_refused = refused_back_off(&report.plan);
+    finish(report)?;
+    still_refused.map_or(Ok(()), Err)
+}
+
+/// A one-shot tick that created nothing because creation backs off from a refusal the
+/// API server would repeat (the pod template, an admission policy, a quota that can never
+/// admit it: cause `refused`) exits 4, as the tick that met the refusal did: cron's exit
+/// status must not say "fine" while the template is still wrong. A full quota or a kubelet
+/// rejection may clear on its own: exit 0 as before.
+fn refused_back_off(plan: &alloc::Plan) -> Option<Error> {
+    let alloc::Blocked::Backoff {
+        remaining_ms,
+        message,
+    } = plan.blocked.as_ref()?
+    else {
+        return None;
+    };
+    let b = plan.state.create_backoff.as_ref()?;
+    (b.cause == alloc::BackoffCause::Refused && plan.create.is_empty()).then(|| {
+        Error::refused(format!(
+            "creation backs off for {} more after the API server refused the executor pod \
+             ({} time(s)): {message}; fix it (`status` shows the back-off); a changed template \
+             is tried at once",
+            humantime::format_duration(std::time::Duration::from_millis(*remaining_ms)),
+            b.refusals
+        ))
+    })
 }
 
 /// The step's request of `--target` and `--profile-target`.

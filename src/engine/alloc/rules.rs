@@ -195,8 +195,8 @@ impl<'a> Step<'a> {
             self.vanished.insert(id);
             self.warnings.push(format!(
                 "executor {id} (pod {}): the API server answered its create, but a later list \
-                 does not show the pod (deleted before any list saw it): replaced now under a \
-                 new id",
+                 does not show the pod (deleted before any list saw it): forgotten, and \
+                 replaced under a new id as soon as the batch rules allow",
                 self.name(id)
             ));
         }

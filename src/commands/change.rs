@@ -71,7 +71,10 @@ pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's
 /// deleteExecutors). Needs no template: it never creates replacements.
 pub(super) fn remove(cli: &Cli, a: &RemoveArgs) -> Result<()> {
-    let op = SteerOp::Remove { ids: a.ids.clone() };
+    let op = SteerOp::Remove {
+        ids: a.ids.clone(),
+        evict: cli.app.evict,
+    };
     steer(cli, ("remove", a.profile), &op, None, false)
 }
 
@@ -156,7 +159,7 @@ fn steer_executor_set(
     let app = &env.app.app_id;
     let name = &profile_home(&env.client, name, app, req.profile).map_err(store_error)?;
     let lowering = match &req.op {
-        SteerOp::Remove { ids } => Some(removal_lowering(env, ids, req.profile)?),
+        SteerOp::Remove { ids, .. } => Some(removal_lowering(env, ids, req.profile)?),
         _ => None,
     };
     let generation =
@@ -330,7 +333,7 @@ fn check(env: &Env, op: &SteerOp, profile: u32) -> Result<()> {
         }
         return Ok(());
     }
-    let SteerOp::Remove { ids } = op else {
+    let SteerOp::Remove { ids, .. } = op else {
         return Ok(());
     };
     let state = env.read_state()?;

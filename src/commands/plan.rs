@@ -55,6 +55,7 @@ pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
     let request = Request {
         target: a.target.map_or(TargetChange::Keep, TargetChange::Set),
         remove: a.remove.clone(),
+        evict: Vec::new(),
         profiles: (a.profile_target.iter())
             .map(|&(p, n)| (p, TargetChange::Set(n)))
             .collect(),

@@ -796,7 +796,10 @@ fn removals(es: &Value, what: &str) -> Vec<Steering> {
         }
         out.push(Steering {
             id: id.to_string(),
-            op: SteerOp::Remove { ids },
+            op: SteerOp::Remove {
+                ids,
+                evict: r["evict"].as_bool().unwrap_or(false),
+            },
             submitted_ms: 0,
             by: format!("spec.removals of {what}"),
             profile: profile_of(es),
@@ -1157,7 +1160,7 @@ fn edit_spec(es: &mut Value, req: &Steering, lowering: Option<&[u64]>) {
         SteerOp::Add { count } => {
             es["spec"]["replicas"] = json!((current + u64::from(*count)).min(limit));
         }
-        SteerOp::Remove { ids } => {
+        SteerOp::Remove { ids, evict } => {
             let applied = es["status"]["appliedRemovals"].clone();
             let mut list: Vec<Value> = (es["spec"]["removals"].as_array().cloned())
                 .unwrap_or_default()
@@ -1172,7 +1175,11 @@ fn edit_spec(es: &mut Value, req: &Steering, lowering: Option<&[u64]>) {
             lowers.sort_unstable();
             lowers.dedup();
             lowers.retain(|id| !named.contains(id));
-            list.push(json!({"request": req.id, "executors": ids}));
+            let mut entry = json!({"request": req.id, "executors": ids});
+            if *evict {
+                entry["evict"] = json!(true);
+            }
+            list.push(entry);
             let followed = clamped_replicas(&es["spec"], current);
             es["spec"]["removals"] = json!(list);
             es["spec"]["replicas"] = json!(followed.saturating_sub(lowers.len() as u64));
@@ -1385,7 +1392,13 @@ mod tests {
         let mut st = AllocatorState::new();
         st.target = Some(3);
         store.save(&st).unwrap();
-        let rm = req("r1", SteerOp::Remove { ids: vec![2] });
+        let rm = req(
+            "r1",
+            SteerOp::Remove {
+                ids: vec![2],
+                evict: false,
+            },
+        );
         let generation = submit(&f.client, "etl", "app", &rm, None).unwrap();
         assert_eq!(generation, 2);
         assert!(
@@ -1426,7 +1439,13 @@ mod tests {
             &f.client,
             "etl",
             "app",
-            &req("r2", SteerOp::Remove { ids: vec![3] }),
+            &req(
+                "r2",
+                SteerOp::Remove {
+                    ids: vec![3],
+                    evict: false,
+                },
+            ),
             None,
         )
         .unwrap();
@@ -1596,6 +1615,7 @@ mod tests {
             "r",
             SteerOp::Remove {
                 ids: vec![2, 2, 7, 9],
+                evict: false,
             },
         );
         edit_spec(&mut e, &rm, Some(&[2, 7]));
@@ -1758,7 +1778,13 @@ mod tests {
         let got = removals(&e, "es");
         let ids: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["r1", "r2"]);
-        assert_eq!(got[1].op, SteerOp::Remove { ids: vec![9] });
+        assert_eq!(
+            got[1].op,
+            SteerOp::Remove {
+                ids: vec![9],
+                evict: false
+            }
+        );
     }
 
     #[test]
@@ -1772,7 +1798,13 @@ mod tests {
         assert!(carries(&e, "x1") && !carries(&e, "x2"));
         edit_spec(
             &mut e,
-            &req("x2", SteerOp::Remove { ids: vec![3, 4] }),
+            &req(
+                "x2",
+                SteerOp::Remove {
+                    ids: vec![3, 4],
+                    evict: false,
+                },
+            ),
             None,
         );
         assert_eq!(e["spec"]["replicas"], 5);

@@ -253,7 +253,14 @@ mod tests {
         assert!(q.list().unwrap().is_empty());
         assert!(q.marker().is_none());
         let a = request(SteerOp::Add { count: 2 }, "add", 0);
-        let b = request(SteerOp::Remove { ids: vec![3] }, "remove", 0);
+        let b = request(
+            SteerOp::Remove {
+                ids: vec![3],
+                evict: false,
+            },
+            "remove",
+            0,
+        );
         q.submit(&a).unwrap();
         q.submit(&b).unwrap();
         assert!(a.id < b.id, "{} {}", a.id, b.id);

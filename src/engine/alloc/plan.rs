@@ -61,6 +61,10 @@ pub struct Request {
     /// Executors to delete now whatever their state, lowering the target by those that count
     /// (Spark's `killExecutors` with `adjustTargetNumExecutors = true`, SPARK-9493).
     pub remove: Vec<u64>,
+    /// The ids of [`Request::remove`] to remove through the Eviction API whatever
+    /// [`crate::engine::alloc::Policies::evict`] says (`remove --evict` handed to a loop
+    /// started without it: issue 31 H2), when running.
+    pub evict: Vec<u64>,
     /// How the targets of resource profiles other than 0 change (profile id → change;
     /// Spark's `requestTotalExecutors` with a map of profiles). [`Request::target`] is
     /// profile 0's.

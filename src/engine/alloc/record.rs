@@ -79,6 +79,8 @@ pub fn record(plan: &Plan, out: &Outcomes, settings: &Settings, now_ms: u64) -> 
     // budget put off, or whose call failed, is asked again next tick without lowering the
     // target again (docs/faults.md: a failing call leaves the state as if not acted).
     state.removing.retain(|id| !out.deleted_ids.contains(id));
+    let removing = state.removing.clone();
+    state.removing_evict.retain(|id| removing.contains(id));
     for u in &mut state.unacknowledged {
         if out.ambiguous.contains(&u.executor_id) {
             u.retry = true;

@@ -33,6 +33,8 @@ pub(super) struct Step<'a> {
     /// Unacknowledged ids whose create's outcome is unknown: sent again by name.
     retry: BTreeSet<u64>,
     removed: BTreeSet<u64>,
+    /// Removals that asked for the Eviction API (this request's, and those kept).
+    evict_asked: BTreeSet<u64>,
     delete: Vec<Delete>,
     create: Vec<Create>,
     warnings: Vec<String>,
@@ -100,6 +102,9 @@ impl<'a> Step<'a> {
                 .map(|u| u.executor_id)
                 .collect(),
             removed: BTreeSet::new(),
+            evict_asked: (req.evict.iter().chain(prev.removing_evict.iter()))
+                .copied()
+                .collect(),
             delete: Vec::new(),
             create: Vec::new(),
             warnings: (snap.warnings.iter().cloned())
@@ -282,9 +287,12 @@ impl<'a> Step<'a> {
     }
 
     /// Whether deleting `p` goes through the Eviction API: a running executor under
-    /// `--evict` (the API server ignores budgets for pending, ended and terminating pods).
+    /// `--evict`, or removed by a request that asked for it ([`Request::evict`], kept in
+    /// [`AllocatorState::removing_evict`]) whatever this tick's flag (the API server
+    /// ignores budgets for pending, ended and terminating pods).
     fn evicts(&self, p: &ExecutorPod) -> bool {
-        self.cfg.policies.evict && p.state == ExecutorState::Running
+        (self.cfg.policies.evict || self.evict_asked.contains(&p.id))
+            && p.state == ExecutorState::Running
     }
 
     /// Rule 5 (Spark: `deleteOnTermination`): sorts the snapshot's executors (removed ones no
@@ -951,6 +959,11 @@ impl<'a> Step<'a> {
             removing: (self.delete.iter())
                 .filter(|d| d.reason == DeleteReason::Removed)
                 .map(|d| d.executor_id)
+                .collect(),
+            removing_evict: (self.delete.iter())
+                .filter(|d| d.reason == DeleteReason::Removed)
+                .map(|d| d.executor_id)
+                .filter(|id| self.evict_asked.contains(id))
                 .collect(),
             create_backoff: self.backoff.take(),
             counters: self.prev.counters.clone(),

@@ -77,6 +77,11 @@ pub struct AllocatorState {
     /// whose delete failed were kept too; read under either name (absent: none).
     #[serde(default, alias = "evicting", skip_serializing_if = "Vec::is_empty")]
     pub removing: Vec<u64>,
+    /// The removals in progress ([`AllocatorState::removing`]) that asked for the Eviction
+    /// API (`remove --evict`): asked again through it whatever the flags of the tick that
+    /// asks (absent: none; the others follow the tick's `--evict`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_evict: Vec<u64>,
     /// Creation back-off after refused creates or kubelet rejections (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_backoff: Option<Backoff>,

@@ -27,6 +27,11 @@ pub enum SteerOp {
     Remove {
         /// The executor ids.
         ids: Vec<u64>,
+        /// Through the Eviction API (`remove --evict`), so a PodDisruptionBudget applies,
+        /// whatever the loop that applies it was started with (issue 31 H2: a loop without
+        /// `--evict` made it a plain delete). Absent (an older podalloc): false, as before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        evict: bool,
     },
 }
 
@@ -35,9 +40,10 @@ impl fmt::Display for SteerOp {
         match self {
             SteerOp::Scale { target } => write!(f, "scale {target}"),
             SteerOp::Add { count } => write!(f, "add {count}"),
-            SteerOp::Remove { ids } => {
+            SteerOp::Remove { ids, evict } => {
                 let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
-                write!(f, "remove {}", ids.join(" "))
+                let how = if *evict { "--evict " } else { "" };
+                write!(f, "remove {how}{}", ids.join(" "))
             }
         }
     }
@@ -99,7 +105,12 @@ pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
     let mut taken = 0;
     for r in pending {
         match &r.op {
-            SteerOp::Remove { ids } => acc.remove.extend(ids.iter().copied()),
+            SteerOp::Remove { ids, evict } => {
+                acc.remove.extend(ids.iter().copied());
+                if *evict {
+                    acc.evict.extend(ids.iter().copied());
+                }
+            }
             op => {
                 if !acc.remove.is_empty() {
                     break;
@@ -173,14 +184,27 @@ mod tests {
             req("2", SteerOp::Add { count: 3 }),
             req("3", SteerOp::Scale { target: 7 }),
             req("4", SteerOp::Add { count: 1 }),
-            req("5", SteerOp::Remove { ids: vec![4] }),
-            req("6", SteerOp::Remove { ids: vec![9] }),
+            req(
+                "5",
+                SteerOp::Remove {
+                    ids: vec![4],
+                    evict: false,
+                },
+            ),
+            req(
+                "6",
+                SteerOp::Remove {
+                    ids: vec![9],
+                    evict: true,
+                },
+            ),
             req("7", SteerOp::Add { count: 1 }),
         ];
         let (r, n) = take_requests(&keep, &q);
         assert_eq!(n, 6);
         assert_eq!(r.target, TargetChange::Set(8));
         assert_eq!(r.remove, vec![4, 9]);
+        assert_eq!(r.evict, vec![9], "only the removal that asked for eviction");
         let (r, n) = take_requests(&keep, &q[6..]);
         assert_eq!((r.target, n), (TargetChange::Add(1), 1));
         // Adds compose with adds; a seed goes alone.
@@ -201,5 +225,10 @@ mod tests {
             r#"{"id":"5","op":"remove","ids":[4],"submitted_ms":0,"by":""}"#
         );
         assert_eq!(serde_json::from_str::<Steering>(&wire).unwrap(), q[4]);
+        // `remove --evict` says so on the wire; an old request without the field is a plain
+        // removal (above).
+        let wire = serde_json::to_string(&q[5]).unwrap();
+        assert!(wire.contains(r#""ids":[9],"evict":true"#), "{wire}");
+        assert_eq!(serde_json::from_str::<Steering>(&wire).unwrap(), q[5]);
     }
 }

@@ -1732,3 +1732,64 @@ fn a_state_with_evicting_reads_as_removals_in_progress() {
     let json = serde_json::to_value(&st).unwrap();
     assert_eq!(json["removing"], serde_json::json!([4]));
 }
+
+/// Issue 31 H2: a removal that asked for the Eviction API (`remove --evict` handed to a loop
+/// started without `--evict`: [`Request::evict`]) is evicted whatever the tick's flag, and
+/// kept so ([`AllocatorState::removing_evict`]) when a budget puts it off; a removal that
+/// did not ask follows the tick's flag, as before.
+#[test]
+fn a_removal_that_asked_for_eviction_is_evicted_whatever_the_loop_s_flag() {
+    use ExecutorState::Running;
+    let set = settings(5);
+    assert!(!set.policies.evict);
+    let mut st = AllocatorState::new();
+    st.target = Some(3);
+    st.last_executor_id = 3;
+    let s = snap(&[(1, Running), (2, Running), (3, Running)]);
+    let queued = [
+        Steering::bare(
+            "a",
+            SteerOp::Remove {
+                ids: vec![2],
+                evict: true,
+            },
+        ),
+        Steering::bare(
+            "b",
+            SteerOp::Remove {
+                ids: vec![3],
+                evict: false,
+            },
+        ),
+    ];
+    let (req, taken) = take_requests(&Request::default(), &queued);
+    assert_eq!((taken, req.evict.clone()), (2, vec![2]));
+    let p = step(&s, &st, &set, &req, 0).unwrap();
+    let how: Vec<(u64, bool)> = p.delete.iter().map(|d| (d.executor_id, d.evict)).collect();
+    assert_eq!(how, vec![(2, true), (3, false)]);
+    assert_eq!(p.state.removing_evict, vec![2]);
+    let out = Outcomes {
+        not_now: vec![2],
+        deleted_ids: vec![3],
+        deleted: 1,
+        ..Outcomes::default()
+    };
+    let st = record(&p, &out, &set, 10);
+    assert_eq!(
+        (st.removing.clone(), st.removing_evict.clone()),
+        (vec![2], vec![2])
+    );
+    // A later tick without --evict asks again through the Eviction API.
+    let s = snap(&[(1, Running), (2, Running)]);
+    let q = step(&s, &st, &set, &Request::default(), 1_000).unwrap();
+    assert!(q.delete.len() == 1 && q.delete[0].evict, "{:?}", q.delete);
+    assert_eq!(q.state.target, Some(1));
+    // Evicted: nothing kept.
+    let done = Outcomes {
+        deleted_ids: vec![2],
+        deleted: 1,
+        ..Outcomes::default()
+    };
+    let st = record(&q, &done, &set, 1_010);
+    assert!(st.removing.is_empty() && st.removing_evict.is_empty());
+}

@@ -53,7 +53,8 @@ pub(crate) fn schema() -> Value {
                     "required": ["request", "executors"], "properties": {
                         "request": {"type": "string"},
                         "executors": {"type": "array",
-                            "items": {"type": "integer", "format": "int64"}}}}}}},
+                            "items": {"type": "integer", "format": "int64"}},
+                        "evict": {"type": "boolean"}}}}}},
         "status": {"type": "object", "properties": {
             "observedGeneration": {"type": "integer", "format": "int64"},
             "target": int32, "replicas": int32, "readyReplicas": int32, "pending": int32,

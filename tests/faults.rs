@@ -104,6 +104,47 @@ fn a_lost_create_resent_into_a_full_quota_is_counted_as_created() {
 }
 
 #[test]
+fn ticks_whose_creates_all_fail_back_off() {
+    // A webhook failing with 500 (failurePolicy Fail): every create of a tick fails after
+    // the client's retries. The ticks back off 1 s, 2 s, 4 s … as ticks that fail before
+    // acting do (they came every ~4 s for ever: 25 webhook calls in 20 s).
+    let w = world(&["create:500@always"], |_| {});
+    let out = w.run(&[
+        "run",
+        "--target",
+        "2",
+        "--interval",
+        "1s",
+        "--timeout",
+        "40s",
+    ]);
+    let e = err(&out);
+    // When each tick line was logged (ms of the day): the waits between ticks grow 1 s, 2 s,
+    // 4 s, 8 s, so the gap after the 4th tick is at least 4 s longer than after the 1st
+    // (each gap also holds one tick's ~3.5 s of retries).
+    let at: Vec<u64> = (e.lines())
+        .filter(|l| l.contains("podalloc::controller::runner") && l.contains("] tick "))
+        .filter_map(|l| {
+            let t = l.get(12..24)?; // [YYYY-MM-DDTHH:MM:SS.mmmZ
+            let (h, m, s) = (t.get(0..2)?, t.get(3..5)?, t.get(6..12)?);
+            let s: f64 = s.parse().ok()?;
+            Some(
+                (h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60) * 1000
+                    + (s * 1000.0) as u64,
+            )
+        })
+        .collect();
+    assert!(at.len() >= 5, "{e}");
+    let gap = |i: usize| at[i + 1].saturating_sub(at[i]);
+    assert!(
+        gap(3) >= gap(0) + 4_000,
+        "gaps {:?}: {e}",
+        (0..at.len() - 1).map(gap).collect::<Vec<_>>()
+    );
+    assert!(e.contains("failed ticks in a row, next try in"), "{e}");
+}
+
+#[test]
 fn truncated_bodies_are_retried_or_reported() {
     let w = world(&["list:truncate@1", "get:truncate@1"], |_| {});
     w.converge(3);

@@ -766,7 +766,14 @@ fn settle<'c>(
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
-                s.failed_in_row = 0;
+                // A tick that acted counts as a success; one whose calls all failed (a
+                // webhook answering 500 to every create) backs off as a tick that failed
+                // before acting does, not every --interval.
+                let achieved = report.created > 0 || report.deleted > 0 || report.backing_off;
+                s.failed_in_row = match (&report.error, achieved) {
+                    (Some(_), false) => s.failed_in_row.saturating_add(1),
+                    _ => 0,
+                };
                 s.first = None;
                 if std::mem::take(&mut s.standby) {
                     info!("{}the app's store is free: taking over", s.label);
@@ -851,7 +858,8 @@ pub(crate) const FAILED_TICK_BACKOFF_MIN: Duration = Duration::from_secs(1);
 pub(crate) const FAILED_TICK_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// The least wait after `failed` ticks in a row failed before acting (an expired token, an
-/// API server that is down): none after a success, then 1 s, 2 s, 4 s … at most 60 s, as
+/// API server that is down) or failed in every call they made (creates answered 500): none
+/// after a success, then 1 s, 2 s, 4 s … at most 60 s, as
 /// the Job controller backs off a failing sync, so a loop does not repeat a failing list
 /// every `--interval`.
 pub(crate) fn failed_tick_backoff(failed: u32) -> Duration {

@@ -766,14 +766,7 @@ fn settle<'c>(
         let failed = match outcome {
             Outcome::Done(report) => {
                 s.ticks += 1;
-                // A tick that acted counts as a success; one whose calls all failed (a
-                // webhook answering 500 to every create) backs off as a tick that failed
-                // before acting does, not every --interval.
-                let achieved = report.created > 0 || report.deleted > 0 || report.backing_off;
-                s.failed_in_row = match (&report.error, achieved) {
-                    (Some(_), false) => s.failed_in_row.saturating_add(1),
-                    _ => 0,
-                };
+                s.failed_in_row = failed_in_row_after(&report, s.failed_in_row);
                 s.first = None;
                 if std::mem::take(&mut s.standby) {
                     info!("{}the app's store is free: taking over", s.label);
@@ -849,6 +842,18 @@ fn settle<'c>(
         }
     }
     Ok(())
+}
+
+/// Failed ticks in a row after a tick that ran to its end: a tick that acted, or had no
+/// error, is a success (0); one whose calls all failed (a webhook answering 500 to every
+/// create) adds one, so it backs off as a tick that failed before acting does
+/// ([`failed_tick_backoff`]), not every `--interval`.
+fn failed_in_row_after(report: &TickReport, before: u32) -> u32 {
+    let achieved = report.created > 0 || report.deleted > 0 || report.backing_off;
+    match (&report.error, achieved) {
+        (Some(_), false) => before.saturating_add(1),
+        _ => 0,
+    }
 }
 
 /// The Job controller's back-off for failing syncs (`DefaultJobApiBackOff` 1 s, doubling,

@@ -239,6 +239,10 @@ impl<'a> ConfigMapStore<'a> {
             self.resource_version = cm["metadata"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string);
+            // The version saved is the base of the tick's next save: the queue it left and
+            // the request ids it recorded (a stale base put back requests this write had
+            // taken, and the next tick applied them again).
+            self.loaded = Some(cm);
         }
         landed
     }
@@ -605,6 +609,14 @@ pub(crate) fn submit(
         match res {
             Ok(_) => return Ok(()),
             Err(e) if e.status_code() == Some(409) => continue,
+            // The write may have landed (the connection closed before its answer, a 5xx):
+            // read again, and the request's id says whether it did.
+            Err(e) if e.is_retryable() => {
+                log::info!(
+                    "queueing request {}: {e}; checking whether it landed",
+                    req.id
+                )
+            }
             Err(e) => return Err(store.backend(e)),
         }
     }

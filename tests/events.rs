@@ -499,6 +499,18 @@ fn a_create_in_a_namespace_that_does_not_exist_is_404() {
         Some(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nosuch"}})),
     );
     assert_eq!(code, 201);
+    // The refusal's back-off still holds a one-shot command (exit 4, saying for how long);
+    // once it has passed, the create goes through.
+    let err = w.run_exits(&["reconcile", "--target", "1"], 4);
+    assert!(err.contains("creation backs off for"), "{err}");
+    let until = w.state()["create_backoff"]["until_ms"].as_u64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    std::thread::sleep(std::time::Duration::from_millis(
+        until.saturating_sub(now) + 200,
+    ));
     w.ok(&["reconcile", "--target", "1"]);
 }
 

@@ -60,6 +60,8 @@ pub(super) struct Found {
     /// Both searches answered (an ExecutorSet kind that is not served counts: none can
     /// exist); `false` when the RBAC hid one (403), or nothing was searched.
     pub(super) complete: bool,
+    /// The kinds whose list the RBAC refused (403), e.g. `executorsets`.
+    pub(super) forbidden: Vec<&'static str>,
 }
 
 impl Found {
@@ -100,10 +102,12 @@ fn selector(app_id: &str, managed: bool) -> String {
 /// (403) counts as none (logged at debug). Errors (exit 1): any other API failure.
 pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
     let mut found = Found::default();
-    let mut forbidden = false;
-    let mut skip = |what: &str, e: crate::kube::KubeError| match e.status_code() {
+    let mut forbidden = Vec::new();
+    let mut skip = |what: &'static str, e: crate::kube::KubeError| match e.status_code() {
         Some(code @ (403 | 404)) => {
-            forbidden |= code == 403;
+            if code == 403 {
+                forbidden.push(what);
+            }
             log::debug!("{what} not searched: {e}");
             Ok(Vec::new())
         }
@@ -142,7 +146,8 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
             .map(|(h, age)| format!("{h} (renewed {age}s ago)"));
         found.homes.push((Home::ConfigMap(name.to_string()), owner));
     }
-    found.complete = !forbidden;
+    found.complete = forbidden.is_empty();
+    found.forbidden = forbidden;
     let lease = read_lease(client, app_id, None);
     (found.leader, found.leader_home) = (lease.leader, lease.home);
     found.stale_lease = lease.stale;
@@ -341,6 +346,17 @@ pub(super) fn choose(
         }
     }
     let home = match (found.homes.as_slice(), found.running()) {
+        // A search the RBAC refused may have hidden the app's home: acting on the state
+        // file beside it is what homes exist to prevent (found by the attack on issue 28).
+        ([], _) if !found.forbidden.is_empty() => {
+            return Err(Error::refused(format!(
+                "app {app_id}: cannot look for its home in namespace {ns}: the RBAC does not \
+                 let this user list {} (403), so an ExecutorSet or state ConfigMap there \
+                 would go unseen: grant `list` on them (deploy/rbac.yaml), or pass \
+                 --state-store (file, configmap:NAME, executorset:NAME) to name the home",
+                found.forbidden.join(" and ")
+            )))
+        }
         ([], _) => return Ok(StateStoreKind::File),
         ([(h, _)], _) | (_, Some((h, _))) => h.clone(),
         (many, None) => {
@@ -521,6 +537,17 @@ mod tests {
     fn a_command_without_a_store_uses_the_home_it_finds() {
         let pick = |f: &Found| choose(None, f, "app", "ns");
         assert_eq!(pick(&found(&[], false)).unwrap(), StateStoreKind::File);
+        // A search the RBAC refused: no silent fall back to the state file (exit 4 naming
+        // the kind and the fix); a store given by flag is used.
+        let hidden = Found {
+            forbidden: vec!["executorsets"],
+            ..found(&[], false)
+        };
+        let e = pick(&hidden).unwrap_err();
+        assert_eq!(e.code, crate::error::ExitCode::Refused);
+        assert!(e.to_string().contains("list executorsets (403)"), "{e}");
+        let file = StateStoreKind::File;
+        assert_eq!(choose(Some(&file), &hidden, "app", "ns").unwrap(), file);
         assert_eq!(pick(&found(&[], true)).unwrap(), StateStoreKind::File);
         assert_eq!(pick(&found(&[("st", false)], false)).unwrap(), cm("st"));
         assert_eq!(pick(&found(&[("st", false)], true)).unwrap(), cm("st"));

@@ -428,3 +428,38 @@ mod at_rest_run_and_apps_run_one_thread {
         }
     }
 }
+
+/// A `run --leader-elect` standby serves `podalloc_is_leader 0` on `--metrics-bind-address`
+/// (issue 28 item 5), not an empty body (found by a new-user trial: only `--metrics-file`
+/// had it).
+#[test]
+fn a_standby_serves_is_leader_0_on_its_metrics_address() {
+    let w = SimWorld::new().app("ha").no_state_file().start();
+    let (a, b) = (w.path("a.json"), w.path("b.json"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let leader = {
+        let mut c = w.cmd(&["--state-file", a, "run", "--target", "1", "--leader-elect"]);
+        c.env("POD_NAME", "pod-a");
+        spawn(c)
+    };
+    let m = free_addr();
+    let standby = {
+        let mut c = w.cmd(&[
+            "--metrics-bind-address",
+            &m,
+            "--state-file",
+            b,
+            "run",
+            "--target",
+            "1",
+            "--leader-elect",
+        ]);
+        c.env("POD_NAME", "pod-b");
+        spawn(c)
+    };
+    let (_, body) = until(&m, "/metrics", 30, |c, b| {
+        c == 200 && b.contains("podalloc_is_leader{app=\"ha\",namespace=\"default\"} 0")
+    });
+    assert!(body.contains("# TYPE podalloc_is_leader gauge"), "{body}");
+    crate::util::stop_all("run", vec![standby, leader]);
+}

@@ -115,12 +115,17 @@ pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool
     if leadership.0 {
         return true;
     }
+    let (app, ns) = (&env.app.app_id, env.client.namespace());
+    let text = || crate::controller::metrics::render_standby(app, ns, leadership);
     if let Some(path) = &cli.metrics_file {
-        let (app, ns) = (&env.app.app_id, env.client.namespace());
-        let text = crate::controller::metrics::render_standby(app, ns, leadership);
-        if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
+        if let Err(e) = crate::controller::metrics::write_atomic(path, &text()) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }
+    }
+    // And on `--metrics-bind-address`: a standby's /metrics answered an empty body (issue
+    // 28 item 5 promises `podalloc_is_leader 0` there; found by a new-user trial).
+    if let Some(probe) = &env.services.probe {
+        probe.set_app_metrics(ns, app, text());
     }
     false
 }

@@ -647,6 +647,9 @@ both!(
         assert_eq!(live_ids(e), [1, 2, 4], "id 3 is not handed out again");
         // A wiped status: the loop writes its last state back.
         remove_one(e, "reuse", 4, 2);
+        // At rest first (ticks every --idle-interval, 30 s), so only the wipe can wake it.
+        wait_es(e, "reuse", "2 running", |o| converged(o, 2));
+        std::thread::sleep(Duration::from_secs(2));
         kubectl(
             e,
             &[
@@ -658,6 +661,18 @@ both!(
                 "-p",
                 r#"[{"op":"remove","path":"/status/allocator"}]"#,
             ],
+        );
+        // Restored within a few intervals with no spec change (the wipe bumps no
+        // generation): a successor started now would find the counter (it waited for the
+        // idle tick, 30 s, before: a kill then lost the ids of gone executors).
+        let wiped = Instant::now();
+        wait_es(e, "reuse", "the allocator state restored", |o| {
+            o["status"]["allocator"]["last_executor_id"].as_u64() >= Some(4)
+        });
+        assert!(
+            wiped.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            wiped.elapsed()
         );
         kubectl(e, &["scale", "es", "reuse", "--replicas", "3"]);
         wait_es(e, "reuse", "3 running after the wipe", |o| converged(o, 3));

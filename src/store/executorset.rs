@@ -941,9 +941,16 @@ impl StateStore for ExecutorSetStore<'_> {
                 .map(|(&p, e)| (p, generation(e), e["metadata"]["uid"].clone()))
                 .collect()
         };
+        // A status whose allocator state was wiped (kubectl patch --subresource=status)
+        // does not bump the generation: tick at once, so the state is restored within an
+        // interval, not at the next idle tick (a kill in between lost the ids of executors
+        // already gone, and a successor handed them out again; the attack on issue 28).
+        let wiped = |e: &Value| e["status"]["allocator"].is_null();
+        let was_kept = (self.loaded.as_ref()).is_some_and(|e| !wiped(e));
         Ok(es.is_some() != self.loaded.is_some()
             || es.as_ref().and_then(generation) != self.generation
-            || marks(&profiles) != marks(&self.profiles))
+            || marks(&profiles) != marks(&self.profiles)
+            || (was_kept && es.as_ref().is_some_and(wiped)))
     }
 }
 

@@ -9,6 +9,7 @@
 //! | admission | 403 `violates PodSecurity "restricted:latest"`, `admission webhook "W" denied the request` (any code), `ValidatingAdmissionPolicy 'P' … denied request` | 4 | backs off, names the policy |
 //! | quota exceeded | 403 `exceeded quota: Q, requested: …` | 1 | backs off (room may come) |
 //! | quota that can never admit the template | 403 `failed quota: Q: must specify limits.cpu` | 4 | backs off, names the missing limits |
+//! | quota smaller than one executor | 403 `exceeded quota: Q, requested: R=X, used: …, limited: R=L` with X > L | 4 | backs off, names the resource, its limit and the request |
 //! | quota object conflict | 409 `Conflict` on `resourcequotas` (not `AlreadyExists`) | 1 | retried at once, then next tick; no id burnt |
 //! | RBAC | 403 `User "U" cannot VERB resource "R" …` | 4 | stops, naming the verb and resource |
 //! | a namespace being deleted | 403 `unable to create new content in namespace N because it is being terminated` (NamespaceLifecycle) | 4 | backs off, says the namespace is going away |
@@ -43,6 +44,17 @@ pub(crate) enum Refusal {
         /// The server's list of what is missing (`limits.cpu,limits.memory`, or with
         /// containers: `limits.cpu for: c; limits.memory for: c`).
         missing: String,
+    },
+    /// A ResourceQuota whose hard limit on a resource is below what one pod requests
+    /// ("exceeded quota: Q, requested: R=X, …, limited: R=L" with X > L): no room can ever
+    /// come, however many executors end.
+    QuotaTooSmall {
+        /// The ResourceQuota's name.
+        quota: String,
+        /// `R=X`: the resource and what one pod requests.
+        requested: String,
+        /// `R=L`: the quota's hard limit on it.
+        limited: String,
     },
     /// 409 `Conflict` on a create (the quota admission lost a race on the ResourceQuota's
     /// status): nothing was created; trying again is right.
@@ -97,6 +109,9 @@ fn forbidden(status: &ApiStatus) -> Refusal {
             };
         }
     }
+    if let Some(r) = quota_too_small(m) {
+        return r;
+    }
     if m.contains("exceeded quota") || m.contains("failed quota") {
         return Refusal::QuotaExceeded;
     }
@@ -104,6 +119,60 @@ fn forbidden(status: &ApiStatus) -> Refusal {
         Some(r) => r,
         None => Refusal::Admission("an admission plugin".to_string()),
     }
+}
+
+/// The quota admission's `exceeded quota: Q, requested: R=X,…, used: …, limited: R=L,…`
+/// when one resource's request alone is over its limit (compared as quantities): the quota
+/// can never admit the pod.
+fn quota_too_small(m: &str) -> Option<Refusal> {
+    let rest = m.split("exceeded quota: ").nth(1)?;
+    let (quota, rest) = rest.split_once(", requested: ")?;
+    let (requested, rest) = rest.split_once(", used: ")?;
+    let limited = rest.split_once(", limited: ")?.1;
+    let pairs = |s: &str| -> Vec<(String, String)> {
+        (s.split(','))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let limits = pairs(limited);
+    pairs(requested).into_iter().find_map(|(r, x)| {
+        let (_, l) = limits.iter().find(|(k, _)| *k == r)?;
+        (quantity(&x)? > quantity(l)?).then(|| Refusal::QuotaTooSmall {
+            quota: quota.trim().to_string(),
+            requested: format!("{r}={x}"),
+            limited: format!("{r}={l}"),
+        })
+    })
+}
+
+/// A Kubernetes quantity (`100m`, `2`, `1.5Gi`, `512Mi`, `1e3`, `2k`) as a number, for
+/// comparing two of the same resource; `None` when it does not parse.
+fn quantity(q: &str) -> Option<f64> {
+    let q = q.trim();
+    let suffixes: [(&str, f64); 13] = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("Pi", 1024f64.powi(5)),
+        ("Ei", 1024f64.powi(6)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let (num, mult) = suffixes
+        .iter()
+        .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
+        .unwrap_or((q, 1.0));
+    num.parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite())
+        .map(|n| n * mult)
 }
 
 /// The admission policy a message names: Pod Security's level, a webhook's name or a
@@ -188,6 +257,15 @@ impl Refusal {
                 "ResourceQuota {quota:?} admits only pods that specify {missing}; the pod \
                  template does not: add them to its containers (retrying will not help)"
             ),
+            Refusal::QuotaTooSmall {
+                quota,
+                requested,
+                limited,
+            } => format!(
+                "ResourceQuota {quota:?} allows {limited} in all, less than one executor \
+                 requests ({requested}): no executor can ever fit; raise the quota or lower \
+                 the pod template's requests (retrying will not help)"
+            ),
             Refusal::Conflict => "the ResourceQuota changed under the API server's \
                  admission (409 Conflict); nothing was created, tried again"
                 .into(),
@@ -262,6 +340,16 @@ mod tests {
         assert_eq!(classify(&api(422, "Invalid", "x")), Some(Refusal::Template));
         let full = api(403, "Forbidden", "pods \"a\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2");
         assert_eq!(classify(&full), Some(Refusal::QuotaExceeded));
+        // One executor over the whole limit: it can never fit (the attack on issue 31).
+        let small = api(403, "Forbidden", "pods \"a\" is forbidden: exceeded quota: q3, requested: requests.cpu=100m, used: requests.cpu=0, limited: requests.cpu=50m");
+        let r = classify(&small).unwrap();
+        assert!(r.is_permanent(), "{r:?}");
+        assert!(r.hint().contains("requests.cpu=50m") && r.hint().contains("requests.cpu=100m"));
+        let fits = api(403, "Forbidden", "pods \"a\" is forbidden: exceeded quota: q, requested: requests.memory=512Mi, used: requests.memory=1Gi, limited: requests.memory=1Gi");
+        assert_eq!(classify(&fits), Some(Refusal::QuotaExceeded));
+        assert_eq!(quantity("1.5Gi"), Some(1.5 * 1024f64.powi(3)));
+        assert_eq!(quantity("2"), Some(2.0));
+        assert_eq!(quantity("x"), None);
         let never = api(
             403,
             "Forbidden",

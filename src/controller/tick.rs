@@ -859,6 +859,7 @@ fn refused(e: KubeError) -> CreateOutcome {
             Refusal::Template
             | Refusal::Admission(_)
             | Refusal::QuotaNeverAdmits { .. }
+            | Refusal::QuotaTooSmall { .. }
             | Refusal::NoNamespace(_)
             | Refusal::NamespaceTerminating(_),
         ) => CreateOutcome::Refused(kube_error(e), quoted),

@@ -100,6 +100,10 @@ both!(
         let st = e.state();
         assert_eq!(st["last_executor_id"], 0, "{st}");
         assert_eq!(st["create_backoff"]["refusals"], 3, "{st}");
+        // Inside the back-off, an `add` that ticks itself creates nothing and says so with
+        // exit 4, as reconcile does (it exited 0: the second attack on issue 31).
+        let err = e.exits(&["--template", t, "add", "1"], 4);
+        assert!(err.contains("creation backs off for"), "{err}");
     }
 );
 

@@ -288,7 +288,10 @@ fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
         })?;
         let applied = report.applied.iter().any(|r| r.id == id);
         if applied || report.error.is_some() || report.pending_requests == 0 {
-            return finish(report);
+            // Inside a refusal's back-off nothing was created: exit 4, as `reconcile` does.
+            let refused = super::reconcile::refused_back_off(&report.plan);
+            finish(report)?;
+            return refused.map_or(Ok(()), Err);
         }
     }
     Err(Error::runtime(format!(

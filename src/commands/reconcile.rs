@@ -29,8 +29,9 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
 /// API server would repeat (the pod template, an admission policy, a quota that can never
 /// admit it: cause `refused`) exits 4, as the tick that met the refusal did: cron's exit
 /// status must not say "fine" while the template is still wrong. A full quota or a kubelet
-/// rejection may clear on its own: exit 0 as before.
-fn refused_back_off(plan: &alloc::Plan) -> Option<Error> {
+/// rejection may clear on its own: exit 0 as before. `scale`, `add` and `remove` that tick
+/// themselves say it the same way.
+pub(super) fn refused_back_off(plan: &alloc::Plan) -> Option<Error> {
     let alloc::Blocked::Backoff {
         remaining_ms,
         message,

@@ -100,10 +100,25 @@ both!(
         let st = e.state();
         assert_eq!(st["last_executor_id"], 0, "{st}");
         assert_eq!(st["create_backoff"]["refusals"], 3, "{st}");
-        // Inside the back-off, an `add` that ticks itself creates nothing and says so with
-        // exit 4, as reconcile does (it exited 0: the second attack on issue 31).
-        let err = e.exits(&["--template", t, "add", "1"], 4);
-        assert!(err.contains("creation backs off for"), "{err}");
+        // Inside the back-off, an `add` that ticks itself applies its request and creates
+        // nothing: a warning says so; exit 0, since the request is applied and a retry
+        // would raise the target again (a new user's wrapper did: 5 → 8 in three tries).
+        let err = e.ok(&["--template", t, "add", "1"]);
+        assert!(
+            err.contains("applied, but nothing created: creation backs off for"),
+            "{err}"
+        );
+        assert_eq!(e.state()["target"], 4);
+        // `status` without the template shows the back-off (it dropped it as "for another
+        // template" and said the next tick would create).
+        let out = (e.connect(e.token()))
+            .args(["--app-id", &e.app, "--state-file"])
+            .arg(e.dir.path().join("state.json"))
+            .args(["status", "-o", "json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["create_backoff"]["cause"], "refused", "{v}");
     }
 );
 

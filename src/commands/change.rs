@@ -288,10 +288,13 @@ fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
         })?;
         let applied = report.applied.iter().any(|r| r.id == id);
         if applied || report.error.is_some() || report.pending_requests == 0 {
-            // Inside a refusal's back-off nothing was created: exit 4, as `reconcile` does.
-            let refused = super::reconcile::refused_back_off(&report.plan);
-            finish(report)?;
-            return refused.map_or(Ok(()), Err);
+            // Inside a refusal's back-off nothing was created. The request is applied (the
+            // target changed), so this is no failure to retry (exit 4 made wrappers that
+            // retry raise the target again each time): a warning says it, exit 0.
+            if let Some(e) = super::reconcile::refused_back_off(&report.plan) {
+                log::warn!("request {id} applied, but nothing created: {}", e.message);
+            }
+            return finish(report);
         }
     }
     Err(Error::runtime(format!(

@@ -30,7 +30,8 @@ pub(super) fn reconcile(cli: &Cli, a: &ReconcileArgs) -> Result<()> {
 /// admit it: cause `refused`) exits 4, as the tick that met the refusal did: cron's exit
 /// status must not say "fine" while the template is still wrong. A full quota or a kubelet
 /// rejection may clear on its own: exit 0 as before. `scale`, `add` and `remove` that tick
-/// themselves say it the same way.
+/// themselves say it in a warning and exit 0: their request is applied, and a retry would
+/// apply it again.
 pub(super) fn refused_back_off(plan: &alloc::Plan) -> Option<Error> {
     let alloc::Blocked::Backoff {
         remaining_ms,

@@ -163,14 +163,18 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
     for (id, pod) in &snap.executors {
         executors.entry(pod.state).or_default().push(*id);
     }
+    // Without --template/--image, status does not know the template in use: a refusal's
+    // back-off (tied to the refused template's fingerprint) is shown as in force, not
+    // dropped as "for another template" (a new user read "the next tick would create 3"
+    // while the error had sent them to status for the back-off).
+    let mut settings = env.app.settings.clone();
+    if env.app.template.is_none() {
+        settings.template_fingerprint = (state.create_backoff.as_ref())
+            .and_then(|b| b.template.clone())
+            .or(settings.template_fingerprint);
+    }
     // The one definition of "converged": the step's own, on this snapshot and state.
-    let plan = alloc::step(
-        &snap,
-        &state,
-        &env.app.settings,
-        &Request::target(None),
-        now_ms(),
-    );
+    let plan = alloc::step(&snap, &state, &settings, &Request::target(None), now_ms());
     let (converged, blocked, why) = match &plan {
         Ok(plan) => (
             plan.summary.converged,

@@ -2,6 +2,7 @@
 //! way controllers are run): `/metrics` scraped from `run` and from `apps` (a series per
 //! app), `/healthz` and `/readyz` probed, and liveness failing while the loop is stuck.
 
+use crate::steer::Bg;
 use crate::util::{podalloc, stderr, SimWorld, World};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -457,9 +458,12 @@ fn a_standby_serves_is_leader_0_on_its_metrics_address() {
         c.env("POD_NAME", "pod-b");
         spawn(c)
     };
+    // Killed on drop if an assertion below fails (a panicking test left both running).
+    let (mut standby, mut leader) = (Bg(Some(standby)), Bg(Some(leader)));
     let (_, body) = until(&m, "/metrics", 30, |c, b| {
         c == 200 && b.contains("podalloc_is_leader{app=\"ha\",namespace=\"default\"} 0")
     });
     assert!(body.contains("# TYPE podalloc_is_leader gauge"), "{body}");
-    crate::util::stop_all("run", vec![standby, leader]);
+    let both = vec![standby.0.take().unwrap(), leader.0.take().unwrap()];
+    crate::util::stop_all("run", both);
 }

@@ -137,6 +137,11 @@ impl Env {
     /// [`Env::sim`] in namespace `ns`, the only one besides `default` and `kube-system` that
     /// exists on that simulator (a create elsewhere is 404, as on a real cluster).
     pub fn sim_in(app: &str, pods: &Pods, ns: &str) -> Env {
+        Env::sim_forbidding(app, pods, ns, Vec::new())
+    }
+
+    /// [`Env::sim_in`] whose RBAC refuses the fault verbs `forbid` (`es-status-update`, …).
+    fn sim_forbidding(app: &str, pods: &Pods, ns: &str, forbid: Vec<String>) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         let opts = SimOptions {
@@ -151,6 +156,7 @@ impl Env {
             users: (CANDIDATES.iter())
                 .map(|w| (sim_candidate_token(w), format!("podalloc-{w}")))
                 .collect(),
+            forbid,
             ..SimOptions::default()
         };
         let sim = SimServer::start(opts).unwrap();
@@ -207,6 +213,46 @@ impl Env {
             Server::Sim(_) => Env::sim_in(&self.app, &self.pods_opts, &self.ns),
             Server::Real(_) => Env::real(test, &self.app, &self.pods_opts).unwrap(),
         }
+    }
+
+    /// Another cluster for test `test`, as [`Env::sibling`], on which the `podalloc` user may
+    /// not `verb` `resource` (an RBAC gap): the simulator refuses its fault verb `sim_verb`
+    /// (`es-status-update`), the control plane's Role in the new namespace loses `verb` on
+    /// `resource` (`("executorsets/status", "update")`).
+    pub fn sibling_forbidding(
+        &self,
+        test: &str,
+        sim_verb: &str,
+        (resource, verb): (&str, &str),
+    ) -> Env {
+        if let Server::Sim(_) = self.server {
+            return Env::sim_forbidding(
+                &self.app,
+                &self.pods_opts,
+                &self.ns,
+                vec![sim_verb.into()],
+            );
+        }
+        let e = self.sibling(test);
+        let path = format!(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/{}/roles/podalloc",
+            e.ns
+        );
+        let (code, mut role) = e.admin("GET", &path, None);
+        assert_eq!(code, 200, "{role}");
+        for rule in role["rules"].as_array_mut().unwrap() {
+            if rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == resource)
+            {
+                rule["verbs"].as_array_mut().unwrap().retain(|v| v != verb);
+            }
+        }
+        let (code, body) = e.admin("PUT", &path, Some(&role));
+        assert_eq!(code, 200, "{body}");
+        e
     }
 
     /// Simulator only: replaces its fault rules with `rules` (`VERB:FAULT[@WHEN]`).
@@ -451,6 +497,14 @@ impl Env {
         self.cmd_at_in(&self.url, &self.admin_token, ns, args)
     }
 
+    /// [`Env::cmd`] without `--image`: a steering command as people type it, with no pod
+    /// template of its own.
+    pub fn cmd_no_image(&self, args: &[&str]) -> Command {
+        let mut c = podalloc();
+        c.args(["--app-id", &self.app, "--batch-delay", "200ms"]);
+        self.connected(c, (&self.url, &self.token, &self.ns), args)
+    }
+
     fn cmd_at(&self, url: &str, token: &str, args: &[&str]) -> Command {
         self.cmd_at_in(url, token, &self.ns, args)
     }
@@ -461,6 +515,16 @@ impl Env {
         if !args.contains(&"--image") && !args.contains(&"--template") {
             c.args(["--image", "img"]);
         }
+        self.connected(c, (url, token, ns), args)
+    }
+
+    /// `c` with a `--state-file` in the directory, the connection flags, then `args`.
+    fn connected(
+        &self,
+        mut c: Command,
+        (url, token, ns): (&str, &str, &str),
+        args: &[&str],
+    ) -> Command {
         c.arg("--state-file")
             .arg(self.dir.path().join("state.json"))
             .args(["--server", url, "--token", token])

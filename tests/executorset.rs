@@ -281,3 +281,38 @@ both!(
         assert_eq!(got["metadata"]["labels"]["team"], "batch");
     }
 );
+
+both!(
+    a_status_write_the_rbac_refuses_ends_run_and_reconcile_with_exit_4,
+    "rbac-es",
+    Pods::default(),
+    |env| {
+        let e = env.sibling_forbidding(
+            "rbacstatus",
+            "es-status-update",
+            ("executorsets/status", "update"),
+        );
+        // The Role's change is in force once a status write as podalloc is refused by RBAC
+        // (403 comes before the object's lookup; 404 means it is still allowed).
+        let status = format!("{}/status", es_path(&e, "missing"));
+        let body = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+            "metadata": {"name": "missing"}, "spec": {"appId": "rbac-es"}});
+        e.wait_for("the Role without executorsets/status update", |e| {
+            e.as_podalloc("PUT", &status, Some(&body)).0 == 403
+        });
+        let store = ["--state-store", "executorset:rbac-es"];
+        // A loop stops with exit 4 at its first status write (it warned every tick for ever).
+        let err = e.exits(
+            &[&["run", "--target", "1", "--timeout", "30s"][..], &store].concat(),
+            4,
+        );
+        assert!(
+            err.contains("executorsets/status") && err.contains("RBAC"),
+            "{err}"
+        );
+        assert!(e.live().is_empty(), "nothing created without a saved state");
+        // A one-shot reconcile: exit 4, not 1 (a retry would meet the same refusal).
+        let err = e.exits(&[&["reconcile", "--target", "1"][..], &store].concat(), 4);
+        assert!(err.contains("executorsets/status"), "{err}");
+    }
+);

@@ -42,3 +42,4 @@ mod reliability;
 mod sim_watch;
 mod steer;
 mod steer_apps;
+mod steering;

@@ -92,11 +92,6 @@ fn steer(
     need_template: bool,
 ) -> Result<()> {
     let env = connect(cli, false)?;
-    if need_template && env.executor_set().is_none() {
-        // Its tick may create pods; an ExecutorSet's command only writes the spec, and the
-        // controller has its own template.
-        cli.app.app(cli.conn.simulate, true)?;
-    }
     refuse_unreachable(&env)?;
     check(&env, op, profile)?;
     let req = crate::store::queue::request(op.clone(), command, profile);
@@ -117,6 +112,23 @@ fn steer(
         );
         e
     };
+    // Only a command that ticks itself needs a template (its tick may create pods): one
+    // handed to a running loop, or written into an ExecutorSet's spec, does not.
+    let tick_template = || match need_template {
+        true => cli
+            .app
+            .app(cli.conn.simulate, true)
+            .map(|_| ())
+            .map_err(|mut e| {
+                e.message = format!(
+                    "{}: no loop owns the app, so this command applies its request itself \
+                 (request {} stays queued: a loop, or this command with a template, applies it)",
+                    e.message, req.id
+                );
+                e
+            }),
+        false => Ok(()),
+    };
     // The ConfigMap store reads its holder record at the first load: claim does it now.
     let owner = match env
         .open_store(command, None)
@@ -127,12 +139,16 @@ fn steer(
             None if awaits_seed(&env, op)? => {
                 return await_seed(&env, op, &req.id, wait);
             }
-            None if wait.is_none() => return apply_now(&env, store.as_mut(), &req.id),
+            None if wait.is_none() => {
+                tick_template()?;
+                return apply_now(&env, store.as_mut(), &req.id);
+            }
             None => None,
         },
         Err(e) => Some(owner_of(e).map_err(queued)?),
     };
     let Some(owner) = owner else {
+        tick_template()?;
         return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
     };
     log_handed(op, &owner, &req.id);
@@ -174,7 +190,8 @@ fn steer_executor_set(
     while !followed(&env.client, name, app, generation).map_err(store_error)? {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::timeout(format!(
-                "--timeout passed before the controller of ExecutorSet {name} reached its                  target (`kubectl get es {name}` shows it)"
+                "--timeout passed before the controller of ExecutorSet {name} reached its \
+                 target (`kubectl get es {name}` shows it)"
             )));
         }
         std::thread::sleep(WAIT_POLL);

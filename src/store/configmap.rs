@@ -252,7 +252,14 @@ impl<'a> ConfigMapStore<'a> {
     }
 
     fn backend(&self, e: KubeError) -> StoreError {
-        StoreError::Backend(format!("{}: {e}", self.what()))
+        match e.status_code() {
+            Some(403) => StoreError::Forbidden(format!(
+                "{}: {e} (RBAC: grant the verb the server names on configmaps in the Role \
+                 bound to podalloc's user; deploy/rbac.yaml lists every verb podalloc needs)",
+                self.what()
+            )),
+            _ => StoreError::Backend(format!("{}: {e}", self.what())),
+        }
     }
 
     fn corrupt(&self, why: String) -> StoreError {

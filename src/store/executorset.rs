@@ -142,12 +142,19 @@ impl<'a> ExecutorSetStore<'a> {
     }
 
     fn backend(&self, e: KubeError) -> StoreError {
-        let hint = match e.status_code() {
-            Some(404) => " (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
-            Some(403) => " (grant executorsets get/create and executorsets/status update)",
-            _ => "",
-        };
-        StoreError::Backend(format!("{}: {e}{hint}", self.what()))
+        match e.status_code() {
+            Some(403) => StoreError::Forbidden(format!(
+                "{}: {e} (RBAC: grant the verb the server names in the Role bound to \
+                 podalloc's user; a controller needs executorsets get, list, create and \
+                 executorsets/status update: deploy/rbac.yaml)",
+                self.what()
+            )),
+            Some(404) => StoreError::Backend(format!(
+                "{}: {e} (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
+                self.what()
+            )),
+            _ => StoreError::Backend(format!("{}: {e}", self.what())),
+        }
     }
 
     fn conflict(&self) -> StoreError {

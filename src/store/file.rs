@@ -64,6 +64,9 @@ pub enum StoreError {
     Conflict(String),
     /// The store's backend failed (ConfigMap store: the API call's error).
     Backend(String),
+    /// The API server refused the store's read or write by RBAC (403): permanent until the
+    /// Role is fixed (exit 4); the message names the object and the verb to grant.
+    Forbidden(String),
 }
 
 /// What a store's home sets for one resource profile ([`StateStore::home_profiles`]).
@@ -196,7 +199,9 @@ impl fmt::Display for StoreError {
                  and its .lock must be regular files): remove it or choose another --state-file",
                 p.display()
             ),
-            StoreError::Conflict(m) | StoreError::Backend(m) => f.write_str(m),
+            StoreError::Conflict(m) | StoreError::Backend(m) | StoreError::Forbidden(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -204,7 +209,8 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 /// Converts a state-store error into the CLI's: locked, owned or conflict → exit 3; corrupt,
-/// not a regular file or another cluster's state → exit 2; I/O and backend → 1.
+/// not a regular file or another cluster's state → exit 2; I/O and backend → 1; refused by
+/// RBAC → 4.
 pub fn store_error(e: StoreError) -> crate::error::Error {
     use crate::error::Error;
     match e {
@@ -213,6 +219,7 @@ pub fn store_error(e: StoreError) -> crate::error::Error {
         }
         StoreError::Mismatch(_) => Error::usage(e.to_string()),
         StoreError::Backend(_) => Error::runtime(e.to_string()),
+        StoreError::Forbidden(_) => Error::refused(e.to_string()),
         StoreError::Corrupt(..) | StoreError::NotRegular(..) => Error::usage(e.to_string()),
         StoreError::Io(..) => Error::runtime(e.to_string()),
     }

@@ -1,0 +1,65 @@
+//! The steering commands (`add`, `scale`, `remove`) as people type them beside a running
+//! loop, on both servers: what they need and what they say.
+
+use crate::both::{both, Env, Pods};
+use crate::util::stderr;
+use std::process::{Child, Stdio};
+
+/// A background `run`, stopped (SIGTERM, then reaped) when dropped, whatever the test did.
+struct Loop(Child);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+both!(
+    configmap_steering_needs_no_image_when_a_loop_applies_it,
+    "cm-noimg",
+    Pods::default(),
+    |e| {
+        let store = ["--state-store", "configmap:podalloc-cm-noimg"];
+        let run = (e.cmd(&[&store[..], &["run", "--target", "1", "--interval", "200ms"]].concat()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let run = Loop(run);
+        e.wait_for("1 executor", |e| e.live().len() == 1);
+        // Handed to the loop: no template needed (they demanded --image or --template).
+        for args in [&["add", "1"][..], &["scale", "3"]] {
+            let out = e
+                .cmd_no_image(&[&store[..], args].concat())
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains("handed to"), "{}", stderr(&out));
+        }
+        e.wait_for("3 executors", |e| e.live().len() == 3);
+        drop(run);
+        // No loop: the command ticks itself, and that needs a template; it says so, and that
+        // its request stays queued for whoever ticks next.
+        let out = e
+            .cmd_no_image(&[&store[..], &["add", "1"]].concat())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--image")
+                && err.contains("no loop owns the app")
+                && err.contains("stays queued"),
+            "{err}"
+        );
+        // The next loop with a template applies it.
+        let err = e.ok(&[
+            &store[..],
+            &["run", "--until-converged", "--timeout", "30s"],
+        ]
+        .concat());
+        assert!(err.contains("target 3 → 4"), "{err}");
+        assert_eq!(e.live().len(), 4);
+    }
+);

@@ -3,6 +3,7 @@
 
 use crate::both::{both, Env, Pods};
 use crate::util::stderr;
+use serde_json::json;
 use std::process::{Child, Stdio};
 
 /// A background `run`, stopped (SIGTERM, then reaped) when dropped, whatever the test did.
@@ -61,5 +62,39 @@ both!(
         .concat());
         assert!(err.contains("target 3 → 4"), "{err}");
         assert_eq!(e.live().len(), 4);
+    }
+);
+
+both!(
+    steering_an_executorset_past_its_bounds_says_what_is_followed,
+    "es-bounds",
+    Pods::default(),
+    |e| {
+        let path = format!(
+            "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
+            e.ns
+        );
+        let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+            "metadata": {"name": "es-bounds", "labels": {"spark-app-selector": "es-bounds"}},
+            "spec": {"appId": "es-bounds", "replicas": 10, "maxReplicas": 3}});
+        let (code, made) = e.admin("POST", &path, Some(&es));
+        assert_eq!(code, 201, "{made}");
+        let replicas =
+            || e.admin("GET", &format!("{path}/es-bounds"), None).1["spec"]["replicas"].clone();
+        // `add` raises the target followed (3), as `remove` lowers it: 4, not 11.
+        let err = e.ok(&["add", "1"]);
+        assert_eq!(replicas(), 4);
+        assert!(
+            err.contains("spec.replicas is 4")
+                && err.contains("spec.maxReplicas 3")
+                && err.contains("follows 3"),
+            "{err}"
+        );
+        let err = e.ok(&["scale", "8"]);
+        assert_eq!(replicas(), 8);
+        assert!(err.contains("follows 3"), "{err}");
+        // Within the bounds: no word about them.
+        let err = e.ok(&["scale", "2"]);
+        assert!(!err.contains("maxReplicas"), "{err}");
     }
 );

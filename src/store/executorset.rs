@@ -998,7 +998,10 @@ pub fn submit(
         }
         edit_spec(&mut es, req, lowering);
         match store.sets.replace(name, &es) {
-            Ok(stored) => return Ok(generation(&stored)),
+            Ok(stored) => {
+                warn_clamped(&store.what(), &stored["spec"]);
+                return Ok(generation(&stored));
+            }
             Err(e) if e.status_code() == Some(409) => {
                 if let Some(now) = store.read()?.filter(|now| carries(now, &req.id)) {
                     return Ok(generation(&now));
@@ -1096,6 +1099,30 @@ fn recent_requests(es: &Value) -> Vec<String> {
 
 /// `replicas` clamped by `spec`'s `minReplicas` and `maxReplicas`, as the controller follows
 /// it.
+/// After a steering command's write: one line when `spec.replicas` is outside
+/// `spec.minReplicas`..`spec.maxReplicas` of ExecutorSet `what`, saying what its controller
+/// follows instead (the controller says it too, with an Event, when it applies it).
+fn warn_clamped(what: &str, spec: &Value) {
+    let Some(replicas) = spec["replicas"].as_u64() else {
+        return;
+    };
+    let followed = clamped_replicas(spec, replicas);
+    if followed != replicas {
+        let bound = |k: &str| {
+            spec[k]
+                .as_u64()
+                .map_or("none".to_string(), |v| v.to_string())
+        };
+        log::warn!(
+            "{what}: spec.replicas is {replicas}, outside spec.minReplicas {} and \
+             spec.maxReplicas {}: its controller follows {followed} (change the bounds with \
+             kubectl patch es to go further)",
+            bound("minReplicas"),
+            bound("maxReplicas")
+        );
+    }
+}
+
 fn clamped_replicas(spec: &Value, replicas: u64) -> u64 {
     let min = spec["minReplicas"].as_u64().unwrap_or(0);
     let max = spec["maxReplicas"].as_u64().unwrap_or(u64::MAX).max(min);
@@ -1172,7 +1199,10 @@ fn edit_spec(es: &mut Value, req: &Steering, lowering: Option<&[u64]>) {
     match &req.op {
         SteerOp::Scale { target } => es["spec"]["replicas"] = json!(target),
         SteerOp::Add { count } => {
-            es["spec"]["replicas"] = json!((current + u64::from(*count)).min(limit));
+            // From the target followed, as `remove` lowers it: with spec.replicas 10 and
+            // maxReplicas 3, one more is 4, not 11.
+            let followed = clamped_replicas(&es["spec"], current);
+            es["spec"]["replicas"] = json!((followed + u64::from(*count)).min(limit));
         }
         SteerOp::Remove { ids, evict } => {
             let applied = es["status"]["appliedRemovals"].clone();

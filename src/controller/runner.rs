@@ -668,7 +668,12 @@ pub(crate) fn run<'c>(
         match wait(next, o.deadline(), (shared, probe), &slots) {
             Wake::Tick => {}
             Wake::Signal => {
-                info!("signal received: stopping after {rounds} round(s) of ticks; state saved");
+                let held = acting && slots.iter().any(|s| !s.standby && s.ticks > 0);
+                let what = match held {
+                    true => "; state saved",
+                    false => ": a standby, it held nothing",
+                };
+                info!("signal received: stopping after {rounds} round(s) of ticks{what}");
                 break Ok(());
             }
             Wake::Deadline if o.until_converged => break Err(not_converged(o, &slots, rounds)),
@@ -744,6 +749,10 @@ fn not_converged(o: &Options, slots: &[Slot<'_>], rounds: u64) -> Error {
 /// Gives up an app's ownership (the ConfigMap store's holder record, so that a loop started
 /// right after is not refused).
 fn release(s: &mut Slot<'_>) {
+    if s.standby {
+        // Another loop owns the store: there is nothing of ours to give up.
+        return;
+    }
     if let Err(e) = s.store().release() {
         warn!("{}could not give up the app's holder record: {e}", s.label);
     }

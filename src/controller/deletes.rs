@@ -158,14 +158,24 @@ fn delete_logged(
     let res = delete_one(client, app, d);
     services.points.crash("after-delete");
     match res {
-        Ok(true) => {
+        Ok(Outcome::Deleted) => {
             done.ids.push(d.executor_id);
             info!(
                 "deleted executor {} ({}, {})",
                 d.executor_id, d.pod_name, d.reason
             );
         }
-        Ok(false) => {}
+        Ok(Outcome::Foreign) => {
+            // Read, found to be no longer this app's executor (its labels changed, or the
+            // name now belongs to another pod): not deleted, and not the app's any more.
+            done.ids.push(d.executor_id);
+            info!(
+                "executor {} ({}): the pod is no longer executor {} of app {}: not deleted, \
+                 no longer counted",
+                d.executor_id, d.pod_name, d.executor_id, app.app_id
+            );
+        }
+        Ok(Outcome::Skipped) => {}
         Err(e) => {
             warn!(
                 "could not delete executor {} ({}): {e}",
@@ -217,29 +227,43 @@ fn evict_logged(
     }
 }
 
-/// Deletes one pod. `Ok(true)` when deleted or already gone, `Ok(false)` when skipped because
-/// it is no longer pending (excess deletes only) or changed since it was read.
+/// What one delete by name did.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Deleted, already being deleted, or already gone.
+    Deleted,
+    /// Read (an excess delete reads first) and found to be no longer this app's executor:
+    /// not deleted.
+    Foreign,
+    /// Not deleted because it is no longer pending (excess deletes only) or changed since it
+    /// was read.
+    Skipped,
+}
+
+/// Deletes one pod.
 fn delete_one(
     client: &KubeClient,
     app: &App,
     d: &alloc::Delete,
-) -> std::result::Result<bool, KubeError> {
+) -> std::result::Result<Outcome, KubeError> {
     if d.if_pending {
         // Spark restricts excess deletes to status.phase=Pending: read the pod now, classify
         // it as the snapshot does, and delete it only if still pending, with preconditions so
         // a change in between is a 409.
-        let Some(pod) = still_ours(client, app, d)? else {
-            return Ok(true);
+        let pod = match still_ours(client, app, d)? {
+            Read::Gone => return Ok(Outcome::Deleted),
+            Read::Foreign => return Ok(Outcome::Foreign),
+            Read::Ours(pod) => pod,
         };
         match pod.state {
             ExecutorState::Pending => {}
-            ExecutorState::Deleted => return Ok(true),
+            ExecutorState::Deleted => return Ok(Outcome::Deleted),
             now => {
                 info!(
                     "executor {} ({}) is {now:?} now, not pending: not deleted as excess",
                     d.executor_id, d.pod_name
                 );
-                return Ok(false);
+                return Ok(Outcome::Skipped);
             }
         }
         let pre = Preconditions {
@@ -247,31 +271,40 @@ fn delete_one(
             resource_version: &pod.resource_version,
         };
         return match client.api(&PODS).delete(&d.pod_name, Some(pre)) {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Outcome::Deleted),
             Err(KubeError::Api { ref status, .. }) if status.code == 409 => {
                 info!(
                     "executor {} ({}) changed since it was read: left for the next tick",
                     d.executor_id, d.pod_name
                 );
-                Ok(false)
+                Ok(Outcome::Skipped)
             }
             Err(e) => Err(e),
         };
     }
     match client.api(&PODS).delete(&d.pod_name, None)? {
-        Deleted::Deleted | Deleted::NotFound => Ok(true),
+        Deleted::Deleted | Deleted::NotFound => Ok(Outcome::Deleted),
     }
 }
 
-/// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules; `None` when
-/// it is gone or is no longer executor `d.executor_id` of this app.
+/// Pod `d.pod_name` read again.
+enum Read {
+    /// Not found.
+    Gone,
+    /// It exists but is no longer executor `d.executor_id` of this app.
+    Foreign,
+    /// Executor `d.executor_id` of this app, classified with the snapshot's own rules.
+    Ours(crate::engine::snapshot::ExecutorPod),
+}
+
+/// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules.
 fn still_ours(
     client: &KubeClient,
     app: &App,
     d: &alloc::Delete,
-) -> std::result::Result<Option<crate::engine::snapshot::ExecutorPod>, KubeError> {
+) -> std::result::Result<Read, KubeError> {
     let Some(pod) = client.api(&PODS).get(&d.pod_name)? else {
-        return Ok(None);
+        return Ok(Read::Gone);
     };
     let bytes = serde_json::to_vec(&pod).unwrap_or_default();
     let mut one = Snapshot::default();
@@ -281,7 +314,10 @@ fn still_ours(
             what: format!("pod {}", d.pod_name),
             message: e.to_string(),
         })?;
-    Ok(one.executors.remove(&d.executor_id))
+    Ok(one
+        .executors
+        .remove(&d.executor_id)
+        .map_or(Read::Foreign, Read::Ours))
 }
 
 #[cfg(test)]
@@ -307,6 +343,28 @@ mod tests {
             uid: Some(format!("uid-{id}")),
             ..Delete::unseen(id, format!("spark-1-exec-{id}"), reason)
         }
+    }
+
+    /// An excess pending pod read before its delete and found to be another app's (its
+    /// labels changed) is not deleted, and is not reported as deleted (it was: "deleted
+    /// executor 5" for a pod podalloc read, found foreign and left alone; issue 29).
+    #[test]
+    fn a_pod_read_and_found_foreign_is_not_deleted_nor_said_deleted() {
+        let server = FakeServer::http(|_, _| {
+            Reply::json(
+                200,
+                r#"{"kind":"Pod","metadata":{"name":"spark-1-exec-5","uid":"u5","resourceVersion":"7",
+                    "labels":{"spark-app-selector":"other-app","spark-role":"executor","spark-exec-id":"5"}},
+                    "status":{"phase":"Pending"}}"#,
+            )
+        });
+        let mut cfg = ClusterConfig::for_server(&server.url(), "ns");
+        cfg.allow_insecure_http = true;
+        let client = KubeClient::with_options(cfg, ClientOptions::default()).unwrap();
+        let d = seen(5, DeleteReason::Excess).if_still_pending();
+        assert_eq!(delete_one(&client, &app(), &d).unwrap(), Outcome::Foreign);
+        let methods: Vec<String> = server.recorded().iter().map(|r| r.method.clone()).collect();
+        assert_eq!(methods, ["GET"], "read, and no delete sent");
     }
 
     #[test]

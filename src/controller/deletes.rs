@@ -294,7 +294,7 @@ enum Read {
     /// It exists but is no longer executor `d.executor_id` of this app.
     Foreign,
     /// Executor `d.executor_id` of this app, classified with the snapshot's own rules.
-    Ours(crate::engine::snapshot::ExecutorPod),
+    Ours(Box<crate::engine::snapshot::ExecutorPod>),
 }
 
 /// Reads pod `d.pod_name` again and classifies it with the snapshot's own rules.
@@ -317,7 +317,7 @@ fn still_ours(
     Ok(one
         .executors
         .remove(&d.executor_id)
-        .map_or(Read::Foreign, Read::Ours))
+        .map_or(Read::Foreign, |pod| Read::Ours(Box::new(pod))))
 }
 
 #[cfg(test)]

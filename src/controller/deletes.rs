@@ -41,6 +41,26 @@ pub(crate) struct DeletesDone {
     pub not_now: Vec<u64>,
 }
 
+impl DeletesDone {
+    /// `d` is gone (`verb`: `deleted` or `evicted`): counted and logged.
+    fn gone(&mut self, d: &alloc::Delete, verb: &str) {
+        self.ids.push(d.executor_id);
+        info!(
+            "{verb} executor {} ({}, {})",
+            d.executor_id, d.pod_name, d.reason
+        );
+    }
+
+    /// `d` could not go (`verb`: `delete` or `evict`): logged, the first error kept.
+    fn failed(&mut self, d: &alloc::Delete, verb: &str, e: KubeError) {
+        warn!(
+            "could not {verb} executor {} ({}): {e}",
+            d.executor_id, d.pod_name
+        );
+        self.error.get_or_insert(e);
+    }
+}
+
 /// Makes the plan's deletes `plan`. The pods the snapshot showed go in two groups, the excess
 /// pending pods (deleted only while `status.phase=Pending`) and the rest; a group of two or
 /// more is one `deletecollection` per [`MAX_PER_REQUEST`] ids, a lone pod is deleted by name.
@@ -137,11 +157,7 @@ fn delete_chunk(
             );
             continue;
         }
-        done.ids.push(d.executor_id);
-        info!(
-            "deleted executor {} ({}, {})",
-            d.executor_id, d.pod_name, d.reason
-        );
+        done.gone(d, "deleted");
     }
     Ok(())
 }
@@ -158,13 +174,7 @@ fn delete_logged(
     let res = delete_one(client, app, d);
     services.points.crash("after-delete");
     match res {
-        Ok(Outcome::Deleted) => {
-            done.ids.push(d.executor_id);
-            info!(
-                "deleted executor {} ({}, {})",
-                d.executor_id, d.pod_name, d.reason
-            );
-        }
+        Ok(Outcome::Deleted) => done.gone(d, "deleted"),
         Ok(Outcome::Foreign) => {
             // Read, found to be no longer this app's executor (its labels changed, or the
             // name now belongs to another pod): not deleted, and not the app's any more.
@@ -176,13 +186,7 @@ fn delete_logged(
             );
         }
         Ok(Outcome::Skipped) => {}
-        Err(e) => {
-            warn!(
-                "could not delete executor {} ({}): {e}",
-                d.executor_id, d.pod_name
-            );
-            done.error.get_or_insert(e);
-        }
+        Err(e) => done.failed(d, "delete", e),
     }
 }
 
@@ -202,13 +206,7 @@ fn evict_logged(
     let res = client.api(&PODS).evict(&d.pod_name, pre);
     services.points.crash("after-delete");
     match res {
-        Ok(Evicted::Evicted | Evicted::NotFound) => {
-            done.ids.push(d.executor_id);
-            info!(
-                "evicted executor {} ({}, {})",
-                d.executor_id, d.pod_name, d.reason
-            );
-        }
+        Ok(Evicted::Evicted | Evicted::NotFound) => done.gone(d, "evicted"),
         Ok(Evicted::NotNow(why)) => {
             info!(
                 "executor {} ({}, {}): not evicted now, its disruption budget says: {why}; \
@@ -217,13 +215,7 @@ fn evict_logged(
             );
             done.not_now.push(d.executor_id);
         }
-        Err(e) => {
-            warn!(
-                "could not evict executor {} ({}): {e}",
-                d.executor_id, d.pod_name
-            );
-            done.error.get_or_insert(e);
-        }
+        Err(e) => done.failed(d, "evict", e),
     }
 }
 

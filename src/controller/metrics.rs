@@ -35,19 +35,19 @@ pub(crate) fn render(
         "podalloc_tick_success",
         "gauge",
         "1 if the last tick finished without error, else 0.",
-        u8::from(ok).to_string(),
+        u8::from(ok),
     );
     e.metric(
         "podalloc_executors_created_total",
         "counter",
         "Executor pods created.",
-        c.created.to_string(),
+        c.created,
     );
     e.metric(
         "podalloc_executors_deleted_total",
         "counter",
         "Executor pods deleted.",
-        c.deleted.to_string(),
+        c.deleted,
     );
     backoff_metrics(&mut e, state);
     e.metric(
@@ -138,7 +138,7 @@ impl Exposition {
     }
 
     /// One metric with one sample: its HELP and TYPE lines, then `name{labels} value`.
-    fn metric(&mut self, name: &str, kind: &str, help: &str, value: String) {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
         let _ = writeln!(
             self.out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{}}} {value}",
@@ -152,40 +152,25 @@ impl Exposition {
 fn cluster_gauges(e: &mut Exposition, report: Option<&TickReport>, state: &AllocatorState) {
     let target = report.map(|r| r.plan.summary.target).or(state.target);
     if let Some(t) = target {
-        e.metric(
-            "podalloc_target",
-            "gauge",
-            "Total expected executors.",
-            t.to_string(),
-        );
+        e.metric("podalloc_target", "gauge", "Total expected executors.", t);
     }
     let Some(r) = report else {
         return;
     };
     let s = &r.plan.summary;
-    e.metric(
-        "podalloc_running",
-        "gauge",
-        "Running executors.",
-        s.running.to_string(),
-    );
-    e.metric(
-        "podalloc_pending",
-        "gauge",
-        "Pending executors.",
-        s.pending.to_string(),
-    );
+    e.metric("podalloc_running", "gauge", "Running executors.", s.running);
+    e.metric("podalloc_pending", "gauge", "Pending executors.", s.pending);
     e.metric(
         "podalloc_unacknowledged",
         "gauge",
         "Executors created but not yet seen in a snapshot.",
-        r.unacknowledged.to_string(),
+        r.unacknowledged,
     );
     e.metric(
         "podalloc_failed",
         "gauge",
         "Failed executors in the last snapshot.",
-        s.failed.to_string(),
+        s.failed,
     );
     // Why nothing is created while the target is not reached: one series, labelled with
     // the plan's reason (waiting, max-pending, backoff, crash-loop, driver-pending,

@@ -605,6 +605,13 @@ mod tests {
 
     const BASE: &str = "http://127.0.0.1:1";
 
+    /// `r` is a `method` of `BASE` + `path`, logged as `verb`.
+    fn assert_call(r: &Request, method: Method, path: &str, verb: &str) {
+        assert_eq!(r.method, method);
+        assert_eq!(r.url, format!("{BASE}{path}"));
+        assert_eq!(r.verb, verb);
+    }
+
     /// A namespace view shares the connection's counters, by verb, resource and code, with
     /// its parent and with derived clients; each call goes to the view's namespace.
     #[test]
@@ -664,12 +671,12 @@ mod tests {
     fn a_get_names_the_kind_and_the_object() {
         let c = client();
         let r = c.api(&LEASES).request(Call::Get("podalloc-ha")).unwrap();
-        assert_eq!(r.method, Method::GET);
-        assert_eq!(
-            r.url,
-            format!("{BASE}/apis/coordination.k8s.io/v1/namespaces/spark/leases/podalloc-ha")
+        assert_call(
+            &r,
+            Method::GET,
+            "/apis/coordination.k8s.io/v1/namespaces/spark/leases/podalloc-ha",
+            "get lease podalloc-ha",
         );
-        assert_eq!(r.verb, "get lease podalloc-ha");
         assert_eq!(r.res, &LEASES);
         assert!(r.body.is_none());
     }
@@ -681,12 +688,12 @@ mod tests {
             .api_in("other ns", &CONFIG_MAPS)
             .request(Call::Replace("a b", &serde_json::json!({})))
             .unwrap();
-        assert_eq!(r.method, Method::PUT);
-        assert_eq!(
-            r.url,
-            format!("{BASE}/api/v1/namespaces/other%20ns/configmaps/a%20b")
+        assert_call(
+            &r,
+            Method::PUT,
+            "/api/v1/namespaces/other%20ns/configmaps/a%20b",
+            "update configmap a b",
         );
-        assert_eq!(r.verb, "update configmap a b");
         assert_eq!(r.body.as_deref(), Some(&b"{}"[..]));
         assert_eq!(r.content_type, "application/json");
     }
@@ -698,12 +705,12 @@ mod tests {
         let r = (c.api(&EXECUTOR_SETS))
             .request(Call::ReplaceStatus("etl", &body))
             .unwrap();
-        assert_eq!(r.method, Method::PUT);
-        assert_eq!(
-            r.url,
-            format!("{BASE}/apis/podalloc.io/v1alpha1/namespaces/spark/executorsets/etl/status")
+        assert_call(
+            &r,
+            Method::PUT,
+            "/apis/podalloc.io/v1alpha1/namespaces/spark/executorsets/etl/status",
+            "update executorset etl/status",
         );
-        assert_eq!(r.verb, "update executorset etl/status");
         assert_eq!(r.res, &EXECUTOR_SETS);
         assert_eq!(r.body, Some(serde_json::to_vec(&body).unwrap()));
     }
@@ -717,12 +724,12 @@ mod tests {
         };
         let pod = serde_json::json!({"metadata": {"generateName": "app-exec-"}});
         let r = pods.request(Call::Create(&pod, &p)).unwrap();
-        assert_eq!(r.method, Method::POST);
-        assert_eq!(
-            r.url,
-            format!("{BASE}/api/v1/namespaces/spark/pods?fieldValidation=Strict")
+        assert_call(
+            &r,
+            Method::POST,
+            "/api/v1/namespaces/spark/pods?fieldValidation=Strict",
+            "create pod app-exec-",
         );
-        assert_eq!(r.verb, "create pod app-exec-");
         let nameless = serde_json::json!({});
         let r = pods.request(Call::Create(&nameless, &PostParams::default()));
         let r = r.unwrap();

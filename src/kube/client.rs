@@ -705,22 +705,28 @@ fn read_token_file(path: &Path, source: &str) -> Result<Secret<String>, KubeErro
     Ok(Secret::new(token.to_string()))
 }
 
-/// Parses a CA bundle; errors name the source. Returns the certificates ureq takes.
-fn ca_certs(ca: &PemData) -> Result<Vec<Certificate<'static>>, KubeError> {
-    let ders = CertificateDer::pem_slice_iter(&ca.pem)
+/// The certificates of a PEM bundle, at least one. Errors: `cannot parse {what} SOURCE: …`,
+/// `no certificate found in {empty_in}SOURCE`.
+fn pem_certs(
+    pem: &PemData,
+    what: &str,
+    empty_in: &str,
+) -> Result<Vec<CertificateDer<'static>>, KubeError> {
+    let ders = CertificateDer::pem_slice_iter(&pem.pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            KubeError::Config(format!(
-                "cannot parse certificate authority {}: {e:?}",
-                ca.source
-            ))
-        })?;
+        .map_err(|e| KubeError::Config(format!("cannot parse {what} {}: {e:?}", pem.source)))?;
     if ders.is_empty() {
         return Err(KubeError::Config(format!(
-            "no certificate found in {}",
-            ca.source
+            "no certificate found in {empty_in}{}",
+            pem.source
         )));
     }
+    Ok(ders)
+}
+
+/// Parses a CA bundle; errors name the source. Returns the certificates ureq takes.
+fn ca_certs(ca: &PemData) -> Result<Vec<Certificate<'static>>, KubeError> {
+    let ders = pem_certs(ca, "certificate authority", "")?;
     let mut store = rustls::RootCertStore::empty();
     let (added, ignored) = store.add_parsable_certificates(ders.iter().cloned());
     if added == 0 {
@@ -745,20 +751,7 @@ fn ca_certs(ca: &PemData) -> Result<Vec<Certificate<'static>>, KubeError> {
 /// Checks the client certificate against its key with rustls (ureq would panic on a
 /// mismatch, `ureq/src/tls/rustls.rs`) and returns ureq's form of the pair.
 fn client_identity(cert: &PemData, key: &KeyData) -> Result<ClientCert, KubeError> {
-    let chain = CertificateDer::pem_slice_iter(&cert.pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            KubeError::Config(format!(
-                "cannot parse client certificate {}: {e:?}",
-                cert.source
-            ))
-        })?;
-    if chain.is_empty() {
-        return Err(KubeError::Config(format!(
-            "no certificate found in client certificate {}",
-            cert.source
-        )));
-    }
+    let chain = pem_certs(cert, "client certificate", "client certificate ")?;
     // The key's parse error is not shown: it could echo key material.
     let key_der = PrivateKeyDer::from_pem_slice(key.pem.expose()).map_err(|_| {
         KubeError::Config(format!(

@@ -46,26 +46,25 @@ fn wait_args(timeout: Option<Duration>) -> RunArgs {
 /// `scale N`: sets the target; with `--wait`, then waits until converged.
 pub(super) fn scale(cli: &Cli, a: &ScaleArgs) -> Result<()> {
     let op = SteerOp::Scale { target: a.target };
-    steer(
-        cli,
-        ("scale", a.profile),
-        &op,
-        a.wait.then_some(a.timeout),
-        true,
-    )
+    steer_waiting(cli, ("scale", a.profile), &op, (a.wait, a.timeout))
 }
 
 /// `add N`: raises the target by N (Spark's addExecutors); with `--wait`, then waits until
 /// converged on the new target, as `scale --wait`.
 pub(super) fn add(cli: &Cli, a: &AddArgs) -> Result<()> {
     let op = SteerOp::Add { count: a.count };
-    steer(
-        cli,
-        ("add", a.profile),
-        &op,
-        a.wait.then_some(a.timeout),
-        true,
-    )
+    steer_waiting(cli, ("add", a.profile), &op, (a.wait, a.timeout))
+}
+
+/// `scale` and `add`: [`steer`] with a template (the target may rise), waiting for
+/// convergence (within the timeout, if any) when `--wait` is given.
+fn steer_waiting(
+    cli: &Cli,
+    command: (&str, u32),
+    op: &SteerOp,
+    (wait, timeout): (bool, Option<Duration>),
+) -> Result<()> {
+    steer(cli, command, op, wait.then_some(timeout), true)
 }
 
 /// `remove ID…`: deletes these executors and lowers the target by as many (Spark's

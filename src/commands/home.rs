@@ -113,15 +113,19 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
         }
         _ => Err(crate::controller::tick::kube_error(e)),
     };
-    let es_sel = selector(app_id, false);
-    let lp = ListParams {
-        label_selector: &es_sel,
-        ..ListParams::default()
+    // The app's objects of one kind (`configmap`: its state ConfigMaps, else ExecutorSets).
+    let mut list = |res, configmap: bool, what: &'static str| {
+        let sel = selector(app_id, configmap);
+        let lp = ListParams {
+            label_selector: &sel,
+            ..ListParams::default()
+        };
+        match client.api(res).list_items(&lp) {
+            Ok((items, _)) => Ok(items),
+            Err(e) => skip(what, e),
+        }
     };
-    let sets = match client.api(&EXECUTOR_SETS).list_items(&lp) {
-        Ok((items, _)) => items,
-        Err(e) => skip("executorsets", e)?,
-    };
+    let sets = list(&EXECUTOR_SETS, false, "executorsets")?;
     // A resource profile's own ExecutorSet (`spec.resourceProfile` P > 0) belongs to the home
     // of profile 0 (the one that holds the state): it is not a home of its own.
     let profile = |es: &serde_json::Value| es["spec"]["resourceProfile"].as_u64().unwrap_or(0);
@@ -131,15 +135,7 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
             .homes
             .push((Home::ExecutorSet(name.to_string()), None));
     }
-    let cm_sel = selector(app_id, true);
-    let lp = ListParams {
-        label_selector: &cm_sel,
-        ..ListParams::default()
-    };
-    let cms = match client.api(&CONFIG_MAPS).list_items(&lp) {
-        Ok((items, _)) => items,
-        Err(e) => skip("configmaps", e)?,
-    };
+    let cms = list(&CONFIG_MAPS, true, "configmaps")?;
     for cm in &cms {
         let name = cm["metadata"]["name"].as_str().unwrap_or_default();
         let owner = crate::store::configmap::fresh_holder_of(cm)

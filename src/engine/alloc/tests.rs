@@ -339,9 +339,7 @@ fn rejected(id: u64, reason: &str) -> ExecutorPod {
 fn kubelet_rejections_back_off_until_a_later_executor_runs() {
     use ExecutorState::*;
     let set = settings(5);
-    let mut st = AllocatorState::new();
-    st.target = Some(2);
-    st.last_executor_id = 2;
+    let st = awaiting(2, &[]);
     let s = of(vec![rejected(1, "OutOfcpu"), pod(2, Running)]);
     let p = step(&s, &st, &set, &Request::default(), 0).unwrap();
     // Deleted, not replaced yet: the replacement would meet the same node.
@@ -521,9 +519,7 @@ fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
     let mut set = settings(5);
     set.policies.evict = true;
     set.policies.scale_down_running = true;
-    let mut st = AllocatorState::new();
-    st.target = Some(3);
-    st.last_executor_id = 3;
+    let st = awaiting(3, &[]);
     let s = snap(&[(1, Running), (2, Running), (3, Pending)]);
     let req = Request {
         target: TargetChange::Keep,
@@ -1680,9 +1676,7 @@ proptest! {
 fn a_removal_whose_delete_failed_is_asked_again_without_lowering_the_target_twice() {
     use ExecutorState::{Deleted, Running};
     let set = settings(5);
-    let mut st = AllocatorState::new();
-    st.target = Some(3);
-    st.last_executor_id = 3;
+    let st = awaiting(3, &[]);
     let s = snap(&[(1, Running), (2, Running), (3, Running)]);
     let req = Request {
         target: TargetChange::Keep,
@@ -1742,9 +1736,7 @@ fn a_removal_that_asked_for_eviction_is_evicted_whatever_the_loop_s_flag() {
     use ExecutorState::Running;
     let set = settings(5);
     assert!(!set.policies.evict);
-    let mut st = AllocatorState::new();
-    st.target = Some(3);
-    st.last_executor_id = 3;
+    let st = awaiting(3, &[]);
     let s = snap(&[(1, Running), (2, Running), (3, Running)]);
     let queued = [
         Steering::bare(

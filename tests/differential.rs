@@ -406,6 +406,25 @@ fn protobuf_answers(env: &Env) -> Vec<(u16, Value)> {
         .collect()
 }
 
+/// Case `name`'s differences in `fields` (JSON pointers) between the simulator's answer and
+/// kube-apiserver's (the namespace taken out), but the [`DELIBERATE`] ones.
+fn field_diffs(
+    name: &str,
+    fields: &[&str],
+    (s, r): (&Value, &Value),
+    (sim, real): (&Env, &Env),
+    diffs: &mut Vec<String>,
+) {
+    for f in fields {
+        let (a, b) = (norm(s.pointer(f), &sim.ns), norm(r.pointer(f), &real.ns));
+        if a != b && !DELIBERATE.iter().any(|(n, p, _)| *n == name && p == f) {
+            diffs.push(format!(
+                "{name}: {f} is {a} on the simulator, {b} on kube-apiserver"
+            ));
+        }
+    }
+}
+
 /// A value with the namespace (which differs between the two servers) taken out.
 fn norm(v: Option<&Value>, ns: &str) -> Value {
     let v = v.cloned().unwrap_or(Value::Null);
@@ -440,18 +459,13 @@ fn the_simulator_answers_as_kube_apiserver_does() {
                 c.name, s[i].0, r[i].0, r[i].1
             ));
         }
-        for f in c.fields {
-            let (a, b) = (
-                norm(s[i].1.pointer(f), &sim.ns),
-                norm(r[i].1.pointer(f), &real.ns),
-            );
-            if a != b && !DELIBERATE.iter().any(|(n, p, _)| *n == c.name && p == f) {
-                diffs.push(format!(
-                    "{}: {f} is {a} on the simulator, {b} on kube-apiserver",
-                    c.name
-                ));
-            }
-        }
+        field_diffs(
+            c.name,
+            c.fields,
+            (&s[i].1, &r[i].1),
+            (&sim, &real),
+            &mut diffs,
+        );
     }
     let (s, r) = (protobuf_answers(&sim), protobuf_answers(&real));
     for (i, (name, _)) in PROTOBUF_CASES.iter().enumerate() {
@@ -1185,18 +1199,13 @@ fn req_diffs(sim: &Env, real: &Env, reqs: &[Req]) -> Vec<String> {
             ));
             continue;
         }
-        for f in c.fields {
-            let (a, b) = (
-                norm(s[i].1.pointer(f), &sim.ns),
-                norm(r[i].1.pointer(f), &real.ns),
-            );
-            if a != b && !DELIBERATE.iter().any(|(n, p, _)| *n == c.name && p == f) {
-                diffs.push(format!(
-                    "{}: {f} is {a} on the simulator, {b} on kube-apiserver",
-                    c.name
-                ));
-            }
-        }
+        field_diffs(
+            c.name,
+            c.fields,
+            (&s[i].1, &r[i].1),
+            (sim, real),
+            &mut diffs,
+        );
     }
     diffs
 }

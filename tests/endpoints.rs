@@ -242,6 +242,14 @@ fn flat(pid: u32, before: u64) {
     assert!(now < before + 4096, "VmRSS {before} KiB → {now} KiB");
 }
 
+/// After a hostile client: a fresh client's `/healthz` is answered in time, the memory
+/// (VmRSS `before`, KiB) stayed flat, and `run` stops as asked.
+fn held_up(mut c: Child, probe: &str, before: u64) {
+    fresh_healthz_in_time(&mut c, probe);
+    flat(c.id(), before);
+    stop("run", c);
+}
+
 fn raw(addr: &str) -> std::net::TcpStream {
     let s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -253,7 +261,7 @@ fn raw(addr: &str) -> std::net::TcpStream {
 #[test]
 fn a_healthz_announcing_a_100_gb_body_is_refused_413() {
     use std::io::{Read, Write};
-    let (_w, mut c, _m, p) = at_rest();
+    let (_w, c, _m, p) = at_rest();
     let before = rss_kib(c.id());
     let mut s = raw(&p);
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
@@ -262,9 +270,7 @@ fn a_healthz_announcing_a_100_gb_body_is_refused_413() {
     s.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert!(answer.contains("Connection: close"), "{answer}");
-    fresh_healthz_in_time(&mut c, &p);
-    flat(c.id(), before);
-    stop("run", c);
+    held_up(c, &p, before);
 }
 
 #[test]
@@ -306,7 +312,7 @@ fn a_silent_half_request_holds_no_one() {
 #[test]
 fn an_endless_header_is_cut_at_8_kib() {
     use std::io::Write;
-    let (_w, mut c, _m, p) = at_rest();
+    let (_w, c, _m, p) = at_rest();
     let before = rss_kib(c.id());
     let mut s = raw(&p);
     let t = Instant::now();
@@ -319,9 +325,7 @@ fn an_endless_header_is_cut_at_8_kib() {
         .count();
     assert!(written < 1024, "64 MiB of one header were taken in");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    fresh_healthz_in_time(&mut c, &p);
-    flat(c.id(), before);
-    stop("run", c);
+    held_up(c, &p, before);
 }
 
 #[test]

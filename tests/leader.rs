@@ -38,6 +38,14 @@ fn candidate_with(e: &Env, who: &str, env: &[(&str, &str)]) -> Child {
     spawn_replica(&mut cmd, &format!("pod-{who}"), Stdio::piped())
 }
 
+/// Candidate a, started and waited for until it leads and has converged.
+fn leading_a(e: &Env) -> Child {
+    let a = candidate(e, "a");
+    until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
+    until(20, "a converges", || live_len(e) == TARGET);
+    a
+}
+
 fn metrics_path(e: &Env, who: &str) -> std::path::PathBuf {
     e.dir.path().join(format!("metrics-{who}.prom"))
 }
@@ -229,9 +237,7 @@ both!(
     APP,
     Pods::default(),
     |e| {
-        let a = candidate(e, "a");
-        until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
-        until(20, "a converges", || live_len(e) == TARGET);
+        let a = leading_a(e);
         let mut b = candidate(e, "b");
         std::thread::sleep(Duration::from_millis(1500));
         // The standby only ever touched the Lease (besides the search for the app's home,
@@ -346,9 +352,7 @@ both!(
     APP,
     Pods::default(),
     |e| {
-        let mut a = candidate(e, "a");
-        until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
-        until(20, "a converges", || live_len(e) == TARGET);
+        let mut a = leading_a(e);
         let mut b = candidate(e, "b");
         std::thread::sleep(Duration::from_millis(800));
         let cut = Instant::now();
@@ -440,9 +444,7 @@ fn lease_edit_keeps_one_actor(
     expect_holder: Option<&str>,
 ) {
     let started = Instant::now();
-    let a = candidate(e, "a");
-    until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
-    until(20, "a converges", || live_len(e) == TARGET);
+    let a = leading_a(e);
     let b = candidate(e, "b");
     std::thread::sleep(Duration::from_millis(1200));
     // Failures from 1 s before the edit to 5 s after it, one every 250 ms: whoever thinks it
@@ -1085,9 +1087,7 @@ both!(
     APP,
     Pods::default(),
     |e| {
-        let a = candidate(e, "a");
-        until(20, "a leads", || holder(e).as_deref() == Some("pod-a"));
-        until(20, "a converges", || live_len(e) == TARGET);
+        let a = leading_a(e);
         let b = candidate(e, "b");
         std::thread::sleep(Duration::from_millis(800));
         e.slow_lists("a", Duration::from_secs(3));

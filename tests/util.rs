@@ -104,6 +104,18 @@ pub struct SimWorld {
     state_file: bool,
 }
 
+/// Builder setters of [`SimWorld`], one a line: `name(type) => field;` sets the field to the
+/// argument (converted with `into`) and returns the builder.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($ty:ty) => $($field:ident).+;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, v: $ty) -> SimWorld {
+            self.$($field).+ = v.into();
+            self
+        }
+    )*};
+}
+
 impl SimWorld {
     /// The defaults: app `sim-app`, image `img`, a `--state-file` in the directory, no
     /// `-n`, no `--batch-delay`.
@@ -168,51 +180,26 @@ impl SimWorld {
         self
     }
 
-    /// Time from creation to scheduled.
-    pub fn schedule(mut self, d: Duration) -> SimWorld {
-        self.opts.schedule_latency = d;
-        self
-    }
-
-    /// Time from scheduled to Running.
-    pub fn startup(mut self, d: Duration) -> SimWorld {
-        self.opts.startup_latency = d;
-        self
-    }
-
-    /// Time a deleted pod takes to stop.
-    pub fn stop(mut self, d: Duration) -> SimWorld {
-        self.opts.stop_latency = d;
-        self
+    setters! {
+        /// Time from creation to scheduled.
+        schedule(Duration) => opts.schedule_latency;
+        /// Time from scheduled to Running.
+        startup(Duration) => opts.startup_latency;
+        /// Time a deleted pod takes to stop.
+        stop(Duration) => opts.stop_latency;
+        /// Where the CA certificate goes, relative to the directory.
+        ca_file(&str) => ca;
+        /// The bearer token the server wants and [`World::cmd`] passes.
+        token(&str) => token;
+        /// `--app-id`.
+        app(&str) => app;
+        /// `--image`.
+        image(&str) => image;
     }
 
     /// Any other simulator setting.
     pub fn options(mut self, tweak: impl FnOnce(&mut SimOptions)) -> SimWorld {
         tweak(&mut self.opts);
-        self
-    }
-
-    /// Where the CA certificate goes, relative to the directory.
-    pub fn ca_file(mut self, rel: &str) -> SimWorld {
-        self.ca = rel.into();
-        self
-    }
-
-    /// The bearer token the server wants and [`World::cmd`] passes.
-    pub fn token(mut self, token: &str) -> SimWorld {
-        self.token = token.into();
-        self
-    }
-
-    /// `--app-id`.
-    pub fn app(mut self, app: &str) -> SimWorld {
-        self.app = app.into();
-        self
-    }
-
-    /// `--image`.
-    pub fn image(mut self, image: &str) -> SimWorld {
-        self.image = image.into();
         self
     }
 

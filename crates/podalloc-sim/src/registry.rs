@@ -39,6 +39,34 @@ pub(crate) struct DeleteOptions {
     pub resource_version: Option<String>,
 }
 
+impl DeleteOptions {
+    /// The delete's preconditions against the stored object's `uid` and `rv`, as
+    /// `Preconditions.Check` does: a 409 Conflict on `kind` `name` naming the first that
+    /// fails.
+    pub(crate) fn check(
+        &self,
+        kind: &str,
+        name: &str,
+        uid: &str,
+        rv: &str,
+    ) -> Result<(), ApiError> {
+        let failed = |what: &str, want: &str, have: &str, tail: &str| {
+            ApiError::conflict(kind, name, &format!(
+                "the {what} in the precondition ({want}) does not match the {what} in record ({have}). {tail}"
+            ))
+        };
+        if let Some(want) = self.uid.as_deref().filter(|u| *u != uid) {
+            let tail = "The object might have been deleted and then recreated";
+            return Err(failed("UID", want, uid, tail));
+        }
+        if let Some(want) = self.resource_version.as_deref().filter(|r| *r != rv) {
+            let tail = "The object might have been modified";
+            return Err(failed("ResourceVersion", want, rv, tail));
+        }
+        Ok(())
+    }
+}
+
 /// The strategy of a kind.
 fn strategy(id: Kind) -> &'static dyn Strategy {
     match id {
@@ -349,19 +377,7 @@ impl Registry {
     ) -> Result<String, ApiError> {
         let (key, obj) = self.stored(res, ns, name)?;
         let (uid, rv) = (meta_str(obj, "uid"), meta_str(obj, "resourceVersion"));
-        let failed = |what: &str, want: &str, have: &str, tail: &str| {
-            ApiError::conflict(res.kind, name, &format!(
-                "the {what} in the precondition ({want}) does not match the {what} in record ({have}). {tail}"
-            ))
-        };
-        if let Some(want) = opts.uid.as_deref().filter(|u| *u != uid) {
-            let tail = "The object might have been deleted and then recreated";
-            return Err(failed("UID", want, uid, tail));
-        }
-        if let Some(want) = opts.resource_version.as_deref().filter(|r| *r != rv) {
-            let tail = "The object might have been modified";
-            return Err(failed("ResourceVersion", want, rv, tail));
-        }
+        opts.check(res.kind, name, uid, rv)?;
         let uid = uid.to_string();
         if !dry_run {
             self.objects.remove(&key);

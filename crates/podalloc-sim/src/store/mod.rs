@@ -876,30 +876,7 @@ impl Store {
         let Some(e) = self.pods.get(&key) else {
             return Err(ApiError::pod_not_found(name));
         };
-        if let Some(uid) = opts.uid.as_deref().filter(|u| *u != e.uid) {
-            return Err(ApiError::conflict(
-                "Pod",
-                name,
-                &format!(
-                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                    e.uid
-                ),
-            ));
-        }
-        if let Some(rv) = opts
-            .resource_version
-            .as_deref()
-            .filter(|rv| *rv != e.pod.rv)
-        {
-            return Err(ApiError::conflict(
-                "Pod",
-                name,
-                &format!(
-                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                    e.pod.rv
-                ),
-            ));
-        }
+        opts.check("Pod", name, &e.uid, &e.pod.rv)?;
         let pod = Arc::clone(&e.pod);
         let deletion = e.deletion.clone();
         let unscheduled = e.pod.fields.node_name.is_empty();
@@ -1283,6 +1260,15 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// A store (wall clock) in which every pod that starts fails.
+    fn failing() -> Store {
+        let c = StoreConfig {
+            failure_rate: 1.0,
+            ..cfg()
+        };
+        Store::new(c, WallClock::new())
+    }
+
     fn cfg() -> StoreConfig {
         StoreConfig {
             schedule_latency: 200 * MS,
@@ -1390,13 +1376,7 @@ mod tests {
 
     #[test]
     fn failures_follow_the_restart_policy_and_the_seed() {
-        let mut s = Store::new(
-            StoreConfig {
-                failure_rate: 1.0,
-                ..cfg()
-            },
-            WallClock::new(),
-        );
+        let mut s = failing();
         let t0 = Instant::now();
         create(&mut s, "never", "Never", t0);
         create(&mut s, "always", "Always", t0);
@@ -1545,13 +1525,7 @@ mod tests {
 
     #[test]
     fn terminal_and_unscheduled_pods_go_at_once() {
-        let mut s = Store::new(
-            StoreConfig {
-                failure_rate: 1.0,
-                ..cfg()
-            },
-            WallClock::new(),
-        );
+        let mut s = failing();
         let t0 = Instant::now();
         create(&mut s, "failed", "Never", t0);
         create(&mut s, "fresh", "Never", t0);
@@ -1571,38 +1545,27 @@ mod tests {
                 .code,
             404
         );
-        // Preconditions.
-        let e = s
-            .delete(
-                "ns",
-                "fresh",
-                &DeleteOptions {
-                    uid: Some("x".into()),
-                    ..DeleteOptions::default()
-                },
-                false,
-                t,
-            )
-            .unwrap_err();
-        assert_eq!((e.code, e.reason), (409, "Conflict"));
-        assert!(e.message.starts_with(
-            "Operation cannot be fulfilled on Pod \"fresh\": the UID in the precondition (x)"
-        ));
-        let e = s
-            .delete(
-                "ns",
-                "fresh",
-                &DeleteOptions {
-                    resource_version: Some("1".into()),
-                    ..DeleteOptions::default()
-                },
-                false,
-                t,
-            )
-            .unwrap_err();
-        assert!(e
-            .message
-            .contains("the ResourceVersion in the precondition (1) does not match"));
+        // Preconditions: a 409 naming the first that fails.
+        let uid = DeleteOptions {
+            uid: Some("x".into()),
+            ..DeleteOptions::default()
+        };
+        let rv = DeleteOptions {
+            resource_version: Some("1".into()),
+            ..DeleteOptions::default()
+        };
+        for (opts, what) in [
+            (uid, "the UID in the precondition (x)"),
+            (
+                rv,
+                "the ResourceVersion in the precondition (1) does not match",
+            ),
+        ] {
+            let e = s.delete("ns", "fresh", &opts, false, t).unwrap_err();
+            assert_eq!((e.code, e.reason), (409, "Conflict"));
+            let want = format!("Operation cannot be fulfilled on Pod \"fresh\": {what}");
+            assert!(e.message.starts_with(&want), "{}", e.message);
+        }
         // Dry run changes nothing.
         s.delete("ns", "fresh", &DeleteOptions::default(), true, t)
             .unwrap();

@@ -179,6 +179,11 @@ pub(crate) const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
+/// The verbs of a kind stored as it is written, without watch or deletecollection: list, get,
+/// create, update, patch and delete (ConfigMaps, the ExecutorSet CRD): the first six of
+/// [`Verb::ALL`].
+const CRUD: &[Verb] = Verb::ALL.split_at(6).0;
+
 /// The served resources; fault verbs are listed in this order.
 pub(crate) static RESOURCES: &[Resource] = &[
     Resource {
@@ -217,14 +222,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
         singular: "configmap",
         kind: "ConfigMap",
         namespaced: true,
-        verbs: &[
-            Verb::List,
-            Verb::Get,
-            Verb::Create,
-            Verb::Update,
-            Verb::Patch,
-            Verb::Delete,
-        ],
+        verbs: CRUD,
         short_names: &["cm"],
         categories: &[],
         fault_prefix: "cm-",
@@ -286,14 +284,7 @@ pub(crate) static RESOURCES: &[Resource] = &[
         singular: "executorset",
         kind: "ExecutorSet",
         namespaced: true,
-        verbs: &[
-            Verb::List,
-            Verb::Get,
-            Verb::Create,
-            Verb::Update,
-            Verb::Patch,
-            Verb::Delete,
-        ],
+        verbs: CRUD,
         short_names: &["es"],
         categories: &[],
         fault_prefix: "es-",

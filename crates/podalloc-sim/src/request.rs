@@ -158,53 +158,37 @@ mod tests {
 
     #[test]
     fn unserved_paths_and_verbs_are_refused() {
-        for (m, p, code) in [
-            ("GET", "/api/v1/namespaces/a/secrets", 404),
-            ("GET", "/api/v1/namespaces/a/pods/p/status", 404),
-            (
-                "GET",
-                "/apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/x",
-                404,
-            ),
-            (
-                "DELETE",
-                "/apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/scale",
-                405,
-            ),
-            ("GET", "/api/v1/namespaces//pods", 404),
-            ("GET", "/api/v1/pods/p", 404),
-            ("GET", "/api/v1/namespaces/a/leases/l", 404),
-            ("GET", "/api/v1/namespaces/a/namespaces", 404),
-            ("PUT", "/api/v1/namespaces/a/pods/p", 405),
-            ("POST", "/api/v1/pods", 405),
-            (
-                "PATCH",
-                "/apis/coordination.k8s.io/v1/namespaces/a/leases/l",
-                405,
-            ),
-            (
-                "GET",
-                "/apis/coordination.k8s.io/v1/namespaces/a/leases",
-                405,
-            ),
-            ("DELETE", "/api/v1/namespaces/a", 405),
+        // Each case: the status, then the request line.
+        for case in [
+            "404 GET /api/v1/namespaces/a/secrets",
+            "404 GET /api/v1/namespaces/a/pods/p/status",
+            "404 GET /apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/x",
+            "405 DELETE /apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/scale",
+            "404 GET /api/v1/namespaces//pods",
+            "404 GET /api/v1/pods/p",
+            "404 GET /api/v1/namespaces/a/leases/l",
+            "404 GET /api/v1/namespaces/a/namespaces",
+            "405 PUT /api/v1/namespaces/a/pods/p",
+            "405 POST /api/v1/pods",
+            "405 PATCH /apis/coordination.k8s.io/v1/namespaces/a/leases/l",
+            "405 GET /apis/coordination.k8s.io/v1/namespaces/a/leases",
+            "405 DELETE /api/v1/namespaces/a",
         ] {
-            assert_eq!(parse(m, p).map(|_| ()), Err(code), "{m} {p}");
+            let (code, request) = case.split_once(' ').unwrap();
+            let (m, p) = request.split_once(' ').unwrap();
+            assert_eq!(
+                parse(m, p).map(|_| ()),
+                Err(code.parse().unwrap()),
+                "{m} {p}"
+            );
         }
     }
 
     #[test]
     fn subresources_are_parsed_with_their_verbs() {
-        let segs = [
-            "apis",
-            "podalloc.io",
-            "v1alpha1",
-            "namespaces",
-            "a",
-            "executorsets",
-            "e",
-            "scale",
-        ];
+        let segs: Vec<&str> = "apis/podalloc.io/v1alpha1/namespaces/a/executorsets/e/scale"
+            .split('/')
+            .collect();
         let r = RequestInfo::parse("PATCH", &segs).unwrap();
         assert_eq!(
             (r.verb, r.res.id, r.name),

@@ -504,13 +504,7 @@ fn a_create_in_a_namespace_that_does_not_exist_is_404() {
     let err = w.run_exits(&["reconcile", "--target", "1"], 4);
     assert!(err.contains("creation backs off for"), "{err}");
     let until = w.state()["create_backoff"]["until_ms"].as_u64().unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    std::thread::sleep(std::time::Duration::from_millis(
-        until.saturating_sub(now) + 200,
-    ));
+    crate::util::sleep_past(until, 200);
     w.ok(&["reconcile", "--target", "1"]);
 }
 

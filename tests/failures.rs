@@ -85,13 +85,7 @@ both!(
         // A one-shot command says it with exit 4, after the back-off has passed.
         let st = e.state();
         let wait = st["create_backoff"]["until_ms"].as_u64().unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        std::thread::sleep(std::time::Duration::from_millis(
-            wait.saturating_sub(now) + 100,
-        ));
+        crate::util::sleep_past(wait, 100);
         let err = e.exits(&["--template", t, "reconcile"], 4);
         assert!(
             err.contains("fix the pod template") && err.contains(quote),

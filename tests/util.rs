@@ -594,3 +594,15 @@ pub fn kubectl_missing() -> bool {
     eprintln!("kubectl is not installed: skipped");
     true
 }
+
+/// Sleeps until `margin_ms` past `until_ms` (ms since the Unix epoch, as a state's
+/// `create_backoff.until_ms`): a back-off has then passed.
+pub fn sleep_past(until_ms: u64, margin_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    std::thread::sleep(Duration::from_millis(
+        until_ms.saturating_sub(now) + margin_ms,
+    ));
+}

@@ -795,11 +795,22 @@ impl Store {
         name: &str,
         now: Instant,
     ) -> Result<Arc<StoredPod>, ApiError> {
+        self.live(ns, name, now).map(|(_, e)| Arc::clone(&e.pod))
+    }
+
+    /// Runs the clock to `now`, then [`Store::entry`].
+    fn live(&mut self, ns: &str, name: &str, now: Instant) -> Result<(String, &Entry), ApiError> {
         self.advance(now);
-        self.pods
-            .get(&format!("{ns}/{name}"))
-            .map(|e| Arc::clone(&e.pod))
-            .ok_or_else(|| ApiError::pod_not_found(name))
+        self.entry(ns, name)
+    }
+
+    /// Pod `ns/name`'s key and entry, or the pod's 404.
+    fn entry(&self, ns: &str, name: &str) -> Result<(String, &Entry), ApiError> {
+        let key = format!("{ns}/{name}");
+        match self.pods.get(&key) {
+            Some(e) => Ok((key, e)),
+            None => Err(ApiError::pod_not_found(name)),
+        }
     }
 
     /// Applies a merge patch to a pod (`PATCH`, see the `patch` module): the new version
@@ -811,11 +822,7 @@ impl Store {
         patch: &Value,
         now: Instant,
     ) -> Result<Arc<StoredPod>, ApiError> {
-        self.advance(now);
-        let key = format!("{ns}/{name}");
-        let Some(e) = self.pods.get(&key) else {
-            return Err(ApiError::pod_not_found(name));
-        };
+        let (key, e) = self.live(ns, name, now)?;
         let old: Value = serde_json::from_str(&e.pod.json)
             .map_err(|e| ApiError::internal_error(&e.to_string()))?;
         let new = crate::patch::apply(&old, patch, name)?;
@@ -864,6 +871,8 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Store::delete`] without running the clock or counting an API delete (the garbage
+    /// collector's, from within the clock).
     fn delete_at(
         &mut self,
         ns: &str,
@@ -872,10 +881,7 @@ impl Store {
         dry_run: bool,
         now: Instant,
     ) -> Result<Arc<StoredPod>, ApiError> {
-        let key = format!("{ns}/{name}");
-        let Some(e) = self.pods.get(&key) else {
-            return Err(ApiError::pod_not_found(name));
-        };
+        let (key, e) = self.entry(ns, name)?;
         opts.check("Pod", name, &e.uid, &e.pod.rv)?;
         let pod = Arc::clone(&e.pod);
         let deletion = e.deletion.clone();
@@ -964,11 +970,7 @@ impl Store {
         o: &PhaseOverride,
         now: Instant,
     ) -> Result<Arc<StoredPod>, ApiError> {
-        self.advance(now);
-        let key = format!("{ns}/{name}");
-        let Some(e) = self.pods.get(&key) else {
-            return Err(ApiError::pod_not_found(name));
-        };
+        let (key, e) = self.live(ns, name, now)?;
         let (uid, seq) = (e.uid.clone(), e.seq);
         let mut node = e.pod.fields.node_name.clone();
         if node.is_empty() && o.phase != Phase::Pending {

@@ -831,8 +831,18 @@ impl Env {
 }
 
 /// Defines test `NAME` twice, `NAME::on_sim` and `NAME::on_real`, with the same body: `|env|
-/// body` gets an [`Env`] with app `APP` and pods living as `PODS`.
+/// body` gets an [`Env`] with app `APP` and pods living as `PODS`. `both!(kubectl: NAME, …)`
+/// is a test that runs kubectl: it ends at once where kubectl is missing
+/// ([`crate::util::kubectl_missing`]: CI fails it instead).
 macro_rules! both {
+    (kubectl: $name:ident, $app:expr, $pods:expr, |$env:ident| $body:block) => {
+        $crate::both::both!($name, $app, $pods, |$env| {
+            if crate::util::kubectl_missing() {
+                return;
+            }
+            $body
+        });
+    };
     ($name:ident, $app:expr, $pods:expr, |$env:ident| $body:block) => {
         mod $name {
             #[allow(unused_imports)]

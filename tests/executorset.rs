@@ -161,13 +161,10 @@ fn es_path(e: &Env, name: &str) -> String {
 }
 
 both!(
-    kubectl_scales_an_executorset_and_gets_its_columns,
+    kubectl: kubectl_scales_an_executorset_and_gets_its_columns,
     "spark-etl",
     Pods::default(),
     |e| {
-        if crate::util::kubectl_missing() {
-            return;
-        }
         let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
         "metadata": {"name": "etl", "labels": {"spark-app-selector": "spark-etl"}},
         "spec": {"appId": "spark-etl", "replicas": 1}});
@@ -249,13 +246,10 @@ both!(
 );
 
 both!(
-    kubectl_annotates_a_configmap,
+    kubectl: kubectl_annotates_a_configmap,
     "spark-etl",
     Pods::default(),
     |e| {
-        if crate::util::kubectl_missing() {
-            return;
-        }
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "podalloc-spark-etl"}, "data": {"state": "{}"}});
         let path = format!("/api/v1/namespaces/{}/configmaps", e.ns);

@@ -50,6 +50,23 @@ fn awaiting(target: u32, unacked: &[(u64, u64, bool)]) -> AllocatorState {
     st
 }
 
+/// The outcome of a tick whose eviction of `not_now` a PodDisruptionBudget put off while
+/// `deleted` was deleted.
+fn put_off(not_now: u64, deleted: u64) -> Outcomes {
+    Outcomes {
+        not_now: vec![not_now],
+        deleted_ids: vec![deleted],
+        deleted: 1,
+        ..Outcomes::default()
+    }
+}
+
+/// Asserts that one of the plan's warnings contains `text`.
+fn assert_warns(p: &Plan, text: &str) {
+    let found = p.warnings.iter().any(|w| w.contains(text));
+    assert!(found, "no warning with {text:?}: {:?}", p.warnings);
+}
+
 fn ids_c(p: &Plan) -> Vec<u64> {
     p.create.iter().map(|c| c.executor_id).collect()
 }
@@ -217,7 +234,7 @@ fn quota_backoff_holds_creates_until_it_expires() {
     assert_eq!(st.create_backoff.as_ref().unwrap().until_ms, 20_000);
     let p = step(&snap(&[]), &st, &settings(5), &Request::default(), 19_999).unwrap();
     assert!(p.create.is_empty());
-    assert!(p.warnings.iter().any(|w| w.contains("exceeded quota")));
+    assert_warns(&p, "exceeded quota");
     assert_eq!(
         p.state.create_backoff, st.create_backoff,
         "kept until a create succeeds"
@@ -536,12 +553,7 @@ fn evictions_of_running_executors_put_off_by_a_budget_are_asked_again() {
     assert_eq!(p.state.target, Some(1));
     assert_eq!(p.state.removing, vec![1, 3]);
     // The budget refuses executor 1 for now: asked again, the target stays 1.
-    let out = Outcomes {
-        not_now: vec![1],
-        deleted_ids: vec![3],
-        deleted: 1,
-        ..Outcomes::default()
-    };
+    let out = put_off(1, 3);
     let st = record(&p, &out, &set, 10);
     assert_eq!(st.removing, vec![1]);
     assert!(!st.deleted.contains(&1), "not deleted: {:?}", st.deleted);
@@ -613,13 +625,7 @@ fn an_add_stops_at_the_largest_target() {
     };
     let p = step(&snap(&[]), &st, &settings(5), &req, 0).unwrap();
     assert_eq!(p.state.target, Some(MAX_TARGET));
-    assert!(
-        p.warnings
-            .iter()
-            .any(|w| w.contains("above the largest target")),
-        "{:?}",
-        p.warnings
-    );
+    assert_warns(&p, "above the largest target");
     p.state.validate().unwrap();
 }
 
@@ -1303,13 +1309,7 @@ fn disruptions_are_replaced_but_never_trip_the_crash_loop_guard() {
     assert_eq!(ids_c(&p), vec![5, 6, 7, 8]);
     assert!(p.delete.iter().all(|d| d.reason == DeleteReason::Disrupted));
     assert!(p.state.failures.is_empty());
-    assert!(
-        p.warnings
-            .iter()
-            .any(|w| w.contains("PreemptionByScheduler")),
-        "{:?}",
-        p.warnings
-    );
+    assert_warns(&p, "PreemptionByScheduler");
     // Four real failures (exit 1) still halt.
     let s = of((5..=8).map(|i| failed_by(i, None)).collect());
     let p = step(&s, &p.state, &set, &Request::default(), 1000).unwrap();
@@ -1760,12 +1760,7 @@ fn a_removal_that_asked_for_eviction_is_evicted_whatever_the_loop_s_flag() {
     let how: Vec<(u64, bool)> = p.delete.iter().map(|d| (d.executor_id, d.evict)).collect();
     assert_eq!(how, vec![(2, true), (3, false)]);
     assert_eq!(p.state.removing_evict, vec![2]);
-    let out = Outcomes {
-        not_now: vec![2],
-        deleted_ids: vec![3],
-        deleted: 1,
-        ..Outcomes::default()
-    };
+    let out = put_off(2, 3);
     let st = record(&p, &out, &set, 10);
     assert_eq!(
         (st.removing.clone(), st.removing_evict.clone()),

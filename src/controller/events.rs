@@ -870,6 +870,20 @@ mod tests {
         }
     }
 
+    /// How many of `specs`, recorded at `now_ms`, the recorder sent (its spam filter dropped
+    /// the rest).
+    fn sent(
+        r: &mut Recorder,
+        sink: &Api<'_>,
+        specs: impl IntoIterator<Item = EventSpec>,
+        now_ms: u64,
+    ) -> usize {
+        let sent = specs
+            .into_iter()
+            .map(|ev| r.record(sink, ev, now_ms).unwrap());
+        sent.filter(Option::is_some).count()
+    }
+
     fn ev(msg: &str) -> EventSpec {
         EventSpec {
             involved: ObjectRef::pod("ns", "driver", "u1"),
@@ -978,14 +992,8 @@ mod tests {
         let events = Events::new(None);
         let sink = &events.api();
         let mut r = Recorder::default();
-        let sent = (0..40)
-            .filter(|i| {
-                r.record(sink, ev(&format!("m{}", i % 5)), 1_000)
-                    .unwrap()
-                    .is_some()
-            })
-            .count();
-        assert_eq!(sent, 25);
+        let burst = (0..40).map(|i| ev(&format!("m{}", i % 5)));
+        assert_eq!(sent(&mut r, sink, burst, 1_000), 25);
         assert_eq!(r.record(sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
         assert!(r.record(sink, ev("m0"), 1_000 + 301_000).unwrap().is_some());
     }
@@ -1003,22 +1011,12 @@ mod tests {
             bucket: bucket.map(str::to_string),
         };
         let app = Some("app\u{0}ns\u{0}app");
-        let sent = (0..100)
-            .filter(|&i| {
-                r.record(sink, on_pod(i, "Normal", app), 1_000)
-                    .unwrap()
-                    .is_some()
-            })
-            .count();
-        assert_eq!(sent, 25, "100 pods' creates, one app: a burst of 25");
-        let warned = (0..30)
-            .filter(|&i| {
-                r.record(sink, on_pod(i, "Warning", None), 2_000)
-                    .unwrap()
-                    .is_some()
-            })
-            .count();
-        assert_eq!(warned, 30, "each pod's warning has its pod's own bucket");
+        let creates = (0..100).map(|i| on_pod(i, "Normal", app));
+        let n = sent(&mut r, sink, creates, 1_000);
+        assert_eq!(n, 25, "100 pods' creates, one app: a burst of 25");
+        let warnings = (0..30).map(|i| on_pod(i, "Warning", None));
+        let n = sent(&mut r, sink, warnings, 2_000);
+        assert_eq!(n, 30, "each pod's warning has its pod's own bucket");
         assert_eq!(events.calls().len(), 55);
     }
 

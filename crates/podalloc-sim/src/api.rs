@@ -328,8 +328,13 @@ fn handle_api(
             return send(Err(ApiError::namespace_not_found(ns)));
         }
     }
-    let now = Instant::now();
-    let result = dispatch(shared, req, &r, now);
+    let call = Call {
+        shared,
+        req,
+        r: &r,
+        now: Instant::now(),
+    };
+    let result = dispatch(&call);
     reply_with(result.unwrap_or_else(|e| error_for(req, e)), fault)
 }
 
@@ -358,55 +363,66 @@ fn reply_with(resp: Response, fault: Option<Fault>) -> Reply {
     }
 }
 
+/// An authenticated, authorized request as its handler takes it: the server's state, the
+/// request, what [`RequestInfo::parse`] made of it, and when it is served.
+struct Call<'a> {
+    shared: &'a Shared,
+    req: &'a Request,
+    r: &'a RequestInfo<'a>,
+    now: Instant,
+}
+
+impl Call<'_> {
+    /// The namespace: `RequestInfo::parse` gives every namespaced verb but list one.
+    fn ns(&self) -> &str {
+        self.r.ns.unwrap_or("")
+    }
+
+    /// The object's name: `RequestInfo::parse` gives every object verb one.
+    fn name(&self) -> &str {
+        self.r.name.unwrap_or("")
+    }
+}
+
 /// Runs the handler of an authenticated, authorized request: pods and namespaces have
 /// their own; every other kind (ConfigMaps, Leases, Events) is the registry's, by verb.
-fn dispatch(
-    shared: &Shared,
-    req: &Request,
-    r: &RequestInfo<'_>,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    // `RequestInfo::parse` gives every namespaced verb but list its namespace, and every
-    // object verb its name.
-    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
-    match (res.id, r.verb) {
-        (Kind::Pod, Verb::List | Verb::Watch) => list(shared, req, r.ns, now),
-        (Kind::Pod, Verb::Create) if r.sub.is_some() => evict(shared, req, ns, name, now),
-        (Kind::Pod, Verb::Create) => create(shared, req, ns, now),
-        (Kind::Pod, Verb::DeleteCollection) => delete_collection(shared, req, ns, now),
+fn dispatch(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, r) = (c.shared, c.req, c.r);
+    let (ns, name) = (c.ns(), c.name());
+    match (r.res.id, r.verb) {
+        (Kind::Pod, Verb::List | Verb::Watch) => list(c),
+        (Kind::Pod, Verb::Create) if r.sub.is_some() => evict(c),
+        (Kind::Pod, Verb::Create) => create(c),
+        (Kind::Pod, Verb::DeleteCollection) => delete_collection(c),
         // A one-row Table for kubectl's `get pod NAME`, as the apiserver converts one object.
-        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, now).map(|p| {
+        (Kind::Pod, Verb::Get) => lock(shared).get(ns, name, c.now).map(|p| {
             if discovery::wants_table(req) {
                 pod_table_of(p.json.as_bytes())
             } else {
                 object_for(req, 200, &p)
             }
         }),
-        (Kind::Pod, Verb::Delete) => delete(shared, req, ns, name, now),
-        (Kind::Pod, Verb::Patch) => patch_pod(shared, req, ns, name, now),
+        (Kind::Pod, Verb::Delete) => delete(c),
+        (Kind::Pod, Verb::Patch) => patch_pod(c),
         (Kind::Namespace, Verb::List) => Ok(ns_list(shared, req)),
         (Kind::Namespace, Verb::Get) => ns_get(shared, name),
         (Kind::Namespace, Verb::Create) => ns_create(shared, req),
         // Every other kind is the registry's.
-        _ => registry_dispatch(shared, req, r, now),
+        _ => registry_dispatch(c),
     }
 }
 
 /// The handler of a kind the registry stores, by subresource and verb: the object itself,
 /// its `status` (read and written as the object, the status strategy deciding what a write
 /// keeps) or its `scale` (`scale_dispatch`).
-fn registry_dispatch(
-    shared: &Shared,
-    req: &Request,
-    r: &RequestInfo<'_>,
-    now: Instant,
-) -> Result<Response, ApiError> {
-    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+fn registry_dispatch(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, r) = (c.shared, c.req, c.r);
+    let (res, ns, name) = (r.res, c.ns(), c.name());
     let stored = |code, v: &Value| Response::json(code, registry::object_json(res, v));
     let part = match r.sub.map(|s| s.name) {
         None => registry::Part::Main,
         Some("status") => registry::Part::Status,
-        Some(_) => return scale_dispatch(shared, req, r),
+        Some(_) => return scale_dispatch(c),
     };
     match r.verb {
         Verb::List => reg_list(shared, req, res, r.ns),
@@ -423,7 +439,7 @@ fn registry_dispatch(
         Verb::Create => {
             let unknown = registry_field_validation(req, res)?;
             let (v, dry) = write_body(req, res)?;
-            let v = lock(shared).reg.create(res, ns, v, dry, now)?;
+            let v = lock(shared).reg.create(res, ns, v, dry, c.now)?;
             Ok(warned(stored(201, &v), &unknown))
         }
         Verb::Update => {
@@ -464,13 +480,10 @@ fn patch_type_of(req: &Request, res: &Resource) -> Result<objpatch::PatchType, A
 /// Scale (500 when the object has no `.spec.replicas`); PUT and PATCH write its
 /// `spec.replicas` into the object's, through the object's own update (its validation, its
 /// generation), conditional on the Scale's resourceVersion when it names one.
-fn scale_dispatch(
-    shared: &Shared,
-    req: &Request,
-    r: &RequestInfo<'_>,
-) -> Result<Response, ApiError> {
+fn scale_dispatch(c: &Call<'_>) -> Result<Response, ApiError> {
     use super::kinds::executorset::{no_spec_replicas, scale_of, with_scale, NO_REPLICAS};
-    let (res, ns, name) = (r.res, r.ns.unwrap_or(""), r.name.unwrap_or(""));
+    let (shared, req, r) = (c.shared, c.req, c.r);
+    let (res, ns, name) = (r.res, c.ns(), c.name());
     let answer = |v: &Value| Response::json(200, scale_of(ns, v, 0).to_string().into_bytes());
     let decode_scale = |bytes: &[u8]| -> Result<Value, ApiError> {
         let v = pod::parse_body(bytes)?;
@@ -709,12 +722,9 @@ fn selected(p: &StoredPod, label: &LabelSelector, field: &FieldSelector) -> bool
     label.matches(&p.labels) && field.matches(|f| p.field(f))
 }
 
-fn list(
-    shared: &Shared,
-    req: &Request,
-    ns: Option<&str>,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn list(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let ns = c.r.ns;
     if matches!(req.param("watch"), Some("true" | "1")) {
         let w = watch_params(req, ns)?;
         return Ok(watch::response(lock(shared).watch_start(ns, now), w));
@@ -817,7 +827,9 @@ fn check_json_content_type(req: &Request) -> Result<(), ApiError> {
     }
 }
 
-fn create(shared: &Shared, req: &Request, ns: &str, now: Instant) -> Result<Response, ApiError> {
+fn create(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let ns = c.ns();
     check_json_content_type(req)?;
     let dry = dry_run(req, None)?;
     let unknown = field_validation(req)?;
@@ -901,13 +913,9 @@ fn warning_header(text: &str) -> String {
 }
 
 /// `PATCH` of a pod: a JSON merge patch (see the `patch` module).
-fn patch_pod(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn patch_pod(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let (ns, name) = (c.ns(), c.name());
     super::patch::check_patch_type(req.header("content-type").unwrap_or(""))?;
     let patch: Value = serde_json::from_slice(&req.body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
@@ -978,13 +986,9 @@ fn delete_options_of(req: &Request, v: &Value) -> Result<(DeleteOptions, bool), 
 /// the URL's (400 `name in URL does not match name in Eviction object`), the pod is deleted
 /// with the Eviction's `deleteOptions` (404 when it does not exist, 409 when a precondition
 /// fails), and the answer is 201 with a `Status` of `Success`.
-fn evict(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn evict(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let (ns, name) = (c.ns(), c.name());
     let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
         ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
     })?;
@@ -1008,25 +1012,18 @@ fn evict(
     ))
 }
 
-fn delete(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    name: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn delete(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let (ns, name) = (c.ns(), c.name());
     let (opts, dry) = delete_options(req)?;
     let p = lock(shared).delete(ns, name, &opts, dry, now)?;
     shared.kubelet.notify_all();
     Ok(object_for(req, 200, &p))
 }
 
-fn delete_collection(
-    shared: &Shared,
-    req: &Request,
-    ns: &str,
-    now: Instant,
-) -> Result<Response, ApiError> {
+fn delete_collection(c: &Call<'_>) -> Result<Response, ApiError> {
+    let (shared, req, now) = (c.shared, c.req, c.now);
+    let ns = c.ns();
     let (label, field) = parse_selectors(req)?;
     let (opts, dry) = delete_options(req)?;
     let mut store = lock(shared);

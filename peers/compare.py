@@ -18,6 +18,8 @@ with the executor ids of its label selector) and compared:
     the same order; how far Spark's decisions lag podalloc's is printed, not compared (Spark
     sees a pod at its next poll, then acts at its allocator's next tick; podalloc lists and
     acts in one tick).
+  - with several resource profiles ("profiles"): each executor's profile, read from its pod's
+    label spark-exec-resourceprofile-id by a GET as soon as the log shows its create.
 A difference a scenario does not list under "explained" (with its explanation, also in
 docs/semantics.md) fails the run (exit 1).
 
@@ -61,6 +63,7 @@ FAULT_MARK = "peerFault=1"
 REAL_UNSUPPORTED = ("hold",)
 REAL_SIM_FLAGS = ("--startup-latency",)
 EXEC_NAME = re.compile(r"-exec-([0-9]+)$")
+PROFILE_LABEL = "spark-exec-resourceprofile-id"
 IDS_IN = re.compile(r"spark-exec-id in \(([0-9, ]*)\)")
 
 
@@ -76,8 +79,11 @@ class Sim:
 
     ns = NS
 
-    def __init__(self, podalloc, seed, flags, workdir):
+    def __init__(self, podalloc, seed, flags, workdir, profiles=False):
         self.dir = workdir
+        # With several resource profiles: each executor's profile (its pod's label
+        # spark-exec-resourceprofile-id, read by a GET as soon as the log shows its create).
+        self.profiles = {} if profiles else None
         self.port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
         self.ca = workdir / "ca.pem"
@@ -124,11 +130,26 @@ class Sim:
             _, body = self.call("GET", "/sim/log")
         except OSError:
             return
+        new = []
         with self.lock:
             for line in body.decode().splitlines():
                 if line.strip():
                     entry = json.loads(line)
+                    if entry["seq"] not in self.lines:
+                        new.append(entry)
                     self.lines[entry["seq"]] = entry
+        if self.profiles is not None:
+            self._read_profiles(new)
+
+    def _read_profiles(self, entries):
+        for e in entries:
+            m = EXEC_NAME.search(e.get("name") or "")
+            if e.get("verb") != "create" or e.get("status") != 201 or not m:
+                continue
+            s, body = self.call("GET", f"/api/v1/namespaces/{self.ns}/pods/{e['name']}?{FAULT_MARK}", auth=True)
+            if s == 200:
+                labels = json.loads(body).get("metadata", {}).get("labels", {})
+                self.profiles[int(m.group(1))] = int(labels.get(PROFILE_LABEL, 0))
 
     def log(self):
         self.fetch_log()
@@ -345,7 +366,29 @@ def state_dir(workdir):
     return workdir
 
 
+def target_changes(sc):
+    """The scenario's target changes as [(at_ms, {profile: target})], each with the targets of
+    every profile that has one by then (a target event without "profile" is profile 0's);
+    the first at 0 ms (profile 0's target 0 unless the scenario sets one then)."""
+    by_time = {}
+    for e in sc.get("events", []):
+        if "target" in e:
+            by_time.setdefault(e.get("at_ms", 0), []).append(e)
+    current, out = {0: 0}, []
+    for at in sorted(set(by_time) | {0}):
+        for e in by_time.get(at, []):
+            p = int(e.get("profile", 0))
+            if p != 0 and str(p) not in sc.get("profiles", {}):
+                raise ValueError(f"{sc.get('name')}: a target for profile {p}, not under \"profiles\"")
+            current[p] = e["target"]
+        out.append((at, dict(current)))
+    return out
+
+
 def podalloc_cmd(args, sc, sim, workdir, target):
+    """`podalloc run` for the scenario with `target`: a number (profile 0's) or
+    {profile: target} (resource profiles other than 0 as --profile-target P=N)."""
+    targets = target if isinstance(target, dict) else {0: target}
     ms = lambda v: f"{int(v)}ms"
     cmd = [args.podalloc, "--kubeconfig", str(sim.kubeconfig), "--app-id", APP, "-n", sim.ns,
            "--image", sc.get("image", "spark:peer"), "--driver-pod", DRIVER,
@@ -365,26 +408,27 @@ def podalloc_cmd(args, sc, sim, workdir, target):
     # new --target the store's (without it --target only seeds a store that has none), and
     # the loop ticks every batch delay at rest too (--idle-interval), as the Spark side polls
     # at a fixed pace whether or not anything is in flight.
-    cmd += ["run", "--target", str(target), "--force-target",
+    cmd += ["run", "--target", str(targets.get(0, 0)), "--force-target",
             "--idle-interval", ms(sc.get("batch_delay_ms", 1000))]
+    for p, n in sorted(targets.items()):
+        if p != 0:
+            cmd += ["--profile-target", f"{p}={n}"]
     return cmd
 
 
 def run_podalloc(args, sc, sim, workdir, t_start):
-    targets = sorted((e for e in sc.get("events", []) if "target" in e), key=lambda e: e.get("at_ms", 0))
-    if not targets or targets[0].get("at_ms", 0) != 0:
-        targets.insert(0, {"at_ms": 0, "target": 0})
+    targets = target_changes(sc)
     log = open(workdir / "podalloc.log", "w")
     t0 = time.monotonic()
     mark_t0(sim)
     stop = threading.Event()
     drive_faults(sim, sc.get("events", []), t0, stop)
     try:
-        for i, ev in enumerate(targets):
-            at = t0 + ev.get("at_ms", 0) / 1000.0
-            end = t0 + (targets[i + 1]["at_ms"] if i + 1 < len(targets) else sc.get("duration_ms", 20000)) / 1000.0
+        for i, (at_ms, target) in enumerate(targets):
+            at = t0 + at_ms / 1000.0
+            end = t0 + (targets[i + 1][0] if i + 1 < len(targets) else sc.get("duration_ms", 20000)) / 1000.0
             time.sleep(max(0.0, at - time.monotonic()))
-            proc = subprocess.Popen(podalloc_cmd(args, sc, sim, workdir, ev["target"]), stdout=log, stderr=log)
+            proc = subprocess.Popen(podalloc_cmd(args, sc, sim, workdir, target), stdout=log, stderr=log)
             time.sleep(max(0.0, end - time.monotonic()))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -465,10 +509,19 @@ def without_resent_deletes(ds):
     return out
 
 
-def compare(sc, spark, pa):
-    """Differences between the two decision lists, as {kind: description}."""
+def compare(sc, spark, pa, profiles=None):
+    """Differences between the two decision lists, as {kind: description}; `profiles`: each
+    side's {executor id: resource profile} (scenarios with "profiles")."""
     spark, pa = without_resent_deletes(spark), without_resent_deletes(pa)
     diffs = {}
+    if sc.get("profiles"):
+        sp, pp = profiles or ({}, {})
+        both = [i for d in spark if d[1] == "create" for i in d[2]
+                if i in {j for e in pa if e[1] == "create" for j in e[2]}]
+        wrong = {i: (sp.get(i), pp.get(i)) for i in both if sp.get(i) != pp.get(i)}
+        if wrong:
+            diffs["profiles"] = "executor: spark's profile / podalloc's " + ", ".join(
+                f"{i}: {a} / {b}" for i, (a, b) in wrong.items())
     window = sc.get("batch_delay_ms", 1000)
     end = sc.get("duration_ms", 20000)
     for op in ("create", "delete"):
@@ -505,7 +558,9 @@ def run_side(args, sc, side, d, started, result, server=None):
     """One side on its own fresh simulator (or `server`, its namespace on a real control
     plane); `started` is set once its allocator runs."""
     try:
-        sim = server or Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d)
+        sim = server or Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d, bool(sc.get("profiles")))
+        if sc.get("profiles") and getattr(sim, "profiles", None) is None:
+            raise RuntimeError("several resource profiles are played on the simulator only")
         try:
             sim.seed_driver(APP, DRIVER)
             if side == "spark":
@@ -523,6 +578,8 @@ def run_side(args, sc, side, d, started, result, server=None):
         ds = decisions(log, t0_of(log), sim.ns)
         (d / "decisions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ds))
         result["decisions"], result["stats"] = ds, stats
+        result["profiles"] = getattr(sim, "profiles", None) or {}
+        (d / "profiles.json").write_text(json.dumps(result["profiles"], sort_keys=True) + "\n")
     except Exception as e:  # reported by run_scenario
         result["error"] = e
     finally:
@@ -590,7 +647,8 @@ def run_scenario(args, path, outdir):
     for side in ("spark", "podalloc"):
         if "error" in results[side]:
             raise RuntimeError(f"{side} side: {results[side]['error']}")
-    diffs = compare(sc, results["spark"]["decisions"], results["podalloc"]["decisions"])
+    diffs = compare(sc, results["spark"]["decisions"], results["podalloc"]["decisions"],
+                    (results["spark"]["profiles"], results["podalloc"]["profiles"]))
     explained = dict(sc.get("explained", {}))
     if getattr(args, "real", None):
         explained.update(sc.get("explained_real", {}))
@@ -599,7 +657,8 @@ def run_scenario(args, path, outdir):
             "unexplained": unexplained,
             "explained_not_seen": sorted(k for k in explained if k not in diffs),
             "spark": (results["spark"]["decisions"], results["spark"]["stats"]),
-            "podalloc": (results["podalloc"]["decisions"], results["podalloc"]["stats"])}
+            "podalloc": (results["podalloc"]["decisions"], results["podalloc"]["stats"]),
+            "profiles": (results["spark"]["profiles"], results["podalloc"]["profiles"])}
 
 
 def recompare(path, outdir):
@@ -607,16 +666,24 @@ def recompare(path, outdir):
     load = lambda side: [tuple(json.loads(l)) for l in
                          (outdir / sc["name"] / side / "decisions.jsonl").read_text().splitlines()]
     spark, pa = load("spark"), load("podalloc")
-    diffs = compare(sc, spark, pa)
+    prof = lambda side: ({int(k): v for k, v in json.loads(p.read_text()).items()}
+                         if (p := outdir / sc["name"] / side / "profiles.json").exists() else {})
+    profiles = (prof("spark"), prof("podalloc"))
+    diffs = compare(sc, spark, pa, profiles)
     explained = sc.get("explained", {})
     return {"name": sc["name"], "spark_version": "(recompared)", "diffs": diffs,
             "unexplained": {k: v for k, v in diffs.items() if k not in explained},
             "explained_not_seen": sorted(k for k in explained if k not in diffs),
-            "spark": (spark, {}), "podalloc": (pa, {})}
+            "spark": (spark, {}), "podalloc": (pa, {}), "profiles": profiles}
 
 
-def fmt(ds):
-    return " ".join(f"{d[1][0]}{','.join(map(str, d[2]))}@{int(d[0])}" for d in ds) or "-"
+def fmt(ds, profiles=None):
+    """c1,2@120 (created 1 and 2 at 120 ms); with profiles c1,2/1@120 (of profile 1)."""
+    def one(d):
+        ps = sorted({profiles.get(i) for i in d[2]}, key=str) if profiles else []
+        tag = "/" + ",".join(map(str, ps)) if ps and ps != [0] else ""
+        return f"{d[1][0]}{','.join(map(str, d[2]))}{tag}@{int(d[0])}"
+    return " ".join(one(d) for d in ds) or "-"
 
 
 def main():
@@ -694,8 +761,8 @@ def main():
             for k in r["explained_not_seen"]:
                 print(f"     (explained difference {k} not seen this run)")
             if a.verbose or r["unexplained"]:
-                print(f"     spark:    {fmt(r['spark'][0])}")
-                print(f"     podalloc: {fmt(r['podalloc'][0])}")
+                print(f"     spark:    {fmt(r['spark'][0], r['profiles'][0])}")
+                print(f"     podalloc: {fmt(r['podalloc'][0], r['profiles'][1])}")
             sys.stdout.flush()
     if a.real:
         a.real.stop()

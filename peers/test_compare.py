@@ -81,6 +81,49 @@ class Compare(unittest.TestCase):
         self.assertEqual(compare.lag_ms([(1500, "create", [1])], [(200, "create", [1])]), 1300)
 
 
+class Profiles(unittest.TestCase):
+    """Scenarios with several resource profiles ("profiles", target events with "profile")."""
+
+    SC = {"name": "m", "batch_delay_ms": 1000, "profiles": {"1": {"cores": 2}},
+          "events": [{"at_ms": 0, "target": 3}, {"at_ms": 0, "profile": 1, "target": 4},
+                     {"at_ms": 0, "hold": [6]}, {"at_ms": 3000, "target": 5},
+                     {"at_ms": 6000, "profile": 1, "target": 2}]}
+
+    def test_target_changes_carry_every_profile(self):
+        self.assertEqual(compare.target_changes(self.SC),
+                         [(0, {0: 3, 1: 4}), (3000, {0: 5, 1: 4}), (6000, {0: 5, 1: 2})])
+        late = {"profiles": {"1": {}}, "events": [{"at_ms": 2000, "profile": 1, "target": 2}]}
+        self.assertEqual(compare.target_changes(late), [(0, {0: 0}), (2000, {0: 0, 1: 2})])
+        with self.assertRaises(ValueError):
+            compare.target_changes({"events": [{"at_ms": 0, "profile": 2, "target": 1}]})
+
+    def test_podalloc_gets_profile_targets(self):
+        class A:
+            podalloc = "podalloc"
+        class S:
+            kubeconfig, ns = "kc", "default"
+        import pathlib
+        cmd = compare.podalloc_cmd(A, self.SC, S, pathlib.Path("/nonexistent"), {0: 5, 1: 2})
+        run = cmd[cmd.index("run"):]
+        self.assertEqual(run[:4], ["run", "--target", "5", "--force-target"])
+        self.assertEqual(run[run.index("--profile-target") + 1], "1=2")
+        single = compare.podalloc_cmd(A, {}, S, pathlib.Path("/nonexistent"), 4)
+        self.assertNotIn("--profile-target", single)
+        self.assertEqual(single[single.index("--target") + 1], "4")
+        sd = compare.state_dir(pathlib.Path("/nonexistent"))
+        if sd != pathlib.Path("/nonexistent"):
+            sd.rmdir()
+
+    def test_an_executor_of_another_profile_is_a_difference(self):
+        spark = [(300, "create", [1], 201), (320, "create", [2], 201)]
+        pa = [(5, "create", [1], 201), (6, "create", [2], 201)]
+        self.assertEqual(compare.compare(self.SC, spark, pa, ({1: 0, 2: 1}, {1: 0, 2: 1})), {})
+        d = compare.compare(self.SC, spark, pa, ({1: 0, 2: 1}, {1: 0, 2: 0}))
+        self.assertEqual(list(d), ["profiles"])
+        self.assertIn("2: 1 / 0", d["profiles"])
+        self.assertEqual(compare.fmt(spark, {1: 0, 2: 1}), "c1@300 c2/1@320")
+
+
 class RealAudit(unittest.TestCase):
     """The real control plane's audit log read as the simulator's request log (peers/real.py)."""
 

@@ -24,6 +24,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
@@ -35,8 +36,10 @@ import java.util.regex.Pattern;
 import org.apache.spark.SecurityManager;
 import org.apache.spark.SecurityManager$;
 import org.apache.spark.SparkConf;
+import org.apache.spark.resource.ExecutorResourceRequests;
 import org.apache.spark.resource.ResourceProfile;
 import org.apache.spark.resource.ResourceProfile$;
+import org.apache.spark.resource.ResourceProfileBuilder;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodState;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsAllocator;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsLifecycleManager;
@@ -63,8 +66,12 @@ import scala.runtime.BoxedUnit;
  * in a driver), and a stand-in scheduler backend that reports as registered every executor
  * whose pod is Running in the latest snapshot.
  *
- * <p>It plays the scenario's target changes ({@code {"at_ms": T, "target": N}}) against the
- * allocator and writes every request the allocator (and the lifecycle manager) makes that
+ * <p>It plays the scenario's target changes ({@code {"at_ms": T, "target": N}}, with {@code
+ * "profile": P} for resource profile P's; the profiles other than the default one, 0, are
+ * declared under {@code "profiles": {"1": {"cores": 2, "memory": "512m"}}} and built with
+ * Spark's {@link ResourceProfileBuilder}, so they get ids 1, 2, ... as in a driver) against the
+ * allocator, each time with the targets of every profile that has one (as a driver's {@code
+ * ExecutorAllocationManager} does), and writes every request the allocator (and the lifecycle manager) makes that
  * changes the cluster, as JSON lines: {@code {"ms", "op": "create"|"delete", "ids", "name",
  * "status"}}. Fault events of the scenario are driven from outside (peers/compare.py).
  *
@@ -201,7 +208,7 @@ public final class SparkPeer {
     when(backend.getExecutorsWithRegistrationTs())
         .thenAnswer(inv -> scala.collection.immutable.Map$.MODULE$.empty());
 
-    ResourceProfile rp = ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf);
+    Map<Integer, ResourceProfile> profiles = profiles(conf, sc);
     SecurityManager sec =
         new SecurityManager(
             conf,
@@ -217,9 +224,16 @@ public final class SparkPeer {
     ExecutorPodsWatchSnapshotSource watch =
         sc.path("watch").asBoolean(false) ? new ExecutorPodsWatchSnapshotSource(store, client, conf) : null;
 
-    List<JsonNode> targets = new ArrayList<>();
-    sc.path("events").forEach(e -> { if (e.has("target")) targets.add(e); });
-    targets.sort((x, y) -> Long.compare(x.path("at_ms").asLong(), y.path("at_ms").asLong()));
+    // The target changes, grouped by time: the targets of every profile after each.
+    TreeMap<Long, List<JsonNode>> changes = new TreeMap<>();
+    sc.path("events")
+        .forEach(
+            e -> {
+              if (e.has("target")) {
+                changes.computeIfAbsent(e.path("at_ms").asLong(), k -> new ArrayList<>()).add(e);
+              }
+            });
+    Map<Integer, Integer> current = new TreeMap<>();
     long duration = sc.path("duration_ms").asLong(20000);
 
     // The driver's order (KubernetesClusterSchedulerBackend.start): the lifecycle manager,
@@ -228,19 +242,18 @@ public final class SparkPeer {
     event("start", Map.of("spark", org.apache.spark.package$.MODULE$.SPARK_VERSION()));
     lifecycle.start(backend);
     alloc.start(app, backend);
-    int i = 0;
-    if (!targets.isEmpty() && targets.get(0).path("at_ms").asLong() == 0) {
-      setTarget(alloc, rp, targets.get(0).get("target").asInt());
-      i = 1;
-    } else {
-      setTarget(alloc, rp, 0);
-    }
+    current.put(0, 0);
+    if (changes.containsKey(0L)) apply(current, changes.remove(0L), profiles);
+    setTargets(alloc, profiles, current);
     if (watch != null) watch.start(app);
     polling.start(app);
-    if (sc.has("target_file")) watchTargetFile(Path.of(sc.get("target_file").asText()), alloc, rp);
-    for (; i < targets.size(); i++) {
-      sleepUntil(targets.get(i).path("at_ms").asLong());
-      setTarget(alloc, rp, targets.get(i).get("target").asInt());
+    if (sc.has("target_file")) {
+      watchTargetFile(Path.of(sc.get("target_file").asText()), alloc, profiles, current);
+    }
+    for (Map.Entry<Long, List<JsonNode>> c : changes.entrySet()) {
+      sleepUntil(c.getKey());
+      apply(current, c.getValue(), profiles);
+      setTargets(alloc, profiles, current);
     }
     sleepUntil(duration);
     event("end", Map.of());
@@ -268,8 +281,53 @@ public final class SparkPeer {
     throw new IllegalStateException("no known ExecutorPodsLifecycleManager constructor");
   }
 
+  /**
+   * The default profile (id 0) and the scenario's other profiles, built in id order as a driver
+   * builds them ({@code ResourceProfileBuilder.build} takes the next id of the JVM's counter,
+   * after the default profile's 0).
+   */
+  private static Map<Integer, ResourceProfile> profiles(SparkConf conf, JsonNode sc) {
+    Map<Integer, ResourceProfile> out = new TreeMap<>();
+    out.put(0, ResourceProfile$.MODULE$.getOrCreateDefaultProfile(conf));
+    TreeMap<Integer, JsonNode> wanted = new TreeMap<>();
+    sc.path("profiles").fields().forEachRemaining(e -> wanted.put(Integer.parseInt(e.getKey()), e.getValue()));
+    for (Map.Entry<Integer, JsonNode> e : wanted.entrySet()) {
+      JsonNode p = e.getValue();
+      ResourceProfile rp =
+          new ResourceProfileBuilder()
+              .require(
+                  new ExecutorResourceRequests()
+                      .cores(p.path("cores").asInt(1))
+                      .memory(p.path("memory").asText("256m")))
+              .build();
+      if (rp.id() != e.getKey()) {
+        throw new IllegalStateException(
+            "profile " + e.getKey() + " was built with id " + rp.id()
+                + ": declare profiles 1, 2, ... without gaps");
+      }
+      out.put(rp.id(), rp);
+    }
+    return out;
+  }
+
+  /** The target changes of one instant applied to the targets by profile. */
+  private static void apply(
+      Map<Integer, Integer> current, List<JsonNode> evs, Map<Integer, ResourceProfile> profiles) {
+    for (JsonNode e : evs) {
+      int p = e.path("profile").asInt(0);
+      if (!profiles.containsKey(p)) {
+        throw new IllegalArgumentException("a target for profile " + p + ", not under \"profiles\"");
+      }
+      current.put(p, e.get("target").asInt());
+    }
+  }
+
   /** A target written to this file (a number) is set when the file appears or changes. */
-  private static void watchTargetFile(Path f, ExecutorPodsAllocator alloc, ResourceProfile rp) {
+  private static void watchTargetFile(
+      Path f,
+      ExecutorPodsAllocator alloc,
+      Map<Integer, ResourceProfile> profiles,
+      Map<Integer, Integer> current) {
     Thread t =
         new Thread(
             () -> {
@@ -280,7 +338,8 @@ public final class SparkPeer {
                     String v = Files.readString(f).trim();
                     if (!v.isEmpty() && !v.equals(last)) {
                       last = v;
-                      setTarget(alloc, rp, Integer.parseInt(v));
+                      current.put(0, Integer.parseInt(v));
+                      setTargets(alloc, profiles, current);
                     }
                   }
                   Thread.sleep(50);
@@ -294,9 +353,20 @@ public final class SparkPeer {
     t.start();
   }
 
-  private static void setTarget(ExecutorPodsAllocator alloc, ResourceProfile rp, int n) {
-    event("target", Map.of("target", n));
-    alloc.setTotalExpectedExecutors(new scala.collection.immutable.Map.Map1<>(rp, (Object) n));
+  /** Every profile's target at once, as a driver's ExecutorAllocationManager sets them. */
+  private static synchronized void setTargets(
+      ExecutorPodsAllocator alloc,
+      Map<Integer, ResourceProfile> profiles,
+      Map<Integer, Integer> current) {
+    scala.collection.immutable.Map<ResourceProfile, Object> m =
+        scala.collection.immutable.Map$.MODULE$.empty();
+    Map<String, Integer> logged = new TreeMap<>();
+    for (Map.Entry<Integer, Integer> e : current.entrySet()) {
+      m = m.updated(profiles.get(e.getKey()), (Object) e.getValue());
+      logged.put(e.getKey().toString(), e.getValue());
+    }
+    event("target", Map.of("target", current.get(0), "targets", logged));
+    alloc.setTotalExpectedExecutors(m);
   }
 
   /** Logs the requests that change the cluster, with the executor ids they name. */

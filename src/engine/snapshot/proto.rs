@@ -216,10 +216,20 @@ fn pick<'a, const N: usize, K: super::Keys<N>>(
     Ok(key)
 }
 
+/// The message `T` of `buf`: each field (its number and value) goes to `field`, which
+/// skips the numbers it does not read ([`each`] still checks them).
+fn message<'a, T: Default>(
+    buf: &'a [u8],
+    mut field: impl FnMut(&mut T, u64, Field<'a>) -> Result<(), String>,
+) -> Result<T, String> {
+    let mut t = T::default();
+    each(buf, |num, v| field(&mut t, num, v))?;
+    Ok(t)
+}
+
 /// A `v1.PodSpec`: containers 2, nodeName 10, initContainers 20, schedulingGates 38.
 fn spec(buf: &[u8]) -> Result<RawSpec<'_>, String> {
-    let mut s = RawSpec::default();
-    each(buf, |num, v| {
+    message(buf, |s: &mut RawSpec<'_>, num, v| {
         match num {
             2 => push(&mut s.containers, v, container, "containers")?,
             10 => s.node_name = string(v, "spec.nodeName")?,
@@ -233,29 +243,25 @@ fn spec(buf: &[u8]) -> Result<RawSpec<'_>, String> {
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(s)
+    })
 }
 
 /// A `v1.Container`: name 1, restartPolicy 24.
 fn container(buf: &[u8]) -> Result<RawContainer<'_>, String> {
-    let mut c = RawContainer::default();
-    each(buf, |num, v| {
+    message(buf, |c: &mut RawContainer<'_>, num, v| {
         match num {
             1 => c.name = string(v, "container name")?,
             24 => c.restart_policy = string(v, "container restartPolicy")?,
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(c)
+    })
 }
 
 /// A `v1.PodStatus`: phase 1, conditions 2, reason 4, containerStatuses 8,
 /// initContainerStatuses 10.
 fn status(buf: &[u8]) -> Result<RawStatus<'_>, String> {
-    let mut s = RawStatus::default();
-    each(buf, |num, v| {
+    message(buf, |s: &mut RawStatus<'_>, num, v| {
         match num {
             1 => s.phase = string(v, "status.phase")?,
             2 => push(&mut s.conditions, v, condition, "conditions")?,
@@ -275,14 +281,12 @@ fn status(buf: &[u8]) -> Result<RawStatus<'_>, String> {
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(s)
+    })
 }
 
 /// A `v1.PodCondition`: type 1, status 2, reason 5.
 fn condition(buf: &[u8]) -> Result<RawCondition<'_>, String> {
-    let mut c = RawCondition::default();
-    each(buf, |num, v| {
+    message(buf, |c: &mut RawCondition<'_>, num, v| {
         match num {
             1 => c.kind = string(v, "condition type")?,
             2 => c.status = string(v, "condition status")?,
@@ -290,14 +294,12 @@ fn condition(buf: &[u8]) -> Result<RawCondition<'_>, String> {
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(c)
+    })
 }
 
 /// A `v1.ContainerStatus`: name 1, state 2, restartCount 5 (int32), image 6.
 fn container_status(buf: &[u8]) -> Result<RawContainerStatus<'_>, String> {
-    let mut c = RawContainerStatus::default();
-    each(buf, |num, v| {
+    message(buf, |c: &mut RawContainerStatus<'_>, num, v| {
         match num {
             1 => c.name = string(v, "container status name")?,
             2 => c.state = Some(container_state(bytes(v, "container state")?)?),
@@ -306,15 +308,13 @@ fn container_status(buf: &[u8]) -> Result<RawContainerStatus<'_>, String> {
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(c)
+    })
 }
 
 /// A `v1.ContainerState`: waiting 1 {reason 1}, running 2, terminated 3 {exitCode 1 (int32),
 /// reason 3}; only the one set is on the wire.
 fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
-    let mut s = RawContainerState::default();
-    each(buf, |num, v| {
+    message(buf, |s: &mut RawContainerState<'_>, num, v| {
         match num {
             1 => {
                 let mut w = RawReason::default();
@@ -345,8 +345,7 @@ fn container_state(buf: &[u8]) -> Result<RawContainerState<'_>, String> {
             _ => {}
         }
         Ok(())
-    })?;
-    Ok(s)
+    })
 }
 
 impl<R: Read> Stream<R> {

@@ -497,17 +497,11 @@ fn lookup(
     })
 }
 
-/// An executor pod's reference ([`lookup`]); a pod whose uid the tick does not know is read
-/// from the API (one GET).
-fn executor_ref(
-    client: &KubeClient,
-    snapshot: &Snapshot,
-    plan: &Plan,
-    created: &BTreeMap<u64, String>,
-    id: u64,
-) -> Option<ObjectRef> {
+/// The executor pod's reference a [`lookup`] found: as known, or, for a pod whose uid the
+/// tick does not know, read from the API (one GET).
+fn executor_ref(client: &KubeClient, found: Lookup) -> Option<ObjectRef> {
     let ns = client.namespace();
-    match lookup(ns, snapshot, plan, created, id)? {
+    match found {
         Lookup::Known(r) => Some(r),
         Lookup::Read(name) => {
             let uid = client.api(&PODS).get(&name).ok()??["metadata"]["uid"]
@@ -587,10 +581,13 @@ pub(crate) fn record_tick(
     for (id, kind, reason, message) in evs {
         let involved = match (&driver, id) {
             (Some(d), _) => d.clone(),
-            (None, Some(id)) => match executor_ref(client, snapshot, plan, done.uids, id) {
-                Some(r) => r,
-                None => continue,
-            },
+            (None, Some(id)) => {
+                let found = lookup(client.namespace(), snapshot, plan, done.uids, id);
+                let Some(r) = found.and_then(|f| executor_ref(client, f)) else {
+                    continue;
+                };
+                r
+            }
             (None, None) => continue,
         };
         let bucket = (driver.is_none() && kind == "Normal")

@@ -22,6 +22,7 @@ mod failures;
 mod faults;
 mod fixtures;
 mod fuzz;
+mod holder;
 mod home;
 mod hostile;
 #[cfg(unix)]

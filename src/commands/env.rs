@@ -168,8 +168,12 @@ pub(super) enum StoreAt {
 /// process into the lock file; the ConfigMap store respects a running loop's holder record,
 /// and with `loop_interval` (a loop's heartbeat and its runner) writes and renews this
 /// process's own, stale after 3 × max(interval, 10 s), and gives it up if the runner stops
-/// at once ([`Control::on_stop`]). The store is bound to the owner's cluster (file store),
-/// namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by another loop.
+/// at once ([`Control::on_stop`]); the ExecutorSet store respects a running loop's holder
+/// record (asking it whether it lives, `crate::store::liveness`; the steering commands
+/// `scale`, `add` and `remove` do not ask), and with `loop_interval` writes this process's
+/// own once, when the loop claims the home. The store is bound to the owner's cluster (file
+/// store), namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by
+/// another loop.
 pub(super) fn open_store<'a>(
     client: &'a KubeClient,
     at: &StoreAt,
@@ -178,6 +182,7 @@ pub(super) fn open_store<'a>(
     loop_interval: Option<(Duration, &Control)>,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
     let holder = Holder::current(command);
+    let steering = matches!(command, "scale" | "add" | "remove");
     let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
         StoreAt::File(path) => (
             Box::new(LockedStore::lock_as(path, &holder, &services.swept)?),
@@ -198,6 +203,10 @@ pub(super) fn open_store<'a>(
         StoreAt::ExecutorSet(name) => {
             let events = services.events.enabled();
             let es = ExecutorSetStore::new(client, name, &owner.app_id, events);
+            let es = match loop_interval {
+                Some((interval, _)) => es.holding(holder, interval),
+                None => es.once(!steering),
+            };
             (Box::new(es), false)
         }
     };
@@ -342,8 +351,9 @@ impl Env {
     }
 
     /// The loop that owns the app now, read without taking anything (for `status`): the
-    /// holder of the state file's lock, or a fresh holder record of the state ConfigMap
-    /// (with its age); `None` when no loop owns it. Errors: the ConfigMap read's (exit 1).
+    /// holder of the state file's lock, a fresh holder record of the state ConfigMap (with
+    /// its age), or the ExecutorSet's holder record when it looks live (not asked); `None`
+    /// when no loop owns it. Errors: the read's (exit 1).
     pub(super) fn owner(&self) -> Result<Option<String>> {
         Ok(match &self.store_kind {
             StateStoreKind::File => {
@@ -354,8 +364,11 @@ impl Env {
                     .map_err(store_error)?
                     .map(|(h, age)| format!("{h} (renewed {age}s ago)"))
             }
-            // Replicas of an ExecutorSet's controller coordinate through the Lease.
-            StateStoreKind::ExecutorSet(_) => None,
+            StateStoreKind::ExecutorSet(name) => {
+                crate::store::executorset::holder(&self.client, name, &self.app.app_id)
+                    .map_err(store_error)?
+                    .map(|h| h.to_string())
+            }
         })
     }
 

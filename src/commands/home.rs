@@ -131,9 +131,10 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
     let profile = |es: &serde_json::Value| es["spec"]["resourceProfile"].as_u64().unwrap_or(0);
     for es in sets.iter().filter(|es| profile(es) == 0) {
         let name = es["metadata"]["name"].as_str().unwrap_or_default();
+        let owner = crate::store::executorset::holder_of(es).map(|h| h.to_string());
         found
             .homes
-            .push((Home::ExecutorSet(name.to_string()), None));
+            .push((Home::ExecutorSet(name.to_string()), owner));
     }
     let cms = list(&CONFIG_MAPS, true, "configmaps")?;
     for cm in &cms {

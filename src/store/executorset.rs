@@ -35,6 +35,15 @@
 //!   `spec.replicas`, `spec.template` and `spec.removals` are P's
 //!   ([`StateStore::home_profiles`], [`StateStore::requests`]) and whose status shows P's
 //!   counts, so each profile has its own `/scale`.
+//! - **Who acts**: a `run` loop without `--leader-elect` ([`ExecutorSetStore::holding`])
+//!   writes its holder record into `status.holder` once, when it claims the home, and never
+//!   renews it; another loop that finds a live-looking holder there asks it whether it lives
+//!   (`status.ping`, answered by the holder's next read of its home with `status.pong`:
+//!   `crate::store::liveness`) and waits as a standby while it answers, taking the home over
+//!   (a conditional status write of its own record) when it does not answer within the
+//!   holder's deadline; a one-shot `reconcile` beside a live holder exits 3. A ping is a
+//!   status field, written through `/status` like everything the controller writes, so it
+//!   is neither intent (no generation bump) nor a write of people's spec or annotations.
 //! - **Instant, still polling**: [`StateStore::intent_changed`] is one list by label (and a
 //!   GET of a home without the label), compared by `metadata.generation` (every `spec`
 //!   change bumps it), which a loop at rest makes every `--interval`.
@@ -49,7 +58,8 @@ use crate::engine::alloc::{AllocatorState, Blocked, ProfileSummary, SteerOp, Ste
 use crate::engine::podspec::PodTemplate;
 use crate::engine::snapshot::{LABEL_APP, LABEL_PROFILE, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::kube::{Api, KubeClient, KubeError, ListParams, PostParams, EVENTS, EXECUTOR_SETS};
-use crate::store::file::{parse, HomeProfile, StateStore, StoreError};
+use crate::store::file::{parse, Holder, HomeProfile, StateStore, StoreError};
+use crate::store::liveness::{self, Asker, Found, Next, Ping, Seen};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -82,6 +92,18 @@ struct Observed {
     profiles: BTreeMap<u32, ProfileSummary>,
 }
 
+/// How a store treats the holder record (`status.holder`).
+enum Mode {
+    /// Read-only commands and the steering writes: the record is ignored.
+    Read,
+    /// One-shot commands (and `run --leader-elect`, whose Lease says who acts): a live holder
+    /// is an error; `ping`: it is asked (and waited for) first.
+    Once { ping: bool },
+    /// A `run` loop: a live holder of someone else makes it a standby; its own record is
+    /// written once, when it claims the home.
+    Loop(Holder),
+}
+
 /// A state store in ExecutorSet `name` of the client's namespace (see the module doc).
 pub(crate) struct ExecutorSetStore<'a> {
     sets: Api<'a>,
@@ -106,6 +128,11 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// By profile, the unusable `spec.template` last reported (once per change) and the
     /// `Blocked` condition's message about it.
     refused_templates: RefCell<BTreeMap<u32, (Value, String)>>,
+    mode: Mode,
+    /// A loop's question to another holder, between its claims.
+    asker: Asker,
+    /// What this tick's [`StateStore::claim`] loaded: the tick's load returns it.
+    claimed: Option<Option<AllocatorState>>,
 }
 
 impl<'a> ExecutorSetStore<'a> {
@@ -130,6 +157,175 @@ impl<'a> ExecutorSetStore<'a> {
             clamp_said: BTreeMap::new(),
             good_templates: RefCell::default(),
             refused_templates: RefCell::default(),
+            mode: Mode::Read,
+            asker: Asker::default(),
+            claimed: None,
+        }
+    }
+
+    /// For a `run` loop reading its home every `interval`: writes `holder` into
+    /// `status.holder` once, when it claims the home, with its answer deadline (3 ×
+    /// `interval` + 2 s), and answers the pings it finds.
+    pub(crate) fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
+        holder.answer_within_ms = Some(liveness::answer_within_ms(interval));
+        self.mode = Mode::Loop(holder);
+        self
+    }
+
+    /// For a one-shot command: a live holder stops it (exit 3); `ping`: asked first.
+    pub(crate) fn once(mut self, ping: bool) -> Self {
+        self.mode = Mode::Once { ping };
+        self
+    }
+
+    /// [`StoreError::Owned`] naming live holder `who`.
+    fn owned(&self, who: &str) -> StoreError {
+        StoreError::Owned(format!(
+            "{} is owned by a running loop: {who}; this command did nothing (exit 3): stop \
+             that loop first",
+            self.what()
+        ))
+    }
+
+    /// The home `es` with status fields `set` (`None`: removed) written through `/status`
+    /// with its `resourceVersion`: the object as stored, `None` after a 409. Errors: the
+    /// API's.
+    fn put_fields(
+        &self,
+        es: &Value,
+        set: &[(&str, Option<Value>)],
+    ) -> Result<Option<Value>, StoreError> {
+        let mut es = es.clone();
+        if !es["status"].is_object() {
+            es["status"] = json!({});
+        }
+        let status = es["status"].as_object_mut().expect("an object");
+        for (k, v) in set {
+            match v {
+                Some(v) => status.insert((*k).to_string(), v.clone()),
+                None => status.remove(*k),
+            };
+        }
+        match self.sets.replace_status(&self.name, &es) {
+            Ok(stored) => Ok(Some(stored)),
+            Err(e) if e.status_code() == Some(409) => Ok(None),
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    /// Settles who holds the loaded home before this command uses it (see the module doc);
+    /// the home as it stands after this command's own writes (a ping, a pong, its claim) is
+    /// left in `loaded`. Errors: [`StoreError::Owned`] naming a live holder; the API's.
+    fn settle(&mut self) -> Result<(), StoreError> {
+        let Some(es) = self.loaded.clone() else {
+            return Ok(());
+        };
+        let what = self.what();
+        let seen = seen_of(&es);
+        let (ping, mine) = match &self.mode {
+            Mode::Read => return Ok(()),
+            Mode::Once { ping } => (*ping, None),
+            Mode::Loop(h) => (true, Some(h.clone())),
+        };
+        let theirs = match liveness::judge(seen.holder.as_deref(), mine.as_ref(), &what) {
+            Found::Ours => {
+                let due = liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref());
+                if let Some(nonce) = due {
+                    log::debug!("{what}: answering ping {nonce}");
+                    if let Some(stored) = self.put_fields(&es, &[("pong", Some(json!(nonce)))])? {
+                        self.loaded = Some(stored);
+                    }
+                }
+                return Ok(());
+            }
+            Found::Free(why) => {
+                if let Some(why) = why {
+                    log::warn!("{what}: taking over from {why}");
+                }
+                return self.take(&es);
+            }
+            Found::Renewed(h, age) => return Err(self.owned(&format!("{h} (renewed {age}s ago)"))),
+            Found::Other(h) if !ping => return Err(self.owned(&h.to_string())),
+            Found::Other(h) => h,
+        };
+        if mine.is_none() {
+            return self.ask_waiting(es, theirs);
+        }
+        let step = self
+            .asker
+            .next(&theirs, seen.ping.as_ref(), seen.pong.as_deref());
+        match step {
+            Next::Alive(how) | Next::Waiting(how) => Err(self.owned(&format!("{theirs} ({how})"))),
+            Next::Ping(p) => {
+                let v = serde_json::to_value(&p).expect("ping");
+                if self.put_fields(&es, &[("ping", Some(v))])?.is_some() {
+                    self.asker.sent(&p, &theirs);
+                }
+                Err(self.owned(&format!("{theirs} (asked whether it lives)")))
+            }
+            Next::Dead(why) => {
+                log::warn!("{what}: taking over from {why}");
+                self.take(&es)
+            }
+        }
+    }
+
+    /// A one-shot command's question to live-looking holder `theirs` of home `es`, waited
+    /// for; the home as last read or written is left in `loaded`.
+    fn ask_waiting(&mut self, es: Value, theirs: Holder) -> Result<(), StoreError> {
+        let latest = RefCell::new(es);
+        let read = || -> Result<Option<Seen>, StoreError> {
+            Ok(self.read()?.map(|e| {
+                let seen = seen_of(&e);
+                *latest.borrow_mut() = e;
+                seen
+            }))
+        };
+        let ping = |p: &Ping| -> Result<bool, StoreError> {
+            let base = latest.borrow().clone();
+            let v = serde_json::to_value(p).expect("ping");
+            match self.put_fields(&base, &[("ping", Some(v))])? {
+                Some(stored) => {
+                    *latest.borrow_mut() = stored;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        };
+        let verdict = liveness::ask_waiting(theirs, read, ping)?;
+        self.loaded = Some(latest.into_inner());
+        match verdict {
+            Err(alive) => Err(self.owned(&alive)),
+            Ok(why) => {
+                if let Some(why) = why {
+                    log::warn!("{}: taking over from {why}", self.what());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A loop claims home `es` (no live holder on it): writes its record into
+    /// `status.holder`, once, conditionally (a 409: someone else wrote first,
+    /// [`StoreError::Owned`]: read again at the next claim). A one-shot command writes
+    /// nothing here (its status write drops a dead holder's record).
+    fn take(&mut self, es: &Value) -> Result<(), StoreError> {
+        let Mode::Loop(mine) = &self.mode else {
+            return Ok(());
+        };
+        let record = serde_json::to_value(mine).expect("holder");
+        let set = [("holder", Some(record)), ("ping", None), ("pong", None)];
+        match self.put_fields(es, &set)? {
+            Some(stored) => {
+                log::debug!("{}: claimed by this loop", self.what());
+                self.loaded = Some(stored);
+                Ok(())
+            }
+            None => Err(StoreError::Owned(format!(
+                "{} was written by another process while this loop claimed it; reading it \
+                 again",
+                self.what()
+            ))),
         }
     }
 
@@ -338,6 +534,13 @@ impl<'a> ExecutorSetStore<'a> {
         {
             status.as_object_mut().map(|m| m.remove("appliedRemovals"));
         }
+        match &self.mode {
+            Mode::Loop(h) => status["holder"] = serde_json::to_value(h).expect("holder"),
+            Mode::Once { .. } => {
+                status.as_object_mut().map(|m| m.remove("holder"));
+            }
+            Mode::Read => {}
+        }
         status
     }
 
@@ -412,8 +615,21 @@ impl<'a> ExecutorSetStore<'a> {
                         *slot = Some(now);
                         return Ok(());
                     }
-                    if now["status"] != base["status"] {
+                    // A ping written meanwhile (a standby asking whether we live) is no
+                    // rival: made again on the new version, the ping kept.
+                    let without_ping = |s: &Value| {
+                        let mut s = s.clone();
+                        s.as_object_mut().map(|m| m.remove("ping"));
+                        s
+                    };
+                    if without_ping(&now["status"]) != without_ping(&base["status"]) {
                         return Err(self.conflict());
+                    }
+                    match now["status"].get("ping") {
+                        Some(p) => status["ping"] = p.clone(),
+                        None => {
+                            status.as_object_mut().map(|m| m.remove("ping"));
+                        }
                     }
                     *slot = Some(now);
                 }
@@ -826,6 +1042,9 @@ impl StateStore for ExecutorSetStore<'_> {
     /// state back ([`Self::recreate`], [`Self::restore`]), so the loop goes on at its target
     /// and its id counter never goes back.
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
+        if let Some(st) = self.claimed.take() {
+            return Ok(st);
+        }
         let (es, profiles) = self.read_all()?;
         let prev = self.state.take();
         let last = self.loaded.take();
@@ -839,6 +1058,7 @@ impl StateStore for ExecutorSetStore<'_> {
             .and_then(|e| e["metadata"]["generation"].as_i64());
         self.loaded = es;
         self.profiles = profiles;
+        self.settle()?;
         let Some(es) = &self.loaded else {
             return Ok(None);
         };
@@ -866,6 +1086,16 @@ impl StateStore for ExecutorSetStore<'_> {
     fn save(&mut self, state: &AllocatorState) -> Result<(), StoreError> {
         if self.loaded.is_none() {
             let created = self.create(&self.name, 0, state.target)?;
+            // Created meanwhile by another loop that holds it: not ours to write.
+            if let Mode::Loop(mine) = &self.mode {
+                let text = seen_of(&created).holder;
+                if !matches!(
+                    liveness::judge(text.as_deref(), Some(mine), ""),
+                    Found::Ours | Found::Free(_)
+                ) {
+                    return Err(self.conflict());
+                }
+            }
             self.generation = created["metadata"]["generation"].as_i64();
             self.loaded = Some(created);
         }
@@ -873,6 +1103,44 @@ impl StateStore for ExecutorSetStore<'_> {
         self.put_home(status)?;
         self.state = Some(state.clone());
         self.create_profiles(state)
+    }
+
+    /// A loop's claim, before each tick: loads (the tick's load returns that), writing its
+    /// holder record when it claims the home, answering a ping; another live holder:
+    /// [`StoreError::Owned`] (the loop waits as a standby).
+    fn claim(&mut self) -> Result<(), StoreError> {
+        if !matches!(self.mode, Mode::Loop(_)) {
+            return Ok(());
+        }
+        let st = self.load()?;
+        self.claimed = Some(st);
+        Ok(())
+    }
+
+    /// Removes the loop's own holder record (one conditional status write), so the next
+    /// loop starts at once; nothing when the record is not ours.
+    fn release(&mut self) -> Result<(), StoreError> {
+        let Mode::Loop(mine) = &self.mode else {
+            return Ok(());
+        };
+        let mine = mine.clone();
+        for _ in 0..RETRIES {
+            let Some(es) = self.read()? else {
+                return Ok(());
+            };
+            let text = seen_of(&es).holder;
+            if !matches!(
+                liveness::judge(text.as_deref(), Some(&mine), ""),
+                Found::Ours
+            ) {
+                return Ok(());
+            }
+            let set = [("holder", None), ("ping", None), ("pong", None)];
+            if self.put_fields(&es, &set)?.is_some() {
+                return Ok(());
+            }
+        }
+        Err(self.conflict())
     }
 
     /// The removals of the home's spec, then those of each other profile's object.
@@ -939,9 +1207,31 @@ impl StateStore for ExecutorSetStore<'_> {
     }
 
     /// One list (and a get of a home without the label): whether the home or any other
-    /// profile's object appeared, went or changed its `metadata.generation`.
+    /// profile's object appeared, went or changed its `metadata.generation`. A loop answers
+    /// a ping on its home here (one conditional status write), which wakes nothing; a holder
+    /// record not its own wakes it (the tick's claim finds out).
     fn intent_changed(&mut self) -> Result<bool, StoreError> {
-        let (es, profiles) = self.read_all()?;
+        let (mut es, profiles) = self.read_all()?;
+        if let (Some(e), Mode::Loop(mine)) = (&es, &self.mode) {
+            let seen = seen_of(e);
+            match liveness::judge(seen.holder.as_deref(), Some(mine), "") {
+                Found::Ours => {
+                    if let Some(nonce) =
+                        liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref())
+                    {
+                        log::debug!("{}: answering ping {nonce}", self.what());
+                        if let Some(stored) = self.put_fields(e, &[("pong", Some(json!(nonce)))])? {
+                            let same = stored["metadata"]["generation"].as_i64() == self.generation;
+                            if same && self.loaded.is_some() {
+                                self.loaded = Some(stored.clone());
+                            }
+                            es = Some(stored);
+                        }
+                    }
+                }
+                _ => return Ok(true),
+            }
+        }
         let generation = |e: &Value| e["metadata"]["generation"].as_i64();
         let marks = |m: &BTreeMap<u32, Value>| -> Vec<(u32, Option<i64>, Value)> {
             (m.iter())
@@ -959,6 +1249,37 @@ impl StateStore for ExecutorSetStore<'_> {
             || marks(&profiles) != marks(&self.profiles)
             || (was_kept && es.as_ref().is_some_and(wiped)))
     }
+}
+
+/// What home `es` carries about its holder: `status.holder` (as JSON text), `status.ping`,
+/// `status.pong`.
+fn seen_of(es: &Value) -> Seen {
+    let status = &es["status"];
+    Seen {
+        holder: (status["holder"].is_object()).then(|| status["holder"].to_string()),
+        ping: serde_json::from_value(status["ping"].clone()).ok(),
+        pong: status["pong"].as_str().map(str::to_string),
+    }
+}
+
+/// The holder record of ExecutorSet `es` when it looks live (not asked: not of a process
+/// gone from this host), for `status` and the search for the app's home.
+pub(crate) fn holder_of(es: &Value) -> Option<Holder> {
+    match liveness::judge(seen_of(es).holder.as_deref(), None, "ExecutorSet") {
+        Found::Other(h) | Found::Renewed(h, _) => Some(h),
+        Found::Free(_) | Found::Ours => None,
+    }
+}
+
+/// The loop that owns app `app_id` through ExecutorSet `name` now ([`holder_of`]); `None`
+/// when it is missing or holds no live-looking record. Errors: the read's.
+pub(crate) fn holder(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<Option<Holder>, StoreError> {
+    let store = ExecutorSetStore::new(client, name, app_id, false);
+    Ok(store.read()?.as_ref().and_then(holder_of))
 }
 
 /// Hands steering request `req` to the controller of app `app_id` through ExecutorSet

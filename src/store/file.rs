@@ -48,7 +48,8 @@ const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 pub enum StoreError {
     /// Another process holds the lock; the holder's record when it could be read.
     Locked(PathBuf, Option<Box<Holder>>),
-    /// A `run` loop owns the app (ConfigMap store: a fresh holder record); the message names it.
+    /// A `run` loop owns the app (ConfigMap store: a fresh holder record; ExecutorSet store:
+    /// a holder record whose loop answers); the message names it.
     Owned(String),
     /// The state belongs to another cluster, namespace or app (see [`Bound`]); the message
     /// names both.
@@ -694,8 +695,10 @@ impl StateStore for Bound<'_> {
 }
 
 /// Who holds a state: the command, host, process id and since when. Written into the lock
-/// file by the file store and into an annotation by the ConfigMap store, where `renewed_ms`
-/// and `stale_after_s` make it a heartbeat.
+/// file by the file store, into an annotation by the ConfigMap store, where `renewed_ms`
+/// and `stale_after_s` make it a heartbeat, and into `status.holder` by the ExecutorSet
+/// store, once per claim (never renewed: whether it lives is asked on demand,
+/// `crate::store::liveness`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Holder {
     /// The podalloc command (`run`, `reconcile`, …).
@@ -709,13 +712,18 @@ pub struct Holder {
     /// When the holder started, ms since the Unix epoch (to tell two holders apart).
     #[serde(default)]
     pub since_ms: u64,
-    /// When the record was last renewed, ms since the Unix epoch (ConfigMap store only).
+    /// When the record was last renewed, ms since the Unix epoch (ConfigMap store only;
+    /// a record with it and `stale_after_s` but no answer deadline is judged by its age).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewed_ms: Option<u64>,
-    /// A record not renewed for this many seconds is stale and may be taken over
+    /// A renewed record not renewed for this many seconds is stale and may be taken over
     /// (ConfigMap store only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_after_s: Option<u64>,
+    /// How long a process that pings this holder waits for its pong, in ms (3 × its
+    /// `--interval` + 2 s; in-cluster homes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_within_ms: Option<u64>,
 }
 
 impl Holder {
@@ -733,6 +741,7 @@ impl Holder {
                 .unwrap_or(0),
             renewed_ms: None,
             stale_after_s: None,
+            answer_within_ms: None,
         }
     }
 

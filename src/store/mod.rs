@@ -9,9 +9,12 @@
 //! - [`executorset`]: the ExecutorSet store (`--state-store executorset:NAME`,
 //!   `docs/executorset.md`): the target and removals read from `spec`, the allocator state
 //!   and what the tick saw written to `status`, and the steering commands' spec writes.
+//! - `liveness`: a holder record written once, whose holder is asked whether it lives
+//!   (ping/pong) by the process that finds it, instead of a heartbeat.
 //! - [`queue`]: the file store's steering queue (a directory of request files).
 
 pub(crate) mod configmap;
 pub mod executorset;
 pub mod file;
+pub(crate) mod liveness;
 pub mod queue;

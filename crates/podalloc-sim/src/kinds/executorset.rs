@@ -2,8 +2,9 @@
 //! is `docs/executorset.md`), served as kube-apiserver serves a CRD once installed
 //! (k8s.io/apiextensions-apiserver `pkg/registry/customresource`):
 //!
-//! - decoding prunes every field the schema does not declare (`template` and
-//!   `status.allocator` keep theirs: `x-kubernetes-preserve-unknown-fields`);
+//! - decoding prunes every field the schema does not declare (`template`,
+//!   `status.allocator` and `status.holder` keep theirs:
+//!   `x-kubernetes-preserve-unknown-fields`);
 //! - validation is the structural schema's (types, `required`, `minimum`), the scale
 //!   subresource's checks of `.spec.replicas` and `.status.replicas` (`ValidateScaleSpec`,
 //!   `ValidateScaleStatus`), then the CRD's three CEL rules (`minReplicas <= maxReplicas`,
@@ -61,7 +62,11 @@ pub(crate) fn schema() -> Value {
             "unacknowledged": int32, "selector": {"type": "string"},
             "conditions": {"type": "array", "items": condition},
             "appliedRemovals": {"type": "array", "items": {"type": "string"}},
-            "allocator": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}})
+            "allocator": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "holder": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "ping": {"type": "object", "properties": {
+                "nonce": {"type": "string"}, "by": {"type": "string"}}},
+            "pong": {"type": "string"}}}}})
 }
 
 /// The CRD's `additionalPrinterColumns` as the table convertor serves them: name, type,

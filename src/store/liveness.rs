@@ -1,0 +1,356 @@
+//! Who owns an in-cluster home (a state ConfigMap, an ExecutorSet) without a heartbeat.
+//!
+//! A `run` loop without `--leader-elect` writes its holder record ([`Holder`]) once, when it
+//! claims the home, and never renews it: at rest it writes nothing. Whether the holder still
+//! lives is asked on demand, by whoever finds its record and would act:
+//!
+//! - **ping**: a process that finds another holder's record (one that is not ours, not of a
+//!   process gone from this host) writes a [`Ping`] (a nonce) on the home, conditional on the
+//!   `resourceVersion` it read;
+//! - **pong**: the holder's loop reads its home every `--interval` at rest (the intent read)
+//!   and at every tick; when the home carries a ping it has not answered, it writes the
+//!   ping's nonce as the pong (conditionally) and goes on. Neither counts as intent: they
+//!   wake no tick;
+//! - **verdict**: the asking process reads the home again; the pong within the holder's
+//!   answer deadline ([`Holder::answer_within_ms`], 3 × its interval + 2 s) says it lives (a
+//!   standby keeps waiting and asks again after [`PING_PERIOD`]; a one-shot command refuses,
+//!   exit 3); no pong by then says it is dead: a loop takes the home over with a conditional
+//!   write of its own record (a 409: someone else was first, read again).
+//!
+//! A ping already on the home and not answered is adopted rather than replaced, so two
+//! standbys never hide each other's question. A record written by an older podalloc that
+//! renewed it (`stale_after_s`, no answer deadline: it cannot answer) is judged by its age
+//! as before.
+
+use crate::store::file::Holder;
+use std::time::{Duration, Instant};
+
+/// How long a standby that saw the holder answer waits before it asks again.
+pub(crate) const PING_PERIOD: Duration = Duration::from_secs(30);
+
+/// The answer deadline of a record that names none: 3 × 10 s + 2 s.
+const DEFAULT_ANSWER: Duration = Duration::from_secs(32);
+
+/// How often a one-shot command reads the home again while it waits for a pong.
+const ASK_POLL: Duration = Duration::from_millis(100);
+
+/// A question to a holder: does it live? Written on its home by the asking process.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Ping {
+    /// What the holder writes back as its pong.
+    pub(crate) nonce: String,
+    /// Who asks (host and pid), for people.
+    #[serde(default)]
+    pub(crate) by: String,
+}
+
+impl Ping {
+    /// A new question from this process.
+    pub(crate) fn new() -> Ping {
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let pid = std::process::id();
+        Ping {
+            nonce: format!("{pid}-{ns}"),
+            by: format!("{} pid {pid}", crate::store::file::hostname()),
+        }
+    }
+}
+
+/// The answer deadline a loop reading its home every `interval` puts in its record, in ms:
+/// 3 × `interval` (at least 1 s) + 2 s.
+pub(crate) fn answer_within_ms(interval: Duration) -> u64 {
+    let ms = interval.as_millis().max(1000) as u64;
+    3 * ms + 2000
+}
+
+/// How long a process waits for `h`'s pong before it takes `h` as dead.
+pub(crate) fn deadline_of(h: &Holder) -> Duration {
+    h.answer_within_ms
+        .map_or(DEFAULT_ANSWER, Duration::from_millis)
+}
+
+/// What a process makes of the holder record on a home, without asking.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// No record, or one nobody holds any more (the reason, for a log line: its process is
+    /// gone from this host, or an old-style record went stale).
+    Free(Option<String>),
+    /// This process's own record.
+    Ours,
+    /// Another process's record that looks live: ask it ([`Asker`]).
+    Other(Holder),
+    /// An older podalloc's renewed record, still fresh: live, no question needed.
+    Renewed(Holder, u64),
+}
+
+/// Judges the record `text` (JSON [`Holder`]; `None`: absent) against `mine` (a loop's own
+/// record; `None`: a one-shot command's). An unreadable record counts as none.
+pub(crate) fn judge(text: Option<&str>, mine: Option<&Holder>, what: &str) -> Found {
+    let Some(text) = text else {
+        return Found::Free(None);
+    };
+    let Ok(theirs) = serde_json::from_str::<Holder>(text) else {
+        log::warn!("{what}: unreadable holder record ignored");
+        return Found::Free(None);
+    };
+    judge_holder(theirs, mine)
+}
+
+/// [`judge`] of a parsed record.
+pub(crate) fn judge_holder(theirs: Holder, mine: Option<&Holder>) -> Found {
+    if mine.is_some_and(|m| m.same(&theirs)) {
+        return Found::Ours;
+    }
+    if holder_gone(&theirs) {
+        return Found::Free(Some(format!(
+            "an owner whose process is gone ({theirs}: no such process on this host)"
+        )));
+    }
+    // A record that names an answer deadline is asked; only an older podalloc's record
+    // (renewed, no answer deadline) is judged by its age.
+    if let Some(stale) = theirs
+        .stale_after_s
+        .filter(|_| theirs.answer_within_ms.is_none())
+    {
+        let renewed = theirs.renewed_ms.unwrap_or(theirs.since_ms);
+        let age = crate::clock::now_ms().saturating_sub(renewed) / 1000;
+        return match age > stale {
+            true => Found::Free(Some(format!(
+                "a stale owner ({theirs}; last renewed {age}s ago)"
+            ))),
+            false => Found::Renewed(theirs, age),
+        };
+    }
+    Found::Other(theirs)
+}
+
+/// Whether the process of holder record `h` is gone: it ran on this host and no process
+/// has its pid (`kill(pid, 0)` answers ESRCH). A holder on another host is never gone by
+/// this test (it is asked instead).
+pub(crate) fn holder_gone(h: &Holder) -> bool {
+    if h.host != crate::store::file::hostname() || h.pid == 0 {
+        return false;
+    }
+    let Some(pid) = i32::try_from(h.pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    // Signal 0 sends nothing: it only asks whether the process exists.
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+}
+
+/// The nonce the holder should answer now: the home's ping when its pong is not that nonce.
+pub(crate) fn pong_due(ping: Option<&Ping>, pong: Option<&str>) -> Option<String> {
+    ping.filter(|p| pong != Some(p.nonce.as_str()))
+        .map(|p| p.nonce.clone())
+}
+
+/// What an asking process does next ([`Asker::next`]).
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// The holder answered: it lives (the message says when).
+    Alive(String),
+    /// A question is out, not answered yet, its deadline not passed.
+    Waiting(String),
+    /// Write this ping on the home (conditionally), then [`Asker::sent`].
+    Ping(Ping),
+    /// No answer within the deadline: the holder is dead, take over.
+    Dead(String),
+}
+
+/// A process's question to one holder, kept between its reads of the home.
+#[derive(Debug, Default)]
+pub(crate) struct Asker {
+    /// The nonce being waited for, whose holder (`since_ms`, pid, host) and since when.
+    asked: Option<(String, Holder, Instant)>,
+    /// The holder that answered last, and when.
+    answered: Option<(Holder, Instant)>,
+}
+
+impl Asker {
+    /// The next step about holder `theirs`, from the home's `ping` and `pong` as just read.
+    pub(crate) fn next(
+        &mut self,
+        theirs: &Holder,
+        ping: Option<&Ping>,
+        pong: Option<&str>,
+    ) -> Next {
+        if self.asked.as_ref().is_some_and(|(_, h, _)| !h.same(theirs)) {
+            self.asked = None;
+        }
+        let answered_now = ping.is_some_and(|p| pong == Some(p.nonce.as_str()));
+        if let Some((nonce, _, at)) = &self.asked {
+            // Our question, or one that replaced it (asked later), answered: alive.
+            if answered_now {
+                let ms = at.elapsed().as_millis();
+                self.answered = Some((theirs.clone(), Instant::now()));
+                self.asked = None;
+                return Next::Alive(format!("it answered a ping within {ms} ms"));
+            }
+            let deadline = deadline_of(theirs);
+            if at.elapsed() >= deadline {
+                let nonce = nonce.clone();
+                self.asked = None;
+                return Next::Dead(format!(
+                    "an owner that did not answer ({theirs}: no answer to ping {nonce} within \
+                     {} ms)",
+                    deadline.as_millis()
+                ));
+            }
+            let nonce = ping.map_or_else(|| nonce.clone(), |p| p.nonce.clone());
+            let at = *at;
+            self.asked = Some((nonce.clone(), theirs.clone(), at));
+            return Next::Waiting(format!(
+                "asked whether it lives (ping {nonce}, {} ms ago; it answers within {} ms)",
+                at.elapsed().as_millis(),
+                deadline.as_millis()
+            ));
+        }
+        if let Some(p) = ping.filter(|_| !answered_now) {
+            // Someone's question is out: wait for its answer rather than replace it.
+            self.asked = Some((p.nonce.clone(), theirs.clone(), Instant::now()));
+            return Next::Waiting(format!("a ping ({}) is waiting for its answer", p.nonce));
+        }
+        if let Some((h, at)) = &self.answered {
+            if h.same(theirs) && at.elapsed() < PING_PERIOD {
+                return Next::Alive(format!(
+                    "it answered a ping {}s ago",
+                    at.elapsed().as_secs()
+                ));
+            }
+        }
+        Next::Ping(Ping::new())
+    }
+
+    /// Ping `p` to holder `theirs` was written on the home.
+    pub(crate) fn sent(&mut self, p: &Ping, theirs: &Holder) {
+        self.asked = Some((p.nonce.clone(), theirs.clone(), Instant::now()));
+    }
+}
+
+/// What a home carries about its holder, as one read saw it.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    /// The holder record (JSON), if any.
+    pub(crate) holder: Option<String>,
+    pub(crate) ping: Option<Ping>,
+    pub(crate) pong: Option<String>,
+}
+
+/// A one-shot command's question to `theirs`, waited for: `read` reads the home again
+/// (`None`: it is gone), `ping` writes a ping on the last object read (`Ok(false)`: a 409).
+/// Returns `Ok(Err(message))` when the holder answered (it lives), `Ok(Ok(why))` when it
+/// did not answer within its deadline or gave the home up (`why`: for a log line).
+/// Errors: `read`'s and `ping`'s.
+pub(crate) fn ask_waiting<E>(
+    mut theirs: Holder,
+    mut read: impl FnMut() -> Result<Option<Seen>, E>,
+    mut ping: impl FnMut(&Ping) -> Result<bool, E>,
+) -> Result<Result<Option<String>, String>, E> {
+    let mut asker = Asker::default();
+    loop {
+        let Some(seen) = read()? else {
+            return Ok(Ok(None));
+        };
+        match seen.holder.as_deref().map(serde_json::from_str::<Holder>) {
+            Some(Ok(h)) if h.same(&theirs) => {}
+            Some(Ok(h)) => match judge_holder(h, None) {
+                Found::Other(h) => {
+                    theirs = h;
+                    asker = Asker::default();
+                }
+                Found::Renewed(h, age) => {
+                    return Ok(Err(format!("{h} (renewed {age}s ago)")));
+                }
+                Found::Free(why) => return Ok(Ok(why)),
+                Found::Ours => return Ok(Ok(None)),
+            },
+            _ => return Ok(Ok(None)),
+        }
+        match asker.next(&theirs, seen.ping.as_ref(), seen.pong.as_deref()) {
+            Next::Alive(how) => return Ok(Err(format!("{theirs} ({how})"))),
+            Next::Dead(why) => return Ok(Ok(Some(why))),
+            Next::Waiting(_) => std::thread::sleep(ASK_POLL),
+            Next::Ping(p) => {
+                if ping(&p)? {
+                    asker.sent(&p, &theirs);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn other() -> Holder {
+        Holder {
+            host: "elsewhere".into(),
+            pid: 42,
+            answer_within_ms: Some(50),
+            ..Holder::current("run")
+        }
+    }
+
+    #[test]
+    fn a_question_answered_says_alive_and_is_not_asked_again_for_a_while() {
+        let (h, mut a) = (other(), Asker::default());
+        let Next::Ping(p) = a.next(&h, None, None) else {
+            panic!("asks first")
+        };
+        a.sent(&p, &h);
+        assert!(matches!(a.next(&h, Some(&p), None), Next::Waiting(_)));
+        assert!(matches!(
+            a.next(&h, Some(&p), Some(&p.nonce)),
+            Next::Alive(_)
+        ));
+        assert!(matches!(
+            a.next(&h, Some(&p), Some(&p.nonce)),
+            Next::Alive(_)
+        ));
+    }
+
+    #[test]
+    fn no_answer_within_the_deadline_says_dead_and_a_waiting_ping_is_adopted() {
+        let (h, mut a) = (other(), Asker::default());
+        let theirs = Ping::new();
+        assert!(matches!(a.next(&h, Some(&theirs), None), Next::Waiting(_)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(a.next(&h, Some(&theirs), None), Next::Dead(_)));
+    }
+
+    #[test]
+    fn a_holder_judged_by_host_pid_and_old_renewals() {
+        let me = Holder::current("run");
+        assert!(matches!(judge_holder(me.clone(), Some(&me)), Found::Ours));
+        assert!(matches!(judge_holder(other(), Some(&me)), Found::Other(_)));
+        let gone = Holder {
+            pid: 999_999_999,
+            ..Holder::current("run")
+        };
+        assert!(matches!(judge_holder(gone, None), Found::Free(Some(_))));
+        let old = Holder {
+            stale_after_s: Some(30),
+            renewed_ms: Some(crate::clock::now_ms()),
+            answer_within_ms: None,
+            ..other()
+        };
+        assert!(matches!(
+            judge_holder(old.clone(), None),
+            Found::Renewed(..)
+        ));
+        let stale = Holder {
+            renewed_ms: Some(1),
+            ..old
+        };
+        assert!(matches!(judge_holder(stale, None), Found::Free(Some(_))));
+        assert_eq!(answer_within_ms(Duration::from_secs(1)), 5000);
+        assert!(pong_due(Some(&Ping::new()), None).is_some());
+    }
+}

@@ -25,12 +25,12 @@ fn main() -> ExitCode {
     let process = podalloc::cli::Process::default();
     cli.process = process.clone();
     logging::init(
-        &logging::filter(&cli.log_level, cli.verbose),
-        cli.log_format,
+        &logging::filter(&cli.ops.log_level, cli.ops.verbose),
+        cli.ops.log_format,
         &process,
     );
     die_with_any_thread();
-    let format = cli.log_format;
+    let format = cli.ops.log_format;
     let res = podalloc::commands::run(cli);
     logging::finish();
     match res {

@@ -77,15 +77,21 @@ pub struct Cli {
     /// Application flags.
     #[command(flatten)]
     pub app: AppArgs,
+    /// Config file, logging and metrics flags.
+    #[command(flatten)]
+    pub ops: OpsArgs,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The config file, logging and metrics flags (global), under their own help heading.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Config file, logging and metrics")]
+pub struct OpsArgs {
     /// YAML file of flag values (long names as keys: `app-id: etl`); flags and environment
     /// variables win over it.
-    #[arg(
-        long,
-        global = true,
-        env = "PODALLOC_CONFIG",
-        value_name = "FILE",
-        help_heading = "Config file, logging and metrics"
-    )]
+    #[arg(long, global = true, env = "PODALLOC_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// `run` and `apps`: serve Prometheus metrics at http://ADDR/metrics (e.g. `:8080`,
     /// `0.0.0.0:8080`; the textfile's metric names, one series per app), as
@@ -94,8 +100,7 @@ pub struct Cli {
         long,
         global = true,
         env = "PODALLOC_METRICS_BIND_ADDRESS",
-        value_name = "ADDR",
-        help_heading = "Config file, logging and metrics"
+        value_name = "ADDR"
     )]
     pub metrics_bind_address: Option<String>,
     /// `run` and `apps`: serve the liveness probe at http://ADDR/healthz (fails while the
@@ -106,8 +111,7 @@ pub struct Cli {
         long,
         global = true,
         env = "PODALLOC_HEALTH_PROBE_BIND_ADDRESS",
-        value_name = "ADDR",
-        help_heading = "Config file, logging and metrics"
+        value_name = "ADDR"
     )]
     pub health_probe_bind_address: Option<String>,
     /// Write Prometheus metrics here after every tick (textfile-collector format, atomic).
@@ -115,17 +119,16 @@ pub struct Cli {
         long,
         global = true,
         env = "PODALLOC_METRICS_FILE",
-        value_name = "FILE",
-        help_heading = "Config file, logging and metrics"
+        value_name = "FILE"
     )]
     pub metrics_file: Option<PathBuf>,
     /// Log format: `text` for people, `json` (one object per line: ts, level, module, msg)
     /// for log shippers.
-    #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Config file, logging and metrics")]
+    #[arg(long, global = true, env = "PODALLOC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// More of podalloc's own log: -v debug, -vv trace, -vvv also the HTTP and TLS
     /// libraries' debug lines (which no other level shows).
-    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count, help_heading = "Config file, logging and metrics")]
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Log level: off, error, warn, info, debug or trace (a bare level is podalloc's own;
     /// the HTTP and TLS libraries stay at info at most, see -vvv), or MODULE=LEVEL pairs,
@@ -136,13 +139,9 @@ pub struct Cli {
         env = "PODALLOC_LOG_LEVEL",
         default_value = "info",
         value_name = "LEVEL",
-        value_parser = parse_log_level,
-        help_heading = "Config file, logging and metrics"
+        value_parser = parse_log_level
     )]
     pub log_level: String,
-    /// The command.
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 /// Global flags, by argument id, that `-h` lists for every command that connects to a cluster.

@@ -112,7 +112,7 @@ struct Entry {
 /// `podalloc apps`.
 pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     refuse_app_flags(cli)?;
-    if let Some(p) = &cli.metrics_file {
+    if let Some(p) = &cli.ops.metrics_file {
         crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
     let mut conn = Conn::new(cli, a)?;
@@ -213,7 +213,7 @@ fn run_apps(
         leader_elect: a.leader.leader_elect,
         waiting: false,
         stores: BTreeMap::new(),
-        metrics_file: cli.metrics_file.clone(),
+        metrics_file: cli.ops.metrics_file.clone(),
         metrics: BTreeMap::new(),
         log_every: a.log_every,
     };

@@ -117,7 +117,7 @@ pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool
     }
     let (app, ns) = (&env.app.app_id, env.client.namespace());
     let text = || crate::controller::metrics::render_standby(app, ns, leadership);
-    if let Some(path) = &cli.metrics_file {
+    if let Some(path) = &cli.ops.metrics_file {
         if let Err(e) = crate::controller::metrics::write_atomic(path, &text()) {
             warn!("cannot write the metrics file {}: {e}", path.display());
         }

@@ -70,8 +70,8 @@ pub(super) fn endpoints(
 > {
     let stuck = tick_budget(cli) + 2 * slowest;
     crate::controller::serve::serve(
-        cli.metrics_bind_address.as_deref(),
-        cli.health_probe_bind_address.as_deref(),
+        cli.ops.metrics_bind_address.as_deref(),
+        cli.ops.health_probe_bind_address.as_deref(),
         stuck,
     )
     .map_err(Error::usage)
@@ -98,7 +98,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
     let namespace = cfg.namespace.clone();
     check_namespace(&namespace)?;
     cli.process.log.set_command(&app.app_id, &namespace);
-    if let Some(p) = &cli.metrics_file {
+    if let Some(p) = &cli.ops.metrics_file {
         crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
     let insecure = cfg.tls.insecure_skip_tls_verify;
@@ -122,7 +122,7 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         store_kind: given.clone().unwrap_or(StateStoreKind::File),
         store_given: given.is_some(),
         found: super::home::Found::default(),
-        metrics_file: cli.metrics_file.clone(),
+        metrics_file: cli.ops.metrics_file.clone(),
         insecure,
         app,
         state_path,

@@ -67,7 +67,7 @@ pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> R
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
-    let on = progress && cli.log_format == LogFormat::Text;
+    let on = progress && cli.ops.log_format == LogFormat::Text;
     if on && tty {
         // The live line replaces the per-tick log lines; warnings still show.
         log::set_max_level(log::LevelFilter::Warn.min(log::max_level()));
@@ -122,7 +122,7 @@ impl RunFeed<'_> {
         if let Some(probe) = &self.env.services.probe {
             probe.set_app_metrics(ns, app, text.clone());
         }
-        if let Some(path) = &self.cli.metrics_file {
+        if let Some(path) = &self.cli.ops.metrics_file {
             if let Err(e) = crate::controller::metrics::write_atomic(path, &text) {
                 log::warn!("cannot write the metrics file {}: {e}", path.display());
             }

@@ -229,40 +229,33 @@ pub(crate) fn human_duration(secs: i64) -> String {
     if secs < 120 {
         return format!("{secs}s");
     }
+    // `3m20s`, or `3m` when the smaller unit is 0.
+    let two = |big: i64, unit: &str, small: i64, small_unit: &str| match small {
+        0 => format!("{big}{unit}"),
+        n => format!("{big}{unit}{n}{small_unit}"),
+    };
     let minutes = secs / 60;
     if minutes < 10 {
-        return match secs % 60 {
-            0 => format!("{minutes}m"),
-            s => format!("{minutes}m{s}s"),
-        };
+        return two(minutes, "m", secs % 60, "s");
     }
     if minutes < 180 {
         return format!("{minutes}m");
     }
     let hours = minutes / 60;
     if hours < 8 {
-        return match minutes % 60 {
-            0 => format!("{hours}h"),
-            m => format!("{hours}h{m}m"),
-        };
+        return two(hours, "h", minutes % 60, "m");
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
-        return match hours % 24 {
-            0 => format!("{}d", hours / 24),
-            h => format!("{}d{h}h", hours / 24),
-        };
+        return two(hours / 24, "d", hours % 24, "h");
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
-        return match (hours / 24) % 365 {
-            0 => format!("{}y", hours / 24 / 365),
-            d => format!("{}y{d}d", hours / 24 / 365),
-        };
+        return two(hours / 24 / 365, "y", (hours / 24) % 365, "d");
     }
     format!("{}y", hours / 24 / 365)
 }

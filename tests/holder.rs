@@ -130,7 +130,7 @@ both!(
         // Reported: after kill -9 of a `run` on another host, a new `run` on the ConfigMap
         // store waited until the record went stale (90 s); on the ExecutorSet store nothing
         // said who acts at all.
-        let homes = [(false, "elsewhere-es")];
+        let homes = [(true, "elsewhere-cm"), (false, "elsewhere-es")];
         for (cm, name) in homes {
             home_held_elsewhere(e, cm, name);
             let store = match cm {
@@ -170,9 +170,11 @@ both!(
     "beside",
     Pods::default(),
     |e| {
-        // Without a heartbeat, a one-shot command asks the holder whether it lives: the
-        // live loop answers within its interval, the command exits 3 naming it.
-        let homes = [(false, "beside-es")];
+        // The holder record is not renewed: a one-shot command asks the holder whether it
+        // lives; the live loop answers within its interval, the command exits 3 naming it
+        // (before: exit 3 at once on the ConfigMap store, which judged the record by its
+        // renewals; on the ExecutorSet store nothing stopped it).
+        let homes = [(true, "beside-cm"), (false, "beside-es")];
         for (cm, name) in homes {
             let store = match cm {
                 true => format!("configmap:{name}"),

@@ -237,21 +237,27 @@ both!(
         };
         converge("2");
         for (first_scale, then_annotation, want) in [(true, 4, 4), (false, 1, 3)] {
-            // A loop at rest holds the app, reading its ConfigMap every 30 s only: requests
-            // wait in the queue.
-            let run = plain_run(e, &["--interval", "30s"]);
+            // A loop holds the app, frozen (SIGSTOP): requests wait in the queue; the command
+            // waits its answer deadline (3 × 1 s + 2 s) for the loop to take its request,
+            // then says it stays queued (exit 3).
+            let run = plain_run(e, &["--interval", "1s"]);
             e.wait_for("the loop's holder record", |e| {
                 !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
             });
-            if first_scale {
-                let err = e.ok(&["--state-store", STORE, "scale", "3"]);
+            signal(&run, libc::SIGSTOP);
+            let queued = || {
+                let err = e.exits(&["--state-store", STORE, "scale", "3"], 3);
                 assert!(err.contains("handed to"), "{err}");
+                assert!(err.contains("stays queued"), "{err}");
+            };
+            if first_scale {
+                queued();
                 annotate(e, then_annotation);
             } else {
                 annotate(e, then_annotation);
-                let err = e.ok(&["--state-store", STORE, "scale", "3"]);
-                assert!(err.contains("handed to"), "{err}");
+                queued();
             }
+            signal(&run, libc::SIGCONT);
             stop(run);
             converge("2");
             assert_eq!(cm_target(e), Some(want), "{}", configmap(e));
@@ -367,12 +373,14 @@ both!(
             "--until-converged",
         ];
         e.ok(&[&args[..], &["--timeout", "30s"]].concat());
-        // A loop at rest holds the app (reading the ConfigMap every 30 s only, so the request
-        // is seen queued).
-        let run = plain_run(e, &["--interval", "30s"]);
+        // A loop holds the app, frozen (SIGSTOP), so the request is seen queued: the command
+        // waits the loop's answer deadline (3 × 1 s + 2 s) for it to be taken, then says it
+        // stays queued (exit 3).
+        let run = plain_run(e, &["--interval", "1s"]);
         e.wait_for("the loop's holder record", |e| {
             !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
         });
+        signal(&run, libc::SIGSTOP);
         e.lose_next_write_answer("b");
         let out = (e.candidate_cmd("b", &["--state-store", STORE, "add", "2"]))
             .output()
@@ -381,8 +389,9 @@ both!(
             e.sim_faults(&[]);
         }
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(out.status.code(), Some(3), "{err}");
         assert!(err.contains("handed to"), "{err}");
+        assert!(err.contains("stays queued"), "{err}");
         // The server's record: the write carried out, its answer lost, the retry answered 409.
         let updates: Vec<u16> = (e.acts().into_iter())
             .filter(|a| a.user == "podalloc-b" && a.verb == "update" && a.resource == "configmaps")
@@ -395,6 +404,7 @@ both!(
         let queued: Vec<Value> =
             serde_json::from_str(cm["data"]["requests.json"].as_str().unwrap()).unwrap();
         assert_eq!(queued.len(), 1, "{cm}");
+        signal(&run, libc::SIGCONT);
         stop(run);
         e.ok(&[&args[..], &["--timeout", "30s"]].concat());
         assert_eq!(cm_target(e), Some(4), "{}", configmap(e));
@@ -434,7 +444,7 @@ fn followed(e: &Env, name: &str, n: u64, t0: Instant) -> Duration {
 }
 
 both!(
-    configmap_intent_is_followed_within_2s_at_rest_with_no_write_but_the_heartbeat,
+    configmap_intent_is_followed_within_2s_at_rest_with_no_write,
     "home-rest",
     Pods::default(),
     |e| {
@@ -500,9 +510,9 @@ both!(
         );
         assert!(took - queued <= Duration::from_secs(2), "{took:?}");
         until_live(e, 5, 30);
-        // A minute at rest: the pods listed at most twice; the only writes are the holder
-        // record's heartbeat (one every 45 s with a 30 s idle interval), which changes
-        // neither the state nor the annotation.
+        // A minute at rest: the pods listed at most twice, nothing written (the holder
+        // record is written once, when the loop claims the ConfigMap, never renewed: it
+        // wrote one every 45 s with a 30 s idle interval).
         std::thread::sleep(Duration::from_secs(3));
         let before = target_and_annotation(e, name);
         let from = e.server_now_us();
@@ -511,16 +521,14 @@ both!(
         let count = |f: &dyn Fn(&str, &str) -> bool| acts.iter().filter(|(v, r)| f(v, r)).count();
         let lists = count(&|v, r| v == "list" && r == "pods");
         let writes = count(&|v, _| !matches!(v, "get" | "list" | "watch"));
-        let heartbeats = count(&|v, r| v == "update" && r == "configmaps");
         let reads = count(&|v, r| v == "get" && r == "configmaps");
         eprintln!(
-            "a minute at rest: {lists} pod lists, {writes} writes ({heartbeats} holder \
-             heartbeats), {reads} ConfigMap reads, {} requests",
+            "a minute at rest: {lists} pod lists, {writes} writes, {reads} ConfigMap reads, \
+             {} requests",
             acts.len()
         );
         assert!(lists <= 2, "{acts:?}");
-        assert_eq!(writes, heartbeats, "{acts:?}");
-        assert!(heartbeats <= 2, "{acts:?}");
+        assert_eq!(writes, 0, "{acts:?}");
         assert!(
             reads >= 30,
             "the ConfigMap is read every --interval: {reads}"

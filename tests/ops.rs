@@ -1,5 +1,5 @@
 //! Operator experience: one `run` loop owns its app (file lock held for the whole run, a
-//! ConfigMap holder record with a heartbeat), a retried ConfigMap write is not a rival, the
+//! ConfigMap holder record, written once and asked whether it lives), a retried ConfigMap write is not a rival, the
 //! state is bound to its cluster, and connection flags override the kubeconfig field by field.
 
 use crate::util::{args, code, exits, stderr, SimWorld, World};

@@ -391,8 +391,8 @@ pub(crate) const CRASH_LEASE: [&str; 6] = [
 #[test]
 fn killed_loops_on_the_configmap_store_apply_every_request_exactly_once() {
     let w = cm_world("steer-crash-cm");
-    // Leader election (a killed loop's Lease expires in 1 s; a killed holder record would
-    // keep others out for its 90 s staleness).
+    // Leader election (a killed loop's Lease expires in 1 s; a killed holder record keeps
+    // others out until a ping goes unanswered, 3 × the interval + 2 s).
     let mut elect = vec!["--leader-elect"];
     elect.extend(CRASH_LEASE);
     let store = ["--state-store", "configmap:crash-cm"];
@@ -498,8 +498,8 @@ fn a_converged_tick_writes_nothing_lease_renewals_aside() {
         let (by, ticks) = at_rest(&w, args, 4);
         eprintln!("{name}: {ticks} converged ticks: {by:?}");
         assert!(ticks >= 10, "{name}: {ticks} ticks: {by:?}");
-        // The ConfigMap holder record is renewed every 15 s at most (half of 3 × 10 s):
-        // none in a 4 s window; a Lease renewal every retry period.
+        // The ConfigMap holder record is written once, when the loop claims it (never
+        // renewed): none in a 4 s window; a Lease renewal every retry period.
         assert_only_lease_writes(name, &by);
         assert!(
             by.get("get configmaps").copied().unwrap_or(0) <= ticks,

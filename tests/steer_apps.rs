@@ -317,8 +317,8 @@ fn a_converged_apps_process_writes_nothing_and_ticks_at_the_idle_interval() {
     configmap_apps_file(&w, Some(3));
     let (by, ticks) = apps_at_rest(&w, "100ms", 4);
     assert!(ticks >= 10, "{ticks} ticks: {by:?}");
-    // The holder record is renewed every 15 s at most: none in 4 s; the claim Lease every
-    // retry period.
+    // The holder record is written once, when the app's store is claimed (never renewed):
+    // none in 4 s; the claim Lease every retry period.
     assert_only_lease_writes("apps", &by);
     // At the default idle interval (30 s) a converged app does not tick in 3 s at all.
     let (by, ticks) = apps_at_rest(&w, "30s", 3);

@@ -209,7 +209,9 @@ fn run_apps(
         discover: source.discover,
         failed: source.failed,
         // Under --leader-elect the Lease says which replica acts: no holder records.
-        holding: (!a.leader.leader_elect).then_some(o.interval.max(o.idle_interval)),
+        // Each holder record carries the answer deadline of a loop that reads its home every
+        // --interval (3 × interval + 2 s): the pings it finds are answered within it.
+        holding: (!a.leader.leader_elect).then_some(o.interval),
         leader_elect: a.leader.leader_elect,
         waiting: false,
         stores: BTreeMap::new(),
@@ -262,7 +264,8 @@ struct AppsFeed<'c> {
     discover: Option<Discovery>,
     /// Apps stopped by an error (name, error), in order.
     failed: Vec<(String, Error)>,
-    /// The ConfigMap holder record's heartbeat (`None` under `--leader-elect`).
+    /// The `--interval` behind a holder record's answer deadline (`None` under `--leader-elect`:
+    /// no holder record).
     holding: Option<Duration>,
     leader_elect: bool,
     /// The "waiting for a stale claim" line was logged.
@@ -544,10 +547,9 @@ impl<'c> Lazy<'c> {
     /// The open store. Errors: opening it (a held lock: [`StoreError::Locked`]).
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
-            let heartbeat = self.holding.map(|h| (h, self.shared.as_ref()));
+            let holding = self.holding.map(|h| (h, self.shared.as_ref()));
             let by = ("apps", self.services);
-            let store =
-                super::env::open_store(self.client, &self.spec, &self.owner, by, heartbeat)?;
+            let store = super::env::open_store(self.client, &self.spec, &self.owner, by, holding)?;
             self.inner = Some(store);
         }
         match self.inner.as_deref_mut() {

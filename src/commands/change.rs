@@ -2,11 +2,13 @@
 //!
 //! - No owner: the command acts itself, as a one-shot tick with the change (`--wait`: the run
 //!   loop until converged).
-//! - An owner (a `run` or `apps` loop holding the file lock or a fresh ConfigMap holder
-//!   record, or the holder of a live leader-election Lease): the change is handed to it as a
-//!   steering request queued in the store it reads ([`crate::store::queue`]), which it applies at
-//!   its next tick, in order, exactly once. The command says who will apply it; `--wait`
-//!   waits until the owner has applied it and the app has converged.
+//! - An owner (a `run` or `apps` loop holding the file lock or a live-looking ConfigMap
+//!   holder record, or the holder of a live leader-election Lease): the change is handed to
+//!   it as a steering request queued in the store it reads ([`crate::store::queue`]), which it
+//!   applies at its next tick, in order, exactly once. The command says who will apply it and,
+//!   for a ConfigMap holder (whose record is not renewed), waits at most the holder's answer
+//!   deadline for the loop to take it, saying whether it did; `--wait` waits until the owner
+//!   has applied it and the app has converged.
 //!
 //! Either way a request that names an executor id above every id this app ever had, or a
 //! target out of range, is refused at once (exit 2) and never queued.
@@ -152,9 +154,48 @@ fn steer(
     };
     log_handed(op, &owner, &req.id);
     match wait {
-        None => Ok(()),
+        None => confirm_taken(&env, &req.id, &owner),
         Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
     }
+}
+
+/// A request handed to the loop whose holder record is on the state ConfigMap (the record
+/// is not renewed, so it says nothing of whether that loop still lives): waits, at most the
+/// holder's answer deadline (3 × its interval + 2 s), until the loop has taken request `id`
+/// (gone from the queue). Taken: says so. Not taken: the holder did not answer; the request
+/// stays queued for the next owner, and the message says what to do (exit 3). Nothing to
+/// wait for on the other stores (the file lock's holder is a live process; a Lease holder
+/// renews it).
+fn confirm_taken(env: &Env, id: &str, owner: &str) -> Result<()> {
+    use crate::cli::StateStoreKind;
+    let StateStoreKind::ConfigMap(name) = &env.store_kind else {
+        return Ok(());
+    };
+    let holder =
+        crate::store::configmap::holder(&env.client, name, &env.app.app_id).map_err(store_error)?;
+    let Some(holder) = holder else {
+        return Ok(());
+    };
+    let t0 = Instant::now();
+    let deadline = t0 + crate::store::liveness::deadline_of(&holder);
+    while env.queued()?.iter().any(|r| r.id == id) {
+        if Instant::now() >= deadline {
+            return Err(Error::locked(format!(
+                "the loop that owns the app, {owner}, did not take request {id} within {} ms: \
+                 it may be dead. The request stays queued in ConfigMap {name} for the next \
+                 owner: start `podalloc run` (it asks that holder whether it lives and takes \
+                 over when it does not answer), or run `podalloc reconcile` (the same), which \
+                 applies it",
+                (deadline - t0).as_millis()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    info!(
+        "request {id} taken by the loop in {} ms",
+        t0.elapsed().as_millis()
+    );
+    Ok(())
 }
 
 /// The ExecutorSet home (`docs/executorset.md`): writes request `req` into the spec of the
@@ -319,14 +360,15 @@ fn apply_now(env: &Env, store: &mut dyn StateStore, id: &str) -> Result<()> {
 }
 
 /// Who owns the app, from the error of opening its store for a one-shot command: the holder
-/// of the file lock, or of a fresh ConfigMap holder record. Errors: any other store error.
+/// of the file lock, or of a live-looking ConfigMap holder record. Errors: any other store error.
 fn owner_of(e: StoreError) -> Result<String> {
     match e {
         StoreError::Locked(_, Some(h)) => Ok(h.to_string()),
         StoreError::Locked(_, None) => Ok("the holder of the state's lock".to_string()),
         StoreError::Owned(msg) => Ok(msg
             .split_once(": ")
-            .and_then(|(_, rest)| rest.split(" (renewed").next())
+            .and_then(|(_, rest)| rest.split([';', '(']).next())
+            .map(str::trim)
             .unwrap_or(&msg)
             .to_string()),
         e => Err(store_error(e)),

@@ -165,15 +165,13 @@ pub(super) enum StoreAt {
 
 /// Opens the store `at` of app `owner` for `command` (`run`, `apps`, a one-shot command):
 /// the file store takes its lock (exit 3 when taken, naming the holder) and writes this
-/// process into the lock file; the ConfigMap store respects a running loop's holder record,
-/// and with `loop_interval` (a loop's heartbeat and its runner) writes and renews this
-/// process's own, stale after 3 × max(interval, 10 s), and gives it up if the runner stops
-/// at once ([`Control::on_stop`]); the ExecutorSet store respects a running loop's holder
-/// record (asking it whether it lives, `crate::store::liveness`; the steering commands
-/// `scale`, `add` and `remove` do not ask), and with `loop_interval` writes this process's
-/// own once, when the loop claims the home. The store is bound to the owner's cluster (file
-/// store), namespace and app ([`Bound`]). Errors: the lock's, or a ConfigMap owned by
-/// another loop.
+/// process into the lock file; the ConfigMap and ExecutorSet stores respect a running
+/// loop's holder record (asking it whether it lives, `crate::store::liveness`; the
+/// steering commands `scale`, `add` and `remove` do not ask), and with `loop_interval` (a
+/// loop's `--interval`, behind its answer deadline, and its runner) write this process's
+/// own once, when the loop claims the home (the ConfigMap's is given up if the runner stops
+/// at once, [`Control::on_stop`]). The store is bound to the owner's cluster (file store),
+/// namespace and app ([`Bound`]). Errors: the lock's.
 pub(super) fn open_store<'a>(
     client: &'a KubeClient,
     at: &StoreAt,
@@ -196,6 +194,7 @@ pub(super) fn open_store<'a>(
                     release.into_iter().for_each(|r| shared.on_stop(r));
                     cm.holding(holder, interval)
                 }
+                None if steering => cm.steering(),
                 None => cm,
             };
             (Box::new(cm), false)
@@ -272,7 +271,8 @@ impl Env {
     }
 
     /// Opens the state store for `command` ([`open_store`]), bound to this cluster,
-    /// namespace and app; `loop_interval`: a `run` loop's holder-record heartbeat.
+    /// namespace and app; `loop_interval`: a `run` loop's `--interval` (behind its holder
+    /// record's answer deadline).
     pub(super) fn open_store(
         &self,
         command: &str,
@@ -351,18 +351,18 @@ impl Env {
     }
 
     /// The loop that owns the app now, read without taking anything (for `status`): the
-    /// holder of the state file's lock, a fresh holder record of the state ConfigMap (with
-    /// its age), or the ExecutorSet's holder record when it looks live (not asked); `None`
-    /// when no loop owns it. Errors: the read's (exit 1).
+    /// holder of the state file's lock, or the holder record of the state ConfigMap or the
+    /// ExecutorSet when it looks live (not asked); `None` when no loop owns it. Errors: the
+    /// read's (exit 1).
     pub(super) fn owner(&self) -> Result<Option<String>> {
         Ok(match &self.store_kind {
             StateStoreKind::File => {
                 crate::store::file::lock_holder(&self.state_path).map(|h| h.to_string())
             }
             StateStoreKind::ConfigMap(name) => {
-                crate::store::configmap::fresh_holder(&self.client, name, &self.app.app_id)
+                crate::store::configmap::holder(&self.client, name, &self.app.app_id)
                     .map_err(store_error)?
-                    .map(|(h, age)| format!("{h} (renewed {age}s ago)"))
+                    .map(|h| h.to_string())
             }
             StateStoreKind::ExecutorSet(name) => {
                 crate::store::executorset::holder(&self.client, name, &self.app.app_id)

@@ -139,8 +139,7 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
     let cms = list(&CONFIG_MAPS, true, "configmaps")?;
     for cm in &cms {
         let name = cm["metadata"]["name"].as_str().unwrap_or_default();
-        let owner = crate::store::configmap::fresh_holder_of(cm)
-            .map(|(h, age)| format!("{h} (renewed {age}s ago)"));
+        let owner = crate::store::configmap::holder_of(cm).map(|h| h.to_string());
         found.homes.push((Home::ConfigMap(name.to_string()), owner));
     }
     found.complete = forbidden.is_empty();

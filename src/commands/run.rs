@@ -187,20 +187,23 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     if !a.leader.leader_elect {
         env.refuse_under_leader("run")?;
     }
-    // The loop owns the app for its whole life: the file lock is held until it ends, the
-    // ConfigMap's holder record is renewed by a write every half of its staleness. Under
-    // --leader-elect the Lease says which replica acts, so no holder record is written.
+    // The loop owns the app for its whole life: the file lock is held until it ends; on a
+    // ConfigMap or an ExecutorSet its holder record is written once, when it claims the
+    // home, and a process that finds it asks the loop whether it lives (ping/pong,
+    // crate::store::liveness). Under --leader-elect the Lease says which replica acts, so
+    // no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
-    // The holder record's heartbeat follows the slowest tick (the idle interval).
-    let holding = (!a.leader.leader_elect).then_some(o.interval.max(a.idle_interval));
+    // The loop reads its home every --interval at rest, so it answers a ping within about
+    // one interval: its record's answer deadline is 3 × interval + 2 s.
+    let holding = (!a.leader.leader_elect).then_some(o.interval);
     let shutdown = Shutdown::install(env.run_deadline)?;
     // Between its requests and while they wait, the loop answers the endpoints, reads its
     // signals and renews its Lease (the Lease client is derived: it shares the hook).
     shutdown.0.set_probe(env.services.probe.as_ref());
     shutdown.0.serve_between_requests(&env.client);
     env.services.set_waiter(shutdown.0.waiter());
-    let heartbeat = holding.map(|h| (h, shutdown.0.as_ref()));
-    let store = env.open_store(command, heartbeat).map_err(store_error)?;
+    let holding = holding.map(|h| (h, shutdown.0.as_ref()));
+    let store = env.open_store(command, holding).map_err(store_error)?;
     // The runner's fence first: the election's own is then not installed, this one asks it.
     shutdown.0.fence(&env.client);
     shutdown.0.set_leader(super::elect::start(&env, &a.leader)?);

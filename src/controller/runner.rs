@@ -3,7 +3,8 @@
 //! discovery.
 //!
 //! Each app is a [`Slot`]: its store, held for the runner's whole life (the file lock; the
-//! ConfigMap holder record, renewed by its claim before every tick), and its own next tick:
+//! ConfigMap's or ExecutorSet's holder record, written by its first claim, the pings it finds
+//! answered by its claims and its intent reads), and its own next tick:
 //! every `--interval` while something is in flight, every `--idle-interval` at rest, never past
 //! its plan's own deadline ([`TickReport::requeue_after_ms`]), at once when a steering request
 //! is queued in its file store. A round ticks the apps that are due through the [`Feed`]
@@ -439,8 +440,9 @@ impl<'c> Slot<'c> {
                     Err(e) => Outcome::Failed(e),
                 }
             }
-            // Someone else owns the store now (a fresh holder record of another loop): wait
-            // as a standby until the record is given up or goes stale.
+            // Someone else owns the store now (another loop's holder record, answering its
+            // pings): wait as a standby until the record is given up or a ping goes
+            // unanswered.
             Err(StoreError::Owned(msg)) => Outcome::Standby(msg),
             Err(e) => Outcome::Failed(store_error(e)),
         };
@@ -457,7 +459,7 @@ pub(crate) enum Outcome {
     Done(Box<TickReport>),
     /// It failed before saving: [`after_error`] decides.
     Failed(Error),
-    /// Another loop owns the app's store (a fresh holder record): nothing was done; the
+    /// Another loop owns the app's store (a holder record whose loop answers): nothing was done; the
     /// app waits as a standby and tries again at its next tick.
     Standby(String),
 }

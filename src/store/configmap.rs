@@ -10,11 +10,17 @@
 //! CronJob (no volume) or several admin hosts run podalloc safely.
 //!
 //! Ownership: a `run` loop ([`ConfigMapStore::holding`]) writes a holder record (annotation
-//! [`HOLDER_KEY`]: command, host, pid, since, renewed, stale-after) with every save, so every
-//! tick renews it. Any other writer (a second loop, a one-shot `reconcile`) that loads a fresh
-//! record of someone else stops with [`StoreError::Owned`] (exit 3) naming the holder; a
-//! record not renewed for its `stale_after_s` (3 × max(interval, 10 s)) may be taken over.
-//! Read-only commands (`status`, `--dry-run`) ignore it.
+//! [`HOLDER_KEY`]: command, host, pid, since, answer deadline) once, when it claims the
+//! ConfigMap, and never renews it. Whether that holder lives is asked on demand
+//! ([`crate::store::liveness`]): a process that finds another holder's record writes a ping
+//! (annotation [`PING_KEY`]), the holder's loop answers it at its next read of the ConfigMap
+//! (annotation [`PONG_KEY`]). Answered: a second loop waits as a standby (asking again every
+//! [`crate::store::liveness::PING_PERIOD`]), a one-shot `reconcile` stops with
+//! [`StoreError::Owned`] (exit 3) naming the holder; not answered within the holder's
+//! deadline (3 × its interval + 2 s): the holder is dead, taken over (a loop writes its own
+//! record, conditionally). A holder on this host whose pid is gone is free at once. The
+//! steering commands do not ask: they queue their request and wait for the loop to take it.
+//! Read-only commands (`status`, `--dry-run`) ignore the record.
 //!
 //! A retried write: the API server may apply an update and still answer 5xx (or the answer
 //! may be lost), and the client's retry then gets 409 because the `resourceVersion` moved.
@@ -40,9 +46,8 @@
 //! the target annotation unchanged) is made again on the new version, keeping the new
 //! request.
 //!
-//! At rest a tick writes nothing: a `run` loop's holder record is renewed by a write only
-//! when half its `stale_after_s` has passed since the last one (its heartbeat), and the
-//! loop's claim and the tick share one GET. Between ticks a `run` loop reads the ConfigMap
+//! At rest a tick writes nothing (the holder record is not renewed), and the loop's claim
+//! and the tick share one GET. Between ticks a `run` loop reads the ConfigMap
 //! every `--interval` ([`StateStore::intent_changed`]: one GET, `resourceVersion` compared),
 //! so a request or an annotation edit is followed within about one interval while the pods
 //! are still listed every `--idle-interval`.
@@ -50,7 +55,9 @@
 use crate::engine::alloc::{AllocatorState, SteerOp, Steering};
 use crate::kube::{Api, KubeClient, KubeError, PostParams, CONFIG_MAPS};
 use crate::store::file::{parse, Holder, StateStore, StoreError};
+use crate::store::liveness::{self, Asker, Found, Next, Ping, Seen};
 use serde_json::{json, Value};
+use std::cell::RefCell;
 
 /// The data key holding the state JSON.
 pub(crate) const DATA_KEY: &str = "state.json";
@@ -59,6 +66,11 @@ pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// The annotation holding a `run` loop's [`Holder`] record (JSON).
 pub(crate) const HOLDER_KEY: &str = "podalloc.io/holder";
+/// The annotation holding a question to the holder ([`Ping`], JSON), written by a process
+/// that would act and finds another holder's record.
+pub(crate) const PING_KEY: &str = "podalloc.io/ping";
+/// The annotation holding the holder's answer: the nonce of the last ping it read.
+pub(crate) const PONG_KEY: &str = "podalloc.io/pong";
 /// The annotation holding the nonce of the last save (see the module doc).
 pub(crate) const WRITE_ID_KEY: &str = "podalloc.io/write-id";
 /// The data key holding the queued steering requests (a JSON array of [`Steering`]).
@@ -82,9 +94,12 @@ const RETRIES: u32 = 8;
 enum Mode {
     /// Read-only commands: the record is ignored.
     Read,
-    /// One-shot commands: a fresh record of anyone is an error.
-    Once,
-    /// A `run` loop: a fresh record of someone else is an error; ours is renewed each save.
+    /// One-shot commands: a live holder of anyone is an error; `ping`: its holder is asked
+    /// (and waited for) first, else a record that looks live is taken as live (the
+    /// steering commands, which then wait for the loop to take their request).
+    Once { ping: bool },
+    /// A `run` loop: a live holder of someone else makes it a standby; its own record is
+    /// written once, when it claims the ConfigMap.
     Loop(Holder),
 }
 
@@ -112,6 +127,8 @@ pub(crate) struct ConfigMapStore<'a> {
     /// next [`StateStore::intent_changed`] says so, since `resource_version` then already
     /// names that version.
     unseen: bool,
+    /// A loop's question to another holder, between its claims.
+    asker: Asker,
 }
 
 /// What the controller has taken into account, kept in data key [`APPLIED_KEY`].
@@ -142,12 +159,13 @@ impl<'a> ConfigMapStore<'a> {
             name: name.to_string(),
             resource_version: None,
             app_id: app_id.to_string(),
-            mode: Mode::Once,
+            mode: Mode::Once { ping: true },
             writes: 0,
             loaded: None,
             fresh: false,
             intent: None,
             unseen: false,
+            asker: Asker::default(),
         }
     }
 
@@ -157,56 +175,177 @@ impl<'a> ConfigMapStore<'a> {
         self
     }
 
-    /// For a `run` loop with tick `interval`: writes and renews `holder`, stale after
-    /// 3 × max(interval, 10 s).
+    /// For the steering commands: a holder record that looks live is taken as live without
+    /// asking it (they queue their request and wait for the loop to take it).
+    pub(crate) fn steering(mut self) -> Self {
+        self.mode = Mode::Once { ping: false };
+        self
+    }
+
+    /// For a `run` loop reading its ConfigMap every `interval`: writes `holder` once, when it
+    /// claims the ConfigMap, with its answer deadline (3 × `interval` + 2 s), and answers
+    /// the pings it finds.
     pub(crate) fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
-        holder.stale_after_s = Some(3 * interval.as_secs().max(10));
+        holder.answer_within_ms = Some(liveness::answer_within_ms(interval));
+        holder.stale_after_s = None;
+        holder.renewed_ms = None;
         self.mode = Mode::Loop(holder);
         self
     }
 
-    /// Errors with [`StoreError::Owned`] when `cm` carries a fresh holder record that is not
-    /// ours (nothing for read-only commands).
-    fn check_holder(&self, cm: &Value) -> Result<(), StoreError> {
-        let mine = match &self.mode {
-            Mode::Read => return Ok(()),
-            Mode::Once => None,
-            Mode::Loop(h) => Some(h),
-        };
-        let Some(text) = cm["metadata"]["annotations"][HOLDER_KEY].as_str() else {
-            return Ok(());
-        };
-        let Ok(theirs) = serde_json::from_str::<Holder>(text) else {
-            log::warn!(
-                "{}: unreadable {HOLDER_KEY} annotation ignored",
-                self.what()
-            );
-            return Ok(());
-        };
-        if mine.is_some_and(|m| m.same(&theirs)) {
-            return Ok(());
-        }
-        let (age_s, stale_after) = holder_age(&theirs);
-        if age_s > stale_after {
-            log::warn!(
-                "{}: taking over from a stale owner ({theirs}; last renewed {age_s}s ago)",
-                self.what()
-            );
-            return Ok(());
-        }
-        if holder_gone(&theirs) {
-            log::warn!(
-                "{}: taking over from an owner whose process is gone ({theirs}: no such \
-                 process on this host)",
-                self.what()
-            );
-            return Ok(());
-        }
-        Err(StoreError::Owned(format!(
-            "{} is owned by a running loop: {theirs} (renewed {age_s}s ago, stale after \
-             {stale_after}s); this command did nothing (exit 3): stop that loop first",
+    /// [`StoreError::Owned`] naming live holder `who`.
+    fn owned(&self, who: &str) -> StoreError {
+        StoreError::Owned(format!(
+            "{} is owned by a running loop: {who}; this command did nothing (exit 3): stop \
+             that loop first",
             self.what()
-        )))
+        ))
+    }
+
+    /// `cm` with annotations `set` (`None`: removed) written with its `resourceVersion`: the
+    /// object as stored, `None` after a 409. Errors: the API's.
+    fn put_annotations(
+        &self,
+        cm: &Value,
+        set: &[(&str, Option<String>)],
+    ) -> Result<Option<Value>, StoreError> {
+        let mut cm = cm.clone();
+        if !cm["metadata"]["annotations"].is_object() {
+            cm["metadata"]["annotations"] = json!({});
+        }
+        let ann = cm["metadata"]["annotations"]
+            .as_object_mut()
+            .expect("an object");
+        for (k, v) in set {
+            match v {
+                Some(v) => ann.insert((*k).to_string(), json!(v)),
+                None => ann.remove(*k),
+            };
+        }
+        match self.cms.replace(&self.name, &cm) {
+            Ok(stored) => Ok(Some(stored)),
+            Err(e) if e.status_code() == Some(409) => Ok(None),
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    /// Settles who holds `cm` before this command uses it (see the module doc): returns the
+    /// ConfigMap as it stands after this command's own writes (a ping, a pong, its claim).
+    /// Errors: [`StoreError::Owned`] naming a live holder; the API's.
+    fn settle(&mut self, cm: Value) -> Result<Value, StoreError> {
+        let what = self.what();
+        let seen = seen_of(&cm);
+        let (ping, mine) = match &self.mode {
+            Mode::Read => return Ok(cm),
+            Mode::Once { ping } => (*ping, None),
+            Mode::Loop(h) => (true, Some(h.clone())),
+        };
+        let theirs = match liveness::judge(seen.holder.as_deref(), mine.as_ref(), &what) {
+            Found::Ours => return self.answer(cm, &seen),
+            Found::Free(why) => {
+                if let Some(why) = why {
+                    log::warn!("{what}: taking over from {why}");
+                }
+                return self.take(cm);
+            }
+            Found::Renewed(h, age) => return Err(self.owned(&format!("{h} (renewed {age}s ago)"))),
+            Found::Other(h) if !ping => return Err(self.owned(&h.to_string())),
+            Found::Other(h) => h,
+        };
+        if mine.is_none() {
+            return self.ask_waiting(cm, theirs);
+        }
+        let step = self
+            .asker
+            .next(&theirs, seen.ping.as_ref(), seen.pong.as_deref());
+        match step {
+            Next::Alive(how) | Next::Waiting(how) => Err(self.owned(&format!("{theirs} ({how})"))),
+            Next::Ping(p) => {
+                let text = serde_json::to_string(&p).expect("ping");
+                if self
+                    .put_annotations(&cm, &[(PING_KEY, Some(text))])?
+                    .is_some()
+                {
+                    self.asker.sent(&p, &theirs);
+                }
+                Err(self.owned(&format!("{theirs} (asked whether it lives)")))
+            }
+            Next::Dead(why) => {
+                log::warn!("{what}: taking over from {why}");
+                self.take(cm)
+            }
+        }
+    }
+
+    /// A one-shot command's question to live-looking holder `theirs` of `cm`, waited for.
+    fn ask_waiting(&self, cm: Value, theirs: Holder) -> Result<Value, StoreError> {
+        let latest = RefCell::new(cm);
+        let read = || -> Result<Option<Seen>, StoreError> {
+            let now = self.cms.get(&self.name).map_err(|e| self.backend(e))?;
+            Ok(now.map(|c| {
+                let seen = seen_of(&c);
+                *latest.borrow_mut() = c;
+                seen
+            }))
+        };
+        let ping = |p: &Ping| -> Result<bool, StoreError> {
+            let text = serde_json::to_string(p).expect("ping");
+            let base = latest.borrow().clone();
+            match self.put_annotations(&base, &[(PING_KEY, Some(text))])? {
+                Some(stored) => {
+                    *latest.borrow_mut() = stored;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        };
+        match liveness::ask_waiting(theirs, read, ping)? {
+            Err(alive) => Err(self.owned(&alive)),
+            Ok(why) => {
+                if let Some(why) = why {
+                    log::warn!("{}: taking over from {why}", self.what());
+                }
+                Ok(latest.into_inner())
+            }
+        }
+    }
+
+    /// A loop's own record on `cm`: answers the ping it carries when not answered yet
+    /// (a 409: answered at the next read).
+    fn answer(&self, cm: Value, seen: &Seen) -> Result<Value, StoreError> {
+        let Some(nonce) = liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref()) else {
+            return Ok(cm);
+        };
+        log::debug!("{}: answering ping {nonce}", self.what());
+        Ok(self
+            .put_annotations(&cm, &[(PONG_KEY, Some(nonce))])?
+            .unwrap_or(cm))
+    }
+
+    /// A loop claims `cm` (no live holder on it): writes its record, once, conditionally
+    /// (a 409: someone else wrote first, [`StoreError::Owned`]: read again at the next
+    /// claim). A one-shot command writes nothing here.
+    fn take(&mut self, cm: Value) -> Result<Value, StoreError> {
+        let Mode::Loop(mine) = &self.mode else {
+            return Ok(cm);
+        };
+        let record = serde_json::to_string(mine).expect("holder");
+        let set = [
+            (HOLDER_KEY, Some(record)),
+            (PING_KEY, None),
+            (PONG_KEY, None),
+        ];
+        match self.put_annotations(&cm, &set)? {
+            Some(stored) => {
+                log::debug!("{}: claimed by this loop", self.what());
+                Ok(stored)
+            }
+            None => Err(StoreError::Owned(format!(
+                "{} was written by another process while this loop claimed it; reading it \
+                 again",
+                self.what()
+            ))),
+        }
     }
 
     /// A nonce for one save: pid, wall clock in ns, and a counter.
@@ -314,9 +453,11 @@ impl ConfigMapStore<'_> {
                     json!(serde_json::to_string(h).expect("holder")),
                 );
             }
-            _ => {
+            Mode::Once { .. } => {
                 ann.remove(HOLDER_KEY);
             }
+            // Never writes.
+            Mode::Read => {}
         }
         if !cm["data"].is_object() {
             cm["data"] = json!({});
@@ -353,8 +494,9 @@ impl ConfigMapStore<'_> {
         let base = base?;
         let cm = self.cms.get(&self.name).ok()??;
         let same = |k: &str| cm["data"][k] == base["data"][k];
-        let ours = self.check_holder(&cm).is_ok();
-        (same(DATA_KEY) && same(APPLIED_KEY) && ours).then_some(cm)
+        // No new owner: the holder record is the one the save was based on.
+        let holder = |c: &Value| c["metadata"]["annotations"][HOLDER_KEY].clone();
+        (same(DATA_KEY) && same(APPLIED_KEY) && holder(&cm) == holder(base)).then_some(cm)
     }
 
     /// The record of what is taken into account after a save on `base` that applies requests
@@ -379,26 +521,6 @@ impl ConfigMapStore<'_> {
             };
         }
         r
-    }
-
-    /// Renews a loop's holder record with a write when half its `stale_after_s` has passed
-    /// since the last one (or none was written yet). Errors: as `save`.
-    fn renew_if_due(&mut self) -> Result<(), StoreError> {
-        let Mode::Loop(h) = &self.mode else {
-            return Ok(());
-        };
-        let half_ms = h.stale_after_s.unwrap_or(30) * 1000 / 2;
-        let due = h
-            .renewed_ms
-            .is_none_or(|r| crate::clock::now_ms().saturating_sub(r) >= half_ms);
-        let text = self
-            .loaded
-            .as_ref()
-            .and_then(|cm| cm["data"][DATA_KEY].as_str());
-        let Some(state) = text.and_then(|t| parse(t.as_bytes()).ok()).filter(|_| due) else {
-            return Ok(());
-        };
-        self.save(&state)
     }
 }
 
@@ -516,55 +638,55 @@ fn edit_request(id: &str, text: &str) -> Steering {
     }
 }
 
-/// Whether the process of holder record `h` is gone: it ran on this host and no process
-/// has its pid (`kill(pid, 0)` answers ESRCH). A holder on another host is never gone by
-/// this test (its record goes stale instead).
-pub(crate) fn holder_gone(h: &Holder) -> bool {
-    if h.host != crate::store::file::hostname() || h.pid == 0 {
-        return false;
+/// What ConfigMap `cm` carries about its holder: the record, the ping, the pong.
+fn seen_of(cm: &Value) -> Seen {
+    let ann = &cm["metadata"]["annotations"];
+    let text = |k: &str| ann[k].as_str().map(str::to_string);
+    Seen {
+        holder: text(HOLDER_KEY),
+        ping: text(PING_KEY).and_then(|t| serde_json::from_str(&t).ok()),
+        pong: text(PONG_KEY),
     }
-    let Some(pid) = i32::try_from(h.pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    // Signal 0 sends nothing: it only asks whether the process exists.
-    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
-/// A holder record's age (s since it was last renewed, by this host's clock) and the age
-/// after which it is stale (its `stale_after_s`, else 30 s).
-fn holder_age(h: &Holder) -> (u64, u64) {
-    let renewed = h.renewed_ms.unwrap_or(h.since_ms);
-    let age_s = crate::clock::now_ms().saturating_sub(renewed) / 1000;
-    (age_s, h.stale_after_s.unwrap_or(30))
+/// Whether ConfigMaps `a` and `b` differ at most by a ping or a pong (and their version):
+/// the same data, labels and other annotations.
+fn same_but_ping(a: &Value, b: &Value) -> bool {
+    let rest = |c: &Value| {
+        let mut ann = c["metadata"]["annotations"].clone();
+        if let Some(m) = ann.as_object_mut() {
+            m.remove(PING_KEY);
+            m.remove(PONG_KEY);
+        }
+        (c["data"].clone(), c["metadata"]["labels"].clone(), ann)
+    };
+    rest(a) == rest(b)
 }
 
 /// The loop that owns app `app_id` through state ConfigMap `name` now, for `status`: its
-/// holder record when one is there and fresh (not older than its stale limit), with its
-/// age; `None` when there is no ConfigMap, no record, an unreadable one, or a stale one.
-/// Errors: the API call's, as [`StoreError::Backend`].
-pub(crate) fn fresh_holder(
+/// holder record when one is there and looks live (not asked: not of a process gone from
+/// this host, not an older podalloc's stale one); `None` when there is no ConfigMap, no
+/// record, an unreadable one, or one nobody holds. Errors: the API call's, as
+/// [`StoreError::Backend`].
+pub(crate) fn holder(
     client: &KubeClient,
     name: &str,
     app_id: &str,
-) -> Result<Option<(Holder, u64)>, StoreError> {
+) -> Result<Option<Holder>, StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     let Some(cm) = store.cms.get(name).map_err(|e| store.backend(e))? else {
         return Ok(None);
     };
-    Ok(fresh_holder_of(&cm))
+    Ok(holder_of(&cm))
 }
 
-/// The fresh holder record of ConfigMap `cm` (not older than its stale limit, its process
-/// not gone from this host) with its age in s; `None`: no record, an unreadable or a stale
-/// one.
-pub(crate) fn fresh_holder_of(cm: &Value) -> Option<(Holder, u64)> {
+/// The holder record of ConfigMap `cm` when it looks live (see [`holder`]).
+pub(crate) fn holder_of(cm: &Value) -> Option<Holder> {
     let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
-    let h = text.and_then(|t| serde_json::from_str::<Holder>(t).ok())?;
-    let (age_s, stale_after) = holder_age(&h);
-    (age_s <= stale_after && !holder_gone(&h)).then_some((h, age_s))
+    match liveness::judge(text, None, "ConfigMap") {
+        Found::Other(h) | Found::Renewed(h, _) => Some(h),
+        Found::Free(_) | Found::Ours => None,
+    }
 }
 
 /// Appends `req` to the request queue of ConfigMap `name` (creating the ConfigMap when it
@@ -682,7 +804,7 @@ impl StateStore for ConfigMapStore<'_> {
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
             return Err(self.not_ours());
         }
-        self.check_holder(&cm)?;
+        let cm = self.settle(cm)?;
         self.resource_version = cm["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
@@ -703,9 +825,6 @@ impl StateStore for ConfigMapStore<'_> {
         st.applied_requests.clear();
         let text = serde_json::to_string_pretty(&st).expect("state serializes");
         let write_id = self.next_write_id();
-        if let Mode::Loop(h) = &mut self.mode {
-            h.renewed_ms = Some(crate::clock::now_ms());
-        }
         let mut base = self.loaded.clone();
         for _ in 0..RETRIES {
             let record = self.record_after(base.as_ref(), &applied);
@@ -746,24 +865,36 @@ impl StateStore for ConfigMapStore<'_> {
         Err(self.conflict())
     }
 
+    /// Loads (the tick's load then uses that read): a loop claims the ConfigMap (its record
+    /// written once), answers a ping, or finds another live holder ([`StoreError::Owned`]:
+    /// it waits as a standby).
     fn claim(&mut self) -> Result<(), StoreError> {
         self.load()?;
-        self.renew_if_due()?;
         self.fresh = true;
         Ok(())
     }
 
+    /// Removes the loop's own holder record (one conditional write), so the next loop
+    /// starts at once; nothing when the record is not ours.
     fn release(&mut self) -> Result<(), StoreError> {
-        if !matches!(self.mode, Mode::Loop(_)) {
+        let Mode::Loop(mine) = &self.mode else {
             return Ok(());
+        };
+        let mine = mine.clone();
+        for _ in 0..RETRIES {
+            let Some(cm) = self.cms.get(&self.name).map_err(|e| self.backend(e))? else {
+                return Ok(());
+            };
+            let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
+            if !matches!(liveness::judge(text, Some(&mine), ""), Found::Ours) {
+                return Ok(());
+            }
+            let set = [(HOLDER_KEY, None), (PING_KEY, None), (PONG_KEY, None)];
+            if self.put_annotations(&cm, &set)?.is_some() {
+                return Ok(());
+            }
         }
-        let state = self.load()?;
-        // Saved without the holder record (the save removes it outside a loop).
-        self.mode = Mode::Once;
-        match state {
-            Some(st) => self.save(&st),
-            None => Ok(()),
-        }
+        Err(self.conflict())
     }
 
     fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
@@ -784,12 +915,41 @@ impl StateStore for ConfigMapStore<'_> {
     /// store last loaded or wrote (a request appended by `add`, `scale` or `remove`, the
     /// target annotation edited by `kubectl annotate`, any other edit: one tick finds out),
     /// or when a save took in a version it had not loaded. The loop's own writes (its saves,
-    /// the holder record's heartbeat) leave the version it remembers, so they wake nothing.
-    /// Errors: the GET's ([`StoreError::Backend`]).
+    /// its pongs) leave the version it remembers, so they wake nothing; nor does a ping: a
+    /// loop answers it here (one conditional write) and goes on. A holder record not its own
+    /// wakes it (the tick's claim finds out). Errors: the GET's and the pong's
+    /// ([`StoreError::Backend`]).
     fn intent_changed(&mut self) -> Result<bool, StoreError> {
         let cm = self.cms.get(&self.name).map_err(|e| self.backend(e))?;
         let now = (cm.as_ref()).and_then(|c| c["metadata"]["resourceVersion"].as_str());
-        let moved = now != self.resource_version.as_deref();
+        let mut moved = now != self.resource_version.as_deref();
+        if let (Some(mut cm), Mode::Loop(mine)) = (cm, &self.mode) {
+            let seen = seen_of(&cm);
+            let what = self.what();
+            match liveness::judge(seen.holder.as_deref(), Some(mine), &what) {
+                Found::Ours => {
+                    if let Some(nonce) =
+                        liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref())
+                    {
+                        log::debug!("{what}: answering ping {nonce}");
+                        if let Some(stored) =
+                            self.put_annotations(&cm, &[(PONG_KEY, Some(nonce))])?
+                        {
+                            cm = stored;
+                        }
+                    }
+                    let quiet = (self.loaded.as_ref()).is_some_and(|l| same_but_ping(l, &cm));
+                    if moved && quiet {
+                        self.resource_version = cm["metadata"]["resourceVersion"]
+                            .as_str()
+                            .map(str::to_string);
+                        self.loaded = Some(cm);
+                        moved = false;
+                    }
+                }
+                _ => moved = true,
+            }
+        }
         Ok(std::mem::take(&mut self.unseen) || moved)
     }
 }

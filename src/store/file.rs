@@ -48,8 +48,8 @@ const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 pub enum StoreError {
     /// Another process holds the lock; the holder's record when it could be read.
     Locked(PathBuf, Option<Box<Holder>>),
-    /// A `run` loop owns the app (ConfigMap store: a fresh holder record; ExecutorSet store:
-    /// a holder record whose loop answers); the message names it.
+    /// A `run` loop owns the app (ConfigMap or ExecutorSet store: a holder record whose loop
+    /// answers, or an older podalloc's fresh one); the message names it.
     Owned(String),
     /// The state belongs to another cluster, namespace or app (see [`Bound`]); the message
     /// names both.
@@ -695,10 +695,9 @@ impl StateStore for Bound<'_> {
 }
 
 /// Who holds a state: the command, host, process id and since when. Written into the lock
-/// file by the file store, into an annotation by the ConfigMap store, where `renewed_ms`
-/// and `stale_after_s` make it a heartbeat, and into `status.holder` by the ExecutorSet
-/// store, once per claim (never renewed: whether it lives is asked on demand,
-/// `crate::store::liveness`).
+/// file by the file store, and by a `run` loop into an annotation of the ConfigMap store and
+/// into `status.holder` of the ExecutorSet store, once per claim (never renewed: whether it
+/// lives is asked on demand, `crate::store::liveness`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Holder {
     /// The podalloc command (`run`, `reconcile`, …).
@@ -712,12 +711,12 @@ pub struct Holder {
     /// When the holder started, ms since the Unix epoch (to tell two holders apart).
     #[serde(default)]
     pub since_ms: u64,
-    /// When the record was last renewed, ms since the Unix epoch (ConfigMap store only;
-    /// a record with it and `stale_after_s` but no answer deadline is judged by its age).
+    /// When the record was last renewed, ms since the Unix epoch: read only, in the
+    /// records of an older podalloc that renewed them (with `stale_after_s` and no answer
+    /// deadline, judged by their age).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewed_ms: Option<u64>,
-    /// A renewed record not renewed for this many seconds is stale and may be taken over
-    /// (ConfigMap store only).
+    /// An older podalloc's renewed record is stale after this many seconds (read only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_after_s: Option<u64>,
     /// How long a process that pings this holder waits for its pong, in ms (3 × its

@@ -42,27 +42,28 @@ class Decisions(unittest.TestCase):
 
 
 class Compare(unittest.TestCase):
-    SC = {"batch_delay_ms": 1000}
+    SC = {"batch_delay_ms": 1000, "poll_ms": 1000}
 
     def test_same_decisions_no_difference(self):
         spark = [(200, "create", [1], 201), (220, "create", [2], 201), (1300, "create", [3], 201)]
         pa = [(5, "create", [1], 201), (5, "create", [2], 201), (1010, "create", [3], 201)]
         self.assertEqual(compare.compare(self.SC, spark, pa), {})
 
-    def test_ids_batches_order_and_delete_shape(self):
+    def test_each_difference_names_its_decision(self):
         spark = [(0, "create", [1], 201), (20, "create", [2], 201), (1500, "create", [3], 201),
                  (2000, "delete", [1], 200, "by name")]
         pa = [(0, "create", [1], 201), (1000, "create", [2], 201), (1000, "delete", [1], 200, "by name"),
               (1001, "create", [3], 201)]
         d = compare.compare(self.SC, spark, pa)
-        self.assertIn("create-batches", d)
-        self.assertIn("order", d)
-        self.assertNotIn("creates", d)
+        self.assertEqual(sorted(d), ["create 1: tick", "create 2: tick", "create 3: tick", "delete 1: order"])
         pa2 = [(0, "create", [1], 201), (0, "create", [2], 201), (1000, "create", [4], 201)]
-        self.assertIn("creates", compare.compare(self.SC, spark[:3], pa2))
+        self.assertEqual(sorted(compare.compare(self.SC, spark[:3], pa2)),
+                         ["create 3: spark only", "create 4: podalloc only"])
         coll = [(0, "delete", [1, 2], 200, "collection status.phase=Pending")]
         named = [(0, "delete", [1], 200, "by name"), (1, "delete", [2], 200, "by name")]
-        self.assertEqual(list(compare.compare(self.SC, coll, named)), ["delete-requests"])
+        self.assertEqual(sorted(compare.compare(self.SC, coll, named)), ["delete 1: request", "delete 2: request"])
+        swapped = [(0, "create", [2], 201), (1, "create", [1], 201)]
+        self.assertEqual(sorted(compare.compare(self.SC, swapped, pa2[:2])), ["create 1: order", "create 2: order"])
 
     def test_a_delete_sent_again_is_the_same_decision(self):
         spark = [(0, "create", [2], 201), (4000, "delete", [2], 200, "by name"),
@@ -71,7 +72,32 @@ class Compare(unittest.TestCase):
         self.assertEqual(compare.compare(self.SC, spark, pa), {})
         # A delete of another id is still a difference.
         spark[2] = (5000, "delete", [3], 200, "by name")
-        self.assertIn("deletes", compare.compare(self.SC, spark, pa))
+        self.assertIn("delete 3: spark only", compare.compare(self.SC, spark, pa))
+
+    def test_timing_within_a_batch_delay_and_a_poll_of_the_decision_before(self):
+        self.assertEqual(compare.tolerance_ms(self.SC), 2000)
+        self.assertEqual(compare.tolerance_ms({"batch_delay_ms": 500}), 1000)
+        self.assertEqual(compare.tolerance_ms({"defaults": True}), 31000)
+        # Spark falls behind step by step (each batch waits for the last to be seen): 1.9 s
+        # more each time is within the tolerance; 2.1 s more is not.
+        spark = [(300, "create", [1], 201), (3200, "create", [2], 201), (6100, "create", [3], 201)]
+        pa = [(10, "create", [1], 201), (1010, "create", [2], 201), (2010, "create", [3], 201)]
+        self.assertEqual(compare.compare(self.SC, spark, pa), {})
+        spark[2] = (6300, "create", [3], 201)
+        d = compare.compare(self.SC, spark, pa)
+        self.assertEqual(list(d), ["create 3: time"])
+        self.assertIn("4290 ms after podalloc", d["create 3: time"])
+        # Spark ahead by more than the tolerance is a difference too.
+        self.assertEqual(list(compare.compare(self.SC, [(0, "create", [1], 201)], [(2500, "create", [1], 201)])),
+                         ["create 1: time"])
+        self.assertEqual(compare.timing_summary(self.SC, spark[:2], pa[:2]), (2, 2190, 1900, 2000))
+
+    def test_end_state(self):
+        spark = [(0, "create", [1], 201)]
+        d = compare.compare(self.SC, spark, spark, ends=({1: "Running"}, {1: "Pending"}))
+        self.assertEqual(d, {}, "a phase is not compared, only which executors are left")
+        d = compare.compare(self.SC, spark, spark, ends=({1: "Running", 2: "Pending"}, {1: "Running"}))
+        self.assertEqual(list(d), ["end 2: spark only"])
 
     def test_batches_split_on_half_a_batch_delay(self):
         ds = [(0, "create", [1]), (300, "create", [2]), (900, "create", [3]), (950, "delete", [1])]
@@ -79,6 +105,36 @@ class Compare(unittest.TestCase):
 
     def test_lag(self):
         self.assertEqual(compare.lag_ms([(1500, "create", [1])], [(200, "create", [1])]), 1300)
+
+
+class Defaults(unittest.TestCase):
+    def test_a_scenario_at_the_allocators_defaults(self):
+        sc = {"name": "s01", "policy": "spark-3.x", "batch_size": 5, "batch_delay_ms": 1000, "poll_ms": 1000,
+              "executor_idle_timeout_ms": 10000, "max_pending": 3, "sim": ["--startup-latency", "3s"],
+              "events": [{"at_ms": 0, "target": 6}], "explained": {"delete 1: request": "D2"},
+              "explained_defaults": {"create 6: time": "D17"}}
+        d = compare.at_defaults(sc)
+        self.assertEqual(d["name"], "s01@defaults")
+        self.assertTrue(d["defaults"])
+        for k in compare.TUNABLES:
+            self.assertNotIn(k, d)
+        self.assertEqual(d["events"], sc["events"])
+        self.assertEqual(sorted(compare.explanations(d)), ["create 6: time", "delete 1: request"])
+        self.assertEqual(sorted(compare.explanations(sc)), ["delete 1: request"])
+
+        class A:
+            podalloc = "podalloc"
+        class S:
+            kubeconfig, ns = "kc", "default"
+        import pathlib
+        cmd = compare.podalloc_cmd(A, d, S, pathlib.Path("/nonexistent"), 6)
+        for flag in ("--batch-size", "--batch-delay", "--idle-interval", "--executor-idle-timeout", "--max-pending",
+                     "--creation-timeout"):
+            self.assertNotIn(flag, cmd)
+        self.assertEqual(cmd[cmd.index("--policy") + 1], "spark-3.x")
+        sd = compare.state_dir(pathlib.Path("/nonexistent"))
+        if sd != pathlib.Path("/nonexistent"):
+            sd.rmdir()
 
 
 class Profiles(unittest.TestCase):
@@ -119,8 +175,8 @@ class Profiles(unittest.TestCase):
         pa = [(5, "create", [1], 201), (6, "create", [2], 201)]
         self.assertEqual(compare.compare(self.SC, spark, pa, ({1: 0, 2: 1}, {1: 0, 2: 1})), {})
         d = compare.compare(self.SC, spark, pa, ({1: 0, 2: 1}, {1: 0, 2: 0}))
-        self.assertEqual(list(d), ["profiles"])
-        self.assertIn("2: 1 / 0", d["profiles"])
+        self.assertEqual(list(d), ["create 2: profile"])
+        self.assertIn("profile 1 / podalloc's 0", d["create 2: profile"])
         self.assertEqual(compare.fmt(spark, {1: 0, 2: 1}), "c1@300 c2/1@320")
 
 

@@ -6,7 +6,9 @@
 #   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/m2          Maven's local repository
 #   ${PODALLOC_CACHE:-~/.cache/podalloc}/spark-peer/<version>/  the harness jar + classpath
 # then runs peers/compare.py for each Spark line in SPARK_PEER_LINES (default "3.5 4.0"):
-# every scenario on simulators, then the scenarios marked "real" on a real control plane
+# every scenario on simulators (and, with 3.5, again at both allocators' defaults:
+# compare.py --defaults), then the scenarios marked "real" on a real control plane (as they
+# are and at the defaults)
 # (compare.py --real: kube-apiserver + etcd from scripts/controlplane.sh, the kubelet emulator
 # crates/podalloc-sim/examples/kubelet.rs, a namespace per side), and exits non-zero on a
 # difference no scenario explains (see docs/semantics.md).
@@ -91,13 +93,26 @@ for line in ${SPARK_PEER_LINES:-3.5 4.0}; do
   [ -n "${SPARK_PEER_ONLY:-}" ] && args+=(--only $SPARK_PEER_ONLY)
   [ -n "${SPARK_PEER_OUT:-}" ] && args+=(--out "$SPARK_PEER_OUT/$line")
   python3 peers/compare.py "${args[@]}" || status=1
+  # At both allocators' defaults (Spark's watch source on): on simulators with Spark 3.5 only,
+  # since Spark 4.0's watch source (fabric8 on Vert.x) never starts against the simulator's
+  # pod watch; on the real control plane (below) with both lines.
+  if [ "$line" = "3.5" ]; then
+    dargs=(--jar-dir "$out/build" --podalloc "$pod" --defaults)
+    [ -n "${SPARK_PEER_ONLY:-}" ] && dargs+=(--only $SPARK_PEER_ONLY)
+    [ -n "${SPARK_PEER_OUT:-}" ] && dargs+=(--out "$SPARK_PEER_OUT/$line-defaults")
+    python3 peers/compare.py "${dargs[@]}" || status=1
+  fi
   if [ "$real" = 1 ]; then
     rargs=(--jar-dir "$out/build" --podalloc "$pod" --real)
     [ -n "${SPARK_PEER_ONLY:-}" ] && rargs+=(--only $SPARK_PEER_ONLY)
     [ -n "${SPARK_PEER_OUT:-}" ] && rargs+=(--out "$SPARK_PEER_OUT/$line-real")
     start=$(date +%s)
     python3 peers/compare.py "${rargs[@]}" || status=1
-    echo "spark-peer: Spark $line on the real control plane took $(( $(date +%s) - start ))s"
+    rdargs=(--jar-dir "$out/build" --podalloc "$pod" --real --defaults)
+    [ -n "${SPARK_PEER_ONLY:-}" ] && rdargs+=(--only $SPARK_PEER_ONLY)
+    [ -n "${SPARK_PEER_OUT:-}" ] && rdargs+=(--out "$SPARK_PEER_OUT/$line-real-defaults")
+    python3 peers/compare.py "${rdargs[@]}" || status=1
+    echo "spark-peer: Spark $line on the real control plane (and at the defaults) took $(( $(date +%s) - start ))s"
   fi
 done
 exit $status

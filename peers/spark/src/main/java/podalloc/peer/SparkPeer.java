@@ -97,6 +97,10 @@ public final class SparkPeer {
     out = new PrintStream(Files.newOutputStream(Path.of(req(a, "out"))), true, "UTF-8");
 
     long batchDelay = sc.path("batch_delay_ms").asLong(1000);
+    // "defaults": true leaves Spark's own defaults for what the scenario does not set: batch
+    // size (5 in 3.5, 10 in 4.0), batch delay 1 s, polling every 30 s and the watch source on.
+    boolean defaults = sc.path("defaults").asBoolean(false);
+    boolean watchOn = sc.has("watch") ? sc.get("watch").asBoolean() : defaults;
     SparkConf conf =
         new SparkConf(false)
             .set("spark.app.id", app)
@@ -115,17 +119,21 @@ public final class SparkPeer {
             .set("spark.executor.memory", "256m")
             .set("spark.kubernetes.executor.request.cores", "100m")
             .set("spark.kubernetes.executor.disableConfigMap", "true")
-            .set("spark.kubernetes.allocation.batch.size", sc.path("batch_size").asText("5"))
-            .set("spark.kubernetes.allocation.batch.delay", batchDelay + "ms")
-            .set(
-                "spark.kubernetes.executor.apiPollingInterval",
-                sc.path("poll_ms").asLong(batchDelay) + "ms")
-            .set(
-                "spark.kubernetes.executor.enableApiWatcher",
-                String.valueOf(sc.path("watch").asBoolean(false)))
+            .set("spark.kubernetes.executor.enableApiWatcher", String.valueOf(watchOn))
             .set("spark.kubernetes.executor.deleteOnTermination", "true")
             // The 3.5 allocator (4.0: the lifecycle manager) exits the JVM past this.
             .set("spark.executor.maxNumFailures", "1000000");
+    if (sc.has("batch_size") || !defaults) {
+      conf.set("spark.kubernetes.allocation.batch.size", sc.path("batch_size").asText("5"));
+    }
+    if (sc.has("batch_delay_ms") || !defaults) {
+      conf.set("spark.kubernetes.allocation.batch.delay", batchDelay + "ms");
+    }
+    if (sc.has("poll_ms") || !defaults) {
+      conf.set(
+          "spark.kubernetes.executor.apiPollingInterval",
+          sc.path("poll_ms").asLong(batchDelay) + "ms");
+    }
     setMs(conf, sc, "executor_idle_timeout_ms", "spark.dynamicAllocation.executorIdleTimeout");
     setMs(conf, sc, "creation_timeout_ms", "spark.kubernetes.allocation.executor.timeout");
     if (sc.has("max_pending")) {
@@ -222,7 +230,7 @@ public final class SparkPeer {
         new ExecutorPodsPollingSnapshotSource(
             conf, client, store, Executors.newSingleThreadScheduledExecutor(daemon("polling")));
     ExecutorPodsWatchSnapshotSource watch =
-        sc.path("watch").asBoolean(false) ? new ExecutorPodsWatchSnapshotSource(store, client, conf) : null;
+        watchOn ? new ExecutorPodsWatchSnapshotSource(store, client, conf) : null;
 
     // The target changes, grouped by time: the targets of every profile after each.
     TreeMap<Long, List<JsonNode>> changes = new TreeMap<>();

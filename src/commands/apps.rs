@@ -210,8 +210,10 @@ fn run_apps(
         failed: source.failed,
         // Under --leader-elect the Lease says which replica acts: no holder records.
         // Each holder record carries the answer deadline of a loop that reads its home every
-        // --interval (3 × interval + 2 s): the pings it finds are answered within it.
-        holding: (!a.leader.leader_elect).then_some(o.interval),
+        // --interval (3 × interval + 2 s): the pings it finds are answered within it. An
+        // app's ConfigMap is read only at its ticks (`Lazy::intent_changed`): its deadline
+        // follows --idle-interval.
+        holding: (!a.leader.leader_elect).then_some((o.interval, o.idle_interval)),
         leader_elect: a.leader.leader_elect,
         waiting: false,
         stores: BTreeMap::new(),
@@ -264,9 +266,9 @@ struct AppsFeed<'c> {
     discover: Option<Discovery>,
     /// Apps stopped by an error (name, error), in order.
     failed: Vec<(String, Error)>,
-    /// The `--interval` behind a holder record's answer deadline (`None` under `--leader-elect`:
-    /// no holder record).
-    holding: Option<Duration>,
+    /// `--interval` and `--idle-interval`, behind a holder record's answer deadline (`None`
+    /// under `--leader-elect`: no holder record).
+    holding: Option<(Duration, Duration)>,
     leader_elect: bool,
     /// The "waiting for a stale claim" line was logged.
     waiting: bool,
@@ -535,7 +537,8 @@ struct Lazy<'c> {
     client: &'c KubeClient,
     spec: StoreAt,
     owner: StateOwner,
-    holding: Option<Duration>,
+    /// `--interval` and `--idle-interval` (see `AppsFeed::holding`).
+    holding: Option<(Duration, Duration)>,
     /// The runner (a stop at once gives up the holder record).
     shared: Arc<Control>,
     /// The process's services (its swept directories, whether Events are on).
@@ -547,7 +550,13 @@ impl<'c> Lazy<'c> {
     /// The open store. Errors: opening it (a held lock: [`StoreError::Locked`]).
     fn open(&mut self) -> std::result::Result<&mut (dyn StateStore + 'c), StoreError> {
         if self.inner.is_none() {
-            let holding = self.holding.map(|h| (h, self.shared.as_ref()));
+            // How often the loop reads this app's home, so answers a ping: an ExecutorSet every
+            // --interval, a ConfigMap only at the app's ticks (--idle-interval at rest).
+            let every = |(interval, idle): (Duration, Duration)| match self.spec {
+                StoreAt::ConfigMap(_) => interval.max(idle),
+                _ => interval,
+            };
+            let holding = self.holding.map(|h| (every(h), self.shared.as_ref()));
             let by = ("apps", self.services);
             let store = super::env::open_store(self.client, &self.spec, &self.owner, by, holding)?;
             self.inner = Some(store);

@@ -46,6 +46,14 @@ fn stop(c: Child) -> String {
     err
 }
 
+/// Which server `e` runs on, for the figures printed.
+fn server(e: &Env) -> &'static str {
+    match e.control_plane() {
+        Some(_) => "kube-apiserver",
+        None => "simulator",
+    }
+}
+
 /// The value of `podalloc_is_leader` in the metrics file `path`.
 fn is_leader(path: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -151,7 +159,11 @@ both!(
                 holder(e, cm, name)["pid"].as_u64() == Some(pid)
             });
             let took = t0.elapsed();
-            eprintln!("{store}: taken over in {} ms", took.as_millis());
+            eprintln!(
+                "{}: {store}: taken over in {} ms",
+                server(e),
+                took.as_millis()
+            );
             assert!(took < Duration::from_secs(10), "{took:?}");
             e.wait_for("2 executors", |e| e.live().len() == 2);
             let err = stop(run);
@@ -195,7 +207,8 @@ both!(
             let err = e.exits(&["--state-store", &store, "reconcile", "--target", "3"], 3);
             let took = t0.elapsed();
             eprintln!(
-                "{store}: reconcile beside a live run exited 3 in {} ms",
+                "{}: {store}: reconcile beside a live run exited 3 in {} ms",
+                server(e),
                 took.as_millis()
             );
             assert!(took < Duration::from_secs(4), "{took:?}: {err}");
@@ -210,37 +223,56 @@ both!(
 );
 
 both!(
-    two_plain_runs_on_one_executorset_create_the_target_once,
+    two_plain_runs_on_one_home_create_the_target_once,
     "twice",
     Pods::default(),
     |e| {
         // Reported: two plain `run`s on one ExecutorSet both acted (target 5, 8 creates).
-        let store = "executorset:twice-es";
-        let (ma, mb) = (e.dir.path().join("a.prom"), e.dir.path().join("b.prom"));
-        let args = ["--target", "5", "--interval", "1s"];
-        let a = start(e, "a", store, &ma, &args);
-        let b = start(e, "b", store, &mb, &args);
-        e.wait_for("5 executors", |e| e.live().len() == 5);
-        e.wait_for("a standby", |_| {
-            [&ma, &mb]
+        // The same on the ConfigMap store, and what the standby's asking costs at rest.
+        let homes = [(false, "twice-es"), (true, "twice-cm")];
+        for (cm, name) in homes {
+            let store = match cm {
+                true => format!("configmap:{name}"),
+                false => format!("executorset:{name}"),
+            };
+            let ma = e.dir.path().join(format!("{name}-a.prom"));
+            let mb = e.dir.path().join(format!("{name}-b.prom"));
+            let args = ["--target", "5", "--interval", "1s"];
+            let creates = e.stats().creates;
+            let a = start(e, "a", &store, &ma, &args);
+            let b = start(e, "b", &store, &mb, &args);
+            e.wait_for("5 executors", |e| e.live().len() == 5);
+            e.wait_for("a standby", |_| {
+                [&ma, &mb]
+                    .iter()
+                    .any(|m| is_leader(m).as_deref() == Some("0"))
+            });
+            // A minute of the pair at rest: the standby asks about every 30 s (a ping and
+            // its pong), and stays one.
+            std::thread::sleep(Duration::from_secs(2));
+            let from = e.server_now_us();
+            std::thread::sleep(Duration::from_secs(60));
+            let to = e.server_now_us();
+            let writes: Vec<_> = (e.acts_with_subresources().into_iter())
+                .filter(|x| (from..to).contains(&x.at_us))
+                .filter(|x| !matches!(x.verb.as_str(), "get" | "list" | "watch"))
+                .map(|x| (x.user, x.verb, x.resource, x.code))
+                .collect();
+            eprintln!(
+                "{}: {store}: a standby pair at rest: {} writes in a minute: {writes:?}",
+                server(e),
+                writes.len()
+            );
+            assert!(writes.len() <= 6, "{writes:?}");
+            assert_eq!(e.stats().creates - creates, 5, "exactly the target created");
+            assert_eq!(e.live().len(), 5);
+            let (ea, eb) = (stop(a), stop(b));
+            let standbys = [&ea, &eb]
                 .iter()
-                .any(|m| is_leader(m).as_deref() == Some("0"))
-        });
-        // Long enough for a standby to ask the holder again (every 30 s) and stay one.
-        std::thread::sleep(Duration::from_secs(35));
-        assert_eq!(e.stats().creates, 5, "exactly the target created");
-        assert_eq!(e.live().len(), 5);
-        let (ea, eb) = (stop(a), stop(b));
-        let standbys = [&ea, &eb]
-            .iter()
-            .filter(|err| err.contains("waiting as a standby"))
-            .count();
-        assert_eq!(standbys, 1, "a:\n{ea}\nb:\n{eb}");
-        // The standby's asking at rest: a ping and a pong about every 30 s.
-        let writes: Vec<_> = (e.acts_with_subresources().into_iter())
-            .filter(|x| x.resource.starts_with("executorsets") && x.verb == "update")
-            .map(|x| (x.user, x.resource, x.code))
-            .collect();
-        eprintln!("ExecutorSet writes of the pair: {writes:?}");
+                .filter(|err| err.contains("waiting as a standby"))
+                .count();
+            assert_eq!(standbys, 1, "a:\n{ea}\nb:\n{eb}");
+            drain(e, &store);
+        }
     }
 );

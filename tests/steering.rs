@@ -39,9 +39,23 @@ both!(
             assert!(stderr(&out).contains("handed to"), "{}", stderr(&out));
         }
         e.wait_for("3 executors", |e| e.live().len() == 3);
+        // Another home than the loop's: refused, naming the flag that would do (the
+        // message stopped at "give the controller's").
+        let out = e
+            .cmd_no_image(&["--state-store", "configmap:other", "scale", "4"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("never reads: nothing done")
+                && err.contains("(--state-store configmap:podalloc-cm-noimg)"),
+            "{err}"
+        );
         drop(run);
-        // No loop: the command ticks itself, and that needs a template; it says so, and that
-        // its request stays queued for whoever ticks next.
+        // No loop: the command would tick itself, and that needs a template; it says so
+        // and queues nothing (it left its request queued, so the retry below applied it
+        // twice: 3 → 5 for one `add 1`).
         let out = e
             .cmd_no_image(&[&store[..], &["add", "1"]].concat())
             .output()
@@ -51,16 +65,18 @@ both!(
         assert!(
             err.contains("--image")
                 && err.contains("no loop owns the app")
-                && err.contains("stays queued"),
+                && err.contains("nothing was queued"),
             "{err}"
         );
-        // The next loop with a template applies it.
+        // The same command again with a template applies it once.
+        let err = e.ok(&[&store[..], &["add", "1"]].concat());
+        assert!(err.contains("target 3 → 4"), "{err}");
         let err = e.ok(&[
             &store[..],
             &["run", "--until-converged", "--timeout", "30s"],
         ]
         .concat());
-        assert!(err.contains("target 3 → 4"), "{err}");
+        assert!(!err.contains("target 4 → 5"), "{err}");
         assert_eq!(e.live().len(), 4);
     }
 );
@@ -84,6 +100,8 @@ both!(
         // `add` raises the target followed (3), as `remove` lowers it: 4, not 11.
         let err = e.ok(&["add", "1"]);
         assert_eq!(replicas(), 4);
+        // No loop runs on it: the command says so (it said "its controller follows it").
+        assert!(err.contains("no loop holds it now"), "{err}");
         assert!(
             err.contains("spec.replicas is 4")
                 && err.contains("spec.maxReplicas 3")

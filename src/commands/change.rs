@@ -104,6 +104,13 @@ fn steer(
             wait.map(|t| t.map(|t| Instant::now() + t)),
         );
     }
+    // A command that has no template and finds no owner would have to tick itself and
+    // cannot: it stops before queueing anything, so that retrying it with a template
+    // applies the request once (it used to exit 2 and leave the request queued, and the
+    // retry applied both).
+    if need_template && cli.app.app(cli.conn.simulate, true).is_err() {
+        refuse_unowned_without_template(cli, &env, command, op)?;
+    }
     // Queued before the owner is looked for, so a tick that follows sees it.
     env.submit(&req)?;
     let queued = |mut e: Error| {
@@ -157,6 +164,36 @@ fn steer(
         None => confirm_taken(&env, &req.id, &owner),
         Some(timeout) => wait_applied(&env, &req.id, timeout.map(|t| Instant::now() + t)),
     }
+}
+
+/// For a command without a template: exit 2, nothing queued, when no loop owns the app
+/// (no live holder of its store, no Lease leader) and no seed is awaited, since this
+/// command would then tick itself and a tick may create pods. With an owner: `Ok` (the
+/// request is handed over, no template needed).
+fn refuse_unowned_without_template(
+    cli: &Cli,
+    env: &Env,
+    command: &str,
+    op: &SteerOp,
+) -> Result<()> {
+    let unowned = env
+        .open_store(command, None)
+        .and_then(|mut s| s.claim())
+        .is_ok();
+    if !unowned || env.lease_leader().is_some() || awaits_seed(env, op)? {
+        return Ok(());
+    }
+    let mut e = cli
+        .app
+        .app(cli.conn.simulate, true)
+        .expect_err("checked by the caller");
+    e.message = format!(
+        "{}: no loop owns the app, so this command would apply `{op}` itself, and its tick \
+         may create pods; nothing was queued. Give the template, or start `podalloc run` \
+         and steer it",
+        e.message
+    );
+    Err(e)
 }
 
 /// A request handed to the loop whose holder record is on the state ConfigMap (the record
@@ -220,8 +257,17 @@ fn steer_executor_set(
     };
     let generation =
         submit(&env.client, name, app, req, lowering.as_deref()).map_err(store_error)?;
+    // Who follows it: a loop holding the ExecutorSet, the Lease's leader, or nobody yet (it
+    // said "its controller follows it" with no loop running).
+    let follower = match crate::store::executorset::holder(&env.client, name, app) {
+        Ok(Some(h)) => format!("its controller, {h}, follows it"),
+        _ if env.lease_leader().is_some() => {
+            "its controller (the Lease's leader) follows it".into()
+        }
+        _ => "no loop holds it now: the next `podalloc run` or `reconcile` on it follows it".into(),
+    };
     info!(
-        "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}): its controller follows it",
+        "`{}` written to the spec of ExecutorSet {name} (generation {generation}, request {}): {follower}",
         req.op, req.id
     );
     let Some(deadline) = deadline else {

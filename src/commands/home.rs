@@ -335,7 +335,12 @@ pub(super) fn choose(
                 return Err(Error::usage(format!(
                     "app {app_id}'s running controller, {who}, uses its {h} in namespace {ns}; \
                      this command was given {this} (--state-store), which that controller \
-                     never reads: nothing done. Drop --state-store, or give the controller's"
+                     never reads: nothing done. Drop --state-store, or give the controller's own \
+                     (--state-store {})",
+                    match h {
+                        Home::ExecutorSet(n) => format!("executorset:{n}"),
+                        Home::ConfigMap(n) => format!("configmap:{n}"),
+                    }
                 )));
             }
             _ => return Ok(g.clone()),

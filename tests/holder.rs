@@ -165,6 +165,13 @@ both!(
                 took.as_millis()
             );
             assert!(took < Duration::from_secs(10), "{took:?}");
+            // Its own deadline covers a whole tick (3 × 1 s + 2 s + the tick budget, 4 ×
+            // the default --request-timeout of 30 s): it answers only between ticks, and a
+            // holder taken for dead inside a slow tick had its late create land after the
+            // takeover (5 s: a removed executor came back).
+            let mine = holder(e, cm, name);
+            assert_eq!(mine["answer_within_ms"], 125_000, "{mine}");
+            assert!(mine["pid_ns"].is_string(), "{mine}");
             e.wait_for("2 executors", |e| e.live().len() == 2);
             let err = stop(run);
             assert!(err.contains("waiting as a standby"), "{err}");

@@ -238,9 +238,9 @@ both!(
         converge("2");
         for (first_scale, then_annotation, want) in [(true, 4, 4), (false, 1, 3)] {
             // A loop holds the app, frozen (SIGSTOP): requests wait in the queue; the command
-            // waits its answer deadline (3 × 1 s + 2 s) for the loop to take its request,
-            // then says it stays queued (exit 3).
-            let run = plain_run(e, &["--interval", "1s"]);
+            // waits its answer deadline (3 × 1 s + 2 s + its tick budget, 4 × 1 s) for the
+            // loop to take its request, then says it stays queued (exit 3).
+            let run = plain_run(e, &["--interval", "1s", "--request-timeout", "1s"]);
             e.wait_for("the loop's holder record", |e| {
                 !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
             });
@@ -374,9 +374,9 @@ both!(
         ];
         e.ok(&[&args[..], &["--timeout", "30s"]].concat());
         // A loop holds the app, frozen (SIGSTOP), so the request is seen queued: the command
-        // waits the loop's answer deadline (3 × 1 s + 2 s) for it to be taken, then says it
-        // stays queued (exit 3).
-        let run = plain_run(e, &["--interval", "1s"]);
+        // waits the loop's answer deadline (3 × 1 s + 2 s + its tick budget, 4 × 1 s) for it
+        // to be taken, then says it stays queued (exit 3).
+        let run = plain_run(e, &["--interval", "1s", "--request-timeout", "1s"]);
         e.wait_for("the loop's holder record", |e| {
             !configmap(e)["metadata"]["annotations"]["podalloc.io/holder"].is_null()
         });

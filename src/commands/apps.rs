@@ -210,7 +210,7 @@ fn run_apps(
         failed: source.failed,
         // Under --leader-elect the Lease says which replica acts: no holder records.
         // Each holder record carries the answer deadline of a loop that reads its home every
-        // --interval (3 × interval + 2 s): the pings it finds are answered within it. An
+        // --interval (3 × interval + 2 s + the tick budget): the pings it finds are answered within it. An
         // app's ConfigMap is read only at its ticks (`Lazy::intent_changed`): its deadline
         // follows --idle-interval.
         holding: (!a.leader.leader_elect).then_some((o.interval, o.idle_interval)),

@@ -198,7 +198,7 @@ fn refuse_unowned_without_template(
 
 /// A request handed to the loop whose holder record is on the state ConfigMap (the record
 /// is not renewed, so it says nothing of whether that loop still lives): waits, at most the
-/// holder's answer deadline (3 × its interval + 2 s), until the loop has taken request `id`
+/// holder's answer deadline (3 × its interval + 2 s + its tick budget), until the loop has taken request `id`
 /// (gone from the queue). Taken: says so. Not taken: the holder did not answer; the request
 /// stays queued for the next owner, and the message says what to do (exit 3). Nothing to
 /// wait for on the other stores (the file lock's holder is a live process; a Lease holder

@@ -180,6 +180,8 @@ pub(super) fn open_store<'a>(
     loop_interval: Option<(Duration, &Control)>,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
     let holder = Holder::current(command);
+    // A loop answers pings between its ticks: its record's deadline covers a whole tick.
+    let busy = client.request_timeout().saturating_mul(4);
     let steering = matches!(command, "scale" | "add" | "remove");
     let (inner, check_server): (Box<dyn StateStore + 'a>, bool) = match at {
         StoreAt::File(path) => (
@@ -192,7 +194,7 @@ pub(super) fn open_store<'a>(
                 Some((interval, shared)) => {
                     let release = release_hook(client, name, &owner.app_id, &holder, interval);
                     release.into_iter().for_each(|r| shared.on_stop(r));
-                    cm.holding(holder, interval)
+                    cm.holding(holder, (interval, busy))
                 }
                 None if steering => cm.steering(),
                 None => cm,
@@ -203,7 +205,7 @@ pub(super) fn open_store<'a>(
             let events = services.events.enabled();
             let es = ExecutorSetStore::new(client, name, &owner.app_id, events);
             let es = match loop_interval {
-                Some((interval, _)) => es.holding(holder, interval),
+                Some((interval, _)) => es.holding(holder, (interval, busy)),
                 None => es.once(!steering),
             };
             (Box::new(es), false)
@@ -230,7 +232,8 @@ fn release_hook(
     let own = client.derive(options).ok()?;
     let (name, app_id, holder) = (name.to_string(), app_id.to_string(), holder.clone());
     Some(Box::new(move || {
-        let mut cm = ConfigMapStore::new(&own, &name, &app_id).holding(holder, interval);
+        let mut cm =
+            ConfigMapStore::new(&own, &name, &app_id).holding(holder, (interval, Duration::ZERO));
         if let Err(e) = cm.release() {
             eprintln!("podalloc: could not give up the holder record of ConfigMap {name}: {e}");
         }

@@ -194,7 +194,8 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     // no holder record is written.
     let command = if progress.on { "scale --wait" } else { "run" };
     // The loop reads its home every --interval at rest, so it answers a ping within about
-    // one interval: its record's answer deadline is 3 × interval + 2 s.
+    // one interval: its record's answer deadline is 3 × interval + 2 s + the tick budget (it answers
+    // between ticks).
     let holding = (!a.leader.leader_elect).then_some(o.interval);
     let shutdown = Shutdown::install(env.run_deadline)?;
     // Between its requests and while they wait, the loop answers the endpoints, reads its

@@ -1813,6 +1813,11 @@ impl KubeClient {
         self.conn.write_fence.get().is_none_or(|f| f())
     }
 
+    /// How long one call may take, every attempt included (`--request-timeout`).
+    pub fn request_timeout(&self) -> Duration {
+        self.conn.options.timeouts.global
+    }
+
     /// The deadline set by [`KubeClient::set_deadline`] (`None`: none).
     pub fn deadline(&self) -> Option<Instant> {
         lock(&self.deadline).as_ref().map(|d| d.at)

@@ -17,7 +17,7 @@
 //! (annotation [`PONG_KEY`]). Answered: a second loop waits as a standby (asking again every
 //! [`crate::store::liveness::PING_PERIOD`]), a one-shot `reconcile` stops with
 //! [`StoreError::Owned`] (exit 3) naming the holder; not answered within the holder's
-//! deadline (3 × its interval + 2 s): the holder is dead, taken over (a loop writes its own
+//! deadline (3 × its interval + 2 s + its tick budget): the holder is dead, taken over (a loop writes its own
 //! record, conditionally). A holder on this host whose pid is gone is free at once. The
 //! steering commands do not ask: they queue their request and wait for the loop to take it.
 //! Read-only commands (`status`, `--dry-run`) ignore the record.
@@ -183,10 +183,14 @@ impl<'a> ConfigMapStore<'a> {
     }
 
     /// For a `run` loop reading its ConfigMap every `interval`: writes `holder` once, when it
-    /// claims the ConfigMap, with its answer deadline (3 × `interval` + 2 s), and answers
+    /// claims the ConfigMap, with its answer deadline (3 × `interval` + 2 s + `busy`, the tick budget), and answers
     /// the pings it finds.
-    pub(crate) fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
-        holder.answer_within_ms = Some(liveness::answer_within_ms(interval));
+    pub(crate) fn holding(
+        mut self,
+        mut holder: Holder,
+        (interval, busy): (std::time::Duration, std::time::Duration),
+    ) -> Self {
+        holder.answer_within_ms = Some(liveness::answer_within_ms(interval, busy));
         holder.stale_after_s = None;
         holder.renewed_ms = None;
         self.mode = Mode::Loop(holder);

@@ -165,9 +165,13 @@ impl<'a> ExecutorSetStore<'a> {
 
     /// For a `run` loop reading its home every `interval`: writes `holder` into
     /// `status.holder` once, when it claims the home, with its answer deadline (3 ×
-    /// `interval` + 2 s), and answers the pings it finds.
-    pub(crate) fn holding(mut self, mut holder: Holder, interval: std::time::Duration) -> Self {
-        holder.answer_within_ms = Some(liveness::answer_within_ms(interval));
+    /// `interval` + 2 s + `busy`, the tick budget), and answers the pings it finds.
+    pub(crate) fn holding(
+        mut self,
+        mut holder: Holder,
+        (interval, busy): (std::time::Duration, std::time::Duration),
+    ) -> Self {
+        holder.answer_within_ms = Some(liveness::answer_within_ms(interval, busy));
         self.mode = Mode::Loop(holder);
         self
     }

@@ -723,6 +723,12 @@ pub struct Holder {
     /// `--interval` + 2 s; in-cluster homes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_within_ms: Option<u64>,
+    /// The holder's PID namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`), so that
+    /// its pid is looked up only from the same namespace: two containers may share a host
+    /// name (hostNetwork, `spec.hostname`) but not their pids. `None` where it cannot be
+    /// read, and in older records: their pid says nothing (the holder is asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<String>,
 }
 
 impl Holder {
@@ -741,6 +747,7 @@ impl Holder {
             renewed_ms: None,
             stale_after_s: None,
             answer_within_ms: None,
+            pid_ns: pid_namespace(),
         }
     }
 
@@ -748,6 +755,14 @@ impl Holder {
     pub fn same(&self, other: &Holder) -> bool {
         self.host == other.host && self.pid == other.pid && self.since_ms == other.since_ms
     }
+}
+
+/// This process's PID namespace, as `/proc/self/ns/pid` names it; `None` where it cannot
+/// be read (not Linux, no /proc).
+pub(crate) fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 impl fmt::Display for Holder {

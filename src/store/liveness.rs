@@ -12,7 +12,7 @@
 //!   ping's nonce as the pong (conditionally) and goes on. Neither counts as intent: they
 //!   wake no tick;
 //! - **verdict**: the asking process reads the home again; the pong within the holder's
-//!   answer deadline ([`Holder::answer_within_ms`], 3 × its interval + 2 s) says it lives (a
+//!   answer deadline ([`Holder::answer_within_ms`], 3 × its interval + 2 s + its tick budget) says it lives (a
 //!   standby keeps waiting and asks again after [`PING_PERIOD`]; a one-shot command refuses,
 //!   exit 3); no pong by then says it is dead: a loop takes the home over with a conditional
 //!   write of its own record (a 409: someone else was first, read again).
@@ -60,10 +60,13 @@ impl Ping {
 }
 
 /// The answer deadline a loop reading its home every `interval` puts in its record, in ms:
-/// 3 × `interval` (at least 1 s) + 2 s.
-pub(crate) fn answer_within_ms(interval: Duration) -> u64 {
+/// 3 × `interval` (at least 1 s) + 2 s + `busy`, the longest its tick may keep it from
+/// reading its home (the tick budget, 4 × `--request-timeout`: a loop answers between
+/// ticks, so a holder inside a tick that calls a slow server must not be taken for dead
+/// while a create of that tick may still land: two actors, a removed executor back).
+pub(crate) fn answer_within_ms(interval: Duration, busy: Duration) -> u64 {
     let ms = interval.as_millis().max(1000) as u64;
-    3 * ms + 2000
+    3 * ms + 2000 + busy.as_millis() as u64
 }
 
 /// How long a process waits for `h`'s pong before it takes `h` as dead.
@@ -127,11 +130,15 @@ pub(crate) fn judge_holder(theirs: Holder, mine: Option<&Holder>) -> Found {
     Found::Other(theirs)
 }
 
-/// Whether the process of holder record `h` is gone: it ran on this host and no process
-/// has its pid (`kill(pid, 0)` answers ESRCH). A holder on another host is never gone by
-/// this test (it is asked instead).
+/// Whether the process of holder record `h` is gone: it ran on this host, in this PID
+/// namespace, and no process has its pid (`kill(pid, 0)` answers ESRCH). A holder on
+/// another host, or in another PID namespace (another container with the same host name:
+/// its pid means nothing here), or whose record names no namespace, is never gone by this
+/// test (it is asked instead).
 pub(crate) fn holder_gone(h: &Holder) -> bool {
-    if h.host != crate::store::file::hostname() || h.pid == 0 {
+    let ours = crate::store::file::pid_namespace();
+    if h.host != crate::store::file::hostname() || h.pid == 0 || ours.is_none() || h.pid_ns != ours
+    {
         return false;
     }
     let Some(pid) = i32::try_from(h.pid)
@@ -334,7 +341,22 @@ mod tests {
             pid: 999_999_999,
             ..Holder::current("run")
         };
-        assert!(matches!(judge_holder(gone, None), Found::Free(Some(_))));
+        assert!(matches!(
+            judge_holder(gone.clone(), None),
+            Found::Free(Some(_))
+        ));
+        // The same host name, another PID namespace (another container): its pid is not
+        // looked up here, it is asked (it was taken over at once while alive).
+        let other_ns = Holder {
+            pid_ns: Some("pid:[1]".into()),
+            ..gone.clone()
+        };
+        assert!(matches!(judge_holder(other_ns, None), Found::Other(_)));
+        let unnamed_ns = Holder {
+            pid_ns: None,
+            ..gone
+        };
+        assert!(matches!(judge_holder(unnamed_ns, None), Found::Other(_)));
         let old = Holder {
             stale_after_s: Some(30),
             renewed_ms: Some(crate::clock::now_ms()),
@@ -350,7 +372,14 @@ mod tests {
             ..old
         };
         assert!(matches!(judge_holder(stale, None), Found::Free(Some(_))));
-        assert_eq!(answer_within_ms(Duration::from_secs(1)), 5000);
+        assert_eq!(
+            answer_within_ms(Duration::from_secs(1), Duration::ZERO),
+            5000
+        );
+        assert_eq!(
+            answer_within_ms(Duration::from_secs(1), Duration::from_secs(120)),
+            125_000
+        );
         assert!(pong_due(Some(&Ping::new()), None).is_some());
     }
 }

@@ -283,3 +283,47 @@ both!(
         }
     }
 );
+
+both!(
+    a_forced_target_against_the_executorset_is_refused_before_waiting_as_a_standby,
+    "forced",
+    Pods::default(),
+    |e| {
+        // Reported: a standby started with --force-target waited quietly, then exited 2 at
+        // the takeover it was there for (the first tick compared the targets), leaving its
+        // new holder record behind.
+        let store = "executorset:forced";
+        let metrics = e.dir.path().join("forced.prom");
+        let run = start(
+            e,
+            "a",
+            store,
+            &metrics,
+            &["--target", "2", "--interval", "1s"],
+        );
+        e.wait_for("2 executors", |e| e.live().len() == 2);
+        let t0 = Instant::now();
+        let args = [
+            "--state-store",
+            store,
+            "run",
+            "--target",
+            "4",
+            "--force-target",
+            "--timeout",
+            "20s",
+        ];
+        let err = e.exits(&args, 2);
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        assert!(
+            err.contains("--target 4 conflicts with the target of ExecutorSet forced, 2"),
+            "{err}"
+        );
+        assert_eq!(
+            holder(e, false, "forced")["pid"].as_u64(),
+            Some(u64::from(run.id()))
+        );
+        stop(run);
+        drain(e, store);
+    }
+);

@@ -204,6 +204,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     shutdown.0.serve_between_requests(&env.client);
     env.services.set_waiter(shutdown.0.waiter());
     let holding = holding.map(|h| (h, shutdown.0.as_ref()));
+    refuse_forced_target(&env, a)?;
     let store = env.open_store(command, holding).map_err(store_error)?;
     // The runner's fence first: the election's own is then not installed, this one asks it.
     shutdown.0.fence(&env.client);
@@ -235,4 +236,25 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     // --leader-elect: the Lease released after the last tick (the fence keeps the Arc).
     shutdown.0.set_leader(None);
     res
+}
+
+/// `run --force-target N` on an ExecutorSet that sets another target: exit 2 now, before
+/// the loop claims the home or waits as a standby (the first tick refused it, so a standby
+/// exited 2 at the very takeover it waited for, leaving its new holder record behind).
+fn refuse_forced_target(env: &Env, a: &RunArgs) -> Result<()> {
+    let (true, Some(m), crate::cli::StateStoreKind::ExecutorSet(name)) =
+        (a.force_target, a.target, &env.store_kind)
+    else {
+        return Ok(());
+    };
+    match crate::store::executorset::target_set(&env.client, name, &env.app.app_id)
+        .map_err(store_error)?
+    {
+        Some(n) if n != u64::from(m) => Err(Error::usage(format!(
+            "--target {m} conflicts with the target of ExecutorSet {name}, {n} (its \
+             spec.replicas, clamped): change that target with `podalloc scale {m}` (or \
+             `kubectl scale executorset {name} --replicas {m}`), or leave --force-target out"
+        ))),
+        _ => Ok(()),
+    }
 }

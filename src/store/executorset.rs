@@ -1448,6 +1448,20 @@ fn warn_clamped(what: &str, spec: &Value) {
     }
 }
 
+/// The target ExecutorSet `name` (of app `app_id`) sets now: its `spec.replicas` clamped to
+/// its bounds; `None` when it is missing or names none. Errors: the read's.
+pub(crate) fn target_set(
+    client: &KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<Option<u64>, StoreError> {
+    let es = ExecutorSetStore::new(client, name, app_id, false).read()?;
+    Ok(es.and_then(|es| {
+        let n = es["spec"]["replicas"].as_u64()?;
+        Some(clamped_replicas(&es["spec"], n))
+    }))
+}
+
 fn clamped_replicas(spec: &Value, replicas: u64) -> u64 {
     let min = spec["minReplicas"].as_u64().unwrap_or(0);
     let max = spec["maxReplicas"].as_u64().unwrap_or(u64::MAX).max(min);

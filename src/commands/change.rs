@@ -108,8 +108,8 @@ fn steer(
     // cannot: it stops before queueing anything, so that retrying it with a template
     // applies the request once (it used to exit 2 and leave the request queued, and the
     // retry applied both).
-    if need_template && cli.app.app(cli.conn.simulate, true).is_err() {
-        refuse_unowned_without_template(cli, &env, command, op)?;
+    if let (true, Err(e)) = (need_template, cli.app.app(cli.conn.simulate, true)) {
+        refuse_unowned_without_template(&env, command, op, e)?;
     }
     // Queued before the owner is looked for, so a tick that follows sees it.
     env.submit(&req)?;
@@ -166,15 +166,15 @@ fn steer(
     }
 }
 
-/// For a command without a template: exit 2, nothing queued, when no loop owns the app
-/// (no live holder of its store, no Lease leader) and no seed is awaited, since this
-/// command would then tick itself and a tick may create pods. With an owner: `Ok` (the
-/// request is handed over, no template needed).
+/// For a command without a template (`missing`: why the flags give none): exit 2, nothing
+/// queued, when no loop owns the app (no live holder of its store, no Lease leader) and no
+/// seed is awaited, since this command would then tick itself and a tick may create pods.
+/// With an owner: `Ok` (the request is handed over, no template needed).
 fn refuse_unowned_without_template(
-    cli: &Cli,
     env: &Env,
     command: &str,
     op: &SteerOp,
+    mut missing: Error,
 ) -> Result<()> {
     let unowned = env
         .open_store(command, None)
@@ -183,17 +183,13 @@ fn refuse_unowned_without_template(
     if !unowned || env.lease_leader().is_some() || awaits_seed(env, op)? {
         return Ok(());
     }
-    let mut e = cli
-        .app
-        .app(cli.conn.simulate, true)
-        .expect_err("checked by the caller");
-    e.message = format!(
+    missing.message = format!(
         "{}: no loop owns the app, so this command would apply `{op}` itself, and its tick \
          may create pods; nothing was queued. Give the template, or start `podalloc run` \
          and steer it",
-        e.message
+        missing.message
     );
-    Err(e)
+    Err(missing)
 }
 
 /// A request handed to the loop whose holder record is on the state ConfigMap (the record
@@ -261,9 +257,7 @@ fn steer_executor_set(
     // said "its controller follows it" with no loop running).
     let follower = match crate::store::executorset::holder(&env.client, name, app) {
         Ok(Some(h)) => format!("its controller, {h}, follows it"),
-        _ if env.lease_leader().is_some() => {
-            "its controller (the Lease's leader) follows it".into()
-        }
+        _ if env.found.leader.is_some() => "its controller (the Lease's leader) follows it".into(),
         _ => "no loop holds it now: the next `podalloc run` or `reconcile` on it follows it".into(),
     };
     info!(

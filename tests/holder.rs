@@ -5,7 +5,7 @@
 //! at the holder's next read of its home). Each test plays one reported failure.
 
 use crate::both::{both, Env, Pods};
-use crate::util::stderr;
+use crate::util::{is_leader, stderr};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -52,15 +52,6 @@ fn server(e: &Env) -> &'static str {
         Some(_) => "kube-apiserver",
         None => "simulator",
     }
-}
-
-/// The value of `podalloc_is_leader` in the metrics file `path`.
-fn is_leader(path: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    (text.lines())
-        .find(|l| l.starts_with("podalloc_is_leader{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .map(str::to_string)
 }
 
 /// The holder record of the ConfigMap (`cm: true`) or ExecutorSet `name`, as JSON.

@@ -5,7 +5,7 @@
 //! waits as a standby instead of exiting 3. Each test plays one reported failure.
 
 use crate::both::{both, Env, Pods};
-use crate::util::{spawn_replica, stderr, with_fast_leader_elect};
+use crate::util::{is_leader, spawn_replica, stderr, with_fast_leader_elect};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -286,15 +286,6 @@ both!(
         stop(a);
     }
 );
-
-/// The value of `podalloc_is_leader` in the metrics file `path`.
-fn is_leader(path: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    (text.lines())
-        .find(|l| l.starts_with("podalloc_is_leader{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .map(str::to_string)
-}
 
 both!(
     a_killed_loop_s_successor_waits_as_a_standby_and_takes_over,

@@ -606,3 +606,12 @@ pub fn sleep_past(until_ms: u64, margin_ms: u64) {
         until_ms.saturating_sub(now) + margin_ms,
     ));
 }
+
+/// The value of `podalloc_is_leader` in the metrics file `path`.
+pub fn is_leader(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    (text.lines())
+        .find(|l| l.starts_with("podalloc_is_leader{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}

@@ -199,11 +199,7 @@ impl<'a> ConfigMapStore<'a> {
 
     /// [`StoreError::Owned`] naming live holder `who`.
     fn owned(&self, who: &str) -> StoreError {
-        StoreError::Owned(format!(
-            "{} is owned by a running loop: {who}; this command did nothing (exit 3): stop \
-             that loop first",
-            self.what()
-        ))
+        liveness::owned(&self.what(), who)
     }
 
     /// `cm` with annotations `set` (`None`: removed) written with its `resourceVersion`: the
@@ -214,18 +210,10 @@ impl<'a> ConfigMapStore<'a> {
         set: &[(&str, Option<String>)],
     ) -> Result<Option<Value>, StoreError> {
         let mut cm = cm.clone();
-        if !cm["metadata"]["annotations"].is_object() {
-            cm["metadata"]["annotations"] = json!({});
-        }
-        let ann = cm["metadata"]["annotations"]
-            .as_object_mut()
-            .expect("an object");
-        for (k, v) in set {
-            match v {
-                Some(v) => ann.insert((*k).to_string(), json!(v)),
-                None => ann.remove(*k),
-            };
-        }
+        let set: Vec<_> = (set.iter())
+            .map(|(k, v)| (*k, v.clone().map(Value::from)))
+            .collect();
+        liveness::set_keys(&mut cm["metadata"]["annotations"], &set);
         match self.cms.replace(&self.name, &cm) {
             Ok(stored) => Ok(Some(stored)),
             Err(e) if e.status_code() == Some(409) => Ok(None),

@@ -184,11 +184,7 @@ impl<'a> ExecutorSetStore<'a> {
 
     /// [`StoreError::Owned`] naming live holder `who`.
     fn owned(&self, who: &str) -> StoreError {
-        StoreError::Owned(format!(
-            "{} is owned by a running loop: {who}; this command did nothing (exit 3): stop \
-             that loop first",
-            self.what()
-        ))
+        liveness::owned(&self.what(), who)
     }
 
     /// The home `es` with status fields `set` (`None`: removed) written through `/status`
@@ -200,16 +196,7 @@ impl<'a> ExecutorSetStore<'a> {
         set: &[(&str, Option<Value>)],
     ) -> Result<Option<Value>, StoreError> {
         let mut es = es.clone();
-        if !es["status"].is_object() {
-            es["status"] = json!({});
-        }
-        let status = es["status"].as_object_mut().expect("an object");
-        for (k, v) in set {
-            match v {
-                Some(v) => status.insert((*k).to_string(), v.clone()),
-                None => status.remove(*k),
-            };
-        }
+        liveness::set_keys(&mut es["status"], set);
         match self.sets.replace_status(&self.name, &es) {
             Ok(stored) => Ok(Some(stored)),
             Err(e) if e.status_code() == Some(409) => Ok(None),

@@ -22,7 +22,7 @@
 //! renewed it (`stale_after_s`, no answer deadline: it cannot answer) is judged by its age
 //! as before.
 
-use crate::store::file::Holder;
+use crate::store::file::{Holder, StoreError};
 use std::time::{Duration, Instant};
 
 /// How long a standby that saw the holder answer waits before it asks again.
@@ -149,6 +149,29 @@ pub(crate) fn holder_gone(h: &Holder) -> bool {
     };
     // Signal 0 sends nothing: it only asks whether the process exists.
     rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+}
+
+/// [`StoreError::Owned`]: home `what` is held by live holder `who`.
+pub(crate) fn owned(what: &str, who: &str) -> StoreError {
+    StoreError::Owned(format!(
+        "{what} is owned by a running loop: {who}; this command did nothing (exit 3): stop \
+         that loop first"
+    ))
+}
+
+/// Sets `set`'s keys in the JSON object `map` (made one when it is not), removing those
+/// set to `None`: a home's holder, ping and pong fields before one conditional write.
+pub(crate) fn set_keys(map: &mut serde_json::Value, set: &[(&str, Option<serde_json::Value>)]) {
+    if !map.is_object() {
+        *map = serde_json::json!({});
+    }
+    let m = map.as_object_mut().expect("an object");
+    for (k, v) in set {
+        match v {
+            Some(v) => m.insert((*k).to_string(), v.clone()),
+            None => m.remove(*k),
+        };
+    }
 }
 
 /// The nonce the holder should answer now: the home's ping when its pong is not that nonce.

@@ -1,7 +1,10 @@
-//! Quiet at rest: a converged `podalloc apps` managing 20 discovered apps logs nothing for
-//! 5 minutes but its heartbeat (one tick line per app every `--log-every`, 5 min by
-//! default). Everything is at its defaults but the pace of converging (`--batch-delay`), so
-//! the idle interval (30 s) and the heartbeat are the ones a user gets.
+//! Quiet at rest: a converged `podalloc apps` managing 20 discovered apps logs nothing but
+//! its heartbeat (one tick line per app every `--log-every`). The defaults are a 5 min
+//! heartbeat and a 30 s idle interval; the test runs them ten times faster (`--log-every 30s
+//! --idle-interval 3s`, the same ten idle ticks per heartbeat) so that the default run of
+//! `cargo test` holds no 340 s test, and checks from `apps --help` that the defaults are still
+//! the ones scaled. Everything else is at its defaults but the pace of converging
+//! (`--batch-delay`).
 
 use crate::util::{podalloc, SimWorld};
 use serde_json::{json, Value};
@@ -12,13 +15,42 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const APPS: usize = 20;
-/// The default `--log-every`, and a window just past it plus one idle tick (30 s), so that
+/// The default `--log-every` (5m) and `--idle-interval` (30s), ten times faster.
+const HEARTBEAT: Duration = Duration::from_secs(30);
+const IDLE: Duration = Duration::from_secs(3);
+/// A window just past the heartbeat plus one idle tick (and a margin of one more), so that
 /// each app's heartbeat falls inside the window exactly once.
-const HEARTBEAT: Duration = Duration::from_secs(300);
-const WINDOW: Duration = Duration::from_secs(300 + 40);
+const WINDOW: Duration = Duration::from_secs(30 + 3 + 3);
+
+/// The defaults this test scales: `apps --help` shows `--idle-interval` 30s and `--log-every` 5m.
+#[test]
+fn the_scaled_defaults_are_still_the_defaults() {
+    let out = podalloc().args(["apps", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let default_of = |flag: &str| {
+        let at = help
+            .find(&format!("--{flag} <DURATION>"))
+            .unwrap_or_else(|| panic!("{help}"));
+        let rest = &help[at..];
+        let d = rest.find("[default: ").unwrap() + "[default: ".len();
+        rest[d..].split(']').next().unwrap().to_string()
+    };
+    assert_eq!(default_of("idle-interval"), "30s");
+    assert_eq!(default_of("log-every"), "5m");
+    assert_eq!(
+        HEARTBEAT.as_secs() * 10,
+        300,
+        "the heartbeat is the default's tenth"
+    );
+    assert_eq!(
+        IDLE.as_secs() * 10,
+        30,
+        "the idle interval is the default's tenth"
+    );
+}
 
 #[test]
-fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat_for_five_minutes() {
+fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
     let w = SimWorld::new().pod_ms(20, 100).start();
     let want: BTreeMap<String, usize> = (0..APPS)
         .map(|i| (format!("quiet-{i}"), i % 3 + 1))
@@ -41,6 +73,10 @@ fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat_for_five_mi
             "--batch-delay",
             "100ms",
             "apps",
+            "--log-every",
+            &format!("{}s", HEARTBEAT.as_secs()),
+            "--idle-interval",
+            &format!("{}s", IDLE.as_secs()),
             "--discover",
             "spark-role=driver",
         ])

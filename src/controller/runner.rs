@@ -471,14 +471,6 @@ struct Watched<'c> {
 }
 
 impl StateStore for Watched<'_> {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn load(
-        &mut self,
-    ) -> std::result::Result<Option<crate::engine::alloc::AllocatorState>, StoreError> {
-        self.inner.load()
-    }
     fn save(
         &mut self,
         state: &crate::engine::alloc::AllocatorState,
@@ -486,52 +478,16 @@ impl StateStore for Watched<'_> {
         self.shared.writing();
         self.inner.save(state)
     }
-    fn claim(&mut self) -> std::result::Result<(), StoreError> {
-        self.inner.claim()
-    }
-    fn release(&mut self) -> std::result::Result<(), StoreError> {
-        self.inner.release()
-    }
-    fn requests(&mut self) -> std::result::Result<Vec<crate::engine::alloc::Steering>, StoreError> {
-        self.inner.requests()
-    }
     fn consumed(&mut self, ids: &[String]) -> Vec<String> {
         self.shared.writing();
         self.inner.consumed(ids)
-    }
-    fn queue_marker(&self) -> Option<SystemTime> {
-        self.inner.queue_marker()
-    }
-    fn home_target(&mut self) -> Option<u32> {
-        self.inner.home_target()
-    }
-    fn home_template(
-        &self,
-    ) -> std::result::Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
-        self.inner.home_template()
-    }
-    fn home_profiles(
-        &mut self,
-    ) -> std::result::Result<
-        std::collections::BTreeMap<u32, crate::store::file::HomeProfile>,
-        StoreError,
-    > {
-        self.inner.home_profiles()
-    }
-    fn observe(
-        &mut self,
-        summary: &crate::engine::alloc::Summary,
-        blocked: Option<&crate::engine::alloc::Blocked>,
-    ) {
-        self.inner.observe(summary, blocked)
     }
     fn publish(&mut self) -> std::result::Result<(), StoreError> {
         self.shared.writing();
         self.inner.publish()
     }
-    fn intent_changed(&mut self) -> std::result::Result<bool, StoreError> {
-        self.inner.intent_changed()
-    }
+    crate::store::file::forward_to_inner!(inner: describe, load, claim, release, requests,
+        queue_marker, home_target, home_template, home_profiles, observe, intent_changed);
 }
 
 /// What feeds the runner: the apps, how a round ticks them, what an ended app means.

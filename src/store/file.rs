@@ -165,6 +165,98 @@ pub trait StateStore {
     }
 }
 
+/// The [`StateStore`] methods named, each handing the call unchanged to the store in field
+/// `$inner` (a `Box<dyn StateStore>`): for a store that wraps another and changes only some
+/// of its methods ([`Bound`], the runner's phase watch), which it writes itself.
+macro_rules! forward_to_inner {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $($crate::store::file::forward_to_inner!(@ $inner $method);)+
+    };
+    (@ $inner:ident describe) => {
+        fn describe(&self) -> String {
+            self.$inner.describe()
+        }
+    };
+    (@ $inner:ident load) => {
+        fn load(
+            &mut self,
+        ) -> ::std::result::Result<Option<$crate::engine::alloc::AllocatorState>, $crate::store::file::StoreError>
+        {
+            self.$inner.load()
+        }
+    };
+    (@ $inner:ident claim) => {
+        fn claim(&mut self) -> ::std::result::Result<(), $crate::store::file::StoreError> {
+            self.$inner.claim()
+        }
+    };
+    (@ $inner:ident release) => {
+        fn release(&mut self) -> ::std::result::Result<(), $crate::store::file::StoreError> {
+            self.$inner.release()
+        }
+    };
+    (@ $inner:ident requests) => {
+        fn requests(
+            &mut self,
+        ) -> ::std::result::Result<Vec<$crate::engine::alloc::Steering>, $crate::store::file::StoreError> {
+            self.$inner.requests()
+        }
+    };
+    (@ $inner:ident consumed) => {
+        fn consumed(&mut self, ids: &[String]) -> Vec<String> {
+            self.$inner.consumed(ids)
+        }
+    };
+    (@ $inner:ident queue_marker) => {
+        fn queue_marker(&self) -> Option<std::time::SystemTime> {
+            self.$inner.queue_marker()
+        }
+    };
+    (@ $inner:ident home_target) => {
+        fn home_target(&mut self) -> Option<u32> {
+            self.$inner.home_target()
+        }
+    };
+    (@ $inner:ident home_template) => {
+        fn home_template(
+            &self,
+        ) -> ::std::result::Result<Option<$crate::engine::podspec::PodTemplate>, $crate::store::file::StoreError>
+        {
+            self.$inner.home_template()
+        }
+    };
+    (@ $inner:ident home_profiles) => {
+        fn home_profiles(
+            &mut self,
+        ) -> ::std::result::Result<
+            std::collections::BTreeMap<u32, $crate::store::file::HomeProfile>,
+            $crate::store::file::StoreError,
+        > {
+            self.$inner.home_profiles()
+        }
+    };
+    (@ $inner:ident observe) => {
+        fn observe(
+            &mut self,
+            summary: &$crate::engine::alloc::Summary,
+            blocked: Option<&$crate::engine::alloc::Blocked>,
+        ) {
+            self.$inner.observe(summary, blocked)
+        }
+    };
+    (@ $inner:ident publish) => {
+        fn publish(&mut self) -> ::std::result::Result<(), $crate::store::file::StoreError> {
+            self.$inner.publish()
+        }
+    };
+    (@ $inner:ident intent_changed) => {
+        fn intent_changed(&mut self) -> ::std::result::Result<bool, $crate::store::file::StoreError> {
+            self.$inner.intent_changed()
+        }
+    };
+}
+pub(crate) use forward_to_inner;
+
 /// Reads a small regular file (at most 64 KiB) without following a link. Errors: one line.
 pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, String> {
     let file = open_regular(path, OpenOptions::new().read(true)).map_err(|e| e.to_string())?;
@@ -635,9 +727,6 @@ pub fn check_owner(
 }
 
 impl StateStore for Bound<'_> {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         let state = self.inner.load()?;
         if let Some(st) = &state {
@@ -653,45 +742,8 @@ impl StateStore for Bound<'_> {
         st.owner = Some(self.owner.clone());
         self.inner.save(&st)
     }
-    fn claim(&mut self) -> Result<(), StoreError> {
-        self.inner.claim()
-    }
-    fn release(&mut self) -> Result<(), StoreError> {
-        self.inner.release()
-    }
-    fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
-        self.inner.requests()
-    }
-    fn consumed(&mut self, ids: &[String]) -> Vec<String> {
-        self.inner.consumed(ids)
-    }
-    fn queue_marker(&self) -> Option<std::time::SystemTime> {
-        self.inner.queue_marker()
-    }
-    fn home_target(&mut self) -> Option<u32> {
-        self.inner.home_target()
-    }
-    fn home_template(&self) -> Result<Option<crate::engine::podspec::PodTemplate>, StoreError> {
-        self.inner.home_template()
-    }
-    fn home_profiles(
-        &mut self,
-    ) -> Result<std::collections::BTreeMap<u32, HomeProfile>, StoreError> {
-        self.inner.home_profiles()
-    }
-    fn observe(
-        &mut self,
-        summary: &crate::engine::alloc::Summary,
-        blocked: Option<&crate::engine::alloc::Blocked>,
-    ) {
-        self.inner.observe(summary, blocked)
-    }
-    fn publish(&mut self) -> Result<(), StoreError> {
-        self.inner.publish()
-    }
-    fn intent_changed(&mut self) -> Result<bool, StoreError> {
-        self.inner.intent_changed()
-    }
+    forward_to_inner!(inner: describe, claim, release, requests, consumed, queue_marker,
+        home_target, home_template, home_profiles, observe, publish, intent_changed);
 }
 
 /// Who holds a state: the command, host, process id and since when. Written into the lock

@@ -17,8 +17,9 @@
 # spark-app-rp1.
 #
 # Leaves in OUT: driver.log, executors/<pod>.log (one per executor process), audit.log
-# (kube-apiserver's, Metadata level; pod creates at Request level), podalloc.log, kubelet.log
-# and summary.json (from scripts/spark_app_summary.py, which also decides the exit status).
+# (kube-apiserver's, Metadata level; pod creates at Request level), podalloc.log, kubelet.log,
+# cpu.json (CPU seconds of kube-apiserver, etcd and podalloc over the run) and summary.json
+# (from scripts/spark_app_summary.py, which also decides the exit status).
 # Exits non-zero unless the answer is right (the second profile's tasks included: they ran on
 # executors of profile 1), every executor pod create was made by podalloc's user and none by
 # the driver's, podalloc created pods labelled spark-exec-resourceprofile-id 0 and 1, at least
@@ -37,7 +38,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-[ -n "${1:-}" ] || { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -n "${1:-}" ] || { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 allocator=${SPARK_APP_ALLOCATOR:-podalloc}
@@ -79,8 +80,22 @@ say "built in $(( $(date +%s) - started )) s"
 # The control plane, with the driver's user and the namespace's audit.
 cp_dir=$out/cp
 pids=()
+# CPU seconds (user + system) a live process has used so far, from /proc/PID/stat.
+cpu_seconds() {
+  [ -r "/proc/$1/stat" ] || { echo null; return; }
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+podalloc_pid=
 cleanup() {
   local p
+  # What the run cost in CPU, read before anything stops: the server's (kube-apiserver +
+  # etcd, the whole run: setup, kubelet and driver included) and podalloc's.
+  if [ -f "$cp_dir/kube-apiserver.pid" ] && [ ! -f "$out/cpu.json" ]; then
+    printf '{"kube_apiserver_s": %s, "etcd_s": %s, "podalloc_s": %s}\n' \
+      "$(cpu_seconds "$(cat "$cp_dir/kube-apiserver.pid")")" \
+      "$(cpu_seconds "$(cat "$cp_dir/etcd.pid" 2>/dev/null)")" \
+      "$( [ -n "$podalloc_pid" ] && cpu_seconds "$podalloc_pid" || echo null)" >"$out/cpu.json"
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
@@ -89,7 +104,7 @@ cleanup() {
   bash scripts/controlplane.sh stop "$cp_dir" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-rm -rf "$cp_dir" "$out/executors" "$out/pods"
+rm -rf "$cp_dir" "$out/executors" "$out/pods" "$out/cpu.json"
 PODALLOC_CP_USERS=spark-driver PODALLOC_CP_AUDIT_NAMESPACES=$ns PODALLOC_CP_WATCH_PID=$$ \
   bash scripts/controlplane.sh start "$cp_dir"
 url=$(cat "$cp_dir/url")
@@ -154,6 +169,7 @@ if [ "$allocator" = podalloc ]; then
     --target 0 --policy spark-3.x \
     --executor-idle-timeout 10s --batch-delay 1s --interval 1s --idle-interval 1s \
     >"$out/podalloc.log" 2>&1 &
+  podalloc_pid=$!
   pids+=($!)
   allocator_conf=(spark.kubernetes.allocation.pods.allocator=podalloc.spark.ExecutorSetPodsAllocator
     spark.podalloc.executorSet=$set_name)

@@ -13,6 +13,12 @@ exits 1 unless every check holds:
   an executor released by dynamic allocation exits 0 and its pod is then deleted, one by one or
   in a deletecollection whose audit event names no pod);
 - phase2_creates >= 1: executor pods created after phase two started;
+- kills_ended: the driver killed executors (dynamic allocation's idle timeout: `Executors
+  1,2 removed due to idle timeout.` in driver.log), and each one's process ended within
+  60 s of that request (Spark's scheduler backend kills them, with allocator `direct` by
+  deleting their pods, with podalloc's plugin by handing them to podalloc as a removal);
+- killed_not_replaced: no executor pod was created after a kill and before the driver next
+  asked for executors (`Requesting N new executor(s)`): a killed executor is not replaced;
 - with --profiles 0,1 (the job's second resource profile; allocator podalloc only):
   profiles_created_by_podalloc: user `podalloc` created executor pods labelled
   `spark-exec-resourceprofile-id` with each of those profiles, and every created executor pod
@@ -21,7 +27,9 @@ exits 1 unless every check holds:
 Besides the checks, summary.json has what scripts/spark-app.sh's comparison with Spark's own
 allocator needs: the driver's wall time, the time from the driver's start to the first
 executor pod create, executor-seconds (each executor process's start to its end, from the
-process kubelet's log) and the API requests by user, verb and resource.
+process kubelet's log), the API requests by user, verb and resource, the CPU seconds of
+kube-apiserver, etcd and podalloc (OUT/cpu.json), and each kill: when the driver asked, when
+the pod was deleted and by whom, when the process ended.
 """
 
 import argparse
@@ -29,12 +37,19 @@ import collections
 import datetime
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
 DRIVER_USER = "spark-driver"
 PODALLOC_USER = "podalloc"
+# The process kubelet's user: it ends a graceful delete with a delete of its own.
+KUBELET_USER = "admin"
 PROFILE_LABEL = "spark-exec-resourceprofile-id"
+# How soon an executor the driver kills must be gone: Spark's own allocator deletes a killed
+# executor's pod after spark.kubernetes.dynamicAllocation.deleteGracePeriod (5 s) at the
+# latest; both allocators are given ten times that.
+KILL_ENDS_MS = 60_000
 
 
 def parse_time(text):
@@ -82,6 +97,79 @@ def driver_facts(text):
     return (m.group(1), m.group(2)) if m else (None, None), events
 
 
+def driver_requests(text, started_ms):
+    """The dynamic allocation manager's decisions in driver.log, oldest first: (epoch ms,
+    "kill", [executor ids]) for `Executors 1,2 removed due to idle timeout.` (logged once its
+    kill request has returned) and (epoch ms, "add", []) for `Requesting N new executor(s)`. The log's times are HH:mm:ss.SSS of the driver's
+    day (the machine's time zone, as the driver's log4j writes them); `started_ms` (the
+    driver's start, epoch ms) gives the day."""
+    start = datetime.datetime.fromtimestamp(started_ms / 1000)
+    found = []
+    for line in text.splitlines():
+        m = re.match(r"(\d\d):(\d\d):(\d\d)\.(\d\d\d) INFO ExecutorAllocationManager: "
+                     r"(Executors ([\d,]+) removed due to idle timeout|Requesting \d+ new executor)",
+                     line)
+        if not m:
+            continue
+        h, mi, se, ms = (int(g) for g in m.groups()[:4])
+        at = start.replace(hour=h, minute=mi, second=se, microsecond=ms * 1000)
+        if at < start - datetime.timedelta(hours=12):
+            at += datetime.timedelta(days=1)  # the run passed midnight
+        ids = [i.strip() for i in (m.group(6) or "").split(",") if i.strip()]
+        found.append((int(at.timestamp() * 1000), "kill" if m.group(6) else "add", ids))
+    return found
+
+
+def kills_compared(requests, creates, deletes, collection_deletes, lives):
+    """What became of each executor the driver asked to kill: its pod (named by the label
+    `spark-exec-id` of its create's request object), when the request was made, when the pod
+    was deleted and by whom (a delete by name, else the first deletecollection of pods after
+    the request, which names no pod), when its
+    process ended (the process kubelet's log), and the executor pod creates that came after
+    a kill and before the driver next asked for executors (a killed executor replaced)."""
+    pod_of = {}
+    for e in creates:
+        labels = (e.get("requestObject") or {}).get("metadata", {}).get("labels") or {}
+        if "spark-exec-id" in labels:
+            pod_of[labels["spark-exec-id"]] = e["objectRef"]["name"]
+    # The first delete of each pod by name, the process kubelet's (user admin: the last step
+    # of a graceful delete) aside, and the deletecollections, which name no pod.
+    deleted = {}
+    for e in deletes:
+        if e["user"]["username"] != KUBELET_USER:
+            deleted.setdefault(e["objectRef"]["name"],
+                               (parse_time(e["requestReceivedTimestamp"]), e["user"]["username"]))
+    collections_ = [(parse_time(e["requestReceivedTimestamp"]), e["user"]["username"])
+                    for e in collection_deletes if e["user"]["username"] != KUBELET_USER]
+    kills = []
+    for at, what, ids in requests:
+        if what != "kill":
+            continue
+        for i in ids:
+            pod = pod_of.get(i)
+            gone = deleted.get(pod)
+            if gone is None:
+                # Deleted in a deletecollection: the first one after the request.
+                gone = next(((t, f"{who} (deletecollection)") for t, who in collections_
+                             if t >= at), None)
+            life = lives.get(pod)
+            kills.append({
+                "executor": i, "pod": pod, "requested_ms": at,
+                "pod_deleted_after_ms": gone[0] - at if gone else None,
+                "deleted_by": gone[1] if gone else None,
+                "process_ended_after_ms": (life[1] - at) if life else None,
+            })
+    replaced = []
+    for n, (at, what, _) in enumerate(requests):
+        if what != "kill":
+            continue
+        until = next((t for t, w, _ in requests[n + 1:] if w == "add"), None)
+        replaced += sorted(e["objectRef"]["name"] for e in creates
+                           if at < parse_time(e["requestReceivedTimestamp"])
+                           and (until is None or parse_time(e["requestReceivedTimestamp"]) < until))
+    return kills, sorted(set(replaced))
+
+
 def process_lives(kubelet_log, end_ms):
     """Executor pod name -> (started, ended) epoch ms of its process, from the process
     kubelet's `MS INFO process kubelet: NAME started|exited ...` lines (ended: end_ms while
@@ -125,12 +213,23 @@ def summarize(out, args):
         ref = e.get("objectRef", {})
         resource = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
         requests[f'{e["user"]["username"]} {e["verb"]} {resource}'] += 1
+    collection_deletes = [e for e in audit if e["verb"] == "deletecollection" and ok(e)
+                          and e.get("objectRef", {}).get("resource") == "pods"]
+    kills, replaced = kills_compared(driver_requests(driver_log, args.driver_started),
+                                     creates, deletes, collection_deletes, lives)
+    ended = [k["process_ended_after_ms"] for k in kills if k["process_ended_after_ms"] is not None]
+    cpu_file = out / "cpu.json"
+    cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}
     podalloc_mode = args.allocator == "podalloc"
     checks = {
         "answer": result is not None and result == expected,
         "executors_ran_tasks": len(ran) >= 2,
         "released_in_gap": len(in_gap) >= 1,
         "phase2_creates": len(phase2) >= 1,
+        "kills_ended": bool(kills) and all(
+            k["process_ended_after_ms"] is not None and k["process_ended_after_ms"] <= KILL_ENDS_MS
+            for k in kills),
+        "killed_not_replaced": not replaced,
     }
     if podalloc_mode:
         checks["podalloc_created_all"] = (
@@ -160,6 +259,12 @@ def summarize(out, args):
                                     if first_create else None),
         "executor_process_seconds": round(sum(e - s for s, e in lives.values()) / 1000, 1),
         "requests_by_user_verb_resource": dict(sorted(requests.items())),
+        "requests_total": sum(requests.values()),
+        "cpu_s": cpu,
+        "kills": kills,
+        "kill_to_process_end_ms": {"median": statistics.median(ended) if ended else None,
+                                   "max": max(ended, default=None)},
+        "created_after_a_kill_before_the_next_add": replaced,
         "checks": checks,
         "passed": all(checks.values()),
     }
@@ -180,7 +285,10 @@ def main():
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     brief = {k: summary[k] for k in ("result", "executor_pod_creates_by_user",
                                      "executor_pod_creates_by_profile_user", "driver_wall_s",
-                                     "first_executor_create_s", "executor_process_seconds", "checks")}
+                                     "first_executor_create_s", "executor_process_seconds",
+                                     "requests_total", "cpu_s", "kill_to_process_end_ms",
+                                     "checks")}
+    brief["kills"] = len(summary["kills"])
     brief["executors_ran_tasks"] = len(summary["executors_ran_tasks"])
     brief["released_in_gap"] = len(summary["released_in_gap"])
     brief["phase2_creates"] = len(summary["phase2_creates"])

@@ -267,6 +267,8 @@ EOF
       local ms
       ms=$(python3 -c "import time; print(int((time.time()-$started)*1000))")
       echo "controlplane: ready at $url in $ms ms (files in $d)"
+      echo "controlplane: kubeconfigs: $d/admin.kubeconfig (system:masters), $d/podalloc.kubeconfig (user podalloc: no rights until a RoleBinding grants deploy/rbac.yaml's Role)"
+      echo "controlplane: no kubelet runs here; for pods that get Running: cargo run --release -p podalloc-sim --example kubelet -- --server $url --ca $d/pki/ca.crt --token-file $d/admin.token --namespace NS"
       return 0
     fi
     if ! kill -0 "$(cat "$d/kube-apiserver.pid")" 2>/dev/null; then

@@ -504,3 +504,51 @@ fn every_recipe_runs_under_its_own_service_account_without_a_403() {
     let apps_dep = ("the apps Deployment", "podalloc-apps");
     replicas_converge(&e, &apps_sa, &apps, apps_dep, ("spark-discovered", 3));
 }
+
+/// The kubelet emulator runs the pods a namespace already had when it starts following it
+/// (`scripts/controlplane.sh start`, a pod created, then the kubelet example started: the pod
+/// stayed Pending for ever, as the watch had passed it over while the namespace was not
+/// followed).
+#[test]
+fn the_kubelet_emulator_runs_the_pods_a_namespace_had_before_it_was_followed() {
+    let Some(cp) = real::control_plane() else {
+        return;
+    };
+    let ns = format!("before-{}", std::process::id());
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {{name: early, namespace: {ns}}}\n\
+             spec: {{containers: [{{name: c, image: spark:3.5}}]}}\n"
+        ),
+        "a namespace and a pod before the emulator follows it",
+    );
+    cp.emulator
+        .manage(&ns, podalloc_sim::emulator::EmulatorOptions::default())
+        .unwrap();
+    let t = Instant::now();
+    let phase = || {
+        let out = (cp.kubectl())
+            .args([
+                "get",
+                "pod",
+                "early",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.status.phase}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    while phase() != "Running" {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the pod created before the emulator followed {ns} is {:?} after 20 s",
+            phase()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -254,7 +254,9 @@ impl ControlPlane {
             .collect();
         ns.truncate(50);
         let ns = format!("{}-{n}", ns.trim_matches('-'));
-        self.emulator.manage(&ns, opts);
+        self.emulator
+            .manage(&ns, opts)
+            .unwrap_or_else(|e| panic!("the kubelet emulator could not list {ns}'s pods: {e}"));
         let rbac = std::fs::read_to_string(crate::util::root().join("deploy/rbac.yaml")).unwrap();
         let rbac = rbac.replace("namespace: batch", &format!("namespace: {ns}"));
         let candidates: String = (self.candidates.iter())

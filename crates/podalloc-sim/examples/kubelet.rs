@@ -120,7 +120,10 @@ fn main() {
         });
     let namespaces = value(&args, "--namespace");
     for ns in &namespaces {
-        emu.manage(ns, opts.clone());
+        if let Err(e) = emu.manage(ns, opts.clone()) {
+            eprintln!("kubelet: listing the pods of namespace {ns}: {e}");
+            std::process::exit(1)
+        }
     }
     println!("emulating {} on {server}", namespaces.join(","));
     // SIGTERM and SIGINT stop the emulator (and the process kubelet's processes).

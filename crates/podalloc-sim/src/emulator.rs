@@ -242,11 +242,19 @@ impl KubeletEmulator {
         })
     }
 
-    /// Starts managing the pods of namespace `ns` with `opts` (replacing earlier options).
-    pub fn manage(&self, ns: &str, opts: EmulatorOptions) {
-        let mut st = self.shared.state.lock().unwrap();
-        st.opts.insert(ns.to_string(), opts);
-        st.stats.entry(ns.to_string()).or_default();
+    /// Starts managing the pods of namespace `ns` with `opts` (replacing earlier options),
+    /// the pods already there included: they are listed now, since the watch passed them
+    /// over while `ns` was not managed (a pod created before the emulator started would
+    /// otherwise stay Pending until it changed). Errors: that list failed.
+    pub fn manage(&self, ns: &str, opts: EmulatorOptions) -> io::Result<()> {
+        {
+            let mut st = self.shared.state.lock().unwrap();
+            st.opts.insert(ns.to_string(), opts);
+            st.stats.entry(ns.to_string()).or_default();
+        }
+        self.shared
+            .list_into(&format!("/api/v1/namespaces/{ns}/pods"))
+            .map(drop)
     }
 
     /// Leaves pod `ns/name` unscheduled (`PodScheduled=False`, `Unschedulable`) once it
@@ -452,9 +460,15 @@ impl Shared {
 
     /// Lists every pod (paginated) into the tracked set; returns the list's resourceVersion.
     fn relist(&self) -> io::Result<String> {
+        self.list_into("/api/v1/pods")
+    }
+
+    /// Lists the pods of collection `pods` (`/api/v1/pods`, or one namespace's) into the
+    /// tracked set, page by page; returns the list's resourceVersion.
+    fn list_into(&self, pods: &str) -> io::Result<String> {
         let mut cont = String::new();
         loop {
-            let mut path = "/api/v1/pods?limit=500".to_string();
+            let mut path = format!("{pods}?limit=500");
             if !cont.is_empty() {
                 path.push_str("&continue=");
                 path.push_str(&cont);

@@ -151,6 +151,14 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     int written = -1;
     /** Killed executors not yet handed over as a removal. Guarded by the allocator. */
     final Set<String> kills = new LinkedHashSet<>();
+    /**
+     * The removal being handed over ({@code spec.removals}' request id) and its executors:
+     * kept until a write of it is known to have landed, so that a write whose answer was lost
+     * (a timeout, a 5xx after the commit) is found on the next try instead of written again
+     * with a new id (which would lower {@code spec.replicas} twice). Guarded by the allocator.
+     */
+    String request;
+    List<String> requestIds;
 
     ProfileSet(ResourceProfile profile, String name) {
       this.profile = profile;
@@ -407,7 +415,7 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   }
 
   /** Queues a kill on the ExecutorSet of the executor's profile (0 when it never registered). */
-  private synchronized void killed(String executorId) {
+  synchronized void killed(String executorId) {
     if (removed.contains(executorId)) {
       return;
     }
@@ -420,7 +428,18 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
     p.kills.add(executorId);
   }
 
-  private void flushQuietly() {
+  /**
+   * For tests: follows ExecutorSet {@code setName} as profile 0's, existing with this driver's
+   * template already (no SparkContext and no executor builder needed).
+   */
+  synchronized void followExisting(String setName) {
+    ProfileSet p = new ProfileSet(null, setName);
+    p.ready = true;
+    profiles.put(DEFAULT_PROFILE, p);
+  }
+
+  /** One round of the writer thread: each profile's ExecutorSet, its removal, its target. */
+  void flushQuietly() {
     List<ProfileSet> all;
     synchronized (this) {
       all = new ArrayList<>(profiles.values());
@@ -440,14 +459,22 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
 
   /** The profile's pending removal, then the driver's target when spec.replicas differs from it. */
   private void flush(ProfileSet p) throws Exception {
+    String request;
     List<String> ids;
     synchronized (this) {
-      ids = new ArrayList<>(p.kills);
+      if (p.request == null && !p.kills.isEmpty()) {
+        p.request = UUID.randomUUID().toString();
+        p.requestIds = new ArrayList<>(p.kills);
+      }
+      request = p.request;
+      ids = p.requestIds;
     }
-    if (!ids.isEmpty()) {
-      int replicas = remove(p.name, ids);
+    if (request != null) {
+      int replicas = remove(p.name, request, ids);
       synchronized (this) {
         p.kills.removeAll(ids);
+        p.request = null;
+        p.requestIds = null;
         p.written = replicas;
       }
     }
@@ -468,13 +495,13 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
   }
 
   /**
-   * Hands executors {@code ids} to podalloc as one removal on ExecutorSet {@code setName}
-   * (docs/executorset.md, "Who writes what"); returns the spec.replicas written. A 409 reads
-   * again and is done if the request is already there (an earlier answer was lost), else
-   * applies itself to the new version.
+   * Hands executors {@code ids} to podalloc as removal {@code request} on ExecutorSet {@code
+   * setName} (docs/executorset.md, "Who writes what"); returns the spec.replicas written, or
+   * found. Done at once when the request is already there, in {@code spec.removals} or in
+   * {@code status.appliedRemovals} (an earlier write of it landed and its answer was lost); a
+   * 409 reads again and applies itself to the new version.
    */
-  private int remove(String setName, List<String> ids) throws Exception {
-    String request = UUID.randomUUID().toString();
+  private int remove(String setName, String request, List<String> ids) throws Exception {
     ArrayNode executors = json.createArrayNode();
     for (String id : ids) {
       try {
@@ -488,6 +515,10 @@ public class ExecutorSetPodsAllocator extends AbstractPodsAllocator {
       JsonNode spec = es.path("spec");
       Set<String> applied = new LinkedHashSet<>();
       es.path("status").path("appliedRemovals").forEach(r -> applied.add(r.asText()));
+      if (applied.contains(request)) {
+        removed.addAll(ids);
+        return spec.path("replicas").asInt(0);
+      }
       ArrayNode removals = json.createArrayNode();
       for (JsonNode r : spec.path("removals")) {
         String req = r.path("request").asText();

@@ -8,8 +8,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.fabric8.kubernetes.client.ConfigBuilder;
 import io.fabric8.kubernetes.client.KubernetesClient;
 import io.fabric8.kubernetes.client.KubernetesClientBuilder;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.Iterator;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.spark.SecurityManager;
@@ -124,5 +131,87 @@ class ExecutorSetPodsAllocatorTest {
       out.put(e.path("name").asText(), e.path("value").asText(null));
     }
     return out;
+  }
+
+  /**
+   * A removal whose write landed but whose answer was lost (here a 500 after the commit) is
+   * found on the next round, not written again under a new request id: spec.removals holds it
+   * once and spec.replicas is lowered once (it was lowered twice before).
+   */
+  @Test
+  void aRemovalWhoseAnswerWasLostIsNotWrittenTwice() throws Exception {
+    ObjectNode es = (ObjectNode) json.readTree(
+        "{\"apiVersion\":\"podalloc.io/v1alpha1\",\"kind\":\"ExecutorSet\","
+            + "\"metadata\":{\"name\":\"etl\",\"namespace\":\"ns\",\"resourceVersion\":\"1\"},"
+            + "\"spec\":{\"appId\":\"etl\",\"replicas\":4}}");
+    int[] patches = {0};
+    HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+    server.createContext("/apis/podalloc.io/v1alpha1/namespaces/ns/executorsets/etl", ex -> {
+      synchronized (es) {
+        if (ex.getRequestMethod().equals("PATCH")) {
+          JsonNode patch = json.readTree(ex.getRequestBody());
+          String rv = patch.path("metadata").path("resourceVersion").asText("");
+          if (!rv.isEmpty() && !rv.equals(es.path("metadata").path("resourceVersion").asText())) {
+            answer(ex, 409, "{\"kind\":\"Status\",\"code\":409,\"reason\":\"Conflict\"}");
+            return;
+          }
+          merge(es, patch);
+          int next = es.path("metadata").path("resourceVersion").asInt() + 1;
+          ((ObjectNode) es.get("metadata")).put("resourceVersion", Integer.toString(next));
+          if (patches[0]++ == 0) {
+            answer(ex, 500, "{\"kind\":\"Status\",\"code\":500,\"message\":\"lost\"}");
+            return;
+          }
+        }
+        answer(ex, 200, json.writeValueAsString(es));
+      }
+    });
+    server.start();
+    try (KubernetesClient client = new KubernetesClientBuilder()
+        .withConfig(new ConfigBuilder()
+            .withMasterUrl("http://127.0.0.1:" + server.getAddress().getPort())
+            .withRequestRetryBackoffLimit(0)
+            .build())
+        .build()) {
+      SparkConf conf = new SparkConf(false).set("spark.kubernetes.namespace", "ns");
+      ExecutorSetPodsAllocator a = new ExecutorSetPodsAllocator(conf, null, null, client, null, null);
+      a.followExisting("etl");
+      a.killed("3");
+      a.flushQuietly(); // the write lands, its answer is a 500
+      a.flushQuietly(); // finds it
+      a.flushQuietly();
+      synchronized (es) {
+        JsonNode removals = es.path("spec").path("removals");
+        assertEquals(1, removals.size(), es.toString());
+        assertEquals(3, removals.get(0).path("executors").get(0).asInt(), es.toString());
+        assertEquals(3, es.path("spec").path("replicas").asInt(), es.toString());
+      }
+      assertTrue(a.isDeleted("3"));
+    } finally {
+      server.stop(0);
+    }
+  }
+
+  private static void answer(HttpExchange ex, int code, String body) throws IOException {
+    byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
+    ex.getResponseHeaders().set("Content-Type", "application/json");
+    ex.sendResponseHeaders(code, bytes.length);
+    ex.getResponseBody().write(bytes);
+    ex.close();
+  }
+
+  /** A JSON merge patch (RFC 7386) applied to {@code target}. */
+  private static void merge(ObjectNode target, JsonNode patch) {
+    Iterator<Map.Entry<String, JsonNode>> fields = patch.fields();
+    while (fields.hasNext()) {
+      Map.Entry<String, JsonNode> f = fields.next();
+      if (f.getValue().isNull()) {
+        target.remove(f.getKey());
+      } else if (f.getValue().isObject() && target.path(f.getKey()).isObject()) {
+        merge((ObjectNode) target.get(f.getKey()), f.getValue());
+      } else {
+        target.set(f.getKey(), f.getValue());
+      }
+    }
   }
 }

@@ -124,15 +124,16 @@ metadata: {name: podalloc-user, namespace: $ns}
 subjects: [{kind: User, name: podalloc, apiGroup: rbac.authorization.k8s.io}]
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: podalloc}
 ---
-# What a Spark 4.1 driver does in client mode (spark-app.md section 1), plus its plugin's
-# ExecutorSet writes. Pod create stays granted: the audit log shows that it is not used.
+# What a Spark driver with the plugin needs in client mode (spark/README.md, "Your own Spark
+# job"): it watches its executor pods, deletes the ones it kills and the ended ones, and the
+# rest at stop; it never creates one with allocator podalloc (direct: Spark creates them).
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: spark-driver, namespace: $ns}
 rules:
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete, deletecollection, patch, update]
+  verbs: [get, list, watch, delete, deletecollection$( [ "$allocator" = direct ] && echo ", create")]
 - apiGroups: [""]
   resources: [configmaps, services, persistentvolumeclaims]
   verbs: [get, list, create, delete, deletecollection]

@@ -55,9 +55,9 @@
 use crate::engine::alloc::{AllocatorState, SteerOp, Steering};
 use crate::kube::{Api, KubeClient, KubeError, PostParams, CONFIG_MAPS};
 use crate::store::file::{parse, Holder, StateStore, StoreError};
-use crate::store::liveness::{self, Asker, Found, Next, Ping, Seen};
+use crate::store::liveness::{self, Asker, Found, Home, Mode, Seen};
 use serde_json::{json, Value};
-use std::cell::RefCell;
+use std::time::Duration;
 
 /// The data key holding the state JSON.
 pub(crate) const DATA_KEY: &str = "state.json";
@@ -66,7 +66,7 @@ pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// The annotation holding a `run` loop's [`Holder`] record (JSON).
 pub(crate) const HOLDER_KEY: &str = "podalloc.io/holder";
-/// The annotation holding a question to the holder ([`Ping`], JSON), written by a process
+/// The annotation holding a question to the holder ([`Ping`](liveness::Ping), JSON), written by a process
 /// that would act and finds another holder's record.
 pub(crate) const PING_KEY: &str = "podalloc.io/ping";
 /// The annotation holding the holder's answer: the nonce of the last ping it read.
@@ -89,19 +89,6 @@ pub(crate) const APPLIED_KEEP: usize = 256;
 /// How many times a save or a submission is made again after a 409 caused by a request
 /// appended meanwhile.
 const RETRIES: u32 = 8;
-
-/// How a store treats the holder record.
-enum Mode {
-    /// Read-only commands: the record is ignored.
-    Read,
-    /// One-shot commands: a live holder of anyone is an error; `ping`: its holder is asked
-    /// (and waited for) first, else a record that looks live is taken as live (the
-    /// steering commands, which then wait for the loop to take their request).
-    Once { ping: bool },
-    /// A `run` loop: a live holder of someone else makes it a standby; its own record is
-    /// written once, when it claims the ConfigMap.
-    Loop(Holder),
-}
 
 /// A state store in ConfigMap `name` of the client's namespace.
 pub(crate) struct ConfigMapStore<'a> {
@@ -182,162 +169,12 @@ impl<'a> ConfigMapStore<'a> {
         self
     }
 
-    /// For a `run` loop reading its ConfigMap every `interval`: writes `holder` once, when it
-    /// claims the ConfigMap, with its answer deadline (3 × `interval` + 2 s + `busy`, the tick budget), and answers
-    /// the pings it finds.
-    pub(crate) fn holding(
-        mut self,
-        mut holder: Holder,
-        (interval, busy): (std::time::Duration, std::time::Duration),
-    ) -> Self {
-        holder.answer_within_ms = Some(liveness::answer_within_ms(interval, busy));
-        holder.stale_after_s = None;
-        holder.renewed_ms = None;
-        self.mode = Mode::Loop(holder);
+    /// For a `run` loop reading its ConfigMap every `every.0` (its tick budget `every.1`):
+    /// writes `holder` once, when it claims the ConfigMap, with its answer deadline
+    /// ([`Mode::looping`]), and answers the pings it finds.
+    pub(crate) fn holding(mut self, holder: Holder, every: (Duration, Duration)) -> Self {
+        self.mode = Mode::looping(holder, every);
         self
-    }
-
-    /// [`StoreError::Owned`] naming live holder `who`.
-    fn owned(&self, who: &str) -> StoreError {
-        liveness::owned(&self.what(), who)
-    }
-
-    /// `cm` with annotations `set` (`None`: removed) written with its `resourceVersion`: the
-    /// object as stored, `None` after a 409. Errors: the API's.
-    fn put_annotations(
-        &self,
-        cm: &Value,
-        set: &[(&str, Option<String>)],
-    ) -> Result<Option<Value>, StoreError> {
-        let mut cm = cm.clone();
-        let set: Vec<_> = (set.iter())
-            .map(|(k, v)| (*k, v.clone().map(Value::from)))
-            .collect();
-        liveness::set_keys(&mut cm["metadata"]["annotations"], &set);
-        match self.cms.replace(&self.name, &cm) {
-            Ok(stored) => Ok(Some(stored)),
-            Err(e) if e.status_code() == Some(409) => Ok(None),
-            Err(e) => Err(self.backend(e)),
-        }
-    }
-
-    /// Settles who holds `cm` before this command uses it (see the module doc): returns the
-    /// ConfigMap as it stands after this command's own writes (a ping, a pong, its claim).
-    /// Errors: [`StoreError::Owned`] naming a live holder; the API's.
-    fn settle(&mut self, cm: Value) -> Result<Value, StoreError> {
-        let what = self.what();
-        let seen = seen_of(&cm);
-        let (ping, mine) = match &self.mode {
-            Mode::Read => return Ok(cm),
-            Mode::Once { ping } => (*ping, None),
-            Mode::Loop(h) => (true, Some(h.clone())),
-        };
-        let theirs = match liveness::judge(seen.holder.as_deref(), mine.as_ref(), &what) {
-            Found::Ours => return self.answer(cm, &seen),
-            Found::Free(why) => {
-                if let Some(why) = why {
-                    log::warn!("{what}: taking over from {why}");
-                }
-                return self.take(cm);
-            }
-            Found::Renewed(h, age) => return Err(self.owned(&format!("{h} (renewed {age}s ago)"))),
-            Found::Other(h) if !ping => return Err(self.owned(&h.to_string())),
-            Found::Other(h) => h,
-        };
-        if mine.is_none() {
-            return self.ask_waiting(cm, theirs);
-        }
-        let step = self
-            .asker
-            .next(&theirs, seen.ping.as_ref(), seen.pong.as_deref());
-        match step {
-            Next::Alive(how) | Next::Waiting(how) => Err(self.owned(&format!("{theirs} ({how})"))),
-            Next::Ping(p) => {
-                let text = serde_json::to_string(&p).expect("ping");
-                if self
-                    .put_annotations(&cm, &[(PING_KEY, Some(text))])?
-                    .is_some()
-                {
-                    self.asker.sent(&p, &theirs);
-                }
-                Err(self.owned(&format!("{theirs} (asked whether it lives)")))
-            }
-            Next::Dead(why) => {
-                log::warn!("{what}: taking over from {why}");
-                self.take(cm)
-            }
-        }
-    }
-
-    /// A one-shot command's question to live-looking holder `theirs` of `cm`, waited for.
-    fn ask_waiting(&self, cm: Value, theirs: Holder) -> Result<Value, StoreError> {
-        let latest = RefCell::new(cm);
-        let read = || -> Result<Option<Seen>, StoreError> {
-            let now = self.cms.get(&self.name).map_err(|e| self.backend(e))?;
-            Ok(now.map(|c| {
-                let seen = seen_of(&c);
-                *latest.borrow_mut() = c;
-                seen
-            }))
-        };
-        let ping = |p: &Ping| -> Result<bool, StoreError> {
-            let text = serde_json::to_string(p).expect("ping");
-            let base = latest.borrow().clone();
-            match self.put_annotations(&base, &[(PING_KEY, Some(text))])? {
-                Some(stored) => {
-                    *latest.borrow_mut() = stored;
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
-        };
-        match liveness::ask_waiting(theirs, read, ping)? {
-            Err(alive) => Err(self.owned(&alive)),
-            Ok(why) => {
-                if let Some(why) = why {
-                    log::warn!("{}: taking over from {why}", self.what());
-                }
-                Ok(latest.into_inner())
-            }
-        }
-    }
-
-    /// A loop's own record on `cm`: answers the ping it carries when not answered yet
-    /// (a 409: answered at the next read).
-    fn answer(&self, cm: Value, seen: &Seen) -> Result<Value, StoreError> {
-        let Some(nonce) = liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref()) else {
-            return Ok(cm);
-        };
-        log::debug!("{}: answering ping {nonce}", self.what());
-        Ok(self
-            .put_annotations(&cm, &[(PONG_KEY, Some(nonce))])?
-            .unwrap_or(cm))
-    }
-
-    /// A loop claims `cm` (no live holder on it): writes its record, once, conditionally
-    /// (a 409: someone else wrote first, [`StoreError::Owned`]: read again at the next
-    /// claim). A one-shot command writes nothing here.
-    fn take(&mut self, cm: Value) -> Result<Value, StoreError> {
-        let Mode::Loop(mine) = &self.mode else {
-            return Ok(cm);
-        };
-        let record = serde_json::to_string(mine).expect("holder");
-        let set = [
-            (HOLDER_KEY, Some(record)),
-            (PING_KEY, None),
-            (PONG_KEY, None),
-        ];
-        match self.put_annotations(&cm, &set)? {
-            Some(stored) => {
-                log::debug!("{}: claimed by this loop", self.what());
-                Ok(stored)
-            }
-            None => Err(StoreError::Owned(format!(
-                "{} was written by another process while this loop claimed it; reading it \
-                 again",
-                self.what()
-            ))),
-        }
     }
 
     /// A nonce for one save: pid, wall clock in ns, and a counter.
@@ -378,10 +215,6 @@ impl<'a> ConfigMapStore<'a> {
         landed
     }
 
-    fn what(&self) -> String {
-        format!("ConfigMap {}/{}", self.cms.namespace(), self.name)
-    }
-
     fn backend(&self, e: KubeError) -> StoreError {
         match e.status_code() {
             Some(403) => StoreError::Forbidden(format!(
@@ -404,13 +237,6 @@ impl<'a> ConfigMapStore<'a> {
         self.corrupt(format!(
             "{} exists and was not created by podalloc (no label {MANAGED_BY}=podalloc); \
              choose another name for --state-store",
-            self.what()
-        ))
-    }
-
-    fn conflict(&self) -> StoreError {
-        StoreError::Conflict(format!(
-            "another podalloc instance updated {} first; this tick did nothing",
             self.what()
         ))
     }
@@ -674,11 +500,10 @@ pub(crate) fn holder(
 
 /// The holder record of ConfigMap `cm` when it looks live (see [`holder`]).
 pub(crate) fn holder_of(cm: &Value) -> Option<Holder> {
-    let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
-    match liveness::judge(text, None, "ConfigMap") {
-        Found::Other(h) | Found::Renewed(h, _) => Some(h),
-        Found::Free(_) | Found::Ours => None,
-    }
+    liveness::looks_live(
+        cm["metadata"]["annotations"][HOLDER_KEY].as_str(),
+        "ConfigMap",
+    )
 }
 
 /// Appends `req` to the request queue of ConfigMap `name` (creating the ConfigMap when it
@@ -776,6 +601,53 @@ fn queue_only(mut cm: Value) -> Value {
     cm
 }
 
+/// The holder record, ping and pong of a state ConfigMap are annotations ([`HOLDER_KEY`],
+/// [`PING_KEY`], [`PONG_KEY`]), the record and the ping as JSON text.
+impl Home for ConfigMapStore<'_> {
+    const KEYS: [&'static str; 3] = [HOLDER_KEY, PING_KEY, PONG_KEY];
+
+    fn encode<T: serde::Serialize>(v: &T) -> Value {
+        Value::String(serde_json::to_string(v).expect("JSON serializes"))
+    }
+
+    fn seen(cm: &Value) -> Seen {
+        seen_of(cm)
+    }
+
+    fn what(&self) -> String {
+        format!("ConfigMap {}/{}", self.cms.namespace(), self.name)
+    }
+
+    fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    fn asker(&mut self) -> &mut Asker {
+        &mut self.asker
+    }
+
+    fn read(&self) -> Result<Option<Value>, StoreError> {
+        self.cms.get(&self.name).map_err(|e| self.backend(e))
+    }
+
+    fn put(&self, cm: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError> {
+        let mut cm = cm.clone();
+        liveness::set_keys(&mut cm["metadata"]["annotations"], set);
+        match self.cms.replace(&self.name, &cm) {
+            Ok(stored) => Ok(Some(stored)),
+            Err(e) if e.status_code() == Some(409) => Ok(None),
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    fn conflict(&self) -> StoreError {
+        StoreError::Conflict(format!(
+            "another podalloc instance updated {} first; this tick did nothing",
+            self.what()
+        ))
+    }
+}
+
 impl StateStore for ConfigMapStore<'_> {
     fn describe(&self) -> String {
         self.what()
@@ -796,7 +668,8 @@ impl StateStore for ConfigMapStore<'_> {
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
             return Err(self.not_ours());
         }
-        let cm = self.settle(cm)?;
+        let mut cm = cm;
+        liveness::settle(self, &mut cm)?;
         self.resource_version = cm["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
@@ -869,24 +742,7 @@ impl StateStore for ConfigMapStore<'_> {
     /// Removes the loop's own holder record (one conditional write), so the next loop
     /// starts at once; nothing when the record is not ours.
     fn release(&mut self) -> Result<(), StoreError> {
-        let Mode::Loop(mine) = &self.mode else {
-            return Ok(());
-        };
-        let mine = mine.clone();
-        for _ in 0..RETRIES {
-            let Some(cm) = self.cms.get(&self.name).map_err(|e| self.backend(e))? else {
-                return Ok(());
-            };
-            let text = cm["metadata"]["annotations"][HOLDER_KEY].as_str();
-            if !matches!(liveness::judge(text, Some(&mine), ""), Found::Ours) {
-                return Ok(());
-            }
-            let set = [(HOLDER_KEY, None), (PING_KEY, None), (PONG_KEY, None)];
-            if self.put_annotations(&cm, &set)?.is_some() {
-                return Ok(());
-            }
-        }
-        Err(self.conflict())
+        liveness::release(self)
     }
 
     fn requests(&mut self) -> Result<Vec<Steering>, StoreError> {
@@ -920,15 +776,8 @@ impl StateStore for ConfigMapStore<'_> {
             let what = self.what();
             match liveness::judge(seen.holder.as_deref(), Some(mine), &what) {
                 Found::Ours => {
-                    if let Some(nonce) =
-                        liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref())
-                    {
-                        log::debug!("{what}: answering ping {nonce}");
-                        if let Some(stored) =
-                            self.put_annotations(&cm, &[(PONG_KEY, Some(nonce))])?
-                        {
-                            cm = stored;
-                        }
+                    if let Some(stored) = liveness::answer(self, &cm, &seen)? {
+                        cm = stored;
                     }
                     let quiet = (self.loaded.as_ref()).is_some_and(|l| same_but_ping(l, &cm));
                     if moved && quiet {

@@ -59,10 +59,11 @@ use crate::engine::podspec::PodTemplate;
 use crate::engine::snapshot::{LABEL_APP, LABEL_PROFILE, LABEL_ROLE, ROLE_EXECUTOR};
 use crate::kube::{Api, KubeClient, KubeError, ListParams, PostParams, EVENTS, EXECUTOR_SETS};
 use crate::store::file::{parse, Holder, HomeProfile, StateStore, StoreError};
-use crate::store::liveness::{self, Asker, Found, Next, Ping, Seen};
+use crate::store::liveness::{self, Asker, Found, Home, Mode, Seen};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The annotation holding the request id of the last podalloc write of `spec` (also written
 /// by the Spark allocator plugin; read as one more id of [`REQUESTS_KEY`]).
@@ -90,18 +91,6 @@ struct Observed {
     blocked: Option<(String, String)>,
     /// Each resource profile's counts ([`Summary::profiles`]).
     profiles: BTreeMap<u32, ProfileSummary>,
-}
-
-/// How a store treats the holder record (`status.holder`).
-enum Mode {
-    /// Read-only commands and the steering writes: the record is ignored.
-    Read,
-    /// One-shot commands (and `run --leader-elect`, whose Lease says who acts): a live holder
-    /// is an error; `ping`: it is asked (and waited for) first.
-    Once { ping: bool },
-    /// A `run` loop: a live holder of someone else makes it a standby; its own record is
-    /// written once, when it claims the home.
-    Loop(Holder),
 }
 
 /// A state store in ExecutorSet `name` of the client's namespace (see the module doc).
@@ -163,16 +152,11 @@ impl<'a> ExecutorSetStore<'a> {
         }
     }
 
-    /// For a `run` loop reading its home every `interval`: writes `holder` into
-    /// `status.holder` once, when it claims the home, with its answer deadline (3 ×
-    /// `interval` + 2 s + `busy`, the tick budget), and answers the pings it finds.
-    pub(crate) fn holding(
-        mut self,
-        mut holder: Holder,
-        (interval, busy): (std::time::Duration, std::time::Duration),
-    ) -> Self {
-        holder.answer_within_ms = Some(liveness::answer_within_ms(interval, busy));
-        self.mode = Mode::Loop(holder);
+    /// For a `run` loop reading its home every `every.0` (its tick budget `every.1`): writes
+    /// `holder` into `status.holder` once, when it claims the home, with its answer deadline
+    /// ([`Mode::looping`]), and answers the pings it finds.
+    pub(crate) fn holding(mut self, holder: Holder, every: (Duration, Duration)) -> Self {
+        self.mode = Mode::looping(holder, every);
         self
     }
 
@@ -180,148 +164,6 @@ impl<'a> ExecutorSetStore<'a> {
     pub(crate) fn once(mut self, ping: bool) -> Self {
         self.mode = Mode::Once { ping };
         self
-    }
-
-    /// [`StoreError::Owned`] naming live holder `who`.
-    fn owned(&self, who: &str) -> StoreError {
-        liveness::owned(&self.what(), who)
-    }
-
-    /// The home `es` with status fields `set` (`None`: removed) written through `/status`
-    /// with its `resourceVersion`: the object as stored, `None` after a 409. Errors: the
-    /// API's.
-    fn put_fields(
-        &self,
-        es: &Value,
-        set: &[(&str, Option<Value>)],
-    ) -> Result<Option<Value>, StoreError> {
-        let mut es = es.clone();
-        liveness::set_keys(&mut es["status"], set);
-        match self.sets.replace_status(&self.name, &es) {
-            Ok(stored) => Ok(Some(stored)),
-            Err(e) if e.status_code() == Some(409) => Ok(None),
-            Err(e) => Err(self.backend(e)),
-        }
-    }
-
-    /// Settles who holds the loaded home before this command uses it (see the module doc);
-    /// the home as it stands after this command's own writes (a ping, a pong, its claim) is
-    /// left in `loaded`. Errors: [`StoreError::Owned`] naming a live holder; the API's.
-    fn settle(&mut self) -> Result<(), StoreError> {
-        let Some(es) = self.loaded.clone() else {
-            return Ok(());
-        };
-        let what = self.what();
-        let seen = seen_of(&es);
-        let (ping, mine) = match &self.mode {
-            Mode::Read => return Ok(()),
-            Mode::Once { ping } => (*ping, None),
-            Mode::Loop(h) => (true, Some(h.clone())),
-        };
-        let theirs = match liveness::judge(seen.holder.as_deref(), mine.as_ref(), &what) {
-            Found::Ours => {
-                let due = liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref());
-                if let Some(nonce) = due {
-                    log::debug!("{what}: answering ping {nonce}");
-                    if let Some(stored) = self.put_fields(&es, &[("pong", Some(json!(nonce)))])? {
-                        self.loaded = Some(stored);
-                    }
-                }
-                return Ok(());
-            }
-            Found::Free(why) => {
-                if let Some(why) = why {
-                    log::warn!("{what}: taking over from {why}");
-                }
-                return self.take(&es);
-            }
-            Found::Renewed(h, age) => return Err(self.owned(&format!("{h} (renewed {age}s ago)"))),
-            Found::Other(h) if !ping => return Err(self.owned(&h.to_string())),
-            Found::Other(h) => h,
-        };
-        if mine.is_none() {
-            return self.ask_waiting(es, theirs);
-        }
-        let step = self
-            .asker
-            .next(&theirs, seen.ping.as_ref(), seen.pong.as_deref());
-        match step {
-            Next::Alive(how) | Next::Waiting(how) => Err(self.owned(&format!("{theirs} ({how})"))),
-            Next::Ping(p) => {
-                let v = serde_json::to_value(&p).expect("ping");
-                if self.put_fields(&es, &[("ping", Some(v))])?.is_some() {
-                    self.asker.sent(&p, &theirs);
-                }
-                Err(self.owned(&format!("{theirs} (asked whether it lives)")))
-            }
-            Next::Dead(why) => {
-                log::warn!("{what}: taking over from {why}");
-                self.take(&es)
-            }
-        }
-    }
-
-    /// A one-shot command's question to live-looking holder `theirs` of home `es`, waited
-    /// for; the home as last read or written is left in `loaded`.
-    fn ask_waiting(&mut self, es: Value, theirs: Holder) -> Result<(), StoreError> {
-        let latest = RefCell::new(es);
-        let read = || -> Result<Option<Seen>, StoreError> {
-            Ok(self.read()?.map(|e| {
-                let seen = seen_of(&e);
-                *latest.borrow_mut() = e;
-                seen
-            }))
-        };
-        let ping = |p: &Ping| -> Result<bool, StoreError> {
-            let base = latest.borrow().clone();
-            let v = serde_json::to_value(p).expect("ping");
-            match self.put_fields(&base, &[("ping", Some(v))])? {
-                Some(stored) => {
-                    *latest.borrow_mut() = stored;
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
-        };
-        let verdict = liveness::ask_waiting(theirs, read, ping)?;
-        self.loaded = Some(latest.into_inner());
-        match verdict {
-            Err(alive) => Err(self.owned(&alive)),
-            Ok(why) => {
-                if let Some(why) = why {
-                    log::warn!("{}: taking over from {why}", self.what());
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// A loop claims home `es` (no live holder on it): writes its record into
-    /// `status.holder`, once, conditionally (a 409: someone else wrote first,
-    /// [`StoreError::Owned`]: read again at the next claim). A one-shot command writes
-    /// nothing here (its status write drops a dead holder's record).
-    fn take(&mut self, es: &Value) -> Result<(), StoreError> {
-        let Mode::Loop(mine) = &self.mode else {
-            return Ok(());
-        };
-        let record = serde_json::to_value(mine).expect("holder");
-        let set = [("holder", Some(record)), ("ping", None), ("pong", None)];
-        match self.put_fields(es, &set)? {
-            Some(stored) => {
-                log::debug!("{}: claimed by this loop", self.what());
-                self.loaded = Some(stored);
-                Ok(())
-            }
-            None => Err(StoreError::Owned(format!(
-                "{} was written by another process while this loop claimed it; reading it \
-                 again",
-                self.what()
-            ))),
-        }
-    }
-
-    fn what(&self) -> String {
-        self.what_of(&self.name)
     }
 
     fn what_of(&self, name: &str) -> String {
@@ -342,23 +184,6 @@ impl<'a> ExecutorSetStore<'a> {
             )),
             _ => StoreError::Backend(format!("{}: {e}", self.what())),
         }
-    }
-
-    fn conflict(&self) -> StoreError {
-        StoreError::Conflict(format!(
-            "another podalloc instance updated the status of {} first; this tick did nothing",
-            self.what()
-        ))
-    }
-
-    /// Reads the object; `None` when it does not exist. Errors: the API's, or an object of
-    /// another app ([`StoreError::Mismatch`], exit 2, naming both).
-    fn read(&self) -> Result<Option<Value>, StoreError> {
-        let es = self.sets.get(&self.name).map_err(|e| self.backend(e))?;
-        if let Some(es) = &es {
-            check_app(es, &self.app_id, &self.what())?;
-        }
-        Ok(es)
     }
 
     /// Reads the home (profile 0's object, `None` when missing) and the objects of the app's
@@ -1022,6 +847,59 @@ fn removals(es: &Value, what: &str) -> Vec<Steering> {
     out
 }
 
+/// The holder record, ping and pong of an ExecutorSet are fields of its status (`holder`,
+/// `ping`, `pong`), written through `/status`.
+impl Home for ExecutorSetStore<'_> {
+    const KEYS: [&'static str; 3] = ["holder", "ping", "pong"];
+
+    fn encode<T: serde::Serialize>(v: &T) -> Value {
+        serde_json::to_value(v).expect("JSON serializes")
+    }
+
+    fn seen(es: &Value) -> Seen {
+        seen_of(es)
+    }
+
+    fn what(&self) -> String {
+        self.what_of(&self.name)
+    }
+
+    fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    fn asker(&mut self) -> &mut Asker {
+        &mut self.asker
+    }
+
+    /// Reads the object; `None` when it does not exist. Errors: the API's, or an object of
+    /// another app ([`StoreError::Mismatch`], exit 2, naming both).
+    fn read(&self) -> Result<Option<Value>, StoreError> {
+        let es = self.sets.get(&self.name).map_err(|e| self.backend(e))?;
+        if let Some(es) = &es {
+            check_app(es, &self.app_id, &self.what())?;
+        }
+        Ok(es)
+    }
+
+    fn put(&self, es: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError> {
+        let mut es = es.clone();
+        liveness::set_keys(&mut es["status"], set);
+        match self.sets.replace_status(&self.name, &es) {
+            Ok(stored) => Ok(Some(stored)),
+            Err(e) if e.status_code() == Some(409) => Ok(None),
+            Err(e) => Err(self.backend(e)),
+        }
+    }
+
+    fn conflict(&self) -> StoreError {
+        StoreError::Conflict(format!(
+            "another podalloc instance updated the status of {} first; this tick did nothing",
+            self.what()
+        ))
+    }
+}
+
 impl StateStore for ExecutorSetStore<'_> {
     fn describe(&self) -> String {
         self.what()
@@ -1049,7 +927,11 @@ impl StateStore for ExecutorSetStore<'_> {
             .and_then(|e| e["metadata"]["generation"].as_i64());
         self.loaded = es;
         self.profiles = profiles;
-        self.settle()?;
+        if let Some(mut es) = self.loaded.clone() {
+            let settled = liveness::settle(self, &mut es);
+            self.loaded = Some(es);
+            settled?;
+        }
         let Some(es) = &self.loaded else {
             return Ok(None);
         };
@@ -1111,27 +993,7 @@ impl StateStore for ExecutorSetStore<'_> {
     /// Removes the loop's own holder record (one conditional status write), so the next
     /// loop starts at once; nothing when the record is not ours.
     fn release(&mut self) -> Result<(), StoreError> {
-        let Mode::Loop(mine) = &self.mode else {
-            return Ok(());
-        };
-        let mine = mine.clone();
-        for _ in 0..RETRIES {
-            let Some(es) = self.read()? else {
-                return Ok(());
-            };
-            let text = seen_of(&es).holder;
-            if !matches!(
-                liveness::judge(text.as_deref(), Some(&mine), ""),
-                Found::Ours
-            ) {
-                return Ok(());
-            }
-            let set = [("holder", None), ("ping", None), ("pong", None)];
-            if self.put_fields(&es, &set)?.is_some() {
-                return Ok(());
-            }
-        }
-        Err(self.conflict())
+        liveness::release(self)
     }
 
     /// The removals of the home's spec, then those of each other profile's object.
@@ -1207,17 +1069,12 @@ impl StateStore for ExecutorSetStore<'_> {
             let seen = seen_of(e);
             match liveness::judge(seen.holder.as_deref(), Some(mine), "") {
                 Found::Ours => {
-                    if let Some(nonce) =
-                        liveness::pong_due(seen.ping.as_ref(), seen.pong.as_deref())
-                    {
-                        log::debug!("{}: answering ping {nonce}", self.what());
-                        if let Some(stored) = self.put_fields(e, &[("pong", Some(json!(nonce)))])? {
-                            let same = stored["metadata"]["generation"].as_i64() == self.generation;
-                            if same && self.loaded.is_some() {
-                                self.loaded = Some(stored.clone());
-                            }
-                            es = Some(stored);
+                    if let Some(stored) = liveness::answer(self, e, &seen)? {
+                        let same = stored["metadata"]["generation"].as_i64() == self.generation;
+                        if same && self.loaded.is_some() {
+                            self.loaded = Some(stored.clone());
                         }
+                        es = Some(stored);
                     }
                 }
                 _ => return Ok(true),
@@ -1256,10 +1113,7 @@ fn seen_of(es: &Value) -> Seen {
 /// The holder record of ExecutorSet `es` when it looks live (not asked: not of a process
 /// gone from this host), for `status` and the search for the app's home.
 pub(crate) fn holder_of(es: &Value) -> Option<Holder> {
-    match liveness::judge(seen_of(es).holder.as_deref(), None, "ExecutorSet") {
-        Found::Other(h) | Found::Renewed(h, _) => Some(h),
-        Found::Free(_) | Found::Ours => None,
-    }
+    liveness::looks_live(seen_of(es).holder.as_deref(), "ExecutorSet")
 }
 
 /// The loop that owns app `app_id` through ExecutorSet `name` now ([`holder_of`]); `None`

@@ -23,6 +23,8 @@
 //! as before.
 
 use crate::store::file::{Holder, StoreError};
+use serde_json::Value;
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 /// How long a standby that saw the holder answer waits before it asks again.
@@ -313,6 +315,238 @@ pub(crate) fn ask_waiting<E>(
             }
         }
     }
+}
+
+/// How a command treats the holder record on its home.
+pub(crate) enum Mode {
+    /// Read-only commands (on an ExecutorSet, the steering writes too): the record is ignored.
+    Read,
+    /// One-shot commands (on an ExecutorSet, `run --leader-elect` too, whose Lease says who
+    /// acts): a live holder of anyone is an error; `ping`: it is asked (and waited for)
+    /// first, else a record that looks live is taken as live (the steering commands on a
+    /// ConfigMap, which then wait for the loop to take their request).
+    Once { ping: bool },
+    /// A `run` loop: a live holder of someone else makes it a standby; its own record is
+    /// written once, when it claims the home.
+    Loop(Holder),
+}
+
+impl Mode {
+    /// A `run` loop's, reading its home every `interval`: `holder` with its answer deadline
+    /// (3 × `interval` + 2 s + `busy`, the tick budget), and no renewal fields (an older
+    /// podalloc's).
+    pub(crate) fn looping(mut holder: Holder, (interval, busy): (Duration, Duration)) -> Mode {
+        holder.answer_within_ms = Some(answer_within_ms(interval, busy));
+        holder.stale_after_s = None;
+        holder.renewed_ms = None;
+        Mode::Loop(holder)
+    }
+}
+
+/// The holder record `text` (JSON; `None`: absent) of a `kind` home when it looks live (not
+/// asked: not of a process gone from this host, not an older podalloc's stale one), for
+/// `status` and the search for the app's home.
+pub(crate) fn looks_live(text: Option<&str>, kind: &str) -> Option<Holder> {
+    match judge(text, None, kind) {
+        Found::Other(h) | Found::Renewed(h, _) => Some(h),
+        Found::Free(_) | Found::Ours => None,
+    }
+}
+
+/// A write of a home's holder fields ([`Home::put`]).
+pub(crate) enum Write<'a> {
+    /// The question to the holder.
+    Ping(&'a Ping),
+    /// The holder's answer: the nonce of the ping it read.
+    Pong(&'a str),
+    /// A loop's own record, the ping and pong removed.
+    Claim(&'a Holder),
+    /// No record, ping or pong.
+    Release,
+}
+
+/// A home that carries a holder record, a ping and a pong (a state ConfigMap in its
+/// annotations, an ExecutorSet in its status): what [`settle`], [`answer`] and [`release`]
+/// need of it.
+pub(crate) trait Home {
+    /// The names of the holder record, the ping and the pong among the home's fields.
+    const KEYS: [&'static str; 3];
+    /// A holder record or a ping as the home holds it (JSON text in an annotation, JSON).
+    fn encode<T: serde::Serialize>(v: &T) -> Value;
+    /// What home `obj` carries about its holder.
+    fn seen(obj: &Value) -> Seen;
+    /// The home, for messages: `ConfigMap ns/name`, `ExecutorSet ns/name`.
+    fn what(&self) -> String;
+    /// How this command treats the holder record.
+    fn mode(&self) -> &Mode;
+    /// This loop's question to another holder, kept between its reads of the home.
+    fn asker(&mut self) -> &mut Asker;
+    /// Reads the home; `None` when it does not exist. Errors: the API's.
+    fn read(&self) -> Result<Option<Value>, StoreError>;
+    /// Home `obj` with its fields `set` (`None`: removed) written with its
+    /// `resourceVersion`: the object as stored, `None` after a 409. Errors: the API's.
+    fn put(&self, obj: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError>;
+    /// The error of a write that met a 409 at every try.
+    fn conflict(&self) -> StoreError;
+}
+
+/// How many times a release is tried again after a 409.
+const RETRIES: u32 = 8;
+
+/// Makes `write` on home `obj` (conditional on its `resourceVersion`): the object as
+/// stored, `None` after a 409. Errors: the API's.
+pub(crate) fn write<H: Home>(
+    home: &H,
+    obj: &Value,
+    write: Write<'_>,
+) -> Result<Option<Value>, StoreError> {
+    let [holder, ping, pong] = H::KEYS;
+    let set = match write {
+        Write::Ping(p) => vec![(ping, Some(H::encode(p)))],
+        Write::Pong(nonce) => vec![(pong, Some(Value::from(nonce)))],
+        Write::Claim(h) => vec![(holder, Some(H::encode(h))), (ping, None), (pong, None)],
+        Write::Release => vec![(holder, None), (ping, None), (pong, None)],
+    };
+    home.put(obj, &set)
+}
+
+/// Settles who holds home `obj`, as just read, before this command uses it (see the module
+/// doc); `obj` is left as the home stands after this command's own writes (a pong, its
+/// claim, or as last read while it waited for an answer). Errors: [`StoreError::Owned`]
+/// naming a live holder; the API's.
+pub(crate) fn settle<H: Home>(home: &mut H, obj: &mut Value) -> Result<(), StoreError> {
+    let what = home.what();
+    let seen = H::seen(obj);
+    let (ping, mine) = match home.mode() {
+        Mode::Read => return Ok(()),
+        Mode::Once { ping } => (*ping, None),
+        Mode::Loop(h) => (true, Some(h.clone())),
+    };
+    let theirs = match judge(seen.holder.as_deref(), mine.as_ref(), &what) {
+        Found::Ours => {
+            if let Some(stored) = answer(home, obj, &seen)? {
+                *obj = stored;
+            }
+            return Ok(());
+        }
+        Found::Free(why) => {
+            if let Some(why) = why {
+                log::warn!("{what}: taking over from {why}");
+            }
+            return take(home, obj);
+        }
+        Found::Renewed(h, age) => return Err(owned(&what, &format!("{h} (renewed {age}s ago)"))),
+        Found::Other(h) if !ping => return Err(owned(&what, &h.to_string())),
+        Found::Other(h) => h,
+    };
+    if mine.is_none() {
+        return ask(home, obj, theirs);
+    }
+    let step = (home.asker()).next(&theirs, seen.ping.as_ref(), seen.pong.as_deref());
+    match step {
+        Next::Alive(how) | Next::Waiting(how) => Err(owned(&what, &format!("{theirs} ({how})"))),
+        Next::Ping(p) => {
+            if write(home, obj, Write::Ping(&p))?.is_some() {
+                home.asker().sent(&p, &theirs);
+            }
+            Err(owned(&what, &format!("{theirs} (asked whether it lives)")))
+        }
+        Next::Dead(why) => {
+            log::warn!("{what}: taking over from {why}");
+            take(home, obj)
+        }
+    }
+}
+
+/// A loop's own record on home `obj` (as `seen`): answers the ping it carries when not
+/// answered yet. Returns the home as stored after the pong; `None`: nothing to answer, or a
+/// 409 (answered at the next read). Errors: the API's.
+pub(crate) fn answer<H: Home>(
+    home: &H,
+    obj: &Value,
+    seen: &Seen,
+) -> Result<Option<Value>, StoreError> {
+    let Some(nonce) = pong_due(seen.ping.as_ref(), seen.pong.as_deref()) else {
+        return Ok(None);
+    };
+    log::debug!("{}: answering ping {nonce}", home.what());
+    write(home, obj, Write::Pong(&nonce))
+}
+
+/// A one-shot command's question to live-looking holder `theirs` of home `obj`, waited for
+/// ([`ask_waiting`]); `obj` is left as the home was last read or written.
+fn ask<H: Home>(home: &H, obj: &mut Value, theirs: Holder) -> Result<(), StoreError> {
+    let latest = RefCell::new(obj.clone());
+    let read = || -> Result<Option<Seen>, StoreError> {
+        Ok(home.read()?.map(|o| {
+            let seen = H::seen(&o);
+            *latest.borrow_mut() = o;
+            seen
+        }))
+    };
+    let ping = |p: &Ping| -> Result<bool, StoreError> {
+        let base = latest.borrow().clone();
+        match write(home, &base, Write::Ping(p))? {
+            Some(stored) => {
+                *latest.borrow_mut() = stored;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    };
+    let verdict = ask_waiting(theirs, read, ping)?;
+    *obj = latest.into_inner();
+    match verdict {
+        Err(alive) => Err(owned(&home.what(), &alive)),
+        Ok(why) => {
+            if let Some(why) = why {
+                log::warn!("{}: taking over from {why}", home.what());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A loop claims home `obj` (no live holder on it): writes its record, once, conditionally
+/// (a 409: someone else wrote first, [`StoreError::Owned`]: read again at the next claim);
+/// `obj` becomes the home as stored. A one-shot command writes nothing here.
+fn take<H: Home>(home: &H, obj: &mut Value) -> Result<(), StoreError> {
+    let Mode::Loop(mine) = home.mode() else {
+        return Ok(());
+    };
+    match write(home, obj, Write::Claim(mine))? {
+        Some(stored) => {
+            log::debug!("{}: claimed by this loop", home.what());
+            *obj = stored;
+            Ok(())
+        }
+        None => Err(StoreError::Owned(format!(
+            "{} was written by another process while this loop claimed it; reading it again",
+            home.what()
+        ))),
+    }
+}
+
+/// Removes a loop's own holder record from its home (one conditional write, again after a
+/// 409), so the next loop starts at once; nothing when the record is not ours or the home
+/// is gone. Errors: the API's, [`Home::conflict`] after the retries.
+pub(crate) fn release<H: Home>(home: &H) -> Result<(), StoreError> {
+    let Mode::Loop(mine) = home.mode() else {
+        return Ok(());
+    };
+    for _ in 0..RETRIES {
+        let Some(obj) = home.read()? else {
+            return Ok(());
+        };
+        let text = H::seen(&obj).holder;
+        if !matches!(judge(text.as_deref(), Some(mine), ""), Found::Ours) {
+            return Ok(());
+        }
+        if write(home, &obj, Write::Release)?.is_some() {
+            return Ok(());
+        }
+    }
+    Err(home.conflict())
 }
 
 #[cfg(test)]

@@ -1431,15 +1431,20 @@ mod tests {
         client: KubeClient,
     }
 
-    /// Another writer's write of `o`: request `req` applied, a new version and generation.
-    fn meddle_with(o: &mut Value, req: &Steering) {
-        edit_spec(o, req, None);
+    /// Gives object `o` the next `resourceVersion`, as the API server does at each write.
+    fn next_version(o: &mut Value) {
         let rv: u64 = o["metadata"]["resourceVersion"]
             .as_str()
             .unwrap()
             .parse()
             .unwrap();
         o["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+    }
+
+    /// Another writer's write of `o`: request `req` applied, a new version and generation.
+    fn meddle_with(o: &mut Value, req: &Steering) {
+        edit_spec(o, req, None);
+        next_version(o);
         let g = o["metadata"]["generation"].as_i64().unwrap();
         o["metadata"]["generation"] = json!(g + 1);
     }
@@ -1486,12 +1491,7 @@ mod tests {
                 status(409, "Conflict")
             }
             ("PUT", Some(o)) => {
-                let rv: u64 = o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                o["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                next_version(o);
                 if status_write {
                     o["status"] = body["status"].clone();
                 } else {
@@ -1585,22 +1585,14 @@ mod tests {
         assert_eq!(again.home_target(), Some(4));
         let before = f.server.recorded().len();
         again.save(&st).unwrap();
-        again.observe(
-            &Summary {
+        for _ in 0..2 {
+            let summary = Summary {
                 target: 4,
                 ..Summary::default()
-            },
-            None,
-        );
-        again.publish().unwrap();
-        again.observe(
-            &Summary {
-                target: 4,
-                ..Summary::default()
-            },
-            None,
-        );
-        again.publish().unwrap();
+            };
+            again.observe(&summary, None);
+            again.publish().unwrap();
+        }
         let puts = (f.server.recorded()[before..].iter())
             .filter(|r| r.method == "PUT")
             .count();
@@ -1608,14 +1600,20 @@ mod tests {
         assert!(!again.intent_changed().unwrap());
     }
 
-    #[test]
-    fn a_removal_is_applied_once_when_its_status_write_is_retried() {
-        let f = FakeEs::new();
+    /// A store that loaded a new home and saved a state of target 3 there, and that state.
+    fn saved_at_3(f: &FakeEs) -> (ExecutorSetStore<'_>, AllocatorState) {
         let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
         store.load().unwrap();
         let mut st = AllocatorState::new();
         st.target = Some(3);
         store.save(&st).unwrap();
+        (store, st)
+    }
+
+    #[test]
+    fn a_removal_is_applied_once_when_its_status_write_is_retried() {
+        let f = FakeEs::new();
+        let (mut store, _) = saved_at_3(&f);
         let rm = req(
             "r1",
             SteerOp::Remove {
@@ -1683,11 +1681,7 @@ mod tests {
     #[test]
     fn an_add_whose_answer_is_lost_is_applied_once() {
         let f = FakeEs::new();
-        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
-        store.load().unwrap();
-        let mut st = AllocatorState::new();
-        st.target = Some(3);
-        store.save(&st).unwrap();
+        saved_at_3(&f);
         f.lose.lock().unwrap().1 = 1;
         submit(
             &f.client,
@@ -1706,11 +1700,7 @@ mod tests {
     /// the retry.
     fn lost_then(other: Steering) -> FakeEs {
         let f = FakeEs::new();
-        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
-        store.load().unwrap();
-        let mut st = AllocatorState::new();
-        st.target = Some(3);
-        store.save(&st).unwrap();
+        saved_at_3(&f);
         f.lose.lock().unwrap().1 = 1;
         f.meddle.lock().unwrap().push(other);
         f
@@ -1927,11 +1917,7 @@ mod tests {
     #[test]
     fn another_writers_status_is_a_conflict() {
         let f = FakeEs::new();
-        let mut store = ExecutorSetStore::new(&f.client, "etl", "app", false);
-        store.load().unwrap();
-        let mut st = AllocatorState::new();
-        st.target = Some(3);
-        store.save(&st).unwrap();
+        let (mut store, mut st) = saved_at_3(&f);
         let mut rival = ExecutorSetStore::new(&f.client, "etl", "app", false);
         rival.load().unwrap();
         store.load().unwrap();

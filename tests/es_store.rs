@@ -816,3 +816,98 @@ both!(
         assert_eq!(err.matches("spec.template: ").count(), 1, "one line: {err}");
     }
 );
+
+/// Creates ExecutorSet `name` of the test's app with label `spark-app-selector` and `spec`.
+fn create_labelled(e: &Env, name: &str, mut spec: Value) {
+    spec["appId"] = json!(e.app);
+    let manifest = json!({
+        "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+        "metadata": {"name": name, "namespace": e.ns,
+                     "labels": {"spark-app-selector": e.app}},
+        "spec": spec,
+    });
+    let path = format!(
+        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
+        e.ns
+    );
+    let (code, body) = e.admin("POST", &path, Some(&manifest));
+    assert_eq!(code, 201, "{body}");
+}
+
+both!(
+    a_second_object_of_a_profile_is_ignored_with_one_warning_and_the_loop_goes_on,
+    "dup",
+    Pods::default(),
+    |e| {
+        // Reported: a copy of NAME-rp2 under another name (same appId and profile) made the
+        // running loop exit 2, and `status` and `add` too.
+        let run = Bg(Some(start_run(
+            e,
+            "dup",
+            &[
+                "--target",
+                "1",
+                "--profile-target",
+                "2=1",
+                "--interval",
+                "300ms",
+            ],
+        )));
+        wait_es(e, "dup-rp2", "profile 2 at 1", |o| converged(o, 1));
+        // A later creationTimestamp (seconds), a name that sorts first: the older is kept.
+        std::thread::sleep(Duration::from_millis(1100));
+        create_labelled(e, "dup-a", json!({"resourceProfile": 2, "replicas": 3}));
+        std::thread::sleep(Duration::from_secs(1));
+        kubectl(e, &["scale", "es", "dup-rp2", "--replicas", "2"]);
+        wait_es(e, "dup-rp2", "profile 2 at 2", |o| converged(o, 2));
+        let live = live_profiles(e);
+        assert_eq!(
+            (of_profile(&live, "0"), of_profile(&live, "2")),
+            (1, 2),
+            "{live:?}"
+        );
+        let store = "executorset:dup";
+        let status = e.run(&["--state-store", store, "status", "-o", "json"]);
+        let err = String::from_utf8_lossy(&status.stderr).to_string();
+        assert_eq!(status.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("dup-a also keeps resource profile 2") && err.contains("delete"),
+            "{err}"
+        );
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(status["profiles"]["2"]["running"], 2, "{status}");
+        let err = e.ok(&[
+            "--state-store",
+            store,
+            "add",
+            "--profile",
+            "2",
+            "1",
+            "--wait",
+            "--timeout",
+            "30s",
+        ]);
+        assert!(err.contains("dup-a also keeps"), "{err}");
+        assert_eq!(es(e, "dup-rp2").unwrap()["spec"]["replicas"], 3);
+        assert_eq!(es(e, "dup-a").unwrap()["spec"]["replicas"], 3, "untouched");
+        assert!(es(e, "dup-a").unwrap()["status"].is_null(), "not written");
+        let events = kubectl(
+            e,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=DuplicateProfile",
+                "-o",
+                "json",
+            ],
+        );
+        let events: Value = serde_json::from_str(&events).unwrap();
+        let items = events["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{events}");
+        assert_eq!(items[0]["involvedObject"]["name"], "dup-a", "{events}");
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert_eq!(err.matches("dup-a also keeps").count(), 1, "once: {err}");
+    }
+);

@@ -118,6 +118,8 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// `Blocked` condition's message about it.
     refused_templates: RefCell<BTreeMap<u32, (Value, String)>>,
     mode: Mode,
+    /// The (profile, kept, ignored) objects of one profile already warned about.
+    duplicates_said: RefCell<std::collections::BTreeSet<(u32, String, String)>>,
     /// A loop's question to another holder, between its claims.
     asker: Asker,
     /// What this tick's [`StateStore::claim`] loaded: the tick's load returns it.
@@ -146,6 +148,7 @@ impl<'a> ExecutorSetStore<'a> {
             clamp_said: BTreeMap::new(),
             good_templates: RefCell::default(),
             refused_templates: RefCell::default(),
+            duplicates_said: RefCell::default(),
             mode: Mode::Read,
             asker: Asker::default(),
             claimed: None,
@@ -190,8 +193,10 @@ impl<'a> ExecutorSetStore<'a> {
     /// other resource profiles, by profile: one list by label `spark-app-selector` (the home
     /// too when it carries the label), and a get of the home when the list lacks it. Objects
     /// of the label with another `spec.appId`, and other objects of profile 0, are not this
-    /// home's: left out. Errors: the API's; the home of another app or profile, two objects
-    /// of one profile ([`StoreError::Mismatch`], exit 2, naming them).
+    /// home's: left out. Of two objects of one profile the older (by
+    /// `metadata.creationTimestamp`, then name) is kept, the other ignored with a warning
+    /// ([`Self::warn_duplicate`]). Errors: the API's; the home of another app or profile
+    /// ([`StoreError::Mismatch`], exit 2, naming it).
     fn read_all(&self) -> Result<(Option<Value>, BTreeMap<u32, Value>), StoreError> {
         let selector = format!("{LABEL_APP}={}", self.app_id);
         let lp = ListParams {
@@ -210,13 +215,14 @@ impl<'a> ExecutorSetStore<'a> {
             } else if es["spec"]["appId"] != self.app_id.as_str() || p == 0 {
                 continue;
             } else if let Some(first) = profiles.get(&p) {
-                return Err(StoreError::Mismatch(format!(
-                    "{} and {} both keep resource profile {p} of app {:?} \
-                     (spec.resourceProfile): delete one; this command did nothing (exit 2)",
-                    self.what_of(first["metadata"]["name"].as_str().unwrap_or_default()),
-                    self.what_of(name),
-                    self.app_id
-                )));
+                // Two objects of one profile: the older one is that profile's (anyone who
+                // can create an ExecutorSet must not stop the app's controller).
+                let (kept, ignored) = match older(first, &es) {
+                    true => (first.clone(), es),
+                    false => (es, first.clone()),
+                };
+                self.warn_duplicate(p, &kept, &ignored);
+                profiles.insert(p, kept);
             } else {
                 profiles.insert(p, es);
             }
@@ -238,6 +244,34 @@ impl<'a> ExecutorSetStore<'a> {
             }
         }
         Ok((home, profiles))
+    }
+
+    /// Says once per (profile, object kept, object ignored) that `ignored` also keeps resource
+    /// profile `p` and is left out for `kept` (the older): a `WARN` line naming the fix, and
+    /// a Warning Event `DuplicateProfile` on the ignored object when this store posts Events.
+    fn warn_duplicate(&self, p: u32, kept: &Value, ignored: &Value) {
+        let name = |es: &Value| {
+            es["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let key = (p, name(kept), name(ignored));
+        if !self.duplicates_said.borrow_mut().insert(key) {
+            return;
+        }
+        let message = format!(
+            "{} also keeps resource profile {p} of app {:?} (spec.resourceProfile): ignored; \
+             {} (the older by metadata.creationTimestamp, then name) is that profile's. Fix: \
+             kubectl delete executorset {}",
+            self.what_of(&name(ignored)),
+            self.app_id,
+            self.what_of(&name(kept)),
+            name(ignored)
+        );
+        log::warn!("{message}");
+        let uid = ignored["metadata"]["uid"].as_str().unwrap_or_default();
+        self.event("DuplicateProfile", &message, (&name(ignored), uid));
     }
 
     /// Creates the object `name` of resource profile `profile` (0: the home), seeded by
@@ -702,6 +736,17 @@ impl ExecutorSetStore<'_> {
             .filter(|r| !state.applied_requests.contains(&r.id))
             .collect())
     }
+}
+
+/// Whether ExecutorSet `a` is older than `b`: by `metadata.creationTimestamp` (RFC 3339 in
+/// UTC, compared as text; a missing one counts as newest), then by name.
+fn older(a: &Value, b: &Value) -> bool {
+    let key = |es: &Value| {
+        let m = &es["metadata"];
+        let at = m["creationTimestamp"].as_str().unwrap_or("~").to_string();
+        (at, m["name"].as_str().unwrap_or_default().to_string())
+    };
+    key(a) < key(b)
 }
 
 /// The resource profile an ExecutorSet keeps (`spec.resourceProfile`; absent: 0).
@@ -1185,8 +1230,8 @@ pub fn submit(
 /// The name of the ExecutorSet that keeps resource profile `profile` of app `app_id`, whose
 /// home (profile 0's) is ExecutorSet `name` of the client's namespace: `name` itself for
 /// profile 0, else the object labelled `spark-app-selector=<app id>` with that
-/// `spec.resourceProfile` (`docs/executorset.md`). Errors: none keeps it, or two do (exit
-/// 2), the API's.
+/// `spec.resourceProfile` (`docs/executorset.md`; of two, the older, with a warning).
+/// Errors: none keeps it (exit 2), the API's.
 pub fn profile_home(
     client: &KubeClient,
     name: &str,

@@ -338,6 +338,11 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
     /// Pods in the list that belong to another app or role (skipped, counted for logs).
     pub foreign: u64,
+    /// The highest executor id among our pods set aside for their resource profile label
+    /// (one that is not a profile id, e.g. `abc` or `01`; 0 when none). Such a pod is not an
+    /// executor here, but its id stays taken: [`Snapshot::max_id`] counts it, so no new
+    /// executor gets it (a fixed label would otherwise make two pods carry one id).
+    pub aside_max_id: u64,
     /// The driver pod as the tick read it (`--driver-pod`); `None` when no driver is named.
     pub driver: Option<DriverState>,
 }
@@ -418,9 +423,11 @@ fn clip(name: &str) -> &str {
 }
 
 impl Snapshot {
-    /// The highest executor id among our pods in any state (0 when none): new ids start above it.
+    /// The highest executor id among our pods in any state, those set aside for their
+    /// profile label included (0 when none): new ids start above it.
     pub fn max_id(&self) -> u64 {
-        self.executors.keys().next_back().copied().unwrap_or(0)
+        let listed = self.executors.keys().next_back().copied().unwrap_or(0);
+        listed.max(self.aside_max_id)
     }
 
     /// Count of executors in `state`.
@@ -506,11 +513,13 @@ impl Snapshot {
         }
         self.warnings.extend(part.warnings);
         self.foreign += part.foreign;
+        self.aside_max_id = self.aside_max_id.max(part.aside_max_id);
         Ok(())
     }
 
     /// A pod's executor id and resource profile from its labels; `None` (with a warning
-    /// naming the pod, which is then ignored) when either is not valid.
+    /// naming the pod, which is then ignored) when either is not valid. A valid id on a pod
+    /// set aside for its profile label is still reserved ([`Snapshot::aside_max_id`]).
     fn ids(
         &mut self,
         name: &str,
@@ -522,6 +531,7 @@ impl Snapshot {
             return None;
         };
         let Some(profile) = profile.map_or(Some(0), parse_profile) else {
+            self.aside_max_id = self.aside_max_id.max(id);
             self.warnings.push(bad_profile_warning(name, profile));
             return None;
         };
@@ -635,7 +645,8 @@ fn parse_profile(v: &str) -> Option<u32> {
 /// The warning for one of our pods ignored for its resource profile label (`value`).
 fn bad_profile_warning(name: &str, value: Option<&str>) -> String {
     format!(
-        "pod {:?} has {LABEL_PROFILE}={:?}, not a resource profile id: ignored",
+        "pod {:?} has {LABEL_PROFILE}={:?}, not a resource profile id: ignored \
+         (its executor id stays reserved)",
         clip(name),
         clip(value.unwrap_or_default())
     )
@@ -1367,6 +1378,75 @@ mod tests {
         assert!(s.executors.is_empty());
         assert_eq!(s.warnings.len(), 4, "{:?}", s.warnings);
         assert_eq!(s.foreign, 4);
+    }
+
+    /// Issue H3: a pod set aside for a malformed profile label (`abc`, `01`) kept no id, so
+    /// a scale-up created app1-exec-57 beside hand-57, and once the label was fixed every
+    /// tick failed on the duplicate id. Its id is reserved now, as a target-less profile's is.
+    #[test]
+    fn a_pod_set_aside_for_its_profile_label_keeps_its_id_reserved() {
+        use crate::engine::alloc::{step, AllocatorState, Request, Settings};
+        let labelled = |id: &str, profile: &str| {
+            format!(
+                r#"{{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"{id}","{LABEL_PROFILE}":"{profile}"}}"#
+            )
+        };
+        let body = list(&[
+            pod("app1-exec-1", &ours("1"), "Running", ""),
+            pod("hand-57", &labelled("57", "abc"), "Running", ""),
+            pod("hand-58", &labelled("58", "01"), "Running", ""),
+            pod("hand-9", &labelled("9", "7"), "Running", ""),
+        ]);
+        let s = Snapshot::from_pod_list(&body, "app-1").unwrap();
+        assert_eq!(s.executors.keys().copied().collect::<Vec<_>>(), vec![1, 9]);
+        assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+        assert!(s.warnings[0].contains("reserved"), "{:?}", s.warnings);
+        assert_eq!((s.aside_max_id, s.max_id()), (58, 58));
+        let p = step(
+            &s,
+            &AllocatorState::new(),
+            &Settings::new("app-1"),
+            &Request::set(3),
+            0,
+        )
+        .unwrap();
+        let made: Vec<u64> = p.create.iter().map(|c| c.executor_id).collect();
+        assert_eq!(made.first(), Some(&59), "{made:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Ids are never reused, whatever profile label a pod has: every id a step hands out
+        /// is above every valid `spark-exec-id` in the list, the ids of pods set aside for
+        /// their profile label (malformed, or a profile without a target) included.
+        #[test]
+        fn ids_of_pods_set_aside_are_never_handed_out(
+            pods in proptest::collection::btree_map(1u64..300, 0usize..8, 0..12),
+            counter in 0u64..300,
+            target in 0u32..20,
+        ) {
+            use crate::engine::alloc::{step, AllocatorState, Request, Settings};
+            let labels = [None, Some("0"), Some("1"), Some("7"), Some("abc"), Some("01"),
+                Some("-1"), Some("2147483648")];
+            let items: Vec<String> = pods.iter().map(|(&id, &l)| {
+                let profile = labels[l]
+                    .map(|v| format!(r#","{LABEL_PROFILE}":"{v}""#))
+                    .unwrap_or_default();
+                let labels = format!(
+                    r#"{{"spark-app-selector":"app-1","spark-role":"executor","spark-exec-id":"{id}"{profile}}}"#
+                );
+                pod(&format!("p-{id}"), &labels, "Running", "")
+            }).collect();
+            let s = Snapshot::from_pod_list(&list(&items), "app-1").unwrap();
+            let highest = pods.keys().next_back().copied().unwrap_or(0);
+            proptest::prop_assert_eq!(s.max_id(), highest);
+            let mut st = AllocatorState::new();
+            st.last_executor_id = counter.min(highest);
+            let p = step(&s, &st, &Settings::new("app-1"), &Request::set(target), 0).unwrap();
+            for c in &p.create {
+                proptest::prop_assert!(c.executor_id > highest, "id {} reused", c.executor_id);
+            }
+        }
     }
 
     #[test]

@@ -198,21 +198,13 @@ both!(
         annotate(e, 5);
         stop(run);
         assert_eq!(annotation(e).as_deref(), Some("5"), "{}", configmap(e));
-        let args = [
-            "--state-store",
-            STORE,
-            "run",
-            "--target",
-            "3",
-            "--until-converged",
-        ];
-        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        converge(e, "3", "30s");
         assert_eq!(e.live().len(), 5);
         assert_eq!(cm_target(e), Some(5));
         assert_eq!(annotation(e).as_deref(), Some("5"));
         // An `add` then changes the target; the annotation, untouched, is not applied again.
         e.ok(&["--state-store", STORE, "add", "1"]);
-        let err = e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        let err = converge(e, "3", "30s");
         assert_eq!(cm_target(e), Some(6), "{err}");
         assert_eq!(annotation(e).as_deref(), Some("5"));
     }
@@ -224,18 +216,7 @@ both!(
     Pods::default(),
     |e| {
         // Reported: an older queued `scale` overrode a newer annotation (and rewrote it).
-        let converge = |t: &str| {
-            let args = [
-                "--state-store",
-                STORE,
-                "run",
-                "--target",
-                t,
-                "--until-converged",
-            ];
-            e.ok(&[&args[..], &["--timeout", "30s"]].concat())
-        };
-        converge("2");
+        converge(e, "2", "30s");
         for (first_scale, then_annotation, want) in [(true, 4, 4), (false, 1, 3)] {
             // A loop holds the app, frozen (SIGSTOP): requests wait in the queue; the command
             // waits its answer deadline (3 × 1 s + 2 s + its tick budget, 4 × 1 s) for the
@@ -259,7 +240,7 @@ both!(
             }
             signal(&run, libc::SIGCONT);
             stop(run);
-            converge("2");
+            converge(e, "2", "30s");
             assert_eq!(cm_target(e), Some(want), "{}", configmap(e));
             assert_eq!(
                 annotation(e),
@@ -333,16 +314,8 @@ both!(
             h.is_some_and(|h| h.contains(&format!("\"pid\":{}", third.id())))
         });
         kill(third);
-        let args = [
-            "--state-store",
-            STORE,
-            "run",
-            "--target",
-            "3",
-            "--until-converged",
-        ];
         let t = Instant::now();
-        e.ok(&[&args[..], &["--timeout", "20s"]].concat());
+        converge(e, "3", "20s");
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 );
@@ -355,15 +328,7 @@ both!(
         // Reported: when the answer to the request's write was lost, the command retried, got
         // 409, appended the request again, and the owner applied both: `add 2` took the
         // target 2 -> 6.
-        let args = [
-            "--state-store",
-            STORE,
-            "run",
-            "--target",
-            "2",
-            "--until-converged",
-        ];
-        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        converge(e, "2", "30s");
         // A loop holds the app, frozen (SIGSTOP), so the request is seen queued: the command
         // waits the loop's answer deadline (3 × 1 s + 2 s + its tick budget, 4 × 1 s) for it
         // to be taken, then says it stays queued (exit 3).
@@ -397,7 +362,7 @@ both!(
         assert_eq!(queued.len(), 1, "{cm}");
         signal(&run, libc::SIGCONT);
         stop(run);
-        e.ok(&[&args[..], &["--timeout", "30s"]].concat());
+        converge(e, "2", "30s");
         assert_eq!(cm_target(e), Some(4), "{}", configmap(e));
         assert_eq!(e.live().len(), 4);
     }
@@ -423,6 +388,13 @@ fn target_and_annotation(e: &Env, name: &str) -> (Option<u64>, Option<String>) {
     (state, ann.map(str::to_string))
 }
 
+/// `run --target TARGET --until-converged --timeout TIMEOUT` on [`STORE`], which must exit
+/// 0: its standard error.
+fn converge(e: &Env, target: &str, timeout: &str) -> String {
+    let args = ["--state-store", STORE, "run", "--target", target];
+    e.ok(&[&args[..], &["--until-converged", "--timeout", timeout]].concat())
+}
+
 /// Polls (every 20 ms, at most 10 s) until the loop has saved target `n` in ConfigMap
 /// `name`; returns the time since `t0`.
 fn followed(e: &Env, name: &str, n: u64, t0: Instant) -> Duration {
@@ -432,6 +404,23 @@ fn followed(e: &Env, name: &str, n: u64, t0: Instant) -> Duration {
         std::thread::sleep(Duration::from_millis(20));
     }
     t0.elapsed()
+}
+
+/// Runs steering command `args` (`what`, for the log line), which must hand its request to
+/// the loop, and checks that the loop saved target `n` in ConfigMap `name` within 2 s of the
+/// command's end.
+fn handed_and_followed(e: &Env, name: &str, (what, args): (&str, &[&str]), n: u64) {
+    let t0 = Instant::now();
+    let err = e.ok(args);
+    assert!(err.contains("handed to"), "{err}");
+    let queued = t0.elapsed();
+    let took = followed(e, name, n, t0);
+    eprintln!(
+        "{what} followed in {} ms ({} ms after the command ended)",
+        took.as_millis(),
+        (took - queued).as_millis()
+    );
+    assert!(took - queued <= Duration::from_secs(2), "{took:?}");
 }
 
 both!(
@@ -476,30 +465,15 @@ both!(
         until_live(e, 3, 30);
         std::thread::sleep(Duration::from_secs(3));
         // `add` without --state-store finds the home and hands the request to the loop.
-        let t0 = Instant::now();
-        let err = e.ok(&["add", "1"]);
-        assert!(err.contains("handed to"), "{err}");
-        let queued = t0.elapsed();
-        let took = followed(e, name, 4, t0);
-        eprintln!(
-            "add followed in {} ms ({} ms after the command ended)",
-            took.as_millis(),
-            (took - queued).as_millis()
-        );
-        assert!(took - queued <= Duration::from_secs(2), "{took:?}");
+        handed_and_followed(e, name, ("add", &["add", "1"]), 4);
         until_live(e, 4, 30);
         std::thread::sleep(Duration::from_secs(3));
-        let t0 = Instant::now();
-        let err = e.ok(&["--state-store", &store, "scale", "5"]);
-        assert!(err.contains("handed to"), "{err}");
-        let queued = t0.elapsed();
-        let took = followed(e, name, 5, t0);
-        eprintln!(
-            "scale followed in {} ms ({} ms after the command ended)",
-            took.as_millis(),
-            (took - queued).as_millis()
+        handed_and_followed(
+            e,
+            name,
+            ("scale", &["--state-store", &store, "scale", "5"]),
+            5,
         );
-        assert!(took - queued <= Duration::from_secs(2), "{took:?}");
         until_live(e, 5, 30);
         // A minute at rest: the pods listed at most twice, nothing written (the holder
         // record is written once, when the loop claims the ConfigMap, never renewed: it

@@ -16,8 +16,9 @@ which side made it, its order, its tick, how a delete is sent, where a delete fa
 the creates, its time (within one batch delay plus Spark's poll of the lag the decision before
 it had: `timing`), with several resource profiles ("profiles") each executor's profile (read
 from its pod's label spark-exec-resourceprofile-id by a GET as soon as the log shows its
-create), and the executors each side leaves at the end. Each difference is keyed by its
-decision ("create 6: time"); one the scenario does not name under "explained" (with the
+create; on the real server from the labels the create sent, in the audit log:
+created_profiles), and the executors each side leaves at the end. Each difference is keyed
+by its decision ("create 6: time"); one the scenario does not name under "explained" (with the
 D-number of docs/semantics.md that explains it) fails the run (exit 1). A scenario that
 differs is played again only to report whether the same differences come back.
 
@@ -308,6 +309,23 @@ def decisions(log, t0_ms, ns=NS):
             tag = "delete" if m else "delete-all"
             field = e.get("query", {}).get("fieldSelector", "")
             out.append((ms, tag, ids, e["status"], "collection" + (f" {field}" if field else "")))
+    return out
+
+
+def created_profiles(log):
+    """Each executor's resource profile from a request log whose pod creates carry the labels
+    sent ("labels": the real server's audit log, where the allocators' pod creates are logged
+    at level Request, peers/real.py): {id: profile}, the pod's label
+    spark-exec-resourceprofile-id, profile 0 where it is absent. Only the allocator's
+    creates that made a pod count (status 201)."""
+    out = {}
+    for e in log:
+        m = EXEC_NAME.search(e.get("name") or "")
+        if e.get("verb") != "create" or e.get("status") != 201 or e.get("user") is None or not m:
+            continue
+        if "labels" not in e:
+            raise RuntimeError(f"the create of {e.get('name')} carries no labels (not logged at level Request)")
+        out[int(m.group(1))] = int(e["labels"].get(PROFILE_LABEL, 0))
     return out
 
 
@@ -699,8 +717,6 @@ def run_side(args, sc, side, d, started, result, server=None):
     plane); `started` is set once its allocator runs."""
     try:
         sim = server or Sim(args.podalloc, sc.get("seed", 1), sc.get("sim", []), d, bool(sc.get("profiles")))
-        if sc.get("profiles") and getattr(sim, "profiles", None) is None:
-            raise RuntimeError("several resource profiles are played on the simulator only")
         try:
             sim.seed_driver(APP, DRIVER)
             if side == "spark":
@@ -721,7 +737,10 @@ def run_side(args, sc, side, d, started, result, server=None):
         ds = decisions(log, t0_of(log), sim.ns)
         (d / "decisions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ds))
         result["decisions"], result["stats"] = ds, stats
-        result["profiles"] = getattr(sim, "profiles", None) or {}
+        # The simulator reads each profile by a GET as the create is logged; the real server's
+        # audit log carries the labels each create sent.
+        result["profiles"] = (created_profiles(log) if server is not None and sc.get("profiles")
+                              else getattr(sim, "profiles", None) or {})
         (d / "profiles.json").write_text(json.dumps(result["profiles"], sort_keys=True) + "\n")
     except Exception as e:  # reported by run_scenario
         result["error"] = e

@@ -220,6 +220,43 @@ class RealAudit(unittest.TestCase):
             (1000, "delete", [1, 2], 200, "collection status.phase=Pending"),
         ])
 
+    def test_profiles_from_the_labels_each_create_sent(self):
+        import json
+        import tempfile
+        import threading
+        from pathlib import Path
+        import real
+        self.assertIn("level: Request\n  users: [\"podalloc\"]\n  verbs: [\"create\"]", real.AUDIT_POLICY,
+                      "the allocators' pod creates are logged with the pod sent")
+        P = "/api/v1/namespaces/ns-a/pods"
+        def create(name, labels, code=201, user="podalloc"):
+            e = self.event("create", P, user, name, code)
+            e["level"] = "Request"
+            e["requestObject"] = {"kind": "Pod", "metadata": {"name": name, "labels": labels}}
+            return e
+        sel = {"spark-app-selector": "peer-app", "spark-role": "executor"}
+        events = [
+            self.event("get", f"{P}/peer-app-driver?peerFault=1&t0=1", "admin", "peer-app-driver"),
+            create("peer-app-exec-1", dict(sel, **{"spark-exec-id": "1", "spark-exec-resourceprofile-id": "0"})),
+            create("peer-app-exec-2", dict(sel, **{"spark-exec-id": "2", "spark-exec-resourceprofile-id": "1"})),
+            # No label: profile 0's (as podalloc and Spark count such a pod).
+            create("peer-app-exec-3", dict(sel, **{"spark-exec-id": "3"})),
+            # A create refused (409) made no pod; the admin's (the driver, a fault) is no decision.
+            create("peer-app-exec-4", dict(sel, **{"spark-exec-resourceprofile-id": "1"}), code=409),
+            create("peer-app-exec-5", dict(sel, **{"spark-exec-resourceprofile-id": "2"}), user="admin"),
+        ]
+        d = Path(tempfile.mkdtemp())
+        (d / "audit.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+        cp = object.__new__(real.ControlPlane)
+        cp.audit_path, cp._audit_pos, cp._audit, cp._lock = d / "audit.log", 0, [], threading.Lock()
+        log = cp.log("ns-a")
+        self.assertEqual(compare.created_profiles(log), {1: 0, 2: 1, 3: 0})
+        # A create logged at level Metadata (no labels) is an error, never profile 0.
+        bare = [dict(e) for e in log]
+        del bare[1]["labels"]
+        with self.assertRaises(RuntimeError):
+            compare.created_profiles(bare)
+
     def test_startup_latency_of_a_scenario(self):
         import real
         self.assertEqual(real.startup_ms(["--startup-latency", "3s"]), 3000)

@@ -87,6 +87,14 @@ fn names(items: &[serde_json::Value]) -> Vec<String> {
 
 const SELECTOR: &str = "spark-app-selector=app-1,spark-role=executor";
 
+/// The error of creating pod `name` (a body of its name only) through `client`.
+fn create_err(client: &KubeClient, name: &str) -> KubeError {
+    let body = serde_json::json!({"metadata": {"name": name}});
+    (client.api(&PODS))
+        .create(&body, &PostParams::default())
+        .unwrap_err()
+}
+
 /// The list of [`SELECTOR`] with `field_selector` and `limit`.
 fn lp(field_selector: Option<&'static str>, limit: Option<u32>) -> ListParams<'static> {
     ListParams {
@@ -360,13 +368,7 @@ fn get_create_delete() {
         .unwrap();
     assert_eq!(post.header("content-type"), Some("application/json"));
 
-    let err = client
-        .api(&PODS)
-        .create(
-            &serde_json::json!({"metadata":{"name":"dup"}}),
-            &PostParams::default(),
-        )
-        .unwrap_err();
+    let err = create_err(&client, "dup");
     assert!(err.is_already_exists());
     assert_eq!(
         err.to_string(),
@@ -713,13 +715,7 @@ fn quota_403_is_not_retried() {
         )
     });
     let client = http_client(&server);
-    let err = client
-        .api(&PODS)
-        .create(
-            &serde_json::json!({"metadata":{"name":"a-exec-4"}}),
-            &PostParams::default(),
-        )
-        .unwrap_err();
+    let err = create_err(&client, "a-exec-4");
     assert!(err.is_quota());
     assert!(!err.is_retryable());
     assert!(err.to_string().starts_with(
@@ -1061,21 +1057,19 @@ fn ca_without_certificates_is_an_error() {
 fn java_client_fixtures_build_clients() {
     // x509: RSA PKCS#1 key and its certificate must pass the rustls pair check. No request
     // is sent (the fixture points at localhost:443).
-    let flags = ConnectionFlags {
-        kubeconfig: Some(fixture("java-client_kubeconfig-https-x509.yaml")),
-        ..Default::default()
+    let fixture_client = |name: &str| {
+        let flags = ConnectionFlags {
+            kubeconfig: Some(fixture(name)),
+            ..Default::default()
+        };
+        let cfg = resolve_with(&flags, &|_| None, Path::new("/nonexistent")).unwrap();
+        KubeClient::new(cfg).unwrap()
     };
-    let cfg = resolve_with(&flags, &|_| None, Path::new("/nonexistent")).unwrap();
-    let client = KubeClient::new(cfg).unwrap();
+    let client = fixture_client("java-client_kubeconfig-https-x509.yaml");
     assert_eq!(client.server(), "https://localhost:443");
 
     // tls-server-name + EC CA + token. Never contacted (192.168.1.1 is not ours).
-    let flags = ConnectionFlags {
-        kubeconfig: Some(fixture("java-client_kubeconfig-tls-server-name.yaml")),
-        ..Default::default()
-    };
-    let cfg = resolve_with(&flags, &|_| None, Path::new("/nonexistent")).unwrap();
-    let client = KubeClient::new(cfg).unwrap();
+    let client = fixture_client("java-client_kubeconfig-tls-server-name.yaml");
     assert_eq!(client.base_url(), "https://my-cluster.example.com:6443");
     assert_eq!(client.namespace(), "default");
     assert!(!format!("{client:?}").contains("test-token"));
@@ -1476,13 +1470,7 @@ fn a_2xx_body_without_the_expected_kind_is_an_error_naming_the_server() {
             msg.contains(&format!("{:?}", &body[..body.len().min(80)])),
             "{msg}"
         );
-        let err = client
-            .api(&PODS)
-            .create(
-                &serde_json::json!({"metadata":{"name":"p"}}),
-                &PostParams::default(),
-            )
-            .unwrap_err();
+        let err = create_err(&client, "p");
         assert!(err.to_string().contains(says), "{err}");
         let err = client.api(&CONFIG_MAPS).get("c").unwrap_err();
         assert!(
@@ -1595,6 +1583,7 @@ fn a_gzip_bomb_stops_at_the_page_cap() {
 
 /// A sink that decodes while the body arrives (as podalloc's snapshot does), counting what
 /// the client handed it.
+#[derive(Default)]
 struct StreamSink {
     snap: crate::engine::snapshot::Snapshot,
     read_errors: usize,
@@ -1662,10 +1651,7 @@ fn a_streaming_sink_gets_the_streamed_cap() {
         ..fast_options()
     };
     let client = KubeClient::with_options(cfg.clone(), options(len)).unwrap();
-    let mut sink = StreamSink {
-        snap: Default::default(),
-        read_errors: 0,
-    };
+    let mut sink = StreamSink::default();
     client.api(&PODS).list(&lp(None, None), &mut sink).unwrap();
     assert_eq!(sink.snap.executors.len(), 400);
     // The held-whole cap still applies to other sinks.
@@ -1711,10 +1697,7 @@ fn list_streams_pages_to_the_sink() {
         },
     });
     let client = http_client(&server);
-    let mut sink = StreamSink {
-        snap: Default::default(),
-        read_errors: 0,
-    };
+    let mut sink = StreamSink::default();
     let stats = client
         .api(&PODS)
         .list(&lp(None, Some(2)), &mut sink)
@@ -1731,10 +1714,7 @@ fn list_streams_pages_to_the_sink() {
     assert_eq!(client.stats().bytes_received, stats.bytes);
 
     broken.store(1, Ordering::SeqCst);
-    let mut sink = StreamSink {
-        snap: Default::default(),
-        read_errors: 0,
-    };
+    let mut sink = StreamSink::default();
     let err = client
         .api(&PODS)
         .list(&lp(None, Some(2)), &mut sink)
@@ -1758,12 +1738,7 @@ fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
     });
     let client = http_client(&server);
     client.set_write_fence(Arc::new(|| false));
-    let err = (client.api(&PODS))
-        .create(
-            &serde_json::json!({"metadata": {"name": "p"}}),
-            &PostParams::default(),
-        )
-        .unwrap_err();
+    let err = create_err(&client, "p");
     assert!(
         err.to_string().contains("create pod p")
             && err.to_string().contains("no longer holds the leader lease"),

@@ -476,6 +476,84 @@ both!(
     }
 );
 
+/// Live executor ids of profile `p`, ascending.
+fn ids_of(e: &Env, p: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = (live_profiles(e).into_iter())
+        .filter(|(_, q)| q == p)
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Writes removal `request` of executor `id` on ExecutorSet `name`, lowering its
+/// spec.replicas to `replicas`, as the attack did (one merge patch, as the admin).
+fn misfile(e: &Env, name: &str, request: &str, id: u64, replicas: u32) {
+    let patch = json!({
+        "metadata": {"annotations": {"podalloc.io/request": request}},
+        "spec": {"replicas": replicas, "removals": [{"request": request, "executors": [id]}]},
+    });
+    let patch = patch.to_string();
+    kubectl(e, &["patch", "es", name, "--type", "merge", "-p", &patch]);
+}
+
+both!(
+    a_removal_written_to_another_profiles_executorset_is_refused,
+    "misf",
+    Pods::default(),
+    |e| {
+        // Attack H2: a removal on prof-rp1 naming profile 0's executor was applied: the
+        // executor deleted, a profile-0 replacement created (the home's spec.replicas was not
+        // lowered), profile 1's target lowered; the reverse alike.
+        let run = Bg(Some(start_run(
+            e,
+            "misf",
+            &[
+                "--target",
+                "2",
+                "--profile-target",
+                "1=2",
+                "--interval",
+                "300ms",
+            ],
+        )));
+        wait_es(e, "misf", "profile 0 at 2", |o| converged(o, 2));
+        wait_es(e, "misf-rp1", "profile 1 at 2", |o| converged(o, 2));
+        let (zero, one) = (ids_of(e, "0"), ids_of(e, "1"));
+        let applied = |request: &'static str| {
+            move |o: &Value| {
+                (o["status"]["appliedRemovals"].as_array())
+                    .is_some_and(|a| a.iter().any(|r| r == request))
+            }
+        };
+        misfile(e, "misf-rp1", "r-wrong-1", zero[0], 1);
+        wait_es(e, "misf-rp1", "r-wrong-1 applied", applied("r-wrong-1"));
+        misfile(e, "misf", "r-wrong-0", one[0], 1);
+        wait_es(e, "misf", "r-wrong-0 applied", applied("r-wrong-0"));
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(ids_of(e, "0"), zero, "profile 0's executors untouched");
+        assert_eq!(ids_of(e, "1"), one, "profile 1's executors untouched");
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert!(
+            err.contains("its removal was written to profile 1's"),
+            "{err}"
+        );
+        assert!(
+            err.contains("its removal was written to profile 0's"),
+            "{err}"
+        );
+        assert!(!err.contains(", removed)"), "{err}");
+        let events = kubectl(e, &["get", "events", "-o", "json"]);
+        let events: Value = serde_json::from_str(&events).unwrap();
+        let refused = (events["items"].as_array().unwrap().iter())
+            .filter(|ev| ev["reason"] == "RemovalRefused")
+            .count();
+        assert_eq!(refused, 2, "{events}");
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);
+
 /// Creates ExecutorSet `name` of the test's app at `spec.replicas` `n`, with an annotation of
 /// people's that makes its writes larger than 1,000 bytes (what the real server's lost
 /// answer needs: [`Env::lose_next_es_write_answer_then_hold`]).

@@ -59,6 +59,7 @@ pub(super) fn plan(app: &AppArgs, a: &PlanArgs) -> Result<()> {
         profiles: (a.profile_target.iter())
             .map(|&(p, n)| (p, TargetChange::Set(n)))
             .collect(),
+        ..Request::default()
     };
     if snapshot.executors.is_empty() && snapshot.foreign > 0 {
         warn!(

@@ -451,6 +451,9 @@ fn tick_events(
         let msg = format!("Error creating: {}", e.message);
         evs.push((Some(c.executor_id), "Warning", "FailedCreate", msg));
     }
+    for (id, why) in &plan.refused_removals {
+        evs.push((Some(*id), "Warning", "RemovalRefused", why.clone()));
+    }
     if let Some(b) = &plan.blocked {
         let (kind, msg) = blocked_event(b);
         evs.push((None, kind, "AllocationBlocked", msg));
@@ -1058,6 +1061,7 @@ mod tests {
             blocked: None,
             create_groups: Vec::new(),
             driver_ended: None,
+            refused_removals: Vec::new(),
         }
     }
 

@@ -132,7 +132,7 @@ pub fn step(
         !(absolute(request.profiles.get(&p)) || (p == 0 && absolute(Some(&request.target))))
     };
     s.retry_removals();
-    s.remove_requested(&request.remove, lowers);
+    s.remove_requested(&request.remove, &request.filed, lowers);
     let mut pods = s.census();
     s.delete_lost(&mut pods);
     s.delete_stuck(&mut pods);

@@ -65,6 +65,12 @@ pub struct Request {
     /// [`crate::engine::alloc::Policies::evict`] says (`remove --evict` handed to a loop
     /// started without it: issue 31 H2), when running.
     pub evict: Vec<u64>,
+    /// The resource profile whose object (an ExecutorSet's `spec.removals`) a removal of
+    /// [`Request::remove`] was written to, by executor id; absent: none said. A removal
+    /// written to another profile's object than the executor's own is refused when either
+    /// profile's target is [`TargetChange::Absolute`] (its writer lowered the object it wrote
+    /// to, not the executor's profile): `docs/executorset.md`, "Resource profiles".
+    pub filed: BTreeMap<u64, u32>,
     /// How the targets of resource profiles other than 0 change (profile id → change;
     /// Spark's `requestTotalExecutors` with a map of profiles). [`Request::target`] is
     /// profile 0's.
@@ -300,6 +306,11 @@ pub struct Plan {
     /// target is reached).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked: Option<Blocked>,
+    /// Removals refused because they were written to another resource profile's object than
+    /// the executor's ([`Request::filed`]): executor id and why (also in `warnings`; posted
+    /// as a Warning Event `RemovalRefused`).
+    #[serde(skip)]
+    pub refused_removals: Vec<(u64, String)>,
 }
 
 /// Why no executor is created although the target is not reached (`blocked` in the plan and

@@ -45,6 +45,8 @@ pub(super) struct Step<'a> {
     backoff: Option<Backoff>,
     /// Answered creates whose pods this snapshot does not list (rule `forget_vanished`).
     vanished: BTreeSet<u64>,
+    /// Removals refused for the profile they were written to ([`Plan::refused_removals`]).
+    refused: Vec<(u64, String)>,
 }
 
 /// The executors that count toward the target, as the rules narrow them down, and the counts
@@ -115,6 +117,7 @@ impl<'a> Step<'a> {
                 .map(|b| b.clamped(now_ms))
                 .filter(|b| !b.is_for_another_template(cfg.template_fingerprint.as_deref())),
             vanished: BTreeSet::new(),
+            refused: Vec::new(),
         })
     }
 
@@ -228,12 +231,25 @@ impl<'a> Step<'a> {
     /// Rule 6 (Spark's `killExecutors`, SPARK-9493): named executors are deleted whatever their
     /// state; each that counts (running, pending, unknown, unacknowledged) lowers the target
     /// of its resource profile when `lowers(profile)` (not when the request's target of that
-    /// profile already accounts for them: [`super::TargetChange::Absolute`]).
-    pub(super) fn remove_requested(&mut self, ids: &[u64], lowers: impl Fn(u32) -> bool) {
+    /// profile already accounts for them: [`super::TargetChange::Absolute`]). A removal
+    /// written to another profile's object than the executor's is refused when either
+    /// target is absolute ([`Step::misfiled`]).
+    pub(super) fn remove_requested(
+        &mut self,
+        ids: &[u64],
+        filed: &BTreeMap<u64, u32>,
+        lowers: impl Fn(u32) -> bool,
+    ) {
         for &id in ids {
-            if !self.removed.insert(id) {
+            if self.removed.contains(&id) {
                 continue;
             }
+            if let Some(why) = self.misfiled(id, filed.get(&id).copied(), &lowers) {
+                self.warnings.push(why.clone());
+                self.refused.push((id, why));
+                continue;
+            }
+            self.removed.insert(id);
             let (delete, counts, profile) = match self.snap.executors.get(&id) {
                 Some(p) if p.state == ExecutorState::Deleted => {
                     self.warnings
@@ -262,6 +278,37 @@ impl<'a> Step<'a> {
             }
             self.delete.push(delete);
         }
+    }
+
+    /// Rule 6, continued: why a removal of executor `id` written to profile `filed`'s object
+    /// is refused (`None`: it is applied). Refused when the executor counts in another
+    /// profile and either target is absolute (an ExecutorSet's `spec.replicas`): the writer
+    /// lowered the object it wrote to, so applying it would delete the executor, have its own
+    /// profile replace it (its target not lowered) and leave the other profile one short.
+    /// The executor is left alone; the request still counts as applied (not retried).
+    fn misfiled(
+        &self,
+        id: u64,
+        filed: Option<u32>,
+        lowers: &impl Fn(u32) -> bool,
+    ) -> Option<String> {
+        let filed = filed?;
+        let own = match self.snap.executors.get(&id) {
+            Some(p) => self.profile_of(p),
+            None if self.unack.contains_key(&id) => self.unack_profile_of(id),
+            None => return None,
+        };
+        let written = self.profile_in(filed);
+        if own == written || (lowers(own) && lowers(written)) {
+            return None;
+        }
+        Some(format!(
+            "executor {id} (pod {}) is resource profile {own}'s, but its removal was written \
+             to profile {filed}'s ExecutorSet: refused, the executor is not deleted (write the \
+             removal to profile {own}'s ExecutorSet, and set profile {filed}'s spec.replicas \
+             back if it was lowered for it)",
+            self.name(id)
+        ))
     }
 
     /// Rule 6, continued: a removal in progress ([`AllocatorState::removing`]: its delete
@@ -990,6 +1037,7 @@ impl<'a> Step<'a> {
             requeue_after_ms,
             driver_ended: None,
             blocked: b.blocked,
+            refused_removals: self.refused,
         }
     }
 

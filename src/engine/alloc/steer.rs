@@ -67,7 +67,8 @@ pub struct Steering {
     pub by: String,
     /// The resource profile whose target `scale` and `add` change (`--profile P`; Spark
     /// 3.1+'s stage-level scheduling, SPARK-33288); absent: 0, the default profile. A
-    /// `remove` lowers the target of each executor's own profile whatever this says.
+    /// `remove` lowers the target of each executor's own profile; one written to another
+    /// profile's ExecutorSet than the executor's is refused ([`Request::filed`]).
     #[serde(default, skip_serializing_if = "is_default_profile")]
     pub profile: u32,
 }
@@ -107,6 +108,9 @@ pub fn take_requests(base: &Request, pending: &[Steering]) -> (Request, usize) {
         match &r.op {
             SteerOp::Remove { ids, evict } => {
                 acc.remove.extend(ids.iter().copied());
+                for &id in ids {
+                    acc.filed.entry(id).or_insert(r.profile);
+                }
                 if *evict {
                     acc.evict.extend(ids.iter().copied());
                 }

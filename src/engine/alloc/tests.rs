@@ -1780,3 +1780,78 @@ fn a_removal_that_asked_for_eviction_is_evicted_whatever_the_loop_s_flag() {
     let st = record(&q, &done, &set, 1_010);
     assert!(st.removing.is_empty() && st.removing_evict.is_empty());
 }
+
+/// Attack H2: a removal written to one profile's ExecutorSet naming another profile's
+/// executor (`kubectl patch es app1-rp1` removing executor 1, profile 0's, and lowering
+/// rp1's spec.replicas 2 -> 1; and the reverse, on the home naming a profile-1 executor) was
+/// applied: the executor deleted, its own profile replacing it (its absolute target not
+/// lowered), the other profile one short. It is refused now: nothing deleted, nothing
+/// replaced, each profile at its spec.replicas; the same removal on the executor's own
+/// object is applied as before, and a queued one (no absolute targets) lowers the
+/// executor's own profile.
+#[test]
+fn a_removal_written_to_another_profiles_object_is_refused() {
+    use ExecutorState::Running;
+    let set = settings(5);
+    let cluster: BTreeMap<u64, (ExecutorState, u32)> = [
+        (1, (Running, 0)),
+        (2, (Running, 0)),
+        (3, (Running, 1)),
+        (4, (Running, 1)),
+    ]
+    .into();
+    let s = profile_snap(&cluster);
+    let mut st = AllocatorState::new();
+    st.target = Some(2);
+    st.profile_targets.insert(1, 2);
+    st.last_executor_id = 4;
+    let absolute = |home: u32, rp1: u32, id: u64, filed: u32| Request {
+        target: TargetChange::Absolute(home),
+        profiles: [(1, TargetChange::Absolute(rp1))].into(),
+        remove: vec![id],
+        filed: [(id, filed)].into(),
+        ..Request::default()
+    };
+    for (req, what) in [
+        (
+            absolute(2, 1, 1, 1),
+            "on rp1, naming profile 0's executor 1",
+        ),
+        (
+            absolute(1, 2, 3, 0),
+            "on the home, naming profile 1's executor 3",
+        ),
+    ] {
+        let p = step(&s, &st, &set, &req, 0).unwrap();
+        assert!(p.delete.is_empty(), "{what}: {:?}", p.delete);
+        assert!(p.create.is_empty(), "{what}: {:?}", p.create);
+        assert_eq!(p.refused_removals.len(), 1, "{what}");
+        assert!(
+            p.warnings.iter().any(|w| w.contains("refused")),
+            "{what}: {:?}",
+            p.warnings
+        );
+        let next = Request {
+            remove: vec![],
+            filed: BTreeMap::new(),
+            ..req.clone()
+        };
+        let q = step(&s, &p.state, &set, &next, 1_000).unwrap();
+        assert!(q.create.is_empty(), "{what}: replaced {:?}", q.create);
+    }
+    // The same removals on the executor's own object: applied, not replaced.
+    for req in [absolute(1, 2, 1, 0), absolute(2, 1, 3, 1)] {
+        let p = step(&s, &st, &set, &req, 0).unwrap();
+        assert_eq!(ids_d(&p), req.remove);
+        assert!(p.create.is_empty() && p.refused_removals.is_empty());
+    }
+    // A queued removal (targets not absolute) lowers the executor's own profile.
+    let queued = Request {
+        remove: vec![1],
+        filed: [(1, 1)].into(),
+        ..Request::default()
+    };
+    let p = step(&s, &st, &set, &queued, 0).unwrap();
+    assert_eq!(ids_d(&p), vec![1]);
+    assert_eq!((p.state.target, p.state.profile_targets[&1]), (Some(1), 2));
+}

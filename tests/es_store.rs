@@ -989,3 +989,79 @@ both!(
         assert_eq!(err.matches("dup-a also keeps").count(), 1, "once: {err}");
     }
 );
+
+both!(
+    a_profiles_executorset_deleted_under_a_loop_is_recreated_at_once_with_its_template,
+    "recp",
+    Pods::default(),
+    |e| {
+        // Attack H1/L5: a deleted NAME-rp1 came back only at the next save (over 11 s at
+        // rest), quietly, without its spec.template: profile 1's new executors got profile
+        // 0's shape (the Spark plugin never sends the template again).
+        let template =
+            |image: &str| json!({"spec": {"containers": [{"name": "executor", "image": image}]}});
+        create_es_spec(
+            e,
+            "recp",
+            json!({"replicas": 1, "template": template("cpu:1")}),
+        );
+        let gpu = json!({"resourceProfile": 1, "replicas": 1, "template": template("gpu:1")});
+        create_labelled(e, "recp-rp1", gpu);
+        let run = Bg(Some(start_run(e, "recp", &["--interval", "300ms"])));
+        wait_es(e, "recp", "profile 0 at 1", |o| converged(o, 1));
+        let before = wait_es(e, "recp-rp1", "profile 1 at 1", |o| converged(o, 1));
+        // At rest (ticks every --idle-interval, 30 s), so only the deletion can wake it.
+        std::thread::sleep(Duration::from_secs(2));
+        kubectl(e, &["delete", "es", "recp-rp1"]);
+        let deleted = Instant::now();
+        let uid = before["metadata"]["uid"].clone();
+        // Recreated, and its status written (a spec change racing that status write is not
+        // seen until the idle tick: the status write's 409 retry adopts the new generation).
+        let back = wait_es(e, "recp-rp1", "profile 1's object recreated", |o| {
+            o["metadata"]["uid"] != uid
+                && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+        });
+        assert!(
+            deleted.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            deleted.elapsed()
+        );
+        assert_eq!(back["spec"]["template"], template("gpu:1"), "{back}");
+        assert_eq!(back["spec"]["replicas"], 1, "{back}");
+        assert_eq!(back["spec"]["resourceProfile"], 1, "{back}");
+        kubectl(e, &["scale", "es", "recp-rp1", "--replicas", "2"]);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !es(e, "recp-rp1").is_some_and(|o| converged(&o, 2)) {
+            if Instant::now() > end {
+                let mut run = run;
+                let err = stop(run.0.take().unwrap());
+                panic!(
+                    "profile 1 not at 2 within 20 s: {:?}\n{err}",
+                    es(e, "recp-rp1")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let images: Vec<(String, Value)> = (e.pods().iter())
+            .map(|p| {
+                let l = &p["metadata"]["labels"]["spark-exec-resourceprofile-id"];
+                let c = &p["spec"]["containers"][0]["image"];
+                (l.as_str().unwrap_or("0").to_string(), c.clone())
+            })
+            .collect();
+        let gpus = images.iter().filter(|(l, _)| l == "1");
+        assert!(gpus.clone().count() == 2, "{images:?}");
+        assert!(gpus.into_iter().all(|(_, i)| i == "gpu:1"), "{images:?}");
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert!(err.contains("(resource profile 1) was deleted"), "{err}");
+        assert!(err.contains("its spec.template"), "{err}");
+        let events = kubectl(e, &["get", "events", "-o", "json"]);
+        let events: Value = serde_json::from_str(&events).unwrap();
+        let recreated = (events["items"].as_array().unwrap().iter())
+            .filter(|ev| ev["reason"] == "Recreated")
+            .count();
+        assert_eq!(recreated, 1, "{events}");
+        assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);

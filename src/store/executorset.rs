@@ -656,11 +656,21 @@ impl ExecutorSetStore<'_> {
         }
     }
 
-    /// Creates the home again as `last` (its last read) had it, after it was deleted under
-    /// this store, which had loaded or saved `prev`: same labels, annotations and spec, less
-    /// the removals `prev` applied. Logged and posted as a Warning Event `Recreated`; one
-    /// created meanwhile by someone else is read instead. Errors: as [`Self::create`].
+    /// Creates the home, or a profile's object, again as `last` (its last read) had it,
+    /// after it was deleted under this store, which had loaded or saved `prev`: same name,
+    /// labels, annotations and spec (a profile's `spec.template` too: the Spark plugin never
+    /// sends it again), less the removals `prev` applied. Logged and posted as a Warning
+    /// Event `Recreated`; one created meanwhile by someone else is read instead. Errors: as
+    /// [`Self::create`].
     fn recreate(&self, last: &Value, prev: &AllocatorState) -> Result<Value, StoreError> {
+        let profile = profile_of(last);
+        let name = match profile {
+            0 => self.name.clone(),
+            _ => last["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        };
         let mut spec = last["spec"].clone();
         if let Some(list) = spec["removals"].as_array_mut() {
             list.retain(|r| !(prev.applied_requests.iter()).any(|a| r["request"] == a.as_str()));
@@ -669,29 +679,61 @@ impl ExecutorSetStore<'_> {
         let mut es = json!({
             "apiVersion": API_VERSION,
             "kind": "ExecutorSet",
-            "metadata": {"name": self.name, "labels": meta["labels"],
+            "metadata": {"name": name, "labels": meta["labels"],
                          "annotations": meta["annotations"]},
             "spec": spec,
         });
         without_nulls(&mut es);
         let created = match self.sets.create(&es, &PostParams::default()) {
             Ok(c) => c.object,
-            Err(e) if e.is_already_exists() => return self.read()?.ok_or_else(|| self.conflict()),
+            Err(e) if e.is_already_exists() && profile == 0 => {
+                return self.read()?.ok_or_else(|| self.conflict())
+            }
+            Err(e) if e.is_already_exists() => return self.taken(&name, profile),
             Err(e) => return Err(self.backend(e)),
         };
         let replicas = (es["spec"]["replicas"].as_u64())
             .map_or_else(|| "unset".to_string(), |n| n.to_string());
-        let why = format!(
-            "{} was deleted under its running controller: recreated from its last known spec \
-             (spec.replicas {replicas}) with the controller's last state (executor ids above \
-             {} only); to stop the app, scale it to 0 or stop the controller",
-            self.what(),
-            prev.highest_id()
-        );
+        let why = match profile {
+            0 => format!(
+                "{} was deleted under its running controller: recreated from its last known \
+                 spec (spec.replicas {replicas}) with the controller's last state (executor \
+                 ids above {} only); to stop the app, scale it to 0 or stop the controller",
+                self.what(),
+                prev.highest_id()
+            ),
+            p => format!(
+                "{} (resource profile {p}) was deleted under its running controller: \
+                 recreated from its last known spec (spec.replicas {replicas}, {}); to stop \
+                 this shape, scale it to 0",
+                self.what_of(&name),
+                match es["spec"]["template"].is_null() {
+                    true => "no spec.template",
+                    false => "its spec.template",
+                }
+            ),
+        };
         log::warn!("{why}");
         let uid = created["metadata"]["uid"].as_str().unwrap_or_default();
-        self.event("Recreated", &why, (&self.name, uid));
+        self.event("Recreated", &why, (&name, uid));
         Ok(created)
+    }
+
+    /// The object `name` created meanwhile by someone else, read; it must be profile
+    /// `profile`'s of this app. Errors: the API's; another app's or profile's (exit 2).
+    fn taken(&self, name: &str, profile: u32) -> Result<Value, StoreError> {
+        let what = self.what_of(name);
+        let es = self.sets.get(name).map_err(|e| self.backend(e))?;
+        let es = es.ok_or_else(|| self.conflict())?;
+        check_app(&es, &self.app_id, &what)?;
+        if profile_of(&es) != profile {
+            return Err(StoreError::Mismatch(format!(
+                "{what} keeps resource profile {}, not {profile}: this command did nothing \
+                 (exit 2)",
+                profile_of(&es)
+            )));
+        }
+        Ok(es)
     }
 
     /// The state to go on with when the loaded home has no `status.allocator` though this
@@ -954,12 +996,13 @@ impl StateStore for ExecutorSetStore<'_> {
     /// home deleted, or its `status.allocator` wiped, under this store after it loaded or
     /// saved a state (a running loop) is recreated from its last known spec and given that
     /// state back ([`Self::recreate`], [`Self::restore`]), so the loop goes on at its target
-    /// and its id counter never goes back.
+    /// and its id counter never goes back; a profile's object deleted so is recreated from
+    /// its last known spec, template included.
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         if let Some(st) = self.claimed.take() {
             return Ok(st);
         }
-        let (es, profiles) = self.read_all()?;
+        let (es, mut profiles) = self.read_all()?;
         let prev = self.state.take();
         let last = self.loaded.take();
         let recreated = es.is_none() && last.is_some() && prev.is_some();
@@ -967,6 +1010,16 @@ impl StateStore for ExecutorSetStore<'_> {
             (None, Some(last), Some(p)) => Some(self.recreate(&last, p)?),
             (es, _, _) => es,
         };
+        // A profile's object deleted under a running loop: recreated at once from its last
+        // read, as the home (it came back at the next save, without its template).
+        let last_profiles = std::mem::take(&mut self.profiles);
+        if let Some(p) = &prev {
+            for (q, last) in last_profiles {
+                if let std::collections::btree_map::Entry::Vacant(slot) = profiles.entry(q) {
+                    slot.insert(self.recreate(&last, p)?);
+                }
+            }
+        }
         self.generation = es
             .as_ref()
             .and_then(|e| e["metadata"]["generation"].as_i64());

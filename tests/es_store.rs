@@ -1015,11 +1015,11 @@ both!(
         kubectl(e, &["delete", "es", "recp-rp1"]);
         let deleted = Instant::now();
         let uid = before["metadata"]["uid"].clone();
-        // Recreated, and its status written (a spec change racing that status write is not
-        // seen until the idle tick: the status write's 409 retry adopts the new generation).
+        // Scaled at once: a scale racing the recreated object's first status write is seen
+        // (that write's 409 retry adopted the new generation, so the loop missed it until
+        // the idle tick, 30 s).
         let back = wait_es(e, "recp-rp1", "profile 1's object recreated", |o| {
             o["metadata"]["uid"] != uid
-                && o["status"]["observedGeneration"] == o["metadata"]["generation"]
         });
         assert!(
             deleted.elapsed() < Duration::from_secs(5),

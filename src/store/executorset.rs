@@ -107,6 +107,11 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// The objects of the app's other resource profiles (`spec.resourceProfile` P >= 1), by
     /// P, as last read.
     profiles: BTreeMap<u32, Value>,
+    /// Each profile object's (generation, uid) as the last load read it: what the loop
+    /// follows. Not `profiles`' own, which a status write's 409 retry moves to a newer
+    /// generation the tick did not follow (a `kubectl scale` racing that write was then not
+    /// seen until the idle tick).
+    followed: Vec<(u32, Option<i64>, Value)>,
     /// The state as last loaded or saved: each profile object's status shows its part.
     state: Option<AllocatorState>,
     /// By profile, the last (spec.replicas, min, max, clamped) logged as clamped: logged
@@ -144,6 +149,7 @@ impl<'a> ExecutorSetStore<'a> {
             generation: None,
             observed: None,
             profiles: BTreeMap::new(),
+            followed: Vec::new(),
             state: None,
             clamp_said: BTreeMap::new(),
             good_templates: RefCell::default(),
@@ -1024,6 +1030,7 @@ impl StateStore for ExecutorSetStore<'_> {
             .as_ref()
             .and_then(|e| e["metadata"]["generation"].as_i64());
         self.loaded = es;
+        self.followed = marks(&profiles);
         self.profiles = profiles;
         if let Some(mut es) = self.loaded.clone() {
             let settled = liveness::settle(self, &mut es);
@@ -1179,11 +1186,6 @@ impl StateStore for ExecutorSetStore<'_> {
             }
         }
         let generation = |e: &Value| e["metadata"]["generation"].as_i64();
-        let marks = |m: &BTreeMap<u32, Value>| -> Vec<(u32, Option<i64>, Value)> {
-            (m.iter())
-                .map(|(&p, e)| (p, generation(e), e["metadata"]["uid"].clone()))
-                .collect()
-        };
         // A status whose allocator state was wiped (kubectl patch --subresource=status)
         // does not bump the generation: tick at once, so the state is restored within an
         // interval, not at the next idle tick (a kill in between lost the ids of executors
@@ -1192,9 +1194,19 @@ impl StateStore for ExecutorSetStore<'_> {
         let was_kept = (self.loaded.as_ref()).is_some_and(|e| !wiped(e));
         Ok(es.is_some() != self.loaded.is_some()
             || es.as_ref().and_then(generation) != self.generation
-            || marks(&profiles) != marks(&self.profiles)
+            || marks(&profiles) != self.followed
             || (was_kept && es.as_ref().is_some_and(wiped)))
     }
+}
+
+/// Each profile object's (profile, `metadata.generation`, `metadata.uid`).
+fn marks(m: &BTreeMap<u32, Value>) -> Vec<(u32, Option<i64>, Value)> {
+    (m.iter())
+        .map(|(&p, e)| {
+            let meta = &e["metadata"];
+            (p, meta["generation"].as_i64(), meta["uid"].clone())
+        })
+        .collect()
 }
 
 /// What home `es` carries about its holder: `status.holder` (as JSON text), `status.ping`,

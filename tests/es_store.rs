@@ -356,6 +356,7 @@ both!(
     "prof",
     Pods::default(),
     |e| {
+        let gpu_tpl = profile_template(e, 1, "gpu:1");
         let run = start_run(
             e,
             "prof",
@@ -364,6 +365,8 @@ both!(
                 "2",
                 "--profile-target",
                 "1=1",
+                "--profile-template",
+                &gpu_tpl,
                 "--interval",
                 "300ms",
             ],
@@ -505,6 +508,7 @@ both!(
         // Attack H2: a removal on prof-rp1 naming profile 0's executor was applied: the
         // executor deleted, a profile-0 replacement created (the home's spec.replicas was not
         // lowered), profile 1's target lowered; the reverse alike.
+        let tpl = profile_template(e, 1, "gpu:1");
         let run = Bg(Some(start_run(
             e,
             "misf",
@@ -513,6 +517,8 @@ both!(
                 "2",
                 "--profile-target",
                 "1=2",
+                "--profile-template",
+                &tpl,
                 "--interval",
                 "300ms",
             ],
@@ -919,6 +925,7 @@ both!(
     |e| {
         // Reported: a copy of NAME-rp2 under another name (same appId and profile) made the
         // running loop exit 2, and `status` and `add` too.
+        let tpl = profile_template(e, 2, "p2:1");
         let run = Bg(Some(start_run(
             e,
             "dup",
@@ -927,6 +934,8 @@ both!(
                 "1",
                 "--profile-target",
                 "2=1",
+                "--profile-template",
+                &tpl,
                 "--interval",
                 "300ms",
             ],
@@ -1063,5 +1072,81 @@ both!(
             .count();
         assert_eq!(recreated, 1, "{events}");
         assert_eq!(e.stats().duplicate_executor_ids, 0);
+    }
+);
+
+/// Writes a pod template of one container `executor` with `image` into the directory, for
+/// `--profile-template`: returns `P=PATH`.
+fn profile_template(e: &Env, p: u32, image: &str) -> String {
+    let path = e.dir.path().join(format!("profile-{p}.yaml"));
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: executor\n    image: {image}\n"
+    );
+    std::fs::write(&path, yaml).unwrap();
+    format!("{p}={}", path.display())
+}
+
+/// The images of the live executor pods of profile `p`.
+fn images_of_profile(e: &Env, p: &str) -> Vec<String> {
+    (e.pods().iter())
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded")))
+        .filter(|pod| {
+            pod["metadata"]["labels"]["spark-exec-resourceprofile-id"]
+                .as_str()
+                .unwrap_or("0")
+                == p
+        })
+        .map(|p| {
+            p["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+both!(
+    a_profile_keeps_its_template_across_a_restart_and_never_takes_profile_0s,
+    "seedt",
+    Pods::default(),
+    |e| {
+        // Reported: NAME-rp1 created by `run --profile-template 1=FILE` did not carry the
+        // template; restarted without the flag, `kubectl scale es NAME-rp1` created profile
+        // 1's pods with profile 0's shape, silently.
+        let tpl = profile_template(e, 1, "gpu:1");
+        let first = &[
+            "--target",
+            "1",
+            "--profile-target",
+            "1=1",
+            "--profile-template",
+            tpl.as_str(),
+            "--interval",
+            "300ms",
+        ];
+        let run = Bg(Some(start_run(e, "seedt", first)));
+        let gpu = wait_es(e, "seedt-rp1", "profile 1 at 1", |o| converged(o, 1));
+        assert_eq!(
+            gpu["spec"]["template"]["spec"]["containers"][0]["image"], "gpu:1",
+            "{gpu}"
+        );
+        let mut run = run;
+        stop(run.0.take().unwrap());
+        let run = Bg(Some(start_run(e, "seedt", &["--interval", "300ms"])));
+        kubectl(e, &["scale", "es", "seedt-rp1", "--replicas", "2"]);
+        wait_es(e, "seedt-rp1", "profile 1 at 2", |o| converged(o, 2));
+        assert_eq!(images_of_profile(e, "1"), ["gpu:1", "gpu:1"]);
+        assert_eq!(images_of_profile(e, "0"), ["img"]);
+        // A profile with no template at all gets none of profile 0's: nothing is created.
+        create_labelled(e, "seedt-two", json!({"resourceProfile": 2, "replicas": 1}));
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(images_of_profile(e, "2").is_empty(), "{:?}", e.pods());
+        let mut run = run;
+        let err = stop(run.0.take().unwrap());
+        assert!(
+            err.contains("profile 2 has no pod template") && err.contains("--profile-template 2="),
+            "{err}"
+        );
     }
 );

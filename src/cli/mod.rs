@@ -605,6 +605,7 @@ impl AppArgs {
             app_id,
             template,
             profile_templates: self.profile_templates()?,
+            own_profile_templates: false,
             driver_pod: self.driver_pod.clone(),
             page_size: self.page_size,
         })

@@ -558,7 +558,9 @@ impl<'c> Lazy<'c> {
             };
             let holding = self.holding.map(|h| (every(h), self.shared.as_ref()));
             let by = ("apps", self.services);
-            let store = super::env::open_store(self.client, &self.spec, &self.owner, by, holding)?;
+            let none = std::collections::BTreeMap::new();
+            let store =
+                super::env::open_store(self.client, &self.spec, &self.owner, by, holding, &none)?;
             self.inner = Some(store);
         }
         match self.inner.as_deref_mut() {

@@ -353,6 +353,7 @@ fn discovered_app(
         app_id: app_id.to_string(),
         template: Some(template),
         profile_templates: Default::default(),
+        own_profile_templates: false,
         driver_pod: Some(driver.to_string()),
         page_size: args.page_size,
     })

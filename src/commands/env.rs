@@ -9,6 +9,7 @@ use crate::controller::services::Services;
 use crate::controller::tick::{self as reconcile, App, Memory, TickCx, TickReport};
 use crate::engine::alloc::Request;
 use crate::engine::alloc::{AllocatorState, StateOwner, Steering};
+use crate::engine::podspec::PodTemplate;
 use crate::error::{Error, Result};
 use crate::kube::{self, KubeClient};
 use crate::store::configmap::ConfigMapStore;
@@ -17,6 +18,7 @@ use crate::store::file::{
     self as state, store_error, Bound, Holder, LockedStore, StateStore, StoreError,
 };
 use log::{info, warn};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -178,6 +180,7 @@ pub(super) fn open_store<'a>(
     owner: &StateOwner,
     (command, services): (&str, &Services),
     loop_interval: Option<(Duration, &Control)>,
+    seeds: &BTreeMap<u32, PodTemplate>,
 ) -> std::result::Result<Box<dyn StateStore + 'a>, StoreError> {
     let holder = Holder::current(command);
     // A loop answers pings between its ticks: its record's deadline covers a whole tick.
@@ -203,7 +206,7 @@ pub(super) fn open_store<'a>(
         }
         StoreAt::ExecutorSet(name) => {
             let events = services.events.enabled();
-            let es = ExecutorSetStore::new(client, name, &owner.app_id, events);
+            let es = ExecutorSetStore::new(client, name, &owner.app_id, events).seeding(seeds);
             let es = match loop_interval {
                 Some((interval, _)) => es.holding(holder, (interval, busy)),
                 None => es.once(!steering),
@@ -270,6 +273,8 @@ impl Env {
         let ns = self.client.namespace().to_string();
         self.store_kind = super::home::choose(given, &found, &self.app.app_id, &ns)?;
         self.found = found;
+        // Each profile's ExecutorSet carries its own template: none is profile 0's.
+        self.app.own_profile_templates = matches!(self.store_kind, StateStoreKind::ExecutorSet(_));
         Ok(())
     }
 
@@ -287,7 +292,8 @@ impl Env {
             StateStoreKind::ExecutorSet(name) => StoreAt::ExecutorSet(name.clone()),
         };
         let by = (command, &self.services);
-        open_store(&self.client, &at, &self.owner, by, loop_interval)
+        let seeds = &self.app.profile_templates;
+        open_store(&self.client, &at, &self.owner, by, loop_interval, seeds)
     }
 
     /// Reads the state without locking (read-only commands), checking that it belongs to

@@ -18,6 +18,10 @@ pub struct App {
     /// The templates of resource profiles that have their own (`--profile-template P=FILE`),
     /// by profile id.
     pub profile_templates: BTreeMap<u32, PodTemplate>,
+    /// Whether a profile P >= 1 without a template of its own has none (the ExecutorSet
+    /// store, whose profiles each carry theirs: profile 0's shape is never taken silently),
+    /// rather than profile 0's.
+    pub own_profile_templates: bool,
     /// Driver pod name for ownerReferences.
     pub driver_pod: Option<String>,
     /// Pods per list page (0: no pagination).
@@ -26,11 +30,14 @@ pub struct App {
 
 impl App {
     /// The template executors of resource profile `profile` are built from: its own, else
-    /// profile 0's (the pod then differs only by its profile label and env).
+    /// profile 0's (the pod then differs only by its profile label and env), unless
+    /// [`Self::own_profile_templates`].
     pub fn template_for(&self, profile: u32) -> Option<&PodTemplate> {
-        self.profile_templates
-            .get(&profile)
-            .or(self.template.as_ref())
+        match self.profile_templates.get(&profile) {
+            Some(t) => Some(t),
+            None if profile == 0 || !self.own_profile_templates => self.template.as_ref(),
+            None => None,
+        }
     }
 
     /// The label selector of the app's executor pods:

@@ -325,6 +325,7 @@ mod tests {
             settings: alloc::Settings::new("spark-1"),
             template: None,
             profile_templates: Default::default(),
+            own_profile_templates: false,
             driver_pod: None,
             page_size: 0,
         }

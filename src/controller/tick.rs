@@ -684,8 +684,15 @@ fn apply(
             Some(*end)
         })
         .collect();
+    let mut untemplated = BTreeMap::<u32, u32>::new();
     for (i, c) in plan.create.iter().enumerate() {
         let rest = &plan.create[i..];
+        if c.profile != 0 && app.own_profile_templates && app.template_for(c.profile).is_none() {
+            // Never profile 0's shape under profile P's label: P's creates wait for its own.
+            a.stop_batch(std::slice::from_ref(c));
+            *untemplated.entry(c.profile).or_default() += 1;
+            continue;
+        }
         let Some(template) = app.template_for(c.profile) else {
             // Only `remove` runs without a template: it never creates replacements.
             a.stop_batch(rest);
@@ -714,6 +721,15 @@ fn apply(
             a.stop_batch(&plan.create[i + 1..]);
             break;
         }
+    }
+    for (p, n) in untemplated {
+        warn!(
+            "{n} executor(s) of resource profile {p} missing but profile {p} has no pod \
+             template (its ExecutorSet, spec.resourceProfile: {p}, has no spec.template, and \
+             no --profile-template {p}=FILE was given): none created; profile 0's template is \
+             not used (its shape is not profile {p}'s): set spec.template of profile {p}'s \
+             ExecutorSet, or run with --profile-template {p}=FILE"
+        );
     }
     a.out.failed = a.error.is_some();
     a

@@ -249,6 +249,11 @@ impl PodTemplate {
         ))
     }
 
+    /// The template as a Pod object (as given: its image, when `--image` overrode it).
+    pub fn pod(&self) -> &Value {
+        &self.pod
+    }
+
     /// The name of the template's first container: the executor container unless
     /// `--executor-container` names another (as Spark, which takes the first container when
     /// `spark.kubernetes.executor.podTemplateContainerName` is not set).

@@ -123,6 +123,9 @@ pub(crate) struct ExecutorSetStore<'a> {
     /// `Blocked` condition's message about it.
     refused_templates: RefCell<BTreeMap<u32, (Value, String)>>,
     mode: Mode,
+    /// By profile P >= 1, the template an object this store creates for P carries in
+    /// `spec.template` (`--profile-template P=FILE`).
+    seeds: BTreeMap<u32, Value>,
     /// The (profile, kept, ignored) objects of one profile already warned about.
     duplicates_said: RefCell<std::collections::BTreeSet<(u32, String, String)>>,
     /// A loop's question to another holder, between its claims.
@@ -155,6 +158,7 @@ impl<'a> ExecutorSetStore<'a> {
             good_templates: RefCell::default(),
             refused_templates: RefCell::default(),
             duplicates_said: RefCell::default(),
+            seeds: BTreeMap::new(),
             mode: Mode::Read,
             asker: Asker::default(),
             claimed: None,
@@ -166,6 +170,24 @@ impl<'a> ExecutorSetStore<'a> {
     /// ([`Mode::looping`]), and answers the pings it finds.
     pub(crate) fn holding(mut self, holder: Holder, every: (Duration, Duration)) -> Self {
         self.mode = Mode::looping(holder, every);
+        self
+    }
+
+    /// The objects this store creates for resource profiles P >= 1 carry `templates[P]` in
+    /// `spec.template` (`--profile-template P=FILE`), so that a restart without the flag
+    /// keeps each profile's shape.
+    pub(crate) fn seeding(mut self, templates: &BTreeMap<u32, PodTemplate>) -> Self {
+        self.seeds = (templates.iter())
+            .filter(|(&p, _)| p != 0)
+            .map(|(&p, t)| {
+                let mut pod = t.pod().clone();
+                if let Some(m) = pod.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                (p, pod)
+            })
+            .collect();
         self
     }
 
@@ -281,7 +303,8 @@ impl<'a> ExecutorSetStore<'a> {
     }
 
     /// Creates the object `name` of resource profile `profile` (0: the home), seeded by
-    /// `target` (`spec.replicas`), and returns it as stored; an object created meanwhile by
+    /// `target` (`spec.replicas`) and, for P >= 1, its template ([`Self::seeding`]:
+    /// `spec.template`), and returns it as stored; an object created meanwhile by
     /// someone else is read instead (it must be that profile's of this app). Errors: the
     /// API's, a name taken by another app or profile (exit 2).
     fn create(&self, name: &str, profile: u32, target: Option<u32>) -> Result<Value, StoreError> {
@@ -291,6 +314,9 @@ impl<'a> ExecutorSetStore<'a> {
         }
         if let Some(t) = target {
             spec["replicas"] = json!(t);
+        }
+        if let Some(t) = self.seeds.get(&profile).filter(|_| profile != 0) {
+            spec["template"] = t.clone();
         }
         let es = json!({
             "apiVersion": API_VERSION,

@@ -419,7 +419,7 @@ both!(
         );
         // The commands name a profile: add to profile 1, remove one of its executors.
         let store = "executorset:prof";
-        e.ok(&[
+        let err = e.ok(&[
             "--state-store",
             store,
             "add",
@@ -430,6 +430,10 @@ both!(
             "--timeout",
             "30s",
         ]);
+        // The loop holds the app through the home, profile 0's object (it said "no loop
+        // holds it now" for profile 1).
+        assert!(err.contains("its controller, "), "{err}");
+        assert!(!err.contains("no loop holds it"), "{err}");
         let gpu = es(e, "prof-rp1").unwrap();
         assert!(converged(&gpu, 4), "{gpu}");
         let victim = (live_profiles(e).into_iter())

@@ -246,6 +246,7 @@ fn steer_executor_set(
 ) -> Result<()> {
     use crate::store::executorset::{followed, profile_home, submit};
     let app = &env.app.app_id;
+    let home = name;
     let name = &profile_home(&env.client, name, app, req.profile).map_err(store_error)?;
     let lowering = match &req.op {
         SteerOp::Remove { ids, .. } => Some(removal_lowering(env, ids, req.profile)?),
@@ -254,8 +255,9 @@ fn steer_executor_set(
     let generation =
         submit(&env.client, name, app, req, lowering.as_deref()).map_err(store_error)?;
     // Who follows it: a loop holding the ExecutorSet, the Lease's leader, or nobody yet (it
-    // said "its controller follows it" with no loop running).
-    let follower = match crate::store::executorset::holder(&env.client, name, app) {
+    // said "its controller follows it" with no loop running). The holder record is on the
+    // home (profile 0's object), whatever the profile written.
+    let follower = match crate::store::executorset::holder(&env.client, home, app) {
         Ok(Some(h)) => format!("its controller, {h}, follows it"),
         _ if env.found.leader.is_some() => "its controller (the Lease's leader) follows it".into(),
         _ => "no loop holds it now: the next `podalloc run` or `reconcile` on it follows it".into(),

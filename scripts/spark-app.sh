@@ -31,6 +31,7 @@
 #                         (podalloc is not started; the podalloc-identity check is off)
 #   SPARK_APP_GAP=S       the idle gap (default 30; must exceed the 10 s idle timeout + 5 s)
 #   SPARK_APP_PROFILES=1|2  2 (default): the job's second resource profile; 1: profile 0 only
+#   SPARK_APP_PODALLOC_ARGS  more flags for podalloc's `run` (e.g. --idle-interval 1s)
 #   PODALLOC, KUBELET     the binaries (default: target/release/{podalloc,examples/kubelet},
 #                         built with cargo --release --locked unless present)
 # Needs java 17+ and mvn (under CI=true installed with apt-get if missing), kubectl, python3
@@ -38,7 +39,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-[ -n "${1:-}" ] || { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -n "${1:-}" ] || { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 allocator=${SPARK_APP_ALLOCATOR:-podalloc}
@@ -158,7 +159,9 @@ for _ in $(seq 1 100); do grep -q emulating "$out/kubelet.log" && break; sleep 0
 grep -q emulating "$out/kubelet.log" || { say "the kubelet did not start:"; cat "$out/kubelet.log"; exit 1; }
 
 # podalloc, as user podalloc, following the ExecutorSet (Spark 3.1+'s rules, the app's idle
-# timeout; ticks every second, as Spark's batch delay). The executor template is the one the
+# timeout; ticks every second while something is in flight, as Spark's batch delay; at rest
+# it reads the ExecutorSet every second and lists the pods every --idle-interval, 30 s by
+# default; SPARK_APP_PODALLOC_ARGS adds flags, e.g. --idle-interval 1s). The executor template is the one the
 # driver's plugin writes into the ExecutorSet (it wins over flags); `run` still insists on a
 # template of its own at start, so --image gives a stand-in that is never used. --target 0
 # seeds the ExecutorSet podalloc creates when the driver has not yet (a seed never
@@ -168,7 +171,7 @@ if [ "$allocator" = podalloc ]; then
   "$podalloc" run --kubeconfig "$cp_dir/podalloc.kubeconfig" --namespace "$ns" \
     --app-id "$app_id" --state-store "executorset:$set_name" --image spark-executor \
     --target 0 --policy spark-3.x \
-    --executor-idle-timeout 10s --batch-delay 1s --interval 1s --idle-interval 1s \
+    --executor-idle-timeout 10s --batch-delay 1s --interval 1s ${SPARK_APP_PODALLOC_ARGS:-} \
     >"$out/podalloc.log" 2>&1 &
   podalloc_pid=$!
   pids+=($!)

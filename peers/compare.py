@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -856,7 +857,8 @@ def main():
     ap.add_argument("--podalloc", default=str(HERE.parent / "target/release/podalloc"))
     ap.add_argument("--scenarios", default=str(HERE / "scenarios"))
     ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
-    ap.add_argument("--out", help="keep each run's logs here (default: a temporary dir)")
+    ap.add_argument("--out", help="keep each run's logs here (default: a temporary dir, removed "
+                                  "when every scenario passes)")
     ap.add_argument("--verbose", action="store_true", help="print both decision lists")
     ap.add_argument("--jobs", type=int, default=2,
                     help="scenarios run at once (each on its own two simulators; default 2)")
@@ -937,7 +939,12 @@ def main():
             sys.stdout.flush()
     if a.real:
         a.real.stop()
-    print(f"logs in {outdir}")
+    if not a.out and not failed:
+        # Nothing to look at: the temporary directory goes (--out DIR keeps the logs).
+        shutil.rmtree(outdir, ignore_errors=True)
+        print("logs removed: every scenario passed (--out DIR keeps them)")
+    else:
+        print(f"logs in {outdir}")
     print(f"spark-peer: {len(files) - failed} passed, {failed} failed" + (" (real control plane)" if a.real else ""))
     sys.exit(1 if failed else 0)
 

@@ -2,6 +2,7 @@
 """Unit tests of peers/compare.py's reading of request logs and its comparison (no Java,
 no simulator): python3 -m unittest peers/test_compare.py"""
 
+import shutil
 import unittest
 
 import compare
@@ -209,6 +210,7 @@ class RealAudit(unittest.TestCase):
         other = dict(self.event("create", "/api/v1/namespaces/ns-b/pods", "podalloc", "peer-app-exec-9", 201))
         other["objectRef"] = dict(other["objectRef"], namespace="ns-b")
         d = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, d, True)
         (d / "audit.log").write_text("".join(json.dumps(e) + "\n" for e in events + [other]) + '{"partial')
         cp = object.__new__(real.ControlPlane)
         cp.audit_path, cp._audit_pos, cp._audit, cp._lock = d / "audit.log", 0, [], threading.Lock()
@@ -246,6 +248,7 @@ class RealAudit(unittest.TestCase):
             create("peer-app-exec-5", dict(sel, **{"spark-exec-resourceprofile-id": "2"}), user="admin"),
         ]
         d = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, d, True)
         (d / "audit.log").write_text("".join(json.dumps(e) + "\n" for e in events))
         cp = object.__new__(real.ControlPlane)
         cp.audit_path, cp._audit_pos, cp._audit, cp._lock = d / "audit.log", 0, [], threading.Lock()

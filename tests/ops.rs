@@ -444,8 +444,13 @@ fn json_logs_carry_app_namespace_and_counts_as_fields() {
         assert!(!t["msg"].as_str().unwrap().contains("running="), "{t}");
     }
     assert_eq!(ticks.last().unwrap()["running"], 2);
-    // The final error line of a failing command carries them too.
-    let err = w.run_exits(&args("--log-format json run --target 3 --timeout 1ms"), 5);
+    // The final error line of a failing command carries them too: a target the 1 ms
+    // deadline cannot reach (--force-target: the store already holds 2, which --target
+    // would only seed; a plain run that converged before its deadline exits 0).
+    let err = w.run_exits(
+        &args("--log-format json run --target 3 --force-target --until-converged --timeout 1ms"),
+        5,
+    );
     let last: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
     assert_eq!(last["exit_code"], 5, "{last}");
     assert_eq!(

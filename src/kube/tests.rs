@@ -35,6 +35,19 @@ where
     }
 }
 
+/// Lists [`lp`]`(None, None)` through `client`, handing each page to `page` (restarts ignored).
+fn list_pages<P, E>(client: &KubeClient, page: P) -> Result<ListStats, KubeError>
+where
+    P: FnMut(&[u8]) -> Result<Option<String>, E>,
+    E: Into<KubeError>,
+{
+    let sink = &mut Sink {
+        restart: || {},
+        page,
+    };
+    client.api(&PODS).list(&lp(None, None), sink)
+}
+
 fn fast_retries() -> RetryPolicy {
     RetryPolicy {
         max_retries: 4,
@@ -223,16 +236,7 @@ fn list_on_page_error_and_repeated_token() {
             }
         }
     }
-    let err = client
-        .api(&PODS)
-        .list(
-            &lp(None, None),
-            &mut Sink {
-                restart: || {},
-                page: |_: &[u8]| -> Result<Option<String>, MyErr> { Err(MyErr) },
-            },
-        )
-        .unwrap_err();
+    let err = list_pages(&client, |_| -> Result<Option<String>, MyErr> { Err(MyErr) }).unwrap_err();
     assert_eq!(err.to_string(), "cannot decode mine: bad");
 
     let server = FakeServer::http(|_, _| Reply::json(200, "{not json"));
@@ -265,24 +269,16 @@ fn gzip_bodies_are_decoded_and_compression_can_be_disabled() {
     });
     let client = http_client(&server);
     let mut seen = 0usize;
-    let stats = client
-        .api(&PODS)
-        .list(
-            &lp(None, None),
-            &mut Sink {
-                restart: || {},
-                page: |b: &[u8]| {
-                    seen = b.len();
-                    serde_json::from_slice::<serde_json::Value>(b)
-                        .map(|_| None)
-                        .map_err(|e| KubeError::Decode {
-                            what: "page".into(),
-                            message: e.to_string(),
-                        })
-                },
-            },
-        )
-        .unwrap();
+    let stats = list_pages(&client, |b| {
+        seen = b.len();
+        serde_json::from_slice::<serde_json::Value>(b)
+            .map(|_| None)
+            .map_err(|e| KubeError::Decode {
+                what: "page".into(),
+                message: e.to_string(),
+            })
+    })
+    .unwrap();
     assert_eq!(seen, plain_len);
     assert_eq!(stats.bytes, plain_len as u64);
 
@@ -755,6 +751,16 @@ impl TlsSetup {
         p
     }
 
+    /// A server with a certificate of this CA for `names`, answering [`ok_handler`]; with
+    /// `client_certs` it asks for client certificates and trusts those of this CA.
+    fn serve(&self, names: &[&str], client_certs: bool) -> FakeServer {
+        let client_ca = client_certs.then_some(&self.pki);
+        FakeServer::https(
+            Pki::server_config(&self.pki.server(names), client_ca),
+            ok_handler(),
+        )
+    }
+
     /// Resolves a kubeconfig with one cluster/user/context.
     fn resolve(&self, cluster: &str, user: &str) -> Result<ClusterConfig, KubeError> {
         let text = format!(
@@ -787,10 +793,7 @@ fn ok_handler() -> impl Fn(&super::testutil::Recorded, usize) -> Reply + Send + 
 #[test]
 fn tls_ca_from_file_and_data_and_wrong_ca() {
     let t = TlsSetup::new();
-    let server = FakeServer::https(
-        Pki::server_config(&t.pki.server(&["127.0.0.1"]), None),
-        ok_handler(),
-    );
+    let server = t.serve(&["127.0.0.1"], false);
     let url = format!("https://{}", server.addr);
     t.write("kube/pki/ca.pem", &t.pki.ca_pem);
 
@@ -864,10 +867,7 @@ fn tls_ca_from_file_and_data_and_wrong_ca() {
 #[test]
 fn tls_insecure_skip_verify() {
     let t = TlsSetup::new();
-    let server = FakeServer::https(
-        Pki::server_config(&t.pki.server(&["somewhere.else"]), None),
-        ok_handler(),
-    );
+    let server = t.serve(&["somewhere.else"], false);
     let cfg = t
         .resolve(
             &format!(
@@ -901,10 +901,7 @@ fn tls_insecure_skip_verify() {
 #[test]
 fn tls_server_name_is_verified_and_pinned() {
     let t = TlsSetup::new();
-    let server = FakeServer::https(
-        Pki::server_config(&t.pki.server(&["my-cluster.example.com"]), None),
-        ok_handler(),
-    );
+    let server = t.serve(&["my-cluster.example.com"], false);
     let ca = b64(&t.pki.ca_pem);
     let cfg = t
         .resolve(
@@ -950,10 +947,7 @@ fn tls_server_name_is_verified_and_pinned() {
 #[test]
 fn tls_client_certificates() {
     let t = TlsSetup::new();
-    let server = FakeServer::https(
-        Pki::server_config(&t.pki.server(&["127.0.0.1"]), Some(&t.pki)),
-        ok_handler(),
-    );
+    let server = t.serve(&["127.0.0.1"], true);
     let cluster = format!(
         "    server: https://{}\n    certificate-authority-data: {}",
         server.addr,
@@ -962,6 +956,15 @@ fn tls_client_certificates() {
     let client_id = t.pki.client("spark-admin");
     t.write("kube/client.crt", &client_id.cert_pem);
     t.write("kube/client.key", &client_id.key_pem);
+    // The config with our certificate and `key`, both inline.
+    let inline = |key: &str| {
+        let user = format!(
+            "    client-certificate-data: {}\n    client-key-data: {}",
+            b64(&client_id.cert_pem),
+            b64(key)
+        );
+        t.resolve(&cluster, &user).unwrap()
+    };
 
     // Files relative to the kubeconfig.
     let cfg = t
@@ -976,16 +979,7 @@ fn tls_client_certificates() {
     assert!(!format!("{client:?}").contains("PRIVATE KEY"));
 
     // Inline data.
-    let cfg = t
-        .resolve(
-            &cluster,
-            &format!(
-                "    client-certificate-data: {}\n    client-key-data: {}",
-                b64(&client_id.cert_pem),
-                b64(&client_id.key_pem)
-            ),
-        )
-        .unwrap();
+    let cfg = inline(&client_id.key_pem);
     let client = KubeClient::with_options(cfg, fast_options()).unwrap();
     client.api(&PODS).list_items(&lp(None, None)).unwrap();
 
@@ -1000,16 +994,7 @@ fn tls_client_certificates() {
 
     // A key of another certificate: an error at construction, not a panic in ureq.
     let other = t.pki.client("someone-else");
-    let cfg = t
-        .resolve(
-            &cluster,
-            &format!(
-                "    client-certificate-data: {}\n    client-key-data: {}",
-                b64(&client_id.cert_pem),
-                b64(&other.key_pem)
-            ),
-        )
-        .unwrap();
+    let cfg = inline(&other.key_pem);
     let err = KubeClient::new(cfg).unwrap_err().to_string();
     assert!(
         err.starts_with("client certificate client-certificate-data of user \"u\"")
@@ -1019,16 +1004,7 @@ fn tls_client_certificates() {
     assert!(!err.contains("PRIVATE"), "{err}");
 
     // Garbage instead of a key.
-    let cfg = t
-        .resolve(
-            &cluster,
-            &format!(
-                "    client-certificate-data: {}\n    client-key-data: {}",
-                b64(&client_id.cert_pem),
-                b64("not a key")
-            ),
-        )
-        .unwrap();
+    let cfg = inline("not a key");
     let err = KubeClient::new(cfg).unwrap_err().to_string();
     assert!(err.contains("no usable private key"), "{err}");
 }
@@ -1090,6 +1066,8 @@ fn client_is_send_and_sync() {
 #[cfg(unix)]
 struct Plugin {
     dir: std::path::PathBuf,
+    /// The temporary directory `dir`, for a plugin of [`Plugin::temp`].
+    _temp: Option<tempfile::TempDir>,
 }
 
 #[cfg(unix)]
@@ -1112,6 +1090,25 @@ if [ -f "$d/out$n.json" ]; then cat "$d/out$n.json"; else cat "$d/out.json"; fi
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         Plugin {
             dir: dir.to_path_buf(),
+            _temp: None,
+        }
+    }
+
+    /// A plugin in a temporary directory of its own, removed with it.
+    fn temp() -> Plugin {
+        let temp = tempfile::tempdir().unwrap();
+        let plugin = Plugin::install(temp.path());
+        Plugin {
+            _temp: Some(temp),
+            ..plugin
+        }
+    }
+
+    /// Counts runs from zero again.
+    fn forget_runs(&self) {
+        match std::fs::remove_file(self.dir.join("runs")) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            done => done.unwrap(),
         }
     }
 
@@ -1188,9 +1185,8 @@ fn bearer_only(good: &'static str) -> FakeServer {
 #[cfg(unix)]
 #[test]
 fn exec_token_is_cached_and_rerun_once_after_401() {
-    let dir = tempfile::tempdir().unwrap();
     let server = bearer_only("exec-good");
-    let plugin = Plugin::install(dir.path());
+    let plugin = Plugin::temp();
     plugin.set(None, &exec_output(Some("exec-good"), None, None));
 
     // Run once when the client is built, then cached (no expiry) across calls.
@@ -1213,7 +1209,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     );
 
     // A wrong token first: one 401, one re-run, then success.
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.forget_runs();
     plugin.set(Some(1), &exec_output(Some("exec-stale"), None, None));
     let before = server.recorded().len();
     let client = exec_client(&server, &plugin).unwrap();
@@ -1228,7 +1224,7 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
     assert_eq!((client.stats().retries, client.stats().exec_runs), (1, 2));
 
     // Always rejected: Auth naming the plugin and the user, after exactly one re-run.
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.forget_runs();
     plugin.set(None, &exec_output(Some("exec-never"), None, None));
     let before = server.recorded().len();
     let client = exec_client(&server, &plugin).unwrap();
@@ -1251,9 +1247,8 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
 #[test]
 fn exec_credential_is_renewed_before_it_expires() {
     use std::time::SystemTime;
-    let dir = tempfile::tempdir().unwrap();
     let server = bearer_only("t");
-    let plugin = Plugin::install(dir.path());
+    let plugin = Plugin::temp();
     // The plugin's next credential: token `t`, expiring `secs` from now (negative: already).
     let valid_for = |secs: i64| {
         let at = match secs >= 0 {
@@ -1262,19 +1257,22 @@ fn exec_credential_is_renewed_before_it_expires() {
         };
         plugin.set(None, &exec_output(Some("t"), None, Some(at)));
     };
+    // A new client, its first credential valid for `secs`, with runs counted from zero.
+    let client_valid_for = |secs: i64| {
+        plugin.forget_runs();
+        valid_for(secs);
+        exec_client(&server, &plugin).unwrap()
+    };
 
     // Valid for an hour: one run for many calls.
-    valid_for(3600);
-    let client = exec_client(&server, &plugin).unwrap();
+    let client = client_valid_for(3600);
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
 
     // Valid for 2 s: reused at once, renewed after half its lifetime (1 s, less than the
     // 10 s leeway).
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
-    valid_for(2);
-    let client = exec_client(&server, &plugin).unwrap();
+    let client = client_valid_for(2);
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
     std::thread::sleep(Duration::from_millis(1300));
@@ -1284,9 +1282,7 @@ fn exec_credential_is_renewed_before_it_expires() {
     assert_eq!(plugin.runs(), 2);
 
     // Renewal fails before the credential has expired: the old one serves until it expires.
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
-    valid_for(2);
-    let client = exec_client(&server, &plugin).unwrap();
+    let client = client_valid_for(2);
     plugin.set(None, "not a credential");
     std::thread::sleep(Duration::from_millis(1300));
     client.api(&PODS).get("x").unwrap();
@@ -1300,9 +1296,7 @@ fn exec_credential_is_renewed_before_it_expires() {
     assert_eq!(plugin.runs(), 3);
 
     // Already expired when returned: run again for every call.
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
-    valid_for(-5);
-    let client = exec_client(&server, &plugin).unwrap();
+    let client = client_valid_for(-5);
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 3);
@@ -1312,9 +1306,8 @@ fn exec_credential_is_renewed_before_it_expires() {
 #[cfg(unix)]
 #[test]
 fn exec_failures_surface_at_construction_and_later() {
-    let dir = tempfile::tempdir().unwrap();
     let server = bearer_only("t");
-    let plugin = Plugin::install(dir.path());
+    let plugin = Plugin::temp();
     plugin.set(None, "{\"not\": \"a credential\", \"token\": \"zzz\"}");
     let err = exec_client(&server, &plugin).unwrap_err();
     assert!(
@@ -1323,7 +1316,7 @@ fn exec_failures_surface_at_construction_and_later() {
     );
 
     // Good at first, failing when re-run after a 401: the plugin's failure is the error.
-    std::fs::remove_file(dir.path().join("runs")).unwrap();
+    plugin.forget_runs();
     plugin.set(Some(1), &exec_output(Some("wrong"), None, None));
     let client = exec_client(&server, &plugin).unwrap();
     let err = client.api(&PODS).get("x").unwrap_err();
@@ -1343,10 +1336,7 @@ fn exec_failures_surface_at_construction_and_later() {
 fn exec_client_certificate_with_mtls_and_rotation() {
     use std::time::SystemTime;
     let t = TlsSetup::new();
-    let server = FakeServer::https(
-        Pki::server_config(&t.pki.server(&["127.0.0.1"]), Some(&t.pki)),
-        ok_handler(),
-    );
+    let server = t.serve(&["127.0.0.1"], true);
     let plugin = Plugin::install(&t.dir.path().join("kube"));
     let good = t.pki.client("exec-user");
     let stranger = Pki::new("other-ca").client("exec-user");
@@ -1395,7 +1385,7 @@ fn exec_client_certificate_with_mtls_and_rotation() {
     assert!(!format!("{client:?}").contains("PRIVATE KEY"));
 
     // A key that does not belong to the certificate: an Auth error, not a panic in ureq.
-    std::fs::remove_file(t.dir.path().join("kube/runs")).unwrap();
+    plugin.forget_runs();
     std::fs::remove_file(t.dir.path().join("kube/out1.json")).unwrap();
     plugin.set(
         None,
@@ -1589,6 +1579,13 @@ struct StreamSink {
     read_errors: usize,
 }
 
+impl StreamSink {
+    /// The executor ids read, in order.
+    fn ids(&self) -> Vec<u64> {
+        self.snap.executors.keys().copied().collect()
+    }
+}
+
 impl PageSink for StreamSink {
     type Error = KubeError;
 
@@ -1697,15 +1694,15 @@ fn list_streams_pages_to_the_sink() {
         },
     });
     let client = http_client(&server);
-    let mut sink = StreamSink::default();
-    let stats = client
-        .api(&PODS)
-        .list(&lp(None, Some(2)), &mut sink)
-        .unwrap();
-    assert_eq!(
-        sink.snap.executors.keys().copied().collect::<Vec<_>>(),
-        [1, 2, 3, 4]
-    );
+    // A list, two to a page, into a new sink.
+    let stream = || {
+        let mut sink = StreamSink::default();
+        let listed = client.api(&PODS).list(&lp(None, Some(2)), &mut sink);
+        (sink, listed)
+    };
+    let (sink, listed) = stream();
+    let stats = listed.unwrap();
+    assert_eq!(sink.ids(), [1, 2, 3, 4]);
     assert_eq!(stats.pages, 2);
     assert_eq!(
         stats.bytes,
@@ -1714,20 +1711,14 @@ fn list_streams_pages_to_the_sink() {
     assert_eq!(client.stats().bytes_received, stats.bytes);
 
     broken.store(1, Ordering::SeqCst);
-    let mut sink = StreamSink::default();
-    let err = client
-        .api(&PODS)
-        .list(&lp(None, Some(2)), &mut sink)
-        .unwrap_err();
+    let (sink, listed) = stream();
+    let err = listed.unwrap_err();
     assert!(
         matches!(&err, KubeError::Decode { message, .. } if message.contains("gzip")),
         "{err}"
     );
     assert_eq!(sink.read_errors, 1);
-    assert_eq!(
-        sink.snap.executors.keys().copied().collect::<Vec<_>>(),
-        [1, 2]
-    );
+    assert_eq!(sink.ids(), [1, 2]);
 }
 
 #[test]

@@ -10,6 +10,7 @@
 
 use crate::both::{both, Env, Pods};
 use crate::steer::Bg;
+use crate::util::succeeded;
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -47,13 +48,7 @@ fn wait_es(e: &Env, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value
 /// `kubectl ARGS` as the admin in the test's namespace; must succeed.
 fn kubectl(e: &Env, args: &[&str]) -> String {
     let out = e.kubectl(true).args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    succeeded(&out, &format!("kubectl {args:?}"))
 }
 
 /// Starts `run` as candidate `a` (audited) on ExecutorSet `name`, with `args` after `run`.
@@ -68,6 +63,33 @@ fn start_run(e: &Env, name: &str, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// [`start_run`] at `--target` `target`, and of profile `p` (one container of `image`) at
+/// `p_target`, every 300 ms; returns once profile `p`'s ExecutorSet converged, with it.
+fn run_with_profile(
+    e: &Env,
+    name: &str,
+    target: u32,
+    (p, p_target, image): (u32, u32, &str),
+) -> (Bg, Value) {
+    let tpl = profile_template(e, p, image);
+    let (target, profile_target) = (target.to_string(), format!("{p}={p_target}"));
+    let args = [
+        "--target",
+        &target,
+        "--profile-target",
+        &profile_target,
+        "--profile-template",
+        &tpl,
+        "--interval",
+        "300ms",
+    ];
+    let run = Bg(Some(start_run(e, name, &args)));
+    let what = format!("profile {p} at {p_target}");
+    let rp = format!("{name}-rp{p}");
+    let o = wait_es(e, &rp, &what, |o| converged(o, p_target.into()));
+    (run, o)
+}
+
 /// SIGTERM, then its standard error; it must exit 0.
 fn stop(mut c: Child) -> String {
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
@@ -78,9 +100,26 @@ fn stop(mut c: Child) -> String {
     err
 }
 
+/// [`stop`] for a child in a [`Bg`].
+fn stop_bg(mut run: Bg) -> String {
+    stop(run.0.take().unwrap())
+}
+
 fn converged(o: &Value, n: u64) -> bool {
     let s = &o["status"];
     s["target"] == n && s["replicas"] == n && s["pending"] == 0 && s["unacknowledged"] == 0
+}
+
+/// The events of the test's namespace, as `kubectl get events -o json` has them.
+fn events(e: &Env) -> Value {
+    serde_json::from_str(&kubectl(e, &["get", "events", "-o", "json"])).unwrap()
+}
+
+/// How many of `events` are of `reason`.
+fn of_reason(events: &Value, reason: &str) -> usize {
+    (events["items"].as_array().unwrap().iter())
+        .filter(|ev| ev["reason"] == reason)
+        .count()
 }
 
 /// The server's record of the requests of `user` in the test's namespace, subresources
@@ -254,17 +293,8 @@ both!(
     "clamp",
     Pods::default(),
     |e| {
-        let manifest = json!({
-            "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
-            "metadata": {"name": "clamp", "namespace": e.ns},
-            "spec": {"appId": "clamp", "replicas": 2, "minReplicas": 1, "maxReplicas": 3},
-        });
-        let path = format!(
-            "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
-            e.ns
-        );
-        let (code, body) = e.admin("POST", &path, Some(&manifest));
-        assert_eq!(code, 201, "{body}");
+        let spec = json!({"replicas": 2, "minReplicas": 1, "maxReplicas": 3});
+        post_es(e, "clamp", json!({}), spec);
         let run = start_run(e, "clamp", &["--interval", "300ms"]);
         wait_es(e, "clamp", "2 running", |o| converged(o, 2));
         kubectl(e, &["scale", "es", "clamp", "--replicas", "10"]);
@@ -351,28 +381,23 @@ fn of_profile(live: &[(u64, String)], p: &str) -> usize {
     live.iter().filter(|(_, q)| q == p).count()
 }
 
+/// Fails unless, for each `(p, n)` of `want`, profile `p` has `n` live executors.
+fn assert_live_of_profiles(e: &Env, want: &[(&str, usize)]) {
+    let live = live_profiles(e);
+    let got: Vec<_> = want
+        .iter()
+        .map(|&(p, _)| (p, of_profile(&live, p)))
+        .collect();
+    assert_eq!(got, want, "{live:?}");
+}
+
 both!(
     two_profiles_are_scaled_on_their_own_with_one_id_counter,
     "prof",
     Pods::default(),
     |e| {
-        let gpu_tpl = profile_template(e, 1, "gpu:1");
-        let run = start_run(
-            e,
-            "prof",
-            &[
-                "--target",
-                "2",
-                "--profile-target",
-                "1=1",
-                "--profile-template",
-                &gpu_tpl,
-                "--interval",
-                "300ms",
-            ],
-        );
+        let (run, gpu) = run_with_profile(e, "prof", 2, (1, 1, "gpu:1"));
         let home = wait_es(e, "prof", "profile 0 at 2", |o| converged(o, 2));
-        let gpu = wait_es(e, "prof-rp1", "profile 1 at 1", |o| converged(o, 1));
         assert_eq!(gpu["spec"]["resourceProfile"], 1);
         assert_eq!(gpu["spec"]["appId"], "prof");
         assert_eq!(gpu["metadata"]["labels"]["spark-app-selector"], "prof");
@@ -411,25 +436,10 @@ both!(
             converged(&es(e, "prof-rp1").unwrap(), 3),
             "profile 1 untouched"
         );
-        let live = live_profiles(e);
-        assert_eq!(
-            (of_profile(&live, "0"), of_profile(&live, "1")),
-            (4, 3),
-            "{live:?}"
-        );
+        assert_live_of_profiles(e, &[("0", 4), ("1", 3)]);
         // The commands name a profile: add to profile 1, remove one of its executors.
         let store = "executorset:prof";
-        let err = e.ok(&[
-            "--state-store",
-            store,
-            "add",
-            "--profile",
-            "1",
-            "1",
-            "--wait",
-            "--timeout",
-            "30s",
-        ]);
+        let err = add_one_waiting(e, store, "1");
         // The loop holds the app through the home, profile 0's object (it said "no loop
         // holds it now" for profile 1).
         assert!(err.contains("its controller, "), "{err}");
@@ -479,9 +489,15 @@ both!(
             "{last} {live:?}"
         );
         assert_eq!(e.stats().duplicate_executor_ids, 0);
-        stop(run);
+        stop_bg(run);
     }
 );
+
+/// `add --profile P 1 --wait` through `store`, within 30 s; its standard error.
+fn add_one_waiting(e: &Env, store: &str, p: &str) -> String {
+    let args = ["add", "--profile", p, "1", "--wait", "--timeout", "30s"];
+    e.ok(&[&["--state-store", store][..], &args].concat())
+}
 
 /// Live executor ids of profile `p`, ascending.
 fn ids_of(e: &Env, p: &str) -> Vec<u64> {
@@ -512,23 +528,8 @@ both!(
         // Attack H2: a removal on prof-rp1 naming profile 0's executor was applied: the
         // executor deleted, a profile-0 replacement created (the home's spec.replicas was not
         // lowered), profile 1's target lowered; the reverse alike.
-        let tpl = profile_template(e, 1, "gpu:1");
-        let run = Bg(Some(start_run(
-            e,
-            "misf",
-            &[
-                "--target",
-                "2",
-                "--profile-target",
-                "1=2",
-                "--profile-template",
-                &tpl,
-                "--interval",
-                "300ms",
-            ],
-        )));
+        let (run, _) = run_with_profile(e, "misf", 2, (1, 2, "gpu:1"));
         wait_es(e, "misf", "profile 0 at 2", |o| converged(o, 2));
-        wait_es(e, "misf-rp1", "profile 1 at 2", |o| converged(o, 2));
         let (zero, one) = (ids_of(e, "0"), ids_of(e, "1"));
         let applied = |request: &'static str| {
             move |o: &Value| {
@@ -543,8 +544,7 @@ both!(
         std::thread::sleep(Duration::from_secs(2));
         assert_eq!(ids_of(e, "0"), zero, "profile 0's executors untouched");
         assert_eq!(ids_of(e, "1"), one, "profile 1's executors untouched");
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert!(
             err.contains("its removal was written to profile 1's"),
             "{err}"
@@ -554,12 +554,8 @@ both!(
             "{err}"
         );
         assert!(!err.contains(", removed)"), "{err}");
-        let events = kubectl(e, &["get", "events", "-o", "json"]);
-        let events: Value = serde_json::from_str(&events).unwrap();
-        let refused = (events["items"].as_array().unwrap().iter())
-            .filter(|ev| ev["reason"] == "RemovalRefused")
-            .count();
-        assert_eq!(refused, 2, "{events}");
+        let events = events(e);
+        assert_eq!(of_reason(&events, "RemovalRefused"), 2, "{events}");
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
@@ -572,13 +568,22 @@ fn create_es(e: &Env, name: &str, n: u32) {
 }
 
 /// [`create_es`] with `spec` (`spec.appId` added).
-fn create_es_spec(e: &Env, name: &str, mut spec: Value) {
+fn create_es_spec(e: &Env, name: &str, spec: Value) {
+    let note = json!({"example.com/note": "x".repeat(1200)});
+    post_es(e, name, json!({ "annotations": note }), spec);
+}
+
+/// Creates ExecutorSet `name` of the test's app as the admin: `spec` with `spec.appId`
+/// added, and the fields of `meta` (labels, annotations) in its metadata.
+fn post_es(e: &Env, name: &str, meta: Value, mut spec: Value) {
     spec["appId"] = json!(e.app);
+    let mut metadata = json!({"name": name, "namespace": e.ns});
+    for (k, v) in meta.as_object().unwrap() {
+        metadata[k] = v.clone();
+    }
     let manifest = json!({
         "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
-        "metadata": {"name": name, "namespace": e.ns,
-                     "annotations": {"example.com/note": "x".repeat(1200)}},
-        "spec": spec,
+        "metadata": metadata, "spec": spec,
     });
     let path = format!(
         "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
@@ -765,18 +770,12 @@ both!(
         kubectl(e, &["scale", "es", "reuse", "--replicas", "3"]);
         wait_es(e, "reuse", "3 running after the wipe", |o| converged(o, 3));
         assert_eq!(live_ids(e), [1, 2, 5], "id 4 is not handed out again");
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert!(err.contains("recreated from its last known spec"), "{err}");
         assert!(err.contains("status.allocator is gone"), "{err}");
-        let events = kubectl(e, &["get", "events", "-o", "json"]);
-        let events: Value = serde_json::from_str(&events).unwrap();
-        let mut reasons: Vec<&str> = (events["items"].as_array().unwrap().iter())
-            .filter_map(|ev| ev["reason"].as_str())
-            .filter(|r| matches!(*r, "Recreated" | "StateRestored"))
-            .collect();
-        reasons.sort_unstable();
-        assert_eq!(reasons, ["Recreated", "StateRestored"], "{events}");
+        let events = events(e);
+        let counts = ["Recreated", "StateRestored"].map(|r| of_reason(&events, r));
+        assert_eq!(counts, [1, 1], "{events}");
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
@@ -833,8 +832,7 @@ both!(
         assert_eq!(es(e, "rmc").unwrap()["spec"]["replicas"], 3);
         wait_es(e, "rmc", "3 running", |o| converged(o, 3));
         assert_eq!(live_ids(e), [1, 3, 4]);
-        let mut run = run;
-        stop(run.0.take().unwrap());
+        stop_bg(run);
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
@@ -899,27 +897,15 @@ both!(
         wait_es(e, "tpl", "the condition cleared", |o| {
             blocked(o) == "NotBlocked"
         });
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert_eq!(err.matches("spec.template: ").count(), 1, "one line: {err}");
     }
 );
 
 /// Creates ExecutorSet `name` of the test's app with label `spark-app-selector` and `spec`.
-fn create_labelled(e: &Env, name: &str, mut spec: Value) {
-    spec["appId"] = json!(e.app);
-    let manifest = json!({
-        "apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
-        "metadata": {"name": name, "namespace": e.ns,
-                     "labels": {"spark-app-selector": e.app}},
-        "spec": spec,
-    });
-    let path = format!(
-        "/apis/podalloc.io/v1alpha1/namespaces/{}/executorsets",
-        e.ns
-    );
-    let (code, body) = e.admin("POST", &path, Some(&manifest));
-    assert_eq!(code, 201, "{body}");
+fn create_labelled(e: &Env, name: &str, spec: Value) {
+    let labels = json!({"spark-app-selector": e.app});
+    post_es(e, name, json!({ "labels": labels }), spec);
 }
 
 both!(
@@ -929,34 +915,14 @@ both!(
     |e| {
         // Reported: a copy of NAME-rp2 under another name (same appId and profile) made the
         // running loop exit 2, and `status` and `add` too.
-        let tpl = profile_template(e, 2, "p2:1");
-        let run = Bg(Some(start_run(
-            e,
-            "dup",
-            &[
-                "--target",
-                "1",
-                "--profile-target",
-                "2=1",
-                "--profile-template",
-                &tpl,
-                "--interval",
-                "300ms",
-            ],
-        )));
-        wait_es(e, "dup-rp2", "profile 2 at 1", |o| converged(o, 1));
+        let (run, _) = run_with_profile(e, "dup", 1, (2, 1, "p2:1"));
         // A later creationTimestamp (seconds), a name that sorts first: the older is kept.
         std::thread::sleep(Duration::from_millis(1100));
         create_labelled(e, "dup-a", json!({"resourceProfile": 2, "replicas": 3}));
         std::thread::sleep(Duration::from_secs(1));
         kubectl(e, &["scale", "es", "dup-rp2", "--replicas", "2"]);
         wait_es(e, "dup-rp2", "profile 2 at 2", |o| converged(o, 2));
-        let live = live_profiles(e);
-        assert_eq!(
-            (of_profile(&live, "0"), of_profile(&live, "2")),
-            (1, 2),
-            "{live:?}"
-        );
+        assert_live_of_profiles(e, &[("0", 1), ("2", 2)]);
         let store = "executorset:dup";
         let status = e.run(&["--state-store", store, "status", "-o", "json"]);
         let err = String::from_utf8_lossy(&status.stderr).to_string();
@@ -967,17 +933,7 @@ both!(
         );
         let status: Value = serde_json::from_slice(&status.stdout).unwrap();
         assert_eq!(status["profiles"]["2"]["running"], 2, "{status}");
-        let err = e.ok(&[
-            "--state-store",
-            store,
-            "add",
-            "--profile",
-            "2",
-            "1",
-            "--wait",
-            "--timeout",
-            "30s",
-        ]);
+        let err = add_one_waiting(e, store, "2");
         assert!(err.contains("dup-a also keeps"), "{err}");
         assert_eq!(es(e, "dup-rp2").unwrap()["spec"]["replicas"], 3);
         assert_eq!(es(e, "dup-a").unwrap()["spec"]["replicas"], 3, "untouched");
@@ -997,8 +953,7 @@ both!(
         let items = events["items"].as_array().unwrap();
         assert_eq!(items.len(), 1, "{events}");
         assert_eq!(items[0]["involvedObject"]["name"], "dup-a", "{events}");
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert_eq!(err.matches("dup-a also keeps").count(), 1, "once: {err}");
     }
 );
@@ -1046,8 +1001,7 @@ both!(
         let end = Instant::now() + Duration::from_secs(20);
         while !es(e, "recp-rp1").is_some_and(|o| converged(&o, 2)) {
             if Instant::now() > end {
-                let mut run = run;
-                let err = stop(run.0.take().unwrap());
+                let err = stop_bg(run);
                 panic!(
                     "profile 1 not at 2 within 20 s: {:?}\n{err}",
                     es(e, "recp-rp1")
@@ -1065,16 +1019,11 @@ both!(
         let gpus = images.iter().filter(|(l, _)| l == "1");
         assert!(gpus.clone().count() == 2, "{images:?}");
         assert!(gpus.into_iter().all(|(_, i)| i == "gpu:1"), "{images:?}");
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert!(err.contains("(resource profile 1) was deleted"), "{err}");
         assert!(err.contains("its spec.template"), "{err}");
-        let events = kubectl(e, &["get", "events", "-o", "json"]);
-        let events: Value = serde_json::from_str(&events).unwrap();
-        let recreated = (events["items"].as_array().unwrap().iter())
-            .filter(|ev| ev["reason"] == "Recreated")
-            .count();
-        assert_eq!(recreated, 1, "{events}");
+        let events = events(e);
+        assert_eq!(of_reason(&events, "Recreated"), 1, "{events}");
         assert_eq!(e.stats().duplicate_executor_ids, 0);
     }
 );
@@ -1118,25 +1067,12 @@ both!(
         // Reported: NAME-rp1 created by `run --profile-template 1=FILE` did not carry the
         // template; restarted without the flag, `kubectl scale es NAME-rp1` created profile
         // 1's pods with profile 0's shape, silently.
-        let tpl = profile_template(e, 1, "gpu:1");
-        let first = &[
-            "--target",
-            "1",
-            "--profile-target",
-            "1=1",
-            "--profile-template",
-            tpl.as_str(),
-            "--interval",
-            "300ms",
-        ];
-        let run = Bg(Some(start_run(e, "seedt", first)));
-        let gpu = wait_es(e, "seedt-rp1", "profile 1 at 1", |o| converged(o, 1));
+        let (run, gpu) = run_with_profile(e, "seedt", 1, (1, 1, "gpu:1"));
         assert_eq!(
             gpu["spec"]["template"]["spec"]["containers"][0]["image"], "gpu:1",
             "{gpu}"
         );
-        let mut run = run;
-        stop(run.0.take().unwrap());
+        stop_bg(run);
         let run = Bg(Some(start_run(e, "seedt", &["--interval", "300ms"])));
         kubectl(e, &["scale", "es", "seedt-rp1", "--replicas", "2"]);
         wait_es(e, "seedt-rp1", "profile 1 at 2", |o| converged(o, 2));
@@ -1146,8 +1082,7 @@ both!(
         create_labelled(e, "seedt-two", json!({"resourceProfile": 2, "replicas": 1}));
         std::thread::sleep(Duration::from_secs(3));
         assert!(images_of_profile(e, "2").is_empty(), "{:?}", e.pods());
-        let mut run = run;
-        let err = stop(run.0.take().unwrap());
+        let err = stop_bg(run);
         assert!(
             err.contains("profile 2 has no pod template") && err.contains("--profile-template 2="),
             "{err}"

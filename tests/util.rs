@@ -40,6 +40,14 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
+/// The standard output of `o`, which must have succeeded: else a panic naming `what`, with
+/// its standard error and output.
+pub fn succeeded(o: &Output, what: &str) -> String {
+    let out = stdout(o);
+    assert!(o.status.success(), "{what}: {}{out}", stderr(o));
+    out
+}
+
 /// A process's exit code; -1 when a signal ended it.
 pub fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)

@@ -228,13 +228,7 @@ impl ControlPlane {
             .write_all(input.as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "{what}: {}{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
+        crate::util::succeeded(&out, what)
     }
 
     /// A fresh namespace for one test (`NAME-N`), with `deploy/rbac.yaml` applied in it, that

@@ -36,6 +36,45 @@ fn start(e: &Env, who: &str, store: &str, metrics: &std::path::Path, args: &[&st
         .unwrap()
 }
 
+/// The ConfigMap and the ExecutorSet home of the test's app, in the order of `cm`: for each,
+/// whether it is the ConfigMap, its name (`APP-cm`, `APP-es`) and its `--state-store`.
+fn homes(e: &Env, cm: [bool; 2]) -> [(bool, String, String); 2] {
+    cm.map(|cm| {
+        let (kind, short) = if cm {
+            ("configmap", "cm")
+        } else {
+            ("executorset", "es")
+        };
+        let name = format!("{}-{short}", e.app);
+        let store = format!("{kind}:{name}");
+        (cm, name, store)
+    })
+}
+
+/// [`start`] of candidate `a` on `store` at `--target` `target`, a tick a second, with a
+/// metrics file of its own.
+fn start_a(e: &Env, store: &str, target: &str) -> Child {
+    let metrics = e
+        .dir
+        .path()
+        .join(format!("{}.prom", store.replace(':', "-")));
+    start(
+        e,
+        "a",
+        store,
+        &metrics,
+        &["--target", target, "--interval", "1s"],
+    )
+}
+
+/// The time since `t0`, printed as how long `what` took on `store` on this server; fails
+/// when it is not below `limit` (with `err`, the command's standard error, if any).
+fn timed(e: &Env, store: &str, what: &str, t0: Instant, limit: Duration, err: &str) {
+    let took = t0.elapsed();
+    eprintln!("{}: {store}: {what} in {} ms", server(e), took.as_millis());
+    assert!(took < limit, "{took:?}: {err}");
+}
+
 /// SIGTERMs `c`, waits for it (exit 0) and returns its standard error.
 fn stop(c: Child) -> String {
     // SAFETY: kill(2) on our own child's pid.
@@ -129,38 +168,20 @@ both!(
         // Reported: after kill -9 of a `run` on another host, a new `run` on the ConfigMap
         // store waited until the record went stale (90 s); on the ExecutorSet store nothing
         // said who acts at all.
-        let homes = [(true, "elsewhere-cm"), (false, "elsewhere-es")];
-        for (cm, name) in homes {
-            home_held_elsewhere(e, cm, name);
-            let store = match cm {
-                true => format!("configmap:{name}"),
-                false => format!("executorset:{name}"),
-            };
-            let metrics = e.dir.path().join(format!("{name}.prom"));
+        for (cm, name, store) in homes(e, [true, false]) {
+            home_held_elsewhere(e, cm, &name);
             let t0 = Instant::now();
-            let run = start(
-                e,
-                "a",
-                &store,
-                &metrics,
-                &["--target", "2", "--interval", "1s"],
-            );
+            let run = start_a(e, &store, "2");
             let pid = u64::from(run.id());
             e.wait_for("the new loop's holder record", |e| {
-                holder(e, cm, name)["pid"].as_u64() == Some(pid)
+                holder(e, cm, &name)["pid"].as_u64() == Some(pid)
             });
-            let took = t0.elapsed();
-            eprintln!(
-                "{}: {store}: taken over in {} ms",
-                server(e),
-                took.as_millis()
-            );
-            assert!(took < Duration::from_secs(10), "{took:?}");
+            timed(e, &store, "taken over", t0, Duration::from_secs(10), "");
             // Its own deadline covers a whole tick (3 × 1 s + 2 s + the tick budget, 4 ×
             // the default --request-timeout of 30 s): it answers only between ticks, and a
             // holder taken for dead inside a slow tick had its late create land after the
             // takeover (5 s: a removed executor came back).
-            let mine = holder(e, cm, name);
+            let mine = holder(e, cm, &name);
             assert_eq!(mine["answer_within_ms"], 125_000, "{mine}");
             assert!(mine["pid_ns"].is_string(), "{mine}");
             e.wait_for("2 executors", |e| e.live().len() == 2);
@@ -169,7 +190,7 @@ both!(
             assert!(err.contains("did not answer"), "{err}");
             assert!(err.contains("host elsewhere, pid 4242"), "{err}");
             // Stopped cleanly: its record is given up.
-            assert!(holder(e, cm, name).is_null(), "{}", holder(e, cm, name));
+            assert!(holder(e, cm, &name).is_null(), "{}", holder(e, cm, &name));
             drain(e, &store);
         }
     }
@@ -184,32 +205,15 @@ both!(
         // lives; the live loop answers within its interval, the command exits 3 naming it
         // (before: exit 3 at once on the ConfigMap store, which judged the record by its
         // renewals; on the ExecutorSet store nothing stopped it).
-        let homes = [(true, "beside-cm"), (false, "beside-es")];
-        for (cm, name) in homes {
-            let store = match cm {
-                true => format!("configmap:{name}"),
-                false => format!("executorset:{name}"),
-            };
-            let metrics = e.dir.path().join(format!("{name}.prom"));
-            let run = start(
-                e,
-                "a",
-                &store,
-                &metrics,
-                &["--target", "1", "--interval", "1s"],
-            );
+        for (cm, name, store) in homes(e, [true, false]) {
+            let run = start_a(e, &store, "1");
             e.wait_for("1 executor", |e| e.live().len() == 1);
-            e.wait_for("the loop's record", |e| !holder(e, cm, name).is_null());
+            e.wait_for("the loop's record", |e| !holder(e, cm, &name).is_null());
             std::thread::sleep(Duration::from_secs(2));
             let t0 = Instant::now();
             let err = e.exits(&["--state-store", &store, "reconcile", "--target", "3"], 3);
-            let took = t0.elapsed();
-            eprintln!(
-                "{}: {store}: reconcile beside a live run exited 3 in {} ms",
-                server(e),
-                took.as_millis()
-            );
-            assert!(took < Duration::from_secs(4), "{took:?}: {err}");
+            let what = "reconcile beside a live run exited 3";
+            timed(e, &store, what, t0, Duration::from_secs(4), &err);
             assert!(err.contains("owned by a running loop"), "{err}");
             assert!(err.contains("answered a ping"), "{err}");
             assert!(err.contains(&format!("pid {}", run.id())), "{err}");
@@ -227,12 +231,7 @@ both!(
     |e| {
         // Reported: two plain `run`s on one ExecutorSet both acted (target 5, 8 creates).
         // The same on the ConfigMap store, and what the standby's asking costs at rest.
-        let homes = [(false, "twice-es"), (true, "twice-cm")];
-        for (cm, name) in homes {
-            let store = match cm {
-                true => format!("configmap:{name}"),
-                false => format!("executorset:{name}"),
-            };
+        for (_, name, store) in homes(e, [false, true]) {
             let ma = e.dir.path().join(format!("{name}-a.prom"));
             let mb = e.dir.path().join(format!("{name}-b.prom"));
             let args = ["--target", "5", "--interval", "1s"];
@@ -284,14 +283,7 @@ both!(
         // the takeover it was there for (the first tick compared the targets), leaving its
         // new holder record behind.
         let store = "executorset:forced";
-        let metrics = e.dir.path().join("forced.prom");
-        let run = start(
-            e,
-            "a",
-            store,
-            &metrics,
-            &["--target", "2", "--interval", "1s"],
-        );
+        let run = start_a(e, store, "2");
         e.wait_for("2 executors", |e| e.live().len() == 2);
         let t0 = Instant::now();
         let args = [

@@ -67,6 +67,18 @@ pub struct Env {
 
 const SIM_TOKEN: &str = "both-sim-token-0123456789";
 
+/// The flags after `run` of the tests that time how soon a loop at rest follows people's
+/// intent: target 2, a tick a second while it works and every 30 s at rest, so that only
+/// what it watches can make it follow within 2 s.
+pub const AT_REST: [&str; 6] = [
+    "--target",
+    "2",
+    "--interval",
+    "1s",
+    "--idle-interval",
+    "30s",
+];
+
 /// The leader-election candidates: the same users on both servers (the simulator's
 /// [`SimOptions::users`], the control plane's static tokens), so that the server's own record
 /// of requests (the simulator's request log, kube-apiserver's audit log) names the process

@@ -8,7 +8,7 @@
 //! on their own by `kubectl scale es` with one id counter. Each test runs on both servers
 //! (`both!`).
 
-use crate::both::{both, Env, Pods};
+use crate::both::{both, Env, Pods, AT_REST};
 use crate::steer::Bg;
 use crate::util::succeeded;
 use serde_json::{json, Value};
@@ -242,18 +242,7 @@ both!(
     "inst",
     Pods::default(),
     |e| {
-        let run = start_run(
-            e,
-            "inst",
-            &[
-                "--target",
-                "2",
-                "--interval",
-                "1s",
-                "--idle-interval",
-                "30s",
-            ],
-        );
+        let run = start_run(e, "inst", &AT_REST);
         wait_es(e, "inst", "2 running", |o| converged(o, 2));
         std::thread::sleep(Duration::from_secs(3));
         let t0 = Instant::now();

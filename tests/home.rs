@@ -4,7 +4,7 @@
 //! order they were made, and lets seeds fill only an empty home; a killed loop's successor
 //! waits as a standby instead of exiting 3. Each test plays one reported failure.
 
-use crate::both::{both, Env, Pods};
+use crate::both::{both, Env, Pods, AT_REST};
 use crate::util::{is_leader, spawn_replica, stderr, with_fast_leader_elect};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
@@ -432,17 +432,7 @@ both!(
         // `add`, `scale` and `kubectl annotate` took effect up to 30 s later.
         let name = "podalloc-home-rest";
         let store = format!("configmap:{name}");
-        let args = [
-            "--state-store",
-            store.as_str(),
-            "run",
-            "--target",
-            "2",
-            "--interval",
-            "1s",
-            "--idle-interval",
-            "30s",
-        ];
+        let args = [&["--state-store", store.as_str(), "run"][..], &AT_REST].concat();
         let run = (e.candidate_cmd("a", &args))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

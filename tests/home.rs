@@ -39,6 +39,13 @@ fn plain_run(e: &Env, extra: &[&str]) -> Child {
         .unwrap()
 }
 
+/// [`plain_run`] at `--target` `n`, once its `n` executors are live (within 30 s).
+fn plain_run_to(e: &Env, n: usize) -> Child {
+    let run = plain_run(e, &["--target", &n.to_string()]);
+    until_live(e, n, 30);
+    run
+}
+
 fn signal(c: &Child, sig: i32) {
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
@@ -192,8 +199,7 @@ both!(
     |e| {
         // Reported: `kubectl annotate configmap … podalloc.io/executors=5 --overwrite`, then
         // SIGTERM within seconds: the annotation read 3 again.
-        let run = plain_run(e, &["--target", "3"]);
-        until_live(e, 3, 30);
+        let run = plain_run_to(e, 3);
         e.wait_for("the state saved", |e| cm_target(e) == Some(3));
         annotate(e, 5);
         stop(run);
@@ -275,8 +281,7 @@ both!(
     |e| {
         // Reported: after kill -9, a new `run` on the ConfigMap store exited 3 ("owned by a
         // running loop … stale after 90s"): a Deployment crash-looped for 90 s.
-        let first = plain_run(e, &["--target", "2"]);
-        until_live(e, 2, 30);
+        let first = plain_run_to(e, 2);
         let metrics = e.dir.path().join("second.prom");
         let m = metrics.to_str().unwrap();
         let mut args = vec!["--metrics-file", m, "--state-store", STORE, "run"];

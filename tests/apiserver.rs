@@ -5,7 +5,7 @@
 
 use crate::both::{Env, Pods};
 use crate::real;
-use crate::util::stderr;
+use crate::util::{assert_contains_all, stderr};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -293,14 +293,13 @@ fn every_deploy_recipe_passes_server_side_dry_run() {
         String::from_utf8_lossy(&out.stderr).to_string(),
     );
     assert!(out.status.success(), "{se}{so}");
-    for kind in [
+    let kinds = [
         "cronjob.batch/",
         "deployment.apps/",
         "role.rbac.authorization.k8s.io/",
         "configmap/",
-    ] {
-        assert!(so.contains(kind), "no {kind} in: {so}");
-    }
+    ];
+    assert_contains_all(&so, &kinds);
     assert!(so.lines().all(|l| l.ends_with("(server dry run)")), "{so}");
 }
 

@@ -5,7 +5,7 @@
 //! waits as a standby instead of exiting 3. Each test plays one reported failure.
 
 use crate::both::{both, Env, Pods, AT_REST};
-use crate::util::{is_leader, spawn_replica, stderr, with_fast_leader_elect};
+use crate::util::{assert_contains_all, is_leader, spawn_replica, stderr, with_fast_leader_elect};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -623,14 +623,13 @@ both!(
         );
         // A store other than the leader's: exit 2 naming both, nothing written.
         let err = e.exits(&["--state-store", left, "add", "1"], 2);
-        for part in [
+        let parts = [
             "the leader pod-a",
             "ExecutorSet home-lease",
             "ConfigMap podalloc-home-lease",
             "--state-store executorset:home-lease",
-        ] {
-            assert!(err.contains(part), "{part}: {err}");
-        }
+        ];
+        assert_contains_all(&err, &parts);
         // A candidate naming the leftover: exit 2 at once, never a standby.
         let cm_args = ["--state-store", left, "run", "--target", "2"];
         let t = Instant::now();

@@ -48,6 +48,13 @@ pub fn succeeded(o: &Output, what: &str) -> String {
     out
 }
 
+/// Fails unless `text` contains every one of `parts`.
+pub fn assert_contains_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "no {part:?} in: {text}");
+    }
+}
+
 /// A process's exit code; -1 when a signal ended it.
 pub fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)

@@ -3,7 +3,7 @@
 //! app), `/healthz` and `/readyz` probed, and liveness failing while the loop is stuck.
 
 use crate::steer::Bg;
-use crate::util::{podalloc, stderr, SimWorld, World};
+use crate::util::{podalloc, stderr, ticking, SimWorld, World};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -144,19 +144,14 @@ fn liveness_fails_while_the_loop_is_stuck_and_recovers() {
     let w: World = SimWorld::new().app("stuck").start();
     let p = free_addr();
     let c = spawn({
-        let mut c = w.cmd(&[
+        let front = [
             "--request-timeout",
             "1s",
             "--health-probe-bind-address",
             &p,
             "run",
-            "--target",
-            "2",
-            "--interval",
-            "200ms",
-            "--idle-interval",
-            "200ms",
-        ]);
+        ];
+        let mut c = w.cmd(&[&front[..], &ticking("2", "200ms")].concat());
         c.env("PODALLOC_PAUSE_AT", "after-write-ahead:1:9000");
         c
     });

@@ -5,7 +5,9 @@
 //! waits as a standby instead of exiting 3. Each test plays one reported failure.
 
 use crate::both::{both, Env, Pods, AT_REST};
-use crate::util::{assert_contains_all, is_leader, spawn_replica, stderr, with_fast_leader_elect};
+use crate::util::{
+    assert_contains_all, is_leader, spawn_replica, stderr, ticking, with_fast_leader_elect,
+};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -285,14 +287,7 @@ both!(
         let metrics = e.dir.path().join("second.prom");
         let m = metrics.to_str().unwrap();
         let mut args = vec!["--metrics-file", m, "--state-store", STORE, "run"];
-        args.extend([
-            "--target",
-            "2",
-            "--interval",
-            "200ms",
-            "--idle-interval",
-            "200ms",
-        ]);
+        args.extend(ticking("2", "200ms"));
         let second = (e.cmd(&args).stdout(Stdio::null()).stderr(Stdio::piped()))
             .spawn()
             .unwrap();

@@ -572,6 +572,19 @@ pub fn run_to_args<'a>(target: &'a str, timeout: &'a str) -> [&'a str; 7] {
     ]
 }
 
+/// `--target TARGET --interval EVERY --idle-interval EVERY`: a `run` loop at `target` that
+/// ticks every `every`, at rest too.
+pub fn ticking<'a>(target: &'a str, every: &'a str) -> [&'a str; 6] {
+    [
+        "--target",
+        target,
+        "--interval",
+        every,
+        "--idle-interval",
+        every,
+    ]
+}
+
 /// `GET url` with bearer `token` and `Accept: accept`, as kubectl sends it, and the
 /// response's `Content-Type` (empty when it has none). Panics when no response came.
 pub fn get_accepting(

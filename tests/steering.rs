@@ -2,7 +2,7 @@
 //! loop, on both servers: what they need and what they say.
 
 use crate::both::{both, Env, Pods};
-use crate::util::stderr;
+use crate::util::exits;
 use serde_json::json;
 use std::process::{Child, Stdio};
 
@@ -31,22 +31,14 @@ both!(
         e.wait_for("1 executor", |e| e.live().len() == 1);
         // Handed to the loop: no template needed (they demanded --image or --template).
         for args in [&["add", "1"][..], &["scale", "3"]] {
-            let out = e
-                .cmd_no_image(&[&store[..], args].concat())
-                .output()
-                .unwrap();
-            assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
-            assert!(stderr(&out).contains("handed to"), "{}", stderr(&out));
+            let err = exits(&mut e.cmd_no_image(&[&store[..], args].concat()), 0);
+            assert!(err.contains("handed to"), "{args:?}: {err}");
         }
         e.wait_for("3 executors", |e| e.live().len() == 3);
         // Another home than the loop's: refused, naming the flag that would do (the
         // message stopped at "give the controller's").
-        let out = e
-            .cmd_no_image(&["--state-store", "configmap:other", "scale", "4"])
-            .output()
-            .unwrap();
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        let other = ["--state-store", "configmap:other", "scale", "4"];
+        let err = exits(&mut e.cmd_no_image(&other), 2);
         assert!(
             err.contains("never reads: nothing done")
                 && err.contains("(--state-store configmap:podalloc-cm-noimg)"),
@@ -56,12 +48,10 @@ both!(
         // No loop: the command would tick itself, and that needs a template; it says so
         // and queues nothing (it left its request queued, so the retry below applied it
         // twice: 3 → 5 for one `add 1`).
-        let out = e
-            .cmd_no_image(&[&store[..], &["add", "1"]].concat())
-            .output()
-            .unwrap();
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        let err = exits(
+            &mut e.cmd_no_image(&[&store[..], &["add", "1"]].concat()),
+            2,
+        );
         assert!(
             err.contains("--image")
                 && err.contains("no loop owns the app")

@@ -1304,6 +1304,21 @@ mod tests {
             .map(|p| serde_json::from_str(&p.json).unwrap())
     }
 
+    /// The phase of pod `name` as served at `at` (the pod must exist).
+    fn phase(s: &mut Store, name: &str, at: Instant) -> String {
+        let p = view(s, name, at).unwrap();
+        p["status"]["phase"].as_str().unwrap().to_string()
+    }
+
+    /// The resourceVersion of pod JSON `p`, as a number.
+    fn rv(p: &Value) -> u64 {
+        p["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
     fn create(s: &mut Store, name: &str, policy: &str, at: Instant) -> Value {
         let p = s
             .create(
@@ -1323,11 +1338,7 @@ mod tests {
         let mut s = Store::new(cfg(), clock);
         let t0 = Instant::now();
         let created = create(&mut s, "p", "Never", t0);
-        let rv0: u64 = created["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rv0 = rv(&created);
         let p = view(&mut s, "p", t0 + 199 * MS).unwrap();
         assert!(p["spec"].get("nodeName").is_none());
         assert!(p["status"].get("conditions").is_none());
@@ -1344,30 +1355,16 @@ mod tests {
             .clone();
         assert_eq!(sched["status"], "True");
         assert_eq!(sched["lastTransitionTime"], clock.rfc3339(t0 + 200 * MS));
-        let rv1: u64 = p["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rv1 = rv(&p);
         assert!(rv1 > rv0);
-        assert_eq!(
-            view(&mut s, "p", t0 + 1199 * MS).unwrap()["status"]["phase"],
-            "Pending"
-        );
+        assert_eq!(phase(&mut s, "p", t0 + 1199 * MS), "Pending");
         let p = view(&mut s, "p", t0 + 1200 * MS).unwrap();
         assert_eq!(p["status"]["phase"], "Running");
         assert_eq!(
             p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"],
             clock.rfc3339(t0 + 1200 * MS)
         );
-        assert!(
-            p["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-                > rv1
-        );
+        assert!(rv(&p) > rv1);
         // Pods are spread over the nodes in creation order.
         create(&mut s, "q", "Never", t0);
         assert_eq!(
@@ -1411,11 +1408,7 @@ mod tests {
             (0..40)
                 .map(|i| {
                     create(&mut s, &format!("p{i}"), "Never", t0);
-                    view(&mut s, &format!("p{i}"), t0 + 2 * Duration::from_secs(1)).unwrap()
-                        ["status"]["phase"]
-                        .as_str()
-                        .unwrap()
-                        .to_string()
+                    phase(&mut s, &format!("p{i}"), t0 + 2 * Duration::from_secs(1))
                 })
                 .collect()
         };
@@ -1444,10 +1437,7 @@ mod tests {
         assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 30);
         assert_eq!(d["status"]["phase"], "Running");
         assert_eq!(s.stats(t1).live_pods, 0);
-        assert_eq!(
-            view(&mut s, "p", t1 + 499 * MS).unwrap()["status"]["phase"],
-            "Running"
-        );
+        assert_eq!(phase(&mut s, "p", t1 + 499 * MS), "Running");
         let stopped = view(&mut s, "p", t1 + 500 * MS).unwrap();
         assert_eq!(stopped["status"]["phase"], "Failed");
         assert_eq!(
@@ -1616,9 +1606,8 @@ mod tests {
         let t0 = Instant::now();
         create(&mut s, "p", "Never", t0);
         let d = s.startup_latency(1);
-        let at = |s: &mut Store, t| view(s, "p", t).unwrap()["status"]["phase"].clone();
-        assert_eq!(at(&mut s, t0 + 200 * MS + d - MS), "Pending");
-        assert_eq!(at(&mut s, t0 + 200 * MS + d), "Running");
+        assert_eq!(phase(&mut s, "p", t0 + 200 * MS + d - MS), "Pending");
+        assert_eq!(phase(&mut s, "p", t0 + 200 * MS + d), "Running");
     }
 
     #[test]
@@ -1718,10 +1707,7 @@ mod tests {
         )
         .unwrap();
         let t1 = t0 + Duration::from_secs(2);
-        assert_eq!(
-            view(&mut s, "exec", t1).unwrap()["status"]["phase"],
-            "Running"
-        );
+        assert_eq!(phase(&mut s, "exec", t1), "Running");
         let zero = DeleteOptions {
             grace_period_seconds: Some(0),
             ..DeleteOptions::default()
@@ -1759,14 +1745,8 @@ mod tests {
             400
         );
         let later = t0 + Duration::from_secs(30);
-        assert_eq!(
-            view(&mut s, "d", later).unwrap()["status"]["phase"],
-            "Running"
-        );
-        assert_eq!(
-            view(&mut s, "f", later).unwrap()["status"]["phase"],
-            "Failed"
-        );
+        assert_eq!(phase(&mut s, "d", later), "Running");
+        assert_eq!(phase(&mut s, "f", later), "Failed");
         for i in 0..3 {
             create(&mut s, &format!("e{i}"), "Never", later);
         }

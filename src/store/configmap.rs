@@ -491,11 +491,23 @@ pub(crate) fn holder(
     name: &str,
     app_id: &str,
 ) -> Result<Option<Holder>, StoreError> {
+    Ok(read_only(client, name, app_id)?
+        .1
+        .as_ref()
+        .and_then(holder_of))
+}
+
+/// ConfigMap `name` as a read-only store of app `app_id` reads it (`None`: there is none),
+/// and that store, whose messages name it. Errors: the API call's, as
+/// [`StoreError::Backend`].
+fn read_only<'c>(
+    client: &'c KubeClient,
+    name: &str,
+    app_id: &str,
+) -> Result<(ConfigMapStore<'c>, Option<Value>), StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
-    let Some(cm) = store.cms.get(name).map_err(|e| store.backend(e))? else {
-        return Ok(None);
-    };
-    Ok(holder_of(&cm))
+    let cm = store.read()?;
+    Ok((store, cm))
 }
 
 /// The holder record of ConfigMap `cm` when it looks live (see [`holder`]).
@@ -521,7 +533,7 @@ pub(crate) fn submit(
 ) -> Result<(), StoreError> {
     let store = ConfigMapStore::new(client, name, app_id).read_only();
     for _ in 0..RETRIES {
-        let cm = store.cms.get(name).map_err(|e| store.backend(e))?;
+        let cm = store.read()?;
         let mut cm =
             cm.unwrap_or_else(|| queue_only(store.object(None, "", &Applied::default(), "")));
         if cm["metadata"]["labels"][MANAGED_BY] != "podalloc" {
@@ -576,8 +588,8 @@ pub(crate) fn queued(
     name: &str,
     app_id: &str,
 ) -> Result<Vec<Steering>, StoreError> {
-    let store = ConfigMapStore::new(client, name, app_id).read_only();
-    match store.cms.get(name).map_err(|e| store.backend(e))? {
+    let (store, cm) = read_only(client, name, app_id)?;
+    match cm {
         None => Ok(Vec::new()),
         Some(cm) => {
             let applied = applied_of(&cm).requests;
@@ -656,7 +668,7 @@ impl StateStore for ConfigMapStore<'_> {
     fn load(&mut self) -> Result<Option<AllocatorState>, StoreError> {
         let cm = match std::mem::take(&mut self.fresh) {
             true => self.loaded.clone(),
-            false => self.cms.get(&self.name).map_err(|e| self.backend(e))?,
+            false => self.read()?,
         };
         self.intent = None;
         let Some(cm) = cm else {
@@ -768,7 +780,7 @@ impl StateStore for ConfigMapStore<'_> {
     /// wakes it (the tick's claim finds out). Errors: the GET's and the pong's
     /// ([`StoreError::Backend`]).
     fn intent_changed(&mut self) -> Result<bool, StoreError> {
-        let cm = self.cms.get(&self.name).map_err(|e| self.backend(e))?;
+        let cm = self.read()?;
         let now = (cm.as_ref()).and_then(|c| c["metadata"]["resourceVersion"].as_str());
         let mut moved = now != self.resource_version.as_deref();
         if let (Some(mut cm), Mode::Loop(mine)) = (cm, &self.mode) {

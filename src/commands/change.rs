@@ -510,7 +510,7 @@ fn wait_applied(env: &Env, id: &str, deadline: Option<Instant>) -> Result<()> {
         if let Some(p) = plan.ok().filter(|p| p.summary.converged) {
             info!(
                 "converged: running {} of target {}",
-                p.summary.running, p.summary.target
+                p.summary.counts.running, p.summary.target
             );
             return Ok(());
         }

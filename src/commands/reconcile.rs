@@ -117,7 +117,7 @@ fn summary(plan: &alloc::Plan) -> String {
     let s = &plan.summary;
     let mut out = format!(
         "dry run: target {} (running {}, pending {}, unacknowledged {})",
-        s.target, s.running, s.pending, s.unacknowledged
+        s.target, s.counts.running, s.counts.pending, s.counts.unacknowledged
     );
     let names = |v: Vec<String>| match v.len() {
         0..=5 => v.join(", "),

@@ -30,9 +30,9 @@ impl Progress {
         let s = &report.plan.summary;
         let line = format!(
             "running {}/{}  pending {}  unacknowledged {}  elapsed {:.0}s",
-            s.running,
+            s.counts.running,
             s.target,
-            s.pending,
+            s.counts.pending,
             report.unacknowledged,
             self.started.elapsed().as_secs_f64()
         );

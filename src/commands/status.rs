@@ -23,20 +23,9 @@ pub struct StatusCounts {
     /// The target (total expected executors), if one was ever set: with resource profiles,
     /// the sum of every profile's (each one's is in `profiles`).
     pub target: Option<u32>,
-    /// Running executors.
-    pub running: u32,
-    /// Pending executors.
-    pub pending: u32,
-    /// Created, not yet seen.
-    pub unacknowledged: u32,
-    /// Failed executors (not yet deleted).
-    pub failed: u32,
-    /// Succeeded executors (not yet deleted).
-    pub succeeded: u32,
-    /// Executors being deleted.
-    pub deleting: u32,
-    /// Executors in an unknown phase.
-    pub unknown: u32,
+    /// The executors by state: the snapshot's, and the requests not yet seen in it.
+    #[serde(flatten)]
+    pub counts: alloc::PhaseCounts,
     /// The highest executor id handed out or seen.
     pub last_executor_id: u64,
     /// The app has converged, as the allocation step defines it
@@ -188,13 +177,15 @@ pub(super) fn status(cli: &Cli, a: &StatusArgs) -> Result<()> {
         namespace: env.client.namespace().to_string(),
         home: home(&env),
         target: total_target(&state),
-        running: count(ExecutorState::Running),
-        pending: count(ExecutorState::Pending),
-        unacknowledged: unack,
-        failed: count(ExecutorState::Failed),
-        succeeded: count(ExecutorState::Succeeded),
-        deleting: count(ExecutorState::Deleted),
-        unknown: count(ExecutorState::Unknown),
+        counts: alloc::PhaseCounts {
+            running: count(ExecutorState::Running),
+            pending: count(ExecutorState::Pending),
+            unacknowledged: unack,
+            failed: count(ExecutorState::Failed),
+            succeeded: count(ExecutorState::Succeeded),
+            deleting: count(ExecutorState::Deleted),
+            unknown: count(ExecutorState::Unknown),
+        },
         last_executor_id: state.last_executor_id.max(snap.max_id()),
         converged,
         blocked,
@@ -238,16 +229,17 @@ fn reasons(plan: &alloc::Plan, snap: &crate::engine::snapshot::Snapshot) -> Vec<
     if let Some(h) = &plan.halt {
         why.push(format!("the crash-loop guard halted creation: {h}"));
     }
-    if s.running < s.target {
-        why.push(format!("running {} of target {}", s.running, s.target));
-    } else if s.running > s.target {
-        why.push(format!("running {} above target {}", s.running, s.target));
+    let (n, target) = (&s.counts, s.target);
+    if n.running < target {
+        why.push(format!("running {} of target {target}", n.running));
+    } else if n.running > target {
+        why.push(format!("running {} above target {target}", n.running));
     }
-    if s.pending > 0 {
-        why.push(format!("{} pending{}", s.pending, pending_why(snap)));
+    if n.pending > 0 {
+        why.push(format!("{} pending{}", n.pending, pending_why(snap)));
     }
-    if s.unacknowledged > 0 {
-        why.push(format!("{} created but not yet seen", s.unacknowledged));
+    if n.unacknowledged > 0 {
+        why.push(format!("{} created but not yet seen", n.unacknowledged));
     }
     if s.created > 0 || s.deleted > 0 {
         why.push(format!(
@@ -269,11 +261,12 @@ fn home(env: &super::env::Env) -> String {
 /// The text output: the app, the counts, the ids by state, converged or why not.
 fn text(c: &StatusCounts) -> String {
     let target = c.target.map_or("unset".to_string(), |t| t.to_string());
+    let n = &c.counts;
     let mut out = format!(
         "app {} in namespace {} (home {})\n\
          target={target} running={} pending={} unacknowledged={} failed={} succeeded={} deleting={} unknown={}\n",
         c.app_id, c.namespace, c.home,
-        c.running, c.pending, c.unacknowledged, c.failed, c.succeeded, c.deleting, c.unknown
+        n.running, n.pending, n.unacknowledged, n.failed, n.succeeded, n.deleting, n.unknown
     );
     for (p, k) in &c.profiles {
         out.push_str(&format!(
@@ -313,13 +306,13 @@ fn text(c: &StatusCounts) -> String {
     }
     if c.converged {
         out.push_str("converged");
-        if let Some(t) = c.target.filter(|t| c.running > *t) {
+        if let Some(t) = c.target.filter(|t| c.counts.running > *t) {
             // As Spark's allocator: lowering the target deletes excess pending pods and
             // requests, never running executors.
             out.push_str(&format!(
                 " ({} running above the target of {t}: running executors are not deleted to \
                  shrink; `remove ID…` deletes named ones)",
-                c.running - t
+                c.counts.running - t
             ));
         }
     } else {

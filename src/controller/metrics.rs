@@ -157,7 +157,7 @@ fn cluster_gauges(e: &mut Exposition, report: Option<&TickReport>, state: &Alloc
     let Some(r) = report else {
         return;
     };
-    let s = &r.plan.summary;
+    let s = &r.plan.summary.counts;
     e.metric("podalloc_running", "gauge", "Running executors.", s.running);
     e.metric("podalloc_pending", "gauge", "Pending executors.", s.pending);
     e.metric(

@@ -948,12 +948,12 @@ impl TickLog {
             level,
             tick = ticks,
             target = s.target,
-            running = s.running,
-            pending = s.pending,
+            running = s.counts.running,
+            pending = s.counts.pending,
             unacknowledged = report.unacknowledged,
             created = report.created,
             deleted = report.deleted,
-            failed = s.failed;
+            failed = s.counts.failed;
             "tick {ticks}"
         );
     }

@@ -104,13 +104,13 @@ impl TickReport {
         format!(
             "target={} running={} pending={} unacknowledged={} created={} deleted={}{}",
             s.target,
-            s.running,
-            s.pending,
+            s.counts.running,
+            s.counts.pending,
             self.unacknowledged,
             self.created,
             self.deleted,
-            if s.failed > 0 {
-                format!(" failed={}", s.failed)
+            if s.counts.failed > 0 {
+                format!(" failed={}", s.counts.failed)
             } else {
                 String::new()
             }
@@ -598,10 +598,14 @@ fn log_plan(memory: &mut Memory, state: &AllocatorState, snapshot: &Snapshot, pl
             level,
             "target {} not reached (running {}): no executor created: {b}",
             s.target,
-            s.running
+            s.counts.running
         );
     } else if level == log::Level::Info {
-        log::info!("no longer blocked: running {} of {}", s.running, s.target);
+        log::info!(
+            "no longer blocked: running {} of {}",
+            s.counts.running,
+            s.target
+        );
     }
 }
 

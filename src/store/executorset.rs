@@ -1173,8 +1173,8 @@ impl StateStore for ExecutorSetStore<'_> {
 
     fn observe(&mut self, summary: &Summary, blocked: Option<&Blocked>) {
         self.observed = Some(Observed {
-            running: summary.running,
-            pending: summary.pending,
+            running: summary.counts.running,
+            pending: summary.counts.pending,
             blocked: blocked.map(blocked_condition),
             profiles: summary.profiles.clone(),
         });

@@ -89,8 +89,8 @@ mod state;
 mod steer;
 
 pub use plan::{
-    Blocked, Create, Delete, DeleteReason, Plan, ProfileSummary, Request, StepError, Summary,
-    TargetChange,
+    Blocked, Create, Delete, DeleteReason, PhaseCounts, Plan, ProfileSummary, Request, StepError,
+    Summary, TargetChange,
 };
 pub use record::{next_tick_ms, record, requeue_after_ms, Outcomes};
 pub use settings::{

@@ -227,25 +227,35 @@ impl Delete {
     }
 }
 
+/// The executors of an app by state: the counts the step's [`Summary`] and `status` both
+/// show, flattened into their JSON (these keys, in this order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PhaseCounts {
+    /// Running executors.
+    pub running: u32,
+    /// Pending executors.
+    pub pending: u32,
+    /// Executors created and not yet seen (unacknowledged requests).
+    pub unacknowledged: u32,
+    /// Failed executors (not yet deleted).
+    pub failed: u32,
+    /// Succeeded executors (not yet deleted).
+    pub succeeded: u32,
+    /// Executors being deleted (with a deletionTimestamp).
+    pub deleting: u32,
+    /// Executors in phase Unknown.
+    pub unknown: u32,
+}
+
 /// Counts behind the plan, for logs and `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
     /// The target after this step (after removals).
     pub target: u32,
-    /// Running executors in the snapshot (not being removed).
-    pub running: u32,
-    /// Pending executors in the snapshot (not being removed).
-    pub pending: u32,
-    /// Unacknowledged executors carried into this step (after rules 1–2, before creates).
-    pub unacknowledged: u32,
-    /// Failed executors in the snapshot.
-    pub failed: u32,
-    /// Succeeded executors in the snapshot.
-    pub succeeded: u32,
-    /// Executors with a deletionTimestamp in the snapshot.
-    pub deleting: u32,
-    /// Executors in an unknown phase.
-    pub unknown: u32,
+    /// The executors in the snapshot by state: running and pending ones not being removed;
+    /// unacknowledged ones as carried into this step (after rules 1–2, before creates).
+    #[serde(flatten)]
+    pub counts: PhaseCounts,
     /// Pods planned for creation.
     pub created: u32,
     /// Pods planned for deletion.

@@ -356,7 +356,7 @@ impl<'a> Step<'a> {
             lost: Vec::new(),
             excess_pending: BTreeSet::new(),
         };
-        c.summary.unacknowledged = self.unack.len() as u32;
+        c.summary.counts.unacknowledged = self.unack.len() as u32;
         let snap = self.snap;
         for p in snap.executors.values() {
             if self.removed.contains(&p.id) {
@@ -375,25 +375,25 @@ impl<'a> Step<'a> {
                 ExecutorState::Running => c.running.push(p),
                 ExecutorState::Pending => c.pending.push(p),
                 ExecutorState::Failed if p.disruption.is_some() => {
-                    c.summary.failed += 1;
+                    c.summary.counts.failed += 1;
                     self.disrupted(p);
                 }
                 ExecutorState::Failed => {
-                    c.summary.failed += 1;
+                    c.summary.counts.failed += 1;
                     let reason = p.reason.clone().unwrap_or_else(|| "failed".into());
                     self.newly_failed.push((p.id, reason));
                     self.delete_terminated(p, DeleteReason::Failed);
                 }
                 ExecutorState::Succeeded => {
-                    c.summary.succeeded += 1;
+                    c.summary.counts.succeeded += 1;
                     self.delete_terminated(p, DeleteReason::Succeeded);
                 }
                 ExecutorState::Deleted => {
-                    c.summary.deleting += 1;
+                    c.summary.counts.deleting += 1;
                     c.terminating.push(p);
                 }
                 ExecutorState::Unknown => {
-                    c.summary.unknown += 1;
+                    c.summary.counts.unknown += 1;
                     c.unknown.push(p);
                 }
             }
@@ -968,8 +968,8 @@ impl<'a> Step<'a> {
         let mut s = c.summary;
         s.profiles = profiles;
         s.target = (self.targets().into_iter()).fold(0, |t, (_, n)| t.saturating_add(n));
-        s.running = c.running.len() as u32;
-        s.pending = c.pending.len() as u32;
+        s.counts.running = c.running.len() as u32;
+        s.counts.pending = c.pending.len() as u32;
         s.created = self.create.len() as u32;
         s.deleted = self.delete.len() as u32;
         s.converged = !b.backing_off

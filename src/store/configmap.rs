@@ -215,17 +215,6 @@ impl<'a> ConfigMapStore<'a> {
         landed
     }
 
-    fn backend(&self, e: KubeError) -> StoreError {
-        match e.status_code() {
-            Some(403) => StoreError::Forbidden(format!(
-                "{}: {e} (RBAC: grant the verb the server names on configmaps in the Role \
-                 bound to podalloc's user; deploy/rbac.yaml lists every verb podalloc needs)",
-                self.what()
-            )),
-            _ => StoreError::Backend(format!("{}: {e}", self.what())),
-        }
-    }
-
     fn corrupt(&self, why: String) -> StoreError {
         StoreError::Corrupt(
             std::path::PathBuf::from(format!("configmap:{}", self.name)),
@@ -642,13 +631,22 @@ impl Home for ConfigMapStore<'_> {
         self.cms.get(&self.name).map_err(|e| self.backend(e))
     }
 
-    fn put(&self, cm: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError> {
-        let mut cm = cm.clone();
-        liveness::set_keys(&mut cm["metadata"]["annotations"], set);
-        match self.cms.replace(&self.name, &cm) {
-            Ok(stored) => Ok(Some(stored)),
-            Err(e) if e.status_code() == Some(409) => Ok(None),
-            Err(e) => Err(self.backend(e)),
+    fn fields(cm: &mut Value) -> &mut Value {
+        &mut cm["metadata"]["annotations"]
+    }
+
+    fn replace(&self, cm: &Value) -> Result<Value, KubeError> {
+        self.cms.replace(&self.name, cm)
+    }
+
+    fn backend(&self, e: KubeError) -> StoreError {
+        match e.status_code() {
+            Some(403) => StoreError::Forbidden(format!(
+                "{}: {e} (RBAC: grant the verb the server names on configmaps in the Role \
+                 bound to podalloc's user; deploy/rbac.yaml lists every verb podalloc needs)",
+                self.what()
+            )),
+            _ => StoreError::Backend(format!("{}: {e}", self.what())),
         }
     }
 

@@ -201,22 +201,6 @@ impl<'a> ExecutorSetStore<'a> {
         format!("ExecutorSet {}/{name}", self.sets.namespace())
     }
 
-    fn backend(&self, e: KubeError) -> StoreError {
-        match e.status_code() {
-            Some(403) => StoreError::Forbidden(format!(
-                "{}: {e} (RBAC: grant the verb the server names in the Role bound to \
-                 podalloc's user; a controller needs executorsets get, list, create and \
-                 executorsets/status update: deploy/rbac.yaml)",
-                self.what()
-            )),
-            Some(404) => StoreError::Backend(format!(
-                "{}: {e} (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
-                self.what()
-            )),
-            _ => StoreError::Backend(format!("{}: {e}", self.what())),
-        }
-    }
-
     /// Reads the home (profile 0's object, `None` when missing) and the objects of the app's
     /// other resource profiles, by profile: one list by label `spark-app-selector` (the home
     /// too when it carries the label), and a get of the home when the list lacks it. Objects
@@ -1001,13 +985,27 @@ impl Home for ExecutorSetStore<'_> {
         Ok(es)
     }
 
-    fn put(&self, es: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError> {
-        let mut es = es.clone();
-        liveness::set_keys(&mut es["status"], set);
-        match self.sets.replace_status(&self.name, &es) {
-            Ok(stored) => Ok(Some(stored)),
-            Err(e) if e.status_code() == Some(409) => Ok(None),
-            Err(e) => Err(self.backend(e)),
+    fn fields(es: &mut Value) -> &mut Value {
+        &mut es["status"]
+    }
+
+    fn replace(&self, es: &Value) -> Result<Value, KubeError> {
+        self.sets.replace_status(&self.name, es)
+    }
+
+    fn backend(&self, e: KubeError) -> StoreError {
+        match e.status_code() {
+            Some(403) => StoreError::Forbidden(format!(
+                "{}: {e} (RBAC: grant the verb the server names in the Role bound to \
+                 podalloc's user; a controller needs executorsets get, list, create and \
+                 executorsets/status update: deploy/rbac.yaml)",
+                self.what()
+            )),
+            Some(404) => StoreError::Backend(format!(
+                "{}: {e} (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
+                self.what()
+            )),
+            _ => StoreError::Backend(format!("{}: {e}", self.what())),
         }
     }
 

@@ -22,6 +22,7 @@
 //! renewed it (`stale_after_s`, no answer deadline: it cannot answer) is judged by its age
 //! as before.
 
+use crate::kube::KubeError;
 use crate::store::file::{Holder, StoreError};
 use serde_json::Value;
 use std::cell::RefCell;
@@ -383,9 +384,15 @@ pub(crate) trait Home {
     fn asker(&mut self) -> &mut Asker;
     /// Reads the home; `None` when it does not exist. Errors: the API's.
     fn read(&self) -> Result<Option<Value>, StoreError>;
-    /// Home `obj` with its fields `set` (`None`: removed) written with its
-    /// `resourceVersion`: the object as stored, `None` after a 409. Errors: the API's.
-    fn put(&self, obj: &Value, set: &[(&str, Option<Value>)]) -> Result<Option<Value>, StoreError>;
+    /// The object of home `obj` that holds the fields named by [`Home::KEYS`] (a
+    /// ConfigMap's annotations, an ExecutorSet's status).
+    fn fields(obj: &mut Value) -> &mut Value;
+    /// Writes home `obj` with its `resourceVersion` (the ConfigMap, the ExecutorSet's
+    /// status): the object as stored. Errors: the API's, a 409 among them.
+    fn replace(&self, obj: &Value) -> Result<Value, KubeError>;
+    /// An API error of this home's as the store reports it (naming the home; 403 says
+    /// which RBAC verb is missing).
+    fn backend(&self, e: KubeError) -> StoreError;
     /// The error of a write that met a 409 at every try.
     fn conflict(&self) -> StoreError;
 }
@@ -407,7 +414,13 @@ pub(crate) fn write<H: Home>(
         Write::Claim(h) => vec![(holder, Some(H::encode(h))), (ping, None), (pong, None)],
         Write::Release => vec![(holder, None), (ping, None), (pong, None)],
     };
-    home.put(obj, &set)
+    let mut obj = obj.clone();
+    set_keys(H::fields(&mut obj), &set);
+    match home.replace(&obj) {
+        Ok(stored) => Ok(Some(stored)),
+        Err(e) if e.status_code() == Some(409) => Ok(None),
+        Err(e) => Err(home.backend(e)),
+    }
 }
 
 /// Settles who holds home `obj`, as just read, before this command uses it (see the module

@@ -830,12 +830,7 @@ mod tests {
                     },
                 }
             });
-            let cfg = crate::kube::ClusterConfig::for_server(&server.url(), "ns");
-            let options = crate::kube::ClientOptions {
-                retry: crate::kube::RetryPolicy::none(),
-                ..Default::default()
-            };
-            let client = KubeClient::with_options(cfg, options).unwrap();
+            let client = server.client("ns", crate::kube::RetryPolicy::none());
             Events {
                 server,
                 store,

@@ -165,6 +165,21 @@ impl FakeServer {
         format!("http://{}", self.addr)
     }
 
+    /// A client of this (plain HTTP) server in namespace `ns` that retries as `retry` says,
+    /// its other options at their defaults.
+    pub(crate) fn client(
+        &self,
+        ns: &str,
+        retry: crate::kube::RetryPolicy,
+    ) -> crate::kube::KubeClient {
+        let cfg = crate::kube::ClusterConfig::for_server(&self.url(), ns);
+        let options = crate::kube::ClientOptions {
+            retry,
+            ..Default::default()
+        };
+        crate::kube::KubeClient::with_options(cfg, options).unwrap()
+    }
+
     pub(crate) fn recorded(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }

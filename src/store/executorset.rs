@@ -1664,15 +1664,11 @@ mod tests {
             let meddle = Arc::new(Mutex::new(Vec::new()));
             let (o, l, m) = (Arc::clone(&obj), Arc::clone(&lose), Arc::clone(&meddle));
             let server = FakeServer::http(move |r, _| answer(&o, (&l, &m), r));
-            let cfg = crate::kube::ClusterConfig::for_server(&server.url(), "ns");
-            let options = crate::kube::ClientOptions {
-                retry: crate::kube::RetryPolicy {
-                    base_delay: std::time::Duration::from_millis(1),
-                    ..Default::default()
-                },
+            let retry = crate::kube::RetryPolicy {
+                base_delay: std::time::Duration::from_millis(1),
                 ..Default::default()
             };
-            let client = KubeClient::with_options(cfg, options).unwrap();
+            let client = server.client("ns", retry);
             FakeEs {
                 server,
                 obj,

@@ -373,7 +373,7 @@ impl ConnArgs {
             server: self.server.clone(),
             tls_server_name: self.tls_server_name.clone(),
             flags_only: false,
-            token: self.token.clone(),
+            token: self.token.clone().map(Into::into),
             token_file: self.token_file.clone(),
             certificate_authority: self.certificate_authority.clone(),
             client_certificate: self.client_certificate.clone(),

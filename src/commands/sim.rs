@@ -72,7 +72,7 @@ pub(super) fn start_simulator(c: &ConnArgs) -> Result<(ConnectionFlags, Option<S
     );
     let flags = ConnectionFlags {
         server: Some(server.url()),
-        token: Some(token),
+        token: Some(token.into()),
         certificate_authority: Some(ca),
         namespace: c.namespace.clone().or(Some("default".into())),
         flags_only: true,

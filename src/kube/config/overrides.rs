@@ -2,7 +2,6 @@
 //! override, field by field, what the kubeconfig or the in-cluster service account gave
 //! (client-go `clientcmd`'s `ConfigOverrides`).
 
-use std::fmt;
 use std::path::PathBuf;
 
 use super::{read_pem_file, Credential, Partial};
@@ -11,8 +10,8 @@ use crate::kube::secret::{KeyData, PemData, Secret};
 
 /// Connection flags as the CLI gives them (kubectl's names).
 ///
-/// `Debug` is written by hand and shows `token` as `<redacted>`.
-#[derive(Clone, Default)]
+/// `Debug` shows `token` as `<redacted>` (a [`Secret`]).
+#[derive(Clone, Debug, Default)]
 pub struct ConnectionFlags {
     /// `--kubeconfig FILE`: use this one file, ignore `$KUBECONFIG` and `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
@@ -32,7 +31,7 @@ pub struct ConnectionFlags {
     /// Use the flags alone: no kubeconfig, no in-cluster account (the built-in simulator).
     pub flags_only: bool,
     /// `--token TOKEN`: bearer token; overrides the kubeconfig user's credential.
-    pub token: Option<String>,
+    pub token: Option<Secret<String>>,
     /// `--token-file FILE`: bearer token file, re-read every 60 s and after a 401.
     pub token_file: Option<PathBuf>,
     /// `--certificate-authority FILE`: PEM bundle that the server certificate must chain to.
@@ -47,32 +46,12 @@ pub struct ConnectionFlags {
     pub allow_insecure_http: bool,
 }
 
-impl fmt::Debug for ConnectionFlags {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectionFlags")
-            .field("kubeconfig", &self.kubeconfig)
-            .field("context", &self.context)
-            .field("namespace", &self.namespace)
-            .field("server", &self.server)
-            .field("tls_server_name", &self.tls_server_name)
-            .field("flags_only", &self.flags_only)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("token_file", &self.token_file)
-            .field("certificate_authority", &self.certificate_authority)
-            .field("client_certificate", &self.client_certificate)
-            .field("client_key", &self.client_key)
-            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
-            .field("allow_insecure_http", &self.allow_insecure_http)
-            .finish()
-    }
-}
-
 impl ConnectionFlags {
     /// Whether the flags alone give a credential: a non-blank `--token`, `--token-file`, or
     /// `--client-certificate` with `--client-key`. Such flags replace the kubeconfig user's
     /// credential, so an exec plugin is not run and an unsupported auth method is no error.
     pub(super) fn give_credential(&self) -> bool {
-        self.token.as_deref().is_some_and(|t| !t.trim().is_empty())
+        (self.token.as_ref()).is_some_and(|t| !t.expose().trim().is_empty())
             || self.token_file.is_some()
             || (self.client_certificate.is_some() && self.client_key.is_some())
     }
@@ -152,8 +131,8 @@ fn apply_trust(p: &mut Partial, flags: &ConnectionFlags) -> Result<(), KubeError
 fn apply_credential(p: &mut Partial, flags: &ConnectionFlags) -> Result<(), KubeError> {
     let token_flag = flags
         .token
-        .as_deref()
-        .map(str::trim)
+        .as_ref()
+        .map(|t| t.expose().trim())
         .filter(|t| !t.is_empty());
     if let Some(token) = token_flag {
         p.credential = Credential::Token {

@@ -605,6 +605,10 @@ fn queue_only(mut cm: Value) -> Value {
 /// The holder record, ping and pong of a state ConfigMap are annotations ([`HOLDER_KEY`],
 /// [`PING_KEY`], [`PONG_KEY`]), the record and the ping as JSON text.
 impl Home for ConfigMapStore<'_> {
+    const FORBIDDEN_HINT: &'static str = "RBAC: grant the verb the server names on configmaps in \
+        the Role bound to podalloc's user; deploy/rbac.yaml lists every verb podalloc needs";
+    const NOT_FOUND_HINT: Option<&'static str> = None;
+    const WRITES: &'static str = "";
     const KEYS: [&'static str; 3] = [HOLDER_KEY, PING_KEY, PONG_KEY];
 
     fn encode<T: serde::Serialize>(v: &T) -> Value {
@@ -637,24 +641,6 @@ impl Home for ConfigMapStore<'_> {
 
     fn replace(&self, cm: &Value) -> Result<Value, KubeError> {
         self.cms.replace(&self.name, cm)
-    }
-
-    fn backend(&self, e: KubeError) -> StoreError {
-        match e.status_code() {
-            Some(403) => StoreError::Forbidden(format!(
-                "{}: {e} (RBAC: grant the verb the server names on configmaps in the Role \
-                 bound to podalloc's user; deploy/rbac.yaml lists every verb podalloc needs)",
-                self.what()
-            )),
-            _ => StoreError::Backend(format!("{}: {e}", self.what())),
-        }
-    }
-
-    fn conflict(&self) -> StoreError {
-        StoreError::Conflict(format!(
-            "another podalloc instance updated {} first; this tick did nothing",
-            self.what()
-        ))
     }
 }
 

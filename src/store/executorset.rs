@@ -953,6 +953,12 @@ fn removals(es: &Value, what: &str) -> Vec<Steering> {
 /// The holder record, ping and pong of an ExecutorSet are fields of its status (`holder`,
 /// `ping`, `pong`), written through `/status`.
 impl Home for ExecutorSetStore<'_> {
+    const FORBIDDEN_HINT: &'static str = "RBAC: grant the verb the server names in the Role bound \
+        to podalloc's user; a controller needs executorsets get, list, create and \
+        executorsets/status update: deploy/rbac.yaml";
+    const NOT_FOUND_HINT: Option<&'static str> =
+        Some("is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml");
+    const WRITES: &'static str = "the status of ";
     const KEYS: [&'static str; 3] = ["holder", "ping", "pong"];
 
     fn encode<T: serde::Serialize>(v: &T) -> Value {
@@ -991,29 +997,6 @@ impl Home for ExecutorSetStore<'_> {
 
     fn replace(&self, es: &Value) -> Result<Value, KubeError> {
         self.sets.replace_status(&self.name, es)
-    }
-
-    fn backend(&self, e: KubeError) -> StoreError {
-        match e.status_code() {
-            Some(403) => StoreError::Forbidden(format!(
-                "{}: {e} (RBAC: grant the verb the server names in the Role bound to \
-                 podalloc's user; a controller needs executorsets get, list, create and \
-                 executorsets/status update: deploy/rbac.yaml)",
-                self.what()
-            )),
-            Some(404) => StoreError::Backend(format!(
-                "{}: {e} (is the ExecutorSet CRD installed? kubectl apply -f deploy/crd.yaml)",
-                self.what()
-            )),
-            _ => StoreError::Backend(format!("{}: {e}", self.what())),
-        }
-    }
-
-    fn conflict(&self) -> StoreError {
-        StoreError::Conflict(format!(
-            "another podalloc instance updated the status of {} first; this tick did nothing",
-            self.what()
-        ))
     }
 }
 

@@ -390,11 +390,38 @@ pub(crate) trait Home {
     /// Writes home `obj` with its `resourceVersion` (the ConfigMap, the ExecutorSet's
     /// status): the object as stored. Errors: the API's, a 409 among them.
     fn replace(&self, obj: &Value) -> Result<Value, KubeError>;
-    /// An API error of this home's as the store reports it (naming the home; 403 says
-    /// which RBAC verb is missing).
-    fn backend(&self, e: KubeError) -> StoreError;
+    /// What a 403 on this home asks of the user: the RBAC to grant (in parentheses after
+    /// the error).
+    const FORBIDDEN_HINT: &'static str;
+    /// What a 404 on this home asks of the user, if a 404 can mean more than a missing
+    /// object (an ExecutorSet's: the CRD not installed).
+    const NOT_FOUND_HINT: Option<&'static str>;
+    /// What a conditional write changes, before [`Home::what`] in the conflict message
+    /// (`""`: the whole object; `"the status of "`).
+    const WRITES: &'static str;
+
+    /// An API error of this home's as the store reports it: `Forbidden` for a 403 (naming
+    /// the home and [`Home::FORBIDDEN_HINT`]), else `Backend` naming the home (and
+    /// [`Home::NOT_FOUND_HINT`] for a 404).
+    fn backend(&self, e: KubeError) -> StoreError {
+        let what = self.what();
+        match (e.status_code(), Self::NOT_FOUND_HINT) {
+            (Some(403), _) => {
+                StoreError::Forbidden(format!("{what}: {e} ({})", Self::FORBIDDEN_HINT))
+            }
+            (Some(404), Some(hint)) => StoreError::Backend(format!("{what}: {e} ({hint})")),
+            _ => StoreError::Backend(format!("{what}: {e}")),
+        }
+    }
+
     /// The error of a write that met a 409 at every try.
-    fn conflict(&self) -> StoreError;
+    fn conflict(&self) -> StoreError {
+        StoreError::Conflict(format!(
+            "another podalloc instance updated {}{} first; this tick did nothing",
+            Self::WRITES,
+            self.what()
+        ))
+    }
 }
 
 /// How many times a release is tried again after a 409.

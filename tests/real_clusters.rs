@@ -332,8 +332,8 @@ fn an_apps_file_is_validated_as_the_api_would() {
 fn fifos_and_devices_as_input_files_are_refused_at_once() {
     let w = world();
     let fifo = w.path("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, mode, 0).unwrap();
     for bad in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
         let b = bad.to_str().unwrap();
         let (code, err) = finishes(&mut apps(&w, bad));

@@ -77,8 +77,8 @@ mod tests {
         let e = read_regular_file(dir.path(), 10).unwrap_err();
         assert!(e.to_string().contains("(a directory)"), "{e}");
         let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, mode, 0).unwrap();
         let e = read_regular_file(&fifo, 10).unwrap_err();
         assert!(e.to_string().contains("(a FIFO)"), "{e}");
     }

@@ -14,7 +14,9 @@
 //! overshoot and no duplicate executor id through any of it.
 
 use crate::both::{both, Act, Env, Pods, CANDIDATES};
-use crate::util::{agent, spawn_replica, stderr, with_fast_leader_elect, SimWorld};
+use crate::util::{
+    agent, spawn_replica, stderr, with_fast_leader_elect, SimWorld, FAST_LEADER_ELECT,
+};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -912,6 +914,53 @@ both!(
             }
         }
         assert!(s.max_live_pods_by_app.len() >= DRIVERS, "{s:?}");
+    }
+);
+
+both!(
+    a_lease_the_rbac_refuses_ends_run_and_apps_leader_elect_with_exit_4_and_one_line,
+    APP,
+    Pods::default(),
+    |env| {
+        let e = env.sibling_forbidding("leasesforbidden", "lease-get", ("leases", "get"));
+        // The Role's change is in force once a Lease read as podalloc is refused.
+        e.wait_for("the Role without leases get", |e| {
+            e.as_podalloc("GET", &lease_path(e, LEASE), None).0 == 403
+        });
+        // It retried every retry period for ever, a warning each time (a new user's trial:
+        // 258 lines in 10 minutes); now the first refusal ends it, as `apps`' claim does.
+        let t0 = Instant::now();
+        let args = [
+            "--state-store",
+            "configmap:ha-state",
+            "run",
+            "--target",
+            "1",
+        ];
+        let args = [&args[..], &["--timeout", "20s"], &FAST_LEADER_ELECT[..]].concat();
+        let err = e.exits(&args, 4);
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        let lease = format!("Lease {}/{LEASE}", e.ns);
+        let fix = "grant leases get/create/update in API group coordination.k8s.io";
+        let line = format!("run --leader-elect: the RBAC refused get on {lease} (403 Forbidden)");
+        crate::util::assert_contains_all(&err, &[&line, fix]);
+        assert_eq!(err.matches("403").count(), 1, "one line: {err}");
+        assert!(
+            e.live().is_empty(),
+            "a replica without the Lease never acts"
+        );
+        // `apps --leader-elect` alike, on its own Lease.
+        let mut apps = e.connect(&e.candidate_token("a"));
+        apps.args(["--image", "img", "apps", "--discover", "spark-role=driver"])
+            .args(["--timeout", "20s"])
+            .args(FAST_LEADER_ELECT);
+        let err = crate::util::exits(&mut apps, 4);
+        let line = format!(
+            "apps --leader-elect: the RBAC refused get on Lease {}/podalloc-apps",
+            e.ns
+        );
+        crate::util::assert_contains_all(&err, &[&line, fix]);
+        assert_eq!(err.matches("403").count(), 1, "one line: {err}");
     }
 );
 

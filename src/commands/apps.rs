@@ -398,7 +398,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         shared.with_leader(|le| {
             let Some(le) = le else { return Ok(true) };
             let standby = !le.is_leader();
-            if standby && !self.leader_elect {
+            if standby && self.leader_elect {
+                super::elect::refused(
+                    le,
+                    "apps --leader-elect",
+                    "the election needs it to choose the one replica that acts",
+                )?;
+            } else if standby {
                 claim_held(le, ns, &mut self.waiting)?;
             }
             Ok(!standby)
@@ -805,13 +811,11 @@ fn claim_held(
     ns: &str,
     waiting: &mut bool,
 ) -> Result<()> {
-    if le.forbidden() {
-        return Err(Error::refused(format!(
-            "apps: the apps Lease of namespace {ns} cannot be read or written (403): grant \
-             leases get/create/update in API group coordination.k8s.io; it is the claim that \
-             keeps a second apps process from managing the same apps"
-        )));
-    }
+    super::elect::refused(
+        le,
+        "apps",
+        "it is the claim that keeps a second apps process from managing the same apps",
+    )?;
     if let Some(h) = le.renewed_by_other() {
         return Err(Error::locked(format!(
             "another podalloc apps ({h}) holds the apps Lease of namespace {ns} and renews it: \

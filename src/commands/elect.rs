@@ -104,17 +104,37 @@ fn start_elector(
     LeaderElection::start(client, &name, elector).map_err(crate::controller::tick::kube_error)
 }
 
+/// Exit 4 once the RBAC refused a call on `le`'s Lease (403): a retry would meet the same
+/// refusal, and without the Lease no replica may act (`run --leader-elect`, `apps` with or
+/// without `--leader-elect`). One line naming the command `who`, the Lease, the refused
+/// verb and the fix; `why`: what the Lease is for.
+pub(super) fn refused(le: &LeaderElection, who: &str, why: &str) -> Result<()> {
+    let Some(verb) = le.forbidden() else {
+        return Ok(());
+    };
+    let (ns, name) = le.lease();
+    Err(Error::refused(format!(
+        "{who}: the RBAC refused {verb} on Lease {ns}/{name} (403 Forbidden): grant leases \
+         get/create/update in API group coordination.k8s.io in namespace {ns}; {why}"
+    )))
+}
+
 /// The run loop's hook: whether this process may tick now (always without
 /// `--leader-elect`). A standby writes the leader-election metrics to `--metrics-file`, since
-/// it runs no tick that would.
-pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool {
+/// it runs no tick that would. Errors: exit 4 when the RBAC refuses the Lease ([`refused`]).
+pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> Result<bool> {
     let Some(le) = le else {
-        return true;
+        return Ok(true);
     };
     let leadership = le.leadership();
     if leadership.0 {
-        return true;
+        return Ok(true);
     }
+    refused(
+        le,
+        "run --leader-elect",
+        "the election needs it to choose the one replica that acts",
+    )?;
     let (app, ns) = (&env.app.app_id, env.client.namespace());
     let text = || crate::controller::metrics::render_standby(app, ns, leadership);
     if let Some(path) = &cli.ops.metrics_file {
@@ -127,5 +147,5 @@ pub(super) fn may_act(le: Option<&LeaderElection>, cli: &Cli, env: &Env) -> bool
     if let Some(probe) = &env.services.probe {
         probe.set_app_metrics(ns, app, text());
     }
-    false
+    Ok(false)
 }

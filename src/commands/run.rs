@@ -132,7 +132,7 @@ impl RunFeed<'_> {
 
 impl<'e> Feed<'e> for RunFeed<'e> {
     fn may_act(&mut self, shared: &Control) -> Result<bool> {
-        Ok(shared.with_leader(|le| super::elect::may_act(le, self.cli, self.env)))
+        shared.with_leader(|le| super::elect::may_act(le, self.cli, self.env))
     }
 
     fn round(

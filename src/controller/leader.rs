@@ -658,8 +658,9 @@ struct Reported {
     transitions: u64,
     /// The last Lease read was unreadable (warned once per such spell).
     unreadable: bool,
-    /// The last Lease call was refused with 403 (RBAC).
-    forbidden: bool,
+    /// The verb (`get`, `create`, `update`) of the last Lease call when the RBAC refused it
+    /// with 403.
+    forbidden: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -818,9 +819,15 @@ impl LeaderElection {
         lock(&self.shared.elector).holder().map(str::to_string)
     }
 
-    /// Whether the last Lease call was refused with 403 Forbidden (RBAC lacks leases).
-    pub(crate) fn forbidden(&self) -> bool {
-        lock(&self.shared.reported).forbidden
+    /// The verb (`get`, `create`, `update`) of the last Lease call when it was refused with
+    /// 403 Forbidden (RBAC lacks leases); `None` otherwise.
+    pub(crate) fn forbidden(&self) -> Option<String> {
+        lock(&self.shared.reported).forbidden.clone()
+    }
+
+    /// The Lease's namespace and name.
+    pub(crate) fn lease(&self) -> (&str, &str) {
+        (self.client.namespace(), &self.name)
     }
 
     /// [`Elector::renewed_by_other`]: another live holder.
@@ -900,18 +907,21 @@ fn attempt(s: &Candidate, leases: &Api<'_>, name: &str) {
     }
 }
 
-/// Logs a failed Lease call; a 403 says which permission is missing (and is remembered:
-/// [`LeaderElection::forbidden`]).
+/// Logs a failed Lease call; a 403 is remembered instead ([`LeaderElection::forbidden`]):
+/// the command ends on it with one line that says which permission is missing
+/// (`crate::commands::elect::refused`), as a retry would meet the same refusal.
 fn report(s: &Candidate, e: &KubeError) {
-    lock(&s.reported).forbidden = e.status_code() == Some(403);
-    if e.status_code() == Some(403) {
-        warn!(
-            "leader election: {e} (grant the service account leases get/create/update in API \
-             group coordination.k8s.io in this namespace)"
-        );
-    } else {
-        warn!("leader election: {e}");
+    let forbidden = match e {
+        KubeError::Api { verb, status } if status.code == 403 => {
+            Some(verb.split(' ').next().unwrap_or_default().to_string())
+        }
+        _ => None,
+    };
+    match &forbidden {
+        Some(_) => debug!("leader election: {e}"),
+        None => warn!("leader election: {e}"),
     }
+    lock(&s.reported).forbidden = forbidden;
 }
 
 /// `ReleaseOnCancel`: gives the Lease up if we hold it. A 409 (someone wrote it in

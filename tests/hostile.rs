@@ -77,6 +77,11 @@ fn a_second_signal_aborts_a_hung_tick_at_once() {
         .expect(&e);
     let abort = e.find("second signal (SIGTERM): aborting now").expect(&e);
     assert!(ack < abort, "{e}");
+    // Log lines like every other (they were bare `podalloc: …` lines): the app and namespace.
+    for said in ["SIGTERM received: finishing", "second signal (SIGTERM)"] {
+        let line = e.lines().find(|l| l.contains(said)).unwrap();
+        assert!(line.contains(&format!(" app={APP} ns=default] ")), "{line}");
+    }
     // The create never answered: the state is the write-ahead one (the ids it was about
     // to create, unacknowledged), nothing half-written; no pod was made.
     let st = w.state();

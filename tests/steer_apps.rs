@@ -180,8 +180,10 @@ fn lease_holder(w: &World, name: &str) -> String {
 }
 
 /// Sends SIGTERM to `child` (the loop `what`, its list stalled) and checks that it stops at
-/// once: exit 0 within 2 s, saying `stopping now`. Returns its standard error.
-fn sigterm_stops_at_once(what: &str, child: std::process::Child) -> String {
+/// once: exit 0 within 2 s, saying `stopping now` and, as the signal's line, on lines that
+/// carry `app` (`*` for `apps`, its lines about the process) and the namespace. Returns its
+/// standard error.
+fn sigterm_stops_at_once(what: &str, app: &str, child: std::process::Child) -> String {
     let sent = Instant::now();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
@@ -191,6 +193,10 @@ fn sigterm_stops_at_once(what: &str, child: std::process::Child) -> String {
     assert_eq!(code(&out), 0, "{what}: {err}");
     assert!(took < Duration::from_secs(2), "{what}: {took:?}: {err}");
     assert!(err.contains("stopping now"), "{what}: {err}");
+    for said in ["SIGTERM received: finishing", "stopping now"] {
+        let line = err.lines().find(|l| l.contains(said)).unwrap();
+        assert!(line.contains(&format!(" app={app} ns=default] ")), "{line}");
+    }
     err
 }
 
@@ -222,10 +228,10 @@ fn sigterm_during_a_stalled_list_stops_run_and_apps_at_once() {
     let mut apps_args = vec!["--interval", "100ms"];
     apps_args.extend(elect);
     let loops = [
-        ("run", w.cmd(&run_args), "podalloc-stalled"),
-        ("apps", apps_cmd(&w, &apps_args), "podalloc-apps"),
+        ("run", w.cmd(&run_args), "podalloc-stalled", "stalled"),
+        ("apps", apps_cmd(&w, &apps_args), "podalloc-apps", "*"),
     ];
-    for (what, mut cmd, lease) in loops {
+    for (what, mut cmd, lease, app) in loops {
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -236,7 +242,7 @@ fn sigterm_during_a_stalled_list_stops_run_and_apps_at_once() {
             !lease_holder(w, lease).is_empty()
         });
         std::thread::sleep(Duration::from_millis(500));
-        sigterm_stops_at_once(what, child);
+        sigterm_stops_at_once(what, app, child);
         // Nothing was written by the tick, and the Lease was given up.
         assert!(!w.state_file().exists(), "{what}");
         assert_eq!(lease_holder(&w, lease), "", "{what}");
@@ -285,7 +291,7 @@ fn sigterm_during_a_stalled_list_gives_up_the_configmap_holder_record() {
     });
     std::thread::sleep(Duration::from_millis(800));
     let (_, before) = cm_holder_and_state(&w, "stall-cm");
-    let err = sigterm_stops_at_once("run on a ConfigMap store", child);
+    let err = sigterm_stops_at_once("run on a ConfigMap store", "stalled-cm", child);
     // The record is given up (a loop started now is not refused), the state as it was.
     let (holder, after) = cm_holder_and_state(&w, "stall-cm");
     assert_eq!(holder, None, "{err}");

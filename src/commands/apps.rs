@@ -140,7 +140,7 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         conn.services.probe = Some(probe);
         e
     });
-    let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t))?;
+    let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t), conn.services.log.clone())?;
     // Between its requests and while they wait, the loop answers the endpoints, reads its
     // signals and renews its Lease.
     shutdown.0.set_probe(conn.services.probe.as_ref());

@@ -197,7 +197,7 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     // one interval: its record's answer deadline is 3 × interval + 2 s + the tick budget (it answers
     // between ticks).
     let holding = (!a.leader.leader_elect).then_some(o.interval);
-    let shutdown = Shutdown::install(env.run_deadline)?;
+    let shutdown = Shutdown::install(env.run_deadline, env.services.log.clone())?;
     // Between its requests and while they wait, the loop answers the endpoints, reads its
     // signals and renews its Lease (the Lease client is derived: it shares the hook).
     shutdown.0.set_probe(env.services.probe.as_ref());

@@ -39,6 +39,16 @@ impl LogContext {
         }
     }
 
+    /// Runs `f`, whose lines are about the process rather than an app (a signal, the
+    /// process ending), with the command's context even in the middle of an app's tick
+    /// (`apps`: its `*` and namespace); the app being ticked is restored after.
+    pub fn process_lines<R>(&self, f: impl FnOnce() -> R) -> R {
+        let app = self.lock().app.take();
+        let r = f();
+        self.lock().app = app;
+        r
+    }
+
     /// Sets (`Some((app id, namespace))`) or clears the app being ticked.
     pub fn set_app(&self, app: Option<(&str, &str)>) {
         self.lock().app = app.map(|(a, n)| (a.to_string(), n.to_string()));
@@ -61,5 +71,9 @@ mod tests {
         assert_eq!(logger.current(), Some(("x".into(), "other".into())));
         c.set_app(None);
         assert_eq!(logger.current(), Some(("a".into(), "ns".into())));
+        c.set_app(Some(("x", "other")));
+        let seen = c.process_lines(|| logger.current());
+        assert_eq!(seen, Some(("a".into(), "ns".into())));
+        assert_eq!(logger.current(), Some(("x".into(), "other".into())));
     }
 }

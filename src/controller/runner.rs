@@ -19,6 +19,7 @@
 //! once, exit 0, its holder records and its Lease released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
 //! second after `--timeout` is aborted with exit 5, whatever the API server does.
 
+use crate::controller::context::LogContext;
 use crate::controller::leader::LeaderElection;
 use crate::controller::serve::Probe;
 use crate::controller::services::Services;
@@ -104,6 +105,8 @@ pub(crate) struct Control {
     /// Set while [`Control::poll`]'s own work runs: a poll re-entered from a request it
     /// makes (a Lease renewal, a release) only reads the signals and the deadline.
     polling: AtomicBool,
+    /// The logs' app and namespace: the lines about signals are the process's.
+    log: LogContext,
 }
 
 /// A release made when the process stops at once (a ConfigMap holder record).
@@ -222,11 +225,13 @@ impl Control {
             .deadline
             .is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE)
         {
-            eprintln!(
-                "podalloc: --timeout passed and the tick in progress has not ended within {}s: \
-                 aborting (exit 5); the state was saved before the API call in progress",
-                DEADLINE_GRACE.as_secs()
-            );
+            self.log.process_lines(|| {
+                warn!(
+                    "--timeout passed and the tick in progress has not ended within {}s: \
+                     aborting (exit 5); the state was saved before the API call in progress",
+                    DEADLINE_GRACE.as_secs()
+                )
+            });
             std::process::exit(ExitCode::Timeout as i32);
         }
         if self.polling.swap(true, Ordering::SeqCst) {
@@ -252,11 +257,12 @@ impl Control {
         let Ok(mut leader) = self.leader.try_lock() else {
             return;
         };
-        info!(
-            "signal received: stopping now: the tick in progress has written nothing (its API \
-             call is still waiting); the state is as the last tick saved it"
-        );
-        eprintln!("podalloc: stopping now (exit 0)");
+        self.log.process_lines(|| {
+            info!(
+                "signal received: stopping now (exit 0): the tick in progress has written \
+                 nothing (its API call is still waiting); the state is as the last tick saved it"
+            )
+        });
         let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
         hooks.into_iter().for_each(|release| release());
         drop(leader.take());
@@ -266,7 +272,8 @@ impl Control {
 
 /// SIGINT/SIGTERM as a flag the loop checks between ticks, read by [`Control::poll`].
 ///
-/// The first signal is acknowledged on stderr; the process ends itself (without waiting for
+/// The first signal is acknowledged in the log (the command's app and namespace, as every
+/// line about the process); the process ends itself (without waiting for
 /// the request in progress, cut by the hook of its waits) when the tick in progress has
 /// still written nothing [`FRESH_GRACE`] after it (exit 0), on a second signal (exit
 /// [`ABORT_EXIT`]) or when a tick is still running [`DEADLINE_GRACE`] after `--timeout`
@@ -279,9 +286,10 @@ impl Control {
 pub(crate) struct Shutdown(pub(crate) Arc<Control>);
 
 impl Shutdown {
-    /// Installs the handlers (no thread: the signals are read by [`Control::poll`]).
+    /// Installs the handlers (no thread: the signals are read by [`Control::poll`]); `log`:
+    /// the logs' context, for the lines about signals.
     /// Errors (exit 1): the handlers cannot be installed.
-    pub(crate) fn install(deadline: Option<Instant>) -> Result<Shutdown> {
+    pub(crate) fn install(deadline: Option<Instant>, log: LogContext) -> Result<Shutdown> {
         let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
             .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
         Ok(Shutdown(Arc::new(Control {
@@ -294,21 +302,28 @@ impl Shutdown {
             deadline,
             probe: OnceLock::new(),
             polling: AtomicBool::new(false),
+            log,
         })))
     }
 }
 
 /// The answer to signal `name`: the first is acknowledged, the second aborts.
+/// Logged with the command's app and namespace ([`LogContext::process_lines`]); the abort
+/// exits right after its line.
 fn on_signal(shared: &Control, name: &str) {
     if shared.signal.swap(true, Ordering::SeqCst) {
-        eprintln!(
-            "podalloc: second signal ({name}): aborting now (exit {ABORT_EXIT}); the state \
-             was saved before the API call in progress"
-        );
+        shared.log.process_lines(|| {
+            warn!(
+                "second signal ({name}): aborting now (exit {ABORT_EXIT}); the state was saved \
+                 before the API call in progress"
+            )
+        });
         std::process::exit(ABORT_EXIT);
     }
     *lock(&shared.signal_at) = Some(Instant::now());
-    eprintln!("podalloc: {name} received: finishing the current tick, Ctrl-C again to abort");
+    shared.log.process_lines(|| {
+        info!("{name} received: finishing the current tick, Ctrl-C again to abort")
+    });
 }
 
 /// What one tick of an app found.

@@ -189,6 +189,14 @@ impl Env {
         }
     }
 
+    /// This environment with the server spelled by name, `localhost` for `127.0.0.1`, so
+    /// podalloc looks it up (`kube/resolver.rs`) before it connects.
+    pub fn by_name(mut self) -> Env {
+        assert!(self.url.contains("127.0.0.1"), "{}", self.url);
+        self.url = self.url.replacen("127.0.0.1", "localhost", 1);
+        self
+    }
+
     /// A namespace of its own on the real control plane; `None` (after one line) when it is
     /// not built here and not required.
     pub fn real(test: &str, app: &str, pods: &Pods) -> Option<Env> {

@@ -421,6 +421,13 @@ mod at_rest_run_and_apps_run_one_thread {
         body(&Env::sim("one", &Pods::default()));
     }
 
+    /// The server given by name: its lookups run on a helper joined before they return
+    /// (`kube/resolver.rs`), so at rest the loop is still alone.
+    #[test]
+    fn on_sim_by_name() {
+        body(&Env::sim("one", &Pods::default()).by_name());
+    }
+
     #[test]
     fn on_real() {
         if let Some(e) = Env::real("one_thread", "one", &Pods::default()) {

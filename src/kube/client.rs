@@ -19,12 +19,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use ureq::config::AutoHeaderValue;
 use ureq::http::{Method, Uri};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::NextTimeout;
 
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
+use super::resolver::KubeResolver;
 use super::resource::{Resource, LEASES};
 use super::secret::{KeyData, PemData, Secret};
 use super::sliced::Hook;
@@ -420,60 +419,6 @@ impl Read for Chunks {
 
 /// Reads the body of a successful response ([`KubeClient::execute_with`]).
 pub(super) type BodyHandler<'h> = &'h mut dyn FnMut(&mut dyn Read);
-
-/// Resolves the `tls-server-name` host, which the request URLs carry, to the real server's
-/// addresses. ureq has no server-name override, so the URL names the certificate host and
-/// this resolver pins where it really is.
-#[derive(Debug)]
-struct PinnedResolver {
-    pin: Option<(String, Uri)>,
-}
-
-impl Resolver for PinnedResolver {
-    fn resolve(
-        &self,
-        uri: &Uri,
-        config: &ureq::config::Config,
-        timeout: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        if let Some((name, real)) = &self.pin {
-            if uri.host().is_some_and(|h| h.eq_ignore_ascii_case(name)) {
-                return resolve(real, config, timeout, self);
-            }
-        }
-        resolve(uri, config, timeout, self)
-    }
-}
-
-/// An IP address in the URL (`https://10.0.0.1:6443`, what in-cluster configuration and most
-/// kubeconfigs hold) is used as it is; a name goes to ureq's resolver. ureq's resolver runs
-/// every lookup on a new thread when a timeout is set, even for an address, which on a busy
-/// machine added milliseconds to every list page.
-fn resolve(
-    uri: &Uri,
-    config: &ureq::config::Config,
-    timeout: NextTimeout,
-    resolver: &dyn Resolver,
-) -> Result<ResolvedSocketAddrs, ureq::Error> {
-    let host = uri.host().unwrap_or("");
-    let ip = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>();
-    let port = uri.port_u16().or_else(|| match uri.scheme_str() {
-        Some("https") => Some(443),
-        Some("http") => Some(80),
-        _ => None,
-    });
-    match (ip, port) {
-        (Ok(ip), Some(port)) => {
-            let mut addrs = resolver.empty();
-            addrs.push(std::net::SocketAddr::new(ip, port));
-            Ok(addrs)
-        }
-        _ => DefaultResolver::default().resolve(uri, config, timeout),
-    }
-}
 
 #[derive(Default)]
 struct TokenCache {
@@ -1064,10 +1009,11 @@ impl KubeClient {
                 cfg.server
             );
         }
+        let resolver = KubeResolver::new(pin, between);
         let agent = ureq::Agent::with_parts(
             builder.build(),
-            super::sliced::connector(between),
-            PinnedResolver { pin },
+            super::sliced::connector(between, &resolver),
+            resolver,
         );
         Ok((agent, base))
     }
@@ -1770,9 +1716,9 @@ impl KubeClient {
 
     /// Installs what runs before every request (called with a zero duration), in place of
     /// the sleep of a retry's back-off (called with the back-off, which it must wait in
-    /// all) and every [`super::sliced::SLICE`] while a request waits for the server (zero):
-    /// the loop's single thread answers its endpoints, sees its signals and renews its
-    /// Lease there. Installed once, shared with the clients of [`KubeClient::in_namespace`]
+    /// all) and every [`super::sliced::SLICE`] while a request waits for the server or for a
+    /// new connection's name lookup (zero): the loop's single thread answers its endpoints,
+    /// sees its signals and renews its Lease there. Installed once, shared with the clients of [`KubeClient::in_namespace`]
     /// and of [`KubeClient::derive`] (before or after they are made); a second call is
     /// ignored. The hook may make requests of its own on another connection (a derived
     /// client), which run it again: it must stand being re-entered. When it returns false

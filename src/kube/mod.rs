@@ -13,6 +13,9 @@
 //! - `exec.rs` runs kubeconfig exec credential plugins ([`ExecConfig`], the
 //!   `client.authentication.k8s.io` v1 / v1beta1 `ExecCredential`) for EKS, GKE and AKS
 //!   style kubeconfigs, caching their credential until it expires or the server answers 401;
+//! - `resolver.rs`: the agent's name resolution: an IP address as it is, a name looked up
+//!   when a connection is made, on a helper thread joined before the lookup returns, the
+//!   hook run while it waits;
 //! - `secret.rs`: [`Secret`], [`PemData`] and [`KeyData`], which both `config/` and `exec.rs`
 //!   produce (so neither imports the other);
 //! - `error.rs`: every failure is one [`KubeError`], with the server's `Status` parsed into
@@ -37,6 +40,7 @@ mod config;
 mod error;
 mod exec;
 mod files;
+mod resolver;
 mod resource;
 mod secret;
 mod sliced;

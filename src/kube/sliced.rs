@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use ureq::unversioned::transport::time::Duration as UreqDuration;
 use ureq::unversioned::transport::{
     Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
-    TcpConnector, Transport,
+    Transport,
 };
 
 use super::client::Between;
+use super::resolver::{Dialer, KubeResolver};
 
 /// The longest a wait for the server goes without running the hook (and the longest a
 /// body read without waiting goes without it: a large list decoded as it arrives).
@@ -76,10 +77,11 @@ impl Hook {
 }
 
 /// The connector of a client's agent: ureq's default chain (without SOCKS, which this build
-/// of ureq does not have) with [`Slicer`] between TCP and TLS.
-pub(super) fn connector(hook: &Hook) -> impl Connector<()> {
+/// of ureq does not have) with [`Slicer`] between TCP and TLS, and the TCP step a
+/// [`Dialer`], which looks a name up when it connects (`resolver.rs`).
+pub(super) fn connector(hook: &Hook, resolver: &KubeResolver) -> impl Connector<()> {
     ().chain(ConnectProxyConnector::default())
-        .chain(TcpConnector::default())
+        .chain(Dialer::new(resolver))
         .chain(Slicer(hook.clone()))
         .chain(RustlsConnector::default())
 }

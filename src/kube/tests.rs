@@ -1758,3 +1758,55 @@ fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
         ]
     );
 }
+
+/// A CONNECT proxy on 127.0.0.1 relaying to `to` whatever target is asked; the first line of
+/// each CONNECT request goes to `lines`.
+fn connect_proxy(to: std::net::SocketAddr, lines: Arc<std::sync::Mutex<Vec<String>>>) -> u16 {
+    use std::io::{BufRead as _, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let lines = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                let mut head = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                head.read_line(&mut line).unwrap();
+                lines.lock().unwrap().push(line.trim_end().to_string());
+                while head.read_line(&mut line).unwrap() > 0 && !line.ends_with("\r\n\r\n") {}
+                let server = std::net::TcpStream::connect(to).unwrap();
+                let mut down = conn.try_clone().unwrap();
+                down.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .unwrap();
+                let mut up = server.try_clone().unwrap();
+                std::thread::spawn(move || std::io::copy(&mut head, &mut up));
+                let _ = std::io::copy(&mut &server, &mut down);
+            });
+        }
+    });
+    port
+}
+
+/// A CONNECT proxy given by name is looked up when the connection is made
+/// (`kube/resolver.rs` `Dialer`), and the server's name, which the proxy connects to, is not
+/// looked up at all (`.invalid` has no address).
+#[test]
+fn a_connect_proxy_given_by_name_is_looked_up_and_the_servers_name_is_not() {
+    let server = FakeServer::http(|_, _| Reply::json(200, &page(&["a"], None)));
+    let lines = Arc::default();
+    let proxy = connect_proxy(server.addr, Arc::clone(&lines));
+    let target = format!("apiserver.invalid:{}", server.addr.port());
+    let mut cfg = ClusterConfig::for_server(&format!("http://{target}"), "spark");
+    cfg.allow_insecure_http = true;
+    cfg.proxy_url = Some(ProxyUrl(format!("http://localhost:{proxy}")));
+    let client = KubeClient::with_options(cfg, fast_options()).unwrap();
+    for _ in 0..2 {
+        let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
+        assert_eq!(names(&items), ["a"]);
+    }
+    // Both lists on one connection: one CONNECT.
+    assert_eq!(
+        *lines.lock().unwrap(),
+        [format!("CONNECT {target} HTTP/1.1")]
+    );
+}

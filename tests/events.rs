@@ -738,3 +738,27 @@ fn hanging_event_creates_never_hold_the_tick() {
     assert_eq!(w.live().len(), 8);
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+/// A leader that loses its Lease while an Event request waits (its renewals refused; in a
+/// new user's trial, a SIGSTOP of the leader) says that the event was not posted because it
+/// no longer leads, not that the request timed out (which is only how the wait ended).
+#[test]
+fn an_event_cut_off_by_a_lost_lease_says_so() {
+    let w = SimWorld::quick(APP)
+        .faults(&["ev-create:delay:60000@always", "lease-update:503@always"])
+        .start();
+    seed_driver(&w);
+    // It takes the Lease with its create, cannot renew it, and stops leading 1 s later,
+    // while the first tick's Event create waits (up to the events' 2 s).
+    let elect = "--leader-elect --leader-elect-lease-duration 2s \
+                 --leader-elect-renew-deadline 1s --leader-elect-retry-period 200ms";
+    let line =
+        format!("--driver-pod drv --state-store configmap:cut run --target 2 --timeout 6s {elect}");
+    let err = stderr(&w.run(&args(&line)));
+    assert!(err.contains("became the leader"), "{err}");
+    assert!(
+        err.contains(" not posted: this replica is no longer the leader"),
+        "{err}"
+    );
+    assert!(!err.contains("could not post event"), "{err}");
+}

@@ -52,7 +52,7 @@ use crate::engine::podspec::Owner;
 use crate::engine::snapshot::{ExecutorPod, ExecutorState, Snapshot};
 use crate::error::Error;
 use crate::kube::{Api, KubeClient, KubeError, Patch, PostParams, EVENTS, PODS};
-use log::{debug, warn};
+use log::{debug, info, warn};
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -271,11 +271,21 @@ impl Recorder {
     }
 
     /// [`Recorder::record`] that never fails: an error is logged once as a warning (with
-    /// the RBAC hint for a 403), then at debug level. Returns false when the request did
-    /// not reach an answer (a timeout, a refused connection: a transport error).
+    /// the RBAC hint for a 403), then at debug level; but when the client's write fence
+    /// refuses now (this replica lost the Lease, also while the request waited: a process
+    /// stopped and continued), one line says that instead, since it is why nothing was
+    /// posted. Returns false when the request did not reach an answer (a timeout, a refused
+    /// connection: a transport error) while this replica may still write.
     pub(crate) fn post(&mut self, events: &Api<'_>, ev: EventSpec, now_ms: u64) -> bool {
         let what = format!("{} on pod {}", ev.reason, ev.involved.name);
         let res = self.record(events, ev, now_ms);
+        if let (Err(e), false) = (&res, events.client().write_allowed()) {
+            info!(
+                "event {what} not posted: this replica is no longer the leader (the leader \
+                 posts the events from now on; the request: {e})"
+            );
+            return true;
+        }
         let reached = !matches!(res, Err(KubeError::Transport { .. }));
         if let Err(e) = res {
             let hint = match &e {

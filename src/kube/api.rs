@@ -238,6 +238,13 @@ impl KubeClient {
     }
 }
 
+impl<'c> Api<'c> {
+    /// The client the calls go through (its write fence, its deadline).
+    pub fn client(&self) -> &'c KubeClient {
+        self.client
+    }
+}
+
 impl Api<'_> {
     /// The namespace this calls into.
     pub fn namespace(&self) -> &str {

@@ -93,6 +93,87 @@ fn a_second_signal_aborts_a_hung_tick_at_once() {
     assert_eq!(w.sim.stats().live_pods, 0);
 }
 
+/// A `run --leader-elect` leader whose intent read (a ConfigMap GET) hangs while the Lease
+/// renewal it makes from inside that wait (the hook between requests) hangs too: SIGINT, then
+/// after `gap` a second SIGINT, which must end the process with exit 130 within half a second
+/// whatever the nested renewal waits for.
+#[cfg(unix)]
+fn second_signal_aborts_within_a_nested_lease_renewal(gap: Duration) {
+    let w = world(&[]);
+    let args = crate::util::with_fast_leader_elect(&[
+        "--state-store",
+        "configmap:hostile-state",
+        "run",
+        "--target",
+        "2",
+        "--idle-interval",
+        "200ms",
+    ]);
+    let child = w
+        .cmd(&args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while w.sim.stats().live_pods < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "never converged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.sim.set_faults(crate::util::rules(&[
+        "cm-get:delay:100000",
+        "lease-update:delay:100000",
+    ]));
+    // An intent read starts within 200 ms and a renewal falls due within 500 ms inside it.
+    std::thread::sleep(Duration::from_millis(1200));
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    delivered(pid);
+    std::thread::sleep(gap);
+    let started = Instant::now();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert_eq!(code(&out), 130, "{}", err(&out));
+    assert!(took < Duration::from_millis(500), "{took:?}: {}", err(&out));
+}
+
+/// Waits until the kernel has handed process `pid`'s pending SIGINT to its handler (two
+/// SIGINTs pending at once are one for the kernel too).
+#[cfg(unix)]
+fn delivered(pid: libc::pid_t) {
+    let t = Instant::now();
+    let pending = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        (status.lines())
+            .filter_map(|l| l.strip_prefix("ShdPnd:").or(l.strip_prefix("SigPnd:")))
+            .any(|m| u64::from_str_radix(m.trim(), 16).unwrap() & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    while pending() {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "SIGINT never delivered"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_second_signal_aborts_during_a_nested_lease_renewal() {
+    second_signal_aborts_within_a_nested_lease_renewal(Duration::from_millis(300));
+}
+
+/// Two signals between two reads of the signals (the second sent as soon as the first has
+/// reached the handler, well within one 50 ms slice) are two: signal-hook's `Signals`
+/// reported them as one, and the process did not abort.
+#[cfg(unix)]
+#[test]
+fn two_signals_at_once_abort() {
+    second_signal_aborts_within_a_nested_lease_renewal(Duration::ZERO);
+}
+
 #[test]
 fn reconcile_against_a_trickling_body_ends_within_the_request_timeout() {
     let w = ends_in_time(

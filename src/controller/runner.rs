@@ -29,6 +29,8 @@ use crate::error::{Error, ExitCode, Result};
 use crate::store::file::{store_error, StateStore, StoreError};
 use log::{debug, info, warn};
 use signal_hook::consts::{SIGINT, SIGTERM};
+use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -96,8 +98,8 @@ pub(crate) struct Control {
     leader: Mutex<Option<LeaderElection>>,
     /// What a stop at once gives up besides the Lease ([`Control::on_stop`]).
     on_stop: Mutex<Vec<StopHook>>,
-    /// SIGINT and SIGTERM as they come (signal-hook's self-pipe, read without blocking).
-    signals: Mutex<signal_hook::iterator::Signals>,
+    /// SIGINT and SIGTERM as they come, one byte each, read without blocking.
+    signals: Deliveries,
     /// `--timeout`'s deadline.
     deadline: Option<Instant>,
     /// The endpoints, answered while the loop waits.
@@ -217,9 +219,8 @@ impl Control {
     /// ([`LeaderElection::tick`]). Called by the loop's wait and by the hook of every request
     /// (between two, and every slice of a wait for an answer).
     pub(crate) fn poll(&self) {
-        let pending: Vec<i32> = lock(&self.signals).pending().collect();
-        for sig in pending {
-            on_signal(self, if sig == SIGINT { "SIGINT" } else { "SIGTERM" });
+        for name in self.signals.pending() {
+            on_signal(self, name);
         }
         if self
             .deadline
@@ -290,7 +291,7 @@ impl Shutdown {
     /// the logs' context, for the lines about signals.
     /// Errors (exit 1): the handlers cannot be installed.
     pub(crate) fn install(deadline: Option<Instant>, log: LogContext) -> Result<Shutdown> {
-        let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        let signals = Deliveries::install()
             .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
         Ok(Shutdown(Arc::new(Control {
             signal: AtomicBool::new(false),
@@ -298,12 +299,67 @@ impl Shutdown {
             phase: Mutex::new(Phase::Idle),
             leader: Mutex::new(None),
             on_stop: Mutex::new(Vec::new()),
-            signals: Mutex::new(signals),
+            signals,
             deadline,
             probe: OnceLock::new(),
             polling: AtomicBool::new(false),
             log,
         })))
+    }
+}
+
+/// SIGINT and SIGTERM as they are delivered: signal-hook's handler writes one byte per
+/// delivery into a socket of its own for each signal, read without blocking by
+/// [`Control::poll`]. Not signal-hook's `Signals`, which reports a signal once however many
+/// times it came between two reads: a second Ctrl-C within the same 50 ms slice as the
+/// first was lost, and the process went on finishing its tick.
+struct Deliveries {
+    /// The read ends, SIGINT's then SIGTERM's, with their names.
+    reads: [(UnixStream, &'static str); 2],
+    /// The handlers, removed when the runner ends.
+    ids: [signal_hook::SigId; 2],
+}
+
+impl Deliveries {
+    fn install() -> std::io::Result<Deliveries> {
+        let one = |sig: i32, name: &'static str| {
+            let (read, write) = UnixStream::pair()?;
+            read.set_nonblocking(true)?;
+            let id = signal_hook::low_level::pipe::register(sig, write)?;
+            Ok::<_, std::io::Error>(((read, name), id))
+        };
+        let (int, int_id) = one(SIGINT, "SIGINT")?;
+        let (term, term_id) = match one(SIGTERM, "SIGTERM") {
+            Ok(t) => t,
+            Err(e) => {
+                signal_hook::low_level::unregister(int_id);
+                return Err(e);
+            }
+        };
+        Ok(Deliveries {
+            reads: [int, term],
+            ids: [int_id, term_id],
+        })
+    }
+
+    /// The signals delivered since the last call, one name per delivery.
+    fn pending(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        for (read, name) in &self.reads {
+            while let Ok(n @ 1..) = (&*read).read(&mut buf) {
+                out.extend(std::iter::repeat_n(*name, n));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Deliveries {
+    fn drop(&mut self) {
+        self.ids.iter().for_each(|&id| {
+            signal_hook::low_level::unregister(id);
+        });
     }
 }
 

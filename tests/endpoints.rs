@@ -268,6 +268,28 @@ fn a_healthz_announcing_a_100_gb_body_is_refused_413() {
     held_up(c, &p, before);
 }
 
+/// RFC 9112 §6.3: two differing `Content-Length`s are a 400 and the connection closed. The
+/// first one used to win, and the "body" the other announced was read as a second request
+/// (two 200s).
+#[test]
+fn conflicting_content_lengths_are_refused_400_and_closed() {
+    use std::io::{Read, Write};
+    let (_w, c, _m, p) = at_rest();
+    let before = rss_kib(c.id());
+    let mut s = raw(&p);
+    s.write_all(
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 24\r\n\r\n\
+          GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains("Connection: close"), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+    held_up(c, &p, before);
+}
+
 #[test]
 fn a_pipelining_client_that_never_reads_holds_no_one() {
     use std::io::Write;

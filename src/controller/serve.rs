@@ -535,10 +535,10 @@ fn parse(buf: &[u8]) -> Option<Parsed> {
         Some(1) => !connection.contains("close"),
         _ => connection.contains("keep-alive"),
     };
-    let body = match header("content-length") {
+    let body = match content_length(req.headers) {
         _ if header("transfer-encoding").is_some() => Some(true),
-        Some(n) => n.parse::<u64>().ok().map(|n| n > 0),
-        None => Some(false),
+        Ok(n) => Some(n.is_some_and(|n| n > 0)),
+        Err(()) => None,
     };
     Some(Parsed {
         len,
@@ -547,6 +547,29 @@ fn parse(buf: &[u8]) -> Option<Parsed> {
         keep_alive,
         body,
     })
+}
+
+/// The body length the `Content-Length` headers give (`None`: none). Several headers, or a
+/// list in one, are one length only when every value is the same (RFC 9112 §6.3: differing
+/// values are unrecoverable, answered 400 and the connection closed, since another reader
+/// of the same bytes may take the other length); `Err` for differing or malformed values.
+fn content_length(headers: &[httparse::Header<'_>]) -> Result<Option<u64>, ()> {
+    let values = (headers.iter())
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .flat_map(|h| h.value.split(|&b| b == b','));
+    let mut length = None;
+    for v in values {
+        let n = std::str::from_utf8(v).map_err(drop)?.trim();
+        let n = match n.bytes().all(|b| b.is_ascii_digit()) {
+            true => n.parse::<u64>().map_err(drop)?,
+            false => return Err(()),
+        };
+        if length.is_some_and(|l| l != n) {
+            return Err(());
+        }
+        length = Some(n);
+    }
+    Ok(length)
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -793,6 +816,19 @@ mod parse_tests {
         assert_eq!(p.body, Some(true));
         let p = parse(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n").unwrap();
         assert_eq!(p.body, None, "malformed: 400");
+        // RFC 9112 §6.3: differing lengths are a 400, the same one repeated is that length.
+        for two in [
+            &b"Content-Length: 0\r\nContent-Length: 24\r\n"[..],
+            b"Content-Length: 0, 24\r\n",
+            b"Content-Length: 0\r\nContent-Length: +0\r\n",
+            b"Content-Length: 0,\r\n",
+        ] {
+            let head = [&b"GET / HTTP/1.1\r\n"[..], two, b"\r\n"].concat();
+            let p = parse(&head).unwrap();
+            assert_eq!(p.body, None, "{}", String::from_utf8_lossy(two));
+        }
+        let p = parse(b"GET / HTTP/1.1\r\nContent-Length: 0\r\ncontent-length: 0, 0\r\n\r\n");
+        assert_eq!(p.unwrap().body, Some(false));
         let p = parse(b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
         assert_eq!(p.body, Some(true));
         let p = parse(b"GET / HTTP/1.0\r\n\r\n").unwrap();

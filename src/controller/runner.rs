@@ -282,7 +282,7 @@ impl Control {
 /// the state (write-ahead, an atomic rename) before every API call, so the next run reads
 /// either the state before the call or after it and, from the pods it lists, settles
 /// whether an unacknowledged create happened; the file lock is released by the kernel when
-/// the process ends. A wait the hook does not run in (a TCP connect, an exec plugin) is
+/// the process ends. A wait the hook does not run in (a TCP connect) is
 /// bounded by its own timeout (`--connect-timeout`), after which the signal is seen.
 pub(crate) struct Shutdown(pub(crate) Arc<Control>);
 

@@ -22,7 +22,9 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
-use super::exec::{run_plugin, ExecClusterInfo, ExecConfig, DEFAULT_EXEC_TIMEOUT};
+use super::exec::{
+    run_plugin_with, ExecClusterInfo, ExecConfig, ExecCredential, DEFAULT_EXEC_TIMEOUT,
+};
 use super::resolver::KubeResolver;
 use super::resource::{Resource, LEASES};
 use super::secret::{KeyData, PemData, Secret};
@@ -1159,17 +1161,19 @@ impl KubeClient {
     /// ([`ExecCredential::refresh_time`](super::exec::ExecCredential::refresh_time)), or when
     /// `force` (after a 401). The plugin runs under the lock, so concurrent calls run it once.
     /// A new client certificate replaces the agent.
+    ///
+    /// The wait for the plugin runs the hook between requests; a request the hook makes
+    /// meanwhile (a Lease renewal) gets [`KubeClient::exec_token_nested`]'s token.
     fn exec_token(&self, exec: &ExecConfig, force: bool) -> Result<Option<String>, KubeError> {
+        let hook = &self.conn.between;
+        if hook.plugin_running() {
+            return self.exec_token_nested(exec, force);
+        }
         let mut cache = lock(&self.conn.exec);
         let due =
             !cache.fetched || force || cache.refresh_at.is_some_and(|t| SystemTime::now() >= t);
         if due {
-            lock(&self.conn.stats).exec_runs += 1;
-            let cred = match run_plugin(
-                exec,
-                self.conn.exec_cluster.as_ref(),
-                self.conn.options.exec_timeout,
-            ) {
+            let cred = match self.run_exec_plugin(exec) {
                 Ok(cred) => cred,
                 // Renewing early failed, but the cached credential has not expired yet: keep
                 // it (the next call tries again).
@@ -1239,6 +1243,55 @@ impl KubeClient {
             cache.fetched = true;
         }
         Ok(cache.token.as_ref().map(|t| t.expose().clone()))
+    }
+
+    /// Runs the exec plugin once, the hook between requests run while it runs, marked as
+    /// running for the clients sharing the hook ([`KubeClient::exec_token_nested`]).
+    fn run_exec_plugin(&self, exec: &ExecConfig) -> Result<ExecCredential, KubeError> {
+        lock(&self.conn.stats).exec_runs += 1;
+        let hook = &self.conn.between;
+        let _running = hook.plugin_run();
+        run_plugin_with(
+            exec,
+            self.conn.exec_cluster.as_ref(),
+            self.conn.options.exec_timeout,
+            &mut || {
+                hook.run(Duration::ZERO);
+            },
+        )
+    }
+
+    /// The exec plugin's token for a request made while a plugin of a client sharing this
+    /// one's hook runs (from the hook of its wait): never a second run, nested in the first;
+    /// the cached credential while it has not expired (its early renewal waits for a later
+    /// request). Errors: [`KubeError::Auth`] when there is none, it has expired, `force`
+    /// (a 401), or the cache is this client's own, held by the run in progress.
+    fn exec_token_nested(
+        &self,
+        exec: &ExecConfig,
+        force: bool,
+    ) -> Result<Option<String>, KubeError> {
+        let busy = |why: &str| {
+            KubeError::Auth(format!(
+                "{} is running for another request, and {why}: this request is not sent \
+                 (it is not run a second time while it runs)",
+                exec.describe()
+            ))
+        };
+        let cache = match self.conn.exec.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(busy("its credential is being renewed"))
+            }
+        };
+        let expired = cache.expires.is_some_and(|t| SystemTime::now() >= t);
+        match (cache.fetched, force, expired) {
+            (true, false, false) => Ok(cache.token.as_ref().map(|t| t.expose().clone())),
+            (false, ..) => Err(busy("no credential of its is cached")),
+            (_, true, _) => Err(busy("the credential it returned was rejected")),
+            (_, _, true) => Err(busy("the credential it returned last has expired")),
+        }
     }
 
     fn auth_error(&self, resp: &Response) -> KubeError {

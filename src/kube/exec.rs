@@ -740,6 +740,21 @@ pub fn run_plugin(
     cluster: Option<&ExecClusterInfo>,
     timeout: Duration,
 ) -> Result<ExecCredential, KubeError> {
+    run_plugin_with(exec, cluster, timeout, &mut || {})
+}
+
+/// How often the wait for a plugin runs its caller's `meanwhile` ([`run_plugin_with`]).
+const MEANWHILE_EVERY: Duration = Duration::from_millis(50);
+
+/// [`run_plugin`], running `meanwhile` at least every 50 ms while the plugin runs (the
+/// client's hook between requests: the loop answers its endpoints, sees its signals and
+/// renews its Lease while a slow plugin runs).
+pub(crate) fn run_plugin_with(
+    exec: &ExecConfig,
+    cluster: Option<&ExecClusterInfo>,
+    timeout: Duration,
+    meanwhile: &mut dyn FnMut(),
+) -> Result<ExecCredential, KubeError> {
     exec.check()?;
     let plugin = exec.describe();
     let info = exec_info(
@@ -749,7 +764,7 @@ pub fn run_plugin(
     let started = Instant::now();
     let child = spawn_plugin(exec, &plugin, info)?;
     log::debug!("running {plugin}");
-    let out = wait_for_plugin(child, &plugin, started + timeout, timeout)?;
+    let out = wait_for_plugin(child, &plugin, (started + timeout, timeout), meanwhile)?;
     let elapsed = started.elapsed();
     if !out.status.success() {
         let how = match out.status.code() {
@@ -828,23 +843,31 @@ struct PluginOutput {
 }
 
 /// Reads the plugin's stdout and stderr as they fill ([`drain`], on this thread, so a full
-/// pipe cannot block it) and waits for it to exit, killing it at `deadline`. `timeout` is
-/// for the message.
+/// pipe cannot block it) and waits for it to exit, killing it at `deadline`, running
+/// `meanwhile` every [`MEANWHILE_EVERY`]. `timeout` is for the message.
 ///
 /// Errors: [`KubeError::Auth`] when the plugin or the stdout it holds open outlive
 /// `deadline`, or it cannot be waited for.
 fn wait_for_plugin(
     mut child: Child,
     plugin: &str,
-    deadline: Instant,
-    timeout: Duration,
+    (deadline, timeout): (Instant, Duration),
+    meanwhile: &mut dyn FnMut(),
 ) -> Result<PluginOutput, KubeError> {
     let mut pipes = [
         Drain::new(child.stdout.take(), MAX_STDOUT),
         Drain::new(child.stderr.take(), MAX_STDERR),
     ];
     let pid = child.id();
+    let mut last = Instant::now();
+    let mut tick = || {
+        if last.elapsed() >= MEANWHILE_EVERY {
+            meanwhile();
+            last = Instant::now();
+        }
+    };
     let status = loop {
+        tick();
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() >= deadline => {
@@ -870,7 +893,8 @@ fn wait_for_plugin(
     // stdout must close by the deadline; stderr is read until then, what came is kept.
     let remaining = || deadline.saturating_duration_since(Instant::now());
     while pipes.iter().any(|d| d.pipe.is_some()) && !remaining().is_zero() {
-        drain(&mut pipes, remaining().min(Duration::from_millis(50)));
+        drain(&mut pipes, remaining().min(MEANWHILE_EVERY));
+        tick();
     }
     let [out, err] = pipes;
     if out.pipe.is_some() {

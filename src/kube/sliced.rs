@@ -6,6 +6,7 @@
 //! slices sit between TCP and TLS, so rustls sees one wait, as long as the request's own
 //! timeouts allow (a slice that times out reads nothing, and is simply made again).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,9 @@ pub(super) struct Hook {
     /// derived client's (the Lease calls, a release, Events), which must go on when the
     /// loop's term is over.
     cuts: bool,
+    /// Set while an exec credential plugin of one of these clients runs (its wait runs the
+    /// hook): a request the hook makes then must not run another ([`PluginRun`]).
+    plugin: Arc<AtomicBool>,
 }
 
 impl Default for Hook {
@@ -38,7 +42,17 @@ impl Default for Hook {
         Hook {
             hook: Arc::default(),
             cuts: true,
+            plugin: Arc::default(),
         }
+    }
+}
+
+/// Marks an exec plugin of the clients sharing a [`Hook`] as running, until dropped.
+pub(super) struct PluginRun(Arc<AtomicBool>);
+
+impl Drop for PluginRun {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -48,7 +62,20 @@ impl Hook {
         Hook {
             hook: Arc::clone(&self.hook),
             cuts: false,
+            plugin: Arc::clone(&self.plugin),
         }
+    }
+
+    /// Whether an exec plugin of these clients is running: the caller is inside the hook
+    /// of its wait.
+    pub(super) fn plugin_running(&self) -> bool {
+        self.plugin.load(Ordering::SeqCst)
+    }
+
+    /// Marks an exec plugin as running until the guard is dropped.
+    pub(super) fn plugin_run(&self) -> PluginRun {
+        self.plugin.store(true, Ordering::SeqCst);
+        PluginRun(Arc::clone(&self.plugin))
     }
 
     /// Installs `f` (once; a second call is ignored).

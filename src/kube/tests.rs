@@ -1062,7 +1062,8 @@ fn client_is_send_and_sync() {
 // kubelogin).
 
 /// A plugin script in `dir` that counts its runs in `dir/runs`, saves `KUBERNETES_EXEC_INFO`
-/// to `dir/info.json` and prints `dir/outN.json` on its N-th run, else `dir/out.json`.
+/// to `dir/info.json`, sleeps the seconds in `dir/sleep` if there is one and prints
+/// `dir/outN.json` on its N-th run, else `dir/out.json`.
 #[cfg(unix)]
 struct Plugin {
     dir: std::path::PathBuf,
@@ -1083,6 +1084,7 @@ d=$(dirname "$0")
 echo run >> "$d/runs"
 printf '%s' "$KUBERNETES_EXEC_INFO" > "$d/info.json"
 n=$(wc -l < "$d/runs" | tr -d ' ')
+if [ -f "$d/sleep" ]; then sleep "$(cat "$d/sleep")"; fi
 if [ -f "$d/out$n.json" ]; then cat "$d/out$n.json"; else cat "$d/out.json"; fi
 "#,
         )
@@ -1301,6 +1303,67 @@ fn exec_credential_is_renewed_before_it_expires() {
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 3);
     assert_eq!(server.recorded().len(), 8);
+}
+
+/// While a slow plugin runs, the hook between requests runs every 50 ms (the loop answers
+/// its probes and renews its Lease), and a request it makes meanwhile never runs a plugin of
+/// its own: a derived client (the Lease's) uses its cached credential, still valid though
+/// due for renewal; the client whose plugin runs fails at once instead of waiting for
+/// itself. The renewal the nested request skipped happens at its next request.
+#[cfg(unix)]
+#[test]
+fn a_slow_plugin_runs_the_hook_and_nested_requests_run_no_plugin() {
+    use std::sync::{Mutex, OnceLock};
+    use std::time::SystemTime;
+    let server = bearer_only("t");
+    let plugin = Plugin::temp();
+    let valid_for = |secs: u64| {
+        let at = SystemTime::now() + Duration::from_secs(secs);
+        plugin.set(None, &exec_output(Some("t"), None, Some(at)));
+    };
+    // Valid for 4 s: due for renewal after 2 s, for both clients.
+    valid_for(4);
+    let client = exec_client(&server, &plugin).unwrap();
+    let derived = client.derive(fast_options()).unwrap();
+    assert_eq!(plugin.runs(), 2);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let nested: Arc<Mutex<Vec<String>>> = Arc::default();
+    let own: Arc<OnceLock<KubeClient>> = Arc::default();
+    let (c, n, o) = (Arc::clone(&calls), Arc::clone(&nested), Arc::clone(&own));
+    let derived = Arc::new(derived);
+    let d = Arc::clone(&derived);
+    client.set_between_requests(Arc::new(move |_| {
+        if c.fetch_add(1, Ordering::SeqCst) == 3 {
+            let mut n = n.lock().unwrap();
+            n.push(format!("{:?}", d.api(&PODS).get("x").map(|_| ())));
+            let me = o.get().unwrap();
+            n.push(format!("{:?}", me.api(&PODS).get("x").map(|_| ())));
+        }
+        true
+    }));
+    let _ = own.set(client.in_namespace("spark"));
+    std::thread::sleep(Duration::from_millis(2300));
+    valid_for(3600);
+    std::fs::write(plugin.dir.join("sleep"), "1").unwrap();
+    plugin.forget_runs();
+    let t = std::time::Instant::now();
+    client.api(&PODS).get("x").unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    assert_eq!(plugin.runs(), 1, "one run: none nested");
+    assert!(calls.load(Ordering::SeqCst) >= 10, "{calls:?}");
+    let nested = nested.lock().unwrap().clone();
+    assert_eq!(nested[0], "Ok(())", "{nested:?}");
+    assert!(
+        nested[1].contains("is running for another request, and its credential is being renewed"),
+        "{nested:?}"
+    );
+    std::fs::remove_file(plugin.dir.join("sleep")).unwrap();
+    derived.api(&PODS).get("x").unwrap();
+    assert_eq!(
+        plugin.runs(),
+        2,
+        "the derived client renews at its next request"
+    );
 }
 
 #[cfg(unix)]

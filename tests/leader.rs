@@ -14,9 +14,7 @@
 //! overshoot and no duplicate executor id through any of it.
 
 use crate::both::{both, Act, Env, Pods, CANDIDATES};
-use crate::util::{
-    agent, spawn_replica, stderr, with_fast_leader_elect, SimWorld, FAST_LEADER_ELECT,
-};
+use crate::util::{agent, spawn_replica, stderr, SimWorld, FAST_LEADER_ELECT};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -792,8 +790,13 @@ mod a_create_delivered_late_by_a_partition_is_refused {
 /// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
 /// (`podalloc-state-<app id>`) that every replica reads.
 fn apps_candidate(e: &Env, who: &str) -> Child {
+    apps_candidate_with(e, who, &FAST_LEADER_ELECT)
+}
+
+/// [`apps_candidate`] with the election flags `elect`.
+fn apps_candidate_with(e: &Env, who: &str, elect: &[&str]) -> Child {
     let mut cmd = e.connect(&e.candidate_token(who));
-    cmd.args(with_fast_leader_elect(&[
+    cmd.args([
         "--batch-delay",
         "200ms",
         "--image",
@@ -805,7 +808,8 @@ fn apps_candidate(e: &Env, who: &str) -> Child {
         "podalloc-state",
         "--interval",
         "200ms",
-    ]));
+    ])
+    .args(elect);
     spawn_replica(&mut cmd, &format!("pod-{who}"), Stdio::piped())
 }
 
@@ -914,6 +918,46 @@ both!(
             }
         }
         assert!(s.max_live_pods_by_app.len() >= DRIVERS, "{s:?}");
+    }
+);
+
+both!(
+    the_first_apps_leader_elect_takes_a_missing_lease_at_once_as_run_does,
+    APP,
+    Pods::default(),
+    |e| {
+        // Nothing of podalloc's in the namespace: nobody led there, so the Lease is created
+        // at once (with the default 15 s lease it was taken ~17 s later, silently).
+        let a = apps_candidate_with(e, "a", &["--leader-elect"]);
+        let took = until(30, "a leads", || {
+            lease_holder(e, "podalloc-apps").as_deref() == Some("pod-a")
+        });
+        eprintln!("apps --leader-elect: a fresh namespace's Lease taken in {took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        signal(&a, libc::SIGTERM);
+        let err = stderr(&a.wait_with_output().unwrap());
+        assert!(!err.contains("is missing"), "{err}");
+        // Beside a state ConfigMap of podalloc's, a missing Lease may be one deleted under a
+        // leader that still acts: it waits one lease duration, and says why.
+        let e = e.sibling("appsleasewait");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "podalloc-state-x", "labels": {"app.kubernetes.io/managed-by": "podalloc"}}});
+        let cms = format!("/api/v1/namespaces/{}/configmaps", e.ns);
+        assert_eq!(e.admin("POST", &cms, Some(&cm)).0, 201);
+        let b = apps_candidate(&e, "b");
+        let took = until(30, "b leads", || {
+            lease_holder(&e, "podalloc-apps").as_deref() == Some("pod-b")
+        });
+        assert!(took >= Duration::from_secs(3), "{took:?}");
+        signal(&b, libc::SIGTERM);
+        let err = stderr(&b.wait_with_output().unwrap());
+        assert!(
+            err.contains(
+                "lease podalloc-apps is missing: it is created once it has stayed \
+                 missing for a lease duration"
+            ),
+            "{err}"
+        );
     }
 );
 

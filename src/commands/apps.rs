@@ -152,7 +152,8 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     // --leader-elect stands by while another holds it; without it, the same Lease is a
     // claim, and a second process refuses.
     let client = &conn.clients[&conn.default_ns];
-    let le = match super::elect::start_on(client, &a.leader, "apps")? {
+    let nothing = a.leader.leader_elect && nothing_led(client, a);
+    let le = match super::elect::start_on(client, &a.leader, "apps", nothing)? {
         Some(le) => le,
         None => super::elect::claim_on(client, &a.leader, "apps")?,
     };
@@ -165,6 +166,33 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     let res = run_apps(cli, a, &conn, source, &o, &shutdown);
     shutdown.0.set_leader(None);
     res
+}
+
+/// Whether no `apps` can have led in `client`'s namespace, so that `apps --leader-elect`
+/// creates a missing Lease at once, as `run --leader-elect` does on an app of which the
+/// namespace holds nothing (it waited a lease duration, about 17 s, on every first start):
+/// its apps are discovered there and keep their states in ConfigMaps there
+/// (`--state-configmaps`), and the namespace holds no ConfigMap of podalloc's (the search
+/// answered). An apps leader creates an app's ConfigMap before its first pod. Otherwise (an
+/// apps file, whose entries may keep their states elsewhere; states in each replica's own
+/// files; a search refused) a missing Lease may be one deleted under a running leader, and
+/// is created only once it has stayed missing for a lease duration.
+fn nothing_led(client: &KubeClient, a: &AppsArgs) -> bool {
+    if a.file.is_some() || a.discover.is_none() || a.state_configmaps.is_none() {
+        return false;
+    }
+    let sel = format!("{}=podalloc", crate::store::configmap::MANAGED_BY);
+    let lp = kube::ListParams {
+        label_selector: &sel,
+        ..kube::ListParams::default()
+    };
+    match client.api(&kube::CONFIG_MAPS).list_items(&lp) {
+        Ok((items, _)) => items.is_empty(),
+        Err(e) => {
+            log::debug!("the namespace's ConfigMaps not searched: {e}");
+            false
+        }
+    }
 }
 
 /// Refuses one app's flags (exit 2): they are given per app in the apps file.

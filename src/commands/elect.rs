@@ -60,17 +60,19 @@ pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElect
 }
 
 /// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:
-/// the app id; `apps`: `apps`, so one Lease covers every app of the process). Errors as
-/// [`start`].
+/// the app id; `apps`: `apps`, so one Lease covers every app of the process); `nothing`:
+/// nobody can have led there, so a missing Lease is created at once, as [`start`] does
+/// for an app of which the namespace holds nothing. Errors as [`start`].
 pub(super) fn start_on(
     client: &crate::kube::KubeClient,
     a: &LeaderElectArgs,
     id: &str,
+    nothing: bool,
 ) -> Result<Option<LeaderElection>> {
     if !a.leader_elect {
         return Ok(None);
     }
-    start_elector(client, a, id, (false, None)).map(Some)
+    start_elector(client, a, id, (nothing, None)).map(Some)
 }
 
 /// The claim of `apps` without `--leader-elect`: the same election on the same Lease in

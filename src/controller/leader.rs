@@ -661,6 +661,8 @@ struct Reported {
     /// The verb (`get`, `create`, `update`) of the last Lease call when the RBAC refused it
     /// with 403.
     forbidden: Option<String>,
+    /// The wait for a missing Lease was logged (once per process).
+    said_missing: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -880,6 +882,7 @@ fn attempt(s: &Candidate, leases: &Api<'_>, name: &str) {
         Err(e) => return report(s, &e),
     };
     let unreadable = lease.as_ref().is_some_and(|l| l.unreadable);
+    let missing = lease.is_none();
     // The observation is dated when the read answered, so the wait for a changed Lease
     // counts from no earlier than the change itself.
     let write = lock(&s.elector).observe(lease, s.now(), wall_ms());
@@ -890,6 +893,13 @@ fn attempt(s: &Candidate, leases: &Api<'_>, name: &str) {
     }
     let Some(write) = write else {
         debug!("leader election: lease {name} is held by another candidate or changed lately");
+        if missing && !std::mem::replace(&mut lock(&s.reported).said_missing, true) {
+            info!(
+                "leader election: lease {name} is missing: it is created once it has stayed \
+                 missing for a lease duration, since it may have been deleted under a leader \
+                 that still acts"
+            );
+        }
         return;
     };
     let res = match &write {

@@ -3,8 +3,9 @@
 //! top folder or file under `src/` (`src/engine/alloc/rules.rs` is `engine`). From the bottom:
 //!
 //! - `wire` (data formats both sides read: the Protobuf wire format) imports nothing;
-//! - `engine` (pure) and `kube` (the client) import only `wire`: neither imports the other;
-//!   `error` and `clock` import nothing;
+//! - `engine` (pure) imports only `wire`, `kube` (the client) `wire` and `sync`: neither
+//!   imports the other; `error`, `clock` and `sync` (the poison-tolerant lock) import
+//!   nothing;
 //! - `store` is over them; `controller` over `store`; `cli` over `controller`; `commands`
 //!   and the binary's `logging` on top.
 //!
@@ -19,8 +20,9 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("wire", &[]),
     ("engine", &["wire"]),
-    ("kube", &["wire"]),
+    ("kube", &["wire", "sync"]),
     ("error", &[]),
+    ("sync", &[]),
     ("clock", &[]),
     ("sim", &[]),
     ("store", &["engine", "kube", "error", "clock"]),

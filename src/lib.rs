@@ -46,6 +46,7 @@ pub mod kube;
 #[cfg(test)]
 mod layers;
 pub mod store;
+pub(crate) mod sync;
 pub(crate) mod wire;
 #[cfg(feature = "sim")]
 pub use podalloc_sim as sim;

@@ -33,8 +33,9 @@
 //!   retry period × 1.2 (the jitter factor), all greater than zero (the lease duration at
 //!   least 1 s, since the Lease holds whole seconds).
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use log::{debug, info, warn};
@@ -663,10 +664,6 @@ struct Reported {
     forbidden: Option<String>,
     /// The wait for a missing Lease was logged (once per process).
     said_missing: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Candidate {

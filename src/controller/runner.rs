@@ -27,12 +27,13 @@ use crate::controller::tick::{App, Memory, TickReport};
 use crate::engine::alloc::Request;
 use crate::error::{Error, ExitCode, Result};
 use crate::store::file::{store_error, StateStore, StoreError};
+use crate::sync::lock;
 use log::{debug, info, warn};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often a `--leader-elect` standby asks whether it leads now.
@@ -113,10 +114,6 @@ pub(crate) struct Control {
 
 /// A release made when the process stops at once (a ConfigMap holder record).
 pub(crate) type StopHook = Box<dyn FnOnce() + Send>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Control {
     /// A signal has arrived.

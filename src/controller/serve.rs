@@ -23,10 +23,11 @@
 //! per connection per pass. A slow or hostile client therefore holds neither another
 //! client's answer nor the loop (`tests/endpoints.rs`, the hostile clients).
 
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the endpoints report, updated by the loop: cheap to clone (one `Arc`).
@@ -46,10 +47,6 @@ struct Live {
     stuck_after: Duration,
     /// Why the process is not ready (`None`: ready).
     not_ready: Option<String>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Probe {

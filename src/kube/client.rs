@@ -6,12 +6,13 @@
 //! the caller sees one result per call. The client is `Send + Sync`, so calls may run from
 //! several threads at once.
 
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustls::pki_types::pem::PemObject as _;
@@ -603,10 +604,6 @@ fn body_start(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(240)]);
     let cut: String = text.trim_start().chars().take(80).collect();
     format!("{cut:?}")
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters, so selectors such as

@@ -93,7 +93,16 @@ fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
         Some(404),
         "probes are on their own address"
     );
-    stop("run", c);
+    // Each address is announced with what it serves (both lines said all three paths).
+    let err = crate::util::stderr(&crate::util::stop_all("run", vec![c])[0]);
+    let said = |addr: &str| {
+        err.lines()
+            .find(|l| l.contains(&format!("serving http://{addr} ")))
+    };
+    let (ms, ps) = (said(&m).expect(&err), said(&p).expect(&err));
+    assert!(ms.ends_with("(/metrics, --metrics-bind-address)"), "{ms}");
+    let probes = "(/healthz, /livez, /readyz, --health-probe-bind-address)";
+    assert!(ps.ends_with(probes), "{ps}");
 }
 
 #[test]
@@ -133,7 +142,13 @@ fn apps_serves_one_series_per_app_on_one_address() {
         Some(200),
         "one address serves all"
     );
-    stop("apps", c);
+    let err = crate::util::stderr(&crate::util::stop_all("apps", vec![c])[0]);
+    let line = format!(
+        "serving http://{addr} (/metrics, /healthz, /livez, /readyz, --metrics-bind-address \
+         and --health-probe-bind-address)"
+    );
+    assert_eq!(err.matches("serving http://").count(), 1, "{err}");
+    assert!(err.contains(&line), "{err}");
 }
 
 /// A loop stuck in a tick (paused between its write-ahead save and its creates, longer than

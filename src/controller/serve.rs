@@ -233,8 +233,12 @@ pub(crate) fn serve(
     let (m, p) = (metrics.map(any), probes.map(any));
     let probe = Probe::new(stuck_after);
     let e = start(m.as_deref(), p.as_deref(), &probe)?;
-    for a in &e.bound {
-        log::info!("serving http://{a} (/metrics, /healthz, /readyz as configured)");
+    for (at, serves) in &e.bound {
+        log::info!(
+            "serving http://{at} ({}, {})",
+            serves.paths(),
+            serves.flags()
+        );
     }
     Ok(Some((e, probe)))
 }
@@ -242,8 +246,9 @@ pub(crate) fn serve(
 /// The endpoints' listening sockets; dropping this closes them and their connections.
 pub(crate) struct Endpoints {
     server: Arc<Mutex<Server>>,
-    /// The addresses bound (a port 0 in the flag becomes the port the system chose).
-    pub(crate) bound: Vec<SocketAddr>,
+    /// The addresses bound (a port 0 in the flag becomes the port the system chose), with
+    /// what each serves.
+    bound: Vec<(SocketAddr, Serves)>,
 }
 
 impl Drop for Endpoints {
@@ -285,7 +290,7 @@ pub(crate) fn start(
         let cannot = |err: std::io::Error| format!("{flag} {addr:?}: cannot listen there: {err}");
         let l = TcpListener::bind(addr).map_err(cannot)?;
         l.set_nonblocking(true).map_err(cannot)?;
-        bound.push(l.local_addr().map_err(cannot)?);
+        bound.push((l.local_addr().map_err(cannot)?, serves));
         listeners.push((l, serves));
     }
     lock(&probe.server).listeners.extend(listeners);
@@ -301,6 +306,26 @@ enum Serves {
     Metrics,
     Probes,
     All,
+}
+
+impl Serves {
+    /// The paths, for the line that says where they are served.
+    fn paths(self) -> &'static str {
+        match self {
+            Serves::Metrics => "/metrics",
+            Serves::Probes => "/healthz, /livez, /readyz",
+            Serves::All => "/metrics, /healthz, /livez, /readyz",
+        }
+    }
+
+    /// The flags that asked for them.
+    fn flags(self) -> &'static str {
+        match self {
+            Serves::Metrics => "--metrics-bind-address",
+            Serves::Probes => "--health-probe-bind-address",
+            Serves::All => "--metrics-bind-address and --health-probe-bind-address",
+        }
+    }
 }
 
 /// The most bytes of a request's line and headers; a longer head is answered 431 and its
@@ -757,7 +782,7 @@ mod tests {
     fn probes_answer_ready_live_and_stuck() {
         let probe = Probe::new(Duration::from_millis(300));
         let e = start(Some("127.0.0.1:0"), Some("127.0.0.1:0"), &probe).unwrap();
-        let (m, p) = (e.bound[0], e.bound[1]);
+        let (m, p) = (e.bound[0].0, e.bound[1].0);
         assert_eq!(get(&probe, p, "/healthz"), (200, "ok\n".into()));
         let (code, body) = get(&probe, p, "/readyz");
         assert_eq!(code, 503, "{body}");
@@ -791,7 +816,7 @@ mod tests {
     fn one_address_for_both_serves_all_and_a_taken_one_names_the_flag() {
         let probe = Probe::new(Duration::from_secs(60));
         let e = start(Some("127.0.0.1:0"), None, &probe).unwrap();
-        let addr = e.bound[0].to_string();
+        let addr = e.bound[0].0.to_string();
         let err = start(None, Some(&addr), &probe).err().unwrap();
         assert!(err.starts_with("--health-probe-bind-address"), "{err}");
         drop(e);

@@ -428,3 +428,16 @@ fn the_deployments_probe_the_addresses_podalloc_serves() {
         assert_eq!(c["livenessProbe"]["httpGet"]["port"], "probes", "{file}");
     }
 }
+
+/// The README's "Trying podalloc by hand" says to install the ExecutorSet CRD, as the admin,
+/// since `scripts/controlplane.sh start` does not (a new user's trial met 404s).
+#[test]
+fn trying_by_hand_installs_the_crd_as_the_admin() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme.find("**Trying podalloc by hand").unwrap();
+    let section = &readme[start..start + readme[start..].find("\n## ").unwrap()];
+    assert!(
+        section.contains("kubectl --kubeconfig /tmp/cp/admin.kubeconfig apply -f deploy/crd.yaml"),
+        "{section}"
+    );
+}

@@ -95,14 +95,20 @@ fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
     );
     // Each address is announced with what it serves (both lines said all three paths).
     let err = crate::util::stderr(&crate::util::stop_all("run", vec![c])[0]);
-    let said = |addr: &str| {
-        err.lines()
-            .find(|l| l.contains(&format!("serving http://{addr} ")))
-    };
-    let (ms, ps) = (said(&m).expect(&err), said(&p).expect(&err));
-    assert!(ms.ends_with("(/metrics, --metrics-bind-address)"), "{ms}");
-    let probes = "(/healthz, /livez, /readyz, --health-probe-bind-address)";
-    assert!(ps.ends_with(probes), "{ps}");
+    serves(&err, &m, "(/metrics, --metrics-bind-address)");
+    serves(
+        &err,
+        &p,
+        "(/healthz, /livez, /readyz, --health-probe-bind-address)",
+    );
+}
+
+/// Asserts that `err` announces `addr` once, with what it serves: `what`.
+fn serves(err: &str, addr: &str, what: &str) {
+    let at = format!("serving http://{addr} ");
+    let lines: Vec<_> = err.lines().filter(|l| l.contains(&at)).collect();
+    assert_eq!(lines.len(), 1, "{addr} announced once: {err}");
+    assert!(lines[0].ends_with(what), "{addr}: {}", lines[0]);
 }
 
 #[test]
@@ -143,12 +149,10 @@ fn apps_serves_one_series_per_app_on_one_address() {
         "one address serves all"
     );
     let err = crate::util::stderr(&crate::util::stop_all("apps", vec![c])[0]);
-    let line = format!(
-        "serving http://{addr} (/metrics, /healthz, /livez, /readyz, --metrics-bind-address \
-         and --health-probe-bind-address)"
-    );
     assert_eq!(err.matches("serving http://").count(), 1, "{err}");
-    assert!(err.contains(&line), "{err}");
+    let all = "(/metrics, /healthz, /livez, /readyz, --metrics-bind-address and \
+               --health-probe-bind-address)";
+    serves(&err, &addr, all);
 }
 
 /// A loop stuck in a tick (paused between its write-ahead save and its creates, longer than

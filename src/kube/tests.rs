@@ -1120,6 +1120,17 @@ if [ -f "$d/out$n.json" ]; then cat "$d/out$n.json"; else cat "$d/out.json"; fi
         std::fs::write(self.dir.join(name), out).unwrap();
     }
 
+    /// The plugin's next credential on every run: token `t`, expiring `secs` from now
+    /// (negative: already expired).
+    fn token_valid_for(&self, secs: i64) {
+        let now = std::time::SystemTime::now();
+        let at = match secs >= 0 {
+            true => now + Duration::from_secs(secs as u64),
+            false => now - Duration::from_secs(secs.unsigned_abs()),
+        };
+        self.set(None, &exec_output(Some("t"), None, Some(at)));
+    }
+
     fn runs(&self) -> usize {
         std::fs::read_to_string(self.dir.join("runs"))
             .map(|s| s.lines().count())
@@ -1248,17 +1259,9 @@ fn exec_token_is_cached_and_rerun_once_after_401() {
 #[cfg(unix)]
 #[test]
 fn exec_credential_is_renewed_before_it_expires() {
-    use std::time::SystemTime;
     let server = bearer_only("t");
     let plugin = Plugin::temp();
-    // The plugin's next credential: token `t`, expiring `secs` from now (negative: already).
-    let valid_for = |secs: i64| {
-        let at = match secs >= 0 {
-            true => SystemTime::now() + Duration::from_secs(secs as u64),
-            false => SystemTime::now() - Duration::from_secs(secs.unsigned_abs()),
-        };
-        plugin.set(None, &exec_output(Some("t"), None, Some(at)));
-    };
+    let valid_for = |secs: i64| plugin.token_valid_for(secs);
     // A new client, its first credential valid for `secs`, with runs counted from zero.
     let client_valid_for = |secs: i64| {
         plugin.forget_runs();
@@ -1314,13 +1317,9 @@ fn exec_credential_is_renewed_before_it_expires() {
 #[test]
 fn a_slow_plugin_runs_the_hook_and_nested_requests_run_no_plugin() {
     use std::sync::{Mutex, OnceLock};
-    use std::time::SystemTime;
     let server = bearer_only("t");
     let plugin = Plugin::temp();
-    let valid_for = |secs: u64| {
-        let at = SystemTime::now() + Duration::from_secs(secs);
-        plugin.set(None, &exec_output(Some("t"), None, Some(at)));
-    };
+    let valid_for = |secs: i64| plugin.token_valid_for(secs);
     // Valid for 4 s: due for renewal after 2 s, for both clients.
     valid_for(4);
     let client = exec_client(&server, &plugin).unwrap();

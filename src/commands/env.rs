@@ -238,7 +238,7 @@ fn release_hook(
         let mut cm =
             ConfigMapStore::new(&own, &name, &app_id).holding(holder, (interval, Duration::ZERO));
         if let Err(e) = cm.release() {
-            eprintln!("podalloc: could not give up the holder record of ConfigMap {name}: {e}");
+            log::warn!("could not give up the holder record of ConfigMap {name}: {e}");
         }
     }))
 }

@@ -25,6 +25,11 @@ fn get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((code, r.body_mut().read_to_string().unwrap_or_default()))
 }
 
+/// The status of `GET http://ADDR/PATH` (`None` while nothing listens).
+fn code(addr: &str, path: &str) -> Option<u16> {
+    get(addr, path).map(|r| r.0)
+}
+
 /// Polls `GET ADDR/PATH` every 50 ms for up to `secs` until `f` holds; the last answer.
 fn until(addr: &str, path: &str, secs: u64, f: impl Fn(u16, &str) -> bool) -> (u16, String) {
     let end = Instant::now() + Duration::from_secs(secs);
@@ -65,14 +70,15 @@ fn spawn(mut c: Command) -> Child {
         .unwrap()
 }
 
-fn stop(what: &str, c: Child) {
-    crate::util::stop_all(what, vec![c]);
+/// Stops `c` as [`crate::util::stop_all`] does (SIGTERM, exit 0 checked); its stderr.
+fn stop(what: &str, c: Child) -> String {
+    stderr(&crate::util::stop_all(what, vec![c])[0])
 }
 
 #[test]
 fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
     let (_w, c, m, p) = serving("etl", 3);
-    assert_eq!(get(&p, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(code(&p, "/healthz"), Some(200));
     let body = get(&m, "/metrics").unwrap().1;
     assert!(
         body.contains("# TYPE podalloc_tick_success gauge"),
@@ -89,12 +95,12 @@ fn run_serves_metrics_and_probes_once_its_state_is_loaded() {
         "{body}"
     );
     assert_eq!(
-        get(&m, "/healthz").map(|r| r.0),
+        code(&m, "/healthz"),
         Some(404),
         "probes are on their own address"
     );
     // Each address is announced with what it serves (both lines said all three paths).
-    let err = crate::util::stderr(&crate::util::stop_all("run", vec![c])[0]);
+    let err = stop("run", c);
     serves(&err, &m, "(/metrics, --metrics-bind-address)");
     serves(
         &err,
@@ -143,12 +149,8 @@ fn apps_serves_one_series_per_app_on_one_address() {
         1,
         "{body}"
     );
-    assert_eq!(
-        get(&addr, "/readyz").map(|r| r.0),
-        Some(200),
-        "one address serves all"
-    );
-    let err = crate::util::stderr(&crate::util::stop_all("apps", vec![c])[0]);
+    assert_eq!(code(&addr, "/readyz"), Some(200), "one address serves all");
+    let err = stop("apps", c);
     assert_eq!(err.matches("serving http://").count(), 1, "{err}");
     let all = "(/metrics, /healthz, /livez, /readyz, --metrics-bind-address and \
                --health-probe-bind-address)";
@@ -184,8 +186,7 @@ fn liveness_fails_while_the_loop_is_stuck_and_recovers() {
     );
     until(&p, "/healthz", 15, |c, _| c == 200);
     until(&p, "/readyz", 5, |c, _| c == 200);
-    let out = crate::util::stop_all("run", vec![c]);
-    assert!(!stderr(&out[0]).contains("panicked"));
+    assert!(!stop("run", c).contains("panicked"));
 }
 
 // Hostile clients (issue 30, item 3): each leaves the process alive, its memory flat, and a

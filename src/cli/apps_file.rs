@@ -14,29 +14,21 @@ pub(crate) struct AppEntry {
     /// The application id (`spark-app-selector`).
     pub app_id: String,
     /// Its namespace (default: the connection's).
-    #[serde(default)]
     pub namespace: Option<String>,
     /// Executor pod template file, relative to the apps file's directory.
-    #[serde(default)]
     pub template: Option<PathBuf>,
     /// Container image (as `--image`).
-    #[serde(default)]
     pub image: Option<String>,
     /// The executor target; without it the app's saved target holds.
-    #[serde(default)]
     pub target: Option<u32>,
     /// As `--batch-size`: a number, `auto` or `slow-start`.
-    #[serde(default)]
     pub batch_size: Option<Value>,
     /// Driver pod owning the executors (as `--driver-pod`).
-    #[serde(default)]
     pub driver_pod: Option<String>,
     /// State file, relative to the apps file's directory (default: the state directory's
     /// `<namespace>/<app id>.json`).
-    #[serde(default)]
     pub state_file: Option<PathBuf>,
     /// As `--state-store` (`file` or `configmap:NAME`).
-    #[serde(default)]
     pub state_store: Option<String>,
 }
 

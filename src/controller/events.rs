@@ -875,18 +875,32 @@ mod tests {
         }
     }
 
-    /// How many of `specs`, recorded at `now_ms`, the recorder sent (its spam filter dropped
-    /// the rest).
-    fn sent(
-        r: &mut Recorder,
-        sink: &Api<'_>,
-        specs: impl IntoIterator<Item = EventSpec>,
-        now_ms: u64,
-    ) -> usize {
-        let sent = specs
-            .into_iter()
-            .map(|ev| r.record(sink, ev, now_ms).unwrap());
-        sent.filter(Option::is_some).count()
+    /// A recorder and the events API ([`Events`]) it posts to.
+    struct Posting {
+        events: Events,
+        r: Recorder,
+    }
+
+    impl Posting {
+        fn new() -> Posting {
+            Posting {
+                events: Events::new(None),
+                r: Recorder::default(),
+            }
+        }
+
+        /// What the recorder made of `ev` at `now_ms`: the count posted, `None` when its spam
+        /// filter dropped it.
+        fn record(&mut self, ev: EventSpec, now_ms: u64) -> Option<u64> {
+            self.r.record(&self.events.api(), ev, now_ms).unwrap()
+        }
+
+        /// How many of `specs`, recorded at `now_ms`, the recorder sent (its spam filter
+        /// dropped the rest).
+        fn sent(&mut self, specs: impl IntoIterator<Item = EventSpec>, now_ms: u64) -> usize {
+            let sent = specs.into_iter().map(|ev| self.record(ev, now_ms));
+            sent.filter(Option::is_some).count()
+        }
     }
 
     fn ev(msg: &str) -> EventSpec {
@@ -952,12 +966,11 @@ mod tests {
 
     #[test]
     fn a_repeated_event_patches_the_count() {
-        let events = Events::new(None);
-        let sink = &events.api();
-        let mut r = Recorder::default();
-        assert_eq!(r.record(sink, ev("quota"), 1_000).unwrap(), Some(1));
-        assert_eq!(r.record(sink, ev("quota"), 2_000).unwrap(), Some(2));
-        assert_eq!(r.record(sink, ev("other"), 3_000).unwrap(), Some(1));
+        let mut p = Posting::new();
+        assert_eq!(p.record(ev("quota"), 1_000), Some(1));
+        assert_eq!(p.record(ev("quota"), 2_000), Some(2));
+        assert_eq!(p.record(ev("other"), 3_000), Some(1));
+        let events = &p.events;
         let calls = events.calls();
         assert_eq!(calls.len(), 3, "{calls:?}");
         assert!(calls[1].starts_with("patch driver.") && calls[1].ends_with(" 2"));
@@ -981,33 +994,26 @@ mod tests {
 
     #[test]
     fn a_new_process_counts_on_from_the_stored_event() {
-        let events = Events::new(None);
-        let sink = &events.api();
-        Recorder::default()
-            .record(sink, ev("quota"), 1_000)
-            .unwrap();
+        let mut p = Posting::new();
+        p.record(ev("quota"), 1_000);
         // Another process: nothing cached, the create meets 409 and patches the count.
-        let mut r = Recorder::default();
-        assert_eq!(r.record(sink, ev("quota"), 5_000).unwrap(), Some(2));
-        assert_eq!(events.stored().len(), 1);
+        p.r = Recorder::default();
+        assert_eq!(p.record(ev("quota"), 5_000), Some(2));
+        assert_eq!(p.events.stored().len(), 1);
     }
 
     #[test]
     fn the_spam_filter_allows_a_burst_of_25_then_one_per_5_minutes() {
-        let events = Events::new(None);
-        let sink = &events.api();
-        let mut r = Recorder::default();
+        let mut p = Posting::new();
         let burst = (0..40).map(|i| ev(&format!("m{}", i % 5)));
-        assert_eq!(sent(&mut r, sink, burst, 1_000), 25);
-        assert_eq!(r.record(sink, ev("m0"), 1_000 + 299_000).unwrap(), None);
-        assert!(r.record(sink, ev("m0"), 1_000 + 301_000).unwrap().is_some());
+        assert_eq!(p.sent(burst, 1_000), 25);
+        assert_eq!(p.record(ev("m0"), 1_000 + 299_000), None);
+        assert!(p.record(ev("m0"), 1_000 + 301_000).is_some());
     }
 
     #[test]
     fn normal_events_of_an_apps_pods_share_the_apps_bucket_warnings_their_own() {
-        let events = Events::new(None);
-        let sink = &events.api();
-        let mut r = Recorder::default();
+        let mut p = Posting::new();
         let on_pod = |i: u32, kind: &'static str, bucket: Option<&str>| EventSpec {
             involved: ObjectRef::pod("ns", &format!("app-exec-{i}"), &format!("u{i}")),
             kind,
@@ -1017,23 +1023,21 @@ mod tests {
         };
         let app = Some("app\u{0}ns\u{0}app");
         let creates = (0..100).map(|i| on_pod(i, "Normal", app));
-        let n = sent(&mut r, sink, creates, 1_000);
+        let n = p.sent(creates, 1_000);
         assert_eq!(n, 25, "100 pods' creates, one app: a burst of 25");
         let warnings = (0..30).map(|i| on_pod(i, "Warning", None));
-        let n = sent(&mut r, sink, warnings, 2_000);
+        let n = p.sent(warnings, 2_000);
         assert_eq!(n, 30, "each pod's warning has its pod's own bucket");
-        assert_eq!(events.calls().len(), 55);
+        assert_eq!(p.events.calls().len(), 55);
     }
 
     #[test]
     fn similar_events_are_combined_after_10_messages() {
-        let events = Events::new(None);
-        let sink = &events.api();
-        let mut r = Recorder::default();
+        let mut p = Posting::new();
         for i in 0..12 {
-            r.record(sink, ev(&format!("message {i}")), 1_000).unwrap();
+            p.record(ev(&format!("message {i}")), 1_000);
         }
-        let store = events.stored();
+        let store = p.events.stored();
         let combined: Vec<&Value> = store
             .values()
             .filter(|e| {

@@ -4,8 +4,9 @@
 //!
 //! The plugin script counts its runs in a file next to it, saves the `KUBERNETES_EXEC_INFO`
 //! it was given, answers with the apiVersion it was asked for, and takes its behaviour from
-//! the kubeconfig's `exec.env`: `TTL` (seconds until `expirationTimestamp`) and `WRONG_FIRST`
-//! (how many runs hand out a token the server rejects).
+//! the kubeconfig's `exec.env`: `TTL` (seconds until `expirationTimestamp`), `WRONG_FIRST`
+//! (how many runs hand out a token the server rejects) and `SLOW` (seconds every run after
+//! the first takes).
 
 use crate::util::{args, stderr, stdout, write, SimWorld, World};
 use serde_json::Value;
@@ -45,6 +46,7 @@ printf '%s' "$KUBERNETES_EXEC_INFO" > "$d/exec-info.json"
 api=$(printf '%s' "$KUBERNETES_EXEC_INFO" | sed 's/.*"apiVersion":"\([^"]*\)".*/\1/')
 tok="{good}"
 if [ "$n" -le "${{WRONG_FIRST:-0}}" ]; then tok="rejected-token-$n"; fi
+if [ "$n" -ge 2 ] && [ -n "$SLOW" ]; then sleep "$SLOW"; fi
 exp=""
 if [ -n "$TTL" ]; then
   t=$(( $(date +%s) + TTL ))
@@ -237,6 +239,40 @@ fn exec_plugin_is_rerun_after_its_token_expires() {
     assert!(
         !log.contains("-> 401 ") && !log.contains("401 Unauthorized"),
         "renewed before the server refused it: {log}"
+    );
+    assert_eq!(w.pod_count(NAMESPACE), 2);
+}
+
+/// A slow plugin renewing a short-lived token under a leader: the renewal runs beside the
+/// loop's requests, one run serves the Lease's client and the loop's, and the Lease is never
+/// late. (Before, the Lease client ran the plugin of its own, inside a renewal, and lost
+/// the Lease.)
+#[test]
+fn a_slow_plugin_renews_beside_a_leader_without_costing_its_lease() {
+    let w = plugin_world();
+    // Valid for 4 s (renewed after 2 s), 1.5 s a run; a 3 s Lease renewed every 500 ms.
+    let kc = w.kubeconfig(&[("TTL", "4"), ("SLOW", "1.5")], "");
+    let started = std::time::Instant::now();
+    let out = w.run_with(
+        &kc,
+        &crate::util::with_fast_leader_elect(&args(
+            "run --target 2 --interval 500ms --timeout 12s",
+        )),
+    );
+    assert_ok(&out);
+    w.assert_no_token(&out);
+    let log = stderr(&out);
+    assert!(log.contains("became the leader"), "{log}");
+    assert!(!log.contains("stopped acting"), "the Lease was lost: {log}");
+    assert!(!log.contains("401"), "a credential expired in use: {log}");
+    // One run to start, then one renewal about every 3.5 s (2 s valid + 1.5 s running):
+    // three or four in 12 s; a run per client would be twice that.
+    let secs = started.elapsed().as_secs_f64();
+    let runs = w.runs();
+    assert!((3..=5).contains(&runs), "{runs} runs in {secs:.1} s: {log}");
+    assert!(
+        log.contains("renewing its credential meanwhile"),
+        "renewed in the background: {log}"
     );
     assert_eq!(w.pod_count(NAMESPACE), 2);
 }

@@ -1232,3 +1232,97 @@ both!(
         assert_no_overshoot(e);
     }
 );
+
+// A leader whose credential comes from a slow exec plugin (1.5 s a run, a token valid for
+// 4 s, so renewed every 2 s or so) with a 3 s Lease and a 2 s renew deadline: the renewal
+// runs beside the loop's requests, one run serves the Lease's client and the loop's, and no
+// Lease renewal is late (the server's record of the candidate's Lease updates shows no gap
+// of a renew deadline), so the leader never stops acting. Before, the Lease client ran a
+// plugin of its own inside a renewal and lost the Lease.
+both!(
+    a_slow_exec_plugin_never_makes_a_lease_renewal_late,
+    APP,
+    Pods::default(),
+    |e| {
+        use std::os::unix::fs::PermissionsExt as _;
+        let kube = e.dir.path().join("kube");
+        std::fs::create_dir_all(&kube).unwrap();
+        std::fs::write(kube.join("ca.crt"), e.ca_pem()).unwrap();
+        let plugin = kube.join("plugin.sh");
+        std::fs::write(
+            &plugin,
+            format!(
+                r#"#!/bin/sh
+d=$(dirname "$0")
+echo run >> "$d/runs"
+n=$(wc -l < "$d/runs" | tr -d ' ')
+if [ "$n" -ge 2 ]; then sleep 1.5; fi
+exp=$(date -u -d "@$(( $(date +%s) + 4 ))" +%Y-%m-%dT%H:%M:%SZ)
+printf '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"{}","expirationTimestamp":"%s"}}}}\n' "$exp"
+"#,
+                e.candidate_token("a")
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let kc = kube.join("config");
+        std::fs::write(
+            &kc,
+            format!(
+                "apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{{name: c, cluster: {{server: '{}', certificate-authority: ca.crt}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u, namespace: {}}}}}]
+users:
+- name: u
+  user:
+    exec: {{apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh, interactiveMode: Never}}
+",
+                e.url(),
+                e.ns
+            ),
+        )
+        .unwrap();
+        let since = e.server_now_us();
+        let mut cmd = crate::util::podalloc();
+        cmd.arg("--kubeconfig").arg(&kc);
+        cmd.args([
+            "--app-id",
+            &e.app,
+            "--image",
+            "img",
+            "--state-store",
+            "configmap:ha-state",
+        ]);
+        let out = (cmd.args(crate::util::with_fast_leader_elect(&crate::util::args(
+            "run --target 2 --interval 500ms --timeout 12s",
+        ))))
+        .output()
+        .unwrap();
+        let log = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{log}");
+        assert!(log.contains("became the leader"), "{log}");
+        assert!(!log.contains("stopped acting"), "the Lease was lost: {log}");
+        let runs = std::fs::read_to_string(kube.join("runs"))
+            .unwrap()
+            .lines()
+            .count();
+        // One run to start, then a renewal about every 3.5 s: a run per client would be twice.
+        assert!((3..=5).contains(&runs), "{runs} runs: {log}");
+        let updates: Vec<u64> = (e.acts().iter())
+            .filter(|a| a.at_us >= since && a.user == "podalloc-a" && a.resource == "leases")
+            .filter(|a| a.verb == "update" && a.code == 200)
+            .map(|a| a.at_us)
+            .collect();
+        let gap = updates.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        eprintln!(
+            "leader[{}]: slow exec plugin: {runs} runs, {} Lease updates, longest gap {} ms",
+            server(e),
+            updates.len(),
+            gap / 1000
+        );
+        assert!(updates.len() >= 15, "{updates:?}");
+        assert!(gap < 2_000_000, "a renewal {} ms late: {log}", gap / 1000);
+    }
+);

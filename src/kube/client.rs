@@ -24,7 +24,7 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use super::config::{is_loopback_host, parse_server, redact_userinfo, ClusterConfig, Credential};
 use super::error::{is_retryable_code, ApiStatus, KubeError, TransportKind};
 use super::exec::{
-    run_plugin_with, ExecClusterInfo, ExecConfig, ExecCredential, DEFAULT_EXEC_TIMEOUT,
+    ExecClusterInfo, ExecConfig, ExecCredential, RunningPlugin, DEFAULT_EXEC_TIMEOUT,
 };
 use super::resolver::KubeResolver;
 use super::resource::{Resource, LEASES};
@@ -429,19 +429,35 @@ struct TokenCache {
     read_at: Option<Instant>,
 }
 
-/// The credential an exec plugin returned last.
+/// The credential an exec plugin returned last, shared by a client and the clients derived
+/// from it (the Lease's, a release's), so that one plugin run serves them all.
 #[derive(Default)]
 struct ExecCache {
-    /// Whether the plugin has run successfully at least once.
-    fetched: bool,
-    token: Option<Secret<String>>,
-    /// The certificate and key PEM the agent now presents (to see when they change).
-    cert: Option<(Vec<u8>, Secret<Vec<u8>>)>,
-    /// When to run the plugin again; `None`: only after a 401.
+    /// What the plugin returned last (`None`: it has not run successfully yet). A client
+    /// certificate in it has been checked to be usable.
+    cred: Option<ExecCredential>,
+    /// When to renew it; `None`: only after a 401.
     refresh_at: Option<SystemTime>,
-    /// The credential's `expirationTimestamp`.
-    expires: Option<SystemTime>,
+    /// A renewal started while the credential was still valid: polled at each request
+    /// ([`KubeClient::settle_exec`]), waited for once the credential has expired.
+    renewing: Option<RunningPlugin>,
 }
+
+impl ExecCache {
+    /// The credential, while it has not expired at `now`.
+    fn valid(&self, now: SystemTime) -> Option<&ExecCredential> {
+        (self.cred.as_ref()).filter(|c| c.expiration.is_none_or(|t| now < t))
+    }
+
+    /// The token of the credential (`None` for a certificate-only plugin).
+    fn token(&self) -> Option<String> {
+        let cred = self.cred.as_ref()?;
+        cred.token.as_ref().map(|t| t.expose().clone())
+    }
+}
+
+/// A client certificate and its key, as PEM (to see when the one to present changes).
+type CertPair = (Vec<u8>, Secret<Vec<u8>>);
 
 /// A blocking Kubernetes client: one cluster and credential, calls in any namespace through
 /// [`KubeClient::api_in`] (its own namespace through [`KubeClient::api`]).
@@ -465,7 +481,10 @@ struct Connection {
     agent: Mutex<ureq::Agent>,
     /// The configuration, kept to rebuild the agent.
     cfg: ClusterConfig,
-    exec: Mutex<ExecCache>,
+    exec: Arc<Mutex<ExecCache>>,
+    /// The exec plugin's client certificate this connection's agent presents (each
+    /// connection rebuilds its own agent when the shared credential's changes).
+    exec_cert: Mutex<Option<CertPair>>,
     /// `spec.cluster` for an exec plugin with `provideClusterInfo: true`.
     exec_cluster: Option<ExecClusterInfo>,
     /// URL prefix of requests: the server URL, with the host replaced by the
@@ -868,15 +887,22 @@ impl KubeClient {
         cfg: ClusterConfig,
         options: ClientOptions,
     ) -> Result<KubeClient, KubeError> {
-        Self::build(cfg, options, (Arc::default(), Hook::default()))
+        Self::build(
+            cfg,
+            options,
+            (Arc::default(), Hook::default(), Arc::default()),
+        )
     }
 
-    /// [`KubeClient::with_options`], counting requests by verb into `requests_by`.
+    /// [`KubeClient::with_options`], counting requests by verb into `requests_by`, with the
+    /// hook `between` and the exec credential cache `exec` (both shared with the client this
+    /// one is derived from, if any). The credential is fetched now unless `exec` holds one.
     fn build(
         cfg: ClusterConfig,
         options: ClientOptions,
-        (requests_by, between): (Arc<Mutex<RequestCounts>>, Hook),
+        (requests_by, between, exec): (Arc<Mutex<RequestCounts>>, Hook, Arc<Mutex<ExecCache>>),
     ) -> Result<KubeClient, KubeError> {
+        let inherited = lock(&exec).cred.is_some();
         let (agent, base) = Self::build_agent(&cfg, &options, None, &between)?;
         if let Credential::Token { token, source } = &cfg.credential {
             if !is_header_safe(token.expose()) {
@@ -910,7 +936,8 @@ impl KubeClient {
             source: cfg.source.clone(),
             credential: cfg.credential.clone(),
             token: Mutex::new(TokenCache::default()),
-            exec: Mutex::new(ExecCache::default()),
+            exec,
+            exec_cert: Mutex::new(None),
             exec_cluster,
             cfg,
             options,
@@ -925,8 +952,9 @@ impl KubeClient {
             namespace,
             deadline: Mutex::new(None),
         };
-        // Reads a token file, or runs an exec plugin (which may replace the agent).
-        client.bearer(true)?;
+        // Reads a token file, or runs an exec plugin (which may replace the agent); a derived
+        // client takes the credential its parent holds.
+        client.bearer(!inherited)?;
         Ok(client)
     }
 
@@ -1154,115 +1182,200 @@ impl KubeClient {
     }
 
     /// The exec plugin's token (`None` for a plugin that returns only a client certificate),
-    /// running the plugin first when nothing is cached, when the cached credential is due
-    /// ([`ExecCredential::refresh_time`](super::exec::ExecCredential::refresh_time)), or when
-    /// `force` (after a 401). The plugin runs under the lock, so concurrent calls run it once.
-    /// A new client certificate replaces the agent.
+    /// from the credential cache this client shares with those derived from it
+    /// ([`KubeClient::settle_exec`] keeps it up to date), its client certificate presented
+    /// by this connection's agent ([`KubeClient::present_exec_cert`]).
     ///
-    /// The wait for the plugin runs the hook between requests; a request the hook makes
-    /// meanwhile (a Lease renewal) gets [`KubeClient::exec_token_nested`]'s token.
+    /// The plugin runs under the cache's lock; a wait for it runs the hook between requests,
+    /// and a request the hook makes meanwhile (a Lease renewal) gets
+    /// [`KubeClient::exec_token_nested`]'s answer.
     fn exec_token(&self, exec: &ExecConfig, force: bool) -> Result<Option<String>, KubeError> {
-        let hook = &self.conn.between;
-        if hook.plugin_running() {
+        if self.conn.between.plugin_running() {
             return self.exec_token_nested(exec, force);
         }
-        let mut cache = lock(&self.conn.exec);
-        let due =
-            !cache.fetched || force || cache.refresh_at.is_some_and(|t| SystemTime::now() >= t);
-        if due {
-            let cred = match self.run_exec_plugin(exec) {
-                Ok(cred) => cred,
-                // Renewing early failed, but the cached credential has not expired yet: keep
-                // it (the next call tries again).
-                Err(e)
-                    if !force
-                        && cache.fetched
-                        && cache.expires.is_some_and(|t| SystemTime::now() < t) =>
-                {
-                    log::warn!("{e}; keeping the credential it returned before until it expires");
-                    return Ok(cache.token.as_ref().map(|t| t.expose().clone()));
-                }
-                Err(e) => return Err(e),
-            };
-            let fetched_at = SystemTime::now();
-            match (&cred.client_certificate, &cred.client_key) {
-                (Some(cert), Some(key)) => {
-                    let unchanged = cache
-                        .cert
-                        .as_ref()
-                        .is_some_and(|(c, k)| c == &cert.pem && k.expose() == key.pem.expose());
-                    if self.conn.cfg.tls.client_cert.is_some() {
-                        log::debug!(
-                            "{}: the client certificate it returned is not used, the \
-                             kubeconfig user's own is",
-                            exec.describe()
-                        );
-                    } else if !self.conn.base.starts_with("https://") {
-                        log::debug!(
-                            "{}: its client certificate is not used over plain http",
-                            exec.describe()
-                        );
-                    } else if !unchanged {
-                        // Checked with rustls first: ureq panics on a mismatched pair.
-                        let id = client_identity(cert, key).map_err(|e| {
-                            KubeError::Auth(format!(
-                                "{} returned a client certificate that cannot be used: {e}",
-                                exec.describe()
-                            ))
-                        })?;
-                        let (agent, _) = Self::build_agent(
-                            &self.conn.cfg,
-                            &self.conn.options,
-                            Some(id),
-                            &self.conn.between,
-                        )?;
-                        *lock(&self.conn.agent) = agent;
-                        cache.cert = Some((cert.pem.clone(), key.pem.clone()));
-                        log::debug!("{}: new client certificate in use", exec.describe());
-                    }
-                }
-                _ if cache.cert.is_some() => {
-                    // The plugin stopped returning a certificate: stop presenting the old one.
-                    let (agent, _) = Self::build_agent(
-                        &self.conn.cfg,
-                        &self.conn.options,
-                        None,
-                        &self.conn.between,
-                    )?;
-                    *lock(&self.conn.agent) = agent;
-                    cache.cert = None;
-                }
-                _ => {}
-            }
-            cache.refresh_at = cred.refresh_time(fetched_at);
-            cache.expires = cred.expiration;
-            cache.token = cred.token;
-            cache.fetched = true;
-        }
-        Ok(cache.token.as_ref().map(|t| t.expose().clone()))
+        let (token, cert) = {
+            let mut cache = lock(&self.conn.exec);
+            self.settle_exec(&mut cache, exec, force)?;
+            let cert = (cache.cred.as_ref()).and_then(|c| {
+                let (cert, key) = (c.client_certificate.as_ref()?, c.client_key.as_ref()?);
+                Some((cert.pem.clone(), key.pem.clone()))
+            });
+            (cache.token(), cert)
+        };
+        self.present_exec_cert(exec, cert)?;
+        Ok(token)
     }
 
-    /// Runs the exec plugin once, the hook between requests run while it runs, marked as
-    /// running for the clients sharing the hook ([`KubeClient::exec_token_nested`]).
-    fn run_exec_plugin(&self, exec: &ExecConfig) -> Result<ExecCredential, KubeError> {
-        lock(&self.conn.stats).exec_runs += 1;
-        let hook = &self.conn.between;
-        let _running = hook.plugin_run();
-        run_plugin_with(
+    /// Brings the shared credential up to date, the rules of client-go's exec authenticator
+    /// with one difference: a credential due for renewal
+    /// ([`ExecCredential::refresh_time`](super::exec::ExecCredential::refresh_time)) but not
+    /// expired is renewed in the background: the plugin is started and the credential kept
+    /// in use; each later call polls it, without waiting, and takes its credential once it
+    /// has finished (a failure is logged, the old credential kept until it expires, and the
+    /// renewal tried again after half the time it has left, at least a second later). The
+    /// caller waits for the plugin only when no credential is valid (none yet, it has
+    /// expired) or `force` (after a 401): then a renewal in progress is waited for, or a run
+    /// started.
+    ///
+    /// Errors: the plugin's ([`super::exec::run_plugin`]) when the caller waited for it, or a
+    /// client certificate it returned that cannot be used ([`KubeError::Auth`]).
+    fn settle_exec(
+        &self,
+        cache: &mut ExecCache,
+        exec: &ExecConfig,
+        force: bool,
+    ) -> Result<(), KubeError> {
+        if let Some(done) = cache
+            .renewing
+            .as_mut()
+            .and_then(|run| run.poll(Duration::ZERO))
+        {
+            cache.renewing = None;
+            let now = SystemTime::now();
+            match done.and_then(|cred| self.usable_exec(exec, cred)) {
+                Ok(cred) => Self::adopt_exec(cache, cred),
+                Err(e) => match cache.valid(now).and_then(|c| c.expiration) {
+                    Some(expires) => {
+                        log::warn!(
+                            "{e}; keeping the credential it returned before until it expires"
+                        );
+                        let left = expires.duration_since(now).unwrap_or_default();
+                        cache.refresh_at = Some(now + (left / 2).max(Duration::from_secs(1)));
+                    }
+                    None => log::debug!("renewing the credential failed: {e}"),
+                },
+            }
+        }
+        let now = SystemTime::now();
+        if force || cache.valid(now).is_none() {
+            let run = match cache.renewing.take() {
+                Some(run) => run,
+                None => self.start_exec_plugin(exec)?,
+            };
+            let cred = self.wait_exec_plugin(run)?;
+            Self::adopt_exec(cache, self.usable_exec(exec, cred)?);
+        } else if cache.renewing.is_none() && cache.refresh_at.is_some_and(|t| now >= t) {
+            match self.start_exec_plugin(exec) {
+                Ok(run) => {
+                    log::debug!("{}: renewing its credential meanwhile", exec.describe());
+                    cache.renewing = Some(run);
+                }
+                Err(e) => {
+                    log::warn!("{e}; keeping the credential it returned before until it expires");
+                    cache.refresh_at = Some(now + Duration::from_secs(1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a new credential into the cache, with its renewal time.
+    fn adopt_exec(cache: &mut ExecCache, cred: ExecCredential) {
+        cache.refresh_at = cred.refresh_time(SystemTime::now());
+        cache.cred = Some(cred);
+    }
+
+    /// `cred`, once its client certificate (if this client would present it) is known to be
+    /// usable: checked with rustls, since ureq panics on a mismatched pair.
+    ///
+    /// Errors: [`KubeError::Auth`] naming the plugin.
+    fn usable_exec(
+        &self,
+        exec: &ExecConfig,
+        cred: ExecCredential,
+    ) -> Result<ExecCredential, KubeError> {
+        if let (Some(cert), Some(key), true) = (
+            &cred.client_certificate,
+            &cred.client_key,
+            self.presents_exec_cert(),
+        ) {
+            client_identity(cert, key).map_err(|e| {
+                KubeError::Auth(format!(
+                    "{} returned a client certificate that cannot be used: {e}",
+                    exec.describe()
+                ))
+            })?;
+        }
+        Ok(cred)
+    }
+
+    /// Whether an exec plugin's client certificate is presented: not when the kubeconfig
+    /// user has one of its own, nor over plain http.
+    fn presents_exec_cert(&self) -> bool {
+        self.conn.cfg.tls.client_cert.is_none() && self.conn.base.starts_with("https://")
+    }
+
+    /// Makes this connection's agent present `cert` (the exec plugin's client certificate
+    /// and key, or none), rebuilding it when that changes.
+    ///
+    /// Errors: as [`KubeClient::with_options`], when the agent cannot be rebuilt.
+    fn present_exec_cert(
+        &self,
+        exec: &ExecConfig,
+        cert: Option<CertPair>,
+    ) -> Result<(), KubeError> {
+        let cert = cert.filter(|_| self.presents_exec_cert());
+        let mut presented = lock(&self.conn.exec_cert);
+        if *presented == cert {
+            return Ok(());
+        }
+        let id = match &cert {
+            Some((c, k)) => {
+                let cert = PemData {
+                    source: format!("clientCertificateData from {}", exec.describe()),
+                    pem: c.clone(),
+                };
+                let key = KeyData {
+                    source: format!("clientKeyData from {}", exec.describe()),
+                    pem: k.clone(),
+                };
+                Some(client_identity(&cert, &key)?)
+            }
+            None => None,
+        };
+        let (agent, _) =
+            Self::build_agent(&self.conn.cfg, &self.conn.options, id, &self.conn.between)?;
+        *lock(&self.conn.agent) = agent;
+        log::debug!(
+            "{}: {}",
+            exec.describe(),
+            match cert {
+                Some(_) => "new client certificate in use",
+                None => "no client certificate in use",
+            }
+        );
+        *presented = cert;
+        Ok(())
+    }
+
+    /// Starts the exec plugin (counted in [`ClientStats::exec_runs`]).
+    ///
+    /// Errors: as [`RunningPlugin::start`].
+    fn start_exec_plugin(&self, exec: &ExecConfig) -> Result<RunningPlugin, KubeError> {
+        let run = RunningPlugin::start(
             exec,
             self.conn.exec_cluster.as_ref(),
             self.conn.options.exec_timeout,
-            &mut || {
-                hook.run(Duration::ZERO);
-            },
-        )
+        )?;
+        lock(&self.conn.stats).exec_runs += 1;
+        Ok(run)
     }
 
-    /// The exec plugin's token for a request made while a plugin of a client sharing this
-    /// one's hook runs (from the hook of its wait): never a second run, nested in the first;
-    /// the cached credential while it has not expired (its early renewal waits for a later
-    /// request). Errors: [`KubeError::Auth`] when there is none, it has expired, `force`
-    /// (a 401), or the cache is this client's own, held by the run in progress.
+    /// Waits for the plugin, the hook between requests run while it runs, marked as running
+    /// for the clients sharing the hook ([`KubeClient::exec_token_nested`]).
+    fn wait_exec_plugin(&self, run: RunningPlugin) -> Result<ExecCredential, KubeError> {
+        let hook = &self.conn.between;
+        let _running = hook.plugin_run();
+        run.wait(&mut || {
+            hook.run(Duration::ZERO);
+        })
+    }
+
+    /// The exec plugin's token for a request made while a client sharing this one's hook
+    /// waits for the plugin (from the hook of its wait): never a second run, nor a wait;
+    /// the cached credential while it has not expired. Errors: [`KubeError::Auth`] when the
+    /// cache is held by the wait in progress (the clients derived from one share it), there
+    /// is no credential, it has expired, or `force` (a 401).
     fn exec_token_nested(
         &self,
         exec: &ExecConfig,
@@ -1282,12 +1395,12 @@ impl KubeClient {
                 return Err(busy("its credential is being renewed"))
             }
         };
-        let expired = cache.expires.is_some_and(|t| SystemTime::now() >= t);
-        match (cache.fetched, force, expired) {
-            (true, false, false) => Ok(cache.token.as_ref().map(|t| t.expose().clone())),
+        let valid = cache.valid(SystemTime::now()).is_some();
+        match (cache.cred.is_some(), force, valid) {
+            (true, false, true) => Ok(cache.token()),
             (false, ..) => Err(busy("no credential of its is cached")),
             (_, true, _) => Err(busy("the credential it returned was rejected")),
-            (_, _, true) => Err(busy("the credential it returned last has expired")),
+            (_, _, false) => Err(busy("the credential it returned last has expired")),
         }
     }
 
@@ -1847,6 +1960,7 @@ impl KubeClient {
             (
                 Arc::clone(&self.conn.requests_by),
                 self.conn.between.derived(),
+                Arc::clone(&self.conn.exec),
             ),
         )
     }
@@ -1864,7 +1978,8 @@ impl KubeClient {
         let mut cfg = self.conn.cfg.clone();
         if let Credential::Exec(exec) = &self.conn.cfg.credential {
             let cache = lock(&self.conn.exec);
-            if let (true, Some(token), None) = (cache.fetched, &cache.token, &cache.cert) {
+            let cred = cache.cred.as_ref();
+            if let Some((Some(token), None)) = cred.map(|c| (&c.token, &c.client_certificate)) {
                 cfg.credential = Credential::Token {
                     token: token.clone(),
                     source: format!("{} (the token it returned last)", exec.describe()),
@@ -1877,6 +1992,7 @@ impl KubeClient {
             (
                 Arc::clone(&self.conn.requests_by),
                 self.conn.between.derived(),
+                Arc::clone(&self.conn.exec),
             ),
         )
     }

@@ -597,6 +597,16 @@ impl Drain {
         }
     }
 
+    /// A pipe already closed (what [`RunningPlugin`] leaves behind once it took the output).
+    fn closed() -> Drain {
+        Drain {
+            pipe: None,
+            cap: 0,
+            kept: Vec::new(),
+            over: false,
+        }
+    }
+
     /// One read, after a poll said the pipe is readable (so it does not block): keeps what
     /// fits under the cap; closes the pipe at end of file or on an error.
     fn read_once(&mut self) {
@@ -619,7 +629,8 @@ impl Drain {
 
 /// Waits up to `wait` for output on the pipes still open and reads once from each that has
 /// some (poll(2)); with none open, sleeps `wait`. Interrupted by a signal: reads nothing.
-fn drain(pipes: &mut [Drain], wait: Duration) {
+/// Returns whether a pipe was ready.
+fn drain(pipes: &mut [Drain], wait: Duration) -> bool {
     use rustix::event::{PollFd, PollFlags, Timespec};
     let ready: Vec<bool> = {
         let mut fds: Vec<PollFd<'_>> = (pipes.iter())
@@ -627,8 +638,10 @@ fn drain(pipes: &mut [Drain], wait: Duration) {
             .map(|f| PollFd::new(f, PollFlags::IN))
             .collect();
         if fds.is_empty() {
-            std::thread::sleep(wait);
-            return;
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            return false;
         }
         let ts = Timespec {
             tv_sec: wait.as_secs().try_into().unwrap_or(i64::MAX),
@@ -636,13 +649,30 @@ fn drain(pipes: &mut [Drain], wait: Duration) {
         };
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
-            Err(_) => return,
+            Err(_) => return false,
         }
     };
     let open = pipes.iter_mut().filter(|d| d.pipe.is_some());
+    let mut any = false;
     for (d, ready) in open.zip(ready) {
         if ready {
             d.read_once();
+            any = true;
+        }
+    }
+    any
+}
+
+/// [`drain`], then reads on without waiting while output is ready (at most [`MAX_STDOUT`]
+/// and [`MAX_STDERR`]'s worth of 8 KiB reads), so that a plugin polled only now and then
+/// ([`RunningPlugin::poll`] between requests) is not held up by a full pipe for long.
+fn drain_ready(pipes: &mut [Drain], wait: Duration) {
+    const MOST_READS: usize = (MAX_STDOUT + MAX_STDERR) / 8192 + 2;
+    if drain(pipes, wait) {
+        for _ in 0..MOST_READS {
+            if !drain(pipes, Duration::ZERO) {
+                break;
+            }
         }
     }
 }
@@ -740,65 +770,217 @@ pub fn run_plugin(
     cluster: Option<&ExecClusterInfo>,
     timeout: Duration,
 ) -> Result<ExecCredential, KubeError> {
-    run_plugin_with(exec, cluster, timeout, &mut || {})
+    RunningPlugin::start(exec, cluster, timeout)?.wait(&mut || {})
 }
 
-/// How often the wait for a plugin runs its caller's `meanwhile` ([`run_plugin_with`]).
+/// How often the wait for a plugin runs its caller's `meanwhile` ([`RunningPlugin::wait`]).
 const MEANWHILE_EVERY: Duration = Duration::from_millis(50);
 
-/// [`run_plugin`], running `meanwhile` at least every 50 ms while the plugin runs (the
-/// client's hook between requests: the loop answers its endpoints, sees its signals and
-/// renews its Lease while a slow plugin runs).
-pub(crate) fn run_plugin_with(
-    exec: &ExecConfig,
-    cluster: Option<&ExecClusterInfo>,
+/// A plugin that has been started and has not yet been seen to finish: waited for
+/// ([`RunningPlugin::wait`]) when the caller has no credential to go on with, or polled
+/// without blocking ([`RunningPlugin::poll`]) when it renews one that is still valid, so that
+/// a slow plugin (`aws eks get-token` can take seconds) never holds up the loop, its Lease
+/// or its endpoints. Dropped before it finished, it kills the plugin's process group.
+pub(crate) struct RunningPlugin {
+    child: Child,
+    pid: u32,
+    /// [`ExecConfig::describe`], for messages.
+    plugin: String,
+    api_version: ExecApiVersion,
+    /// stdout (at most [`MAX_STDOUT`] bytes kept) and stderr (at most [`MAX_STDERR`]).
+    pipes: [Drain; 2],
+    /// Its exit status, once it has exited (its pipes may still be open).
+    status: Option<ExitStatus>,
+    started: Instant,
+    /// When it is killed, and the timeout that deadline comes from (for the message).
+    deadline: Instant,
     timeout: Duration,
-    meanwhile: &mut dyn FnMut(),
-) -> Result<ExecCredential, KubeError> {
-    exec.check()?;
-    let plugin = exec.describe();
-    let info = exec_info(
-        exec.api_version,
-        cluster.filter(|_| exec.provide_cluster_info),
-    );
-    let started = Instant::now();
-    let child = spawn_plugin(exec, &plugin, info)?;
-    log::debug!("running {plugin}");
-    let out = wait_for_plugin(child, &plugin, (started + timeout, timeout), meanwhile)?;
-    let elapsed = started.elapsed();
-    if !out.status.success() {
-        let how = match out.status.code() {
-            Some(code) => format!("exit code {code}"),
-            None => "a signal".to_string(),
-        };
-        let said = first_stderr_line(&out.stderr)
-            .map(|l| format!(": {l}"))
-            .unwrap_or_else(|| " (nothing on stderr)".to_string());
-        return Err(KubeError::Auth(format!("{plugin} failed with {how}{said}")));
+    /// Whether it has finished (a result was returned): nothing is left to kill.
+    finished: bool,
+}
+
+impl RunningPlugin {
+    /// Starts the plugin (see [`run_plugin`] for `cluster` and `timeout`). It runs until a
+    /// [`RunningPlugin::poll`] or [`RunningPlugin::wait`] sees it finish, at most `timeout`
+    /// counted from now (a poll after that kills it).
+    ///
+    /// Errors: [`KubeError::Config`] as [`run_plugin`]'s, when it cannot be started.
+    pub(crate) fn start(
+        exec: &ExecConfig,
+        cluster: Option<&ExecClusterInfo>,
+        timeout: Duration,
+    ) -> Result<RunningPlugin, KubeError> {
+        exec.check()?;
+        let plugin = exec.describe();
+        let info = exec_info(
+            exec.api_version,
+            cluster.filter(|_| exec.provide_cluster_info),
+        );
+        let started = Instant::now();
+        let mut child = spawn_plugin(exec, &plugin, info)?;
+        log::debug!("running {plugin}");
+        Ok(RunningPlugin {
+            pipes: [
+                Drain::new(child.stdout.take(), MAX_STDOUT),
+                Drain::new(child.stderr.take(), MAX_STDERR),
+            ],
+            pid: child.id(),
+            child,
+            plugin,
+            api_version: exec.api_version,
+            status: None,
+            started,
+            deadline: started + timeout,
+            timeout,
+            finished: false,
+        })
     }
-    if let Some(line) = first_stderr_line(&out.stderr) {
-        log::debug!("{plugin} wrote to stderr: {line}");
-    }
-    if out.stdout_over {
-        return Err(KubeError::Auth(format!(
-            "{plugin} printed more than {MAX_STDOUT} bytes; expected one ExecCredential"
-        )));
-    }
-    let cred = parse_exec_credential(&out.stdout, exec.api_version, &plugin)?;
-    log::debug!(
-        "{plugin} returned a {} in {} ms{}",
-        match (&cred.token, &cred.client_certificate) {
-            (Some(_), Some(_)) => "token and client certificate",
-            (Some(_), None) => "token",
-            _ => "client certificate",
-        },
-        elapsed.as_millis(),
-        match cred.expiration {
-            Some(t) => format!(", expiring {}", humantime::format_rfc3339_seconds(t)),
-            None => ", without expiry".to_string(),
+
+    /// Waits for the plugin to finish, running `meanwhile` every [`MEANWHILE_EVERY`] (the
+    /// client's hook between requests: the loop answers its endpoints, sees its signals and
+    /// renews its Lease while a slow plugin runs). Errors as [`run_plugin`].
+    pub(crate) fn wait(mut self, meanwhile: &mut dyn FnMut()) -> Result<ExecCredential, KubeError> {
+        let mut last = Instant::now();
+        loop {
+            if let Some(done) = self.poll(Duration::from_millis(5)) {
+                return done;
+            }
+            if last.elapsed() >= MEANWHILE_EVERY {
+                meanwhile();
+                last = Instant::now();
+            }
         }
-    );
-    Ok(cred)
+    }
+
+    /// Reads what the plugin has written (waiting at most `wait` for output) and sees
+    /// whether it has finished: `None` while it runs, its credential or its error once it
+    /// has (errors as [`run_plugin`]). A plugin past its deadline is killed here.
+    pub(crate) fn poll(&mut self, wait: Duration) -> Option<Result<ExecCredential, KubeError>> {
+        if self.finished {
+            return Some(Err(KubeError::Auth(format!(
+                "{}: its result was already taken",
+                self.plugin
+            ))));
+        }
+        let out = self.step(wait)?;
+        self.finished = true;
+        Some(out.and_then(|out| self.credential(out)))
+    }
+
+    /// One step of [`RunningPlugin::poll`]: the plugin's output once it has exited and its
+    /// stdout has closed (stderr: read until it closes or the deadline, what came is kept).
+    ///
+    /// Errors: [`KubeError::Auth`] when the plugin or the stdout it holds open outlive the
+    /// deadline, or it cannot be waited for.
+    fn step(&mut self, wait: Duration) -> Option<Result<PluginOutput, KubeError>> {
+        let now = Instant::now();
+        if self.status.is_none() {
+            match self.child.try_wait() {
+                Ok(Some(status)) => self.status = Some(status),
+                Ok(None) if now >= self.deadline => {
+                    self.kill();
+                    return Some(Err(KubeError::Auth(format!(
+                        "{} did not finish within {}; it was killed (does it wait for \
+                         input, e.g. a login prompt?)",
+                        self.plugin,
+                        humantime::format_duration(self.timeout)
+                    ))));
+                }
+                Ok(None) => {
+                    drain_ready(&mut self.pipes, wait);
+                    return None;
+                }
+                Err(e) => {
+                    self.kill();
+                    return Some(Err(KubeError::Auth(format!(
+                        "{}: cannot wait for it: {e}",
+                        self.plugin
+                    ))));
+                }
+            }
+        }
+        // The pipes close when the plugin exits, unless a process it started keeps them
+        // open: stdout must close by the deadline; stderr is read until then.
+        let open = |pipes: &[Drain]| pipes.iter().any(|d| d.pipe.is_some());
+        let remaining = self.deadline.saturating_duration_since(now);
+        if open(&self.pipes) && !remaining.is_zero() {
+            drain_ready(&mut self.pipes, wait.min(remaining));
+            if open(&self.pipes) && Instant::now() < self.deadline {
+                return None;
+            }
+        }
+        if self.pipes[0].pipe.is_some() {
+            self.kill();
+            return Some(Err(KubeError::Auth(format!(
+                "{} exited, but a process it started kept its output open for {}; its \
+                 process group was killed (a plugin must not leave a process holding stdout)",
+                self.plugin,
+                humantime::format_duration(self.timeout)
+            ))));
+        }
+        let [out, err] = std::mem::replace(&mut self.pipes, [Drain::closed(), Drain::closed()]);
+        Some(Ok(PluginOutput {
+            status: self.status?,
+            stdout: out.kept,
+            stdout_over: out.over,
+            stderr: err.kept,
+        }))
+    }
+
+    /// Kills the plugin's process group and reaps it.
+    fn kill(&mut self) {
+        kill_group(&mut self.child, self.pid);
+        let _ = self.child.wait();
+    }
+
+    /// The credential a finished plugin printed.
+    ///
+    /// Errors: [`KubeError::Auth`] for a non-zero exit (with its code and the first line of
+    /// stderr), too much output, or no usable credential ([`parse_exec_credential`]).
+    fn credential(&self, out: PluginOutput) -> Result<ExecCredential, KubeError> {
+        let plugin = &self.plugin;
+        if !out.status.success() {
+            let how = match out.status.code() {
+                Some(code) => format!("exit code {code}"),
+                None => "a signal".to_string(),
+            };
+            let said = first_stderr_line(&out.stderr)
+                .map(|l| format!(": {l}"))
+                .unwrap_or_else(|| " (nothing on stderr)".to_string());
+            return Err(KubeError::Auth(format!("{plugin} failed with {how}{said}")));
+        }
+        if let Some(line) = first_stderr_line(&out.stderr) {
+            log::debug!("{plugin} wrote to stderr: {line}");
+        }
+        if out.stdout_over {
+            return Err(KubeError::Auth(format!(
+                "{plugin} printed more than {MAX_STDOUT} bytes; expected one ExecCredential"
+            )));
+        }
+        let cred = parse_exec_credential(&out.stdout, self.api_version, plugin)?;
+        log::debug!(
+            "{plugin} returned a {} in {} ms{}",
+            match (&cred.token, &cred.client_certificate) {
+                (Some(_), Some(_)) => "token and client certificate",
+                (Some(_), None) => "token",
+                _ => "client certificate",
+            },
+            self.started.elapsed().as_millis(),
+            match cred.expiration {
+                Some(t) => format!(", expiring {}", humantime::format_rfc3339_seconds(t)),
+                None => ", without expiry".to_string(),
+            }
+        );
+        Ok(cred)
+    }
+}
+
+impl Drop for RunningPlugin {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.kill();
+        }
+    }
 }
 
 /// Starts the plugin with its arguments, the kubeconfig's `env`, `KUBERNETES_EXEC_INFO` set
@@ -840,77 +1022,6 @@ struct PluginOutput {
     stdout_over: bool,
     /// At most [`MAX_STDERR`] bytes.
     stderr: Vec<u8>,
-}
-
-/// Reads the plugin's stdout and stderr as they fill ([`drain`], on this thread, so a full
-/// pipe cannot block it) and waits for it to exit, killing it at `deadline`, running
-/// `meanwhile` every [`MEANWHILE_EVERY`]. `timeout` is for the message.
-///
-/// Errors: [`KubeError::Auth`] when the plugin or the stdout it holds open outlive
-/// `deadline`, or it cannot be waited for.
-fn wait_for_plugin(
-    mut child: Child,
-    plugin: &str,
-    (deadline, timeout): (Instant, Duration),
-    meanwhile: &mut dyn FnMut(),
-) -> Result<PluginOutput, KubeError> {
-    let mut pipes = [
-        Drain::new(child.stdout.take(), MAX_STDOUT),
-        Drain::new(child.stderr.take(), MAX_STDERR),
-    ];
-    let pid = child.id();
-    let mut last = Instant::now();
-    let mut tick = || {
-        if last.elapsed() >= MEANWHILE_EVERY {
-            meanwhile();
-            last = Instant::now();
-        }
-    };
-    let status = loop {
-        tick();
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                kill_group(&mut child, pid);
-                let _ = child.wait();
-                return Err(KubeError::Auth(format!(
-                    "{plugin} did not finish within {}; it was killed (does it wait for \
-                     input, e.g. a login prompt?)",
-                    humantime::format_duration(timeout)
-                )));
-            }
-            Ok(None) => drain(&mut pipes, Duration::from_millis(5)),
-            Err(e) => {
-                kill_group(&mut child, pid);
-                let _ = child.wait();
-                return Err(KubeError::Auth(format!(
-                    "{plugin}: cannot wait for it: {e}"
-                )));
-            }
-        }
-    };
-    // The pipes close when the plugin exits, unless a process it started keeps them open:
-    // stdout must close by the deadline; stderr is read until then, what came is kept.
-    let remaining = || deadline.saturating_duration_since(Instant::now());
-    while pipes.iter().any(|d| d.pipe.is_some()) && !remaining().is_zero() {
-        drain(&mut pipes, remaining().min(MEANWHILE_EVERY));
-        tick();
-    }
-    let [out, err] = pipes;
-    if out.pipe.is_some() {
-        kill_group(&mut child, pid);
-        return Err(KubeError::Auth(format!(
-            "{plugin} exited, but a process it started kept its output open for {}; its \
-             process group was killed (a plugin must not leave a process holding stdout)",
-            humantime::format_duration(timeout)
-        )));
-    }
-    Ok(PluginOutput {
-        status,
-        stdout: out.kept,
-        stdout_over: out.over,
-        stderr: err.kept,
-    })
 }
 
 /// Kills the plugin's process group (the plugin is its leader, see [`spawn_plugin`]), so

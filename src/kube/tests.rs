@@ -1268,6 +1268,7 @@ fn exec_credential_is_renewed_before_it_expires() {
         valid_for(secs);
         exec_client(&server, &plugin).unwrap()
     };
+    let started = |c: &KubeClient| c.stats().exec_runs;
 
     // Valid for an hour: one run for many calls.
     let client = client_valid_for(3600);
@@ -1275,24 +1276,33 @@ fn exec_credential_is_renewed_before_it_expires() {
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
 
-    // Valid for 2 s: reused at once, renewed after half its lifetime (1 s, less than the
-    // 10 s leeway).
+    // Valid for 2 s: reused at once, due for renewal after half its lifetime (1 s, less
+    // than the 10 s leeway). The request that finds it due starts the plugin and goes with
+    // the credential it has; a later one takes the new credential, which then serves
+    // past the old one's expiry without another run.
     let client = client_valid_for(2);
     client.api(&PODS).get("x").unwrap();
-    assert_eq!(plugin.runs(), 1);
+    assert_eq!(started(&client), 1);
     std::thread::sleep(Duration::from_millis(1300));
     valid_for(3600);
     client.api(&PODS).get("x").unwrap();
+    assert_eq!(started(&client), 2, "the renewal is started");
+    std::thread::sleep(Duration::from_millis(400));
     client.api(&PODS).get("x").unwrap();
-    assert_eq!(plugin.runs(), 2);
+    std::thread::sleep(Duration::from_millis(500));
+    client.api(&PODS).get("x").unwrap();
+    assert_eq!((plugin.runs(), started(&client)), (2, 2));
 
-    // Renewal fails before the credential has expired: the old one serves until it expires.
+    // Renewal fails before the credential has expired: the old one serves until it expires,
+    // then the plugin is waited for, and its failure is the error.
     let client = client_valid_for(2);
     plugin.set(None, "not a credential");
     std::thread::sleep(Duration::from_millis(1300));
     client.api(&PODS).get("x").unwrap();
-    assert_eq!(plugin.runs(), 2);
-    std::thread::sleep(Duration::from_millis(900));
+    std::thread::sleep(Duration::from_millis(300));
+    client.api(&PODS).get("x").unwrap();
+    assert_eq!(plugin.runs(), 2, "not tried again at once");
+    std::thread::sleep(Duration::from_millis(600));
     let err = client.api(&PODS).get("x").unwrap_err();
     assert!(
         matches!(&err, KubeError::Auth(m) if m.contains("not JSON")),
@@ -1305,32 +1315,77 @@ fn exec_credential_is_renewed_before_it_expires() {
     client.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 3);
-    assert_eq!(server.recorded().len(), 8);
+    assert_eq!(server.recorded().len(), 10);
 }
 
-/// While a slow plugin runs, the hook between requests runs every 50 ms (the loop answers
-/// its probes and renews its Lease), and a request it makes meanwhile never runs a plugin of
-/// its own: a derived client (the Lease's) uses its cached credential, still valid though
-/// due for renewal; the client whose plugin runs fails at once instead of waiting for
-/// itself. The renewal the nested request skipped happens at its next request.
+/// A slow renewal never holds a request up: the plugin runs in the background of the
+/// requests made with the credential it renews, and a derived client (the Lease's) shares
+/// that credential and that run, never a plugin run of its own.
 #[cfg(unix)]
 #[test]
-fn a_slow_plugin_runs_the_hook_and_nested_requests_run_no_plugin() {
+fn a_slow_renewal_runs_beside_the_requests_and_is_shared_with_derived_clients() {
+    let server = bearer_only("t");
+    let plugin = Plugin::temp();
+    plugin.token_valid_for(4);
+    let client = exec_client(&server, &plugin).unwrap();
+    let derived = client.derive(fast_options()).unwrap();
+    assert_eq!(
+        plugin.runs(),
+        1,
+        "the derived client takes the credential held"
+    );
+    std::thread::sleep(Duration::from_millis(2300));
+    plugin.token_valid_for(3600);
+    std::fs::write(plugin.dir.join("sleep"), "1").unwrap();
+    let t = Instant::now();
+    derived.api(&PODS).get("x").unwrap();
+    client.api(&PODS).get("x").unwrap();
+    derived.api(&PODS).get("x").unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        derived.stats().exec_runs,
+        1,
+        "the derived client started it"
+    );
+    assert_eq!(client.stats().exec_runs, 1, "and the other did not");
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::remove_file(plugin.dir.join("sleep")).unwrap();
+    client.api(&PODS).get("x").unwrap();
+    derived.api(&PODS).get("x").unwrap();
+    assert_eq!(plugin.runs(), 2, "one renewal for both");
+    // Past the first credential's expiry, the renewed one serves both.
+    std::thread::sleep(Duration::from_millis(400));
+    client.api(&PODS).get("x").unwrap();
+    derived.api(&PODS).get("x").unwrap();
+    assert_eq!(plugin.runs(), 2);
+}
+
+/// When a plugin must be waited for (the credential has expired), the hook between
+/// requests runs every 50 ms (the loop answers its probes and renews its Lease), and a
+/// request it makes meanwhile never runs a plugin of its own nor waits: it fails at once,
+/// for the derived client sharing the credential as for the client itself.
+#[cfg(unix)]
+#[test]
+fn a_plugin_waited_for_runs_the_hook_and_nested_requests_run_no_plugin() {
     use std::sync::{Mutex, OnceLock};
     let server = bearer_only("t");
     let plugin = Plugin::temp();
-    let valid_for = |secs: i64| plugin.token_valid_for(secs);
-    // Valid for 4 s: due for renewal after 2 s, for both clients.
-    valid_for(4);
+    plugin.token_valid_for(1);
     let client = exec_client(&server, &plugin).unwrap();
-    let derived = client.derive(fast_options()).unwrap();
-    assert_eq!(plugin.runs(), 2);
+    let derived = Arc::new(client.derive(fast_options()).unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
     let nested: Arc<Mutex<Vec<String>>> = Arc::default();
     let own: Arc<OnceLock<KubeClient>> = Arc::default();
-    let (c, n, o) = (Arc::clone(&calls), Arc::clone(&nested), Arc::clone(&own));
-    let derived = Arc::new(derived);
-    let d = Arc::clone(&derived);
+    let (c, n, o, d) = (
+        Arc::clone(&calls),
+        Arc::clone(&nested),
+        Arc::clone(&own),
+        Arc::clone(&derived),
+    );
     client.set_between_requests(Arc::new(move |_| {
         if c.fetch_add(1, Ordering::SeqCst) == 3 {
             let mut n = n.lock().unwrap();
@@ -1341,27 +1396,29 @@ fn a_slow_plugin_runs_the_hook_and_nested_requests_run_no_plugin() {
         true
     }));
     let _ = own.set(client.in_namespace("spark"));
-    std::thread::sleep(Duration::from_millis(2300));
-    valid_for(3600);
+    std::thread::sleep(Duration::from_millis(1100));
+    plugin.token_valid_for(3600);
     std::fs::write(plugin.dir.join("sleep"), "1").unwrap();
     plugin.forget_runs();
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     client.api(&PODS).get("x").unwrap();
     assert!(t.elapsed() >= Duration::from_secs(1));
     assert_eq!(plugin.runs(), 1, "one run: none nested");
     assert!(calls.load(Ordering::SeqCst) >= 10, "{calls:?}");
     let nested = nested.lock().unwrap().clone();
-    assert_eq!(nested[0], "Ok(())", "{nested:?}");
-    assert!(
-        nested[1].contains("is running for another request, and its credential is being renewed"),
-        "{nested:?}"
-    );
+    assert_eq!(nested.len(), 2, "{nested:?}");
+    for line in &nested {
+        assert!(
+            line.contains("is running for another request, and its credential is being renewed"),
+            "{nested:?}"
+        );
+    }
     std::fs::remove_file(plugin.dir.join("sleep")).unwrap();
     derived.api(&PODS).get("x").unwrap();
     assert_eq!(
         plugin.runs(),
-        2,
-        "the derived client renews at its next request"
+        1,
+        "the derived client has the renewed credential"
     );
 }
 
@@ -1437,11 +1494,15 @@ fn exec_client_certificate_with_mtls_and_rotation() {
                            "tls-server-name": "127.0.0.1",
                            "certificate-authority-data": b64(&t.pki.ca_pem)})
     );
-    std::thread::sleep(Duration::from_millis(1000));
-    // Renewed: the agent is rebuilt with the new certificate.
+    std::thread::sleep(Duration::from_millis(1600));
+    // Renewed once expired: the agent is rebuilt with the new certificate, and a client
+    // derived from this one presents it too, without a run of its own.
     let (items, _) = client.api(&PODS).list_items(&lp(None, None)).unwrap();
     assert_eq!(names(&items), ["tls-pod"]);
     client.api(&PODS).get("y").unwrap();
+    assert_eq!(plugin.runs(), 2);
+    let derived = client.derive(fast_options()).unwrap();
+    derived.api(&PODS).get("y").unwrap();
     assert_eq!(plugin.runs(), 2);
     assert_eq!(server.recorded()[0].header("authorization"), None);
     assert!(!format!("{client:?}").contains("PRIVATE KEY"));

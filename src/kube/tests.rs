@@ -1106,6 +1106,15 @@ if [ -f "$d/out$n.json" ]; then cat "$d/out$n.json"; else cat "$d/out.json"; fi
         }
     }
 
+    /// Whether every run takes a second (the plugin sleeps while a file says so).
+    fn slow(&self, slow: bool) {
+        let file = self.dir.join("sleep");
+        match slow {
+            true => std::fs::write(file, "1").unwrap(),
+            false => std::fs::remove_file(file).unwrap(),
+        }
+    }
+
     /// Counts runs from zero again.
     fn forget_runs(&self) {
         match std::fs::remove_file(self.dir.join("runs")) {
@@ -1193,6 +1202,18 @@ fn bearer_only(good: &'static str) -> FakeServer {
             Reply::json(200, r#"{"kind":"Pod","metadata":{"name":"a"}}"#)
         }
     })
+}
+
+/// A server taking bearer token `t`, a plugin whose credential is valid for `secs`, a
+/// client that ran it and a client derived from that one (the Lease's).
+#[cfg(unix)]
+fn exec_client_and_derived(secs: i64) -> (FakeServer, Plugin, KubeClient, KubeClient) {
+    let server = bearer_only("t");
+    let plugin = Plugin::temp();
+    plugin.token_valid_for(secs);
+    let client = exec_client(&server, &plugin).unwrap();
+    let derived = client.derive(fast_options()).unwrap();
+    (server, plugin, client, derived)
 }
 
 #[cfg(unix)]
@@ -1324,11 +1345,7 @@ fn exec_credential_is_renewed_before_it_expires() {
 #[cfg(unix)]
 #[test]
 fn a_slow_renewal_runs_beside_the_requests_and_is_shared_with_derived_clients() {
-    let server = bearer_only("t");
-    let plugin = Plugin::temp();
-    plugin.token_valid_for(4);
-    let client = exec_client(&server, &plugin).unwrap();
-    let derived = client.derive(fast_options()).unwrap();
+    let (_server, plugin, client, derived) = exec_client_and_derived(4);
     assert_eq!(
         plugin.runs(),
         1,
@@ -1336,7 +1353,7 @@ fn a_slow_renewal_runs_beside_the_requests_and_is_shared_with_derived_clients() 
     );
     std::thread::sleep(Duration::from_millis(2300));
     plugin.token_valid_for(3600);
-    std::fs::write(plugin.dir.join("sleep"), "1").unwrap();
+    plugin.slow(true);
     let t = Instant::now();
     derived.api(&PODS).get("x").unwrap();
     client.api(&PODS).get("x").unwrap();
@@ -1353,7 +1370,7 @@ fn a_slow_renewal_runs_beside_the_requests_and_is_shared_with_derived_clients() 
     );
     assert_eq!(client.stats().exec_runs, 1, "and the other did not");
     std::thread::sleep(Duration::from_millis(1500));
-    std::fs::remove_file(plugin.dir.join("sleep")).unwrap();
+    plugin.slow(false);
     client.api(&PODS).get("x").unwrap();
     derived.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 2, "one renewal for both");
@@ -1372,11 +1389,8 @@ fn a_slow_renewal_runs_beside_the_requests_and_is_shared_with_derived_clients() 
 #[test]
 fn a_plugin_waited_for_runs_the_hook_and_nested_requests_run_no_plugin() {
     use std::sync::{Mutex, OnceLock};
-    let server = bearer_only("t");
-    let plugin = Plugin::temp();
-    plugin.token_valid_for(1);
-    let client = exec_client(&server, &plugin).unwrap();
-    let derived = Arc::new(client.derive(fast_options()).unwrap());
+    let (_server, plugin, client, derived) = exec_client_and_derived(1);
+    let derived = Arc::new(derived);
     let calls = Arc::new(AtomicUsize::new(0));
     let nested: Arc<Mutex<Vec<String>>> = Arc::default();
     let own: Arc<OnceLock<KubeClient>> = Arc::default();
@@ -1398,7 +1412,7 @@ fn a_plugin_waited_for_runs_the_hook_and_nested_requests_run_no_plugin() {
     let _ = own.set(client.in_namespace("spark"));
     std::thread::sleep(Duration::from_millis(1100));
     plugin.token_valid_for(3600);
-    std::fs::write(plugin.dir.join("sleep"), "1").unwrap();
+    plugin.slow(true);
     plugin.forget_runs();
     let t = Instant::now();
     client.api(&PODS).get("x").unwrap();
@@ -1413,7 +1427,7 @@ fn a_plugin_waited_for_runs_the_hook_and_nested_requests_run_no_plugin() {
             "{nested:?}"
         );
     }
-    std::fs::remove_file(plugin.dir.join("sleep")).unwrap();
+    plugin.slow(false);
     derived.api(&PODS).get("x").unwrap();
     assert_eq!(
         plugin.runs(),

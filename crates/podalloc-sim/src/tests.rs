@@ -192,11 +192,11 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 
 const PODS: &str = "/api/v1/namespaces/spark/pods";
 
+/// A pod create answers 201 with what kube-apiserver fills in, 409 for a taken name.
 #[test]
-fn https_create_conflict_auth_and_validation() {
-    let server = SimServer::start(fast_opts()).unwrap();
+fn pod_create_answers_as_kube_apiserver_does() {
+    let (server, c) = started(|_| {});
     assert!(server.url().starts_with("https://127.0.0.1:"));
-    let c = Client::new(&server, Some(TOKEN));
 
     let created = c.call(
         "POST",
@@ -234,6 +234,25 @@ fn https_create_conflict_auth_and_validation() {
         )
     );
 
+    let generated = c.call("POST", PODS, Some(r#"{"metadata":{"generateName":"spark-exec-"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#));
+    assert_eq!(generated.status, 201);
+    let gname = generated.body["metadata"]["name"].as_str().unwrap();
+    assert!(
+        gname.starts_with("spark-exec-") && gname.len() == "spark-exec-".len() + 5,
+        "{gname}"
+    );
+
+    let stats = server.stats();
+    assert_eq!(stats.creates, 2);
+    assert_eq!(stats.create_conflicts, 1);
+    assert_eq!(stats.max_live_pods_by_app.get("app-1"), Some(&1));
+    server.stop();
+}
+
+/// Requests without the right token answer 401, while the /sim side door needs none.
+#[test]
+fn requests_without_the_right_token_answer_401() {
+    let server = SimServer::start(fast_opts()).unwrap();
     for client in [
         Client::new(&server, None),
         Client::new(&server, Some("wrong")),
@@ -244,7 +263,12 @@ fn https_create_conflict_auth_and_validation() {
     }
     // No token needed for the side door.
     assert_eq!(Client::new(&server, None).get("/sim/stats").status, 200);
+}
 
+/// An invalid pod answers 422 with its causes, a body that is no pod of the namespace 400.
+#[test]
+fn invalid_pod_creates_answer_422_or_400_and_create_nothing() {
+    let (server, c) = started(|_| {});
     let bad = c.call(
         "POST",
         PODS,
@@ -282,16 +306,14 @@ fn https_create_conflict_auth_and_validation() {
         wrong_ns.body["message"],
         "the namespace of the provided object does not match the namespace sent on the request"
     );
+    assert_eq!(server.stats().creates, 0);
+}
 
-    let generated = c.call("POST", PODS, Some(r#"{"metadata":{"generateName":"spark-exec-"},"spec":{"containers":[{"name":"a","image":"b"}]}}"#));
-    assert_eq!(generated.status, 201);
-    let gname = generated.body["metadata"]["name"].as_str().unwrap();
-    assert!(
-        gname.starts_with("spark-exec-") && gname.len() == "spark-exec-".len() + 5,
-        "{gname}"
-    );
-
-    let got = c.get(&format!("{PODS}/exec-1"));
+/// A pod get finds the pod; an unknown pod or resource answers 404, a wrong method 405.
+#[test]
+fn pod_get_and_unknown_paths_answer_404_wrong_methods_405() {
+    let (_server, c, path) = pod_exec_1_behind_faults(&[]);
+    let got = c.get(&path);
     assert_eq!(got.status, 200);
     assert_eq!(got.body["metadata"]["name"], "exec-1");
     let missing = c.get(&format!("{PODS}/nope"));
@@ -315,12 +337,6 @@ fn https_create_conflict_auth_and_validation() {
         (wrong_method.status, wrong_method.body["reason"].as_str()),
         (405, Some("MethodNotAllowed"))
     );
-
-    let stats = server.stats();
-    assert_eq!(stats.creates, 2);
-    assert_eq!(stats.create_conflicts, 1);
-    assert_eq!(stats.max_live_pods_by_app.get("app-1"), Some(&1));
-    server.stop();
 }
 
 #[test]
@@ -1121,25 +1137,34 @@ fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
     r.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-#[test]
-fn injected_errors_have_the_real_shapes() {
-    let server = SimServer::start(SimOptions {
-        faults: faults(&[
-            "get:429-text@1",
-            "get:429-status:3@2",
-            "get:500@3",
-            "get:503@4",
-            "get:504@5",
-        ]),
-        ..fast_opts()
-    })
-    .unwrap();
-    let c = Client::new(&server, Some(TOKEN));
-    let path = format!("{PODS}/exec-1");
+/// A server whose requests fail by the fault `rules`, a client, and the path of the pod
+/// exec-1, created.
+fn pod_exec_1_behind_faults(rules: &[&str]) -> (SimServer, Client, String) {
+    let (server, c) = started(|o| o.faults = faults(rules));
     assert_eq!(
         c.call("POST", PODS, Some(&pod("exec-1", json!({})))).status,
         201
     );
+    (server, c, format!("{PODS}/exec-1"))
+}
+
+/// With the faults of `rules` (all on gets) spent, a get of `path` has the real answer, and
+/// each rule (its `VERB:FAULT`) was injected once, no other.
+fn each_fault_injected_once(server: &SimServer, c: &Client, path: &str, rules: &[&str]) {
+    assert_eq!(c.get(path).status, 200);
+    let s = server.stats();
+    for rule in rules {
+        let k = rule.split_once('@').unwrap().0;
+        assert_eq!(s.faults_injected.get(k), Some(&1), "{k}: {s:?}");
+    }
+    assert_eq!(s.faults_injected.len(), rules.len());
+}
+
+/// Injected 429s are kube-apiserver's: the flow-control text and the storage Status.
+#[test]
+fn injected_429s_have_the_real_shapes() {
+    let rules = ["get:429-text@1", "get:429-status:3@2"];
+    let (server, c, path) = pod_exec_1_behind_faults(&rules);
 
     let r = c.get(&path);
     assert_eq!(r.status, 429);
@@ -1166,6 +1191,16 @@ fn injected_errors_have_the_real_shapes() {
             Some(json!({"retryAfterSeconds":3}))
         )
     );
+
+    // Third get: no rule, the real answer.
+    each_fault_injected_once(&server, &c, &path, &rules);
+}
+
+/// Injected 500, 503 and 504 answers are kube-apiserver's, body and headers.
+#[test]
+fn injected_server_errors_have_the_real_shapes() {
+    let rules = ["get:500@1", "get:503@2", "get:504@3"];
+    let (server, c, path) = pod_exec_1_behind_faults(&rules);
 
     let r = c.get(&path);
     assert_eq!(r.status, 500);
@@ -1198,19 +1233,8 @@ fn injected_errors_have_the_real_shapes() {
                "reason":"Timeout","details":{},"code":504})
     );
 
-    // Sixth get: no rule, the real answer.
-    assert_eq!(c.get(&path).status, 200);
-    let s = server.stats();
-    for k in [
-        "get:429-text",
-        "get:429-status:3",
-        "get:500",
-        "get:503",
-        "get:504",
-    ] {
-        assert_eq!(s.faults_injected.get(k), Some(&1), "{k}: {s:?}");
-    }
-    assert_eq!(s.faults_injected.len(), 5);
+    // Fourth get: no rule, the real answer.
+    each_fault_injected_once(&server, &c, &path, &rules);
 }
 
 #[test]
@@ -1713,17 +1737,34 @@ fn mutual_tls_with_generated_client_certificates() {
 
 const CMS: &str = "/api/v1/namespaces/spark/configmaps";
 
-#[test]
-fn configmaps_have_real_create_get_update_delete_semantics() {
-    let server = SimServer::start(fast_opts()).unwrap();
-    let c = Client::new(&server, Some(TOKEN));
+/// The ConfigMap `state` (label app=a, data epoch=1), created by `c`: the 201's body.
+fn create_state_cm(c: &Client) -> Value {
     let created = c.call(
         "POST",
         CMS,
         Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"state","labels":{"app":"a"}},"data":{"epoch":"1"}}"#),
     );
     assert_eq!(created.status, 201, "{}", created.body);
-    let cm = &created.body;
+    created.body
+}
+
+/// A server and client with two ConfigMaps: `state` (app=a) and `other` (app=b).
+fn state_and_other_cms() -> (SimServer, Client) {
+    let (server, c) = started(|_| {});
+    create_state_cm(&c);
+    c.call(
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"name":"other","labels":{"app":"b"}}}"#),
+    );
+    (server, c)
+}
+
+/// A ConfigMap create answers 201 with the pods' resourceVersion counter, then get and 409 work.
+#[test]
+fn configmap_create_and_get_answer_as_kube_apiserver_does() {
+    let (_server, c) = started(|_| {});
+    let cm = &create_state_cm(&c);
     assert_eq!(
         (cm["kind"].as_str(), cm["apiVersion"].as_str()),
         (Some("ConfigMap"), Some("v1"))
@@ -1751,7 +1792,7 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     );
     let got = c.get(&format!("{CMS}/state"));
     assert_eq!(got.status, 200);
-    assert_eq!(got.body, created.body);
+    assert_eq!(&got.body, cm);
     let missing = c.get(&format!("{CMS}/nope"));
     assert_eq!(
         missing.body,
@@ -1762,10 +1803,19 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
             Some(json!({"name":"nope","kind":"configmaps"}))
         )
     );
+}
+
+/// A ConfigMap update with a resourceVersion is conditional (409 when stale), without one blind.
+#[test]
+fn configmap_update_is_conditional_on_the_resource_version() {
+    let (_server, c) = started(|_| {});
+    let cm = &create_state_cm(&c);
+    let p = c.call("POST", PODS, Some(&pod("p", json!({}))));
+    let pod_rv = rv_of(&p.body);
 
     // Conditional update with the current resourceVersion.
     let put = |name: &str, body: &str| c.call("PUT", &format!("{CMS}/{name}"), Some(body));
-    let mut next = got.body.clone();
+    let mut next = c.get(&format!("{CMS}/state")).body;
     next["data"]["epoch"] = json!("2");
     let upd = put("state", &next.to_string());
     assert_eq!(upd.status, 200, "{}", upd.body);
@@ -1793,7 +1843,14 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     // Writing the same content again changes nothing, not even the resourceVersion.
     let same = put("state", &blind.body.to_string());
     assert_eq!(same.body["metadata"]["resourceVersion"], rv3);
+}
 
+/// A ConfigMap update of another name answers 400, of a missing one 404, of its uid 422.
+#[test]
+fn configmap_updates_of_the_name_a_missing_one_or_the_uid_are_refused() {
+    let (_server, c) = started(|_| {});
+    create_state_cm(&c);
+    let put = |name: &str, body: &str| c.call("PUT", &format!("{CMS}/{name}"), Some(body));
     let r = put("state", r#"{"metadata":{"name":"other"}}"#);
     assert_eq!(
         (r.status, r.body["message"].as_str()),
@@ -1815,13 +1872,12 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     assert!(r.body["message"].as_str().unwrap().contains(
         "metadata.uid: Invalid value: \"00000000-0000-4000-8000-000000000000\": field is immutable"
     ));
+}
 
-    // List with a label selector.
-    c.call(
-        "POST",
-        CMS,
-        Some(r#"{"metadata":{"name":"other","labels":{"app":"b"}}}"#),
-    );
+/// A ConfigMap list is a ConfigMapList, filtered by label and metadata.name selectors.
+#[test]
+fn configmaps_list_with_label_and_field_selectors() {
+    let (_server, c) = state_and_other_cms();
     let all = c.get(CMS);
     assert_eq!(all.body["kind"], "ConfigMapList");
     assert_eq!(names(&all.body), ["other", "state"]);
@@ -1842,7 +1898,12 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
             .status,
         400
     );
+}
 
+/// A ConfigMap delete answers a Success Status, then 404; preconditions and faults apply.
+#[test]
+fn configmap_delete_answers_success_then_404() {
+    let (server, c) = state_and_other_cms();
     // Delete: a Success Status with the uid, then 404.
     let uid = c.get(&format!("{CMS}/state")).body["metadata"]["uid"].clone();
     let del = c.call("DELETE", &format!("{CMS}/state"), None);
@@ -1869,8 +1930,9 @@ fn configmaps_have_real_create_get_update_delete_semantics() {
     assert_eq!(c.get(&format!("{CMS}/other")).status, 200);
 }
 
+/// A ConfigMap with a bad key, name, value type or namespace is refused; generateName works.
 #[test]
-fn configmap_validation_and_size_limits() {
+fn configmap_creates_with_bad_keys_names_types_or_namespaces_are_refused() {
     let (_server, c) = started(|o| o.tls = false);
     let bad_key = c.call(
         "POST",
@@ -1906,7 +1968,21 @@ fn configmap_validation_and_size_limits() {
         Some(r#"{"metadata":{"generateName":"state-"}}"#),
     );
     assert_eq!(generated.status, 201);
+    let s = c.call(
+        "POST",
+        "/api/v1/namespaces/Bad_NS/configmaps",
+        Some(r#"{"metadata":{"name":"a"}}"#),
+    );
+    assert_eq!(
+        (s.status, s.body["details"]["kind"].as_str()),
+        (404, Some("namespaces"))
+    );
+}
 
+/// A ConfigMap over 1 MiB of data answers 422, one of exactly 1 MiB 201, a 3 MiB body 413.
+#[test]
+fn configmap_data_is_limited_to_1_mib() {
+    let (_server, c) = started(|o| o.tls = false);
     // Over 1 MiB of data: 422 from validation (the 3 MiB body limit would be 413).
     let big = json!({"metadata": {"name": "big"},
                      "data": {"a": "x".repeat(700 * 1024), "b": "y".repeat(400 * 1024)}})
@@ -1932,7 +2008,12 @@ fn configmap_validation_and_size_limits() {
         assert_eq!(r.status, 413);
         assert_eq!(r.body["reason"], "RequestEntityTooLarge");
     }
+}
 
+/// An immutable ConfigMap's data is frozen, to PUT and patch, while its metadata may change.
+#[test]
+fn immutable_configmap_data_is_frozen_but_its_metadata_may_be_patched() {
+    let (_server, c) = started(|o| o.tls = false);
     // immutable: data and the flag are frozen.
     assert_eq!(
         c.call(
@@ -1952,15 +2033,6 @@ fn configmap_validation_and_size_limits() {
     assert_eq!(
         r.body["message"],
         "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
-    );
-    let s = c.call(
-        "POST",
-        "/api/v1/namespaces/Bad_NS/configmaps",
-        Some(r#"{"metadata":{"name":"a"}}"#),
-    );
-    assert_eq!(
-        (s.status, s.body["details"]["kind"].as_str()),
-        (404, Some("namespaces"))
     );
     // A patch (what `kubectl annotate` sends) may change the metadata of an immutable
     // ConfigMap, not its data.

@@ -77,6 +77,33 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
+/// A case: its name, the bytes it reads, the pods they hold, and one run of it.
+type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
+
+/// The cases whose name starts with `PODALLOC_BENCH_ONLY` (all when it is not set).
+fn chosen(cases: Vec<Case<'_>>) -> Vec<Case<'_>> {
+    let only = std::env::var("PODALLOC_BENCH_ONLY").ok();
+    (cases.into_iter())
+        .filter(|(name, ..)| only.as_deref().is_none_or(|o| name.starts_with(o)))
+        .collect()
+}
+
+/// The median time of each of `cases` over `rounds` interleaved rounds, after one round
+/// not timed.
+fn median_times(cases: &[Case<'_>], rounds: usize) -> Vec<Duration> {
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+    for round in 0..=rounds {
+        for (i, (_, _, _, run)) in cases.iter().enumerate() {
+            let t = Instant::now();
+            run();
+            if round > 0 {
+                times[i].push(t.elapsed());
+            }
+        }
+    }
+    times.iter_mut().map(|t| median(t)).collect()
+}
+
 fn main() {
     let page = page();
     let pods = offline(&page).executors.len();
@@ -94,7 +121,6 @@ fn main() {
         s.read_page(body, For::app(APP)).unwrap();
         assert_eq!(s.executors.len(), n);
     };
-    type Case<'a> = (&'static str, usize, usize, Box<dyn Fn() + 'a>);
     let cases: Vec<Case<'_>> = vec![
         (
             "snapshot",
@@ -131,24 +157,12 @@ fn main() {
             Box::new(|| decode(&kube_pb, kube_n)),
         ),
     ];
-    let only = std::env::var("PODALLOC_BENCH_ONLY").ok();
-    let cases: Vec<Case<'_>> = (cases.into_iter())
-        .filter(|(name, ..)| only.as_deref().is_none_or(|o| name.starts_with(o)))
-        .collect();
+    let cases = chosen(cases);
     let rounds: usize = std::env::var("PODALLOC_BENCH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(40);
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
-    for round in 0..=rounds {
-        for (i, (_, _, _, run)) in cases.iter().enumerate() {
-            let t = Instant::now();
-            run();
-            if round > 0 {
-                times[i].push(t.elapsed());
-            }
-        }
-    }
+    let medians = median_times(&cases, rounds);
     println!(
         "snapshot: podalloc's decoder (Snapshot::read_page, the JSON page in memory); \
          serde_json skip: serde_json only validating and skipping the page (no snapshot: a \
@@ -163,9 +177,14 @@ fn main() {
         kube_json.len() as f64 / 1e6,
         kube_pb.len() as f64 / 1e6
     );
-    let medians: Vec<Duration> = times.iter_mut().map(|t| median(t)).collect();
+    print_medians(&cases, &medians);
+}
+
+/// Prints each case's median per 10,000 pods, its MB/s and its ratio to the first case's
+/// (`snapshot`), and `kube protobuf`'s to `kube json`.
+fn print_medians(cases: &[Case<'_>], medians: &[Duration]) {
     let base = medians[0];
-    for ((name, bytes, n, _), m) in cases.iter().zip(&medians) {
+    for ((name, bytes, n, _), m) in cases.iter().zip(medians) {
         println!(
             "  {name:<16} {:>7.1} ms per 10,000 pods  {:>6.0} MB/s  {:>5.2}× snapshot",
             m.as_secs_f64() * 1e3 * 10_000.0 / *n as f64,

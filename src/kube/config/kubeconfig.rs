@@ -887,9 +887,10 @@ users:
         }
     }
 
-    #[test]
-    fn exec_users() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A kubeconfig at DIR/kube/config with an exec user of each kind, and a context of the
+    /// same name for each on a cluster with an exec extension, `full` current: (DIR, the
+    /// kubeconfig's path, an environment whose `KUBECONFIG` names it).
+    fn exec_users_kubeconfig() -> (tempfile::TempDir, PathBuf, Env) {
         let users = "
 - name: full
   user:
@@ -928,9 +929,8 @@ users:
                 "- {{name: {name}, context: {{cluster: c, user: {name}}}}}\n"
             ));
         }
-        let kc = write(
-            dir.path(),
-            "kube/config",
+        kubeconfig_file(
+            "kube",
             &format!(
                 "current-context: full
 clusters:
@@ -945,12 +945,21 @@ clusters:
 contexts:
 {contexts}users:{users}"
             ),
-        );
-        let env = Env::new(&[("KUBECONFIG", kc.to_str().unwrap())]);
-        let with_context = |ctx: &str| ConnectionFlags {
+        )
+    }
+
+    /// Flags that pick the context `ctx`.
+    fn with_context(ctx: &str) -> ConnectionFlags {
+        ConnectionFlags {
             context: Some(ctx.into()),
             ..Default::default()
-        };
+        }
+    }
+
+    /// An exec user's program, API version, mode, cluster info, env and hint are all read.
+    #[test]
+    fn an_exec_user_is_read_whole() {
+        let (dir, kc, env) = exec_users_kubeconfig();
         let c = resolve_env(&ConnectionFlags::default(), &env, dir.path()).unwrap();
         let Credential::Exec(e) = &c.credential else {
             panic!("{:?}", c.credential)
@@ -981,7 +990,12 @@ contexts:
                 kc.display()
             )
         );
+    }
 
+    /// A broken exec user is an error that names the user and what is wrong.
+    #[test]
+    fn a_broken_exec_user_is_an_error_naming_the_user() {
+        let (dir, _kc, env) = exec_users_kubeconfig();
         for (ctx, needle) in [
             ("alpha", "v1alpha1 was removed"),
             ("always", "interactiveMode: Always"),
@@ -997,6 +1011,12 @@ contexts:
                 "{ctx}: {e}"
             );
         }
+    }
+
+    /// A static token beats an exec plugin, and flags replace it, a broken one included.
+    #[test]
+    fn a_static_token_or_credential_flags_win_over_an_exec_plugin() {
+        let (dir, kc, env) = exec_users_kubeconfig();
         // A static token beats the plugin (client-go).
         let c = resolve_env(&with_context("tokenwins"), &env, dir.path()).unwrap();
         assert!(

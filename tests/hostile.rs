@@ -174,6 +174,181 @@ fn two_signals_at_once_abort() {
     second_signal_aborts_within_a_nested_lease_renewal(Duration::ZERO);
 }
 
+/// A server that is down (`silent` false: a closed port, refused and retried with
+/// back-off) or that never answers (a listener nobody accepts from: the TLS handshake
+/// waits), for the startup tests: its URL, and the listener to keep while it is used.
+#[cfg(unix)]
+fn down(silent: bool) -> (Option<std::net::TcpListener>, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", l.local_addr().unwrap());
+    (silent.then_some(l), url)
+}
+
+/// Starts `args` against `url`, sends `sig` one second later (the process is still looking
+/// for its app's home, or its Lease, which takes as long as the retries last against such a
+/// server: about 38 s), and returns it with when the signal was sent. `ignored`: SIGINT is
+/// ignored at exec, as a non-interactive shell starts a command with `&`.
+#[cfg(unix)]
+fn signalled_while_starting(
+    url: &str,
+    args: &[&str],
+    (sig, ignored): (i32, bool),
+) -> (std::process::Child, Instant) {
+    use std::os::unix::process::CommandExt;
+    let mut c = crate::util::podalloc();
+    c.args([
+        "--server",
+        url,
+        "--token",
+        "t",
+        "--insecure-skip-tls-verify",
+    ])
+    .args(["--image", "registry.example/spark:3.5.0", "-n", "default"])
+    .args(args)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    if ignored {
+        // SAFETY: signal(2) between fork and exec, async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
+    let child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+    (child, Instant::now())
+}
+
+/// The process ended within 2 s of the signal, exit 0, with the line of a stop while
+/// starting. Returns its standard error.
+#[cfg(unix)]
+fn stopped_while_starting(what: &str, (child, sent): (std::process::Child, Instant)) -> String {
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let e = err(&out);
+    eprintln!(
+        "{what}: exited {:?} in {took:.2?} after the signal",
+        out.status
+    );
+    assert_eq!(code(&out), 0, "{what}: {e}");
+    assert!(took < Duration::from_secs(2), "{what}: {took:?}: {e}");
+    assert!(
+        e.contains("received while starting (before the first tick: connecting, finding the app's home): stopping now (exit 0); nothing was claimed or saved"),
+        "{what}: {e}"
+    );
+    e
+}
+
+/// SIGTERM or SIGINT (also one the shell's `&` ignored) while `run` and `apps` are still
+/// starting against a server that is down or never answers ends them at once, exit 0: the
+/// handlers are installed before the first request, whose waits run the loop's hook. They
+/// were installed after the startup, so a signal during its retries (about 38 s) killed
+/// the process (SIGTERM) or was ignored (SIGINT after `&`).
+#[cfg(unix)]
+#[test]
+fn a_signal_while_starting_against_a_server_that_is_down_ends_the_process_at_once() {
+    let run: &[&str] = &[
+        "--app-id",
+        "startup-app",
+        "--state-store",
+        "configmap:startup-state",
+        "run",
+        "--target",
+        "2",
+        "--leader-elect",
+    ];
+    let apps: &[&str] = &[
+        "apps",
+        "--discover",
+        "spark-role=driver",
+        "--state-configmaps",
+        "startup",
+        "--leader-elect",
+    ];
+    let cases = [
+        (
+            "run, closed port, SIGTERM",
+            run,
+            false,
+            (libc::SIGTERM, false),
+        ),
+        (
+            "run, silent server, SIGINT after &",
+            run,
+            true,
+            (libc::SIGINT, true),
+        ),
+        (
+            "apps, silent server, SIGTERM",
+            apps,
+            true,
+            (libc::SIGTERM, false),
+        ),
+        (
+            "apps, closed port, SIGINT after &",
+            apps,
+            false,
+            (libc::SIGINT, true),
+        ),
+    ];
+    std::thread::scope(|s| {
+        for (what, args, silent, sig) in cases {
+            s.spawn(move || {
+                let (_listener, url) = down(silent);
+                stopped_while_starting(what, signalled_while_starting(&url, args, sig));
+            });
+        }
+    });
+}
+
+/// The same on the simulator while the app's Lease lookup hangs (the search for its home
+/// reads it): the process ends at once, and nothing was written on the way out: every
+/// request it made was a read, and neither its Lease nor its ConfigMap exists.
+#[cfg(unix)]
+#[test]
+fn a_signal_during_a_hung_lease_lookup_at_startup_writes_nothing() {
+    let w = world(&["lease-get:delay:100000"]);
+    let mut c = w.cmd(&crate::util::with_fast_leader_elect(&[
+        "--state-store",
+        "configmap:hostile-state",
+        "run",
+        "--target",
+        "2",
+    ]));
+    let child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    stopped_while_starting("hung Lease lookup", (child, Instant::now()));
+    // The Lease GET hung (logged only once answered): the search had listed the app's
+    // ExecutorSets and ConfigMaps.
+    let f = w.sim.stats().faults_injected;
+    assert!(f.keys().any(|k| k.contains("lease-get")), "{f:?}");
+    let log = w.sim.request_log();
+    for line in log.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["method"], "GET", "{line}");
+    }
+    w.sim.set_faults(vec![]);
+    for at in [
+        format!("/apis/coordination.k8s.io/v1/namespaces/default/leases/podalloc-{APP}"),
+        "/api/v1/namespaces/default/configmaps/hostile-state".to_string(),
+    ] {
+        assert_eq!(w.api("GET", &at, None).0, 404, "{at}");
+    }
+}
+
 #[test]
 fn reconcile_against_a_trickling_body_ends_within_the_request_timeout() {
     let w = ends_in_time(

@@ -115,7 +115,12 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     if let Some(p) = &cli.ops.metrics_file {
         crate::controller::metrics::check_path(p).map_err(Error::usage)?;
     }
+    // The signal handlers before the first request (the search for ConfigMaps, the Lease):
+    // until the first round a signal ends the process at once, exit 0.
+    let shutdown = Shutdown::install(cli.process.log.clone())?;
     let mut conn = Conn::new(cli, a)?;
+    (conn.clients.values()).for_each(|c| shutdown.0.serve_between_requests(c));
+    conn.services.set_waiter(shutdown.0.waiter());
     let mut failed = Vec::new();
     let interval = a.interval.unwrap_or(cli.app.batch_delay);
     let (entries, discover) = match (&a.file, &a.discover) {
@@ -140,12 +145,10 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
         conn.services.probe = Some(probe);
         e
     });
-    let shutdown = Shutdown::install(a.timeout.map(|t| o.started + t), conn.services.log.clone())?;
+    shutdown.0.set_deadline(a.timeout.map(|t| o.started + t));
     // Between its requests and while they wait, the loop answers the endpoints, reads its
-    // signals and renews its Lease.
+    // signals and renews its Lease (the views of namespaces share the default one's hook).
     shutdown.0.set_probe(conn.services.probe.as_ref());
-    (conn.clients.values()).for_each(|c| shutdown.0.serve_between_requests(c));
-    conn.services.set_waiter(shutdown.0.waiter());
     // The runner's fence on every client, before the election (whose own is then unused).
     conn.clients.values().for_each(|c| shutdown.0.fence(c));
     // One Lease for the process's apps, taken once the apps are known to be usable:

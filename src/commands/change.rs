@@ -157,7 +157,7 @@ fn steer(
     };
     let Some(owner) = owner else {
         tick_template()?;
-        return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true);
+        return super::run::run_loop_in(env, cli, &wait_args(wait.flatten()), true, None);
     };
     log_handed(op, &owner, &req.id);
     match wait {

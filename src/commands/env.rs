@@ -89,6 +89,17 @@ pub(super) fn tick_budget(cli: &Cli) -> Duration {
 /// Errors: exit 2 for bad flags, template, kubeconfig or namespace; exit 1 when the
 /// simulator cannot start.
 pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
+    connect_with(cli, need_template, None)
+}
+
+/// [`connect`] for a loop whose signal handlers are installed (`run`): `control`'s hook
+/// runs between the client's requests and while they wait from its first request on (the
+/// search for the app's home), so a signal ends the process during that search too.
+pub(super) fn connect_with(
+    cli: &Cli,
+    need_template: bool,
+    control: Option<&std::sync::Arc<Control>>,
+) -> Result<Env> {
     let simulate = cli.conn.simulate;
     let app = cli.app.app(simulate, need_template)?;
     let (flags, sim) = if simulate {
@@ -135,6 +146,10 @@ pub(super) fn connect(cli: &Cli, need_template: bool) -> Result<Env> {
         run_deadline: None,
         services: services(cli),
     };
+    if let Some(c) = control {
+        c.serve_between_requests(&env.client);
+        env.services.set_waiter(c.waiter());
+    }
     env.find_home(given.as_ref())?;
     Ok(env)
 }

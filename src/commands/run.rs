@@ -5,7 +5,7 @@
 //! `--timeout` are the runner's; this file connects the app, seeds `--target` and shows
 //! `scale --wait`'s progress line.
 
-use super::env::{connect, Env};
+use super::env::{connect_with, Env};
 use crate::cli::{Cli, LogFormat, RunArgs};
 use crate::controller::runner::{self, Control, Feed, Options, Outcome, Shutdown, Slot};
 use crate::controller::tick::TickReport;
@@ -58,12 +58,25 @@ pub(super) fn run_loop(cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
         super::elect::timing(&a.leader)?;
         super::elect::lease_name(a.leader.leader_elect_resource_name.as_deref(), "app")?;
     }
-    run_loop_in(connect(cli, true)?, cli, a, progress)
+    // The signal handlers before the first request: finding the app's home (its store,
+    // its Lease) may take as long as the retries last against a server that is down, and a
+    // signal meanwhile ends the process at once, exit 0 (`Phase::Starting`), its requests'
+    // waits running the hook as a tick's do.
+    let shutdown = Shutdown::install(cli.process.log.clone())?;
+    let env = connect_with(cli, true, Some(&shutdown.0))?;
+    run_loop_in(env, cli, a, progress, Some(shutdown))
 }
 
 /// [`run_loop`] in an environment already connected (`scale --wait` with no owner: the
-/// loop applies the request the command queued, then ticks until converged).
-pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> Result<()> {
+/// loop applies the request the command queued, then ticks until converged); `shutdown`:
+/// the handlers when installed before connecting, else installed here.
+pub(super) fn run_loop_in(
+    env: Env,
+    cli: &Cli,
+    a: &RunArgs,
+    progress: bool,
+    shutdown: Option<Shutdown>,
+) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     // JSON logs stay pure JSON: the log lines carry the same numbers.
@@ -77,7 +90,7 @@ pub(super) fn run_loop_in(env: Env, cli: &Cli, a: &RunArgs, progress: bool) -> R
         tty,
         started: Instant::now(),
     };
-    let res = run_ticks(env, cli, a, &progress);
+    let res = run_ticks(env, cli, a, &progress, shutdown);
     progress.done();
     res
 }
@@ -168,7 +181,13 @@ impl<'e> Feed<'e> for RunFeed<'e> {
     }
 }
 
-fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Result<()> {
+fn run_ticks(
+    mut env: Env,
+    cli: &Cli,
+    a: &RunArgs,
+    progress: &Progress,
+    shutdown: Option<Shutdown>,
+) -> Result<()> {
     let o = Options {
         interval: a.interval.unwrap_or(cli.app.batch_delay),
         idle_interval: a.idle_interval,
@@ -197,7 +216,11 @@ fn run_ticks(mut env: Env, cli: &Cli, a: &RunArgs, progress: &Progress) -> Resul
     // one interval: its record's answer deadline is 3 × interval + 2 s + the tick budget (it answers
     // between ticks).
     let holding = (!a.leader.leader_elect).then_some(o.interval);
-    let shutdown = Shutdown::install(env.run_deadline, env.services.log.clone())?;
+    let shutdown = match shutdown {
+        Some(s) => s,
+        None => Shutdown::install(env.services.log.clone())?,
+    };
+    shutdown.0.set_deadline(env.run_deadline);
     // Between its requests and while they wait, the loop answers the endpoints, reads its
     // signals and renews its Lease (the Lease client is derived: it shares the hook).
     shutdown.0.set_probe(env.services.probe.as_ref());

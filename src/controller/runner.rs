@@ -17,7 +17,10 @@
 //! its holder records and exits 0. A tick that has written nothing yet and is still running
 //! [`FRESH_GRACE`] after the signal (a list stalled by the API server) ends the process at
 //! once, exit 0, its holder records and its Lease released. A second signal aborts at once (exit [`ABORT_EXIT`]), and a tick still running a
-//! second after `--timeout` is aborted with exit 5, whatever the API server does.
+//! second after `--timeout` is aborted with exit 5, whatever the API server does. The
+//! handlers are installed before the command's first request: a signal while it is still
+//! starting (connecting, finding the app's home and its Lease, which retries against a
+//! server that is down) ends the process at once, exit 0, nothing claimed or saved.
 
 use crate::controller::context::LogContext;
 use crate::controller::leader::LeaderElection;
@@ -77,6 +80,10 @@ pub(crate) fn after_error(e: &Error) -> Flow {
 /// Where the runner is in a round, for [`Control::poll`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// Before the runner's first round: the command connects, finds the app's home and
+    /// opens its store. Nothing is claimed or saved yet and no Lease attempt is made, so a
+    /// signal ends the process at once ([`Control::started`] ends this phase).
+    Starting,
     /// Between rounds: the loop itself sees a signal within [`WAIT_POLL`].
     Idle,
     /// In a tick that has written nothing yet (listing, reading the state): a signal may
@@ -101,8 +108,9 @@ pub(crate) struct Control {
     on_stop: Mutex<Vec<StopHook>>,
     /// SIGINT and SIGTERM as they come, one byte each, read without blocking.
     signals: Deliveries,
-    /// `--timeout`'s deadline.
-    deadline: Option<Instant>,
+    /// `--timeout`'s deadline ([`Control::set_deadline`]: known once the command has
+    /// started).
+    deadline: Mutex<Option<Instant>>,
     /// The endpoints, answered while the loop waits.
     probe: OnceLock<Probe>,
     /// Set while [`Control::poll`]'s own work runs: a poll re-entered from a request it
@@ -164,6 +172,21 @@ impl Control {
         *lock(&self.phase) = p;
     }
 
+    /// `--timeout`'s deadline, from now on.
+    pub(crate) fn set_deadline(&self, deadline: Option<Instant>) {
+        *lock(&self.deadline) = deadline;
+    }
+
+    /// The command has started (its home found, its store opened): a signal that came
+    /// meanwhile still ends the process at once, then signals are answered as the loop's
+    /// and the Lease attempts begin. Called by [`run`] before its first round.
+    fn started(&self) {
+        for name in self.signals.pending() {
+            on_signal(self, name);
+        }
+        self.set_phase(Phase::Idle);
+    }
+
     /// A write is about to be made: from now on the tick in progress must finish.
     fn writing(&self) {
         let mut p = lock(&self.phase);
@@ -200,7 +223,7 @@ impl Control {
                 break;
             }
         }
-        let ticking = *lock(&self.phase) != Phase::Idle;
+        let ticking = matches!(*lock(&self.phase), Phase::Fresh | Phase::Writing);
         !ticking
             || self
                 .leader
@@ -219,10 +242,7 @@ impl Control {
         for name in self.signals.pending() {
             on_signal(self, name);
         }
-        if self
-            .deadline
-            .is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE)
-        {
+        if lock(&self.deadline).is_some_and(|d| Instant::now() >= d + DEADLINE_GRACE) {
             self.log.process_lines(|| {
                 warn!(
                     "--timeout passed and the tick in progress has not ended within {}s: \
@@ -239,7 +259,9 @@ impl Control {
         if since.is_some_and(|at| at.elapsed() >= FRESH_GRACE) {
             self.stop_if_fresh();
         }
-        if let Ok(le) = self.leader.try_lock() {
+        // No Lease attempt while starting: a stop at once then leaves no Lease behind.
+        let starting = *lock(&self.phase) == Phase::Starting;
+        if let (false, Ok(le)) = (starting, self.leader.try_lock()) {
             le.as_ref().inspect(|le| le.tick());
         }
         self.polling.store(false, Ordering::SeqCst);
@@ -285,19 +307,22 @@ pub(crate) struct Shutdown(pub(crate) Arc<Control>);
 
 impl Shutdown {
     /// Installs the handlers (no thread: the signals are read by [`Control::poll`]); `log`:
-    /// the logs' context, for the lines about signals.
-    /// Errors (exit 1): the handlers cannot be installed.
-    pub(crate) fn install(deadline: Option<Instant>, log: LogContext) -> Result<Shutdown> {
+    /// the logs' context, for the lines about signals. Install them before the command's
+    /// first request: until the runner's first round ([`Phase::Starting`]) a signal ends
+    /// the process at once, exit 0, its requests' waits running the hook of
+    /// [`Control::serve_between_requests`]. Errors (exit 1): the handlers cannot be
+    /// installed.
+    pub(crate) fn install(log: LogContext) -> Result<Shutdown> {
         let signals = Deliveries::install()
             .map_err(|e| Error::runtime(format!("cannot install the signal handler: {e}")))?;
         Ok(Shutdown(Arc::new(Control {
             signal: AtomicBool::new(false),
             signal_at: Mutex::new(None),
-            phase: Mutex::new(Phase::Idle),
+            phase: Mutex::new(Phase::Starting),
             leader: Mutex::new(None),
             on_stop: Mutex::new(Vec::new()),
             signals,
-            deadline,
+            deadline: Mutex::new(None),
             probe: OnceLock::new(),
             polling: AtomicBool::new(false),
             log,
@@ -360,10 +385,20 @@ impl Drop for Deliveries {
     }
 }
 
-/// The answer to signal `name`: the first is acknowledged, the second aborts.
-/// Logged with the command's app and namespace ([`LogContext::process_lines`]); the abort
-/// exits right after its line.
+/// The answer to signal `name`: the first is acknowledged, or, while the command is
+/// starting, ends the process (exit 0); the second aborts. Logged with the command's app
+/// and namespace ([`LogContext::process_lines`]); the stop and the abort exit right after
+/// their line.
 fn on_signal(shared: &Control, name: &str) {
+    if *lock(&shared.phase) == Phase::Starting {
+        shared.log.process_lines(|| {
+            info!(
+                "{name} received while starting (before the first tick: connecting, finding \
+                 the app's home): stopping now (exit 0); nothing was claimed or saved"
+            )
+        });
+        std::process::exit(0);
+    }
     if shared.signal.swap(true, Ordering::SeqCst) {
         shared.log.process_lines(|| {
             warn!(
@@ -641,6 +676,7 @@ pub(crate) fn run<'c>(
     services: &Services,
 ) -> Result<()> {
     let shared = &shutdown.0;
+    shared.started();
     let probe = services.probe.as_ref();
     let mut rounds = 0u64;
     let mut refreshed: Option<Instant> = None;

@@ -349,6 +349,75 @@ fn a_signal_during_a_hung_lease_lookup_at_startup_writes_nothing() {
     }
 }
 
+/// Starts `run` with `args` on `w` and waits until it has converged on 2 pods and rests.
+#[cfg(unix)]
+fn resting(w: &World, args: &[&str]) -> std::process::Child {
+    let mut all = vec!["run", "--target", "2", "--idle-interval", "30s"];
+    all.extend_from_slice(args);
+    let child = (w.cmd(&all).stdout(Stdio::null()).stderr(Stdio::piped()))
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while w.sim.stats().live_pods < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "never converged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The pods run 100 ms after their creation; the tick after that converges.
+    std::thread::sleep(Duration::from_secs(1));
+    child
+}
+
+/// SIGTERMs `child` and waits for it: exit 0 within `within`. Returns its standard error.
+#[cfg(unix)]
+fn term(child: std::process::Child, within: Duration) -> String {
+    let started = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let out = child.wait_with_output().unwrap();
+    let (took, e) = (started.elapsed(), err(&out));
+    eprintln!("exited {:?} in {took:.2?} after SIGTERM", out.status);
+    assert_eq!(code(&out), 0, "{e}");
+    assert!(took < within, "{took:?}: {e}");
+    e
+}
+
+/// The first signal's line says what the process finishes: between ticks nothing (it stops
+/// now); during a Lease renewal between ticks, that call (it said "finishing the current
+/// tick" whatever the loop was doing).
+#[cfg(unix)]
+#[test]
+fn the_first_signal_says_what_the_process_finishes() {
+    let w = world(&[]);
+    let e = term(resting(&w, &[]), Duration::from_secs(1));
+    let line = (e.lines())
+        .find(|l| l.contains("SIGTERM received: "))
+        .expect(&e);
+    assert!(
+        line.ends_with("SIGTERM received: no tick or Lease call in progress: stopping now"),
+        "{e}"
+    );
+    assert!(!e.contains("finishing"), "{e}");
+    // A leader at rest whose renewal hangs: the signal comes during that call, which ends at
+    // the renew deadline (2 s); then the loop stops.
+    let leader = resting(&w, &crate::util::FAST_LEADER_ELECT);
+    w.sim
+        .set_faults(crate::util::rules(&["lease-update:delay:100000"]));
+    let t = Instant::now();
+    while !(w.sim.stats().faults_injected.keys()).any(|k| k.contains("lease-update")) {
+        assert!(t.elapsed() < Duration::from_secs(5), "no renewal");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = term(leader, Duration::from_secs(6));
+    let ack = e
+        .find("SIGTERM received: finishing the Lease call in progress, Ctrl-C again to abort")
+        .expect(&e);
+    let stop = e.find("signal received: stopping after").expect(&e);
+    assert!(ack < stop, "{e}");
+}
+
 #[test]
 fn reconcile_against_a_trickling_body_ends_within_the_request_timeout() {
     let w = ends_in_time(

@@ -187,6 +187,20 @@ impl Control {
         self.set_phase(Phase::Idle);
     }
 
+    /// What the process finishes after a first signal, for its line: the tick in progress,
+    /// the Lease call in progress (a renewal or an acquisition between ticks, whose requests
+    /// run [`Control::poll`] again), or nothing (the loop stops at its next look, within
+    /// [`WAIT_POLL`]).
+    fn finishing(&self) -> &'static str {
+        match *lock(&self.phase) {
+            Phase::Fresh | Phase::Writing => "finishing the current tick, Ctrl-C again to abort",
+            _ if self.polling.load(Ordering::SeqCst) => {
+                "finishing the Lease call in progress, Ctrl-C again to abort"
+            }
+            _ => "no tick or Lease call in progress: stopping now",
+        }
+    }
+
     /// A write is about to be made: from now on the tick in progress must finish.
     fn writing(&self) {
         let mut p = lock(&self.phase);
@@ -385,8 +399,9 @@ impl Drop for Deliveries {
     }
 }
 
-/// The answer to signal `name`: the first is acknowledged, or, while the command is
-/// starting, ends the process (exit 0); the second aborts. Logged with the command's app
+/// The answer to signal `name`: the first is acknowledged, saying what the process
+/// finishes ([`Control::finishing`]), or, while the command is starting, ends the process
+/// (exit 0); the second aborts. Logged with the command's app
 /// and namespace ([`LogContext::process_lines`]); the stop and the abort exit right after
 /// their line.
 fn on_signal(shared: &Control, name: &str) {
@@ -409,9 +424,10 @@ fn on_signal(shared: &Control, name: &str) {
         std::process::exit(ABORT_EXIT);
     }
     *lock(&shared.signal_at) = Some(Instant::now());
-    shared.log.process_lines(|| {
-        info!("{name} received: finishing the current tick, Ctrl-C again to abort")
-    });
+    let what = shared.finishing();
+    shared
+        .log
+        .process_lines(|| info!("{name} received: {what}"));
 }
 
 /// What one tick of an app found.

@@ -197,6 +197,15 @@ impl Env {
         self
     }
 
+    /// This environment with the server spelled `name`, looked up by the system's resolver
+    /// (as its `/etc/resolv.conf` says), for `127.0.0.1`: its commands then need
+    /// `--tls-server-name localhost`, the name both servers' certificates carry.
+    pub fn named(mut self, name: &str) -> Env {
+        assert!(self.url.contains("127.0.0.1"), "{}", self.url);
+        self.url = self.url.replacen("127.0.0.1", name, 1);
+        self
+    }
+
     /// A namespace of its own on the real control plane; `None` (after one line) when it is
     /// not built here and not required.
     pub fn real(test: &str, app: &str, pods: &Pods) -> Option<Env> {

@@ -5,6 +5,8 @@
 use crate::steer::Bg;
 use crate::util::{podalloc, stderr, ticking, SimWorld, World};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A free loopback address (bound, then released for the process under test).
@@ -514,4 +516,218 @@ fn a_standby_serves_is_leader_0_on_its_metrics_address() {
     assert!(body.contains("# TYPE podalloc_is_leader gauge"), "{body}");
     let both = vec![standby.0.take().unwrap(), leader.0.take().unwrap()];
     crate::util::stop_all("run", both);
+}
+
+/// A DNS server on port 53 of a loopback address of its own that answers every query for
+/// any name (an A query: 127.0.0.1; others: no record) only `delay` after it came: the
+/// system resolver of a process pointed at it (its `/etc/resolv.conf` replaced in a mount
+/// namespace of its own, [`behind_slow_dns`]) takes that long to look up a name.
+struct SlowDns {
+    ip: std::net::Ipv4Addr,
+    /// Queries received and answers sent.
+    counts: Arc<[AtomicUsize; 2]>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SlowDns {
+    /// `None` when port 53 cannot be bound (not root).
+    fn start(delay: Duration) -> Option<SlowDns> {
+        // An address no other test (or process) of this machine's uses.
+        let net = (std::process::id() % 250) as u8;
+        let (socket, ip) = (1..=250u8).find_map(|host| {
+            let ip = std::net::Ipv4Addr::new(127, 77, net, host);
+            Some((std::net::UdpSocket::bind((ip, 53)).ok()?, ip))
+        })?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let dns = SlowDns {
+            ip,
+            counts: Default::default(),
+            stop: Default::default(),
+        };
+        let (counts, stop) = (dns.counts.clone(), dns.stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !stop.load(SeqCst) {
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                counts[0].fetch_add(1, SeqCst);
+                let (query, socket, counts) = (
+                    buf[..n].to_vec(),
+                    socket.try_clone().unwrap(),
+                    counts.clone(),
+                );
+                std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    let _ = socket.send_to(&dns_answer(&query), from);
+                    counts[1].fetch_add(1, SeqCst);
+                });
+            }
+        });
+        Some(dns)
+    }
+
+    /// Queries received and not yet answered.
+    fn pending(&self) -> usize {
+        self.counts[0].load(SeqCst) - self.counts[1].load(SeqCst)
+    }
+}
+
+impl Drop for SlowDns {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+    }
+}
+
+/// The answer to DNS `query`: its id and question; for an A question, 127.0.0.1.
+fn dns_answer(query: &[u8]) -> Vec<u8> {
+    let mut i = 12;
+    while query[i] != 0 {
+        i += usize::from(query[i]) + 1;
+    }
+    let a = query[i + 1..i + 3] == [0, 1];
+    let mut r = query[..2].to_vec();
+    r.extend([0x81, 0x80, 0, 1, 0, u8::from(a), 0, 0, 0, 0]);
+    r.extend(&query[12..i + 5]);
+    if a {
+        r.extend([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1]);
+    }
+    r
+}
+
+/// `c` run in a mount namespace of its own whose `/etc/resolv.conf` names only `dns` (and
+/// whose `/etc/nsswitch.conf` looks names up in `/etc/hosts`, then DNS), written in `dir`:
+/// the machine's own files are left as they are. `None` when mount namespaces cannot be
+/// made here.
+fn behind_slow_dns(c: &Command, dns: &SlowDns, dir: &std::path::Path) -> Option<Command> {
+    let ok = Command::new("unshare").args(["-m", "true"]).status();
+    if !ok.is_ok_and(|s| s.success()) {
+        return None;
+    }
+    let (resolv, nss) = (dir.join("resolv.conf"), dir.join("nsswitch.conf"));
+    let text = format!("nameserver {}\noptions timeout:30 attempts:1\n", dns.ip);
+    std::fs::write(&resolv, text).unwrap();
+    std::fs::write(&nss, "hosts: files dns\n").unwrap();
+    let script = "mount --bind \"$1\" /etc/resolv.conf && mount --bind \"$2\" \
+                  /etc/nsswitch.conf && shift 2 && exec \"$@\"";
+    let mut u = Command::new("unshare");
+    u.args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(&resolv)
+        .arg(&nss)
+        .arg(c.get_program())
+        .args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => u.env(k, v),
+            None => u.env_remove(k),
+        };
+    }
+    Some(u)
+}
+
+/// A server given by a name whose lookup takes 4 s (a slow DNS server: the system's real
+/// getaddrinfo, `kube/resolver.rs`): `run --leader-elect` serves `/healthz` within 1.5 s
+/// while its Lease client looks the name up for its first connection, runs one thread
+/// besides the lookup's meanwhile, then acquires the Lease and, at rest, runs one thread.
+/// Needs root (port 53, a mount namespace); says so in one line and returns without. On
+/// both servers.
+mod a_slow_name_lookup_holds_up_neither_the_probes_nor_the_lease {
+    use super::*;
+    use crate::both::{Env, Pods};
+
+    const NAME: &str = "slow-api.podalloc.test";
+
+    fn body(e: Env, dns: &SlowDns) {
+        let e = e.named(NAME);
+        let (m, p) = (free_addr(), free_addr());
+        let state = format!("configmap:{}-state", e.app);
+        let mut c = e.cmd(&[]);
+        c.args(["--tls-server-name", "localhost", "--state-store", &state])
+            .args([
+                "--metrics-bind-address",
+                &m,
+                "--health-probe-bind-address",
+                &p,
+            ])
+            .args(["run", "--target", "2", "--leader-elect"]);
+        let Some(c) = behind_slow_dns(&c, dns, e.dir.path()) else {
+            eprintln!("a_slow_name_lookup…: not run: no mount namespace here (unshare -m)");
+            return;
+        };
+        let started = Instant::now();
+        let mut c = spawn(c);
+        // The search for the app's home looked the name up first (4 s); then the endpoints
+        // are served, and the loop's first Lease attempt connects its own client: another
+        // lookup.
+        until(&p, "/healthz", 30, |code, _| code == 200);
+        let t = Instant::now();
+        while dns.pending() == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "no second lookup");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("a lookup pending {:.1?} after the start", started.elapsed());
+        fresh_healthz_in_time(&mut c, &p);
+        assert_eq!(
+            threads(c.id()),
+            ["kube-lookup", "podalloc"],
+            "during the lookup"
+        );
+        assert!(
+            dns.pending() > 0,
+            "the lookup ended before the probe was answered"
+        );
+        let series =
+            |name: &str, n: u32| format!("{name}{{app=\"{}\",namespace=\"{}\"}} {n}", e.app, e.ns);
+        let leading = series("podalloc_is_leader", 1);
+        let t = Instant::now();
+        while !get(&m, "/metrics").is_some_and(|(_, b)| b.contains(&leading)) {
+            if t.elapsed() > Duration::from_secs(30) {
+                let out = crate::util::stop_all("run", vec![c]);
+                panic!("never led: {}", stderr(&out[0]));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("leading {:.1?} after the start", started.elapsed());
+        let running = series("podalloc_running", 2);
+        until(&m, "/metrics", 30, |_, b| b.contains(&running));
+        // At rest (a lookup for the Events' client may still be under way): the loop alone.
+        let t = Instant::now();
+        while threads(c.id()) != ["podalloc"] {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                threads(c.id())
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        fresh_healthz_in_time(&mut c, &p);
+        stop("run", c);
+    }
+
+    /// The slow DNS server, or `None` (after one line) when port 53 cannot be bound here.
+    fn dns() -> Option<SlowDns> {
+        let dns = SlowDns::start(Duration::from_secs(4));
+        if dns.is_none() {
+            eprintln!("a_slow_name_lookup…: not run: port 53 cannot be bound here (run as root)");
+        }
+        dns
+    }
+
+    #[test]
+    fn on_sim() {
+        if let Some(dns) = dns() {
+            body(Env::sim("slowdns", &Pods::default()), &dns);
+        }
+    }
+
+    #[test]
+    fn on_real() {
+        if let Some(dns) = dns() {
+            if let Some(e) = Env::real("slow_dns", "slowdns", &Pods::default()) {
+                body(e, &dns);
+            }
+        }
+    }
 }

@@ -47,11 +47,133 @@ fn live(w: &World) -> u64 {
     w.sim.stats().live_pods
 }
 
+/// What the harness counted over its runs, for its report.
+#[derive(Default)]
+struct Counts {
+    ticks: u64,
+    kills: u64,
+    point_kills: u64,
+    random_kills: u64,
+    converged: u64,
+    points_hit: std::collections::BTreeSet<&'static str>,
+}
+
+/// Run `run`'s eight ticks of `reconcile` toward `target` (or now and then half of it), each
+/// killed at a crash point or a random moment: each exits 0 or by SIGKILL, and after each the
+/// state file parses and no more than `target` pods are live.
+fn killed_ticks(w: &World, rng: &mut Rng, run: u64, target: u64, batch: u64, n: &mut Counts) {
+    for step in 0..8 {
+        // Now and then the target drops, so excess deletes happen too.
+        let step_target = if rng.below(4) == 0 {
+            target / 2
+        } else {
+            target
+        };
+        let mut cmd = podalloc(w, step_target, batch, &["reconcile"]);
+        let status = if step % 3 == 2 {
+            // A kill at a random moment, from outside.
+            let mut child = cmd.spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(rng.below(40)));
+            let _ = child.kill();
+            child.wait().unwrap()
+        } else {
+            let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
+            let nth = rng.below(3) + 1;
+            let out = cmd
+                .env("PODALLOC_CRASH_AT", format!("{point}:{nth}"))
+                .output()
+                .unwrap();
+            if out.status.signal() == Some(9) {
+                n.points_hit.insert(point);
+                n.point_kills += 1;
+            }
+            out.status
+        };
+        n.ticks += 1;
+        match (status.code(), status.signal()) {
+            (_, Some(9)) => {
+                n.kills += 1;
+                if step % 3 == 2 {
+                    n.random_kills += 1;
+                }
+            }
+            (Some(0), _) => {}
+            other => panic!("run {run} step {step}: unexpected exit {other:?}"),
+        }
+        // The state file always parses (or does not exist yet).
+        let st = podalloc::state::load(&w.state_file())
+            .unwrap_or_else(|e| panic!("run {run} step {step}: {e}"));
+        if let Some(st) = st {
+            let t = st.target.unwrap_or(0) as u64;
+            assert!(
+                t == target || t == target / 2,
+                "run {run} step {step}: target {t}"
+            );
+        }
+        assert!(
+            live(w) <= target,
+            "run {run} step {step}: {} live > target {target}",
+            live(w)
+        );
+        std::thread::sleep(Duration::from_millis(rng.below(120)));
+    }
+}
+
+/// Run `run`, uninterrupted, converges on exactly `target` pods with no executor id created
+/// twice or out of order, and never had more than `target` live.
+fn converges_exactly(w: &World, run: u64, target: u64, batch: u64) {
+    let out = podalloc(
+        w,
+        target,
+        batch,
+        &[
+            "run",
+            "--force-target",
+            "--until-converged",
+            "--timeout",
+            "40s",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "run {run}: {}", stderr(&out));
+    let stats = w.sim.stats();
+    assert_eq!(
+        stats.duplicate_executor_ids, 0,
+        "run {run}: duplicate or reused executor ids"
+    );
+    let ids = stats
+        .executor_ids_created
+        .get(APP)
+        .cloned()
+        .unwrap_or_default();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        ids.len(),
+        "run {run}: an id was created twice: {ids:?}"
+    );
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "run {run}: ids not increasing: {ids:?}"
+    );
+    assert_eq!(
+        stats.live_pods, target,
+        "run {run}: live pods after convergence"
+    );
+    assert!(
+        stats.max_live_pods_by_app.get(APP).copied().unwrap_or(0) <= target,
+        "run {run}: more executor pods than the target were live at some point"
+    );
+}
+
+/// Killed at every crash point and at random times, runs lose and duplicate nothing.
 #[test]
 fn killed_at_every_point_nothing_is_lost_or_duplicated() {
     let mut rng = Rng(0x5eed);
-    let (mut kills, mut point_kills, mut random_kills, mut ticks, mut converged) = (0, 0, 0, 0, 0);
-    let mut points_hit = std::collections::BTreeSet::new();
+    let mut n = Counts::default();
     for run in 0..RUNS {
         let w = SimWorld::new()
             .app(APP)
@@ -69,109 +191,19 @@ fn killed_at_every_point_nothing_is_lost_or_duplicated() {
             .start();
         let target = rng.below(10) + 3;
         let batch = rng.below(5) + 1;
-        for step in 0..8 {
-            // Now and then the target drops, so excess deletes happen too.
-            let step_target = if rng.below(4) == 0 {
-                target / 2
-            } else {
-                target
-            };
-            let mut cmd = podalloc(&w, step_target, batch, &["reconcile"]);
-            let status = if step % 3 == 2 {
-                // A kill at a random moment, from outside.
-                let mut child = cmd.spawn().unwrap();
-                std::thread::sleep(Duration::from_millis(rng.below(40)));
-                let _ = child.kill();
-                child.wait().unwrap()
-            } else {
-                let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
-                let nth = rng.below(3) + 1;
-                let out = cmd
-                    .env("PODALLOC_CRASH_AT", format!("{point}:{nth}"))
-                    .output()
-                    .unwrap();
-                if out.status.signal() == Some(9) {
-                    points_hit.insert(point);
-                    point_kills += 1;
-                }
-                out.status
-            };
-            ticks += 1;
-            match (status.code(), status.signal()) {
-                (_, Some(9)) => {
-                    kills += 1;
-                    if step % 3 == 2 {
-                        random_kills += 1;
-                    }
-                }
-                (Some(0), _) => {}
-                other => panic!("run {run} step {step}: unexpected exit {other:?}"),
-            }
-            // The state file always parses (or does not exist yet).
-            let st = podalloc::state::load(&w.state_file())
-                .unwrap_or_else(|e| panic!("run {run} step {step}: {e}"));
-            if let Some(st) = st {
-                let t = st.target.unwrap_or(0) as u64;
-                assert!(
-                    t == target || t == target / 2,
-                    "run {run} step {step}: target {t}"
-                );
-            }
-            assert!(
-                live(&w) <= target,
-                "run {run} step {step}: {} live > target {target}",
-                live(&w)
-            );
-            std::thread::sleep(Duration::from_millis(rng.below(120)));
-        }
+        killed_ticks(&w, &mut rng, run, target, batch, &mut n);
         // Then, uninterrupted, to convergence.
-        let out = podalloc(
-            &w,
-            target,
-            batch,
-            &[
-                "run",
-                "--force-target",
-                "--until-converged",
-                "--timeout",
-                "40s",
-            ],
-        )
-        .output()
-        .unwrap();
-        assert!(out.status.success(), "run {run}: {}", stderr(&out));
-        converged += 1;
-        let stats = w.sim.stats();
-        assert_eq!(
-            stats.duplicate_executor_ids, 0,
-            "run {run}: duplicate or reused executor ids"
-        );
-        let ids = stats
-            .executor_ids_created
-            .get(APP)
-            .cloned()
-            .unwrap_or_default();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(
-            sorted.len(),
-            ids.len(),
-            "run {run}: an id was created twice: {ids:?}"
-        );
-        assert!(
-            ids.windows(2).all(|w| w[0] < w[1]),
-            "run {run}: ids not increasing: {ids:?}"
-        );
-        assert_eq!(
-            stats.live_pods, target,
-            "run {run}: live pods after convergence"
-        );
-        assert!(
-            stats.max_live_pods_by_app.get(APP).copied().unwrap_or(0) <= target,
-            "run {run}: more executor pods than the target were live at some point"
-        );
+        converges_exactly(&w, run, target, batch);
+        n.converged += 1;
     }
+    let Counts {
+        ticks,
+        kills,
+        point_kills,
+        random_kills,
+        converged,
+        points_hit,
+    } = n;
     let report = format!(
         "crash harness: {RUNS} runs, {ticks} ticks, {kills} kills ({point_kills} at crash points, \
          {random_kills} at random times), points hit {}/{} {:?}, {converged} converged, \

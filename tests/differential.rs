@@ -54,32 +54,21 @@ const STATUS: &[&str] = &[
     "/details/group",
 ];
 
+/// The requests, in the order they are sent: those on pods, then those on ConfigMaps,
+/// Leases and Events.
 fn cases() -> Vec<Case> {
-    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "diff-lease"},
-        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
-                 "acquireTime": "2026-12-01T10:00:00.000000Z", "renewTime": "2026-12-01T10:00:00.000000Z",
-                 "leaseTransitions": 0}});
-    let mut bad_time = lease.clone();
-    bad_time["metadata"]["name"] = json!("diff-lease-2");
-    bad_time["spec"]["renewTime"] = json!("2026-12-01T10:00:00Z");
+    let mut cases = pod_cases();
+    cases.extend(store_cases());
+    cases
+}
+
+/// The requests on pods: lists, watches, creates, deletes, finalizers and evictions.
+#[rustfmt::skip]
+fn pod_cases() -> Vec<Case> {
     let mut invalid = pod("Bad_Name");
     invalid["metadata"]["name"] = json!("Bad_Name");
     let mut strict = pod("diff-strict");
     strict["spec"]["containers"][0]["resources"] = json!({"requets": {"cpu": "1"}});
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm"},
-        "data": {"state": "{}"}});
-    let event = json!({"apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "diff-ev.1"},
-        "involvedObject": {"kind": "Pod", "namespace": "{ns}", "name": "diff-1", "apiVersion": "v1"},
-        "reason": "SuccessfulCreate", "message": "Created executor pod: diff-1", "type": "Normal",
-        "source": {"component": "podalloc"}, "count": 1,
-        "firstTimestamp": "2026-12-01T10:00:00Z", "lastTimestamp": "2026-12-01T10:00:00Z"});
-    let mut dry_event = event.clone();
-    dry_event["metadata"]["name"] = json!("diff-ev.3");
-    let mut bad_event = event.clone();
-    bad_event["metadata"]["name"] = json!("diff-ev.2");
-    bad_event["involvedObject"]["namespace"] = json!("elsewhere");
     let list_meta: &[&str] = &["/kind", "/apiVersion", "/items"];
     let created: &[&str] = &[
         "/kind",
@@ -151,6 +140,34 @@ fn cases() -> Vec<Case> {
         Case { name: "get evicted", method: "GET", path: "/api/v1/namespaces/{ns}/pods/diff-7", body: None, fields: &["/kind", "/metadata/name"], admin: false },
         Case { name: "evict a missing pod", method: "POST", path: "/api/v1/namespaces/{ns}/pods/diff-404/eviction", body: Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "diff-404"}})), fields: STATUS, admin: false },
         Case { name: "evict under another name", method: "POST", path: "/api/v1/namespaces/{ns}/pods/diff-2/eviction", body: Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other"}})), fields: &["/kind", "/reason", "/code", "/message"], admin: false },
+    ]
+}
+
+/// The requests on ConfigMaps, Leases and Events, sent after those on pods.
+#[rustfmt::skip]
+fn store_cases() -> Vec<Case> {
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "diff-lease"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                 "acquireTime": "2026-12-01T10:00:00.000000Z", "renewTime": "2026-12-01T10:00:00.000000Z",
+                 "leaseTransitions": 0}});
+    let mut bad_time = lease.clone();
+    bad_time["metadata"]["name"] = json!("diff-lease-2");
+    bad_time["spec"]["renewTime"] = json!("2026-12-01T10:00:00Z");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm"},
+        "data": {"state": "{}"}});
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "diff-ev.1"},
+        "involvedObject": {"kind": "Pod", "namespace": "{ns}", "name": "diff-1", "apiVersion": "v1"},
+        "reason": "SuccessfulCreate", "message": "Created executor pod: diff-1", "type": "Normal",
+        "source": {"component": "podalloc"}, "count": 1,
+        "firstTimestamp": "2026-12-01T10:00:00Z", "lastTimestamp": "2026-12-01T10:00:00Z"});
+    let mut dry_event = event.clone();
+    dry_event["metadata"]["name"] = json!("diff-ev.3");
+    let mut bad_event = event.clone();
+    bad_event["metadata"]["name"] = json!("diff-ev.2");
+    bad_event["involvedObject"]["namespace"] = json!("elsewhere");
+    vec![
         Case { name: "configmap create", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: &["/kind", "/metadata/name", "/data"], admin: false },
         Case { name: "configmap create again", method: "POST", path: "/api/v1/namespaces/{ns}/configmaps", body: Some(cm.clone()), fields: STATUS, admin: false },
         Case { name: "configmap stale update", method: "PUT", path: "/api/v1/namespaces/{ns}/configmaps/diff-cm", body: Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "diff-cm", "resourceVersion": "1"}, "data": {"state": "{\"x\":1}"}})), fields: STATUS, admin: false },

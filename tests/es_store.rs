@@ -146,35 +146,39 @@ fn assert_never_wrote_spec(e: &Env) {
     assert!(creates <= 1, "{es_writes:?}");
 }
 
+/// Runs candidate `a` on `store` at `--target` `target` until converged, within 60 s; it
+/// must succeed.
+fn run_until_converged(e: &Env, store: &str, target: &str) {
+    let out = e
+        .candidate_cmd(
+            "a",
+            &[
+                "--state-store",
+                store,
+                "run",
+                "--target",
+                target,
+                "--until-converged",
+                "--timeout",
+                "60s",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 both!(
     created_seeded_and_a_restart_with_another_target_changes_nothing,
     "seed",
     Pods::default(),
     |e| {
         let store = "executorset:seed-es";
-        let run = |t: &str| {
-            e.candidate_cmd(
-                "a",
-                &[
-                    "--state-store",
-                    store,
-                    "run",
-                    "--target",
-                    t,
-                    "--until-converged",
-                    "--timeout",
-                    "60s",
-                ],
-            )
-            .output()
-            .unwrap()
-        };
-        let out = run("3");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_until_converged(e, store, "3");
         let o = wait_es(e, "seed-es", "3 running", |o| converged(o, 3));
         assert_eq!(o["spec"]["appId"], "seed");
         assert_eq!(o["spec"]["replicas"], 3);
@@ -188,12 +192,7 @@ both!(
             o["metadata"]["generation"]
         );
         assert!(o["status"]["allocator"]["last_executor_id"].as_u64() >= Some(3));
-        let out = run("5");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_until_converged(e, store, "5");
         let again = es(e, "seed-es").unwrap();
         assert_eq!(
             again["spec"]["replicas"], 3,
@@ -466,21 +465,26 @@ both!(
         let found: Value = serde_json::from_str(&found).unwrap();
         assert_eq!(found["profiles"]["1"]["running"], 3, "{found}");
         assert_eq!(found["home"], "executorset:prof", "{found}");
-        // One id counter: no id twice, every pod's id below the home's counter.
-        let live = live_profiles(e);
-        let mut ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), 7, "{live:?}");
-        let last = es(e, "prof").unwrap()["status"]["allocator"]["last_executor_id"].clone();
-        assert!(
-            ids.iter().all(|&id| Some(id) <= last.as_u64()),
-            "{last} {live:?}"
-        );
-        assert_eq!(e.stats().duplicate_executor_ids, 0);
+        assert_one_id_counter(e, "prof", 7);
         stop_bg(run);
     }
 );
+
+/// One id counter: `n` live executors, no id twice, every pod's id below the counter of
+/// the home, ExecutorSet `home`.
+fn assert_one_id_counter(e: &Env, home: &str, n: usize) {
+    let live = live_profiles(e);
+    let mut ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "{live:?}");
+    let last = es(e, home).unwrap()["status"]["allocator"]["last_executor_id"].clone();
+    assert!(
+        ids.iter().all(|&id| Some(id) <= last.as_u64()),
+        "{last} {live:?}"
+    );
+    assert_eq!(e.stats().duplicate_executor_ids, 0);
+}
 
 /// `add --profile P 1 --wait` through `store`, within 30 s; its standard error.
 fn add_one_waiting(e: &Env, store: &str, p: &str) -> String {

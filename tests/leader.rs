@@ -14,7 +14,7 @@
 //! overshoot and no duplicate executor id through any of it.
 
 use crate::both::{both, Act, Env, Pods, CANDIDATES};
-use crate::util::{agent, spawn_replica, stderr, SimWorld, FAST_LEADER_ELECT};
+use crate::util::{agent, spawn_replica, stderr, SimWorld, World, FAST_LEADER_ELECT};
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -232,6 +232,31 @@ both!(
     }
 );
 
+/// Candidate a holds the Lease and says it leads, while b says it does not and has only
+/// ever touched the Lease (besides the search for the app's home, a list of ConfigMaps or
+/// ExecutorSets, when it started).
+fn assert_a_leads_and_b_stands_by(e: &Env) {
+    let b_calls: Vec<Act> = (e.acts().into_iter())
+        .filter(|a| a.user == "podalloc-b")
+        .filter(|a| {
+            let home = a.resource == "configmaps" || a.resource == "executorsets";
+            !(home && a.verb == "list")
+        })
+        .collect();
+    assert!(!b_calls.is_empty());
+    assert!(
+        b_calls.iter().all(|a| a.resource == "leases"),
+        "{b_calls:?}"
+    );
+    assert_eq!(holder(e).as_deref(), Some("pod-a"));
+    assert_eq!(metric(e, "a", "podalloc_is_leader").as_deref(), Some("1"));
+    assert_eq!(metric(e, "b", "podalloc_is_leader").as_deref(), Some("0"));
+    assert_eq!(
+        metric(e, "b", "podalloc_leader_transitions_total").as_deref(),
+        Some("0")
+    );
+}
+
 both!(
     one_leader_acts_and_sigterm_then_sigkill_hand_over,
     APP,
@@ -240,27 +265,7 @@ both!(
         let a = leading_a(e);
         let mut b = candidate(e, "b");
         std::thread::sleep(Duration::from_millis(1500));
-        // The standby only ever touched the Lease (besides the search for the app's home,
-        // a list of ConfigMaps, when it started).
-        let b_calls: Vec<Act> = (e.acts().into_iter())
-            .filter(|a| a.user == "podalloc-b")
-            .filter(|a| {
-                let home = a.resource == "configmaps" || a.resource == "executorsets";
-                !(home && a.verb == "list")
-            })
-            .collect();
-        assert!(!b_calls.is_empty());
-        assert!(
-            b_calls.iter().all(|a| a.resource == "leases"),
-            "{b_calls:?}"
-        );
-        assert_eq!(holder(e).as_deref(), Some("pod-a"));
-        assert_eq!(metric(e, "a", "podalloc_is_leader").as_deref(), Some("1"));
-        assert_eq!(metric(e, "b", "podalloc_is_leader").as_deref(), Some("0"));
-        assert_eq!(
-            metric(e, "b", "podalloc_leader_transitions_total").as_deref(),
-            Some("0")
-        );
+        assert_a_leads_and_b_stands_by(e);
 
         // SIGTERM: a finishes its tick, releases the Lease, exits 0; b takes over within one
         // retry period (plus client-go's jitter of up to 1.2 periods while standing by).
@@ -1038,48 +1043,70 @@ fn leader_election_flags_are_validated_as_client_go_does() {
     assert_eq!(w.sim.stats().requests, 0, "nothing was sent");
 }
 
-#[test]
-fn the_simulator_serves_leases_with_optimistic_concurrency() {
-    let w = SimWorld::new().start();
-    let http = agent(w.sim.ca_pem().unwrap().as_bytes());
-    let url = format!(
-        "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
-        w.sim.url()
-    );
-    let auth = format!("Bearer {}", w.token);
-    let send = |method: &str, url: &str, body: Option<Value>| -> (u16, Value) {
+/// A client of a simulator's Leases as the podalloc user.
+struct LeaseClient {
+    http: ureq::Agent,
+    auth: String,
+    /// The Leases of namespace default.
+    url: String,
+}
+
+impl LeaseClient {
+    fn new(w: &World) -> LeaseClient {
+        LeaseClient {
+            http: agent(w.sim.ca_pem().unwrap().as_bytes()),
+            auth: format!("Bearer {}", w.token),
+            url: format!(
+                "{}/apis/coordination.k8s.io/v1/namespaces/default/leases",
+                w.sim.url()
+            ),
+        }
+    }
+
+    /// `method` on `url` with `body`: the code, and the JSON body (Null if none).
+    fn send(&self, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
         let b = ureq::http::Request::builder()
             .method(method)
             .uri(url)
-            .header("Authorization", &auth)
+            .header("Authorization", &self.auth)
             .header("Content-Type", "application/json");
         let mut resp = match body {
-            Some(v) => http.run(b.body(v.to_string()).unwrap()),
-            None => http.run(b.body(()).unwrap()),
+            Some(v) => self.http.run(b.body(v.to_string()).unwrap()),
+            None => self.http.run(b.body(()).unwrap()),
         }
         .unwrap();
         let code = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap();
         (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-    };
-    let lease = |holder: &str, rv: Option<&str>| {
-        let mut l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": "l"},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
-                     "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 0}});
-        if let Some(rv) = rv {
-            l["metadata"]["resourceVersion"] = json!(rv);
-        }
-        l
-    };
-    let (code, created) = send("POST", &url, Some(lease("a", None)));
+    }
+}
+
+/// Lease `l`, held by `holder`, at resourceVersion `rv` when given.
+fn lease_of(holder: &str, rv: Option<&str>) -> Value {
+    let mut l = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "l"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                 "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 0}});
+    if let Some(rv) = rv {
+        l["metadata"]["resourceVersion"] = json!(rv);
+    }
+    l
+}
+
+/// The simulator's Leases: create, 409 on a second create or a stale update, get, delete.
+#[test]
+fn the_simulator_serves_leases_with_optimistic_concurrency() {
+    let w = SimWorld::new().start();
+    let c = LeaseClient::new(&w);
+    let (url, send) = (c.url.clone(), |m: &str, u: &str, b| c.send(m, u, b));
+    let (code, created) = send("POST", &url, Some(lease_of("a", None)));
     assert_eq!(code, 201, "{created}");
     assert_eq!(created["kind"], "Lease");
     let rv = created["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
         .to_string();
-    let (code, st) = send("POST", &url, Some(lease("b", None)));
+    let (code, st) = send("POST", &url, Some(lease_of("b", None)));
     assert_eq!(code, 409);
     assert_eq!(st["reason"], "AlreadyExists");
     assert_eq!(
@@ -1088,11 +1115,11 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     );
     assert_eq!(st["details"]["group"], "coordination.k8s.io");
     let one = format!("{url}/l");
-    let (code, updated) = send("PUT", &one, Some(lease("a", Some(&rv))));
+    let (code, updated) = send("PUT", &one, Some(lease_of("a", Some(&rv))));
     assert_eq!(code, 200, "{updated}");
-    let (code, updated) = send("PUT", &one, Some(lease("b", Some(&rv))));
+    let (code, updated) = send("PUT", &one, Some(lease_of("b", Some(&rv))));
     assert_eq!(code, 200, "a changed spec writes a new version: {updated}");
-    let (code, st) = send("PUT", &one, Some(lease("c", Some(&rv))));
+    let (code, st) = send("PUT", &one, Some(lease_of("c", Some(&rv))));
     assert_eq!(code, 409);
     assert_eq!(st["reason"], "Conflict");
     assert_eq!(
@@ -1115,6 +1142,15 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     let (code, st) = send("GET", &one, None);
     assert_eq!(code, 404);
     assert_eq!(st["message"], "leases.coordination.k8s.io \"l\" not found");
+}
+
+/// A partitioned user's Lease calls hang until the cut ends, then 504, not carried out.
+#[test]
+fn a_lease_create_cut_off_from_the_simulator_is_504_and_not_carried_out() {
+    let w = SimWorld::new().start();
+    let c = LeaseClient::new(&w);
+    let (url, send) = (c.url.clone(), |m: &str, u: &str, b| c.send(m, u, b));
+    let one = format!("{url}/l");
     // A partition: the user's calls hang until the cut ends, then 504, not carried out.
     let (code, _) = w.api(
         "POST",
@@ -1123,7 +1159,7 @@ fn the_simulator_serves_leases_with_optimistic_concurrency() {
     );
     assert_eq!(code, 200);
     let t = Instant::now();
-    let (code, _) = send("POST", &url, Some(lease("a", None)));
+    let (code, _) = send("POST", &url, Some(lease_of("a", None)));
     assert_eq!(code, 504);
     assert!(
         t.elapsed() >= Duration::from_millis(450),

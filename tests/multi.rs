@@ -174,12 +174,52 @@ fn target_of(i: usize) -> usize {
     i % 4 + 1
 }
 
-#[test]
-fn discovery_follows_annotations_and_drivers_across_fifty_apps() {
+/// A [`world`] with the drivers of all but the last of the [`DRIVERS`], each annotated with
+/// its [`target_of`].
+fn world_with_drivers() -> World {
     let w = world();
     for i in 0..DRIVERS - 1 {
         seed_driver(&w, i, &target_of(i).to_string());
     }
+    w
+}
+
+/// The log says once that driver `drv-BAD`'s annotation podalloc.io/executors ("lots") is
+/// not a number, and a Warning Event on that driver pod says so too.
+fn assert_warned_once_and_told_on_the_driver(w: &World, text: &str, bad: usize) {
+    assert!(
+        text.contains(&format!(
+            "driver pod \"drv-{bad}\": annotation podalloc.io/executors=\"lots\""
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("annotation podalloc.io/executors=\"lots\"")
+            .count(),
+        1,
+        "warned once"
+    );
+    // …and told on the driver pod as a Warning Event, for `kubectl describe pod`.
+    let (_, events) = w.api("GET", "/api/v1/namespaces/default/events", None);
+    let on_bad = (events["items"].as_array().unwrap().iter()).find(|e| {
+        e["involvedObject"]["name"] == format!("drv-{bad}").as_str()
+            && e["reason"] == "AllocationSkipped"
+    });
+    let ev = on_bad.unwrap_or_else(|| panic!("no event on drv-{bad}: {events}"));
+    assert_eq!(ev["type"], "Warning");
+    assert!(
+        ev["message"]
+            .as_str()
+            .unwrap()
+            .contains("podalloc.io/executors"),
+        "{ev}"
+    );
+}
+
+/// Fifty discovered apps follow their drivers' annotations and end with them; a bad one is told.
+#[test]
+fn discovery_follows_annotations_and_drivers_across_fifty_apps() {
+    let w = world_with_drivers();
     // A badly annotated driver: its executor stays as it is.
     let bad = DRIVERS - 1;
     seed_driver(&w, bad, "lots");
@@ -237,33 +277,7 @@ fn discovery_follows_annotations_and_drivers_across_fifty_apps() {
     });
     stop(&mut child);
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        text.contains(&format!(
-            "driver pod \"drv-{bad}\": annotation podalloc.io/executors=\"lots\""
-        )),
-        "{text}"
-    );
-    assert_eq!(
-        text.matches("annotation podalloc.io/executors=\"lots\"")
-            .count(),
-        1,
-        "warned once"
-    );
-    // …and told on the driver pod as a Warning Event, for `kubectl describe pod`.
-    let (_, events) = w.api("GET", "/api/v1/namespaces/default/events", None);
-    let on_bad = (events["items"].as_array().unwrap().iter()).find(|e| {
-        e["involvedObject"]["name"] == format!("drv-{bad}").as_str()
-            && e["reason"] == "AllocationSkipped"
-    });
-    let ev = on_bad.unwrap_or_else(|| panic!("no event on drv-{bad}: {events}"));
-    assert_eq!(ev["type"], "Warning");
-    assert!(
-        ev["message"]
-            .as_str()
-            .unwrap()
-            .contains("podalloc.io/executors"),
-        "{ev}"
-    );
+    assert_warned_once_and_told_on_the_driver(&w, &text, bad);
     assert!(
         text.contains("app app-3: driver pod \"drv-3\" has finished"),
         "{text}"
@@ -276,7 +290,12 @@ fn discovery_follows_annotations_and_drivers_across_fifty_apps() {
         pod["metadata"]["ownerReferences"][0]["name"], "drv-0",
         "{pod}"
     );
+}
 
+/// One `--discover` pass lists the drivers and the executors once for the namespace, not per app.
+#[test]
+fn one_discovery_pass_lists_the_namespace_not_each_app() {
+    let w = world_with_drivers();
     // One pass: one list of the drivers and one of the executors for the namespace, none
     // per app.
     let before = last_seq(&w);
@@ -374,13 +393,23 @@ fn of_kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter().find(|d| d["kind"] == k).unwrap()
 }
 
+/// The command line of the recipe's Deployment: `podalloc` and its container's arguments.
+fn recipe_args(docs: &[Value]) -> Vec<String> {
+    let spec = &of_kind(docs, "Deployment")["spec"]["template"]["spec"];
+    let mut args = vec!["podalloc".to_string()];
+    args.extend(
+        (spec["containers"][0]["args"].as_array().unwrap().iter())
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    args
+}
+
 /// The "one podalloc for a namespace" recipe: its Role is exactly pods get/list/create/delete/deletecollection,
 /// configmaps get/create/update, events create/get/patch, leases get/create/update and the
 /// ExecutorSet rules (`crate::deploy::assert_documented_minimum`), it
-/// runs two replicas named by POD_NAME, its arguments parse, and one pass of them against the simulator
-/// manages the annotated drivers, a driver's own template ConfigMap included.
+/// runs two replicas named by POD_NAME, and its arguments parse.
 #[test]
-fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
+fn the_namespace_deployment_recipe_runs_two_replicas_with_arguments_that_parse() {
     use clap::Parser;
     let d = recipe();
     crate::deploy::assert_documented_minimum(of_kind(&d, "Role"));
@@ -394,13 +423,14 @@ fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
         spec["serviceAccountName"],
         of_kind(&d, "ServiceAccount")["metadata"]["name"]
     );
-    let mut args = vec!["podalloc".to_string()];
-    args.extend(
-        (spec["containers"][0]["args"].as_array().unwrap().iter())
-            .map(|a| a.as_str().unwrap().to_string()),
-    );
+    let args = recipe_args(&d);
     podalloc::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
 
+/// One pass of the recipe's arguments manages the annotated drivers, one with its own template.
+#[test]
+fn the_namespace_deployment_recipe_discovers_and_scales_annotated_drivers() {
+    let args = recipe_args(&recipe());
     let w = world();
     let tpl = w.path("executor.yaml");
     let cm = crate::util::root().join("deploy/executor-template.yaml");

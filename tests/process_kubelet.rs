@@ -38,24 +38,53 @@ fn executor(name: &str, id: u32) -> Value {
                     "containers": [{"name": "spark-kubernetes-executor", "image": "spark", "env": env}]}})
 }
 
+/// A process kubelet whose `java` is [`FAKE_JAVA`] and classpath `/spark/jars/a.jar`, all
+/// in `dir`: its options, and the folder of the executors' logs.
+fn fake_java_kubelet(dir: &Path) -> (ProcessOptions, std::path::PathBuf) {
+    let java = dir.join("java");
+    std::fs::write(&java, FAKE_JAVA).unwrap();
+    std::fs::set_permissions(&java, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("cp.txt"), "/spark/jars/a.jar\n").unwrap();
+    let logs = dir.join("logs");
+    let process = ProcessOptions::new(
+        java.to_str().unwrap(),
+        &dir.join("cp.txt"),
+        &dir.join("pods"),
+        &logs,
+    )
+    .unwrap();
+    (process, logs)
+}
+
+/// Executor 2's log in `logs` shows the command and env the Spark image builds, and a
+/// local directory of its own under `dir`.
+fn assert_exec_2_launched_as_the_image_does(dir: &Path, logs: &Path) {
+    let log = std::fs::read_to_string(logs.join("exec-2.log")).unwrap();
+    assert!(
+        log.contains("--executor-id 2 --cores 1 --app-id spark-proc --hostname 127.0.0.1"),
+        "{log}"
+    );
+    assert!(log.contains("-cp /spark/jars/a.jar:"), "{log}");
+    assert!(log.contains("SPARK_EXECUTOR_POD_NAME=exec-2"), "{log}");
+    assert!(!log.contains("SPARK_CONF_DIR"), "{log}");
+    let local = log
+        .lines()
+        .find_map(|l| l.strip_prefix("SPARK_LOCAL_DIRS="))
+        .unwrap();
+    assert!(
+        Path::new(local).is_dir() && local.starts_with(dir.to_str().unwrap()),
+        "{local}"
+    );
+}
+
+/// Executor pods run as processes on the real server: exit codes, SIGTERM, SIGKILL, others left.
 #[test]
 fn process_kubelet_runs_executor_pods_as_processes_on_real() {
     let Some(cp) = real::control_plane() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let java = dir.path().join("java");
-    std::fs::write(&java, FAKE_JAVA).unwrap();
-    std::fs::set_permissions(&java, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(dir.path().join("cp.txt"), "/spark/jars/a.jar\n").unwrap();
-    let logs = dir.path().join("logs");
-    let process = ProcessOptions::new(
-        java.to_str().unwrap(),
-        &dir.path().join("cp.txt"),
-        &dir.path().join("pods"),
-        &logs,
-    )
-    .unwrap();
+    let (process, logs) = fake_java_kubelet(dir.path());
     let opts = EmulatorOptions {
         schedule_latency: Duration::from_millis(10),
         startup_latency: Duration::from_millis(10),
@@ -101,22 +130,7 @@ fn process_kubelet_runs_executor_pods_as_processes_on_real() {
         assert_eq!(p["status"]["podIP"], "127.0.0.1");
         assert!(!p["spec"]["nodeName"].as_str().unwrap_or("").is_empty());
     }
-    let log = std::fs::read_to_string(logs.join("exec-2.log")).unwrap();
-    assert!(
-        log.contains("--executor-id 2 --cores 1 --app-id spark-proc --hostname 127.0.0.1"),
-        "{log}"
-    );
-    assert!(log.contains("-cp /spark/jars/a.jar:"), "{log}");
-    assert!(log.contains("SPARK_EXECUTOR_POD_NAME=exec-2"), "{log}");
-    assert!(!log.contains("SPARK_CONF_DIR"), "{log}");
-    let local = log
-        .lines()
-        .find_map(|l| l.strip_prefix("SPARK_LOCAL_DIRS="))
-        .unwrap();
-    assert!(
-        Path::new(local).is_dir() && local.starts_with(dir.path().to_str().unwrap()),
-        "{local}"
-    );
+    assert_exec_2_launched_as_the_image_does(dir.path(), &logs);
 
     // Deleted with grace 30: SIGTERM, the process exits 0, the pod is gone at once.
     let started = Instant::now();

@@ -6,7 +6,7 @@
 //! the ones scaled. Everything else is at its defaults but the pace of converging
 //! (`--batch-delay`).
 
-use crate::util::{podalloc, SimWorld};
+use crate::util::{podalloc, SimWorld, World};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -49,13 +49,10 @@ fn the_scaled_defaults_are_still_the_defaults() {
     );
 }
 
-#[test]
-fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
-    let w = SimWorld::new().pod_ms(20, 100).start();
-    let want: BTreeMap<String, usize> = (0..APPS)
-        .map(|i| (format!("quiet-{i}"), i % 3 + 1))
-        .collect();
-    for (app, n) in &want {
+/// A running driver pod in namespace default for each app of `want`, annotated with its
+/// number of executors.
+fn seed_drivers(w: &World, want: &BTreeMap<String, usize>) {
+    for (app, n) in want {
         let driver = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("{app}-driver"),
                 "labels": {"spark-role": "driver", "spark-app-selector": app},
@@ -64,6 +61,11 @@ fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
         let (code, body) = w.api("POST", "/api/v1/namespaces/default/pods", Some(&driver));
         assert_eq!(code, 201, "{body}");
     }
+}
+
+/// `podalloc apps` discovering the drivers, logging JSON, at the test's heartbeat and idle
+/// interval; its standard error piped.
+fn spawn_apps(w: &World) -> std::process::Child {
     let mut c = podalloc();
     c.args(["--server", &w.sim.url(), "--token", &w.token])
         .arg("--certificate-authority")
@@ -84,7 +86,35 @@ fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
         .arg(w.path("states"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
+    c.spawn().unwrap()
+}
+
+/// Running executors (not being deleted) by app.
+fn running_executors(w: &World) -> BTreeMap<String, usize> {
+    let path = "/api/v1/namespaces/default/pods?labelSelector=spark-role%3Dexecutor";
+    let (code, list) = w.api("GET", path, None);
+    assert_eq!(code, 200, "{list}");
+    let mut by_app: BTreeMap<String, usize> = BTreeMap::new();
+    for p in list["items"].as_array().unwrap() {
+        if p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running" {
+            let app = p["metadata"]["labels"]["spark-app-selector"]
+                .as_str()
+                .unwrap();
+            *by_app.entry(app.to_string()).or_default() += 1;
+        }
+    }
+    by_app
+}
+
+/// Converged on twenty apps, `podalloc apps` logs one heartbeat per app and nothing else.
+#[test]
+fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
+    let w = SimWorld::new().pod_ms(20, 100).start();
+    let want: BTreeMap<String, usize> = (0..APPS)
+        .map(|i| (format!("quiet-{i}"), i % 3 + 1))
+        .collect();
+    seed_drivers(&w, &want);
+    let mut child = spawn_apps(&w);
     // Every line, with when it was read.
     let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
     let reader = {
@@ -95,22 +125,7 @@ fn a_converged_apps_process_with_twenty_apps_logs_only_its_heartbeat() {
             }
         })
     };
-    // Running executors (not being deleted) by app.
-    let live = || {
-        let path = "/api/v1/namespaces/default/pods?labelSelector=spark-role%3Dexecutor";
-        let (code, list) = w.api("GET", path, None);
-        assert_eq!(code, 200, "{list}");
-        let mut by_app: BTreeMap<String, usize> = BTreeMap::new();
-        for p in list["items"].as_array().unwrap() {
-            if p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running" {
-                let app = p["metadata"]["labels"]["spark-app-selector"]
-                    .as_str()
-                    .unwrap();
-                *by_app.entry(app.to_string()).or_default() += 1;
-            }
-        }
-        by_app
-    };
+    let live = || running_executors(&w);
     let t = Instant::now();
     while live() != want {
         assert!(

@@ -653,7 +653,10 @@ mod a_slow_name_lookup_holds_up_neither_the_probes_nor_the_lease {
             ])
             .args(["run", "--target", "2", "--leader-elect"]);
         let Some(c) = behind_slow_dns(&c, dns, e.dir.path()) else {
-            eprintln!("a_slow_name_lookup…: not run: no mount namespace here (unshare -m)");
+            crate::util::not_run_here(
+                "a_slow_name_lookup…",
+                "no mount namespace here (unshare -m needs root)",
+            );
             return;
         };
         let started = Instant::now();
@@ -706,11 +709,15 @@ mod a_slow_name_lookup_holds_up_neither_the_probes_nor_the_lease {
         stop("run", c);
     }
 
-    /// The slow DNS server, or `None` (after one line) when port 53 cannot be bound here.
+    /// The slow DNS server, or `None` (after one line; under CI a failure) when port 53
+    /// cannot be bound here.
     fn dns() -> Option<SlowDns> {
         let dns = SlowDns::start(Duration::from_secs(4));
         if dns.is_none() {
-            eprintln!("a_slow_name_lookup…: not run: port 53 cannot be bound here (run as root)");
+            crate::util::not_run_here(
+                "a_slow_name_lookup…",
+                "port 53 cannot be bound here (run as root)",
+            );
         }
         dns
     }

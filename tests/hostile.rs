@@ -109,17 +109,7 @@ fn second_signal_aborts_within_a_nested_lease_renewal(gap: Duration) {
         "--idle-interval",
         "200ms",
     ]);
-    let child = w
-        .cmd(&args)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while w.sim.stats().live_pods < 2 {
-        assert!(t.elapsed() < Duration::from_secs(20), "never converged");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = two_pods_live(&w, &mut w.cmd(&args));
     w.sim.set_faults(crate::util::rules(&[
         "cm-get:delay:100000",
         "lease-update:delay:100000",
@@ -269,31 +259,14 @@ fn a_signal_while_starting_against_a_server_that_is_down_ends_the_process_at_onc
         "startup",
         "--leader-elect",
     ];
+    // The signal, and whether it is ignored at exec (bg: as a shell's `&` leaves SIGINT).
+    let (sigterm, sigint_bg) = ((libc::SIGTERM, false), (libc::SIGINT, true));
+    // What runs, whether the server is a silent listener (else a closed port), the signal.
     let cases = [
-        (
-            "run, closed port, SIGTERM",
-            run,
-            false,
-            (libc::SIGTERM, false),
-        ),
-        (
-            "run, silent server, SIGINT after &",
-            run,
-            true,
-            (libc::SIGINT, true),
-        ),
-        (
-            "apps, silent server, SIGTERM",
-            apps,
-            true,
-            (libc::SIGTERM, false),
-        ),
-        (
-            "apps, closed port, SIGINT after &",
-            apps,
-            false,
-            (libc::SIGINT, true),
-        ),
+        ("run, closed port, SIGTERM", run, false, sigterm),
+        ("run, silent server, SIGINT after &", run, true, sigint_bg),
+        ("apps, silent server, SIGTERM", apps, true, sigterm),
+        ("apps, closed port, SIGINT after &", apps, false, sigint_bg),
     ];
     std::thread::scope(|s| {
         for (what, args, silent, sig) in cases {
@@ -349,12 +322,10 @@ fn a_signal_during_a_hung_lease_lookup_at_startup_writes_nothing() {
     }
 }
 
-/// Starts `run` with `args` on `w` and waits until it has converged on 2 pods and rests.
+/// Spawns `cmd` (stderr piped) and waits, at most 20 s, until `w` has 2 live pods.
 #[cfg(unix)]
-fn resting(w: &World, args: &[&str]) -> std::process::Child {
-    let mut all = vec!["run", "--target", "2", "--idle-interval", "30s"];
-    all.extend_from_slice(args);
-    let child = (w.cmd(&all).stdout(Stdio::null()).stderr(Stdio::piped()))
+fn two_pods_live(w: &World, cmd: &mut std::process::Command) -> std::process::Child {
+    let child = (cmd.stdout(Stdio::null()).stderr(Stdio::piped()))
         .spawn()
         .unwrap();
     let t = Instant::now();
@@ -362,6 +333,15 @@ fn resting(w: &World, args: &[&str]) -> std::process::Child {
         assert!(t.elapsed() < Duration::from_secs(20), "never converged");
         std::thread::sleep(Duration::from_millis(50));
     }
+    child
+}
+
+/// Starts `run` with `args` on `w` and waits until it has converged on 2 pods and rests.
+#[cfg(unix)]
+fn resting(w: &World, args: &[&str]) -> std::process::Child {
+    let mut all = vec!["run", "--target", "2", "--idle-interval", "30s"];
+    all.extend_from_slice(args);
+    let child = two_pods_live(w, &mut w.cmd(&all));
     // The pods run 100 ms after their creation; the tick after that converges.
     std::thread::sleep(Duration::from_secs(1));
     child

@@ -605,6 +605,17 @@ pub fn get_accepting(
     (resp, ctype)
 }
 
+/// For a test that cannot run on this machine (`why`: what is missing and what it needs):
+/// fails under `CI=true` (CI must run it); otherwise says so in one line, so the test can
+/// end without checking anything.
+pub fn not_run_here(test: &str, why: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} cannot run here, and CI=true needs it: {why}"
+    );
+    eprintln!("{test}: not run: {why}");
+}
+
 /// Whether kubectl is missing, for the tests that run it: fails under `CI=true` (CI must run
 /// them); otherwise says so in one line and returns true, so the test can skip.
 pub fn kubectl_missing() -> bool {

@@ -1469,10 +1469,13 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         }
     }
 
+    /// A plugin that is not installed (with its install hint), missing or not executable, and
+    /// `interactiveMode: Always`: configuration errors, before anything runs.
     #[cfg(unix)]
     #[test]
-    fn plugin_failures() {
+    fn a_plugin_not_found_or_not_executable_is_a_config_error() {
         let dir = tempfile::tempdir().unwrap();
+
         let mut e = ExecConfig::new(
             "podalloc-test-no-such-plugin",
             dir.path(),
@@ -1497,6 +1500,27 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         let msg = plugin_error(dir.path(), "./missing");
         assert!(msg.contains("does not exist"), "{msg}");
 
+        // Not executable.
+        std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();
+        let msg = plugin_error(dir.path(), "./plain");
+        assert!(msg.contains("not executable"), "{msg}");
+
+        // interactiveMode: Always is refused before anything runs.
+        let mut e = ExecConfig::new("./fail", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        e.interactive_mode = InteractiveMode::Always;
+        let err = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&err, KubeError::Config(m) if m.contains("interactiveMode: Always") && m.contains("terminal")),
+            "{err}"
+        );
+    }
+
+    /// A failing plugin: its exit code and first stderr line (tokens redacted), never its
+    /// stdout; a token too long for a header and garbage on stdout are refused.
+    #[cfg(unix)]
+    #[test]
+    fn a_failing_plugin_says_its_exit_code_and_first_stderr_line_never_a_token() {
+        let dir = tempfile::tempdir().unwrap();
         // Non-zero exit: code and first stderr line, never stdout.
         script(
             dir.path(),
@@ -1542,6 +1566,21 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             &msg[..msg.len().min(300)]
         );
 
+        // Garbage on stdout with exit 0.
+        script(dir.path(), "garbage", "echo 'password=hunter2'");
+        let msg = plugin_error(dir.path(), "./garbage");
+        assert!(
+            msg.contains("not JSON") && !msg.contains("hunter2"),
+            "{msg}"
+        );
+    }
+
+    /// A plugin that hangs, or leaves a child holding its stdout, is killed with its process
+    /// group at the timeout.
+    #[cfg(unix)]
+    #[test]
+    fn a_plugin_past_its_timeout_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
         // `cmd` run with a timeout of `ms` fails within 5 s, saying `what`.
         let fails_within_5s = |cmd: &str, ms: u64, what: &str| {
             let e = ExecConfig::new(cmd, dir.path(), ExecApiVersion::V1, "user \"u\"");
@@ -1581,27 +1620,56 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         // A plugin that hangs is killed after the timeout.
         script(dir.path(), "hang", "exec sleep 30");
         fails_within_5s("./hang", 300, "did not finish within 300ms");
+    }
 
-        // Not executable.
-        std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();
-        let msg = plugin_error(dir.path(), "./plain");
-        assert!(msg.contains("not executable"), "{msg}");
-
-        // interactiveMode: Always is refused before anything runs.
-        let mut e = ExecConfig::new("./fail", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        e.interactive_mode = InteractiveMode::Always;
-        let err = run_plugin(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap_err();
+    /// A plugin renewing a credential in the background: polling it never waits longer
+    /// than asked, it is taken once it has finished, and dropping it kills it.
+    #[cfg(unix)]
+    #[test]
+    fn a_running_plugin_is_polled_without_waiting_and_killed_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t"}}"#;
+        script(dir.path(), "slow", &format!("sleep 0.3\necho '{ok}'"));
+        let e = ExecConfig::new("./slow", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap();
+        let t = Instant::now();
+        assert!(run.poll(Duration::ZERO).is_none());
         assert!(
-            matches!(&err, KubeError::Config(m) if m.contains("interactiveMode: Always") && m.contains("terminal")),
-            "{err}"
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
         );
+        let cred = loop {
+            if let Some(done) = run.poll(Duration::from_millis(20)) {
+                break done.unwrap();
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "never finished");
+        };
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert_eq!(cred.token.unwrap().expose(), "t");
 
-        // Garbage on stdout with exit 0.
-        script(dir.path(), "garbage", "echo 'password=hunter2'");
-        let msg = plugin_error(dir.path(), "./garbage");
+        let pidfile = dir.path().join("pid");
+        script(
+            dir.path(),
+            "hang",
+            &format!("echo $$ > {}\nexec sleep 30", pidfile.display()),
+        );
+        let e = ExecConfig::new("./hang", dir.path(), ExecApiVersion::V1, "user \"u\"");
+        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap();
+        let t = Instant::now();
+        while !pidfile.exists() {
+            assert!(run.poll(Duration::from_millis(10)).is_none());
+            assert!(t.elapsed() < Duration::from_secs(5), "never started");
+        }
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        drop(run);
         assert!(
-            msg.contains("not JSON") && !msg.contains("hunter2"),
-            "{msg}"
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_err(),
+            "the dropped plugin {pid} is still there"
         );
     }
 }

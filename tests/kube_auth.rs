@@ -277,6 +277,61 @@ fn a_slow_plugin_renews_beside_a_leader_without_costing_its_lease() {
     assert_eq!(w.pod_count(NAMESPACE), 2);
 }
 
+/// A signal while `run` waits for its first credential from a plugin that hangs ends the
+/// process at once (exit 0, the starting line), and the plugin dies with it: the loop's
+/// hook runs from the client's construction, and its exit kills the plugin's process group.
+#[test]
+fn a_signal_during_the_first_plugin_run_ends_run_and_the_plugin() {
+    let w = world();
+    w.script(
+        "plugin.sh",
+        r#"d=$(dirname "$0")
+echo $$ > "$d/pid"
+exec sleep 60"#,
+    );
+    let kc = w.kubeconfig(&[], "");
+    let mut all = vec!["--kubeconfig", kc.to_str().unwrap()];
+    all.extend(args("run --target 2"));
+    let child = (w.podalloc(&all))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pidfile = w.kube().join("pid");
+    let t = std::time::Instant::now();
+    while !pidfile.exists() {
+        assert!(t.elapsed().as_secs() < 10, "the plugin never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let sent = std::time::Instant::now();
+    let rc = send_signal(child.id(), "TERM");
+    assert!(rc, "kill failed");
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let log = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(took.as_millis() < 1500, "{took:?}: {log}");
+    assert!(log.contains("SIGTERM received while starting"), "{log}");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+    // Gone, or a zombie its new parent has not reaped yet.
+    let alive = stat.is_ok_and(|st| {
+        st.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    });
+    assert!(!alive, "the plugin {} outlived podalloc", pid.trim());
+}
+
+/// `kill -SIG PID` through the kill command (no libc call here).
+fn send_signal(pid: u32, sig: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 #[test]
 fn forced_401_reruns_the_plugin_exactly_once() {
     let w = plugin_world();

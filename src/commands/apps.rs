@@ -50,7 +50,10 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(cli: &Cli, a: &AppsArgs) -> Result<Conn> {
+    /// The connection to the cluster, its client built with `control`'s hook (signals are
+    /// seen while an exec plugin fetches the first credential) and its plugin killed by
+    /// `control`'s exit at once.
+    fn new(cli: &Cli, a: &AppsArgs, control: &std::sync::Arc<Control>) -> Result<Conn> {
         let (flags, sim) = if cli.conn.simulate {
             start_simulator(&cli.conn)?
         } else {
@@ -75,7 +78,9 @@ impl Conn {
             services: super::env::services(cli),
             _sim: sim,
         };
-        let client = KubeClient::with_options(cfg, super::env::client_options(cli))
+        let options = super::env::client_options(cli);
+        let on_exit = |k| control.on_exit(k);
+        let client = KubeClient::with_options_and_hook(cfg, options, control.waiter(), on_exit)
             .map_err(reconcile::kube_error)?;
         c.clients.insert(c.default_ns.clone(), client);
         Ok(c)
@@ -118,7 +123,7 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     // The signal handlers before the first request (the search for ConfigMaps, the Lease):
     // until the first round a signal ends the process at once, exit 0.
     let shutdown = Shutdown::install(cli.process.log.clone())?;
-    let mut conn = Conn::new(cli, a)?;
+    let mut conn = Conn::new(cli, a, &shutdown.0)?;
     (conn.clients.values()).for_each(|c| shutdown.0.serve_between_requests(c));
     conn.services.set_waiter(shutdown.0.waiter());
     let mut failed = Vec::new();

@@ -122,8 +122,14 @@ pub(super) fn connect_with(
     };
     log::debug!("cluster: {} (namespace {namespace})", cfg.source);
     let conn_source = cfg.source.clone();
-    let client =
-        KubeClient::with_options(cfg, client_options(cli)).map_err(reconcile::kube_error)?;
+    // With a loop: its hook first, so that a signal is seen while an exec plugin fetches
+    // the first credential; and a plugin still running when the loop exits at once dies.
+    let options = client_options(cli);
+    let client = match control {
+        Some(c) => KubeClient::with_options_and_hook(cfg, options, c.waiter(), |k| c.on_exit(k)),
+        None => KubeClient::with_options(cfg, options),
+    }
+    .map_err(reconcile::kube_error)?;
     let given = cli.app.state_store.clone();
     let state_path = match (&cli.app.state_file, &sim) {
         (Some(p), _) => p.clone(),

@@ -118,7 +118,13 @@ pub(crate) struct Control {
     polling: AtomicBool,
     /// The logs' app and namespace: the lines about signals are the process's.
     log: LogContext,
+    /// Run before the process exits without unwinding ([`Control::exit`]): what kills a
+    /// running exec credential plugin.
+    on_exit: Mutex<Vec<ExitHook>>,
 }
+
+/// Something a process exit skipping `Drop` must still do ([`Control::on_exit`]).
+pub(crate) type ExitHook = Box<dyn Fn() + Send + Sync>;
 
 /// A release made when the process stops at once (a ConfigMap holder record).
 pub(crate) type StopHook = Box<dyn FnOnce() + Send>;
@@ -139,6 +145,20 @@ impl Control {
     pub(crate) fn set_leader(&self, le: Option<LeaderElection>) {
         let old = std::mem::replace(&mut *lock(&self.leader), le);
         drop(old);
+    }
+
+    /// Adds `hook` to what runs before the process exits at once ([`Control::exit`]).
+    pub(crate) fn on_exit(&self, hook: ExitHook) {
+        lock(&self.on_exit).push(hook);
+    }
+
+    /// Ends the process now with `code` (no unwinding, so no `Drop`): first runs the
+    /// [`Control::on_exit`] hooks, so that no exec plugin outlives the process.
+    fn exit(&self, code: i32) -> ! {
+        for hook in lock(&self.on_exit).iter() {
+            hook();
+        }
+        std::process::exit(code)
     }
 
     /// Adds `hook` to what a stop at once releases.
@@ -264,7 +284,7 @@ impl Control {
                     DEADLINE_GRACE.as_secs()
                 )
             });
-            std::process::exit(ExitCode::Timeout as i32);
+            self.exit(ExitCode::Timeout as i32);
         }
         if self.polling.swap(true, Ordering::SeqCst) {
             return;
@@ -300,7 +320,7 @@ impl Control {
         let hooks: Vec<StopHook> = lock(&self.on_stop).drain(..).collect();
         hooks.into_iter().for_each(|release| release());
         drop(leader.take());
-        std::process::exit(0);
+        self.exit(0);
     }
 }
 
@@ -340,6 +360,7 @@ impl Shutdown {
             probe: OnceLock::new(),
             polling: AtomicBool::new(false),
             log,
+            on_exit: Mutex::new(Vec::new()),
         })))
     }
 }
@@ -412,7 +433,7 @@ fn on_signal(shared: &Control, name: &str) {
                  the app's home): stopping now (exit 0); nothing was claimed or saved"
             )
         });
-        std::process::exit(0);
+        shared.exit(0);
     }
     if shared.signal.swap(true, Ordering::SeqCst) {
         shared.log.process_lines(|| {
@@ -421,7 +442,7 @@ fn on_signal(shared: &Control, name: &str) {
                  before the API call in progress"
             )
         });
-        std::process::exit(ABORT_EXIT);
+        shared.exit(ABORT_EXIT);
     }
     *lock(&shared.signal_at) = Some(Instant::now());
     let what = shared.finishing();

@@ -456,6 +456,10 @@ impl ExecCache {
     }
 }
 
+/// The exec credential cache and the running plugin's process id, shared by a client and
+/// those derived from it.
+type SharedExec = (Arc<Mutex<ExecCache>>, Arc<Mutex<Option<u32>>>);
+
 /// A client certificate and its key, as PEM (to see when the one to present changes).
 type CertPair = (Vec<u8>, Secret<Vec<u8>>);
 
@@ -482,6 +486,9 @@ struct Connection {
     /// The configuration, kept to rebuild the agent.
     cfg: ClusterConfig,
     exec: Arc<Mutex<ExecCache>>,
+    /// The process id of the exec plugin running for [`Connection::exec`], while it runs
+    /// ([`KubeClient::with_options_and_hook`]); shared as that cache is.
+    plugin_pid: Arc<Mutex<Option<u32>>>,
     /// The exec plugin's client certificate this connection's agent presents (each
     /// connection rebuilds its own agent when the shared credential's changes).
     exec_cert: Mutex<Option<CertPair>>,
@@ -890,8 +897,33 @@ impl KubeClient {
         Self::build(
             cfg,
             options,
-            (Arc::default(), Hook::default(), Arc::default()),
+            (Arc::default(), Hook::default(), SharedExec::default()),
         )
+    }
+
+    /// [`KubeClient::with_options`] with the hook of [`KubeClient::set_between_requests`]
+    /// installed first, so that it runs already while the credential is fetched (an exec
+    /// plugin's wait): the loop sees its signals from the first moment. `on_exit` is given,
+    /// before anything runs, what kills the exec credential plugin this client (or one
+    /// sharing its credential) is running, if any, with its process group: for a process
+    /// that exits without unwinding (`std::process::exit` runs no `Drop`), so that no plugin
+    /// outlives it. Errors as `with_options`.
+    pub fn with_options_and_hook(
+        cfg: ClusterConfig,
+        options: ClientOptions,
+        between: Between,
+        on_exit: impl FnOnce(Box<dyn Fn() + Send + Sync>),
+    ) -> Result<KubeClient, KubeError> {
+        let hook = Hook::default();
+        hook.set(between);
+        let shared = SharedExec::default();
+        let slot = Arc::clone(&shared.1);
+        on_exit(Box::new(move || {
+            if let Some(pid) = *lock(&slot) {
+                super::exec::kill_process_group(pid);
+            }
+        }));
+        Self::build(cfg, options, (Arc::default(), hook, shared))
     }
 
     /// [`KubeClient::with_options`], counting requests by verb into `requests_by`, with the
@@ -900,7 +932,7 @@ impl KubeClient {
     fn build(
         cfg: ClusterConfig,
         options: ClientOptions,
-        (requests_by, between, exec): (Arc<Mutex<RequestCounts>>, Hook, Arc<Mutex<ExecCache>>),
+        (requests_by, between, (exec, plugin_pid)): (Arc<Mutex<RequestCounts>>, Hook, SharedExec),
     ) -> Result<KubeClient, KubeError> {
         let inherited = lock(&exec).cred.is_some();
         let (agent, base) = Self::build_agent(&cfg, &options, None, &between)?;
@@ -937,6 +969,7 @@ impl KubeClient {
             credential: cfg.credential.clone(),
             token: Mutex::new(TokenCache::default()),
             exec,
+            plugin_pid,
             exec_cert: Mutex::new(None),
             exec_cluster,
             cfg,
@@ -1252,7 +1285,7 @@ impl KubeClient {
                 Some(run) => run,
                 None => self.start_exec_plugin(exec)?,
             };
-            let cred = self.wait_exec_plugin(run)?;
+            let cred = self.wait_exec_plugin(run, cache)?;
             Self::adopt_exec(cache, self.usable_exec(exec, cred)?);
         } else if cache.renewing.is_none() && cache.refresh_at.is_some_and(|t| now >= t) {
             match self.start_exec_plugin(exec) {
@@ -1356,19 +1389,47 @@ impl KubeClient {
             exec,
             self.conn.exec_cluster.as_ref(),
             self.conn.options.exec_timeout,
+            Arc::clone(&self.conn.plugin_pid),
         )?;
         lock(&self.conn.stats).exec_runs += 1;
         Ok(run)
     }
 
     /// Waits for the plugin, the hook between requests run while it runs, marked as running
-    /// for the clients sharing the hook ([`KubeClient::exec_token_nested`]).
-    fn wait_exec_plugin(&self, run: RunningPlugin) -> Result<ExecCredential, KubeError> {
+    /// for the clients sharing the hook ([`KubeClient::exec_token_nested`]); at most this
+    /// client's request timeout ([`Timeouts::global`]: a Lease client's is its renew
+    /// deadline), after which the plugin goes on running as a renewal in `cache`, for a
+    /// later request to take its credential.
+    ///
+    /// Errors: the plugin's, or a [`KubeError::Transport`] of kind [`TransportKind::Timeout`]
+    /// (retryable, as a slow server's) when it has not finished in time.
+    fn wait_exec_plugin(
+        &self,
+        mut run: RunningPlugin,
+        cache: &mut ExecCache,
+    ) -> Result<ExecCredential, KubeError> {
         let hook = &self.conn.between;
         let _running = hook.plugin_run();
-        run.wait(&mut || {
+        let limit = self.conn.options.timeouts.global;
+        match run.wait_until(Instant::now() + limit, &mut || {
             hook.run(Duration::ZERO);
-        })
+        }) {
+            Some(done) => done,
+            None => {
+                let plugin = run.plugin().to_string();
+                cache.renewing = Some(run);
+                Err(KubeError::Transport {
+                    verb: "fetch a credential".into(),
+                    kind: TransportKind::Timeout,
+                    message: format!(
+                        "{plugin} has not returned a credential within this request's timeout \
+                         of {}: the request is not sent; the plugin goes on running (at most \
+                         its own timeout) and a later request takes its credential",
+                        humantime::format_duration(limit)
+                    ),
+                })
+            }
+        }
     }
 
     /// The exec plugin's token for a request made while a client sharing this one's hook
@@ -1960,7 +2021,10 @@ impl KubeClient {
             (
                 Arc::clone(&self.conn.requests_by),
                 self.conn.between.derived(),
-                Arc::clone(&self.conn.exec),
+                (
+                    Arc::clone(&self.conn.exec),
+                    Arc::clone(&self.conn.plugin_pid),
+                ),
             ),
         )
     }
@@ -1992,7 +2056,10 @@ impl KubeClient {
             (
                 Arc::clone(&self.conn.requests_by),
                 self.conn.between.derived(),
-                Arc::clone(&self.conn.exec),
+                (
+                    Arc::clone(&self.conn.exec),
+                    Arc::clone(&self.conn.plugin_pid),
+                ),
             ),
         )
     }

@@ -25,6 +25,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -770,7 +771,7 @@ pub fn run_plugin(
     cluster: Option<&ExecClusterInfo>,
     timeout: Duration,
 ) -> Result<ExecCredential, KubeError> {
-    RunningPlugin::start(exec, cluster, timeout)?.wait(&mut || {})
+    RunningPlugin::start(exec, cluster, timeout, Arc::default())?.wait(&mut || {})
 }
 
 /// How often the wait for a plugin runs its caller's `meanwhile` ([`RunningPlugin::wait`]).
@@ -797,6 +798,9 @@ pub(crate) struct RunningPlugin {
     timeout: Duration,
     /// Whether it has finished (a result was returned): nothing is left to kill.
     finished: bool,
+    /// Holds its process id while it runs (for a process that exits without unwinding:
+    /// [`kill_process_group`]).
+    slot: Arc<Mutex<Option<u32>>>,
 }
 
 impl RunningPlugin {
@@ -804,11 +808,14 @@ impl RunningPlugin {
     /// [`RunningPlugin::poll`] or [`RunningPlugin::wait`] sees it finish, at most `timeout`
     /// counted from now (a poll after that kills it).
     ///
+    /// `slot` holds its process id until it has finished or is dropped.
+    ///
     /// Errors: [`KubeError::Config`] as [`run_plugin`]'s, when it cannot be started.
     pub(crate) fn start(
         exec: &ExecConfig,
         cluster: Option<&ExecClusterInfo>,
         timeout: Duration,
+        slot: Arc<Mutex<Option<u32>>>,
     ) -> Result<RunningPlugin, KubeError> {
         exec.check()?;
         let plugin = exec.describe();
@@ -819,7 +826,9 @@ impl RunningPlugin {
         let started = Instant::now();
         let mut child = spawn_plugin(exec, &plugin, info)?;
         log::debug!("running {plugin}");
+        *crate::sync::lock(&slot) = Some(child.id());
         Ok(RunningPlugin {
+            slot,
             pipes: [
                 Drain::new(child.stdout.take(), MAX_STDOUT),
                 Drain::new(child.stderr.take(), MAX_STDERR),
@@ -852,6 +861,34 @@ impl RunningPlugin {
         }
     }
 
+    /// [`RunningPlugin::wait`], giving up at `until`: `None` then, the plugin still running
+    /// (for a later poll or wait).
+    pub(crate) fn wait_until(
+        &mut self,
+        until: Instant,
+        meanwhile: &mut dyn FnMut(),
+    ) -> Option<Result<ExecCredential, KubeError>> {
+        let mut last = Instant::now();
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if let Some(done) = self.poll(left.min(Duration::from_millis(5))) {
+                return Some(done);
+            }
+            if left.is_zero() {
+                return None;
+            }
+            if last.elapsed() >= MEANWHILE_EVERY {
+                meanwhile();
+                last = Instant::now();
+            }
+        }
+    }
+
+    /// The plugin, for messages ([`ExecConfig::describe`]).
+    pub(crate) fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
     /// Reads what the plugin has written (waiting at most `wait` for output) and sees
     /// whether it has finished: `None` while it runs, its credential or its error once it
     /// has (errors as [`run_plugin`]). A plugin past its deadline is killed here.
@@ -864,6 +901,7 @@ impl RunningPlugin {
         }
         let out = self.step(wait)?;
         self.finished = true;
+        *crate::sync::lock(&self.slot) = None;
         Some(out.and_then(|out| self.credential(out)))
     }
 
@@ -979,6 +1017,7 @@ impl Drop for RunningPlugin {
     fn drop(&mut self) {
         if !self.finished {
             self.kill();
+            *crate::sync::lock(&self.slot) = None;
         }
     }
 }
@@ -1027,6 +1066,13 @@ struct PluginOutput {
 /// Kills the plugin's process group (the plugin is its leader, see [`spawn_plugin`]), so
 /// that processes it started die with it; elsewhere only the plugin itself.
 fn kill_group(child: &mut Child, pid: u32) {
+    kill_process_group(pid);
+    let _ = child.kill();
+}
+
+/// Sends SIGKILL to the process group led by plugin `pid` (see [`spawn_plugin`]); nothing
+/// elsewhere than on Unix.
+pub(crate) fn kill_process_group(pid: u32) {
     #[cfg(unix)]
     if let Some(pid) = i32::try_from(pid)
         .ok()
@@ -1034,7 +1080,6 @@ fn kill_group(child: &mut Child, pid: u32) {
     {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
-    let _ = child.kill();
 }
 
 /// The error for a plugin that could not be started: not found (with the kubeconfig's
@@ -1631,7 +1676,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         let ok = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t"}}"#;
         script(dir.path(), "slow", &format!("sleep 0.3\necho '{ok}'"));
         let e = ExecConfig::new("./slow", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap();
+        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT, Arc::default()).unwrap();
         let t = Instant::now();
         assert!(run.poll(Duration::ZERO).is_none());
         assert!(
@@ -1655,7 +1700,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
             &format!("echo $$ > {}\nexec sleep 30", pidfile.display()),
         );
         let e = ExecConfig::new("./hang", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT).unwrap();
+        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT, Arc::default()).unwrap();
         let t = Instant::now();
         while !pidfile.exists() {
             assert!(run.poll(Duration::from_millis(10)).is_none());

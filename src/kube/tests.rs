@@ -1450,6 +1450,39 @@ fn a_plugin_waited_for_runs_the_hook_and_nested_requests_run_no_plugin() {
     );
 }
 
+/// A plugin waited for (no valid credential) is waited for at most the request's timeout
+/// (a Lease client's is its renew deadline): then the request fails as a timeout, unsent,
+/// the plugin goes on, and a later request takes its credential without another run.
+#[cfg(unix)]
+#[test]
+fn a_plugin_waited_for_is_waited_at_most_the_request_timeout() {
+    let (server, plugin, client, _) = exec_client_and_derived(1);
+    let mut quick = fast_options();
+    quick.timeouts.global = Duration::from_millis(300);
+    let derived = client.derive(quick).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    plugin.token_valid_for(3600);
+    plugin.slow(true);
+    plugin.forget_runs();
+    let sent = server.recorded().len();
+    let t = Instant::now();
+    let err = derived.api(&PODS).get("x").unwrap_err();
+    let took = t.elapsed();
+    assert!(err.is_timeout() && err.is_retryable(), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("within this request's timeout of 300ms"),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(800), "{took:?}");
+    assert_eq!(server.recorded().len(), sent, "nothing sent");
+    std::thread::sleep(Duration::from_millis(1200));
+    plugin.slow(false);
+    client.api(&PODS).get("x").unwrap();
+    derived.api(&PODS).get("x").unwrap();
+    assert_eq!(plugin.runs(), 1, "the run that went on served both");
+}
+
 #[cfg(unix)]
 #[test]
 fn exec_failures_surface_at_construction_and_later() {

@@ -283,6 +283,7 @@ fn a_slow_plugin_renews_beside_a_leader_without_costing_its_lease() {
 #[test]
 fn a_signal_during_the_first_plugin_run_ends_run_and_the_plugin() {
     let w = world();
+    let pidfile = w.kube().join("pid");
     w.script(
         "plugin.sh",
         r#"d=$(dirname "$0")
@@ -297,7 +298,6 @@ exec sleep 60"#,
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let pidfile = w.kube().join("pid");
     let t = std::time::Instant::now();
     while !pidfile.exists() {
         assert!(t.elapsed().as_secs() < 10, "the plugin never ran");

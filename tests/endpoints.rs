@@ -1,6 +1,7 @@
 //! `--metrics-bind-address` and `--health-probe-bind-address` (issue: run in a cluster the
 //! way controllers are run): `/metrics` scraped from `run` and from `apps` (a series per
-//! app), `/healthz` and `/readyz` probed, and liveness failing while the loop is stuck.
+//! app), `/healthz` and `/readyz` probed, liveness failing while the loop is stuck, and the
+//! leadership `/metrics` says being the election's at the moment of the scrape.
 
 use crate::steer::Bg;
 use crate::util::{podalloc, stderr, ticking, SimWorld, World};
@@ -737,4 +738,164 @@ mod a_slow_name_lookup_holds_up_neither_the_probes_nor_the_lease {
             }
         }
     }
+}
+
+// Leadership on `/metrics` (issue 30: trial findings): an `apps` standby served an empty
+// body; an `apps` leader that stopped acting still said `podalloc_is_leader 1` until it led
+// and ticked again; a `run` that led again still said 0 until its next tick, up to an idle
+// interval later. `/metrics` now answers with the election's leadership at the moment it
+// is scraped.
+mod leadership {
+    use super::*;
+    use crate::both::{both, Env, Pods, AT_REST};
+    use crate::leader::{
+        apps_candidate, apps_candidate_with, lease_holder, put_lease_named, server,
+    };
+    use crate::util::{spawn_replica, with_fast_leader_elect, FAST_LEADER_ELECT};
+
+    /// Whether the Prometheus text `body` has every line of `lines` (samples and values).
+    fn has(body: &str, lines: &str) -> bool {
+        lines.lines().all(|line| body.lines().any(|l| l == line))
+    }
+
+    /// Polls `/metrics` at `addr` until it has every line of `lines`; how long that took.
+    fn until_lines(addr: &str, secs: u64, lines: &[&str]) -> Duration {
+        let t = Instant::now();
+        until(addr, "/metrics", secs, |_, b| {
+            lines.iter().all(|l| has(b, l))
+        });
+        t.elapsed()
+    }
+
+    /// Waits until Lease `lease` names `who` (at most 30 s).
+    fn until_held(e: &Env, lease: &str, who: &str) {
+        let t = Instant::now();
+        while lease_holder(e, lease).as_deref() != Some(who) {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{who} never held {lease}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Takes Lease `lease` from `leader` (the `what` process, serving `/metrics` at `m`) at
+    /// rest: its holder edited to a stranger, who never renews it. Waits until `/metrics`
+    /// says, with `series(name, value)`'s samples, that it stopped acting (seen at its next
+    /// renewal, a retry period of 500 ms later) and, once the stranger's Lease has gone a
+    /// lease duration (3 s) without a renewal, that it leads again; reports how long each
+    /// took after the edit, and stops it.
+    fn lose_and_retake(
+        e: &Env,
+        (what, mut leader): (&str, Bg),
+        (m, lease): (&str, &str),
+        series: impl Fn(&str, u32) -> String,
+    ) {
+        let holder = lease_holder(e, lease).expect("a Lease");
+        // At rest: its next tick is an idle interval (30 s) away.
+        std::thread::sleep(Duration::from_secs(1));
+        put_lease_named(
+            e,
+            lease,
+            serde_json::json!({"holderIdentity": "someone-else"}),
+        );
+        let t = Instant::now();
+        let transitions = |n| series("podalloc_leader_transitions_total", n);
+        until_lines(m, 5, &[&series("podalloc_is_leader", 0), &transitions(2)]);
+        let lost = t.elapsed();
+        until_lines(m, 15, &[&series("podalloc_is_leader", 1), &transitions(3)]);
+        assert_eq!(lease_holder(e, lease), Some(holder));
+        eprintln!(
+            "endpoints[{}]: the {what} leader's /metrics said is_leader 0 {lost:.2?} after its \
+             Lease was taken, 1 again {:.2?} after",
+            server(e),
+            t.elapsed()
+        );
+        let err = stop(what, leader.take());
+        assert!(err.contains("stopped acting at once"), "{err}");
+    }
+
+    // The standby knows no app (it neither ticks nor discovers): its leadership is the
+    // process's, without app labels, as its API requests are.
+    both!(
+        an_apps_standby_serves_is_leader_0_then_1_once_it_takes_over,
+        "ha",
+        Pods::default(),
+        |e| {
+            let mut a = Bg(Some(apps_candidate(e, "a")));
+            until_held(e, "podalloc-apps", "pod-a");
+            let m = free_addr();
+            let elect = [&FAST_LEADER_ELECT[..], &["--metrics-bind-address", &m]].concat();
+            let mut b = Bg(Some(apps_candidate_with(e, "b", &elect)));
+            let standby = [
+                "podalloc_is_leader 0",
+                "podalloc_leader_transitions_total 0",
+            ];
+            until_lines(&m, 30, &standby);
+            assert_eq!(lease_holder(e, "podalloc-apps").as_deref(), Some("pod-a"));
+            // a's SIGTERM releases the Lease; b takes it within about a retry period.
+            stop("apps", a.take());
+            let leading = [
+                "podalloc_is_leader 1",
+                "podalloc_leader_transitions_total 1",
+            ];
+            let took = until_lines(&m, 10, &leading);
+            eprintln!(
+                "endpoints[{}]: the apps standby's /metrics said is_leader 1 {took:.2?} after \
+                 the leader's exit",
+                server(e)
+            );
+            assert_eq!(lease_holder(e, "podalloc-apps").as_deref(), Some("pod-b"));
+            stop("apps", b.take());
+        }
+    );
+
+    // An `apps` leader at rest, one app discovered: every series of its leadership, the
+    // app's and the process's, follows the Lease.
+    both!(
+        an_apps_leader_serves_is_leader_0_once_it_stops_acting_and_1_once_it_leads_again,
+        "ha",
+        Pods::default(),
+        |e| {
+            e.create_pod(&serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "drv", "labels": {"spark-role": "driver",
+                "spark-app-selector": "etl"}, "annotations": {"podalloc.io/executors": "1"}},
+                "spec": {"containers": [{"name": "d", "image": "spark"}]}}));
+            let m = free_addr();
+            let elect = [&FAST_LEADER_ELECT[..], &["--metrics-bind-address", &m]].concat();
+            let a = Bg(Some(apps_candidate_with(e, "a", &elect)));
+            let running = format!("podalloc_running{{app=\"etl\",namespace=\"{}\"}} 1", e.ns);
+            until_lines(&m, 30, &[&running]);
+            // The app's series and the process's.
+            let series = |name: &str, n| {
+                format!(
+                    "{name}{{app=\"etl\",namespace=\"{}\"}} {n}\n{name} {n}",
+                    e.ns
+                )
+            };
+            lose_and_retake(e, ("apps", a), (&m, "podalloc-apps"), series);
+        }
+    );
+
+    // A `run --leader-elect` at rest ([`AT_REST`]: its ticks 30 s apart).
+    both!(
+        a_run_leader_serves_is_leader_0_once_it_stops_acting_and_1_once_it_leads_again,
+        "ha",
+        Pods::default(),
+        |e| {
+            let m = free_addr();
+            let front = [
+                "--metrics-bind-address",
+                &m,
+                "--state-store",
+                "configmap:ha-state",
+            ];
+            let args = [&front[..], &["run"], &AT_REST].concat();
+            let mut cmd = e.candidate_cmd("a", &with_fast_leader_elect(&args));
+            let a = Bg(Some(spawn_replica(&mut cmd, "pod-a", Stdio::piped())));
+            let series = |name: &str, n| format!("{name}{{app=\"ha\",namespace=\"{}\"}} {n}", e.ns);
+            until_lines(&m, 30, &[&series("podalloc_running", 2)]);
+            lose_and_retake(e, ("run", a), (&m, "podalloc-ha"), series);
+        }
+    );
 }

@@ -68,7 +68,7 @@ fn lease_path(e: &Env, name: &str) -> String {
 }
 
 /// Lease `name`'s holder (`None`: no Lease; `""`: no holder).
-fn lease_holder(e: &Env, name: &str) -> Option<String> {
+pub(crate) fn lease_holder(e: &Env, name: &str) -> Option<String> {
     let (code, v) = e.admin("GET", &lease_path(e, name), None);
     (code == 200).then(|| {
         v["spec"]["holderIdentity"]
@@ -176,7 +176,7 @@ fn successful_write_overlaps(acts: &[Act]) -> usize {
 }
 
 /// The server's name, for the reports.
-fn server(e: &Env) -> &'static str {
+pub(crate) fn server(e: &Env) -> &'static str {
     if e.control_plane().is_some() {
         "real"
     } else {
@@ -533,8 +533,13 @@ fn pause_after_edit(acts: &[Act]) -> (u64, u64) {
 /// A Lease PUT by hand: the current Lease with `spec` fields replaced (`null` removes).
 /// Read and written again on 409, as `kubectl edit` has the user do when the leader renewed
 /// in between.
-fn put_lease(e: &Env, spec: Value) {
-    let path = lease_path(e, LEASE);
+pub(crate) fn put_lease(e: &Env, spec: Value) {
+    put_lease_named(e, LEASE, spec);
+}
+
+/// [`put_lease`] on Lease `name`.
+pub(crate) fn put_lease_named(e: &Env, name: &str, spec: Value) {
+    let path = lease_path(e, name);
     for _ in 0..10 {
         let (code, mut l) = e.admin("GET", &path, None);
         assert_eq!(code, 200, "{l}");
@@ -794,12 +799,12 @@ mod a_create_delivered_late_by_a_partition_is_refused {
 
 /// `apps --leader-elect --discover` as process `who`, the states in ConfigMaps
 /// (`podalloc-state-<app id>`) that every replica reads.
-fn apps_candidate(e: &Env, who: &str) -> Child {
+pub(crate) fn apps_candidate(e: &Env, who: &str) -> Child {
     apps_candidate_with(e, who, &FAST_LEADER_ELECT)
 }
 
 /// [`apps_candidate`] with the election flags `elect`.
-fn apps_candidate_with(e: &Env, who: &str, elect: &[&str]) -> Child {
+pub(crate) fn apps_candidate_with(e: &Env, who: &str, elect: &[&str]) -> Child {
     let mut cmd = e.connect(&e.candidate_token(who));
     cmd.args([
         "--batch-delay",

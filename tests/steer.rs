@@ -55,6 +55,11 @@ impl Bg {
     pub(crate) fn id(&self) -> u32 {
         self.0.as_ref().unwrap().id()
     }
+
+    /// The process, no longer killed on drop (to stop it another way).
+    pub(crate) fn take(&mut self) -> Child {
+        self.0.take().expect("a process")
+    }
 }
 
 impl Drop for Bg {

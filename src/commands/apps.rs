@@ -255,6 +255,7 @@ fn run_apps(
         stores: BTreeMap::new(),
         metrics_file: cli.ops.metrics_file.clone(),
         metrics: BTreeMap::new(),
+        shown: None,
         log_every: a.log_every,
     };
     let slots = (source.entries.into_iter())
@@ -311,8 +312,11 @@ struct AppsFeed<'c> {
     /// Where each app's state lives, by `namespace/app id`.
     stores: BTreeMap<String, StoreAt>,
     metrics_file: Option<PathBuf>,
-    /// The last exposition of each app, by `namespace/app id`.
+    /// The last exposition of each app, by `namespace/app id`, and the process's own
+    /// (its requests and leadership) under the empty key.
     metrics: BTreeMap<String, String>,
+    /// The leadership (the election's, or the claim's) the process's own series last showed.
+    shown: Option<(bool, u64)>,
     log_every: Duration,
 }
 
@@ -415,6 +419,28 @@ impl<'c> AppsFeed<'c> {
         Some(outcome)
     }
 
+    /// Renders the process's own series: its API requests ([`render_requests`]) and its
+    /// `leadership` ([`render_leadership`]: one Lease for every app, so no app labels; what a
+    /// standby, which knows no app, shows), for `/metrics` and `--metrics-file`.
+    ///
+    /// [`render_requests`]: crate::controller::metrics::render_requests
+    /// [`render_leadership`]: crate::controller::metrics::render_leadership
+    fn process_metrics(&mut self, leadership: Option<(bool, u64)>) {
+        let probe = self.conn.services.probe.as_ref();
+        if self.metrics_file.is_none() && probe.is_none() {
+            return;
+        }
+        // Every namespace's view shares the connection's counters.
+        let stats = self.conn.client(&self.conn.default_ns).stats();
+        let mut text = crate::controller::metrics::render_requests(&stats);
+        if let Some(l) = leadership {
+            text.push_str(&crate::controller::metrics::render_leadership(l));
+        }
+        probe.inspect(|p| p.set_process_metrics(text.clone()));
+        self.metrics.insert(String::new(), text);
+        self.shown = leadership;
+    }
+
     /// Writes `--metrics-file`: every app's series, one family at a time.
     fn write_metrics(&self) {
         let Some(path) = &self.metrics_file else {
@@ -429,11 +455,14 @@ impl<'c> AppsFeed<'c> {
 }
 
 impl<'c> Feed<'c> for AppsFeed<'c> {
+    /// Also shows a change of leadership in the process's own series at once, the
+    /// standby's `podalloc_is_leader 0` included (it runs no round that would).
     fn may_act(&mut self, shared: &Control) -> Result<bool> {
         let ns = &self.conn.default_ns;
-        shared.with_leader(|le| {
-            let Some(le) = le else { return Ok(true) };
-            let standby = !le.is_leader();
+        let leadership = shared.with_leader(|le| {
+            let Some(le) = le else { return Ok(None) };
+            let leadership = le.leadership();
+            let standby = !leadership.0;
             if standby && self.leader_elect {
                 super::elect::refused(
                     le,
@@ -443,8 +472,13 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
             } else if standby {
                 claim_held(le, ns, &mut self.waiting)?;
             }
-            Ok(!standby)
-        })
+            Ok(Some(leadership))
+        })?;
+        if leadership.is_some() && leadership != self.shown {
+            self.process_metrics(leadership);
+            self.write_metrics();
+        }
+        Ok(leadership.is_none_or(|(leading, _)| leading))
     }
 
     fn refresh(&mut self, slots: &mut Vec<Slot<'c>>, shared: &Arc<Control>) {
@@ -512,14 +546,9 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
                 }
             }
         }
-        let probe = self.conn.services.probe.as_ref();
-        if self.metrics_file.is_some() || probe.is_some() {
-            // Once a round: every namespace's view shares the connection's counters.
-            let stats = self.conn.client(&self.conn.default_ns).stats();
-            let requests = crate::controller::metrics::render_requests(&stats);
-            probe.inspect(|p| p.set_process_metrics(requests.clone()));
-            self.metrics.insert(String::new(), requests);
-        }
+        // Once a round.
+        let leadership = shared.with_leader(|le| le.map(|le| le.leadership()));
+        self.process_metrics(leadership);
         self.write_metrics();
         out
     }

@@ -698,6 +698,13 @@ impl Candidate {
         }
         leading
     }
+
+    /// Whether we lead now ([`Candidate::leading`]: a change is logged and counted) and how
+    /// many times that changed.
+    fn leadership(&self) -> (bool, u64) {
+        let leading = self.leading();
+        (leading, lock(&self.reported).transitions)
+    }
 }
 
 /// An election the loop drives: [`LeaderElection::tick`] makes the attempt (acquire or
@@ -809,8 +816,16 @@ impl LeaderElection {
     /// Whether this process leads and how many times that changed since it started, for
     /// the metrics (`podalloc_is_leader`, `podalloc_leader_transitions_total`).
     pub(crate) fn leadership(&self) -> (bool, u64) {
-        let leading = self.shared.leading();
-        (leading, lock(&self.shared.reported).transitions)
+        self.shared.leadership()
+    }
+
+    /// [`LeaderElection::leadership`] as a function the endpoints keep and ask whenever
+    /// `/metrics` is scraped (`crate::controller::serve::Probe::follow_leadership`), so the
+    /// leader-election series are those of that moment. It holds the candidate, not the
+    /// election: once the election has stopped (its Lease released) it says not leading.
+    pub(crate) fn live(&self) -> crate::controller::serve::Leadership {
+        let candidate = Arc::clone(&self.shared);
+        Arc::new(move || candidate.leadership())
     }
 
     /// The Lease's holder as last read (`None`: none read, or missing).

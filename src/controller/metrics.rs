@@ -118,13 +118,22 @@ fn backoff_metrics(e: &mut Exposition, state: &AllocatorState) {
     );
 }
 
-/// The text being written, and the labels every sample carries.
+/// The text being written, and the labels every sample carries (none: the process's own
+/// series).
 struct Exposition {
     labels: String,
     out: String,
 }
 
 impl Exposition {
+    /// An empty text whose samples carry no labels: the process's own series.
+    fn process() -> Exposition {
+        Exposition {
+            labels: String::new(),
+            out: String::new(),
+        }
+    }
+
     /// An empty text whose samples carry `app` and `namespace` as labels.
     fn new(app: &str, namespace: &str) -> Exposition {
         Exposition {
@@ -137,12 +146,16 @@ impl Exposition {
         }
     }
 
-    /// One metric with one sample: its HELP and TYPE lines, then `name{labels} value`.
+    /// One metric with one sample: its HELP and TYPE lines, then `name{labels} value`
+    /// (`name value` without labels).
     fn metric(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        let labels = match self.labels.as_str() {
+            "" => String::new(),
+            l => format!("{{{l}}}"),
+        };
         let _ = writeln!(
             self.out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{}}} {value}",
-            self.labels
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{labels} {value}"
         );
     }
 }
@@ -253,18 +266,24 @@ fn leader_metrics(e: &mut Exposition, leader: Option<(bool, u64)>) {
         return;
     };
     e.metric(
-        "podalloc_is_leader",
+        IS_LEADER,
         "gauge",
         "1 while this process holds the leader lease and acts (--leader-elect), else 0.",
         u8::from(leading).to_string(),
     );
     e.metric(
-        "podalloc_leader_transitions_total",
+        LEADER_TRANSITIONS,
         "counter",
         "Times this process became the leader or stopped leading.",
         transitions.to_string(),
     );
 }
+
+/// The leadership gauge's name.
+const IS_LEADER: &str = "podalloc_is_leader";
+
+/// The leadership transitions counter's name.
+const LEADER_TRANSITIONS: &str = "podalloc_leader_transitions_total";
 
 /// The metrics of a process that does not lead (`run --leader-elect` on standby, which
 /// does not tick): the leader-election metrics of `leader` only, for `app` in `namespace`.
@@ -274,9 +293,66 @@ pub(crate) fn render_standby(app: &str, namespace: &str, leader: (bool, u64)) ->
     e.out
 }
 
+/// The leader-election metrics of a process whose one Lease is every app's (`apps`, with
+/// `--leader-elect` or its claim), without app labels, as the process's API requests are
+/// ([`render_requests`]): `podalloc_is_leader 0` on a standby, which knows no app (it
+/// neither ticks nor discovers), and `1` beside its apps' own series once it leads.
+pub(crate) fn render_leadership(leader: (bool, u64)) -> String {
+    let mut e = Exposition::process();
+    leader_metrics(&mut e, Some(leader));
+    e.out
+}
+
+/// `text` (as [`render`], [`render_standby`] or [`render_leadership`] make it) with the
+/// values of its leader-election samples (`podalloc_is_leader`,
+/// `podalloc_leader_transitions_total`, whatever their labels) replaced by `leader`'s, and
+/// every other line as it is. `/metrics` answers through it with the election's leadership
+/// at that moment, so a scrape never shows the leadership of the last tick, which may be an
+/// idle interval old.
+pub(crate) fn with_leadership(text: &str, (leading, transitions): (bool, u64)) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let sample = |name: &str| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        };
+        let value = match line.rsplit_once(' ') {
+            Some((series, _)) if sample(IS_LEADER) => Some((series, u64::from(leading))),
+            Some((series, _)) if sample(LEADER_TRANSITIONS) => Some((series, transitions)),
+            _ => None,
+        };
+        match value {
+            Some((series, v)) => {
+                let _ = writeln!(out, "{series} {v}");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_leadership_of_the_scrape_replaces_the_rendered_one_and_nothing_else() {
+        let mut state = AllocatorState::new();
+        state.target = Some(2);
+        let app = |leader| render("etl", "ns", None, &state, Duration::ZERO, Some(leader));
+        let (then, now) = ((true, 1), (false, 2));
+        assert_eq!(with_leadership(&app(then), now), app(now));
+        assert_eq!(
+            with_leadership(&render_leadership(then), now),
+            render_leadership(now)
+        );
+        assert!(render_leadership(now).ends_with("\npodalloc_leader_transitions_total 2\n"));
+        let unrelated = "podalloc_is_leader_other{app=\"a\"} 1\n";
+        assert_eq!(with_leadership(unrelated, now), unrelated);
+    }
 
     #[test]
     fn a_tick_that_failed_before_listing_renders_the_state_totals() {

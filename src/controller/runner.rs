@@ -140,11 +140,24 @@ impl Control {
         f(lock(&self.leader).as_ref())
     }
 
-    /// Installs the election (call before any tick; the fences ask it from then on). The
-    /// one it replaces is stopped (its Lease released) outside the lock.
+    /// Installs the election (call before any tick; the fences ask it from then on), and
+    /// has the endpoints' `/metrics` follow it ([`Control::follow_leadership`]). The one it
+    /// replaces is stopped (its Lease released) outside the lock.
     pub(crate) fn set_leader(&self, le: Option<LeaderElection>) {
         let old = std::mem::replace(&mut *lock(&self.leader), le);
         drop(old);
+        self.follow_leadership();
+    }
+
+    /// Has `/metrics` answer with the installed election's leadership of the moment
+    /// ([`Probe::follow_leadership`]), once both the endpoints and the election are there.
+    /// With none installed (the election ended with the loop) `/metrics` keeps asking the
+    /// last one, which says not leading once its Lease is released.
+    fn follow_leadership(&self) {
+        let live = lock(&self.leader).as_ref().map(LeaderElection::live);
+        if let (Some(p), Some(live)) = (self.probe.get(), live) {
+            p.follow_leadership(live);
+        }
     }
 
     /// Adds `hook` to what runs before the process exits at once ([`Control::exit`]).
@@ -166,10 +179,12 @@ impl Control {
         lock(&self.on_stop).push(hook);
     }
 
-    /// The endpoints the loop answers while it waits (once; a second call is ignored).
+    /// The endpoints the loop answers while it waits (once; a second call is ignored); their
+    /// `/metrics` follows the election once both are there.
     pub(crate) fn set_probe(&self, probe: Option<&Probe>) {
         if let Some(p) = probe {
             let _ = self.probe.set(p.clone());
+            self.follow_leadership();
         }
     }
 

@@ -6,7 +6,11 @@
 //!   metric names, one series per app (`app`, `namespace` labels: target, executors by
 //!   state, ticks, API errors by code, leadership), families merged across apps so each
 //!   `# HELP`/`# TYPE` appears once; and the process's API requests by verb, resource and
-//!   code (`podalloc_api_requests_total`, no app labels: one client serves every app).
+//!   code (`podalloc_api_requests_total`, no app labels: one client serves every app), and
+//!   for `apps` its leadership (no app labels: one Lease for every app). The texts are
+//!   rendered at the end of a tick, but the leader-election samples are answered as the
+//!   election says at the moment of the scrape ([`Probe::follow_leadership`]): a leader
+//!   that loses its Lease at rest says `podalloc_is_leader 0` at once, not at its next tick.
 //! - `GET /healthz` (liveness, on the probe address): 200 `ok` while the loop has finished a
 //!   pass (a tick, or a standby's look at the Lease) within its stuck limit, else 500 naming
 //!   how long it has been. A loop stuck past its watchdog is what a kubelet should restart.
@@ -47,7 +51,14 @@ struct Live {
     stuck_after: Duration,
     /// Why the process is not ready (`None`: ready).
     not_ready: Option<String>,
+    /// The election's leadership now ([`Probe::follow_leadership`]), asked at every
+    /// `/metrics` answer; `None` without an election.
+    leadership: Option<Leadership>,
 }
+
+/// Whether this process leads now and how many times that changed (the election's
+/// `LeaderElection::live`): the leader-election series `/metrics` answers with.
+pub(crate) type Leadership = Arc<dyn Fn() -> (bool, u64) + Send + Sync>;
 
 impl Probe {
     /// A probe for a loop whose passes may take up to `stuck_after` apart before liveness
@@ -59,6 +70,7 @@ impl Probe {
                 last_pass: Instant::now(),
                 stuck_after,
                 not_ready: Some("no pass has reached the API server yet".into()),
+                leadership: None,
             })),
             server: Arc::default(),
         }
@@ -88,6 +100,15 @@ impl Probe {
     /// families first).
     pub(crate) fn set_process_metrics(&self, text: String) {
         self.set_app_metrics("", "", text);
+    }
+
+    /// Answers `/metrics` with the leader-election series of `leadership`, asked at that
+    /// moment ([`crate::controller::metrics::with_leadership`] on every text), not with
+    /// those the texts were rendered with at their last tick: a leader that stops acting
+    /// (its Lease lost or taken) says `podalloc_is_leader 0` from then on, and a standby
+    /// that takes over says 1, although neither ticks until its next tick is due.
+    pub(crate) fn follow_leadership(&self, leadership: Leadership) {
+        lock(&self.inner).leadership = Some(leadership);
     }
 
     /// The loop is alive (a wait between ticks ended): liveness only, readiness unchanged.
@@ -144,7 +165,14 @@ impl Probe {
 fn answer(l: &Live, path: &str) -> (u16, String, &'static str) {
     match path.split('?').next().unwrap_or("") {
         "/metrics" => {
-            let body = merge_families(l.metrics.values().map(String::as_str));
+            let body = match l.leadership.as_ref().map(|now| now()) {
+                None => merge_families(l.metrics.values().map(String::as_str)),
+                Some(now) => {
+                    let live = |t: &String| crate::controller::metrics::with_leadership(t, now);
+                    let texts: Vec<String> = l.metrics.values().map(live).collect();
+                    merge_families(texts.iter().map(String::as_str))
+                }
+            };
             (200, body, "text/plain; version=0.0.4; charset=utf-8")
         }
         "/healthz" | "/livez" => {

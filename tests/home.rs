@@ -788,3 +788,94 @@ both!(
         );
     }
 );
+
+/// Gives app `app` the home `store` (`reconcile --target 0` naming it), as the podalloc user.
+fn give_home(e: &Env, app: &str, store: &str) {
+    let mut c = e.connect(e.token());
+    c.args(["--app-id", app, "--image", "img", "--state-store", store]);
+    crate::util::exits(c.args(["reconcile", "--target", "0"]), 0);
+}
+
+/// The drivers `drv-APP` of apps `e.app` (annotated target 3), `disc-new` (2) and `disc-two`
+/// (2), for `apps --discover spark-role=driver`.
+fn annotated_drivers(e: &Env) {
+    for (app, n) in [(e.app.as_str(), "3"), ("disc-new", "2"), ("disc-two", "2")] {
+        e.create_pod(&json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("drv-{app}"),
+                "labels": {"spark-role": "driver", "spark-app-selector": app},
+                "annotations": {"podalloc.io/executors": n}},
+            "spec": {"containers": [{"name": "driver", "image": "spark"}]}}));
+    }
+}
+
+/// `apps --discover spark-role=driver`, a new app's state in the ConfigMap
+/// `podalloc-state-<app id>`, the drivers listed every 200 ms.
+fn discover(e: &Env) -> Reap {
+    let mut c = e.connect(e.token());
+    c.args(["--batch-delay", "200ms", "--image", "img", "apps"])
+        .args(["--discover", "spark-role=driver", "--interval", "200ms"])
+        .args(["--state-configmaps", "podalloc-state", "--timeout", "120s"]);
+    Reap(Some(spawn_replica(&mut c, "pod-apps", Stdio::piped())))
+}
+
+/// Whether ConfigMap `name` exists in the test's namespace.
+fn has_configmap(e: &Env, name: &str) -> bool {
+    let path = format!("/api/v1/namespaces/{}/configmaps/{name}", e.ns);
+    e.admin("GET", &path, None).0 == 200
+}
+
+both!(
+    apps_discover_uses_an_app_s_home_and_refuses_an_app_with_two,
+    "disc-home",
+    Pods::default(),
+    |e| {
+        // Reported (a user trial): `apps --discover` made a state ConfigMap for an app beside
+        // the ExecutorSet it already had, without a word; `status` then exited 2, "2 homes".
+        e.ok(&[
+            "--state-store",
+            "executorset:disc-es",
+            "reconcile",
+            "--target",
+            "1",
+        ]);
+        give_home(e, "disc-two", "configmap:disc-two-left");
+        give_home(e, "disc-two", "executorset:disc-two-es");
+        annotated_drivers(e);
+        let apps = discover(e);
+        let live = crate::leader::live_by_app;
+        e.wait_for("the ExecutorSet's target 1 and disc-new's 2", |e| {
+            let by = live(e);
+            by.get(&e.app) == Some(&1) && by.get("disc-new") == Some(&2)
+        });
+        // Its driver's annotation edited: not applied (the ExecutorSet's spec is the app's
+        // intent), one line; the app goes on following its ExecutorSet.
+        let drv = format!("/api/v1/namespaces/{}/pods/drv-{}", e.ns, e.app);
+        let edit = json!({"metadata": {"annotations": {"podalloc.io/executors": "4"}}});
+        assert_eq!(e.admin("PATCH", &drv, Some(&edit)).0, 200);
+        std::thread::sleep(Duration::from_secs(1));
+        e.ok(&["scale", "2"]);
+        e.wait_for("the ExecutorSet scaled to 2", |e| {
+            live(e).get(&e.app) == Some(&2)
+        });
+        let err = stop(apps.take());
+        let two = format!("app disc-two has 2 homes in namespace {}", e.ns);
+        let parts = [
+            "(ExecutorSet disc-two-es, ConfigMap disc-two-left)",
+            &format!("`kubectl -n {} delete executorset disc-two-es`", e.ns),
+            &format!("`kubectl -n {} delete configmap disc-two-left`", e.ns),
+            "its home: ExecutorSet disc-es (the annotations only seed an empty spec.replicas)",
+        ];
+        assert_contains_all(&err, &parts);
+        assert_eq!(err.matches(&two).count(), 1, "one line: {err}");
+        let not_applied = "not applied: its home, ExecutorSet disc-es, holds its target";
+        assert_eq!(err.matches(not_applied).count(), 1, "{err}");
+        assert!(!err.contains("; stopped"), "{err}");
+        // No second home; the app without one got discovery's own; the app with two: nothing.
+        assert!(!has_configmap(e, "podalloc-state-disc-home"));
+        assert!(!has_configmap(e, "podalloc-state-disc-two"));
+        assert!(has_configmap(e, "podalloc-state-disc-new"));
+        assert_eq!(live(e).get("disc-two"), None);
+        let out = e.ok_out(&["status"]);
+        assert!(out.contains("(home executorset:disc-es)"), "{out}");
+    }
+);

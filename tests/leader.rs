@@ -826,7 +826,7 @@ pub(crate) fn apps_candidate_with(e: &Env, who: &str, elect: &[&str]) -> Child {
 const DRIVERS: usize = 20;
 
 /// Live (Pending or Running, not terminating) executors per app.
-fn live_by_app(e: &Env) -> std::collections::BTreeMap<String, u64> {
+pub(crate) fn live_by_app(e: &Env) -> std::collections::BTreeMap<String, u64> {
     let (code, list) = e.admin(
         "GET",
         &format!(
@@ -947,27 +947,38 @@ both!(
         signal(&a, libc::SIGTERM);
         let err = stderr(&a.wait_with_output().unwrap());
         assert!(!err.contains("is missing"), "{err}");
-        // Beside a state ConfigMap of podalloc's, a missing Lease may be one deleted under a
-        // leader that still acts: it waits one lease duration, and says why.
-        let e = e.sibling("appsleasewait");
+        // Beside a state ConfigMap of podalloc's, or an ExecutorSet (a discovered app's home
+        // that an apps leader acts on without making a ConfigMap), a missing Lease may be one
+        // deleted under a leader that still acts: it waits one lease duration, and says why.
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
             "name": "podalloc-state-x", "labels": {"app.kubernetes.io/managed-by": "podalloc"}}});
-        let cms = format!("/api/v1/namespaces/{}/configmaps", e.ns);
-        assert_eq!(e.admin("POST", &cms, Some(&cm)).0, 201);
-        let b = apps_candidate(&e, "b");
-        let took = until(30, "b leads", || {
-            lease_holder(&e, "podalloc-apps").as_deref() == Some("pod-b")
-        });
-        assert!(took >= Duration::from_secs(3), "{took:?}");
-        signal(&b, libc::SIGTERM);
-        let err = stderr(&b.wait_with_output().unwrap());
-        assert!(
-            err.contains(
-                "lease podalloc-apps is missing: it is created once it has stayed \
-                 missing for a lease duration"
+        let es = json!({"apiVersion": "podalloc.io/v1alpha1", "kind": "ExecutorSet",
+            "metadata": {"name": "x", "labels": {"spark-app-selector": "x"}},
+            "spec": {"appId": "x"}});
+        let homes = [
+            ("appsleasewait", "api/v1", "configmaps", cm),
+            (
+                "appsleasewaites",
+                "apis/podalloc.io/v1alpha1",
+                "executorsets",
+                es,
             ),
-            "{err}"
-        );
+        ];
+        for (test, api, plural, home) in homes {
+            let e = e.sibling(test);
+            let path = format!("/{api}/namespaces/{}/{plural}", e.ns);
+            assert_eq!(e.admin("POST", &path, Some(&home)).0, 201, "{plural}");
+            let b = apps_candidate(&e, "b");
+            let took = until(30, "b leads", || {
+                lease_holder(&e, "podalloc-apps").as_deref() == Some("pod-b")
+            });
+            assert!(took >= Duration::from_secs(3), "{plural}: {took:?}");
+            signal(&b, libc::SIGTERM);
+            let err = stderr(&b.wait_with_output().unwrap());
+            let said = "lease podalloc-apps is missing: it is created once it has stayed \
+                        missing for a lease duration";
+            assert!(err.contains(said), "{plural}: {err}");
+        }
     }
 );
 

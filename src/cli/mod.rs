@@ -1060,7 +1060,8 @@ pub struct AppsArgs {
     /// `spark-role=driver`) and carries the annotation podalloc.io/executors=N (the target;
     /// optional podalloc.io/batch-size and podalloc.io/executor-template, a ConfigMap name
     /// with the template under `template.yaml`). The app id is the driver's
-    /// spark-app-selector label; executors are owned by their driver.
+    /// spark-app-selector label; executors are owned by their driver. An app that already
+    /// has a home in the namespace (ExecutorSet, state ConfigMap) keeps its state there.
     #[arg(long, env = "PODALLOC_DISCOVER", value_name = "SELECTOR")]
     pub discover: Option<String>,
     /// Directory of the apps' state files: DIR/<namespace>/<app id>.json [default: as

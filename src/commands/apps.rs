@@ -180,27 +180,33 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
 /// creates a missing Lease at once, as `run --leader-elect` does on an app of which the
 /// namespace holds nothing (it waited a lease duration, about 17 s, on every first start):
 /// its apps are discovered there and keep their states in ConfigMaps there
-/// (`--state-configmaps`), and the namespace holds no ConfigMap of podalloc's (the search
-/// answered). An apps leader creates an app's ConfigMap before its first pod. Otherwise (an
-/// apps file, whose entries may keep their states elsewhere; states in each replica's own
-/// files; a search refused) a missing Lease may be one deleted under a running leader, and
-/// is created only once it has stayed missing for a lease duration.
+/// (`--state-configmaps`), and the namespace holds no ConfigMap of podalloc's and no
+/// ExecutorSet (the searches answered; an ExecutorSet kind not served counts as none). An
+/// apps leader creates an app's ConfigMap before its first pod, or acts on the app's
+/// ExecutorSet (discovery uses the home an app already has). Otherwise (an apps file, whose
+/// entries may keep their states elsewhere; states in each replica's own files; a search
+/// refused) a missing Lease may be one deleted under a running leader, and is created only
+/// once it has stayed missing for a lease duration.
 fn nothing_led(client: &KubeClient, a: &AppsArgs) -> bool {
     if a.file.is_some() || a.discover.is_none() || a.state_configmaps.is_none() {
         return false;
     }
     let sel = format!("{}=podalloc", crate::store::configmap::MANAGED_BY);
-    let lp = kube::ListParams {
-        label_selector: &sel,
-        ..kube::ListParams::default()
-    };
-    match client.api(&kube::CONFIG_MAPS).list_items(&lp) {
-        Ok((items, _)) => items.is_empty(),
-        Err(e) => {
-            log::debug!("the namespace's ConfigMaps not searched: {e}");
-            false
+    let none_of = |res, sel: &str| {
+        let lp = kube::ListParams {
+            label_selector: sel,
+            ..kube::ListParams::default()
+        };
+        match client.api(res).list_items(&lp) {
+            Ok((items, _)) => items.is_empty(),
+            Err(e) if res == &kube::EXECUTOR_SETS && e.status_code() == Some(404) => true,
+            Err(e) => {
+                log::debug!("the namespace's {} not searched: {e}", res.plural);
+                false
+            }
         }
-    }
+    };
+    none_of(&kube::CONFIG_MAPS, &sel) && none_of(&kube::EXECUTOR_SETS, "")
 }
 
 /// Refuses one app's flags (exit 2): they are given per app in the apps file.
@@ -488,12 +494,18 @@ impl<'c> Feed<'c> for AppsFeed<'c> {
         let ns = &self.conn.default_ns;
         let via = (self.conn.client(ns), &self.conn.services.events);
         let found = d.refresh(via, ns, slots);
-        for (driver, app, targets) in found {
+        for (driver, app, targets, home) in found {
             let ns = self.conn.default_ns.clone();
-            let store = self.conn.state_dir.store(&ns, &app.app_id);
+            // The home the app already has (found as `run` finds it), else discovery's own.
+            let store = match home {
+                Some(super::home::Home::ExecutorSet(n)) => StoreAt::ExecutorSet(n),
+                Some(super::home::Home::ConfigMap(n)) => StoreAt::ConfigMap(n),
+                None => self.conn.state_dir.store(&ns, &app.app_id),
+            };
             // Seeds: each fills an empty home only. After a failover (`--leader-elect`) or a
             // restart, the home's targets (steered meanwhile with `add`, `scale`) win; a
-            // change of the annotations while this process runs is a `scale` (discover.rs).
+            // change of the annotations while this process runs is a `scale` (discover.rs),
+            // but for an app on an ExecutorSet, whose spec alone is its target.
             let first = Some(super::discover::request_of(&targets, TargetChange::Seed));
             let mut slot = self.slot(ns, app, store, first, shared);
             slot.driver_uid = Some(driver);

@@ -2,7 +2,14 @@
 //! annotations ask for (the pure parsing is [`crate::engine::driver::Driver`]), the apps they make,
 //! and what became of them (ended, stopped by an error, badly annotated: one warning and one
 //! Warning Event on the driver).
+//!
+//! A new driver's app keeps its state in the home it already has in the namespace (an
+//! ExecutorSet, a state ConfigMap), found as `run` finds it without `--state-store`
+//! ([`super::home::discovered`]); only an app without one gets discovery's own store
+//! (`--state-configmaps`, `--state-dir`). An app with two homes and none in use is not
+//! managed: one warning naming both and the fix, and the other apps go on.
 
+use super::home::Home;
 use crate::cli::{AppArgs, Cli};
 use crate::controller::runner::Slot;
 use crate::controller::tick::App;
@@ -41,13 +48,16 @@ pub(super) struct Discovery {
     templates: BTreeMap<String, (Instant, crate::engine::podspec::PodTemplate)>,
     /// Whether the last list matched no driver pod (said once, until one appears).
     said_none: bool,
+    /// Driver uid → the home its app already had in the namespace, when it had one.
+    homes: BTreeMap<String, Home>,
 }
 
 /// How long a template read from a ConfigMap is used before it is read again.
 const TEMPLATE_TTL: Duration = Duration::from_secs(60);
 
-/// A driver found with no app yet: (its uid, the app, its annotated targets).
-pub(super) type Found = (String, App, Targets);
+/// A driver found with no app yet: (its uid, the app, its annotated targets, the home the
+/// app already has in the namespace; `None`: none, discovery's own store).
+pub(super) type Found = (String, App, Targets, Option<Home>);
 
 /// The targets a driver's annotations ask for: profile 0's, and each other profile's.
 pub(super) type Targets = (u32, BTreeMap<u32, u32>);
@@ -81,6 +91,7 @@ impl Discovery {
             warned: BTreeMap::new(),
             templates: BTreeMap::new(),
             said_none: false,
+            homes: BTreeMap::new(),
         })
     }
 
@@ -158,6 +169,7 @@ impl Discovery {
         self.done.retain(|u| live.contains(u.as_str()));
         self.seen.retain(|u, _| live.contains(u.as_str()));
         self.applied.retain(|u, _| live.contains(u.as_str()));
+        self.homes.retain(|u, _| live.contains(u.as_str()));
         let mut found = Vec::new();
         for d in drivers {
             found.extend(self.admit((client, events), ns, d, slots));
@@ -199,29 +211,44 @@ impl Discovery {
                 return None;
             }
         };
-        self.warned.remove(&d.uid);
         let targets: Targets = (wanted.target, wanted.profiles.clone());
-        let before = (self.applied).insert(d.uid.clone(), (d.phase.clone(), targets.clone()));
         let Some(s) = slots
             .iter_mut()
             .find(|s| s.driver_uid.as_deref() == Some(&d.uid))
         else {
-            let (name, target) = (&d.name, wanted.target);
-            info!(
-                "app {app_id}: driver pod {name:?} found, target {target}{}",
-                said_profiles(&targets.1)
-            );
-            return Some((d.uid, app, targets));
+            return self.found((client, events), ns, d, (app, targets));
         };
+        self.warned.remove(&d.uid);
+        let before = (self.applied).insert(d.uid.clone(), (d.phase.clone(), targets.clone()));
+        // The app as its annotations make it now; whether a profile without a template
+        // of its own has none is its home's (an ExecutorSet's), kept.
+        let own = s.app.own_profile_templates;
         s.app = app;
+        s.app.own_profile_templates = own;
         match before {
             Some((_, was)) if was != targets => {
                 let key = driver::ANNOTATION_EXECUTORS;
-                info!(
-                    "app {app_id}: target {}{} (annotations {key}, {})",
-                    wanted.target,
+                let (profiles, pkey) = (
                     said_profiles(&targets.1),
-                    driver::ANNOTATION_PROFILE_EXECUTORS
+                    driver::ANNOTATION_PROFILE_EXECUTORS,
+                );
+                if let Some(Home::ExecutorSet(es)) = self.homes.get(&d.uid) {
+                    // Its ExecutorSet's spec is the app's intent: the controller never writes
+                    // it, and a target set beside it would stop the app (exit 2).
+                    warn!(
+                        "app {app_id}: annotations {key}, {pkey} of driver pod {:?} ask for \
+                         target {}{profiles}, not applied: its home, ExecutorSet {es}, holds \
+                         its target (spec.replicas): `kubectl scale executorset {es} \
+                         --replicas {}`",
+                        d.name, wanted.target, wanted.target
+                    );
+                    // Its phase may have changed in the same listing.
+                    s.wake();
+                    return None;
+                }
+                info!(
+                    "app {app_id}: target {}{profiles} (annotations {key}, {pkey})",
+                    wanted.target
                 );
                 s.first = Some(request_of(&targets, TargetChange::Set));
                 s.wake();
@@ -230,6 +257,52 @@ impl Discovery {
             _ => {}
         }
         None
+    }
+
+    /// A driver `d` whose app has no slot yet: the app, with the home it already has in the
+    /// namespace ([`super::home::discovered`]), or, when it cannot be managed (two homes,
+    /// none in use), one warning saying why (looked for again at the next listing).
+    fn found(
+        &mut self,
+        via: Via<'_>,
+        ns: &str,
+        d: Driver,
+        (mut app, targets): (App, Targets),
+    ) -> Option<Found> {
+        let home = match super::home::discovered(via.0, &app.app_id) {
+            Ok(h) => h,
+            Err(msg) => {
+                self.warn_once(via, ns, &d, msg);
+                return None;
+            }
+        };
+        self.warned.remove(&d.uid);
+        self.applied
+            .insert(d.uid.clone(), (d.phase.clone(), targets.clone()));
+        // As `run` on an ExecutorSet: each profile's ExecutorSet carries its own template.
+        app.own_profile_templates = matches!(home, Some(Home::ExecutorSet(_)));
+        let said_home = match &home {
+            Some(h) => {
+                self.homes.insert(d.uid.clone(), h.clone());
+                let seed = match h {
+                    Home::ExecutorSet(_) => " (the annotations only seed an empty spec.replicas)",
+                    Home::ConfigMap(_) => "",
+                };
+                format!("; its home: {h}{seed}")
+            }
+            None => {
+                self.homes.remove(&d.uid);
+                String::new()
+            }
+        };
+        info!(
+            "app {}: driver pod {:?} found, target {}{}{said_home}",
+            app.app_id,
+            d.name,
+            targets.0,
+            said_profiles(&targets.1)
+        );
+        Some((d.uid, app, targets, home))
     }
 
     /// What driver `d`'s annotations ask for and the app they make. Errors: a warning naming

@@ -101,6 +101,24 @@ fn selector(app_id: &str, managed: bool) -> String {
 /// live Lease holder. A kind that is not served (404) or that the RBAC does not let us read
 /// (403) counts as none (logged at debug). Errors (exit 1): any other API failure.
 pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
+    search(client, app_id, Watch::Yes)
+}
+
+/// Whether a Lease whose `renewTime` looks expired is watched to see whether its holder
+/// still renews it ([`read_lease`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Watch {
+    /// Watched (a command, once).
+    Yes,
+    /// Taken as stopped at once: `apps --discover` looks for each new app's home inside
+    /// its loop, where a watch would hold every other app's ticks for up to a lease
+    /// duration. The safe side: a stale-looking leader's recorded home is then not
+    /// followed, so an app with several homes is refused rather than given another one.
+    No,
+}
+
+/// [`look`], the Lease read as `watch` says.
+fn search(client: &KubeClient, app_id: &str, watch: Watch) -> Result<Found> {
     let mut found = Found::default();
     let mut forbidden = Vec::new();
     let mut skip = |what: &'static str, e: crate::kube::KubeError| match e.status_code() {
@@ -144,7 +162,7 @@ pub(super) fn look(client: &KubeClient, app_id: &str) -> Result<Found> {
     }
     found.complete = forbidden.is_empty();
     found.forbidden = forbidden;
-    let lease = read_lease(client, app_id, None);
+    let lease = read_lease_as(client, app_id, None, watch);
     (found.leader, found.leader_home) = (lease.leader, lease.home);
     found.stale_lease = lease.stale;
     Ok(found)
@@ -184,6 +202,16 @@ pub(super) struct LeaseSeen {
 /// A Lease that cannot be read counts as none (logged at debug: RBAC may not grant
 /// leases); a read that fails while watching keeps the holder live.
 pub(super) fn read_lease(client: &KubeClient, app_id: &str, stale: Option<&str>) -> LeaseSeen {
+    read_lease_as(client, app_id, stale, Watch::Yes)
+}
+
+/// [`read_lease`]; with [`Watch::No`] a Lease that looks expired is taken as stopped at once.
+fn read_lease_as(
+    client: &KubeClient,
+    app_id: &str,
+    stale: Option<&str>,
+    watch: Watch,
+) -> LeaseSeen {
     let name = leader::default_lease_name(app_id);
     let get = || match client.api(&LEASES).get(&name) {
         Ok(l) => Some(l.map(|v| Observed::from_lease(&v))),
@@ -198,6 +226,10 @@ pub(super) fn read_lease(client: &KubeClient, app_id: &str, stale: Option<&str>)
     let held = !seen.record.holder_identity.is_empty();
     if !held || stale == Some(seen.resource_version.as_str()) || !looks_expired(&seen) {
         return live(&name, held.then_some(&seen));
+    }
+    if watch == Watch::No {
+        log::debug!("lease {name}: its renewTime looks expired; taken as stopped, not watched");
+        return LeaseSeen::default();
     }
     let lease_s = match seen.record.lease_duration_seconds {
         0 => leader::DEFAULT_LEASE_DURATION,
@@ -346,35 +378,98 @@ pub(super) fn choose(
             _ => return Ok(g.clone()),
         }
     }
+    let home = one_home(found, app_id, ns, Asker::Command)?;
+    Ok(home.map_or(StateStoreKind::File, |h| match h {
+        Home::ConfigMap(n) => StateStoreKind::ConfigMap(n),
+        Home::ExecutorSet(n) => StateStoreKind::ExecutorSet(n),
+    }))
+}
+
+/// Who looks for an app's home, which decides the fix its refusals name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Asker {
+    /// A command of one app: `--state-store` names the home.
+    Command,
+    /// `apps --discover`: no flag names one app's home; the fix is in the namespace.
+    Discovery,
+}
+
+/// The app's one in-cluster home found (`None`: none, every search answered), as
+/// [`choose`] takes it without `--state-store`: the only one; with several, the one a
+/// running controller uses. Errors: a search the RBAC refused with nothing found (exit 4:
+/// the home may be hidden), several homes and none in use (exit 2), each naming the fix
+/// for `asker`.
+fn one_home(found: &Found, app_id: &str, ns: &str, asker: Asker) -> Result<Option<Home>> {
     let home = match (found.homes.as_slice(), found.running()) {
         // A search the RBAC refused may have hidden the app's home: acting on the state
         // file beside it is what homes exist to prevent (found by the attack on issue 28).
         ([], _) if !found.forbidden.is_empty() => {
+            let fix = match asker {
+                Asker::Command => {
+                    "grant `list` on them (deploy/rbac.yaml), or pass --state-store (file, \
+                     configmap:NAME, executorset:NAME) to name the home"
+                }
+                Asker::Discovery => {
+                    "grant `list` on them (deploy/apps-deployment.yaml); not managed until then"
+                }
+            };
             return Err(Error::refused(format!(
                 "app {app_id}: cannot look for its home in namespace {ns}: the RBAC does not \
                  let this user list {} (403), so an ExecutorSet or state ConfigMap there \
-                 would go unseen: grant `list` on them (deploy/rbac.yaml), or pass \
-                 --state-store (file, configmap:NAME, executorset:NAME) to name the home",
+                 would go unseen: {fix}",
                 found.forbidden.join(" and ")
-            )))
+            )));
         }
-        ([], _) => return Ok(StateStoreKind::File),
+        ([], _) => return Ok(None),
         ([(h, _)], _) | (_, Some((h, _))) => h.clone(),
         (many, None) => {
             let names: Vec<String> = many.iter().map(|(h, _)| h.to_string()).collect();
+            let fix = match asker {
+                Asker::Command => "choose one with --state-store".to_string(),
+                Asker::Discovery => {
+                    let deletes: Vec<String> = (many.iter())
+                        .map(|(h, _)| match h {
+                            Home::ExecutorSet(n) => format!("executorset {n}"),
+                            Home::ConfigMap(n) => format!("configmap {n}"),
+                        })
+                        .map(|o| format!("`kubectl -n {ns} delete {o}`"))
+                        .collect();
+                    format!(
+                        "not managed until one of them is deleted ({})",
+                        deletes.join(" or ")
+                    )
+                }
+            };
             return Err(Error::usage(format!(
                 "app {app_id} has {} homes in namespace {ns} ({}), and no running controller \
-                 says which is in use: choose one with --state-store",
+                 says which is in use: {fix}",
                 names.len(),
                 names.join(", ")
             )));
         }
     };
     log::debug!("app {app_id}'s home: its {home} in namespace {ns}");
-    match home {
-        Home::ConfigMap(n) => Ok(StateStoreKind::ConfigMap(n)),
-        Home::ExecutorSet(n) => Ok(StateStoreKind::ExecutorSet(n)),
+    Ok(Some(home))
+}
+
+/// The home of app `app_id` that `apps --discover` found in the client's namespace, taken
+/// as [`choose`] takes it without `--state-store` (a live leader's recorded home first; the
+/// Lease is not watched, [`Watch::No`]); `None`: the namespace holds none, so the app's
+/// store is discovery's own (`--state-configmaps`, `--state-dir`), created at its first
+/// tick. Errors: the line that says why the app is not managed (two homes, none in use: both
+/// named and the fix; a search the RBAC refused; the API's).
+pub(super) fn discovered(
+    client: &KubeClient,
+    app_id: &str,
+) -> std::result::Result<Option<Home>, String> {
+    let ns = client.namespace();
+    let found = search(client, app_id, Watch::No)
+        .map_err(|e| format!("app {app_id}: cannot look for its home in namespace {ns}: {e}; retried at the next listing"))?;
+    if let (Some(who), Some(home)) = (&found.leader, &found.leader_home) {
+        let kind = leaders_home(None, &found, (who, home), app_id, ns).map_err(|e| e.message)?;
+        return Ok(home_of(&kind));
     }
+    one_home(&found, app_id, ns, Asker::Discovery).map_err(|e| e.message)
 }
 
 /// [`choose`] when a live leader, `who`, recorded its `home` in the Lease: a store given
@@ -571,6 +666,26 @@ mod tests {
         let e = choose(Some(&cm("st")), &f, "app", "ns").unwrap_err();
         assert!(e.message.contains("ExecutorSet set"), "{}", e.message);
         assert_eq!(choose(Some(&es), &f, "app", "ns").unwrap(), es);
+    }
+
+    #[test]
+    fn discovery_takes_the_one_home_and_names_the_kubectl_delete_of_each_of_two() {
+        let pick = |f: &Found| one_home(f, "app", "ns", Asker::Discovery);
+        assert_eq!(pick(&found(&[], false)).unwrap(), None);
+        let es = Home::ExecutorSet("set".to_string());
+        assert_eq!(pick(&found(&[("es:set", false)], false)).unwrap(), Some(es));
+        let in_use = found(&[("es:set", false), ("st", true)], false);
+        assert_eq!(pick(&in_use).unwrap(), Some(Home::ConfigMap("st".into())));
+        let e = pick(&found(&[("es:set", false), ("st", false)], false)).unwrap_err();
+        assert_eq!(e.code, crate::error::ExitCode::Usage);
+        for part in [
+            "app app has 2 homes in namespace ns (ExecutorSet set, ConfigMap st)",
+            "not managed until one of them is deleted",
+            "`kubectl -n ns delete executorset set` or `kubectl -n ns delete configmap st`",
+        ] {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
+        assert!(!e.message.contains("--state-store"), "{}", e.message);
     }
 
     #[test]

@@ -1676,13 +1676,16 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
         let ok = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t"}}"#;
         script(dir.path(), "slow", &format!("sleep 0.3\necho '{ok}'"));
         let e = ExecConfig::new("./slow", dir.path(), ExecApiVersion::V1, "user \"u\"");
-        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT, Arc::default()).unwrap();
+        // Timed from before the start: the plugin's 300 ms begin after it, so a slow
+        // spawn on a loaded machine cannot make the plugin look faster than it is.
         let t = Instant::now();
+        let mut run = RunningPlugin::start(&e, None, DEFAULT_EXEC_TIMEOUT, Arc::default()).unwrap();
+        let polled = Instant::now();
         assert!(run.poll(Duration::ZERO).is_none());
         assert!(
-            t.elapsed() < Duration::from_millis(100),
+            polled.elapsed() < Duration::from_millis(100),
             "{:?}",
-            t.elapsed()
+            polled.elapsed()
         );
         let cred = loop {
             if let Some(done) = run.poll(Duration::from_millis(20)) {

@@ -25,7 +25,7 @@ EXIT CODES:
   5  --timeout expired before the target was reached, or during a tick that did not finish
   6  the crash-loop guard (--max-failures) stopped creation
   7  the driver pod (--driver-pod) has finished or is being deleted: executors deleted
-  130  `run`: a second SIGINT/SIGTERM aborted the tick in progress (the state stays consistent)
+  130  `run`, `apps`: a second SIGINT/SIGTERM aborted at once (the state stays consistent)
 
 LIMITS:
   --target, `scale N`, `add N`, --max-pending, --max-failures  0 to 1000000 executors
@@ -674,7 +674,8 @@ impl AppArgs {
 pub enum Command {
     /// One tick: list, plan, create/delete, save. For cron.
     Reconcile(ReconcileArgs),
-    /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0).
+    /// Tick every --interval until stopped (SIGINT/SIGTERM finish the tick, save, exit 0; a
+    /// second aborts at once, exit 130).
     Run(RunArgs),
     /// Keep many apps at their targets in one process, as `run` keeps one: from an apps
     /// file, or every driver pod a label selector finds (one executor list per namespace for

@@ -1681,6 +1681,11 @@ impl KubeClient {
                 return Err(Self::term_over(req));
             }
             let token = self.bearer(false)?;
+            // Asked again after bearer(), right before the send: a wait for an exec plugin
+            // (up to the request's timeout) may have outlived this process's leadership, and
+            // a write sent then lands beside the next leader's (the attacker's HIGH: a create
+            // 8 s into another's term). Also covers a retry and a re-authentication.
+            self.check_write_fence(req)?;
             // After bearer(): an exec plugin may just have replaced the agent.
             let agent = lock(&self.conn.agent).clone();
             lock(&self.conn.stats).requests += 1;
@@ -1736,8 +1741,6 @@ impl KubeClient {
                 return Err(Self::term_over(req));
             }
             attempt += 1;
-            // A retried write is asked again: leadership may have ended while it waited.
-            self.check_write_fence(req)?;
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1481,6 +1481,42 @@ fn a_plugin_waited_for_is_waited_at_most_the_request_timeout() {
     client.api(&PODS).get("x").unwrap();
     derived.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1, "the run that went on served both");
+}
+
+/// A write whose credential had to be waited for is fenced again once the plugin has
+/// answered: leadership lost during the wait (here, the hook sees the Lease go) means it is
+/// never sent, though it was allowed when the call began.
+#[cfg(unix)]
+#[test]
+fn a_write_is_fenced_again_after_waiting_for_its_credential() {
+    let (server, plugin, client, _) = exec_client_and_derived(1);
+    let leading = Arc::new(AtomicBool::new(true));
+    let l = Arc::clone(&leading);
+    client.set_write_fence(Arc::new(move || l.load(Ordering::SeqCst)));
+    // The first call is the one before the credential is asked for; later ones come from
+    // the wait for the plugin.
+    let (l, calls) = (Arc::clone(&leading), Arc::new(AtomicUsize::new(0)));
+    client.set_between_requests(Arc::new(move |_| {
+        if calls.fetch_add(1, Ordering::SeqCst) >= 1 {
+            l.store(false, Ordering::SeqCst);
+        }
+        true
+    }));
+    std::thread::sleep(Duration::from_millis(1100));
+    plugin.token_valid_for(3600);
+    plugin.slow(true);
+    let sent = server.recorded().len();
+    let err = create_err(&client, "p");
+    assert!(
+        err.to_string().contains("create pod p")
+            && err.to_string().contains("no longer holds the leader lease"),
+        "{err}"
+    );
+    assert!(
+        !leading.load(Ordering::SeqCst),
+        "the hook ran during the wait"
+    );
+    assert_eq!(server.recorded().len(), sent, "nothing sent");
 }
 
 #[cfg(unix)]

@@ -1396,10 +1396,11 @@ impl KubeClient {
     }
 
     /// Waits for the plugin, the hook between requests run while it runs, marked as running
-    /// for the clients sharing the hook ([`KubeClient::exec_token_nested`]); at most this
-    /// client's request timeout ([`Timeouts::global`]: a Lease client's is its renew
-    /// deadline), after which the plugin goes on running as a renewal in `cache`, for a
-    /// later request to take its credential.
+    /// for the clients sharing the hook ([`KubeClient::exec_token_nested`]). The first
+    /// credential (`cache` has never held one) as long as the plugin may run
+    /// ([`ClientOptions::exec_timeout`]); later ones at most this client's request timeout
+    /// ([`Timeouts::global`]: a Lease client's is its renew deadline), after which the plugin
+    /// goes on running as a renewal in `cache`, for a later request to take its credential.
     ///
     /// Errors: the plugin's, or a [`KubeError::Transport`] of kind [`TransportKind::Timeout`]
     /// (retryable, as a slow server's) when it has not finished in time.
@@ -1410,7 +1411,15 @@ impl KubeClient {
     ) -> Result<ExecCredential, KubeError> {
         let hook = &self.conn.between;
         let _running = hook.plugin_run();
-        let limit = self.conn.options.timeouts.global;
+        // The first credential is waited for as long as the plugin may run (it kills itself
+        // at its own timeout): nothing can have been led or sent without one, and a start
+        // (or a one-shot command) would only fail. Later ones at most the request's timeout,
+        // so a Lease renewal is never held behind a plugin.
+        let limit = if cache.cred.is_none() {
+            self.conn.options.exec_timeout + Duration::from_secs(1)
+        } else {
+            self.conn.options.timeouts.global
+        };
         match run.wait_until(Instant::now() + limit, &mut || {
             hook.run(Duration::ZERO);
         }) {

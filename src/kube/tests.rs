@@ -1483,6 +1483,27 @@ fn a_plugin_waited_for_is_waited_at_most_the_request_timeout() {
     assert_eq!(plugin.runs(), 1, "the run that went on served both");
 }
 
+/// The first credential, with none ever held (nothing led or sent yet), is waited for as
+/// long as the plugin may run, past the request's timeout: a start fails only when the
+/// plugin does.
+#[cfg(unix)]
+#[test]
+fn the_first_credential_is_waited_for_past_the_request_timeout() {
+    let server = bearer_only("t");
+    let plugin = Plugin::temp();
+    plugin.token_valid_for(3600);
+    plugin.slow(true);
+    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
+    cfg.credential = Credential::Exec(Box::new(plugin.config()));
+    let mut quick = fast_options();
+    quick.timeouts.global = Duration::from_millis(300);
+    let t = Instant::now();
+    let client = KubeClient::with_options(cfg, quick).unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    client.api(&PODS).get("x").unwrap();
+    assert_eq!(plugin.runs(), 1);
+}
+
 /// A write whose credential had to be waited for is fenced again once the plugin has
 /// answered: leadership lost during the wait (here, the hook sees the Lease go) means it is
 /// never sent, though it was allowed when the call began.

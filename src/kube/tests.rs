@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,6 +106,15 @@ fn create_err(client: &KubeClient, name: &str) -> KubeError {
     (client.api(&PODS))
         .create(&body, &PostParams::default())
         .unwrap_err()
+}
+
+/// `err` is the create of pod `p` refused by the write fence, unsent.
+fn assert_fenced(err: &KubeError) {
+    let text = err.to_string();
+    assert!(
+        text.contains("create pod p") && text.contains("no longer holds the leader lease"),
+        "{text}"
+    );
 }
 
 /// The list of [`SELECTOR`] with `field_selector` and `limit`.
@@ -1197,9 +1206,19 @@ fn exec_output(
 
 #[cfg(unix)]
 fn exec_client(server: &FakeServer, plugin: &Plugin) -> Result<KubeClient, KubeError> {
+    exec_client_with(server, plugin, fast_options())
+}
+
+/// [`exec_client`] with `options`.
+#[cfg(unix)]
+fn exec_client_with(
+    server: &FakeServer,
+    plugin: &Plugin,
+    options: ClientOptions,
+) -> Result<KubeClient, KubeError> {
     let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
     cfg.credential = Credential::Exec(Box::new(plugin.config()));
-    KubeClient::with_options(cfg, fast_options())
+    KubeClient::with_options(cfg, options)
 }
 
 #[cfg(unix)]
@@ -1493,51 +1512,13 @@ fn the_first_credential_is_waited_for_past_the_request_timeout() {
     let plugin = Plugin::temp();
     plugin.token_valid_for(3600);
     plugin.slow(true);
-    let mut cfg = ClusterConfig::for_server(&server.url(), "spark");
-    cfg.credential = Credential::Exec(Box::new(plugin.config()));
     let mut quick = fast_options();
     quick.timeouts.global = Duration::from_millis(300);
     let t = Instant::now();
-    let client = KubeClient::with_options(cfg, quick).unwrap();
+    let client = exec_client_with(&server, &plugin, quick).unwrap();
     assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
     client.api(&PODS).get("x").unwrap();
     assert_eq!(plugin.runs(), 1);
-}
-
-/// A write whose credential had to be waited for is fenced again once the plugin has
-/// answered: leadership lost during the wait (here, the hook sees the Lease go) means it is
-/// never sent, though it was allowed when the call began.
-#[cfg(unix)]
-#[test]
-fn a_write_is_fenced_again_after_waiting_for_its_credential() {
-    let (server, plugin, client, _) = exec_client_and_derived(1);
-    let leading = Arc::new(AtomicBool::new(true));
-    let l = Arc::clone(&leading);
-    client.set_write_fence(Arc::new(move || l.load(Ordering::SeqCst)));
-    // The first call is the one before the credential is asked for; later ones come from
-    // the wait for the plugin.
-    let (l, calls) = (Arc::clone(&leading), Arc::new(AtomicUsize::new(0)));
-    client.set_between_requests(Arc::new(move |_| {
-        if calls.fetch_add(1, Ordering::SeqCst) >= 1 {
-            l.store(false, Ordering::SeqCst);
-        }
-        true
-    }));
-    std::thread::sleep(Duration::from_millis(1100));
-    plugin.token_valid_for(3600);
-    plugin.slow(true);
-    let sent = server.recorded().len();
-    let err = create_err(&client, "p");
-    assert!(
-        err.to_string().contains("create pod p")
-            && err.to_string().contains("no longer holds the leader lease"),
-        "{err}"
-    );
-    assert!(
-        !leading.load(Ordering::SeqCst),
-        "the hook ran during the wait"
-    );
-    assert_eq!(server.recorded().len(), sent, "nothing sent");
 }
 
 #[cfg(unix)]
@@ -1970,12 +1951,7 @@ fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
     });
     let client = http_client(&server);
     client.set_write_fence(Arc::new(|| false));
-    let err = create_err(&client, "p");
-    assert!(
-        err.to_string().contains("create pod p")
-            && err.to_string().contains("no longer holds the leader lease"),
-        "{err}"
-    );
+    assert_fenced(&create_err(&client, "p"));
     assert_eq!(
         client
             .api(&PODS)
@@ -1998,6 +1974,34 @@ fn a_lost_lease_fences_writes_but_not_reads_or_lease_calls() {
             "PUT /apis/coordination.k8s.io/v1/namespaces/spark/leases/l"
         ]
     );
+}
+
+/// A write allowed when its call began is fenced again once its credential is there:
+/// leadership lost while the plugin ran (the hook saw the Lease go) means it is never sent.
+#[cfg(unix)]
+#[test]
+fn a_write_is_fenced_again_after_waiting_for_its_credential() {
+    let (server, plugin, client, _) = exec_client_and_derived(1);
+    // The hook's first call comes before the credential is asked for, later ones from the
+    // wait for the plugin: this process leads until the wait has begun.
+    let hooks = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&hooks);
+    client.set_write_fence(Arc::new(move || seen.load(Ordering::SeqCst) < 2));
+    let counter = Arc::clone(&hooks);
+    client.set_between_requests(Arc::new(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        true
+    }));
+    std::thread::sleep(Duration::from_millis(1100));
+    plugin.token_valid_for(3600);
+    plugin.slow(true);
+    let sent = server.recorded().len();
+    assert_fenced(&create_err(&client, "p"));
+    assert!(
+        hooks.load(Ordering::SeqCst) >= 2,
+        "the hook ran during the wait"
+    );
+    assert_eq!(server.recorded().len(), sent, "nothing sent");
 }
 
 /// A CONNECT proxy on 127.0.0.1 relaying to `to` whatever target is asked; the first line of

@@ -956,15 +956,22 @@ both!(
             "metadata": {"name": "x", "labels": {"spark-app-selector": "x"}},
             "spec": {"appId": "x"}});
         let homes = [
-            ("appsleasewait", "api/v1", "configmaps", cm),
+            (
+                "appsleasewait",
+                "api/v1",
+                "configmaps",
+                cm,
+                "(the namespace holds ConfigMap podalloc-state-x of podalloc's)",
+            ),
             (
                 "appsleasewaites",
                 "apis/podalloc.io/v1alpha1",
                 "executorsets",
                 es,
+                "(the namespace holds ExecutorSet x)",
             ),
         ];
-        for (test, api, plural, home) in homes {
+        for (test, api, plural, home, found) in homes {
             let e = e.sibling(test);
             let path = format!("/{api}/namespaces/{}/{plural}", e.ns);
             assert_eq!(e.admin("POST", &path, Some(&home)).0, 201, "{plural}");
@@ -978,6 +985,8 @@ both!(
             let said = "lease podalloc-apps is missing: it is created once it has stayed \
                         missing for a lease duration";
             assert!(err.contains(said), "{plural}: {err}");
+            // It names what it found (issue 30: trial findings).
+            assert!(err.contains(found), "{plural}: {err}");
         }
     }
 );

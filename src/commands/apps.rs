@@ -160,8 +160,12 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     // --leader-elect stands by while another holds it; without it, the same Lease is a
     // claim, and a second process refuses.
     let client = &conn.clients[&conn.default_ns];
-    let nothing = a.leader.leader_elect && nothing_led(client, a);
-    let le = match super::elect::start_on(client, &a.leader, "apps", nothing)? {
+    let led = if a.leader.leader_elect {
+        what_led(client, a)
+    } else {
+        None
+    };
+    let le = match super::elect::start_on(client, &a.leader, "apps", led)? {
         Some(le) => le,
         None => super::elect::claim_on(client, &a.leader, "apps")?,
     };
@@ -176,37 +180,47 @@ pub(super) fn apps(cli: &Cli, a: &AppsArgs) -> Result<()> {
     res
 }
 
-/// Whether no `apps` can have led in `client`'s namespace, so that `apps --leader-elect`
-/// creates a missing Lease at once, as `run --leader-elect` does on an app of which the
-/// namespace holds nothing (it waited a lease duration, about 17 s, on every first start):
-/// its apps are discovered there and keep their states in ConfigMaps there
-/// (`--state-configmaps`), and the namespace holds no ConfigMap of podalloc's and no
+/// What says an `apps` may have led in `client`'s namespace; `None`: nobody can have, so
+/// `apps --leader-elect` creates a missing Lease at once, as `run --leader-elect` does on an
+/// app of which the namespace holds nothing (it waited a lease duration, about 17 s, on
+/// every first start): its apps are discovered there and keep their states in ConfigMaps
+/// there (`--state-configmaps`), and the namespace holds no ConfigMap of podalloc's and no
 /// ExecutorSet (the searches answered; an ExecutorSet kind not served counts as none). An
 /// apps leader creates an app's ConfigMap before its first pod, or acts on the app's
 /// ExecutorSet (discovery uses the home an app already has). Otherwise (an apps file, whose
 /// entries may keep their states elsewhere; states in each replica's own files; a search
-/// refused) a missing Lease may be one deleted under a running leader, and is created only
-/// once it has stayed missing for a lease duration.
-fn nothing_led(client: &KubeClient, a: &AppsArgs) -> bool {
-    if a.file.is_some() || a.discover.is_none() || a.state_configmaps.is_none() {
-        return false;
+/// refused; a ConfigMap or ExecutorSet found, named in the answer) a missing Lease may be
+/// one deleted under a running leader, and is created only once it has stayed missing for
+/// a lease duration.
+fn what_led(client: &KubeClient, a: &AppsArgs) -> Option<String> {
+    if a.file.is_some() || a.discover.is_none() {
+        return Some(
+            "the apps come from an apps file, whose entries may keep their states elsewhere".into(),
+        );
+    }
+    if a.state_configmaps.is_none() {
+        return Some("the apps keep their states in files (no --state-configmaps)".into());
     }
     let sel = format!("{}=podalloc", crate::store::configmap::MANAGED_BY);
-    let none_of = |res, sel: &str| {
+    let found = |res: &'static kube::Resource, sel: &str, kind: &str, whose: &str| {
         let lp = kube::ListParams {
             label_selector: sel,
             ..kube::ListParams::default()
         };
         match client.api(res).list_items(&lp) {
-            Ok((items, _)) => items.is_empty(),
-            Err(e) if res == &kube::EXECUTOR_SETS && e.status_code() == Some(404) => true,
+            Ok((items, _)) => items.first().map(|item| {
+                let name = item["metadata"]["name"].as_str().unwrap_or("?");
+                format!("the namespace holds {kind} {name}{whose}")
+            }),
+            Err(e) if res == &kube::EXECUTOR_SETS && e.status_code() == Some(404) => None,
             Err(e) => {
                 log::debug!("the namespace's {} not searched: {e}", res.plural);
-                false
+                Some(format!("the namespace's {} were not searched", res.plural))
             }
         }
     };
-    none_of(&kube::CONFIG_MAPS, &sel) && none_of(&kube::EXECUTOR_SETS, "")
+    let config_map = found(&kube::CONFIG_MAPS, &sel, "ConfigMap", " of podalloc's");
+    config_map.or_else(|| found(&kube::EXECUTOR_SETS, "", "ExecutorSet", ""))
 }
 
 /// Refuses one app's flags (exit 2): they are given per app in the apps file.
@@ -387,7 +401,6 @@ impl<'c> AppsFeed<'c> {
         let started = Instant::now();
         let mut state = None;
         let services = &self.conn.services;
-        let leader = shared.with_leader(|le| le.map(|le| le.leadership()));
         let outcome = slot.tick(shared, services, |app, store, memory, request| {
             for w in &snap.warnings {
                 warn!("{w}");
@@ -417,7 +430,10 @@ impl<'c> AppsFeed<'c> {
                 report,
                 &state,
                 started.elapsed(),
-                leader,
+                // One Lease for every app: the leadership series are the process's own
+                // (`process_metrics`), never an app's, or `sum(podalloc_is_leader)` counts
+                // the leader once per app and once more.
+                None,
             );
             probe.inspect(|p| p.set_app_metrics(&slot.ns, &id, text.clone()));
             self.metrics.insert(key(&slot.ns, &id), text);

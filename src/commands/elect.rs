@@ -56,23 +56,26 @@ pub(super) fn start(env: &Env, a: &LeaderElectArgs) -> Result<Option<LeaderElect
     let home = super::home::mark(&env.store_kind);
     let in_cluster = !matches!(env.store_kind, crate::cli::StateStoreKind::File);
     let claim = in_cluster && env.found.nothing();
-    start_elector(&env.client, a, &env.app.app_id, (claim, Some(home))).map(Some)
+    start_elector(&env.client, a, &env.app.app_id, (claim, Some(home)), None).map(Some)
 }
 
 /// [`start`] on `client`'s namespace, the Lease named `podalloc-<id>` by default (`run`:
-/// the app id; `apps`: `apps`, so one Lease covers every app of the process); `nothing`:
-/// nobody can have led there, so a missing Lease is created at once, as [`start`] does
-/// for an app of which the namespace holds nothing. Errors as [`start`].
+/// the app id; `apps`: `apps`, so one Lease covers every app of the process); `led`: what
+/// says someone may have led there (named in the line logged while a missing Lease is
+/// waited for); `None`: nobody can have, so a missing Lease is created at once, as
+/// [`start`] does for an app of which the namespace holds nothing. Errors as [`start`].
 pub(super) fn start_on(
     client: &crate::kube::KubeClient,
     a: &LeaderElectArgs,
     id: &str,
-    nothing: bool,
+    led: Option<String>,
 ) -> Result<Option<LeaderElection>> {
     if !a.leader_elect {
         return Ok(None);
     }
-    start_elector(client, a, id, (nothing, None)).map(Some)
+    let claim = led.is_none();
+    let le = start_elector(client, a, id, (claim, None), led);
+    le.map(Some)
 }
 
 /// The claim of `apps` without `--leader-elect`: the same election on the same Lease in
@@ -83,16 +86,18 @@ pub(super) fn claim_on(
     a: &LeaderElectArgs,
     id: &str,
 ) -> Result<LeaderElection> {
-    start_elector(client, a, id, (true, None))
+    start_elector(client, a, id, (true, None), None)
 }
 
 /// The election on Lease `podalloc-<id>` (or `--leader-elect-resource-name`); `claim`:
-/// claim mode; `home`: the [`leader::HOME`] annotation written as holder.
+/// claim mode; `home`: the [`leader::HOME`] annotation written as holder; `why`: why a
+/// missing Lease is waited for ([`leader::Elector::missing_because`]).
 fn start_elector(
     client: &crate::kube::KubeClient,
     a: &LeaderElectArgs,
     id: &str,
     (claim, home): (bool, Option<String>),
+    why: Option<String>,
 ) -> Result<LeaderElection> {
     let timing = timing(a)?;
     let name = lease_name(a.leader_elect_resource_name.as_deref(), id)?;
@@ -102,6 +107,9 @@ fn start_elector(
     }
     if let Some(home) = home {
         elector = elector.with_home(home);
+    }
+    if let Some(why) = why {
+        elector = elector.missing_because(why);
     }
     LeaderElection::start(client, &name, elector).map_err(crate::controller::tick::kube_error)
 }

@@ -350,6 +350,9 @@ pub(crate) struct Elector {
     first_seen_at: Option<Duration>,
     /// The [`HOME`] annotation our writes carry as holder ([`Elector::with_home`]).
     home: Option<String>,
+    /// Why a missing Lease is not created at once ([`Elector::missing_because`]), for the
+    /// line that says it waits.
+    missing_why: Option<String>,
 }
 
 impl Elector {
@@ -365,7 +368,16 @@ impl Elector {
             claim: false,
             first_seen_at: None,
             home: None,
+            missing_why: None,
         }
+    }
+
+    /// `why` a missing Lease is not created at once (what was found that someone may have
+    /// led from, e.g. `the namespace holds ConfigMap NAME of podalloc's`): named in the
+    /// line logged when it waits.
+    pub(crate) fn missing_because(mut self, why: String) -> Elector {
+        self.missing_why = Some(why);
+        self
     }
 
     /// Our writes as holder (acquire and every renewal) carry the [`HOME`] annotation
@@ -906,10 +918,12 @@ fn attempt(s: &Candidate, leases: &Api<'_>, name: &str) {
     let Some(write) = write else {
         debug!("leader election: lease {name} is held by another candidate or changed lately");
         if missing && !std::mem::replace(&mut lock(&s.reported).said_missing, true) {
+            let why = (lock(&s.elector).missing_why.as_ref())
+                .map_or(String::new(), |w| format!(" ({w})"));
             info!(
                 "leader election: lease {name} is missing: it is created once it has stayed \
                  missing for a lease duration, since it may have been deleted under a leader \
-                 that still acts"
+                 that still acts{why}"
             );
         }
         return;

@@ -16,8 +16,9 @@ use std::time::Duration;
 /// pending, unacknowledged, failed (from `report`; absent when the tick failed before it
 /// saw the cluster), whether the tick succeeded, tick duration (s), last successful tick
 /// (Unix s). Counters (totals kept in the state): executors created/deleted, API errors by
-/// code. With `leader` (`--leader-elect`, or `apps`' claim: whether this process leads and
-/// how many times that changed), the leader-election series too.
+/// code. With `leader` (`run --leader-elect`: whether this process leads and how many
+/// times that changed), the leader-election series too, with the app's labels; `apps`
+/// passes none, its one Lease being every app's ([`render_leadership`]).
 pub(crate) fn render(
     app: &str,
     namespace: &str,
@@ -352,6 +353,36 @@ mod tests {
         assert!(render_leadership(now).ends_with("\npodalloc_leader_transitions_total 2\n"));
         let unrelated = "podalloc_is_leader_other{app=\"a\"} 1\n";
         assert_eq!(with_leadership(unrelated, now), unrelated);
+    }
+
+    /// The unlabeled sample lines of `name` in `text`, and how many labeled ones it has.
+    fn samples<'t>(text: &'t str, name: &str) -> (Vec<&'t str>, usize) {
+        let bare = text.lines().filter(|l| l.starts_with(&format!("{name} ")));
+        let labeled = text.lines().filter(|l| l.starts_with(&format!("{name}{{")));
+        (bare.collect(), labeled.count())
+    }
+
+    /// `apps` (issue 30: trial findings): its apps' texts carry no leadership series, so
+    /// `/metrics` and `--metrics-file` show the process's unlabeled pair alone, never one per
+    /// app beside it (a `sum(podalloc_is_leader)` counted N+1 leaders, and the file kept the
+    /// apps' `1` after the process's said `0`); `run`'s keep the app's labels.
+    #[test]
+    fn apps_texts_carry_the_process_s_leadership_alone() {
+        let state = AllocatorState::new();
+        let app = |name| render(name, "batch", None, &state, Duration::ZERO, None);
+        let (a, b) = (app("app-drv1"), app("app-drv2"));
+        let process = render_leadership((false, 3));
+        let texts = [a.as_str(), b.as_str(), process.as_str()];
+        let merged = crate::controller::serve::merge_families(texts.into_iter());
+        for text in [merged.clone(), with_leadership(&merged, (true, 4))] {
+            let (lines, labeled) = samples(&text, IS_LEADER);
+            assert_eq!((lines.len(), labeled), (1, 0), "{text}");
+            let (lines, labeled) = samples(&text, LEADER_TRANSITIONS);
+            assert_eq!((lines.len(), labeled), (1, 0), "{text}");
+        }
+        assert!(samples(&merged, IS_LEADER).0 == ["podalloc_is_leader 0"]);
+        let run = render("etl", "ns", None, &state, Duration::ZERO, Some((true, 1)));
+        assert!(run.contains("\npodalloc_is_leader{app=\"etl\",namespace=\"ns\"} 1\n"));
     }
 
     #[test]

@@ -198,7 +198,7 @@ fn events_refused_by_rbac_never_fail_the_tick() {
         1,
         "warned once: {err}"
     );
-    assert!(err.contains("events create and patch"), "{err}");
+    assert!(err.contains("events create, get and patch"), "{err}");
 }
 
 /// Writes a template file into the world's directory; returns its path as a string.

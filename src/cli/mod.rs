@@ -170,12 +170,31 @@ const CREATING: &[&str] = &[
     "policy",
 ];
 
+/// [`CREATING`] plus the endpoints of a long-running loop (`run`; a Deployment's probes and
+/// scrape need them, the "Highly available" recipe included).
+const LOOPING: &[&str] = &[
+    "config",
+    "app_id",
+    "namespace",
+    "kubeconfig",
+    "context",
+    "simulate",
+    "state_store",
+    "template",
+    "image",
+    "batch_size",
+    "policy",
+    "metrics_bind_address",
+    "health_probe_bind_address",
+];
+
 /// The global flags `-h` lists for `command` (`None`: the top level), by argument id. The
 /// rest are rarely used there, or not used at all (`sim`, `man` and `completions` take no
 /// global flag but the logging ones; `plan` takes the app id and the allocation flags).
 fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
     match command {
-        None | Some("reconcile" | "run" | "scale" | "add") => CREATING,
+        None | Some("reconcile" | "scale" | "add") => CREATING,
+        Some("run") => LOOPING,
         Some("status" | "remove") => CONNECTED,
         // Every app's defaults; the app id comes from the apps file or the drivers.
         Some("apps") => &[
@@ -188,6 +207,8 @@ fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
             "image",
             "batch_size",
             "policy",
+            "metrics_bind_address",
+            "health_probe_bind_address",
         ],
         Some("plan") => &["config", "app_id", "policy"],
         Some(_) => &[],
@@ -455,7 +476,8 @@ pub struct AppArgs {
     pub driver_pod: Option<String>,
     /// Post no Kubernetes Events (by default each tick posts SuccessfulCreate, FailedCreate,
     /// SuccessfulDelete, ExecutorFailed, AllocationBlocked and CrashLoopHalt events on the
-    /// driver pod, else on the executor pod concerned; needs RBAC events create, patch).
+    /// driver pod, else on the executor pod concerned; needs RBAC events create, get and patch:
+    /// get reads an Event a previous process posted, to count on from it).
     #[arg(long, global = true, env = "PODALLOC_NO_EVENTS", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_events: bool,
     /// Executor pods created per tick at most (Spark: spark.kubernetes.allocation.batch.size),
@@ -747,8 +769,9 @@ pub enum DryRunOutput {
 pub struct RunArgs {
     /// The target (total expected executors) when the store has none yet: a seed. The
     /// target a running loop follows lives in the store (the state file; with a ConfigMap
-    /// store its `podalloc.io/executors` annotation), changed by `scale`, `add`, `remove` or
-    /// `kubectl annotate` while the loop runs, so a restart or a rollout never changes it.
+    /// store its `podalloc.io/executors` annotation; with an ExecutorSet store its
+    /// `spec.replicas`), changed by `scale`, `add`, `remove`, `kubectl annotate` or `kubectl
+    /// scale executorset` while the loop runs, so a restart or a rollout never changes it.
     #[arg(long, env = "PODALLOC_TARGET", value_name = "N", allow_negative_numbers = true, value_parser = parse_target)]
     pub target: Option<u32>,
     /// Set the store's target to --target even when it has one (overrides a target set by
@@ -1176,6 +1199,15 @@ mod tests {
         }
         assert!(help(&["plan", "-h"]).contains("--app-id"));
         assert!(help(&["man", "-h"]).lines().count() < 15);
+        // The loops' endpoints (issue 30: trial findings: only `--help` showed them, while
+        // the HA recipe relies on them), and only theirs.
+        let endpoints = ["--metrics-bind-address", "--health-probe-bind-address"];
+        for cmd in ["run", "apps"] {
+            assert_lists(&format!("{cmd} -h"), &help(&[cmd, "-h"]), &endpoints);
+        }
+        for flag in endpoints {
+            assert!(!reconcile.contains(flag), "reconcile -h shows {flag}");
+        }
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl Recorder {
         if let Err(e) = res {
             let hint = match &e {
                 KubeError::Api { status, .. } if status.code == 403 => {
-                    " (grant the service account events create and patch)"
+                    " (grant the service account events create, get and patch)"
                 }
                 _ => "",
             };

@@ -73,7 +73,7 @@ fn a_second_signal_aborts_a_hung_tick_at_once() {
     assert_eq!(code(&out), 130, "{}", err(&out));
     let e = err(&out);
     let ack = e
-        .find("SIGTERM received: finishing the current tick, Ctrl-C again to abort")
+        .find("SIGTERM received: finishing the current tick, SIGINT or SIGTERM again to abort")
         .expect(&e);
     let abort = e.find("second signal (SIGTERM): aborting now").expect(&e);
     assert!(ack < abort, "{e}");
@@ -392,7 +392,7 @@ fn the_first_signal_says_what_the_process_finishes() {
     }
     let e = term(leader, Duration::from_secs(6));
     let ack = e
-        .find("SIGTERM received: finishing the Lease call in progress, Ctrl-C again to abort")
+        .find("SIGTERM received: finishing the Lease call in progress, SIGINT or SIGTERM again to abort")
         .expect(&e);
     let stop = e.find("signal received: stopping after").expect(&e);
     assert!(ack < stop, "{e}");

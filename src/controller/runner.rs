@@ -228,9 +228,11 @@ impl Control {
     /// [`WAIT_POLL`]).
     fn finishing(&self) -> &'static str {
         match *lock(&self.phase) {
-            Phase::Fresh | Phase::Writing => "finishing the current tick, Ctrl-C again to abort",
+            Phase::Fresh | Phase::Writing => {
+                "finishing the current tick, SIGINT or SIGTERM again to abort"
+            }
             _ if self.polling.load(Ordering::SeqCst) => {
-                "finishing the Lease call in progress, Ctrl-C again to abort"
+                "finishing the Lease call in progress, SIGINT or SIGTERM again to abort"
             }
             _ => "no tick or Lease call in progress: stopping now",
         }

@@ -319,14 +319,21 @@ exec sleep 60"#,
     assert!(took.as_millis() < 1500, "{took:?}: {log}");
     assert!(log.contains("SIGTERM received while starting"), "{log}");
     let pid = std::fs::read_to_string(&pidfile).unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
-    // Gone, or a zombie its new parent has not reaped yet.
-    let alive = stat.is_ok_and(|st| {
-        st.rsplit(')')
-            .next()
-            .is_some_and(|r| !r.trim_start().starts_with('Z'))
-    });
-    assert!(!alive, "the plugin {} outlived podalloc", pid.trim());
+    // Gone, or a zombie its new parent has not reaped yet. SIGKILL is delivered after
+    // kill(2) returns, so the plugin is given a second to die (it sleeps 60 s otherwise).
+    let alive = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+        stat.is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let t = std::time::Instant::now();
+    while alive() && t.elapsed().as_millis() < 1000 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!alive(), "the plugin {} outlived podalloc", pid.trim());
 }
 
 /// `kill -SIG PID` through the kill command (no libc call here).

@@ -170,53 +170,42 @@ const CREATING: &[&str] = &[
     "policy",
 ];
 
-/// [`CREATING`] plus the endpoints of a long-running loop (`run`; a Deployment's probes and
-/// scrape need them, the "Highly available" recipe included).
-const LOOPING: &[&str] = &[
+/// What `apps` needs: every app's defaults (the app id comes from the apps file or the
+/// drivers).
+const APPS: &[&str] = &[
     "config",
-    "app_id",
     "namespace",
     "kubeconfig",
     "context",
     "simulate",
-    "state_store",
     "template",
     "image",
     "batch_size",
     "policy",
-    "metrics_bind_address",
-    "health_probe_bind_address",
 ];
 
-/// The global flags `-h` lists for `command` (`None`: the top level), by argument id. The
-/// rest are rarely used there, or not used at all (`sim`, `man` and `completions` take no
-/// global flag but the logging ones; `plan` takes the app id and the allocation flags).
-fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
-    match command {
-        None | Some("reconcile" | "scale" | "add") => CREATING,
-        Some("run") => LOOPING,
-        Some("status" | "remove") => CONNECTED,
-        // Every app's defaults; the app id comes from the apps file or the drivers.
-        Some("apps") => &[
-            "config",
-            "namespace",
-            "kubeconfig",
-            "context",
-            "simulate",
-            "template",
-            "image",
-            "batch_size",
-            "policy",
-            "metrics_bind_address",
-            "health_probe_bind_address",
-        ],
-        Some("plan") => &["config", "app_id", "policy"],
-        Some(_) => &[],
-    }
+/// The endpoints of a long-running loop (`run`, `apps`; a Deployment's probes and scrape
+/// need them, the "Highly available" recipe included).
+const ENDPOINTS: &[&str] = &["metrics_bind_address", "health_probe_bind_address"];
+
+/// Whether `-h` lists the global flag `id` (an argument id) for `command` (`None`: the top
+/// level). The rest are rarely used there, or not used at all (`sim`, `man` and
+/// `completions` take no global flag but the logging ones; `plan` takes the app id and the
+/// allocation flags).
+fn short_help_shows(command: Option<&str>, id: &str) -> bool {
+    let (flags, looping): (&[&str], bool) = match command {
+        None | Some("reconcile" | "scale" | "add") => (CREATING, false),
+        Some("run") => (CREATING, true),
+        Some("status" | "remove") => (CONNECTED, false),
+        Some("apps") => (APPS, true),
+        Some("plan") => (&["config", "app_id", "policy"], false),
+        Some(_) => (&[], false),
+    };
+    flags.contains(&id) || (looping && ENDPOINTS.contains(&id))
 }
 
 /// The command line, with help that fits each command: `podalloc CMD -h` lists CMD's own
-/// flags and the few global flags that matter to it (`short_help_globals`); `--help` still
+/// flags and the few global flags that matter to it (`short_help_shows`); `--help` still
 /// lists every flag. Parsing is the same as [`Cli`]'s derived parser: every global flag is
 /// accepted before or after any command.
 ///
@@ -225,9 +214,8 @@ fn short_help_globals(command: Option<&str>) -> &'static [&'static str] {
 /// (the workaround the clap maintainers give for hiding globals per subcommand,
 /// clap-rs/clap#5355).
 pub fn command() -> clap::Command {
-    let top_shown = short_help_globals(None);
     let top = Cli::command().mut_args(|a| {
-        let hide = a.is_global_set() && !top_shown.contains(&a.get_id().as_str());
+        let hide = a.is_global_set() && !short_help_shows(None, a.get_id().as_str());
         a.hide_short_help(hide)
     });
     let globals: Vec<clap::Arg> = top
@@ -236,14 +224,14 @@ pub fn command() -> clap::Command {
         .cloned()
         .collect();
     top.mut_subcommands(|sub| {
-        let shown = short_help_globals(Some(sub.get_name()));
+        let name = sub.get_name().to_string();
         globals.iter().fold(sub, |sub, a| {
             // A flag of the command's own with the same id (`sim --token`) shadows the global
             // one there, as clap's own propagation does.
             if sub.get_arguments().any(|own| own.get_id() == a.get_id()) {
                 return sub;
             }
-            let hide = !shown.contains(&a.get_id().as_str());
+            let hide = !short_help_shows(Some(&name), a.get_id().as_str());
             sub.arg(a.clone().hide_short_help(hide))
         })
     })
